@@ -1,0 +1,26 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+JOBS   ?= auto
+
+.PHONY: demo test test-slow bench clean
+
+$(STAMP): pyproject.toml .ci/bootstrap.sh
+	bash .ci/bootstrap.sh $(VENV)
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/aipu demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n $(JOBS) -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -n $(JOBS) -m slow
+
+bench: $(STAMP)
+	$(BIN)/aipu bench all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build sim_build out

@@ -1,0 +1,1 @@
+"""ONNX -> quantized IR -> per-unit command streams (built in a later issue)."""

@@ -1,0 +1,1 @@
+"""AIPU simulation: the bit-exact golden model, the command format, the interpreter and reports."""
