@@ -6,6 +6,14 @@ command definitions in this module.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from enum import IntEnum
+from pathlib import Path
+
 # --- Arithmetic contract constants (docs/arithmetic.md) ---------------------------------------------
 ACC_BITS = 32                 # MAC accumulator: signed int32; the golden model raises on overflow
 BIAS_BITS = 32                # per-output-channel bias, signed int32
@@ -21,3 +29,475 @@ LUT8_ENTRIES = 256            # direct table, indexed by the raw input byte
 LUT_ENTRY_BITS = 16           # LUT entries are signed 16 bit (int8/uint8 tables are a subset)
 LUT16_INDEX_BITS_MIN = 1      # wide LUT: 2**k + 1 entries, k in MIN .. MAX, linear interpolation
 LUT16_INDEX_BITS_MAX = 10
+
+
+# --- Hardware configuration (docs/isa.md, "Hardware configuration") ---------------------------------
+# Everything below is owned by the command-format work: the configurable machine and the declarative
+# command set. Widths that depend on the configuration (addresses) are computed from it, never restated.
+
+_POWER_OF_TWO = {"power_of_two": True}
+
+
+@dataclass(frozen=True)
+class MacArrayConfig:
+    """The MAC array: each cycle it reduces ``rows`` input channels of one kernel tap of one output
+    pixel against ``rows x cols`` weights and adds the products into ``cols`` output channels."""
+
+    rows: int = 16
+    cols: int = 16
+
+
+@dataclass(frozen=True)
+class BufferConfig:
+    """One on-chip SRAM: capacity and width of its port (bytes per cycle)."""
+
+    bytes: int = field(default=65536, metadata=_POWER_OF_TWO)
+    port_bytes: int = field(default=16, metadata=_POWER_OF_TWO)
+
+
+@dataclass(frozen=True)
+class BuffersConfig:
+    act: BufferConfig = BufferConfig(bytes=256 * 1024, port_bytes=16)
+    weight: BufferConfig = BufferConfig(bytes=256 * 1024, port_bytes=256)
+    acc: BufferConfig = BufferConfig(bytes=64 * 1024, port_bytes=64)
+    out: BufferConfig = BufferConfig(bytes=64 * 1024, port_bytes=16)
+    lut: BufferConfig = BufferConfig(bytes=4 * 1024, port_bytes=4)
+    param: BufferConfig = BufferConfig(bytes=8 * 1024, port_bytes=16)
+
+
+@dataclass(frozen=True)
+class DramConfig:
+    address_bits: int = 32
+    bytes_per_cycle: int = field(default=16, metadata=_POWER_OF_TWO)
+    latency_cycles: int = 100
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    command_depth: int = 64       # commands buffered per unit queue
+    token_depth: int = 8          # tokens one dependency-token queue holds before its producer stalls
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """The configurable machine. Load with :func:`load_hardware_config`; ``DEFAULT`` is the reference."""
+
+    mac: MacArrayConfig = MacArrayConfig()
+    buffers: BuffersConfig = BuffersConfig()
+    dram: DramConfig = DramConfig()
+    queues: QueueConfig = QueueConfig()
+    clock_mhz: int = 800
+
+    def __post_init__(self) -> None:
+        _validate_dataclass(self, "")
+        if self.dram.address_bits > 48:
+            raise ValueError(f"dram.address_bits = {self.dram.address_bits}: at most 48 supported")
+        if self.buffers.param.bytes < PARAM_RECORD_BYTES:
+            raise ValueError(f"buffers.param.bytes = {self.buffers.param.bytes}: "
+                             f"must hold at least one {PARAM_RECORD_BYTES}-byte parameter record")
+        if self.buffers.acc.bytes < ACC_BITS // 8:
+            raise ValueError(f"buffers.acc.bytes = {self.buffers.acc.bytes}: smaller than one accumulator")
+        for spec in COMMANDS.values():   # every command of this configuration must fit its word
+            spec.layout(self)
+
+    # Derived quantities: the only place address widths come from.
+    def buffer(self, buffer: Buffer) -> BufferConfig:
+        return getattr(self.buffers, buffer.name.lower())
+
+    def buffer_units(self, buffer: Buffer) -> int:
+        """How many addressable units the buffer has (bytes, int32 entries or parameter records)."""
+        return self.buffer(buffer).bytes // BUFFER_UNIT_BYTES[buffer]
+
+    def address_bits(self, buffer: Buffer) -> int:
+        return (self.buffer_units(buffer) - 1).bit_length()
+
+    @property
+    def width_parameters(self) -> dict[str, int]:
+        """Named widths that command fields refer to (``Field.bits`` given as a string)."""
+        widths = {f"{b.name.lower()}_addr_bits": self.address_bits(b) for b in Buffer}
+        widths["sram_addr_bits"] = max(self.address_bits(b) for b in Buffer if BUFFER_UNIT_BYTES[b] == 1)
+        widths["dram_addr_bits"] = self.dram.address_bits
+        return widths
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.mac.rows * self.mac.cols
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def config_hash(self) -> str:
+        """Stable short hash of the configuration (programs record it to refuse a mismatched machine)."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _validate_dataclass(obj, prefix: str) -> None:
+    """Every leaf is a positive int (power of two where the field says so); errors name the full key."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        key = prefix + f.name
+        if is_dataclass(f.default):
+            if type(value) is not type(f.default):
+                raise ValueError(f"{key} = {value!r}: expected a table")
+            _validate_dataclass(value, key + ".")
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{key} = {value!r}: expected an integer")
+        if value <= 0:
+            raise ValueError(f"{key} = {value}: must be positive")
+        if f.metadata.get("power_of_two") and value & (value - 1):
+            raise ValueError(f"{key} = {value}: must be a power of two")
+
+
+def _build_dataclass(cls, data, prefix: str):
+    if not isinstance(data, dict):
+        raise ValueError(f"{prefix.rstrip('.') or 'config'} = {data!r}: expected a table")
+    known = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ValueError(f"{prefix}{key} = {value!r}: unknown key (expected one of {', '.join(known)})")
+        default = known[key].default
+        kwargs[key] = _build_dataclass(type(default), value, f"{prefix}{key}.") if is_dataclass(default) else value
+    return cls(**kwargs)
+
+
+def hardware_config_from_dict(data: dict) -> HardwareConfig:
+    """Build and validate a configuration; missing keys take their defaults."""
+    return _build_dataclass(HardwareConfig, data, "")
+
+
+def load_hardware_config(path) -> HardwareConfig:
+    """Read a ``.toml`` or ``.json`` configuration file."""
+    path = Path(path)
+    if path.suffix == ".toml":
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    elif path.suffix == ".json":
+        data = json.loads(path.read_text())
+    else:
+        raise ValueError(f"config file {path}: expected a .toml or .json file")
+    return hardware_config_from_dict(data)
+
+
+# --- Command set (docs/isa.md is generated from these tables by sim/isa_doc.py) ---------------------
+COMMAND_BITS = 256            # every command is one fixed-width little-endian word; opcode in the lowest bits
+COMMAND_BYTES = COMMAND_BITS // 8
+
+
+class Unit(IntEnum):
+    """Execution units; each owns one in-order command queue."""
+
+    LOAD = 0      # DMA DRAM -> on-chip buffers (strided, with padding)
+    WDEC = 1      # weight decompression DRAM -> weight buffer
+    CONV = 2      # MAC array: convolution / matmul tiles into the accumulator buffer
+    REQUANT = 3   # accumulator -> quantized output buffer
+    LUT = 4       # table-lookup activations
+    POOL = 5      # pooling, element-wise and concat rescale
+    STORE = 6     # DMA output buffer -> DRAM
+
+
+class Opcode(IntEnum):
+    """Opcode 0 is reserved so that an all-zero (erased) word never decodes."""
+
+    LOAD = 1
+    STORE = 2
+    CONV = 3
+    REQUANT = 4
+    LUT = 5
+    POOL = 6
+    ELTWISE = 7
+    WDEC = 8
+    FINISH = 9
+
+
+class Buffer(IntEnum):
+    ACT = 0       # activations: CONV/POOL/ELTWISE/LUT inputs, layout [rows][cols][channels]
+    WEIGHT = 1    # int8 weights, layout [out_c][k_h][k_w][in_c / groups]
+    ACC = 2       # int32 accumulators, addressed in entries, layout [pixels][channels]
+    OUT = 3       # quantized results waiting for STORE, layout [pixels][channels]
+    LUT = 4       # activation tables
+    PARAM = 5     # per-output-channel requant records (PARAM_RECORD), addressed in records
+
+
+class DType(IntEnum):
+    INT8 = 0
+    UINT8 = 1
+    INT16 = 2
+    UINT16 = 3
+
+
+DTYPE_NUMPY = {DType.INT8: "<i1", DType.UINT8: "<u1", DType.INT16: "<i2", DType.UINT16: "<u2"}
+DTYPE_BYTES = {dtype: int(code[-1]) for dtype, code in DTYPE_NUMPY.items()}
+
+# One parameter record per output channel: name, numpy type, meaning. Little-endian, packed.
+PARAM_RECORD: tuple[tuple[str, str, str], ...] = (
+    ("bias", "<i4", "int32 bias added to the accumulator (BIAS_BITS)"),
+    ("multiplier", "<u2", "requant multiplier M (MULTIPLIER_BITS, unsigned)"),
+    ("shift", "<u1", "requant shift N, 0..SHIFT_MAX"),
+    ("negative_shift", "<u1", "shift used for negative values when the command's leaky flag is set"),
+    ("negative_multiplier", "<u2", "multiplier used for negative values when the leaky flag is set"),
+    ("reserved", "<u2", "must be zero"),
+    ("scale", "<f4", "float32 scale used instead of M/2^N when the command's float_scale flag is set"),
+)
+PARAM_RECORD_BYTES = sum(int(code[-1]) for _, code, _ in PARAM_RECORD)
+
+BUFFER_UNIT_BYTES = {Buffer.ACT: 1, Buffer.WEIGHT: 1, Buffer.ACC: ACC_BITS // 8, Buffer.OUT: 1,
+                     Buffer.LUT: 1, Buffer.PARAM: PARAM_RECORD_BYTES}
+LOADABLE_BUFFERS = (Buffer.ACT, Buffer.WEIGHT, Buffer.LUT, Buffer.PARAM)
+VECTOR_SOURCE_BUFFERS = (Buffer.ACT, Buffer.OUT)   # where LUT/POOL/ELTWISE read their operands
+
+
+class Rounding(IntEnum):
+    HALF_UP = 0       # add 2^(N-1) then floor: rshift_rnd of seed002_003_quant.md Part 3
+    FLOOR = 1         # plain arithmetic shift (seed 002 mode)
+    HALF_EVEN = 2     # ties to even (ONNX QLinearConv / vendor float round)
+    HALF_AWAY = 3     # ties away from zero
+
+
+class LutMode(IntEnum):
+    DIRECT8 = 0       # 8-bit input indexes a 256-entry table directly
+    INTERP16 = 1      # 16-bit input: 2^t + 1 entry table with linear interpolation
+
+
+class PoolMode(IntEnum):
+    MAX = 0
+    AVG = 1
+
+
+class EltwiseOp(IntEnum):
+    ADD = 0
+    SUB = 1
+    MUL = 2
+    RESCALE = 3       # one operand requantized into the output scale (concat branches)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One command field. ``bits`` is a width or the name of a width derived from the configuration
+    (see ``HardwareConfig.width_parameters``). The legal range defaults to everything the width holds."""
+
+    name: str
+    bits: int | str
+    meaning: str
+    signed: bool = False
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: type[IntEnum] | tuple[IntEnum, ...] | None = None
+
+    def width(self, config: HardwareConfig) -> int:
+        return self.bits if isinstance(self.bits, int) else config.width_parameters[self.bits]
+
+    def legal_range(self, config: HardwareConfig) -> tuple[int, int]:
+        width = self.width(config)
+        low, high = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if self.signed else (0, (1 << width) - 1)
+        if self.minimum is not None:
+            low = max(low, self.minimum)
+        if self.maximum is not None:
+            high = min(high, self.maximum)
+        return low, high
+
+    def legal_values(self) -> tuple[IntEnum, ...] | None:
+        if self.choices is None:
+            return None
+        return tuple(self.choices)
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    opcode: Opcode
+    unit: Unit | None          # None: may sit in any queue (FINISH)
+    summary: str
+    semantics: str             # pseudo-code of what the command does (rendered in docs/isa.md)
+    fields: tuple[Field, ...]
+
+    def layout(self, config: HardwareConfig) -> tuple[tuple[Field, int, int], ...]:
+        """(field, bit offset, width) for the header and every field, packed upwards from bit 0."""
+        return _command_layout(self, config)
+
+
+@functools.lru_cache(maxsize=None)
+def _command_layout(spec: CommandSpec, config: HardwareConfig) -> tuple[tuple[Field, int, int], ...]:
+    placed, offset = [], 0
+    for fld in HEADER_FIELDS + spec.fields:
+        width = fld.width(config)
+        placed.append((fld, offset, width))
+        offset += width
+    if offset > COMMAND_BITS:
+        raise ValueError(f"command {spec.opcode.name} needs {offset} bits with this configuration, "
+                         f"more than COMMAND_BITS = {COMMAND_BITS}")
+    return tuple(placed)
+
+
+OPCODE_BITS = 4
+HEADER_FIELDS: tuple[Field, ...] = (
+    Field("opcode", OPCODE_BITS, "which command (Opcode); 0 is reserved", choices=Opcode),
+    Field("pop", len(Unit), "bit u set: wait for and take one token from the queue unit u -> this unit"),
+    Field("push", len(Unit), "bit u set: after executing, put one token into the queue this unit -> unit u"),
+)
+
+DIM_BITS = 12                 # tile heights, widths and channel counts: 1 .. 4095
+KERNEL_BITS = 4               # kernel sizes 1 .. 15
+STEP_BITS = 3                 # strides and dilations 1 .. 7
+PAD_BITS = 4                  # DMA padding per side 0 .. 15
+RUN_BITS = 16                 # DMA element counts per dimension
+STRIDE_BYTES_BITS = 24        # DRAM strides in bytes
+COUNT_BITS = 20               # element counts of vector commands
+ZERO_POINT_BITS = 17          # signed: covers int16 and uint16 zero points and clamp bounds
+WDEC_LENGTH_BITS = 24         # compressed stream length in bytes
+
+_DTYPE = dict(bits=2, choices=DType)
+
+
+def _dims(*names_meanings: tuple[str, str], bits: int = DIM_BITS) -> tuple[Field, ...]:
+    return tuple(Field(name, bits, meaning, minimum=1) for name, meaning in names_meanings)
+
+
+def _requant_fields(prefix: str, what: str) -> tuple[Field, ...]:
+    return (Field(f"{prefix}multiplier", MULTIPLIER_BITS, f"multiplier M of {what}"),
+            Field(f"{prefix}shift", SHIFT_BITS, f"right shift N of {what}", maximum=SHIFT_MAX))
+
+
+_DMA_SHAPE = (
+    Field("elem_type", **_DTYPE, meaning="element type (its size sets the element width; pad value type)"),
+    *_dims(("y_size", "rows copied"), ("x_size", "columns per row"), ("run", "elements per column (contiguous)"),
+           bits=RUN_BITS),
+    Field("dram_y_stride", STRIDE_BYTES_BITS, "bytes between rows in DRAM"),
+    Field("dram_x_stride", STRIDE_BYTES_BITS, "bytes between columns in DRAM"),
+)
+
+COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
+    CommandSpec(
+        Opcode.LOAD, Unit.LOAD, "strided DMA from DRAM into an on-chip buffer, with padding",
+        "for y, x in (y_size+pad_top+pad_bottom) x (x_size+pad_left+pad_right):\n"
+        "    dst[y][x][0:run] = pad_value if (y, x) lies in the padding else\n"
+        "        DRAM[dram_addr + (y-pad_top)*dram_y_stride + (x-pad_left)*dram_x_stride][0:run]\n"
+        "dst is dense in `buffer` starting at byte sram_addr",
+        (Field("buffer", 3, "destination buffer", choices=LOADABLE_BUFFERS),
+         Field("sram_addr", "sram_addr_bits", "destination byte address in the buffer"),
+         Field("dram_addr", "dram_addr_bits", "source byte address in DRAM"),
+         *_DMA_SHAPE,
+         Field("pad_top", PAD_BITS, "padding rows before"), Field("pad_bottom", PAD_BITS, "padding rows after"),
+         Field("pad_left", PAD_BITS, "padding columns before"), Field("pad_right", PAD_BITS, "padding columns after"),
+         Field("pad_value", ZERO_POINT_BITS, "value written into padding (e.g. the input zero point)", signed=True))),
+    CommandSpec(
+        Opcode.STORE, Unit.STORE, "strided DMA from the output buffer to DRAM",
+        "for y, x in y_size x x_size:\n"
+        "    DRAM[dram_addr + y*dram_y_stride + x*dram_x_stride][0:run] = OUT[sram_addr + ((y*x_size)+x)*run*elem]",
+        (Field("sram_addr", "out_addr_bits", "source byte address in the output buffer"),
+         Field("dram_addr", "dram_addr_bits", "destination byte address in DRAM"),
+         *_DMA_SHAPE)),
+    CommandSpec(
+        Opcode.CONV, Unit.CONV, "one convolution (or matmul: 1x1 kernel) tile on the MAC array",
+        "x = ACT[in_addr] as [in_h][in_w][in_c] in_type (already padded by LOAD)\n"
+        "w = WEIGHT[wgt_addr] as int8 [out_c][k_h][k_w][in_c/groups]\n"
+        "out_h = (in_h - dilation_h*(k_h-1) - 1) // stride_h + 1   (same for out_w)\n"
+        "r = conv2d(x - in_zero_point, w - w_zero_point, stride, dilation, groups)  as int32 [out_h][out_w][out_c]\n"
+        "ACC[acc_addr] = r            if accumulate == 0\n"
+        "ACC[acc_addr] += r           if accumulate == 1   (int32; overflow is an error)",
+        (Field("in_addr", "act_addr_bits", "input tile byte address in the activation buffer"),
+         *_dims(("in_h", "input tile rows (incl. padding)"), ("in_w", "input tile columns (incl. padding)"),
+                ("in_c", "input tile channels")),
+         Field("in_type", **_DTYPE, meaning="input element type"),
+         Field("in_zero_point", ZERO_POINT_BITS, "input zero point", signed=True),
+         Field("wgt_addr", "weight_addr_bits", "weight byte address in the weight buffer"),
+         Field("w_zero_point", 8, "weight zero point", signed=True),
+         *_dims(("out_c", "output channels of this tile")),
+         *_dims(("k_h", "kernel rows"), ("k_w", "kernel columns"), bits=KERNEL_BITS),
+         *_dims(("stride_h", "vertical stride"), ("stride_w", "horizontal stride"),
+                ("dilation_h", "vertical dilation"), ("dilation_w", "horizontal dilation"), bits=STEP_BITS),
+         *_dims(("groups", "channel groups (in_c and out_c divisible by it; depthwise: groups = in_c)")),
+         Field("acc_addr", "acc_addr_bits", "accumulator entry address of the [out_h][out_w][out_c] result"),
+         Field("accumulate", 1, "0: overwrite the accumulators, 1: add to them"))),
+    CommandSpec(
+        Opcode.REQUANT, Unit.REQUANT, "requantize int32 accumulators into the output buffer",
+        "p = PARAM[param_index + c] for channel c\n"
+        "y = requantize(ACC[acc_addr] as [pixels][channels] + p.bias, p.multiplier, p.shift, rounding,\n"
+        "               out_zero_point, clamp to [qmin, qmax], leaky: negatives use p.negative_*,\n"
+        "               float_scale: use p.scale instead of M/2^N)\n"
+        "OUT[out_addr] = y as [pixels][channels] out_type",
+        (Field("acc_addr", "acc_addr_bits", "accumulator entry address"),
+         Field("out_addr", "out_addr_bits", "output byte address in the output buffer"),
+         *_dims(("pixels", "pixels (rows of the [pixels][channels] tile)"), bits=RUN_BITS),
+         *_dims(("channels", "channels of the tile")),
+         Field("param_index", "param_addr_bits", "first parameter record (one per channel)"),
+         Field("out_type", **_DTYPE, meaning="output element type"),
+         Field("out_zero_point", ZERO_POINT_BITS, "output zero point", signed=True),
+         Field("qmin", ZERO_POINT_BITS, "lower clamp bound (output domain)", signed=True),
+         Field("qmax", ZERO_POINT_BITS, "upper clamp bound (output domain)", signed=True),
+         Field("rounding", 2, "rounding of the right shift", choices=Rounding),
+         Field("leaky", 1, "1: negative values use the negative multiplier/shift of the record"),
+         Field("float_scale", 1, "1: scale by the record's float32 scale (float32 requant mode)"))),
+    CommandSpec(
+        Opcode.LUT, Unit.LUT, "table-lookup activation on a vector of elements",
+        "x = src_buf[src_addr] as count elements of in_type\n"
+        "OUT[dst_addr] = lut8(x, LUT[table_addr])                    if mode == DIRECT8\n"
+        "OUT[dst_addr] = lut16(x, LUT[table_addr], table_log2)       if mode == INTERP16",
+        (Field("src_buf", 3, "source buffer", choices=VECTOR_SOURCE_BUFFERS),
+         Field("src_addr", "sram_addr_bits", "source byte address"),
+         Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer"),
+         *_dims(("count", "elements"), bits=COUNT_BITS),
+         Field("mode", 1, "lookup mode", choices=LutMode),
+         Field("in_type", **_DTYPE, meaning="input element type"),
+         Field("out_type", **_DTYPE, meaning="table entry and output element type"),
+         Field("table_addr", "lut_addr_bits", "table byte address in the LUT memory"),
+         Field("table_log2", 5, "INTERP16: table has 2^table_log2 + 1 entries; DIRECT8: 0", maximum=16))),
+    CommandSpec(
+        Opcode.POOL, Unit.POOL, "max or average pooling of an [in_h][in_w][channels] tile",
+        "x = src_buf[src_addr] as [in_h][in_w][channels] dtype (padding already applied by LOAD)\n"
+        "OUT[dst_addr] = max_pool2d(x, kernel, stride)                               if mode == MAX\n"
+        "OUT[dst_addr] = avg_pool2d(x, kernel, stride, multiplier, shift, rounding)  if mode == AVG",
+        (Field("src_buf", 3, "source buffer", choices=VECTOR_SOURCE_BUFFERS),
+         Field("src_addr", "sram_addr_bits", "source byte address"),
+         Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer"),
+         *_dims(("in_h", "input rows"), ("in_w", "input columns"), ("channels", "channels")),
+         Field("dtype", **_DTYPE, meaning="element type of input and output"),
+         Field("mode", 1, "pooling mode", choices=PoolMode),
+         *_dims(("k_h", "window rows"), ("k_w", "window columns"), bits=KERNEL_BITS),
+         *_dims(("stride_h", "vertical stride"), ("stride_w", "horizontal stride"), bits=STEP_BITS),
+         *_requant_fields("", "1/window (AVG)"),
+         Field("rounding", 2, "rounding of the AVG shift", choices=Rounding))),
+    CommandSpec(
+        Opcode.ELTWISE, Unit.POOL, "element-wise add/sub/mul of two rescaled operands, or a single rescale",
+        "a = src_a[a_addr] as count a_type; b likewise (unused by RESCALE: its fields must be 0)\n"
+        "OUT[dst_addr] = eltwise(op, a - a_zero_point, b - b_zero_point, a_multiplier, b_multiplier, shift,\n"
+        "                        rounding, out_zero_point, clamp [qmin, qmax]) as out_type",
+        (Field("op", 2, "operation", choices=EltwiseOp),
+         Field("a_buf", 3, "operand a buffer", choices=VECTOR_SOURCE_BUFFERS),
+         Field("a_addr", "sram_addr_bits", "operand a byte address"),
+         Field("b_buf", 3, "operand b buffer", choices=VECTOR_SOURCE_BUFFERS),
+         Field("b_addr", "sram_addr_bits", "operand b byte address"),
+         Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer"),
+         *_dims(("count", "elements"), bits=COUNT_BITS),
+         Field("a_type", **_DTYPE, meaning="operand a type"),
+         Field("b_type", **_DTYPE, meaning="operand b type"),
+         Field("out_type", **_DTYPE, meaning="output type"),
+         Field("a_zero_point", ZERO_POINT_BITS, "operand a zero point", signed=True),
+         Field("b_zero_point", ZERO_POINT_BITS, "operand b zero point", signed=True),
+         Field("out_zero_point", ZERO_POINT_BITS, "output zero point", signed=True),
+         Field("a_multiplier", MULTIPLIER_BITS, "multiplier of operand a"),
+         Field("b_multiplier", MULTIPLIER_BITS, "multiplier of operand b"),
+         Field("shift", SHIFT_BITS, "common right shift", maximum=SHIFT_MAX),
+         Field("rounding", 2, "rounding of the shift", choices=Rounding),
+         Field("qmin", ZERO_POINT_BITS, "lower clamp bound", signed=True),
+         Field("qmax", ZERO_POINT_BITS, "upper clamp bound", signed=True))),
+    CommandSpec(
+        Opcode.WDEC, Unit.WDEC, "decode one layer's compressed weight stream into the weight buffer",
+        "WEIGHT[wgt_addr] = codec.decode_layer(DRAM[dram_addr : dram_addr + length], shape) as int8\n"
+        "                   [out_c][k_h][k_w][in_c]",
+        (Field("dram_addr", "dram_addr_bits", "compressed stream byte address in DRAM"),
+         *_dims(("length", "compressed stream length in bytes"), bits=WDEC_LENGTH_BITS),
+         Field("wgt_addr", "weight_addr_bits", "destination byte address in the weight buffer"),
+         *_dims(("out_c", "output channels"), ("in_c", "input channels per group")),
+         *_dims(("k_h", "kernel rows"), ("k_w", "kernel columns"), bits=KERNEL_BITS))),
+    CommandSpec(
+        Opcode.FINISH, None, "end of program: executes once every other queue is empty",
+        "wait for the popped tokens and for all other queues to drain; then the device reports done.\n"
+        "A program has exactly one FINISH, the last command of its queue; it may not push tokens.",
+        (Field("unit", 3, "the queue this FINISH sits in", choices=Unit),)),
+)}
+
+OPCODE_UNIT = {opcode: spec.unit for opcode, spec in COMMANDS.items()}
+
+DEFAULT = HardwareConfig()
