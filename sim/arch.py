@@ -259,6 +259,7 @@ class Rounding(IntEnum):
 class LutMode(IntEnum):
     DIRECT8 = 0       # 8-bit input indexes a 256-entry table directly
     INTERP16 = 1      # 16-bit input: 2^t + 1 entry table with linear interpolation
+# LUT memory holds tables of signed LUT_ENTRY_BITS entries, little-endian.
 
 
 class PoolMode(IntEnum):
@@ -399,8 +400,8 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
         (Field("in_addr", "act_addr_bits", "input tile byte address in the activation buffer"),
          *_dims(("in_h", "input tile rows (incl. padding)"), ("in_w", "input tile columns (incl. padding)"),
                 ("in_c", "input tile channels")),
-         Field("in_type", **_DTYPE, meaning="input element type"),
-         Field("in_zero_point", ZERO_POINT_BITS, "input zero point", signed=True),
+         Field("in_type", 2, "input element type", choices=(DType.INT8, DType.UINT8)),
+         Field("in_zero_point", MAC_OPERAND_BITS, "input zero point", signed=True),
          Field("wgt_addr", "weight_addr_bits", "weight byte address in the weight buffer"),
          Field("w_zero_point", 8, "weight zero point", signed=True),
          *_dims(("out_c", "output channels of this tile")),
@@ -442,7 +443,9 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
          Field("in_type", **_DTYPE, meaning="input element type"),
          Field("out_type", **_DTYPE, meaning="table entry and output element type"),
          Field("table_addr", "lut_addr_bits", "table byte address in the LUT memory"),
-         Field("table_log2", 5, "INTERP16: table has 2^table_log2 + 1 entries; DIRECT8: 0", maximum=16))),
+         Field("table_log2", 4, "INTERP16: table has 2^table_log2 + 1 entries "
+               f"({LUT16_INDEX_BITS_MIN}..{LUT16_INDEX_BITS_MAX}); DIRECT8: must be 0",
+               maximum=LUT16_INDEX_BITS_MAX))),
     CommandSpec(
         Opcode.POOL, Unit.POOL, "max or average pooling of an [in_h][in_w][channels] tile",
         "x = src_buf[src_addr] as [in_h][in_w][channels] dtype (padding already applied by LOAD)\n"

@@ -1,0 +1,265 @@
+"""Commands, their binary encoding, the program container file and the disassembler.
+
+All field positions and widths come from the declarative tables in :mod:`sim.arch`; nothing here
+knows a particular command. A malformed word or file raises ``ValueError`` naming what is wrong.
+"""
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sim.arch import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, DEFAULT, HardwareConfig, Opcode, Unit,
+                      hardware_config_from_dict)
+
+HEADER_NAMES = ("opcode", "pop", "push")
+
+
+def _unit_mask(units) -> int:
+    return sum(1 << int(unit) for unit in units)
+
+
+def _mask_units(mask: int) -> frozenset[Unit]:
+    return frozenset(unit for unit in Unit if mask >> int(unit) & 1)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command: opcode, dependency tokens and named field values (plain ints or IntEnums).
+
+    ``pop`` names the units whose token queue (unit -> this unit) must hold a token before the command
+    runs; ``push`` the units that receive a token (this unit -> unit) after it ran."""
+
+    opcode: Opcode
+    args: dict[str, int]
+    pop: frozenset[Unit] = frozenset()
+    push: frozenset[Unit] = frozenset()
+
+    @classmethod
+    def make(cls, opcode: Opcode, *, pop=(), push=(), **args: int) -> Command:
+        """Build a command; fields not given take their smallest legal value (0, or 1 for sizes)."""
+        spec = COMMANDS[Opcode(opcode)]
+        names = {f.name for f in spec.fields}
+        unknown = set(args) - names
+        if unknown:
+            raise ValueError(f"{spec.opcode.name}: unknown field(s) {sorted(unknown)}")
+        full = {}
+        for fld in spec.fields:
+            value = args.get(fld.name, fld.minimum or 0)
+            full[fld.name] = int(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        return cls(Opcode(opcode), full, frozenset(Unit(u) for u in pop), frozenset(Unit(u) for u in push))
+
+    @property
+    def spec(self):
+        return COMMANDS[self.opcode]
+
+    @property
+    def unit(self) -> Unit:
+        """The unit that executes this command (FINISH: the queue named in its ``unit`` field)."""
+        return self.spec.unit if self.spec.unit is not None else Unit(self.args["unit"])
+
+    def __getattr__(self, name: str) -> int:
+        args = self.__dict__.get("args", {})
+        if name in args:
+            return args[name]
+        raise AttributeError(name)
+
+    def __hash__(self) -> int:
+        return hash((self.opcode, tuple(sorted(self.args.items())), self.pop, self.push))
+
+    def validate(self, config: HardwareConfig = DEFAULT) -> None:
+        """Raise ValueError naming the first field outside its legal range."""
+        name = self.opcode.name
+        for fld in self.spec.fields:
+            if fld.name not in self.args:
+                raise ValueError(f"{name}: field {fld.name} missing")
+            _check_field(name, fld, self.args[fld.name], config)
+        for direction, units in (("pop", self.pop), ("push", self.push)):
+            if self.unit in units:
+                raise ValueError(f"{name} field {direction} names its own unit {self.unit.name}")
+        if self.opcode == Opcode.FINISH and self.push:
+            raise ValueError(f"FINISH field push = {sorted(u.name for u in self.push)}: FINISH may not push")
+
+    def encode(self, config: HardwareConfig = DEFAULT) -> bytes:
+        self.validate(config)
+        word = 0
+        for fld, offset, width in self.spec.layout(config):
+            if fld.name == "opcode":
+                value = int(self.opcode)
+            elif fld.name in ("pop", "push"):
+                value = _unit_mask(getattr(self, fld.name))
+            else:
+                value = int(self.args[fld.name])
+            word |= (value & ((1 << width) - 1)) << offset
+        return word.to_bytes(COMMAND_BYTES, "little")
+
+    @classmethod
+    def decode(cls, data: bytes, config: HardwareConfig = DEFAULT) -> Command:
+        if len(data) != COMMAND_BYTES:
+            raise ValueError(f"command word has {len(data)} bytes, expected {COMMAND_BYTES}")
+        word = int.from_bytes(data, "little")
+        opcode_field, _, opcode_width = COMMANDS[Opcode.FINISH].layout(config)[0]
+        raw_opcode = word & ((1 << opcode_width) - 1)
+        if raw_opcode not in {int(op) for op in Opcode}:
+            raise ValueError(f"field opcode = {raw_opcode}: unknown opcode")
+        spec = COMMANDS[Opcode(raw_opcode)]
+        layout = spec.layout(config)
+        used = layout[-1][1] + layout[-1][2]
+        if word >> used:
+            raise ValueError(f"{spec.opcode.name}: reserved bits {used}..{COMMAND_BITS - 1} = "
+                             f"{hex(word >> used)}, must be zero")
+        values = {}
+        for fld, offset, width in layout:
+            raw = word >> offset & ((1 << width) - 1)
+            values[fld.name] = raw - (1 << width) if fld.signed and raw >> (width - 1) else raw
+        for direction in ("pop", "push"):
+            if values[direction] >> len(Unit):
+                raise ValueError(f"{spec.opcode.name} field {direction} = {values[direction]:#x}: no such unit")
+        command = cls.make(spec.opcode, pop=_mask_units(values.pop("pop")), push=_mask_units(values.pop("push")),
+                           **{k: v for k, v in values.items() if k != "opcode"})
+        command.validate(config)
+        return command
+
+    def describe(self, config: HardwareConfig = DEFAULT) -> str:
+        """One readable line: opcode, tokens, then every field by name."""
+        tokens = (f"pop[{','.join(u.name for u in sorted(self.pop))}] "
+                  f"push[{','.join(u.name for u in sorted(self.push))}]")
+        parts = []
+        for fld in self.spec.fields:
+            value = self.args[fld.name]
+            if fld.choices is not None:
+                text = type(fld.legal_values()[0])(value).name
+            elif fld.name.endswith("_addr"):
+                text = f"{value:#x}"
+            else:
+                text = str(value)
+            parts.append(f"{fld.name}={text}")
+        return f"{self.opcode.name:<8} {tokens:<28} {' '.join(parts)}"
+
+
+def _check_field(command_name: str, fld, value, config: HardwareConfig) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{command_name} field {fld.name} = {value!r}: expected an integer")
+    legal = fld.legal_values()
+    if legal is not None:
+        if value not in [int(v) for v in legal]:
+            names = ", ".join(f"{v.name}={int(v)}" for v in legal)
+            raise ValueError(f"{command_name} field {fld.name} = {int(value)}: not one of {names}")
+        return
+    low, high = fld.legal_range(config)
+    if not low <= value <= high:
+        raise ValueError(f"{command_name} field {fld.name} = {value}: outside legal range {low}..{high}")
+
+
+# --- Program container ---------------------------------------------------------------------------
+MAGIC = b"AIPUPROG"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sHH16sI")      # magic, version, number of queues, config hash, config JSON length
+_CRC = struct.Struct("<I")
+
+
+@dataclass
+class Program:
+    """Per-unit command queues plus the configuration they were encoded for."""
+
+    config: HardwareConfig = DEFAULT
+    queues: dict[Unit, list[Command]] = field(default_factory=lambda: {unit: [] for unit in Unit})
+
+    def append(self, command: Command) -> Command:
+        self.queues[command.unit].append(command)
+        return command
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def validate(self) -> None:
+        """Every command legal and in its unit's queue; exactly one FINISH, last in its queue."""
+        finishes = []
+        for unit, queue in self.queues.items():
+            for index, command in enumerate(queue):
+                command.validate(self.config)
+                if command.unit != unit:
+                    raise ValueError(f"{unit.name}[{index}]: {command.opcode.name} belongs to queue "
+                                     f"{command.unit.name}")
+                if command.opcode == Opcode.FINISH:
+                    finishes.append((unit, index))
+                    if index != len(queue) - 1:
+                        raise ValueError(f"{unit.name}[{index}]: FINISH is not the last command of its queue")
+        if len(finishes) != 1:
+            raise ValueError(f"program has {len(finishes)} FINISH commands, expected exactly 1")
+
+    def to_bytes(self) -> bytes:
+        self.validate()
+        config_json = json.dumps(self.config.to_dict(), sort_keys=True).encode()
+        parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, len(Unit), self.config.config_hash().encode(),
+                              len(config_json)), config_json]
+        parts.append(struct.pack(f"<{len(Unit)}I", *(len(self.queues[unit]) for unit in Unit)))
+        for unit in Unit:
+            parts.extend(command.encode(self.config) for command in self.queues[unit])
+        body = b"".join(parts)
+        return body + _CRC.pack(zlib.crc32(body))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "program") -> Program:
+        if len(data) < len(MAGIC) or data[:len(MAGIC)] != MAGIC:
+            raise ValueError(f"{source}: not an AIPU program (magic {data[:len(MAGIC)]!r}, expected {MAGIC!r})")
+        if len(data) < _HEADER.size + _CRC.size:
+            raise ValueError(f"{source}: truncated header ({len(data)} bytes)")
+        _, version, n_queues, config_hash, config_len = _HEADER.unpack_from(data)
+        if version != FORMAT_VERSION:
+            raise ValueError(f"{source}: format version {version}, this reader understands {FORMAT_VERSION}")
+        if n_queues != len(Unit):
+            raise ValueError(f"{source}: {n_queues} queues, expected {len(Unit)}")
+        offset = _HEADER.size
+        counts_size = 4 * n_queues
+        if len(data) < offset + config_len + counts_size + _CRC.size:
+            raise ValueError(f"{source}: truncated (config of {config_len} bytes does not fit in {len(data)})")
+        try:
+            config = hardware_config_from_dict(json.loads(data[offset:offset + config_len]))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{source}: embedded configuration is not JSON ({exc})") from None
+        if config.config_hash().encode() != config_hash:
+            raise ValueError(f"{source}: configuration hash {config_hash.decode(errors='replace')} does not "
+                             f"match the embedded configuration ({config.config_hash()})")
+        offset += config_len
+        counts = struct.unpack_from(f"<{n_queues}I", data, offset)
+        offset += counts_size
+        expected = offset + COMMAND_BYTES * sum(counts) + _CRC.size
+        if len(data) != expected:
+            raise ValueError(f"{source}: {len(data)} bytes, expected {expected} for {sum(counts)} commands "
+                             f"({'truncated' if len(data) < expected else 'trailing data'})")
+        (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
+        if crc != zlib.crc32(data[:-_CRC.size]):
+            raise ValueError(f"{source}: checksum mismatch (file corrupted)")
+        program = cls(config)
+        for unit, count in zip(Unit, counts):
+            for index in range(count):
+                word = data[offset:offset + COMMAND_BYTES]
+                offset += COMMAND_BYTES
+                try:
+                    program.queues[unit].append(Command.decode(word, config))
+                except ValueError as exc:
+                    raise ValueError(f"{source}: {unit.name}[{index}]: {exc}") from None
+        program.validate()
+        return program
+
+    def write(self, path) -> None:
+        Path(path).write_bytes(self.to_bytes())
+
+    @classmethod
+    def read(cls, path) -> Program:
+        return cls.from_bytes(Path(path).read_bytes(), source=str(path))
+
+    def disassemble(self) -> str:
+        """The listing printed by ``aipu disasm``: one command per line, grouped by queue."""
+        lines = [f"; AIPU program, format v{FORMAT_VERSION}, config {self.config.config_hash()}, "
+                 f"{len(self)} commands, MAC {self.config.mac.rows}x{self.config.mac.cols}"]
+        for unit in Unit:
+            queue = self.queues[unit]
+            if queue:
+                lines.append(f"; queue {unit.name}: {len(queue)} commands")
+                lines.extend(f"{unit.name}[{index}]".ljust(13) + command.describe(self.config)
+                             for index, command in enumerate(queue))
+        return "\n".join(lines) + "\n"
