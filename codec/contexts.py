@@ -1,0 +1,375 @@
+"""Tables 337 and 338 as data, and the element coder the syntax layer calls.
+
+Every syntax element of chapter 10 is ``ae(v)``: a bin string (Table 338's binarisation) whose bins are
+context-coded with ``ctxIdx = ctxIdxStart + ctxIdxInc`` (Table 337) or bypass-coded (the list of
+10.4.3.1). ``ElementDecoder.read(name, **inputs)`` and ``ElementEncoder.write(name, value, **inputs)``
+do both halves for one element; ``inputs`` are exactly the values the element's context rule and
+binarisation need, and are checked.
+
+Inputs: ``sign`` = the sign flag coded just before (abs_delta: sign_delta; oct_abs_q: oct_sign;
+esc_abs_q: esc_sign), ``n0``/``n1`` = NzFlagP[0]/[1], ``c0``/``c1`` = CoefP[0]/[1], ``at_max_depth`` =
+(treeDepth == Oct.size() - 1), ``length`` = array1d_depth, ``max_value`` = the largest legal value of a
+unary element (signalled_size: MaxCbookSize - PredictedSize; *_start_depth_delta: the tree depth - 1).
+
+======================== ============ ===== ===== ======================================== ======================
+element                  binarisation start count ctxIdxInc                                inputs
+======================== ============ ===== ===== ======================================== ======================
+integer_input ..         FL n         bypass      (17 header/bias elements, 10.4.3.1)      (bias_abs_q: length)
+bias_sign                FL1          0     3     0
+bias_nz_flag             FL1          3     3     0
+split_flag               FL1          6     3     0
+ctu3d_map_mode_flag [1]  FL1          9     3     0
+map_mode_flag            FL1          9     3     1
+enable_start_depth       FL1          12    3     0
+cu3d_map_mode            FL1          15    3     0
+abs_predicted_diff       UEGk(6,0)    18    48    binIdx<23 ? binIdx+1 : 23
+predicted_sign           FL1          66    3     0
+predicted_flag           FL1          69    3     0
+signalled_size           U            72    3     0                                        max_value
+nzflag_delta             FL1          75    3     0
+sign_delta               FL1          78    3     0
+abs_delta                UEGk(6,0)    81    48    binIdx<46+s ? binIdx+2 : 46+s            sign
+oct_cbook_esc_mode       FL1          129   3     0
+uni_mode                 FL1          132   3     0
+oct_start_depth_delta    U            135   3     binIdx ? 1 : 0                           max_value
+oct_nzflag               FL1          138   9     max depth: C0<0?0:C0==0?1:2, else N0==N1?N0:2  at_max_depth n0 n1 c0
+oct_sign                 FL1          147   3     C0!=0&&C1!=0 ? 0 : C0==0&&C1==0 ? 1 : 2  c0 c1
+oct_index                UEGk(16,0)   150   48    binIdx<46 ? binIdx+2 : 46
+oct_abs_q                UEGk(16,0)   198   48    binIdx<46+s ? binIdx+2 : 46+s            sign
+uni_nzflag               FL1          246   3     0
+uni_map_nzflag           FL1          249   9     N0==N1 ? N0 : 2                          n0 n1
+uni_sign                 FL1          258   3     C0<0 ? 0 : C0==0 ? 1 : 2                 c0
+uni_cmap_val             UEGk(16,0)   261   48    binIdx<46 ? binIdx+2 : 46
+uni_qmap_val             UEGk(16,0)   309   48    binIdx<46 ? binIdx+2 : 46
+tag_cbook_esc_mode       FL1          357   3     0
+tgt_mode [2]             FL1          360   3     0
+tag_start_depth_delta    U            360   3     binIdx ? 1 : 0                           max_value
+tgtm_nzflag_index        FL1          363   9     C0!=0&&C1!=0 ? 0 : C0==0&&C1==0 ? 1 : 2  c0 c1
+tgtm_sign_q              FL1          372   3     0
+tgtm_index               UEGk(16,0)   375   48    binIdx<46 ? binIdx+2 : 46
+tgtm_delta_index         UEGk(0,5)    375   48    binIdx<23 ? binIdx+1 : 23
+tgtm_abs_q               UEGk(16,4)   423   48    binIdx<46 ? binIdx+2 : 46
+tgtm_delta_abs_q         UEGk(0,8)    423   48    binIdx<23 ? binIdx+1 : 23
+uni_tgt_nzflag           FL1          471   3     0
+uni_tgt_nzflag_q         FL1          474   9     0
+uni_tgt_sign_q           FL1          483   3     0
+uni_tgt_index            UEGk(16,0)   486   48    binIdx<46 ? binIdx+2 : 46
+uni_tgt_delta_index      UEGk(0,5)    486   48    binIdx<23 ? binIdx+1 : 23
+uni_tgt_abs_q            UEGk(16,4)   534   48    binIdx<46 ? binIdx+2 : 46
+uni_tgt_delta_abs_q      UEGk(0,8)    534   48    binIdx<23 ? binIdx+1 : 23
+esc_nzflag               FL1          582   3     0
+esc_sign                 FL1          585   3     0
+esc_abs_q                UEGk(16,4)   588   3     binIdx<46+s ? binIdx+2 : 46+s            sign
+reorder_flag             FL1          591   3     0
+signalled_flag           FL1          594   48    0
+qval_minus_one           UEGk(8,8)    642   48    binIdx<23 ? binIdx+1 : 23
+--- not in Tables 337/338: project decisions (docs/codec-engine.md) ----------------------------------
+end_of_last_layer_flag   FL1          bypass                                               (10.4.3.1 L20136)
+end_of_last_layer_ctu_flag FL1        bypass                                               (10.4.3.1 L20138)
+cbook_sign               FL1          78    -     0 (sign_delta's block)
+tgtm_nzflag_q            FL1          363   -     as tgtm_nzflag_index                     c0 c1
+uni_tgt_nzflag_index     FL1          474   -     0 (as uni_tgt_nzflag_q)
+uni_index                UEGk(16,0)   261   -     as uni_cmap_val
+uni_abs_q                UEGk(16,0)   309   -     as uni_qmap_val (sign = 0)
+uni_map_sign             FL1          258   -     as uni_sign                              c0
+======================== ============ ===== ===== ======================================== ======================
+
+[1] the syntax's ``select_map_mode_flag`` (Table 327, L17986); [2] the syntax's ``tag_mode`` (Table 329,
+L18236). Both names are accepted. Table 337 is implemented literally, overlaps included (A20): the
+shared starts 360/375/423/486/534, esc_abs_q's count of 3 spilling over 591..636, and the Inc of 48 that
+abs_delta / oct_abs_q / esc_abs_q reach with sign = 1 at binIdx 46.
+
+Signed values stay the syntax's business: every element here is an unsigned bin string.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from codec import binarization as bz
+from codec.errors import CodecError
+
+if TYPE_CHECKING:
+    from codec.engine import AecDecoder, AecEncoder
+
+BYPASS = None   # ctx_start of a bypass element
+
+
+# --- ctxIdxInc rules of Table 337: name -> (function of (binIdx, inputs), inputs it needs) -------------
+def _inc_bin_plus2(bin_idx: int, sign: int) -> int:
+    return bin_idx + 2 if bin_idx < 46 + sign else 46 + sign
+
+
+def _inc_nz_neighbours(n0: int, n1: int) -> int:
+    return n0 if n0 == n1 else 2
+
+
+def _inc_coef_sign(c0: int) -> int:
+    return 0 if c0 < 0 else (1 if c0 == 0 else 2)
+
+
+def _inc_coef_pair(c0: int, c1: int) -> int:
+    return 0 if (c0 != 0 and c1 != 0) else (1 if (c0 == 0 and c1 == 0) else 2)
+
+
+INC_RULES: dict[str, tuple[Callable[[int, dict[str, int]], int], tuple[str, ...]]] = {
+    "0": (lambda b, i: 0, ()),
+    "1": (lambda b, i: 1, ()),
+    "binIdx?1:0": (lambda b, i: 1 if b else 0, ()),
+    "binIdx<23?binIdx+1:23": (lambda b, i: b + 1 if b < 23 else 23, ()),
+    "binIdx<46?binIdx+2:46": (lambda b, i: _inc_bin_plus2(b, 0), ()),
+    "binIdx<46+sign?binIdx+2:46+sign": (lambda b, i: _inc_bin_plus2(b, i["sign"]), ("sign",)),
+    "N0==N1?N0:2": (lambda b, i: _inc_nz_neighbours(i["n0"], i["n1"]), ("n0", "n1")),
+    "C0<0?0:C0==0?1:2": (lambda b, i: _inc_coef_sign(i["c0"]), ("c0",)),
+    "C0!=0&&C1!=0?0:C0==0&&C1==0?1:2": (lambda b, i: _inc_coef_pair(i["c0"], i["c1"]), ("c0", "c1")),
+    "oct_nzflag": (lambda b, i: _inc_coef_sign(i["c0"]) if i["at_max_depth"]
+                   else _inc_nz_neighbours(i["n0"], i["n1"]), ("at_max_depth", "n0", "n1", "c0")),
+}
+
+# The rules whose value a caller cannot push outside 0..2 (contexts with a count of 3 or 9).
+_FLAG_INPUTS = ("sign", "n0", "n1", "at_max_depth")
+
+
+@dataclass(frozen=True)
+class ElementSpec:
+    """One row of Tables 337 + 338 (or of the project's additions for elements they miss)."""
+
+    name: str
+    binarization: str            # "FL", "U" or "UEGk"
+    ctx_start: int | None        # None: bypass (10.4.3.1)
+    ctx_count: int               # Table 337's "ctx数量" column; 0 where the table has no row
+    inc_rule: str                # a key of INC_RULES ("0" for bypass elements)
+    fixed_length: int | None = None   # FL: the length, or None when it is the input ``length``
+    c_max: int = 0               # UEGk
+    k: int = 0                   # UEGk
+    source: str = ""             # seed 000 lines (context row, binarisation row) or the decision
+
+    @property
+    def bypass(self) -> bool:
+        return self.ctx_start is None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        names = INC_RULES[self.inc_rule][1]
+        if self.binarization == "FL" and self.fixed_length is None:
+            names += ("length",)
+        if self.binarization == "U":
+            names += ("max_value",)
+        return names
+
+    def ctx_inc(self, bin_idx: int, inputs: dict[str, int]) -> int:
+        return INC_RULES[self.inc_rule][0](bin_idx, inputs)
+
+
+def _bypass(name: str, length: int | None, table338_line: int, list_line: int) -> ElementSpec:
+    return ElementSpec(name, "FL", BYPASS, 0, "0", fixed_length=length,
+                       source=f"bypass L{list_line}; FL L{table338_line}")
+
+
+def _fl1(name: str, start: int, count: int, rule: str, line337: int, line338: int) -> ElementSpec:
+    return ElementSpec(name, "FL", start, count, rule, fixed_length=1, source=f"L{line337}; L{line338}")
+
+
+def _uegk(name: str, start: int, count: int, rule: str, c_max: int, k: int, line337: int,
+          line338: int) -> ElementSpec:
+    return ElementSpec(name, "UEGk", start, count, rule, c_max=c_max, k=k, source=f"L{line337}; L{line338}")
+
+
+def _unary(name: str, start: int, count: int, rule: str, line337: int, line338: int) -> ElementSpec:
+    return ElementSpec(name, "U", start, count, rule, source=f"L{line337}; L{line338}")
+
+
+_CLAMP23 = "binIdx<23?binIdx+1:23"
+_CLAMP46 = "binIdx<46?binIdx+2:46"
+_CLAMP46S = "binIdx<46+sign?binIdx+2:46+sign"
+_PAIR = "C0!=0&&C1!=0?0:C0==0&&C1==0?1:2"
+
+# Bypass elements: the list of 10.4.3.1 (L20136-20167) with Table 338's FL lengths (L20640-20668).
+_BYPASS_ELEMENTS = (
+    _bypass("end_of_last_layer_flag", 1, 0, 20136),
+    _bypass("end_of_last_layer_ctu_flag", 1, 0, 20138),
+    _bypass("integer_input", 1, 20640, 20140),
+    _bypass("total_trainable_layer", 16, 20642, 20142),
+    _bypass("enable_escape_reorder", 1, 20644, 20144),
+    _bypass("enable_zdep_reorder", 1, 20646, 20146),
+    _bypass("enable_max_ctu3d_size", 1, 20648, 20147),
+    _bypass("max_ctu3d_idx", 2, 20650, 20149),
+    _bypass("array1d_depth", 5, 20652, 20151),
+    _bypass("total_sublayer", 4, 20654, 20153),
+    _bypass("sublayer_cmaxw", 32, 20656, 20155),
+    _bypass("sublayer_dim", 2, 20658, 20157),
+    _bypass("sublayer_shape", 16, 20660, 20159),
+    _bypass("include_bias_array1d", 1, 20662, 20161),
+    _bypass("sublayer_scan_order", 1, 20664, 20163),
+    _bypass("sublayer_bitdepth", 5, 20666, 20165),
+    _bypass("bias_abs_q", None, 20668, 20167),
+)
+
+# Table 337 (L20179-20375) joined with Table 338 (L20670-20769), in table order.
+TABLE_337 = (
+    _fl1("bias_sign", 0, 3, "0", 20189, 20670),
+    _fl1("bias_nz_flag", 3, 3, "0", 20191, 20672),
+    _fl1("split_flag", 6, 3, "0", 20193, 20674),
+    _fl1("ctu3d_map_mode_flag", 9, 3, "0", 20195, 20676),
+    _fl1("map_mode_flag", 9, 3, "1", 20197, 20678),
+    _fl1("enable_start_depth", 12, 3, "0", 20199, 20680),
+    _fl1("cu3d_map_mode", 15, 3, "0", 20201, 20682),
+    _uegk("abs_predicted_diff", 18, 48, _CLAMP23, 6, 0, 20203, 20684),
+    _fl1("predicted_sign", 66, 3, "0", 20205, 20686),
+    _fl1("predicted_flag", 69, 3, "0", 20207, 20688),
+    _unary("signalled_size", 72, 3, "0", 20209, 20690),
+    _fl1("nzflag_delta", 75, 3, "0", 20211, 20692),
+    _fl1("sign_delta", 78, 3, "0", 20213, 20694),
+    _uegk("abs_delta", 81, 48, _CLAMP46S, 6, 0, 20218, 20696),
+    _fl1("oct_cbook_esc_mode", 129, 3, "0", 20226, 20698),
+    _fl1("uni_mode", 132, 3, "0", 20228, 20700),
+    _unary("oct_start_depth_delta", 135, 3, "binIdx?1:0", 20230, 20702),
+    _fl1("oct_nzflag", 138, 9, "oct_nzflag", 20232, 20704),
+    _fl1("oct_sign", 147, 3, _PAIR, 20250, 20706),
+    _uegk("oct_index", 150, 48, _CLAMP46, 16, 0, 20256, 20708),
+    _uegk("oct_abs_q", 198, 48, _CLAMP46S, 16, 0, 20258, 20710),
+    _fl1("uni_nzflag", 246, 3, "0", 20266, 20717),
+    _fl1("uni_map_nzflag", 249, 9, "N0==N1?N0:2", 20268, 20719),
+    _fl1("uni_sign", 258, 3, "C0<0?0:C0==0?1:2", 20274, 20721),
+    _uegk("uni_cmap_val", 261, 48, _CLAMP46, 16, 0, 20280, 20723),
+    _uegk("uni_qmap_val", 309, 48, _CLAMP46, 16, 0, 20288, 20725),
+    _fl1("tag_cbook_esc_mode", 357, 3, "0", 20296, 20727),
+    _fl1("tgt_mode", 360, 3, "0", 20298, 20729),
+    _unary("tag_start_depth_delta", 360, 3, "binIdx?1:0", 20300, 20731),
+    _fl1("tgtm_nzflag_index", 363, 9, _PAIR, 20302, 20733),
+    _fl1("tgtm_sign_q", 372, 3, "0", 20308, 20735),
+    _uegk("tgtm_index", 375, 48, _CLAMP46, 16, 0, 20313, 20737),
+    _uegk("tgtm_delta_index", 375, 48, _CLAMP23, 0, 5, 20321, 20739),
+    _uegk("tgtm_abs_q", 423, 48, _CLAMP46, 16, 4, 20323, 20741),
+    _uegk("tgtm_delta_abs_q", 423, 48, _CLAMP23, 0, 8, 20331, 20743),
+    _fl1("uni_tgt_nzflag", 471, 3, "0", 20333, 20745),
+    _fl1("uni_tgt_nzflag_q", 474, 9, "0", 20335, 20747),
+    _fl1("uni_tgt_sign_q", 483, 3, "0", 20337, 20749),
+    _uegk("uni_tgt_index", 486, 48, _CLAMP46, 16, 0, 20339, 20751),
+    _uegk("uni_tgt_delta_index", 486, 48, _CLAMP23, 0, 5, 20347, 20753),
+    _uegk("uni_tgt_abs_q", 534, 48, _CLAMP46, 16, 4, 20349, 20755),
+    _uegk("uni_tgt_delta_abs_q", 534, 48, _CLAMP23, 0, 8, 20357, 20757),
+    _fl1("esc_nzflag", 582, 3, "0", 20359, 20759),
+    _fl1("esc_sign", 585, 3, "0", 20361, 20761),
+    _uegk("esc_abs_q", 588, 3, _CLAMP46S, 16, 4, 20363, 20763),
+    _fl1("reorder_flag", 591, 3, "0", 20371, 20765),
+    _fl1("signalled_flag", 594, 48, "0", 20373, 20767),
+    _uegk("qval_minus_one", 642, 48, _CLAMP23, 8, 8, 20375, 20769),
+)
+
+# Elements the syntax uses but Tables 337/338 miss (A21; digest §5.5): project decisions, each
+# documented in docs/codec-engine.md. ctx_count 0 marks "no row of its own".
+PROJECT_ELEMENTS = (
+    ElementSpec("cbook_sign", "FL", 78, 0, "0", fixed_length=1, source="decision: Table 331 L18367"),
+    ElementSpec("tgtm_nzflag_q", "FL", 363, 0, _PAIR, fixed_length=1, source="decision: Table 334 L18811"),
+    ElementSpec("uni_tgt_nzflag_index", "FL", 474, 0, "0", fixed_length=1,
+                source="decision: Table 335 L19089"),
+    ElementSpec("uni_index", "UEGk", 261, 0, _CLAMP46, c_max=16, source="decision: Table 332 L18511"),
+    ElementSpec("uni_abs_q", "UEGk", 309, 0, _CLAMP46, c_max=16, source="decision: Table 332 L18521"),
+    ElementSpec("uni_map_sign", "FL", 258, 0, "C0<0?0:C0==0?1:2", fixed_length=1,
+                source="decision: Table 332 L18536"),
+)
+
+ELEMENTS: dict[str, ElementSpec] = {spec.name: spec for spec in _BYPASS_ELEMENTS + TABLE_337 + PROJECT_ELEMENTS}
+
+# The syntax tables name two elements differently from Tables 337/338 (A6 L17986, A10 L18236).
+ALIASES: dict[str, str] = {"select_map_mode_flag": "ctu3d_map_mode_flag", "tag_mode": "tgt_mode"}
+
+BYPASS_ELEMENTS: tuple[str, ...] = tuple(spec.name for spec in _BYPASS_ELEMENTS)
+
+NUM_CONTEXTS: int = max(spec.ctx_start + spec.ctx_count for spec in TABLE_337)   # 690 (594 + 48)
+
+
+def element_spec(name: str) -> ElementSpec:
+    spec = ELEMENTS.get(ALIASES.get(name, name))
+    if spec is None:
+        raise ValueError(f"unknown syntax element {name!r}")
+    return spec
+
+
+def _checked_inputs(spec: ElementSpec, inputs: dict[str, Any]) -> dict[str, int]:
+    """The inputs the element needs, exactly; flags must be 0/1, everything an integer."""
+    needed = spec.inputs
+    missing = [name for name in needed if name not in inputs]
+    unknown = [name for name in inputs if name not in needed]
+    if missing or unknown:
+        raise ValueError(f"element {spec.name} needs inputs {list(needed) or 'none'}; "
+                         f"missing {missing}, unexpected {unknown}")
+    checked: dict[str, int] = {}
+    for name, value in inputs.items():
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, int):
+            raise ValueError(f"element {spec.name}: input {name} must be an integer, got {value!r}")
+        if name in _FLAG_INPUTS and value not in (0, 1):
+            raise ValueError(f"element {spec.name}: input {name} must be 0 or 1, got {value}")
+        if name in ("length", "max_value") and value < 0:
+            raise ValueError(f"element {spec.name}: input {name} must be >= 0, got {value}")
+        checked[name] = value
+    return checked
+
+
+class ElementDecoder:
+    """Reads whole syntax elements from an AecDecoder."""
+
+    def __init__(self, decoder: AecDecoder) -> None:
+        self.decoder = decoder
+
+    def read(self, name: str, **inputs: Any) -> int:
+        spec = element_spec(name)
+        values = _checked_inputs(spec, inputs)
+        decoder = self.decoder
+        if spec.bypass:
+            def read_bin(bin_idx: int) -> int:
+                return decoder.decode_bypass()
+        else:
+            start = spec.ctx_start
+
+            def read_bin(bin_idx: int) -> int:
+                return decoder.decode_decision(start + spec.ctx_inc(bin_idx, values))
+        try:
+            return _debinarize(spec, read_bin, values)
+        except CodecError as error:
+            raise error.add_context(bit_position=decoder.bit_position, element=name)
+
+
+class ElementEncoder:
+    """Writes whole syntax elements to an AecEncoder (or to a fork of one, to measure their cost)."""
+
+    def __init__(self, encoder: AecEncoder) -> None:
+        self.encoder = encoder
+
+    def write(self, name: str, value: int, **inputs: Any) -> None:
+        spec = element_spec(name)
+        values = _checked_inputs(spec, inputs)
+        encoder = self.encoder
+        if spec.bypass:
+            def write_bin(bin_idx: int, bin_val: int) -> None:
+                encoder.encode_bypass(bin_val)
+        else:
+            start = spec.ctx_start
+
+            def write_bin(bin_idx: int, bin_val: int) -> None:
+                encoder.encode_decision(start + spec.ctx_inc(bin_idx, values), bin_val)
+        try:
+            _binarize(spec, write_bin, value, values)
+        except ValueError as error:
+            raise ValueError(f"element {name}: {error}") from None
+
+
+def _debinarize(spec: ElementSpec, read_bin: bz.ReadBin, values: dict[str, int]) -> int:
+    if spec.binarization == "FL":
+        return bz.decode_fl(read_bin, spec.fixed_length if spec.fixed_length is not None else values["length"])
+    if spec.binarization == "U":
+        return bz.decode_u(read_bin, values["max_value"])
+    return bz.decode_uegk(read_bin, spec.c_max, spec.k)
+
+
+def _binarize(spec: ElementSpec, write_bin: bz.WriteBin, value: int, values: dict[str, int]) -> None:
+    if spec.binarization == "FL":
+        bz.encode_fl(write_bin, value, spec.fixed_length if spec.fixed_length is not None else values["length"])
+    elif spec.binarization == "U":
+        bz.encode_u(write_bin, value, values["max_value"])
+    else:
+        bz.encode_uegk(write_bin, value, spec.c_max, spec.k)
