@@ -225,10 +225,9 @@ class DType(IntEnum):
     INT8 = 0
     UINT8 = 1
     INT16 = 2
-    UINT16 = 3
 
 
-DTYPE_NUMPY = {DType.INT8: "<i1", DType.UINT8: "<u1", DType.INT16: "<i2", DType.UINT16: "<u2"}
+DTYPE_NUMPY = {DType.INT8: "<i1", DType.UINT8: "<u1", DType.INT16: "<i2"}
 DTYPE_BYTES = {dtype: int(code[-1]) for dtype, code in DTYPE_NUMPY.items()}
 
 # One parameter record per output channel: name, numpy type, meaning. Little-endian, packed.
@@ -239,7 +238,7 @@ PARAM_RECORD: tuple[tuple[str, str, str], ...] = (
     ("negative_shift", "<u1", "shift used for negative values when the command's leaky flag is set"),
     ("negative_multiplier", "<u2", "multiplier used for negative values when the leaky flag is set"),
     ("reserved", "<u2", "must be zero"),
-    ("scale", "<f4", "float32 scale used instead of M/2^N when the command's float_scale flag is set"),
+    ("scale", "<f4", "float32 scale used instead of M/2^N when the command's mode is FLOAT32"),
 )
 PARAM_RECORD_BYTES = sum(int(code[-1]) for _, code, _ in PARAM_RECORD)
 
@@ -250,10 +249,17 @@ VECTOR_SOURCE_BUFFERS = (Buffer.ACT, Buffer.OUT)   # where LUT/POOL/ELTWISE read
 
 
 class Rounding(IntEnum):
-    HALF_UP = 0       # add 2^(N-1) then floor: rshift_rnd of seed002_003_quant.md Part 3
-    FLOOR = 1         # plain arithmetic shift (seed 002 mode)
-    HALF_EVEN = 2     # ties to even (ONNX QLinearConv / vendor float round)
-    HALF_AWAY = 3     # ties away from zero
+    """Rounding of right shifts; names are the golden model's mode strings in upper case."""
+
+    FLOOR = 0                 # plain arithmetic shift (seed 002 mode)
+    HALF_UP = 1               # add 2^(N-1) then floor: rshift_rnd of seed002_003_quant.md Part 3
+    HALF_TO_EVEN = 2          # ties to even (ONNX / vendor float round)
+    HALF_AWAY_FROM_ZERO = 3   # ties away from zero
+
+
+class RequantMode(IntEnum):
+    NATIVE = 0        # (acc + bias) * M >> N with the command's rounding (optional leaky negative M/N)
+    FLOAT32 = 1       # ONNX-compatible: float32 scale from the parameter record, round half to even
 
 
 class LutMode(IntEnum):
@@ -345,7 +351,7 @@ PAD_BITS = 4                  # DMA padding per side 0 .. 15
 RUN_BITS = 16                 # DMA element counts per dimension
 STRIDE_BYTES_BITS = 24        # DRAM strides in bytes
 COUNT_BITS = 20               # element counts of vector commands
-ZERO_POINT_BITS = 17          # signed: covers int16 and uint16 zero points and clamp bounds
+ZERO_POINT_BITS = 16          # signed: holds a zero point or clamp bound of every element type (DType)
 WDEC_LENGTH_BITS = 24         # compressed stream length in bytes
 
 _DTYPE = dict(bits=2, choices=DType)
@@ -415,8 +421,8 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
         Opcode.REQUANT, Unit.REQUANT, "requantize int32 accumulators into the output buffer",
         "p = PARAM[param_index + c] for channel c\n"
         "y = requantize(ACC[acc_addr] as [pixels][channels] + p.bias, p.multiplier, p.shift, rounding,\n"
-        "               out_zero_point, clamp to [qmin, qmax], leaky: negatives use p.negative_*,\n"
-        "               float_scale: use p.scale instead of M/2^N)\n"
+        "               out_zero_point, clamp to [qmin, qmax], leaky: negatives use p.negative_*)\n"
+        "    or, if mode == FLOAT32, requantize_float32(acc + p.bias, p.scale, out_zero_point, qmin, qmax)\n"
         "OUT[out_addr] = y as [pixels][channels] out_type",
         (Field("acc_addr", "acc_addr_bits", "accumulator entry address"),
          Field("out_addr", "out_addr_bits", "output byte address in the output buffer"),
@@ -427,9 +433,9 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
          Field("out_zero_point", ZERO_POINT_BITS, "output zero point", signed=True),
          Field("qmin", ZERO_POINT_BITS, "lower clamp bound (output domain)", signed=True),
          Field("qmax", ZERO_POINT_BITS, "upper clamp bound (output domain)", signed=True),
-         Field("rounding", 2, "rounding of the right shift", choices=Rounding),
-         Field("leaky", 1, "1: negative values use the negative multiplier/shift of the record"),
-         Field("float_scale", 1, "1: scale by the record's float32 scale (float32 requant mode)"))),
+         Field("mode", 2, "NATIVE: M/2^N; FLOAT32: the record's float32 scale", choices=RequantMode),
+         Field("rounding", 2, "rounding of the right shift (NATIVE mode)", choices=Rounding),
+         Field("leaky", 1, "NATIVE: 1 = negative sums use the record's negative multiplier/shift"))),
     CommandSpec(
         Opcode.LUT, Unit.LUT, "table-lookup activation on a vector of elements",
         "x = src_buf[src_addr] as count elements of in_type\n"

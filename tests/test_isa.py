@@ -144,8 +144,8 @@ def test_enum_field_outside_its_legal_subset():
 
 
 def test_signed_field_decodes_negative_values():
-    command = Command.make(Opcode.REQUANT, out_zero_point=-5, qmin=-65536, qmax=65535)
-    assert Command.decode(command.encode()).args["qmin"] == -65536
+    command = Command.make(Opcode.REQUANT, out_zero_point=-5, qmin=-32768, qmax=32767)
+    assert Command.decode(command.encode()).args["qmin"] == -32768
 
 
 def test_encode_rejects_out_of_range_and_wrong_types():
