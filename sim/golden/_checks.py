@@ -1,0 +1,99 @@
+"""Input validation shared by the golden units: every bad parameter raises naming the field and value."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+#: Activation / weight storage types the NPU reads and writes.
+QUANT_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
+
+
+def dtype_range(dtype) -> tuple[int, int]:
+    info = np.iinfo(np.dtype(dtype))
+    return int(info.min), int(info.max)
+
+
+def check_array(name: str, value, dtypes) -> np.ndarray:
+    """Return ``value`` as an ndarray; raise TypeError unless its dtype is one of ``dtypes``."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(value).__name__}")
+    allowed = tuple(np.dtype(d) for d in dtypes)
+    if value.dtype not in allowed:
+        names = ", ".join(d.name for d in allowed)
+        raise TypeError(f"{name} must have dtype in ({names}), got {value.dtype.name}")
+    return value
+
+
+def check_out_dtype(name: str, dtype, allowed=QUANT_DTYPES) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be a numpy integer dtype, got {dtype!r}") from exc
+    if dt not in tuple(np.dtype(d) for d in allowed):
+        raise TypeError(f"{name} must be one of {[np.dtype(d).name for d in allowed]}, got {dt.name}")
+    return dt
+
+
+def check_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
+    """A Python/numpy integer scalar within [lo, hi]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        if isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.integer):
+            value = value.item()
+        else:
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ValueError(f"{name}={value} is outside [{lo}, {hi}]")
+    return value
+
+
+def check_int_tuple(name: str, value, length: int, lo: int) -> tuple[int, ...]:
+    if isinstance(value, numbers.Integral):
+        value = (value,) * length
+    value = tuple(value)
+    if len(value) != length:
+        raise ValueError(f"{name} must have {length} entries, got {value!r}")
+    return tuple(check_int(f"{name}[{i}]", v, lo) for i, v in enumerate(value))
+
+
+def check_int_param(name: str, value, lo: int, hi: int, channels: int | None) -> np.ndarray:
+    """A scalar or a per-channel 1-D integer parameter within [lo, hi], returned as int64.
+
+    ``channels`` is the required length of a 1-D parameter (None: scalar only).
+    """
+    arr = np.asarray(value)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer or an integer array, got dtype {arr.dtype.name}")
+    if arr.ndim > 1 or (arr.ndim == 1 and channels is None):
+        raise ValueError(f"{name} must be a scalar{'' if channels is None else ' or 1-D'}, got shape {arr.shape}")
+    if arr.ndim == 1 and arr.shape[0] != channels:
+        raise ValueError(f"{name} has {arr.shape[0]} entries, expected {channels} (one per channel)")
+    arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < lo or arr.max() > hi):
+        bad = int(arr[(arr < lo) | (arr > hi)].flat[0])
+        raise ValueError(f"{name}={bad} is outside [{lo}, {hi}]")
+    return arr
+
+
+def per_channel(param: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """Reshape a scalar or 1-D parameter so it broadcasts along ``axis`` of an ``ndim`` array."""
+    if param.ndim == 0:
+        return param
+    shape = [1] * ndim
+    shape[axis] = param.shape[0]
+    return param.reshape(shape)
+
+
+def check_axis(name: str, axis, ndim: int) -> int:
+    axis = check_int(name, axis, -ndim, ndim - 1) if ndim else check_int(name, axis)
+    return axis % ndim if ndim else 0
+
+
+def check_clamp(qmin, qmax, out_dtype) -> tuple[int, int]:
+    lo, hi = dtype_range(out_dtype)
+    qmin = check_int("qmin", qmin, lo, hi)
+    qmax = check_int("qmax", qmax, lo, hi)
+    if qmin > qmax:
+        raise ValueError(f"qmin={qmin} is greater than qmax={qmax}")
+    return qmin, qmax

@@ -1,0 +1,134 @@
+"""MAC-array units: convolution (groups, depthwise, stride, dilation, asymmetric padding) and matmul/FC.
+
+Contract (docs/arithmetic.md §3): every multiplier operand is ``value - zero_point``, a signed
+``MAC_OPERAND_BITS``-bit number; padded taps hold the input zero point, so they contribute exactly 0;
+products are summed in a wrapping ``ACC_BITS``-bit accumulator. Because two's-complement addition
+is associative modulo 2**ACC_BITS, the register holds the exact sum whatever the hardware's
+accumulation order, provided the exact final sum fits; the golden model therefore checks the
+final sum of every output and raises OverflowError otherwise (the compiler must prove it cannot).
+The bias is not added here: the requantizer adds it at REQUANT_SUM_BITS.
+
+Exact arithmetic on floating-point BLAS (why the GEMMs below are bit-exact):
+every operand is an integer with |v| <= 2**(MAC_OPERAND_BITS-1) - 1 = 255, so each product is an
+integer with |p| <= 255 * 255 < 2**16. We split the reduction into chunks of ``L`` terms with
+L * max|a| * max|b| <= 2**24. Every partial sum the BLAS kernel can form, in any order and with or
+without FMA, is a sum of a subset of a chunk's products, hence an integer of magnitude <= 2**24,
+which float32 represents exactly; so every float32 operation is exact (no rounding ever happens).
+Chunk results (exact integers <= 2**24) are summed in float64, exact while the running total stays
+below 2**53, i.e. for fewer than 2**29 chunks -- far beyond any tensor that fits in memory.
+(OpenBLAS uses classical, not Strassen-like, multiplication.)
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from sim.arch import ACC_BITS, MAC_OPERAND_BITS
+from sim.golden._checks import check_array, check_int, check_int_param, check_int_tuple, dtype_range
+
+MAC_INPUT_DTYPES = (np.int8, np.uint8)
+_FLOAT32_EXACT = 2 ** 24
+_ACC_MIN, _ACC_MAX = -(2 ** (ACC_BITS - 1)), 2 ** (ACC_BITS - 1) - 1
+_OPERAND_MAX = 2 ** (MAC_OPERAND_BITS - 1) - 1
+
+
+def _operand(name: str, value: np.ndarray, zero_point, zp_channels: int | None, zp_axis: int) -> np.ndarray:
+    """value - zero_point as float32 (exact: |v| <= 255), zero point scalar or per ``zp_axis`` channel."""
+    lo, hi = dtype_range(value.dtype)
+    zp = check_int_param(f"{name}_zero_point", zero_point, lo, hi, zp_channels)
+    if zp.ndim == 1:
+        shape = [1] * value.ndim
+        shape[zp_axis] = zp.shape[0]
+        zp = zp.reshape(shape)
+    operand = value.astype(np.float32) - zp.astype(np.float32)
+    assert operand.size == 0 or np.abs(operand).max() <= _OPERAND_MAX  # int8/uint8 minus an in-range zp
+    return operand
+
+
+def _exact_matmul(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for float32 arrays holding integers (|v| <= 255), exactly, checked against int32.
+
+    Reduces over the last axis of ``a`` / second-to-last of ``b`` in exact float32 chunks (see the
+    module docstring for the bound) and returns int32.
+    """
+    depth = a.shape[-1]
+    worst_product = float(np.abs(a).max(initial=0.0)) * float(np.abs(b).max(initial=0.0))
+    chunk = depth if worst_product * depth <= _FLOAT32_EXACT else max(1, int(_FLOAT32_EXACT // worst_product))
+    if chunk >= depth:
+        total = np.matmul(a, b).astype(np.float64)
+    else:
+        total = None
+        for start in range(0, depth, chunk):
+            part = np.matmul(a[..., start:start + chunk], b[..., start:start + chunk, :]).astype(np.float64)
+            total = part if total is None else total + part
+    if total.size:
+        low, high = total.min(), total.max()
+        if low < _ACC_MIN or high > _ACC_MAX:
+            worst = int(low if -low > high else high)
+            raise OverflowError(f"{op}: accumulator value {worst} does not fit in int{ACC_BITS} "
+                                f"[{_ACC_MIN}, {_ACC_MAX}]")
+    return total.astype(np.int32)
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stride=(1, 1),
+           padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1) -> np.ndarray:
+    """Integer 2-D convolution, NCHW: sum over taps of (x - zx) * (w - zw) -> int32 [N, K, OH, OW].
+
+    x: int8/uint8 [N, C, H, W]; w: int8/uint8 [K, C/groups, KH, KW]; x_zero_point scalar;
+    w_zero_point scalar or one per output channel K; padding (top, left, bottom, right) taps are
+    real zeros (stored value x_zero_point); depthwise is groups == C.
+    """
+    check_array("x", x, MAC_INPUT_DTYPES)
+    check_array("w", w, MAC_INPUT_DTYPES)
+    if x.ndim != 4:
+        raise ValueError(f"x must be 4-D [N, C, H, W], got shape {x.shape}")
+    if w.ndim != 4:
+        raise ValueError(f"w must be 4-D [K, C/groups, KH, KW], got shape {w.shape}")
+    n, c, h, wd = x.shape
+    k, cg, kh, kw = w.shape
+    groups = check_int("groups", groups, 1)
+    if c % groups or k % groups:
+        raise ValueError(f"groups={groups} must divide input channels {c} and output channels {k}")
+    if cg != c // groups:
+        raise ValueError(f"w.shape[1]={cg} must equal input channels / groups = {c // groups}")
+    sh, sw = check_int_tuple("stride", stride, 2, 1)
+    dh, dw = check_int_tuple("dilation", dilation, 2, 1)
+    pt, pl, pb, pr = check_int_tuple("padding", padding, 4, 0)
+    span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    oh, ow = (h + pt + pb - span_h) // sh + 1, (wd + pl + pr - span_w) // sw + 1
+    if oh < 1 or ow < 1 or kh < 1 or kw < 1:
+        raise ValueError(f"kernel {kh}x{kw} (dilation {dh}x{dw}) does not fit padded input "
+                         f"{h + pt + pb}x{wd + pl + pr}")
+
+    xs = _operand("x", x, x_zero_point, None, 0)
+    ws = _operand("w", w, w_zero_point, k, 0)
+    if pt or pl or pb or pr:
+        xs = np.pad(xs, ((0, 0), (0, 0), (pt, pb), (pl, pr)))  # zeros = the zero point, subtracted
+    kg = k // groups
+    # windows[n, c, oh, ow, i, j] = xs[n, c, oh*sh + i*dh, ow*sw + j*dw]
+    windows = sliding_window_view(xs, (span_h, span_w), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+    windows = windows[:, :, :oh, :ow]
+    cols = windows.transpose(0, 1, 4, 5, 2, 3).reshape(n, groups, cg * kh * kw, oh * ow)
+    weights = ws.reshape(groups, kg, cg * kh * kw)
+    out = _exact_matmul("conv2d", weights, cols)  # [N, G, Kg, OH*OW]
+    return out.reshape(n, k, oh, ow)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, *, a_zero_point=0, b_zero_point=0) -> np.ndarray:
+    """Integer matmul / fully connected: (a - za) @ (b - zb) -> int32.
+
+    a: int8/uint8 [..., M, K]; b: int8/uint8 [K, N] or [..., K, N] (batch dims broadcast as in
+    numpy.matmul); a_zero_point scalar; b_zero_point scalar or one per output column N.
+    """
+    check_array("a", a, MAC_INPUT_DTYPES)
+    check_array("b", b, MAC_INPUT_DTYPES)
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"a and b must be at least 2-D, got shapes {a.shape} and {b.shape}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"a.shape[-1]={a.shape[-1]} must equal b.shape[-2]={b.shape[-2]}")
+    try:
+        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError as exc:
+        raise ValueError(f"batch shapes of a {a.shape} and b {b.shape} do not broadcast") from exc
+    return _exact_matmul("matmul", _operand("a", a, a_zero_point, None, 0),
+                         _operand("b", b, b_zero_point, b.shape[-1], b.ndim - 1))

@@ -1,0 +1,206 @@
+"""The requantizer (output stage) and the offline helpers that produce its parameters.
+
+docs/arithmetic.md §4. Three modes share the front end (bias add at REQUANT_SUM_BITS, per-channel
+parameters along ``channel_axis``) and the back end (+ output zero point, clamp to [qmin, qmax],
+which also implements fused ReLU/ReLU6/Clip):
+
+* :func:`requantize` -- the NPU's native integer mode: (acc + bias) * M >> N with a selectable
+  rounding, plus an optional second (M, N) pair for negative sums (Leaky ReLU / PReLU).
+* :func:`requantize_float32` -- the ONNX-compatible mode: an IEEE float32 scale, as onnxruntime.
+* :func:`requantize_tflite` -- TFLite's SaturatingRoundingDoublingHighMul + RoundingDivideByPOT.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sim.arch import BIAS_BITS, MULTIPLIER_BITS, SHIFT_MAX, TFLITE_MULTIPLIER_BITS
+from sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
+                                check_int_param, dtype_range, per_channel)
+from sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
+
+MULTIPLIER_MAX = 2 ** MULTIPLIER_BITS - 1
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+_FLOAT_BOUND = 2.0 ** 40
+
+
+class _Channels:
+    """Validates the accumulator and turns scalar / per-channel parameters into broadcastable int64."""
+
+    def __init__(self, acc, channel_axis: int):
+        self.acc = check_array("acc", acc, (np.int32,))
+        self.axis = check_axis("channel_axis", channel_axis, acc.ndim) if acc.ndim else 0
+        self.count = acc.shape[self.axis] if acc.ndim else None
+
+    def param(self, name: str, value, lo: int, hi: int) -> np.ndarray:
+        arr = check_int_param(name, value, lo, hi, self.count)
+        return per_channel(arr, self.acc.ndim, self.axis)
+
+    def biased(self, bias) -> np.ndarray:
+        """acc + bias, formed exactly in REQUANT_SUM_BITS (int64 here)."""
+        total = self.acc.astype(np.int64)
+        if bias is not None:
+            total = total + self.param("bias", bias, -(2 ** (BIAS_BITS - 1)), 2 ** (BIAS_BITS - 1) - 1)
+        return total
+
+
+def _output_stage(value: np.ndarray, out_zero_point, qmin, qmax, out_dtype, return_saturated: bool):
+    """+ zero point, clamp to [qmin, qmax] (default: the dtype range), cast; count clamped values."""
+    dtype = check_out_dtype("out_dtype", out_dtype)
+    lo, hi = dtype_range(dtype)
+    qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
+    zp = check_int_param("out_zero_point", out_zero_point, lo, hi, None)
+    shifted = value + zp
+    out = np.clip(shifted, qmin, qmax).astype(dtype)
+    if return_saturated:
+        return out, int(np.count_nonzero((shifted < qmin) | (shifted > qmax)))
+    return out
+
+
+def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=0, qmin=None, qmax=None,
+               rounding: str = "half_up", channel_axis: int = 1, out_dtype=np.int8,
+               negative_multiplier=None, negative_shift=None, return_saturated: bool = False):
+    """Native requant: clamp(round((acc + bias) * M / 2**N) + zp, qmin, qmax).
+
+    acc int32; bias, multiplier (0 .. 2**MULTIPLIER_BITS-1), shift (0 .. SHIFT_MAX) scalar or one per
+    channel of ``channel_axis``. If ``negative_multiplier``/``negative_shift`` are given, sums < 0 use
+    them instead (Leaky ReLU / PReLU with a single rounding). ``return_saturated`` -> (out, count).
+    """
+    channels = _Channels(acc, channel_axis)
+    check_rounding(rounding)
+    total = channels.biased(bias)
+    m = channels.param("multiplier", multiplier, 0, MULTIPLIER_MAX)
+    n = channels.param("shift", shift, 0, SHIFT_MAX)
+    if (negative_multiplier is None) != (negative_shift is None):
+        raise ValueError("negative_multiplier and negative_shift must be given together "
+                         f"(got {negative_multiplier!r} and {negative_shift!r})")
+    if negative_multiplier is not None:
+        negative = total < 0
+        m = np.where(negative, channels.param("negative_multiplier", negative_multiplier, 0, MULTIPLIER_MAX), m)
+        n = np.where(negative, channels.param("negative_shift", negative_shift, 0, SHIFT_MAX), n)
+    scaled = rounding_shift_right(total * m, n, rounding)  # |total * m| < 2**48: REQUANT_PRODUCT_BITS
+    return _output_stage(scaled, out_zero_point, qmin, qmax, out_dtype, return_saturated)
+
+
+def onnx_requant_scale(x_scale, w_scale, y_scale) -> np.ndarray:
+    """float32(float32(x_scale * w_scale) / y_scale), evaluated as onnxruntime's QLinearConv does."""
+    x, w, y = (np.asarray(v, dtype=np.float32) for v in (x_scale, w_scale, y_scale))
+    return (x * w) / y
+
+
+def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, qmin=None, qmax=None,
+                       channel_axis: int = 1, out_dtype=np.int8, product: str = "float32",
+                       return_saturated: bool = False):
+    """ONNX-compatible requant with a float32 scale (scalar or per channel).
+
+    product="float32" (the hardware mode; onnxruntime/MLAS): f = fp32(acc + bias) (RNE),
+    g = fp32(f * scale) (RNE), y = round_half_even(g) + zp, clamped.
+    product="float64" reproduces onnx.reference: g = float64(acc + bias) * float64(scale) + zp,
+    then round half to even (the zero point is added *before* rounding there).
+    """
+    channels = _Channels(acc, channel_axis)
+    if product not in ("float32", "float64"):
+        raise ValueError(f"product={product!r} must be 'float32' or 'float64'")
+    scale = np.asarray(scale)
+    if scale.dtype != np.float32:
+        raise TypeError(f"scale must be float32 (the register format), got {scale.dtype.name}")
+    if scale.ndim > 1 or (scale.ndim == 1 and scale.shape[0] != channels.count):
+        raise ValueError(f"scale must be a scalar or have one entry per channel ({channels.count}), "
+                         f"got shape {scale.shape}")
+    if not np.all(np.isfinite(scale) & (scale > 0)):
+        bad = scale[~(np.isfinite(scale) & (scale > 0))].flat[0] if scale.ndim else scale
+        raise ValueError(f"scale={float(bad)!r} must be finite and positive")
+    scale = per_channel(scale, acc.ndim, channels.axis)
+    total = channels.biased(bias)
+    dtype = check_out_dtype("out_dtype", out_dtype)
+    zp = check_int_param("out_zero_point", out_zero_point, *dtype_range(dtype), None)
+    if product == "float32":
+        scaled = total.astype(np.float32) * scale
+    else:
+        scaled = total.astype(np.float64) * scale.astype(np.float64) + zp
+    # Beyond +-2**40 every output saturates; bounding first keeps the int64 conversion defined.
+    rounded = np.rint(np.clip(scaled, -_FLOAT_BOUND, _FLOAT_BOUND)).astype(np.int64)
+    if product == "float64":
+        rounded = rounded - zp
+    return _output_stage(rounded, zp, qmin, qmax, dtype, return_saturated)
+
+
+def requantize_tflite(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=0, qmin=None,
+                      qmax=None, channel_axis: int = 1, out_dtype=np.int8, return_saturated: bool = False):
+    """TFLite's MultiplyByQuantizedMultiplier (double rounding), then + zp and clamp.
+
+    x = acc + bias must fit int32 (TFLite adds in int32); with left = max(shift, 0) and
+    right = max(-shift, 0): SaturatingRoundingDoublingHighMul(x * 2**left, M) is exactly
+    round_half_up(x * 2**left * M / 2**31) (the saturating case needs M = -2**31, excluded here),
+    and RoundingDivideByPOT(., right) is exactly round_half_away_from_zero(. / 2**right).
+    multiplier in [0, 2**31 - 1] (Q0.31), shift in [-31, 30].
+    """
+    channels = _Channels(acc, channel_axis)
+    total = channels.biased(bias)
+    m = channels.param("multiplier", multiplier, 0, 2 ** TFLITE_MULTIPLIER_BITS - 1)
+    s = channels.param("shift", shift, -31, 30)
+    left, right = np.maximum(s, 0), np.maximum(-s, 0)
+    _require_int32("requantize_tflite: acc + bias", total)
+    shifted = total << left
+    _require_int32("requantize_tflite: (acc + bias) << shift", shifted)
+    high = rounding_shift_right(shifted * m, TFLITE_MULTIPLIER_BITS, "half_up")
+    scaled = rounding_shift_right(high, right, "half_away_from_zero")
+    return _output_stage(scaled, out_zero_point, qmin, qmax, out_dtype, return_saturated)
+
+
+def _require_int32(what: str, values: np.ndarray) -> None:
+    if values.size and (values.min() < _INT32_MIN or values.max() > _INT32_MAX):
+        worst = int(values.min() if -values.min() > values.max() else values.max())
+        raise OverflowError(f"{what} = {worst} does not fit in int32")
+
+
+def _check_scales(scale) -> np.ndarray:
+    arr = np.asarray(scale, dtype=np.float64)
+    if arr.ndim > 1:
+        raise ValueError(f"scale must be a scalar or 1-D, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr) & (arr > 0)):
+        raise ValueError(f"scale={float(arr[~(np.isfinite(arr) & (arr > 0))].flat[0]) if arr.ndim else float(arr)!r}"
+                         " must be finite and positive")
+    return arr
+
+
+def quantize_multiplier(scale, *, shared_shift: bool = False):
+    """(M, N) with M / 2**N ~ scale, M <= 2**MULTIPLIER_BITS - 1, 0 <= N <= SHIFT_MAX.
+
+    N is the largest shift for which M = round_half_away(scale * 2**N) still fits, so for
+    2**(-SHIFT_MAX + MULTIPLIER_BITS - 1) <= scale the relative error |M/2**N - scale| / scale is
+    at most 1 / (2**MULTIPLIER_BITS - 1) (docs/arithmetic.md §4.4). ``shared_shift`` gives every
+    channel the smallest per-channel N (one shift per layer). Scalars in, ints out; 1-D in, arrays out.
+    Raises ValueError if scale >= 2**MULTIPLIER_BITS - 0.5 (it needs a left shift).
+    """
+    scales = _check_scales(scale)
+    _, exponent = np.frexp(scales)                    # scale = f * 2**exponent, f in [0.5, 1)
+    n = MULTIPLIER_BITS - exponent.astype(np.int64)   # puts scale * 2**n in [2**15, 2**16)
+    m = round_half_away(np.ldexp(scales, n))
+    n = np.where(m > MULTIPLIER_MAX, n - 1, n)        # rounding reached 2**16: one bit less
+    if np.any(n < 0):
+        raise ValueError(f"scale={float(scales[n < 0].flat[0]) if scales.ndim else float(scales)!r} is too "
+                         f"large for a {MULTIPLIER_BITS}-bit multiplier with a right shift")
+    n = np.minimum(n, SHIFT_MAX)
+    if shared_shift and n.ndim:
+        n = np.full_like(n, n.min())
+    m = round_half_away(np.ldexp(scales, n))
+    if scales.ndim == 0:
+        return int(m), int(n)
+    return m, n
+
+
+def quantize_multiplier_tflite(scale):
+    """TFLite's QuantizeMultiplier: (M in [2**30, 2**31), shift) with scale ~ M * 2**(shift - 31)."""
+    scales = _check_scales(scale)
+    fraction, exponent = np.frexp(scales)
+    m = round_half_away(np.ldexp(fraction, TFLITE_MULTIPLIER_BITS))
+    carry = m == 2 ** TFLITE_MULTIPLIER_BITS          # fraction rounded up to 1.0
+    m = np.where(carry, m // 2, m)
+    shift = exponent.astype(np.int64) + carry
+    underflow = shift < -31
+    m, shift = np.where(underflow, 0, m), np.where(underflow, 0, shift)
+    if np.any(shift > 30):
+        raise ValueError(f"scale={float(np.max(scales))!r} is too large for the TFLite requant (shift > 30)")
+    if scales.ndim == 0:
+        return int(m), int(shift)
+    return m, shift
