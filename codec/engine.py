@@ -128,8 +128,8 @@ class AecDecoder:
         pos = self._pos
         stop = pos + count
         if stop > self._end:
-            raise CodecError(f"reading past the end of the stream (needs {stop - self._end} more bits)",
-                             bit_position=self._end)
+            raise CodecError(f"reading past the end of the stream ({count} bits wanted, "
+                             f"{self._end - pos} left)", bit_position=pos)
         first_byte, last_byte = pos >> 3, (stop + 7) >> 3
         chunk = int.from_bytes(self._data[first_byte:last_byte], "big")
         self._pos = stop

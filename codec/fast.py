@@ -1,0 +1,389 @@
+"""The speed path: the AEC decoder and the FL / U / UEGk de-binarisations as numba ``@njit`` functions.
+
+Same algorithm as ``codec.engine.AecDecoder`` (whose docstrings cite the standard), over plain arrays so
+that a syntax parser compiled with ``@njit`` can call these functions directly:
+
+* ``state``: int64[STATE_SIZE], the engine registers and bookkeeping (``new_state``);
+* ``ctx``: int64[num_contexts, 3], columns CTX_MPS, CTX_CYCNO, CTX_LG_PMPS (``new_contexts``);
+* ``data``: uint8[:], the stream;
+* ``trace``: int32[capacity, 2] of (ctxIdx, bin), or an empty array for no trace.
+
+numba cannot raise our CodecError with a position, so errors set ``state[S_ERROR]`` (ERR_* codes) and
+the decoding functions then return -1; a caller checks the return value or ``state[S_ERROR]`` and
+converts with ``raise_on_error``. After an error the engine keeps going on 0 bits, never past the end
+of ``data``, so an njit parser can check once per element.
+
+``FastDecoder`` wraps the functions in the ``AecDecoder`` API (per-bin calls from Python: for tests
+and mixed code, not for speed).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from codec.binarization import MAX_EG_VALUE, MAX_FL_LENGTH
+from codec.contexts import NUM_CONTEXTS
+from codec.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, RANGE_BITS, STUFFING_LG_PMPS,
+                          TRACE_BYPASS, TRACE_STUFFING)
+from codec.errors import CodecError
+
+# state[] layout
+S_RS1, S_RT1, S_VALUE_S, S_VALUE_T, S_VALUE_D, S_BFLAG = 0, 1, 2, 3, 4, 5
+S_POS, S_END, S_BOUND_S, S_BINS, S_TRACE_LEN, S_ERROR, S_ERROR_POS = 6, 7, 8, 9, 10, 11, 12
+STATE_SIZE = 13
+# ctx[] columns
+CTX_MPS, CTX_CYCNO, CTX_LG_PMPS = 0, 1, 2
+# state[S_ERROR] codes
+ERR_NONE, ERR_PAST_END, ERR_PREFIX_TOO_LONG, ERR_VALUE_TOO_LARGE, ERR_TRACE_FULL, ERR_TERMINATOR = 0, 1, 2, 3, 4, 5
+ERROR_MESSAGES = {
+    ERR_PAST_END: "reading past the end of the stream",
+    ERR_PREFIX_TOO_LONG: "unary / Exp-Golomb prefix longer than any legal value needs",
+    ERR_VALUE_TOO_LARGE: "decoded value exceeds its maximum",
+    ERR_TRACE_FULL: "trace array full",
+    ERR_TERMINATOR: "terminating stuffing bin is 0 or padding is not zero",
+}
+# ctxIdxInc rules of the multi-bin context-coded elements (contexts.INC_RULES), as codes for njit code
+INC_CONST, INC_BIN_NONZERO, INC_CLAMP23, INC_CLAMP46 = 0, 1, 2, 3
+_INC_CODES = {"0": INC_CONST, "binIdx?1:0": INC_BIN_NONZERO, "binIdx<23?binIdx+1:23": INC_CLAMP23,
+              "binIdx<46?binIdx+2:46": INC_CLAMP46, "binIdx<46+sign?binIdx+2:46+sign": INC_CLAMP46}
+
+_njit = numba.njit(cache=True, nogil=True)
+
+
+def new_state(data: np.ndarray, bit_offset: int = 0, bound_s: int = BOUND_S) -> np.ndarray:
+    """Engine state after 10.4.2.2's initialisation (valueT = read_bits(9)); check ``state[S_ERROR]``."""
+    state = np.zeros(STATE_SIZE, dtype=np.int64)
+    state[S_RT1] = 0xFF
+    state[S_POS] = bit_offset
+    state[S_END] = 8 * len(data)
+    state[S_BOUND_S] = bound_s
+    state[S_VALUE_D] = 1
+    state[S_VALUE_T] = _read_bits(state, data, RANGE_BITS)
+    return state
+
+
+def new_contexts(count: int = NUM_CONTEXTS) -> np.ndarray:
+    ctx = np.zeros((count, 3), dtype=np.int64)
+    ctx[:, CTX_LG_PMPS] = LG_PMPS_INIT
+    return ctx
+
+
+NO_TRACE = np.zeros((0, 2), dtype=np.int32)
+
+
+@_njit
+def _fail(state, code):
+    if state[S_ERROR] == ERR_NONE:
+        state[S_ERROR] = code
+        state[S_ERROR_POS] = state[S_POS]
+
+
+@_njit
+def _read_bits(state, data, count):
+    """read_bits(count) for count <= 24, MSB first, fetched bytewise; past the end flags an error."""
+    if count == 0:
+        return 0
+    pos = state[S_POS]
+    stop = pos + count
+    if stop > state[S_END]:
+        _fail(state, ERR_PAST_END)
+        return 0
+    value = 0
+    for byte_index in range(pos >> 3, (stop + 7) >> 3):
+        value = (value << 8) | data[byte_index]
+    state[S_POS] = stop
+    return (value >> (((stop + 7) & ~7) - stop)) & ((1 << count) - 1)
+
+
+@_njit
+def _bit_length(value):
+    length = 0
+    while value:
+        value >>= 1
+        length += 1
+    return length
+
+
+@_njit
+def decode_bin(state, data, pred_mps, lg_pmps_full):
+    """decode_decision without the context update (engine.AecDecoder._decode)."""
+    lg_pmps = lg_pmps_full >> 2
+    value_t = state[S_VALUE_T]
+    bound_s = state[S_BOUND_S]
+    if state[S_VALUE_D] or (state[S_BFLAG] == 1 and state[S_RS1] == bound_s):
+        state[S_RS1] = 0
+        value_s = 0
+        while value_t < 0x100 and value_s < bound_s:
+            step = min(RANGE_BITS - _bit_length(value_t), bound_s - value_s) if value_t else 1
+            value_t = (value_t << step) | _read_bits(state, data, step)
+            value_s += step
+        state[S_BFLAG] = 1 if value_t < 0x100 else 0
+        value_t &= 0xFF
+        state[S_VALUE_S] = value_s
+    value_s = state[S_VALUE_S]
+    rs1 = state[S_RS1]
+    rt1 = state[S_RT1]
+    if rt1 >= lg_pmps:
+        rs2 = rs1
+        rt2 = rt1 - lg_pmps
+        s_flag = 0
+    else:
+        rs2 = rs1 + 1
+        rt2 = 256 + rt1 - lg_pmps
+        s_flag = 1
+    if rs2 > value_s or (rs2 == value_s and value_t >= rt2 and state[S_BFLAG] == 0):   # LPS
+        bin_val = 1 - pred_mps
+        t_rlps = lg_pmps if s_flag == 0 else rt1 + lg_pmps
+        if rs2 == value_s:
+            value_t -= rt2
+        else:
+            value_t = 256 + ((value_t << 1) | _read_bits(state, data, 1)) - rt2
+        shift = RANGE_BITS - _bit_length(t_rlps)
+        value_t = (value_t << shift) | _read_bits(state, data, shift)
+        state[S_RT1] = (t_rlps << shift) & 0xFF
+        state[S_VALUE_D] = 1
+    else:                                                                               # MPS
+        bin_val = pred_mps
+        state[S_RS1] = rs2
+        state[S_RT1] = rt2
+        state[S_VALUE_D] = 0
+    state[S_VALUE_T] = value_t
+    state[S_BINS] += 1
+    return bin_val
+
+
+@_njit
+def update_ctx(ctx, ctx_idx, bin_val):
+    """update_ctx (10.4.3.3.5), as engine.ContextModels.update."""
+    cycno = ctx[ctx_idx, CTX_CYCNO]
+    lg_pmps = ctx[ctx_idx, CTX_LG_PMPS]
+    cwr = 3 if cycno <= 1 else (4 if cycno == 2 else 5)
+    if bin_val != ctx[ctx_idx, CTX_MPS]:
+        ctx[ctx_idx, CTX_CYCNO] = cycno + 1 if cycno <= 2 else 3
+        lg_pmps += 197 if cwr == 3 else (95 if cwr == 4 else 46)
+        if lg_pmps > LG_PMPS_MAX:
+            lg_pmps = 2047 - lg_pmps
+            ctx[ctx_idx, CTX_MPS] = 1 - ctx[ctx_idx, CTX_MPS]
+    else:
+        if cycno == 0:
+            ctx[ctx_idx, CTX_CYCNO] = 1
+        lg_pmps -= (lg_pmps >> cwr) + (lg_pmps >> (cwr + 2))
+    ctx[ctx_idx, CTX_LG_PMPS] = lg_pmps
+
+
+@_njit
+def _record(state, trace, ctx_idx, bin_val):
+    if trace.shape[0] == 0:
+        return
+    n = state[S_TRACE_LEN]
+    if n >= trace.shape[0]:
+        _fail(state, ERR_TRACE_FULL)
+        return
+    trace[n, 0] = ctx_idx
+    trace[n, 1] = bin_val
+    state[S_TRACE_LEN] = n + 1
+
+
+@_njit
+def decode_decision(state, ctx, data, trace, ctx_idx):
+    bin_val = decode_bin(state, data, ctx[ctx_idx, CTX_MPS], ctx[ctx_idx, CTX_LG_PMPS])
+    update_ctx(ctx, ctx_idx, bin_val)
+    _record(state, trace, ctx_idx, bin_val)
+    return bin_val
+
+
+@_njit
+def decode_bypass(state, data, trace):
+    bin_val = decode_bin(state, data, 0, BYPASS_LG_PMPS)
+    _record(state, trace, TRACE_BYPASS, bin_val)
+    return bin_val
+
+
+@_njit
+def decode_stuffing_bit(state, data, trace):
+    bin_val = decode_bin(state, data, 0, STUFFING_LG_PMPS)
+    _record(state, trace, TRACE_STUFFING, bin_val)
+    return bin_val
+
+
+@_njit
+def finish(state, data, trace):
+    """The terminator (engine.AecDecoder.finish); returns the bit position after it, or -1."""
+    ok = decode_stuffing_bit(state, data, trace) == 1
+    padding = (8 - (state[S_POS] & 7)) & 7
+    if _read_bits(state, data, padding) != 0 or not ok:
+        _fail(state, ERR_TERMINATOR)
+    return -1 if state[S_ERROR] else state[S_POS]
+
+
+@_njit
+def ctx_inc(rule, bin_idx, sign):
+    """ctxIdxInc of the rules shared by the multi-bin elements (INC_* codes)."""
+    if rule == INC_CLAMP46:
+        return bin_idx + 2 if bin_idx < 46 + sign else 46 + sign
+    if rule == INC_CLAMP23:
+        return bin_idx + 1 if bin_idx < 23 else 23
+    if rule == INC_BIN_NONZERO:
+        return 1 if bin_idx else 0
+    return 0
+
+
+@_njit
+def inc_nz_neighbours(n0, n1):
+    return n0 if n0 == n1 else 2
+
+
+@_njit
+def inc_coef_sign(c0):
+    return 0 if c0 < 0 else (1 if c0 == 0 else 2)
+
+
+@_njit
+def inc_coef_pair(c0, c1):
+    return 0 if (c0 != 0 and c1 != 0) else (1 if (c0 == 0 and c1 == 0) else 2)
+
+
+@_njit
+def _read_bin(state, ctx, data, trace, ctx_start, rule, sign, bin_idx):
+    """One bin of a multi-bin element: bypass when ctx_start < 0, else ctx_start + ctxIdxInc."""
+    if ctx_start < 0:
+        return decode_bypass(state, data, trace)
+    return decode_decision(state, ctx, data, trace, ctx_start + ctx_inc(rule, bin_idx, sign))
+
+
+@_njit
+def decode_fl(state, ctx, data, trace, ctx_start, rule, length):
+    """FL (MSB first); -1 on error."""
+    if length < 0 or length > MAX_FL_LENGTH:
+        _fail(state, ERR_VALUE_TOO_LARGE)
+        return -1
+    value = 0
+    for bin_idx in range(length):
+        value = (value << 1) | _read_bin(state, ctx, data, trace, ctx_start, rule, 0, bin_idx)
+    return -1 if state[S_ERROR] else value
+
+
+@_njit
+def decode_u(state, ctx, data, trace, ctx_start, rule, max_value):
+    """Unary with at most ``max_value`` ones; -1 on error."""
+    value = 0
+    while _read_bin(state, ctx, data, trace, ctx_start, rule, 0, value):
+        value += 1
+        if value > max_value:
+            _fail(state, ERR_PREFIX_TOO_LONG)
+            return -1
+    return -1 if state[S_ERROR] else value
+
+
+@_njit
+def decode_uegk(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
+    """UEGk with the '<' reading (binarization.decode_uegk), values up to MAX_EG_VALUE; -1 on error."""
+    ones = 0
+    while ones < c_max:
+        if not _read_bin(state, ctx, data, trace, ctx_start, rule, sign, ones):
+            return -1 if state[S_ERROR] else ones
+        ones += 1
+    remaining_max = MAX_EG_VALUE - c_max
+    max_ones = _bit_length(remaining_max + (1 << k)) - 1 - k
+    bin_idx = c_max
+    eg_ones = 0
+    while _read_bin(state, ctx, data, trace, ctx_start, rule, sign, bin_idx):
+        bin_idx += 1
+        eg_ones += 1
+        if eg_ones > max_ones or state[S_ERROR]:
+            _fail(state, ERR_PREFIX_TOO_LONG)
+            return -1
+    bin_idx += 1
+    suffix = 0
+    for _ in range(eg_ones + k):
+        suffix = (suffix << 1) | _read_bin(state, ctx, data, trace, ctx_start, rule, sign, bin_idx)
+        bin_idx += 1
+    value = (1 << (eg_ones + k)) - (1 << k) + suffix
+    if value > remaining_max:
+        _fail(state, ERR_VALUE_TOO_LARGE)
+    return -1 if state[S_ERROR] else c_max + value
+
+
+@_njit
+def decode_program(state, ctx, data, trace, ops, out):
+    """Decode one bin per entry of ``ops`` (ctxIdx >= 0, -1 bypass, -2 stuffing) into ``out``.
+
+    For tests and benchmarks of the bare engine; returns the number of bins decoded before an error.
+    """
+    for i in range(ops.shape[0]):
+        op = ops[i]
+        if op >= 0:
+            out[i] = decode_decision(state, ctx, data, trace, op)
+        elif op == TRACE_BYPASS:
+            out[i] = decode_bypass(state, data, trace)
+        else:
+            out[i] = decode_stuffing_bit(state, data, trace)
+        if state[S_ERROR]:
+            return i
+    return ops.shape[0]
+
+
+def uegk_params(name: str) -> tuple[int, int, int, int]:
+    """(ctx_start, INC_* rule, cMax, k) of a UEGk element of contexts.ELEMENTS, for njit parsers."""
+    from codec.contexts import element_spec
+    spec = element_spec(name)
+    if spec.binarization != "UEGk":
+        raise ValueError(f"element {name} is {spec.binarization}, not UEGk")
+    return spec.ctx_start, _INC_CODES[spec.inc_rule], spec.c_max, spec.k
+
+
+def raise_on_error(state: np.ndarray, element: str | None = None) -> None:
+    """Turn ``state[S_ERROR]`` into a CodecError carrying the bit position where it happened."""
+    code = int(state[S_ERROR])
+    if code != ERR_NONE:
+        raise CodecError(ERROR_MESSAGES[code], bit_position=int(state[S_ERROR_POS]), element=element)
+
+
+class FastDecoder:
+    """``AecDecoder``'s API over the njit functions (the same bins, trace and bit positions)."""
+
+    def __init__(self, data: bytes, *, bit_offset: int = 0, num_contexts: int = NUM_CONTEXTS,
+                 trace: bool = False, bound_s: int = BOUND_S, trace_capacity: int = 1 << 20) -> None:
+        self.data = np.frombuffer(bytes(data), dtype=np.uint8)
+        if not 0 <= bit_offset <= 8 * len(self.data):
+            raise CodecError(f"bit_offset {bit_offset} outside the {len(self.data)}-byte buffer",
+                             bit_position=bit_offset)
+        self.state = new_state(self.data, bit_offset, bound_s)
+        self.ctx = new_contexts(num_contexts)
+        self._trace = np.zeros((trace_capacity, 2), dtype=np.int32) if trace else NO_TRACE
+        raise_on_error(self.state)
+
+    @property
+    def bit_position(self) -> int:
+        return int(self.state[S_POS])
+
+    @property
+    def bins_decoded(self) -> int:
+        return int(self.state[S_BINS])
+
+    @property
+    def trace(self) -> list[tuple[int, int]] | None:
+        if self._trace.shape[0] == 0:
+            return None
+        return [(int(c), int(b)) for c, b in self._trace[: self.state[S_TRACE_LEN]]]
+
+    def _checked(self, value: int) -> int:
+        raise_on_error(self.state)
+        return int(value)
+
+    def decode_decision(self, ctx_idx: int) -> int:
+        if not 0 <= ctx_idx < self.ctx.shape[0]:
+            raise IndexError(f"ctx_idx {ctx_idx} outside 0..{self.ctx.shape[0] - 1}")
+        return self._checked(decode_decision(self.state, self.ctx, self.data, self._trace, ctx_idx))
+
+    def decode_bypass(self) -> int:
+        return self._checked(decode_bypass(self.state, self.data, self._trace))
+
+    def decode_bypass_bits(self, count: int) -> int:
+        return self._checked(decode_fl(self.state, self.ctx, self.data, self._trace, -1, INC_CONST, count))
+
+    def decode_stuffing_bit(self) -> int:
+        return self._checked(decode_stuffing_bit(self.state, self.data, self._trace))
+
+    def finish(self) -> int:
+        return self._checked(finish(self.state, self.data, self._trace))
