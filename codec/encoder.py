@@ -1,0 +1,220 @@
+"""Encoder decisions: split, tree type, start depth, codebook, escape mode and z reordering by actual cost.
+
+The syntax layer (codec.syntax) asks a planner for every free decision in coding order. ``TrialPlanner``
+answers by trial encodes: it codes each candidate into a bit-counting fork of the arithmetic encoder (same
+contexts, same interval), keeps the cheapest and remembers the decision, so the real pass replays it.
+Candidates can be restricted (``EncoderOptions``) to force one mode, which the tests use to reach every
+syntax path and the benchmark uses for the "best single fixed mode" comparison.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .engine import AecEncoder
+from .syntax import (MAX_CBOOK_SIZE, TREE_MODE_BITS, TREES, CtuChoice, CtuGeometry, ElementWriter, LeafChoice,
+                     StreamHeader, Sublayer, SublayerCoder, code_nnc, tree_shapes)
+
+CODEBOOK_CHOICES = ("off", "on", "auto")
+START_DEPTH_CHOICES = ("leaf", "root", "auto")
+SPLIT_CHOICES = ("never", "always", "auto")
+ZDEP_CHOICES = ("off", "on", "auto")
+ESCAPE_CHOICES = ("off", "on", "auto")
+
+
+@dataclass(frozen=True)
+class EncoderOptions:
+    """Which candidates the planner may try; a single candidate forces that mode."""
+
+    trees: tuple[str, ...] = TREES
+    codebook: str = "auto"          # off: direct levels; on: always a codebook (escapes for the rest)
+    escape_reorder: str = "auto"    # on: oct/tag_cbook_esc_mode = 1 (escape index 0)
+    start_depth: str = "auto"       # leaf: code only leaves; root: code the whole tree
+    split: str = "auto"             # CU quadtree split
+    zdep: str = "auto"              # on: reorder RS planes by energy (plane 0 stays first)
+    max_split_trials: int = 2       # CU depths (from the CTU) at which a split is evaluated by trial
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("codebook", CODEBOOK_CHOICES), ("start_depth", START_DEPTH_CHOICES),
+                              ("split", SPLIT_CHOICES), ("zdep", ZDEP_CHOICES),
+                              ("escape_reorder", ESCAPE_CHOICES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not self.trees or any(tree not in TREES for tree in self.trees):
+            raise ValueError(f"trees must be a non-empty subset of {TREES}, got {self.trees!r}")
+
+
+def build_codebook(values: np.ndarray, predictor: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A codebook for a CU: its most frequent levels (<= MaxCbookSize); predicted entries first.
+
+    Returns (codebook, predicted predictor positions). Levels outside the codebook are escaped.
+    """
+    levels, counts = np.unique(values, return_counts=True)
+    order = np.lexsort((np.abs(levels), -counts))[:MAX_CBOOK_SIZE]
+    chosen = [int(v) for v in levels[order]]
+    chosen_set = set(chosen)
+    predicted, seen = [], set()
+    for position, value in enumerate(predictor):
+        if value in chosen_set and value not in seen:
+            predicted.append(position)
+            seen.add(value)
+    signalled = [v for v in chosen if v not in seen]
+    return tuple(predictor[p] for p in predicted) + tuple(signalled), tuple(predicted)
+
+
+@dataclass
+class TrialPlanner:
+    """The Planner of codec.syntax that decides by trial encodes (see module docstring)."""
+
+    options: EncoderOptions = field(default_factory=EncoderOptions)
+    memo: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ trial machinery
+    @staticmethod
+    def _trial(coder: SublayerCoder, action) -> float:
+        """Cost in bits of ``action()`` coded from the current state; the state is restored afterwards."""
+        state = coder.snapshot()
+        real_io = coder.io
+        coder.io = real_io.fork()
+        try:
+            action()
+            return coder.io.cost_bits
+        finally:
+            coder.io = real_io
+            coder.restore(state)
+
+    @staticmethod
+    def _key(coder: SublayerCoder, *where) -> tuple:
+        return (tuple(coder.zdep), *where)
+
+    # ------------------------------------------------------------------ CTU header
+    def ctu_header(self, coder: SublayerCoder, ctu: CtuGeometry) -> CtuChoice:
+        self.memo = {}       # decisions are per CTU: made in the trials below, replayed by the real pass
+        zdepth = coder.sub.zdepth
+        identity = tuple(range(zdepth))
+        perms = [identity]
+        if self.options.zdep != "off" and coder.header.enable_zdep_reorder and zdepth > 2:
+            block = coder.sub.levels[:, ctu.y_off:ctu.y_off + ctu.height, ctu.x_off:ctu.x_off + ctu.width]
+            energy = np.abs(block).reshape(zdepth, -1).sum(axis=1)
+            rest = sorted(range(1, zdepth), key=lambda z: (-energy[z], z))
+            reordered = (0, *rest)
+            if reordered != identity:
+                perms = [reordered] if self.options.zdep == "on" else [identity, reordered]
+        best = None
+        for perm in perms:
+            cost = self._trial(coder, lambda: self._code_ctu_body(coder, perm))
+            if best is None or cost < best[0]:
+                best = (cost, perm)
+        perm = best[1]
+        coder.zdep = list(perm)
+        trees, deltas = self._collect(coder, 0, 0, 0)
+        map_modes = {TREE_MODE_BITS[tree][0] for tree in trees}
+        select = 3 if len(map_modes) > 1 else (1 if map_modes == {0} else 2)
+        return CtuChoice(select_map_mode=select, enable_start_depth=int(any(deltas)), permutation=perm)
+
+    def _code_ctu_body(self, coder: SublayerCoder, perm: tuple[int, ...]) -> None:
+        """Trial of the CU tree with every CU free to choose (SelectMapMode 3, start depths enabled)."""
+        coder.zdep = list(perm)
+        coder.select_map_mode = 3
+        coder.enable_start_depth = int(self.options.start_depth != "leaf")
+        coder.code_cu(0, 0, 0)
+
+    def _collect(self, coder: SublayerCoder, depth: int, y_idx: int, x_idx: int) -> tuple[list[str], list[int]]:
+        """Trees and start-depth deltas of the leaf CUs the trial chose."""
+        grid_h, grid_w = coder.ctu.grids[depth]
+        if y_idx >= grid_h or x_idx >= grid_w:
+            return [], []
+        if self.memo.get(self._key(coder, depth, y_idx, x_idx, "split")):
+            trees, deltas = [], []
+            for dy, dx in ((0, 0), (1, 0), (0, 1), (1, 1)):
+                t, d = self._collect(coder, depth + 1, (y_idx << 1) + dy, (x_idx << 1) + dx)
+                trees += t
+                deltas += d
+            return trees, deltas
+        choice = self.memo[self._key(coder, depth, y_idx, x_idx, "leaf")]
+        return [choice.tree], [choice.start_depth_delta]
+
+    # ------------------------------------------------------------------ split
+    def split(self, coder: SublayerCoder, depth: int, y_idx: int, x_idx: int) -> bool:
+        key = self._key(coder, depth, y_idx, x_idx, "split")
+        if key not in self.memo:
+            mode = self.options.split
+            if mode == "auto" and depth >= self.options.max_split_trials:
+                mode = "never"
+            if mode == "auto":
+                def as_leaf() -> None:
+                    coder.io.code("split_flag", 0)
+                    coder.code_leaf_cu(depth, y_idx, x_idx, self.leaf(coder, depth, y_idx, x_idx))
+
+                def as_split() -> None:
+                    coder.io.code("split_flag", 1)
+                    for dy, dx in ((0, 0), (1, 0), (0, 1), (1, 1)):
+                        coder.code_cu(depth + 1, (y_idx << 1) + dy, (x_idx << 1) + dx)
+                leaf_cost = self._trial(coder, as_leaf)
+                split_cost = self._trial(coder, as_split)
+                self.memo[key] = split_cost < leaf_cost
+            else:
+                self.memo[key] = mode == "always"
+        return self.memo[key]
+
+    # ------------------------------------------------------------------ leaf CU
+    def leaf(self, coder: SublayerCoder, depth: int, y_idx: int, x_idx: int) -> LeafChoice:
+        key = self._key(coder, depth, y_idx, x_idx, "leaf")
+        if key not in self.memo:
+            candidates = self._candidates(coder, depth, y_idx, x_idx)
+            if len(candidates) == 1:
+                self.memo[key] = candidates[0]
+            else:
+                costs = [self._trial(coder, lambda c=c: coder.code_leaf_cu(depth, y_idx, x_idx, c))
+                         for c in candidates]
+                self.memo[key] = candidates[int(np.argmin(costs))]
+        return self.memo[key]
+
+    def _candidates(self, coder: SublayerCoder, depth: int, y_idx: int, x_idx: int) -> list[LeafChoice]:
+        """Leaf choices allowed by the options and the CTU header being coded."""
+        options = self.options
+        _, _, height, width = coder.ctu.cu_rect(depth, y_idx, x_idx)
+        zdepth = coder.sub.zdepth
+        trees = [t for t in options.trees
+                 if coder.select_map_mode == 3 or TREE_MODE_BITS[t][0] == (0 if coder.select_map_mode == 1 else 1)]
+        values = coder.cu_truth(depth, y_idx, x_idx)
+        books: list[tuple[tuple[int, ...], tuple[int, ...], int]] = []
+        if options.codebook != "on":
+            books.append(((), (), 0))
+        if options.codebook != "off":
+            cbook, predicted = build_codebook(values, coder.predictor)
+            escapes = not np.isin(values, cbook).all()
+            reorder_modes = [0]
+            if coder.header.enable_escape_reorder:
+                reorder_modes = {"off": [0], "on": [1], "auto": [0, 1] if escapes else [0]}[options.escape_reorder]
+            books += [(cbook, predicted, r) for r in reorder_modes]
+        result = []
+        for tree in trees:
+            planar = tree == "uni_tagtree"
+            leaf_level = len(tree_shapes(zdepth, height, width, planar)) - 1
+            deltas = {"leaf": [0], "root": [leaf_level], "auto": sorted({0, leaf_level})}[options.start_depth]
+            if not coder.enable_start_depth:
+                deltas = [0]
+            for delta in deltas:
+                for cbook, predicted, reorder in books:
+                    result.append(LeafChoice(tree=tree, start_depth_delta=delta, codebook=cbook,
+                                             predicted=predicted, escape_reorder=reorder))
+        return result
+
+
+@dataclass
+class EncodedStream:
+    data: bytes
+    bins: int
+    stats: list[dict[str, int]]
+
+
+def encode_stream(header: StreamHeader, layers: list[list[Sublayer]],
+                  options: EncoderOptions | None = None) -> EncodedStream:
+    """One nnc() bitstream for ``layers`` (sublayers with integer levels), modes chosen by trial."""
+    encoder = AecEncoder()
+    planner = TrialPlanner(options or EncoderOptions())
+    _, _, stats = code_nnc(ElementWriter(encoder), header, layers, planner)
+    bins = encoder.bins_encoded
+    return EncodedStream(encoder.finish(), bins, stats)
