@@ -1,0 +1,341 @@
+"""Lower one quantized convolution layer (conv + requant) to an AIPU command program.
+
+The plan: the input (HWC), weights (OHWI), per-channel parameter records and the output (HWC) each
+get a DRAM region. The output is split into tiles of ``tile_k`` output channels x ``tile_rows``
+output rows (always the full width); the input channels of a tile are split into chunks of
+``tile_c`` that CONV accumulates (groups == 1 only). Every on-chip buffer is used as two halves
+(double buffering), and the units synchronise with dependency tokens:
+
+* LOAD -> CONV after the act/weight loads of each CONV step; CONV -> LOAD frees a step's halves.
+* LOAD -> REQUANT after the parameters of a k-tile; REQUANT -> LOAD frees the parameter half.
+* CONV -> REQUANT after the last CONV of an output tile; REQUANT -> CONV frees the accumulator half.
+* REQUANT -> STORE after each requant; STORE -> REQUANT frees the output half.
+
+A "free" token is only pushed if a later command will pop it, so the program ends with every token
+queue empty (the interpreter checks that at FINISH).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim import golden
+from sim.arch import (DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, MULTIPLIER_BITS, PAD_BITS,
+                      PARAM_RECORD_BYTES, SHIFT_MAX, Buffer, DIM_BITS, DType, HardwareConfig, Opcode,
+                      RequantMode, Rounding, Unit)
+from sim.interpreter import PARAM_DTYPE, Memory
+from sim.program import Command, Program
+
+DRAM_ALIGN = 64
+_DIM_MAX = (1 << DIM_BITS) - 1
+
+
+@dataclass
+class ConvLayer:
+    """A quantized conv layer in golden-model conventions (NCHW input, [K, C/groups, KH, KW] weights)."""
+
+    x: np.ndarray                      # int8/uint8 [1, C, H, W]
+    w: np.ndarray                      # int8 [K, C/groups, KH, KW]
+    bias: np.ndarray                   # int32 [K]
+    multiplier: np.ndarray             # [K], 0 .. 2**MULTIPLIER_BITS - 1
+    shift: np.ndarray                  # [K], 0 .. SHIFT_MAX
+    x_zero_point: int = 0
+    w_zero_point: int = 0
+    out_zero_point: int = 0
+    qmin: int | None = None
+    qmax: int | None = None
+    out_type: DType = DType.INT8
+    rounding: Rounding = Rounding.HALF_UP
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)   # top, left, bottom, right
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        return np.dtype(DTYPE_NUMPY[self.out_type])
+
+    @property
+    def clamp(self) -> tuple[int, int]:
+        info = np.iinfo(self.out_dtype)
+        return (info.min if self.qmin is None else self.qmin, info.max if self.qmax is None else self.qmax)
+
+    def conv_golden(self) -> np.ndarray:
+        return golden.conv2d(self.x, self.w, x_zero_point=self.x_zero_point, w_zero_point=self.w_zero_point,
+                             stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+
+    def reference(self) -> np.ndarray:
+        """The whole layer on the golden model: [1, K, OH, OW] of out_type."""
+        qmin, qmax = self.clamp
+        return golden.requantize(self.conv_golden(), bias=self.bias, multiplier=self.multiplier, shift=self.shift,
+                                 out_zero_point=self.out_zero_point, qmin=qmin, qmax=qmax,
+                                 rounding=self.rounding.name.lower(), channel_axis=1, out_dtype=self.out_dtype)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    tile_k: int          # output channels per tile (groups > 1: a whole number of groups)
+    tile_c: int          # input channels per CONV (groups == 1: chunks accumulated; else the tile's channels)
+    tile_rows: int       # output rows per tile
+    out_h: int
+    out_w: int
+
+
+@dataclass
+class LoweredLayer:
+    program: Program
+    dram: np.ndarray                       # initial DRAM image
+    output_addr: int                       # byte address of the [OH][OW][K] output in DRAM
+    output_shape: tuple[int, int, int]     # (OH, OW, K)
+    output_dtype: np.dtype
+    plan: TilePlan
+    regions: dict[str, tuple[int, int]] = field(default_factory=dict)   # name -> (address, bytes)
+
+    def memory(self) -> Memory:
+        return Memory.create(self.program.config, self.dram)
+
+    def read_output(self, memory: Memory) -> np.ndarray:
+        """The output tensor from a DRAM image, as [1, K, OH, OW] like the golden model."""
+        nbytes = math.prod(self.output_shape) * self.output_dtype.itemsize
+        raw = memory.dram[self.output_addr:self.output_addr + nbytes]
+        return raw.view(self.output_dtype).reshape(self.output_shape).transpose(2, 0, 1)[None]
+
+
+def _align(value: int) -> int:
+    return -(-value // DRAM_ALIGN) * DRAM_ALIGN
+
+
+def _output_size(layer: ConvLayer) -> tuple[int, int]:
+    _, _, h, w = layer.x.shape
+    _, _, kh, kw = layer.w.shape
+    pt, pl, pb, pr = layer.padding
+    spans = [d * (k - 1) + 1 for d, k in zip(layer.dilation, (kh, kw))]
+    return (h + pt + pb - spans[0]) // layer.stride[0] + 1, (w + pl + pr - spans[1]) // layer.stride[1] + 1
+
+
+def _check_layer(layer: ConvLayer, config: HardwareConfig) -> None:
+    if layer.x.ndim != 4 or layer.x.shape[0] != 1:
+        raise ValueError(f"x shape {layer.x.shape}: expected [1, C, H, W]")
+    if layer.w.dtype != np.int8:
+        raise ValueError(f"w dtype {layer.w.dtype}: the weight buffer holds int8")
+    _, _, kh, kw = layer.w.shape
+    reach = [d * (k - 1) for d, k in zip(layer.dilation, (kh, kw))]
+    for name, pad, limit in zip(("top", "left", "bottom", "right"), layer.padding, reach * 2):
+        if pad > min(limit, (1 << PAD_BITS) - 1):
+            raise ValueError(f"padding {name} = {pad}: at most min(dilation*(kernel-1) = {limit}, "
+                             f"{(1 << PAD_BITS) - 1}) is supported")
+    width = layer.x.shape[3] + layer.padding[1] + layer.padding[3]
+    if width > _DIM_MAX:
+        raise ValueError(f"padded input width {width} exceeds the CONV in_w field ({_DIM_MAX})")
+
+
+def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
+               tile_c: int | None = None, tile_rows: int | None = None) -> TilePlan:
+    """Largest tiles that fit half of every buffer (halving greedily); explicit sizes are honoured."""
+    _, c, _, w = layer.x.shape
+    k, cg, kh, kw = layer.w.shape
+    groups = layer.groups
+    out_h, out_w = _output_size(layer)
+    kg = k // groups
+    in_w = w + layer.padding[1] + layer.padding[3]
+    half = {b: config.buffer(b).bytes // 2 for b in Buffer}
+    out_bytes = DTYPE_BYTES[layer.out_type]
+
+    def in_rows(rows: int) -> int:
+        return (rows - 1) * layer.stride[0] + layer.dilation[0] * (kh - 1) + 1
+
+    def channels(tk: int, tc: int) -> int:   # input channels a tile of tk output channels reads
+        return tc if groups == 1 else tk // kg * cg
+
+    def fits(tk: int, tc: int, rows: int) -> dict[str, bool]:
+        wgt_c = tc if groups == 1 else cg
+        return {"weight": tk * kh * kw * wgt_c <= half[Buffer.WEIGHT],
+                "param": tk * PARAM_RECORD_BYTES <= half[Buffer.PARAM],
+                "acc": rows * out_w * tk * 4 <= half[Buffer.ACC],
+                "out": rows * out_w * tk * out_bytes <= half[Buffer.OUT],
+                "act": in_rows(rows) * in_w * channels(tk, tc) <= half[Buffer.ACT],
+                "fields": max(tk, channels(tk, tc), in_rows(rows)) <= _DIM_MAX and rows * out_w < 1 << 16}
+
+    step_k = kg if groups > 1 else 1
+    tk = tile_k or k
+    tc = (tile_c or c) if groups == 1 else cg
+    rows = tile_rows or out_h
+    if tk % step_k or not 1 <= tk <= k:
+        raise ValueError(f"tile_k = {tk}: must be 1..{k} and a multiple of the {step_k} output channels per group")
+    if not 1 <= tc <= c or not 1 <= rows <= out_h:
+        raise ValueError(f"tile_c = {tc} / tile_rows = {rows}: must be 1..{c} / 1..{out_h}")
+    while not all((ok := fits(tk, tc, rows)).values()):
+        if not ok["weight"] and groups == 1 and tc > config.mac.rows and tile_c is None:
+            tc = -(-tc // 2)
+        elif (not ok["acc"] or not ok["out"] or not ok["act"] or not ok["fields"]) and rows > 1 and tile_rows is None:
+            rows = -(-rows // 2)
+        elif not ok["act"] and groups == 1 and tc > 1 and tile_c is None:
+            tc = -(-tc // 2)
+        elif tk > step_k and tile_k is None:
+            tk = max(step_k, (tk // 2) // step_k * step_k)
+        else:
+            failed = [name for name, good in ok.items() if not good]
+            raise ValueError(f"layer does not fit the buffers with tile_k={tk}, tile_c={tc}, tile_rows={rows} "
+                             f"(too large for: {', '.join(failed)})")
+    return TilePlan(tk, tc, rows, out_h, out_w)
+
+
+def _param_records(layer: ConvLayer) -> np.ndarray:
+    k = layer.w.shape[0]
+    records = np.zeros(k, PARAM_DTYPE)
+    for name, values, low, high in (("bias", layer.bias, -2 ** 31, 2 ** 31 - 1),
+                                    ("multiplier", layer.multiplier, 0, 2 ** MULTIPLIER_BITS - 1),
+                                    ("shift", layer.shift, 0, SHIFT_MAX)):
+        values = np.broadcast_to(np.asarray(values, np.int64), (k,))
+        if values.min() < low or values.max() > high:
+            raise ValueError(f"{name} = {int(values[(values < low) | (values > high)][0])}: outside {low}..{high}")
+        records[name] = values
+    return records
+
+
+def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles) -> LoweredLayer:
+    """Plan DRAM, tile the layer and emit LOAD/CONV/REQUANT/STORE with double buffering and tokens."""
+    _check_layer(layer, config)
+    plan = plan_tiles(layer, config, **tiles)
+    _, c, h, w = layer.x.shape
+    k, cg, kh, kw = layer.w.shape
+    kg = k // layer.groups
+    pt, pl, pb, pr = layer.padding
+    sh = layer.stride[0]
+    span_h = layer.dilation[0] * (kh - 1) + 1
+    in_type = DType.INT8 if layer.x.dtype == np.int8 else DType.UINT8
+    out_bytes = DTYPE_BYTES[layer.out_type]
+    qmin, qmax = layer.clamp
+
+    # DRAM layout: input HWC, weights OHWI, parameter records, output HWC.
+    blobs = {"input": np.ascontiguousarray(layer.x[0].transpose(1, 2, 0)),
+             "weights": np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1)),
+             "params": _param_records(layer)}
+    regions, cursor = {}, 0
+    for name, blob in blobs.items():
+        regions[name] = (cursor, blob.nbytes)
+        cursor = _align(cursor + blob.nbytes)
+    output_shape = (plan.out_h, plan.out_w, k)
+    regions["output"] = (cursor, math.prod(output_shape) * out_bytes)
+    dram = np.zeros(_align(cursor + regions["output"][1]), np.uint8)
+    for name, blob in blobs.items():
+        address, nbytes = regions[name]
+        dram[address:address + nbytes] = np.frombuffer(blob.tobytes(), np.uint8)
+
+    half = {b: config.buffer(b).bytes // 2 for b in Buffer}
+    slot = {b: (lambda i, b=b: (i % 2) * half[b] // (4 if b == Buffer.ACC else 1)) for b in Buffer}
+    param_slot = lambda i: (i % 2) * (half[Buffer.PARAM] // PARAM_RECORD_BYTES)   # noqa: E731
+
+    # Enumerate the work: output tiles (k-tile, row tile) and, inside each, CONV steps (channel chunks).
+    k_tiles = [(k0, min(plan.tile_k, k - k0)) for k0 in range(0, k, plan.tile_k)]
+    row_tiles = [(r0, min(plan.tile_rows, plan.out_h - r0)) for r0 in range(0, plan.out_h, plan.tile_rows)]
+    chunks = ([(c0, min(plan.tile_c, c - c0)) for c0 in range(0, c, plan.tile_c)] if layer.groups == 1 else [None])
+    reload_weights = len(chunks) > 1
+    tiles = [(kt, rt) for kt in range(len(k_tiles)) for rt in range(len(row_tiles))]
+    n_steps = len(tiles) * len(chunks)
+
+    program = Program(config)
+    step = 0
+    for t, (kt, rt) in enumerate(tiles):
+        k0, tk = k_tiles[kt]
+        r0, rows = row_tiles[rt]
+        first_of_k = rt == 0
+        last_of_k = rt == len(row_tiles) - 1
+        in_first = r0 * sh - pt
+        in_rows = (rows - 1) * sh + span_h
+        pad_top, pad_bottom = max(0, -in_first), max(0, in_first + in_rows - h)
+        real_first = max(0, in_first)
+        real_rows = in_rows - pad_top - pad_bottom
+
+        for chunk_index, chunk in enumerate(chunks):
+            c0, tc = chunk if chunk is not None else ((k0 // kg) * cg, tk // kg * cg)
+            loads = []
+            if first_of_k and chunk_index == 0:
+                loads.append(dict(buffer=Buffer.PARAM, sram_addr=param_slot(kt) * PARAM_RECORD_BYTES,
+                                  dram_addr=regions["params"][0] + k0 * PARAM_RECORD_BYTES, elem_type=DType.INT8,
+                                  y_size=1, x_size=1, run=tk * PARAM_RECORD_BYTES,
+                                  pop=[Unit.REQUANT] if kt >= 2 else [], push=[Unit.REQUANT]))
+            weight_slot = step if reload_weights else kt
+            if reload_weights or (first_of_k and chunk_index == 0):
+                wgt_c = tc if layer.groups == 1 else cg
+                loads.append(dict(buffer=Buffer.WEIGHT, sram_addr=slot[Buffer.WEIGHT](weight_slot),
+                                  dram_addr=regions["weights"][0] + (k0 * kh * kw * cg + (c0 if layer.groups == 1 else 0)),
+                                  elem_type=DType.INT8, y_size=tk, x_size=kh * kw, run=wgt_c,
+                                  dram_y_stride=kh * kw * cg, dram_x_stride=cg))
+            loads.append(dict(buffer=Buffer.ACT, sram_addr=slot[Buffer.ACT](step),
+                              dram_addr=regions["input"][0] + (real_first * w * c + c0), elem_type=in_type,
+                              y_size=real_rows, x_size=w, run=tc, dram_y_stride=w * c, dram_x_stride=c,
+                              pad_top=pad_top, pad_bottom=pad_bottom, pad_left=pl, pad_right=pr,
+                              pad_value=layer.x_zero_point))
+            if step >= 2:
+                loads[0]["pop"] = list(loads[0].get("pop", [])) + [Unit.CONV]
+            loads[-1]["push"] = list(loads[-1].get("push", [])) + [Unit.CONV]
+            for load in loads:
+                program.append(Command.make(Opcode.LOAD, **load))
+
+            last_chunk = chunk_index == len(chunks) - 1
+            pop = [Unit.LOAD] + ([Unit.REQUANT] if chunk_index == 0 and t >= 2 else [])
+            push = ([Unit.LOAD] if step + 2 < n_steps else []) + ([Unit.REQUANT] if last_chunk else [])
+            program.append(Command.make(
+                Opcode.CONV, pop=pop, push=push, in_addr=slot[Buffer.ACT](step), in_h=in_rows, in_w=w + pl + pr,
+                in_c=tc, in_type=in_type, in_zero_point=layer.x_zero_point,
+                wgt_addr=slot[Buffer.WEIGHT](weight_slot), w_zero_point=layer.w_zero_point, out_c=tk, k_h=kh,
+                k_w=kw, stride_h=layer.stride[0], stride_w=layer.stride[1], dilation_h=layer.dilation[0],
+                dilation_w=layer.dilation[1], groups=1 if layer.groups == 1 else tk // kg,
+                acc_addr=slot[Buffer.ACC](t), accumulate=int(chunk_index > 0)))
+            step += 1
+
+        pop = [Unit.CONV] + ([Unit.LOAD] if first_of_k else []) + ([Unit.STORE] if t >= 2 else [])
+        push = ([Unit.STORE] + ([Unit.CONV] if t + 2 < len(tiles) else [])
+                + ([Unit.LOAD] if last_of_k and kt + 2 < len(k_tiles) else []))
+        program.append(Command.make(
+            Opcode.REQUANT, pop=pop, push=push, acc_addr=slot[Buffer.ACC](t), out_addr=slot[Buffer.OUT](t),
+            pixels=rows * plan.out_w, channels=tk, param_index=param_slot(kt), out_type=layer.out_type,
+            out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax, mode=RequantMode.NATIVE,
+            rounding=layer.rounding))
+        program.append(Command.make(
+            Opcode.STORE, pop=[Unit.REQUANT], push=[Unit.REQUANT] if t + 2 < len(tiles) else [],
+            sram_addr=slot[Buffer.OUT](t), dram_addr=regions["output"][0] + (r0 * plan.out_w * k + k0) * out_bytes,
+            elem_type=layer.out_type, y_size=rows, x_size=plan.out_w, run=tk,
+            dram_y_stride=plan.out_w * k * out_bytes, dram_x_stride=k * out_bytes))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    return LoweredLayer(program, dram, regions["output"][0], output_shape, layer.out_dtype, plan, regions)
+
+
+def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: int = 12) -> ConvLayer:
+    """A random but legal layer: depthwise/grouped, strides, dilations, padding, uint8 or int8 input."""
+    kind = rng.choice(["dense", "depthwise", "grouped"])
+    c = int(rng.integers(1, max_channels + 1))
+    groups = 1
+    if kind == "depthwise":
+        groups = c
+        k = c * int(rng.integers(1, 3))
+    elif kind == "grouped" and c > 1:
+        divisors = [d for d in range(2, c + 1) if c % d == 0]
+        groups = int(rng.choice(divisors))
+        k = groups * int(rng.integers(1, 4))
+    else:
+        k = int(rng.integers(1, max_channels + 1))
+    kh, kw = (int(v) for v in rng.choice([1, 2, 3, 5], size=2))
+    stride = tuple(int(v) for v in rng.integers(1, 3, size=2))
+    dilation = tuple(int(v) for v in rng.integers(1, 3, size=2))
+    reach = [d * (kk - 1) for d, kk in zip(dilation, (kh, kw))]
+    padding = tuple(int(rng.integers(0, r + 1)) for r in (reach[0], reach[1], reach[0], reach[1]))
+    h = int(rng.integers(max(1, reach[0] + 1 - padding[0] - padding[2]), max_size + reach[0] + 1))
+    w = int(rng.integers(max(1, reach[1] + 1 - padding[1] - padding[3]), max_size + reach[1] + 1))
+    unsigned = bool(rng.integers(2))
+    x_dtype = np.uint8 if unsigned else np.int8
+    info = np.iinfo(x_dtype)
+    x = rng.integers(info.min, info.max + 1, size=(1, c, h, w)).astype(x_dtype)
+    wgt = rng.integers(-128, 128, size=(k, c // groups, kh, kw)).astype(np.int8)
+    out_type = DType(int(rng.choice([DType.INT8, DType.UINT8, DType.INT16])))
+    scale_bits = int(rng.integers(8, 20))
+    return ConvLayer(
+        x=x, w=wgt, bias=rng.integers(-5000, 5000, size=k).astype(np.int32),
+        multiplier=rng.integers(1, 2 ** MULTIPLIER_BITS, size=k), shift=rng.integers(scale_bits, scale_bits + 8, size=k),
+        x_zero_point=int(rng.integers(info.min, info.max + 1)), w_zero_point=int(rng.integers(-8, 9)),
+        out_zero_point=int(rng.integers(-10, 11)) if out_type != DType.UINT8 else int(rng.integers(0, 50)),
+        out_type=out_type, rounding=Rounding(int(rng.integers(len(Rounding)))), stride=stride,
+        padding=padding, dilation=dilation, groups=groups)

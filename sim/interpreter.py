@@ -1,0 +1,347 @@
+"""Functional interpreter: executes a command program on a memory image, unit queue by unit queue.
+
+Each unit runs its queue in order; a command may run once every token it pops is available and every
+token queue it pushes into has room (``queues.token_depth``). Which ready unit runs next is chosen by a
+schedule (in unit order, or at random from a seed): a correctly synchronised program gives the same
+memory for every schedule. The interpreter detects deadlock (no unit can run), unbalanced tokens at
+FINISH, out-of-bounds accesses, and -- with vector clocks -- data races: two accesses to overlapping
+bytes, at least one a write, by commands that no token chain orders.
+
+All arithmetic is delegated to the golden model (:mod:`sim.golden`); this module only moves bytes.
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim import golden
+from sim.arch import (BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, PARAM_RECORD, Buffer, DType, HardwareConfig,
+                      LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit, EltwiseOp)
+from sim.program import Command, Program
+
+PARAM_DTYPE = np.dtype([(name, code) for name, code, _ in PARAM_RECORD])
+DRAM = "DRAM"
+
+
+class ExecutionError(ValueError):
+    """A command cannot execute: bad address, bad operand, arithmetic overflow. Names the command."""
+
+
+class DeadlockError(ExecutionError):
+    """No unit can make progress although commands remain."""
+
+
+class HazardError(ExecutionError):
+    """Two commands not ordered by tokens access overlapping bytes and at least one writes."""
+
+
+@dataclass
+class Memory:
+    """DRAM image plus every on-chip buffer, all as little-endian byte arrays."""
+
+    config: HardwareConfig
+    dram: np.ndarray
+    buffers: dict[Buffer, np.ndarray]
+
+    @classmethod
+    def create(cls, config: HardwareConfig, dram: bytes | np.ndarray | int) -> Memory:
+        image = np.zeros(dram, np.uint8) if isinstance(dram, int) else np.frombuffer(bytes(dram), np.uint8).copy()
+        if image.size > 1 << config.dram.address_bits:
+            raise ValueError(f"DRAM image of {image.size} bytes exceeds dram.address_bits = "
+                             f"{config.dram.address_bits}")
+        return cls(config, image, {b: np.zeros(config.buffer(b).bytes, np.uint8) for b in Buffer})
+
+    def copy(self) -> Memory:
+        return Memory(self.config, self.dram.copy(), {b: a.copy() for b, a in self.buffers.items()})
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, Memory) and np.array_equal(self.dram, other.dram)
+                and all(np.array_equal(self.buffers[b], other.buffers[b]) for b in Buffer))
+
+
+@dataclass
+class Stats:
+    """What the run did. Byte counts are keyed by direction, e.g. ``DRAM->ACT`` or ``OUT->DRAM``."""
+
+    macs: int = 0
+    bytes_moved: Counter = field(default_factory=Counter)
+    commands: Counter = field(default_factory=Counter)          # unit name -> commands executed
+    saturations: dict[str, int] = field(default_factory=dict)   # "REQUANT[3]" -> clamped values
+    lut_range_hits: Counter = field(default_factory=Counter)    # "below"/"above" table range
+
+    def to_dict(self) -> dict:
+        return {"macs": self.macs, "bytes_moved": dict(self.bytes_moved), "commands": dict(self.commands),
+                "saturations": dict(self.saturations), "saturated_values": sum(self.saturations.values()),
+                "lut_range_hits": dict(self.lut_range_hits)}
+
+
+@dataclass
+class Result:
+    memory: Memory
+    stats: Stats
+    trace: list[tuple[Unit, int]]          # (unit, index in its queue) in execution order
+
+
+@dataclass
+class _Access:
+    space: str
+    low: int
+    high: int          # exclusive
+    write: bool
+    unit: Unit
+    index: int
+    clock: tuple[int, ...]
+
+
+class _RaceDetector:
+    """Vector-clock happens-before check over byte intervals (strided DMA: the bounding interval)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, list[_Access]] = {}
+
+    def access(self, access: _Access) -> None:
+        records = self.records.setdefault(access.space, [])
+        for old in records:
+            if (old.unit != access.unit and (old.write or access.write) and old.low < access.high
+                    and access.low < old.high and old.clock[old.unit] > access.clock[old.unit]):
+                kinds = f"{'write' if old.write else 'read'} / {'write' if access.write else 'read'}"
+                raise HazardError(
+                    f"{access.unit.name}[{access.index}] and {old.unit.name}[{old.index}] are not ordered by "
+                    f"tokens but both access {access.space} [{max(old.low, access.low):#x}, "
+                    f"{min(old.high, access.high):#x}) ({kinds})")
+        if access.write:   # accesses this write covers and follows can no longer race with anything new
+            records[:] = [old for old in records
+                          if not (old.clock[old.unit] <= access.clock[old.unit]
+                                  and access.low <= old.low and old.high <= access.high)]
+        records.append(access)
+
+
+class _Executor:
+    def __init__(self, program: Program, memory: Memory, check_hazards: bool) -> None:
+        if memory.config != program.config:
+            raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
+                             f"the program for {program.config.config_hash()}")
+        self.program = program
+        self.config = program.config
+        self.memory = memory.copy()
+        self.stats = Stats()
+        self.races = _RaceDetector() if check_hazards else None
+        self.command: Command | None = None
+        self.where = ""
+        self.clock: tuple[int, ...] = ()
+
+    # --- memory access: every read and write of the interpreter goes through these two ------------------
+    def _span(self, space, field_name: str, address: int, nbytes: int, write: bool,
+              byte_address: bool = False) -> np.ndarray:
+        """Bounds-check and race-check a contiguous byte range; return a view of it. Addresses count the
+        buffer's units (int32 entries, parameter records) unless ``byte_address`` (DMA) says bytes."""
+        if space == DRAM:
+            array, start = self.memory.dram, address
+        else:
+            unit = 1 if byte_address else BUFFER_UNIT_BYTES[space]
+            array, start = self.memory.buffers[space], address * unit
+        if address < 0 or start + nbytes > array.size:
+            raise ExecutionError(f"{self.where}: field {field_name} = {address:#x}: access of {nbytes} bytes "
+                                 f"ends at byte {start + nbytes:#x}, beyond {_space_name(space)} "
+                                 f"({array.size:#x} bytes)")
+        self._record(space, start, start + nbytes, write)
+        return array[start:start + nbytes]
+
+    def _record(self, space, low: int, high: int, write: bool) -> None:
+        if self.races is not None and high > low:
+            self.races.access(_Access(_space_name(space), low, high, write, self.command.unit,
+                                      self.index, self.clock))
+
+    def _strided_dram(self, field_name: str, address: int, cmd: Command, write: bool) -> np.ndarray:
+        """Byte offsets [y][x][run bytes] of a strided DMA pattern in DRAM, bounds- and race-checked."""
+        run_bytes = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
+        offsets = (address + np.arange(cmd.y_size, dtype=np.int64)[:, None, None] * cmd.dram_y_stride
+                   + np.arange(cmd.x_size, dtype=np.int64)[None, :, None] * cmd.dram_x_stride
+                   + np.arange(run_bytes, dtype=np.int64)[None, None, :])
+        end = int(offsets.max()) + 1
+        if end > self.memory.dram.size:
+            raise ExecutionError(f"{self.where}: field {field_name} = {address:#x}: strided access reaches byte "
+                                 f"{end - 1:#x}, beyond DRAM ({self.memory.dram.size:#x} bytes)")
+        if write and np.unique(offsets).size != offsets.size:
+            raise ExecutionError(f"{self.where}: dram_y_stride = {cmd.dram_y_stride}, dram_x_stride = "
+                                 f"{cmd.dram_x_stride}: the store pattern writes some bytes twice")
+        self._record(DRAM, address, end, write)
+        return offsets
+
+    def _tensor(self, space, field_name: str, address: int, shape, dtype: DType | str, write=False) -> np.ndarray:
+        np_dtype = np.dtype(DTYPE_NUMPY[dtype] if isinstance(dtype, DType) else dtype)
+        nbytes = int(np.prod(shape)) * np_dtype.itemsize
+        return self._span(space, field_name, address, nbytes, write).view(np_dtype).reshape(shape)
+
+    def _write(self, space, field_name: str, address: int, values: np.ndarray, byte_address: bool = False) -> None:
+        data = np.ascontiguousarray(values)
+        span = self._span(space, field_name, address, data.nbytes, True, byte_address)
+        span[:] = data.reshape(-1).view(np.uint8)
+
+    # --- commands -----------------------------------------------------------------------------------
+    def execute(self, unit: Unit, index: int, command: Command, clock: tuple[int, ...]) -> None:
+        self.command, self.index, self.clock = command, index, clock
+        self.where = f"{unit.name}[{index}] {command.opcode.name}"
+        try:
+            getattr(self, "_" + command.opcode.name.lower())(command)
+        except ExecutionError:
+            raise
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ExecutionError(f"{self.where}: {exc}") from exc
+        self.stats.commands[unit.name] += 1
+
+    def _load(self, cmd: Command) -> None:
+        buffer = Buffer(cmd.buffer)
+        elem = DType(cmd.elem_type)
+        offsets = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=False)
+        data = self.memory.dram[offsets]
+        rows, cols = cmd.y_size + cmd.pad_top + cmd.pad_bottom, cmd.x_size + cmd.pad_left + cmd.pad_right
+        low, high = np.iinfo(np.dtype(DTYPE_NUMPY[elem])).min, np.iinfo(np.dtype(DTYPE_NUMPY[elem])).max
+        if not low <= cmd.pad_value <= high:
+            raise ExecutionError(f"{self.where}: field pad_value = {cmd.pad_value}: outside {elem.name} range")
+        padded = np.empty((rows, cols, cmd.run), DTYPE_NUMPY[elem])
+        padded[...] = cmd.pad_value
+        padded.view(np.uint8).reshape(rows, cols, -1)[
+            cmd.pad_top:cmd.pad_top + cmd.y_size, cmd.pad_left:cmd.pad_left + cmd.x_size] = data
+        self._write(buffer, "sram_addr", cmd.sram_addr, padded, byte_address=True)
+        self.stats.bytes_moved[f"DRAM->{buffer.name}"] += data.size
+
+    def _store(self, cmd: Command) -> None:
+        run_bytes = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
+        data = self._tensor(Buffer.OUT, "sram_addr", cmd.sram_addr, (cmd.y_size, cmd.x_size, run_bytes), "u1")
+        offsets = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=True)
+        self.memory.dram[offsets] = data
+        self.stats.bytes_moved["OUT->DRAM"] += data.size
+
+    def _conv(self, cmd: Command) -> None:
+        if cmd.in_c % cmd.groups or cmd.out_c % cmd.groups:
+            raise ExecutionError(f"{self.where}: field groups = {cmd.groups} must divide in_c = {cmd.in_c} "
+                                 f"and out_c = {cmd.out_c}")
+        group_c = cmd.in_c // cmd.groups
+        x = self._tensor(Buffer.ACT, "in_addr", cmd.in_addr, (cmd.in_h, cmd.in_w, cmd.in_c), DType(cmd.in_type))
+        w = self._tensor(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, (cmd.out_c, cmd.k_h, cmd.k_w, group_c), DType.INT8)
+        result = golden.conv2d(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), x_zero_point=cmd.in_zero_point,
+                               w_zero_point=cmd.w_zero_point, stride=(cmd.stride_h, cmd.stride_w),
+                               dilation=(cmd.dilation_h, cmd.dilation_w), groups=cmd.groups)
+        result = result[0].transpose(1, 2, 0)                     # [out_h][out_w][out_c]
+        if cmd.accumulate:
+            old = self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, result.shape, "<i4")
+            total = old.astype(np.int64) + result
+            info = np.iinfo(np.int32)
+            if total.min() < info.min or total.max() > info.max:
+                raise ExecutionError(f"{self.where}: accumulating overflows int32 "
+                                     f"(range {int(total.min())}..{int(total.max())})")
+            result = total.astype(np.int32)
+        self._write(Buffer.ACC, "acc_addr", cmd.acc_addr, result.astype("<i4"))
+        self.stats.macs += result.size * group_c * cmd.k_h * cmd.k_w
+
+    def _params(self, cmd: Command) -> np.ndarray:
+        records = self._tensor(Buffer.PARAM, "param_index", cmd.param_index, (cmd.channels,), PARAM_DTYPE)
+        if np.any(records["reserved"]):
+            raise ExecutionError(f"{self.where}: parameter record {cmd.param_index + int(np.argmax(records['reserved'] != 0))}"
+                                 " has non-zero reserved bits")
+        return records
+
+    def _requant(self, cmd: Command) -> None:
+        acc = self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (cmd.pixels, cmd.channels), "<i4")
+        p = self._params(cmd)
+        out_dtype = np.dtype(DTYPE_NUMPY[DType(cmd.out_type)])
+        common = dict(bias=p["bias"].astype(np.int64), out_zero_point=cmd.out_zero_point, qmin=cmd.qmin,
+                      qmax=cmd.qmax, channel_axis=1, out_dtype=out_dtype, return_saturated=True)
+        if cmd.mode == RequantMode.FLOAT32:
+            if cmd.leaky:
+                raise ExecutionError(f"{self.where}: field leaky = 1 is not supported in FLOAT32 mode")
+            out, saturated = golden.requantize_float32(acc.astype(np.int32), scale=p["scale"].astype(np.float32),
+                                                       **common)
+        else:
+            negative = (dict(negative_multiplier=p["negative_multiplier"].astype(np.int64),
+                             negative_shift=p["negative_shift"].astype(np.int64)) if cmd.leaky else {})
+            out, saturated = golden.requantize(acc.astype(np.int32), multiplier=p["multiplier"].astype(np.int64),
+                                               shift=p["shift"].astype(np.int64),
+                                               rounding=Rounding(cmd.rounding).name.lower(), **negative, **common)
+        self._write(Buffer.OUT, "out_addr", cmd.out_addr, out)
+        self.stats.saturations[self.where.split()[0]] = saturated
+
+    def _lut(self, cmd: Command) -> None:
+        raise NotImplementedError("LUT execution awaits sim.golden lut8/lut16")
+
+    def _pool(self, cmd: Command) -> None:
+        raise NotImplementedError("POOL execution awaits sim.golden max_pool2d/avg_pool2d")
+
+    def _eltwise(self, cmd: Command) -> None:
+        raise NotImplementedError("ELTWISE execution awaits sim.golden eltwise")
+
+    def _wdec(self, cmd: Command) -> None:
+        raise NotImplementedError("WDEC needs the weight codec's per-layer decode (codec.decode_layer), "
+                                  "which does not exist yet")
+
+    def _finish(self, cmd: Command) -> None:
+        pass
+
+
+def _space_name(space) -> str:
+    return space if isinstance(space, str) else space.name
+
+
+def run(program: Program, memory: Memory, *, seed: int | None = None, check_hazards: bool = True) -> Result:
+    """Execute ``program`` on a copy of ``memory``.
+
+    seed None: whenever several units are ready, the lowest-numbered unit runs (a fixed schedule);
+    otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering)."""
+    program.validate()
+    executor = _Executor(program, memory, check_hazards)
+    config = program.config
+    rng = random.Random(seed) if seed is not None else None
+    queues = program.queues
+    heads = {unit: 0 for unit in Unit}
+    tokens: dict[tuple[Unit, Unit], deque] = {(a, b): deque() for a in Unit for b in Unit if a != b}
+    unit_clock = {unit: (0,) * len(Unit) for unit in Unit}
+    trace: list[tuple[Unit, int]] = []
+
+    def remaining(unit: Unit) -> bool:
+        return heads[unit] < len(queues[unit])
+
+    def blocker(unit: Unit) -> str | None:
+        """Why the unit's head command cannot run now (None: it can)."""
+        command = queues[unit][heads[unit]]
+        for source in sorted(command.pop):
+            if not tokens[(source, unit)]:
+                return f"waits for a token {source.name}->{unit.name} (0 available)"
+        for target in sorted(command.push):
+            if len(tokens[(unit, target)]) >= config.queues.token_depth:
+                return (f"cannot push {unit.name}->{target.name}: token queue full "
+                        f"({config.queues.token_depth}/{config.queues.token_depth})")
+        if command.opcode == Opcode.FINISH:
+            busy = [u.name for u in Unit if u != unit and remaining(u)]
+            if busy:
+                return f"FINISH waits for queues {', '.join(busy)} to drain"
+        return None
+
+    while any(remaining(unit) for unit in Unit):
+        ready = [unit for unit in Unit if remaining(unit) and blocker(unit) is None]
+        if not ready:
+            stuck = "; ".join(f"{u.name}[{heads[u]}] {queues[u][heads[u]].opcode.name} {blocker(u)}"
+                              for u in Unit if remaining(u))
+            raise DeadlockError(f"deadlock after {len(trace)} commands: {stuck}")
+        unit = rng.choice(ready) if rng is not None else ready[0]
+        index = heads[unit]
+        command = queues[unit][index]
+        clock = list(unit_clock[unit])
+        for source in sorted(command.pop):
+            clock = [max(a, b) for a, b in zip(clock, tokens[(source, unit)].popleft())]
+        clock[unit] += 1
+        clock = tuple(clock)
+        executor.execute(unit, index, command, clock)
+        unit_clock[unit] = clock
+        for target in command.push:
+            tokens[(unit, target)].append(clock)
+        heads[unit] += 1
+        trace.append((unit, index))
+        if command.opcode == Opcode.FINISH:
+            left = {f"{a.name}->{b.name}": len(q) for (a, b), q in tokens.items() if q}
+            if left:
+                raise ExecutionError(f"{unit.name}[{index}] FINISH: unbalanced tokens left in queues {left}")
+    return Result(executor.memory, executor.stats, trace)
