@@ -1,0 +1,118 @@
+"""The LUT unit: direct 8-bit tables and interpolated 16-bit tables, plus the offline table builders.
+
+docs/arithmetic.md §6. Tables hold signed LUT_ENTRY_BITS entries.
+* lut8: 256 entries indexed by the raw input byte (int8 -1 is index 255), so the address needs no adder
+  and int8/uint8 share one path.
+* lut16: an int16 input, a table of 2**k + 1 entries covering [input_min, input_min + 2**(k + f)];
+  u = x - input_min, index u >> f, linear interpolation on the f low bits rounded half up; inputs
+  outside the covered range use the end entries (and are counted).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from sim.arch import LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT8_ENTRIES
+from sim.golden._checks import QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype, dtype_range
+from sim.golden.rounding import round_half_away, rounding_shift_right
+
+_INT16_MIN, _INT16_MAX = -(2 ** 15), 2 ** 15 - 1
+_MAX_INDEX_SHIFT = 16
+
+
+def lut8(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """table[raw byte of x] for int8/uint8 ``x``; output dtype = table dtype (int8, uint8 or int16)."""
+    check_array("x", x, (np.int8, np.uint8))
+    check_array("table", table, QUANT_DTYPES)
+    if table.shape != (LUT8_ENTRIES,):
+        raise ValueError(f"table must have shape ({LUT8_ENTRIES},), got {table.shape}")
+    return table[x.view(np.uint8)]
+
+
+def _table_index_bits(table: np.ndarray) -> int:
+    check_array("table", table, (np.int16,))
+    entries = table.shape[0] - 1 if table.ndim == 1 else 0
+    k = entries.bit_length() - 1
+    if table.ndim != 1 or entries < 1 or entries != 2 ** k or not LUT16_INDEX_BITS_MIN <= k <= LUT16_INDEX_BITS_MAX:
+        raise ValueError(f"table must be 1-D with 2**k + 1 entries, k in [{LUT16_INDEX_BITS_MIN}, "
+                         f"{LUT16_INDEX_BITS_MAX}], got shape {table.shape}")
+    return k
+
+
+def lut16(x: np.ndarray, table: np.ndarray, *, index_shift: int, input_min: int = _INT16_MIN,
+          out_dtype=np.int16, qmin=None, qmax=None, return_clipped: bool = False):
+    """Interpolated lookup of int16 ``x`` in an int16 table of 2**k + 1 entries.
+
+    u = clamp(x - input_min, 0, 2**(k + f)), i = u >> f, r = u & (2**f - 1),
+    y = T[i] + round_half_up((T[i+1] - T[i]) * r / 2**f), then clamped to [qmin, qmax] of ``out_dtype``.
+    ``return_clipped`` -> (out, number of inputs outside the table's range).
+    """
+    check_array("x", x, (np.int16,))
+    k = _table_index_bits(table)
+    f = check_int("index_shift", index_shift, 0, _MAX_INDEX_SHIFT)
+    input_min = check_int("input_min", input_min, _INT16_MIN, _INT16_MAX)
+    dtype = check_out_dtype("out_dtype", out_dtype)
+    lo, hi = dtype_range(dtype)
+    qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
+    top = 2 ** (k + f)
+    position = x.astype(np.int64) - input_min
+    outside = (position < 0) | (position > top)
+    position = np.clip(position, 0, top)
+    index = position >> f
+    fraction = position & (2 ** f - 1)
+    entries = table.astype(np.int64)
+    base = entries[index]
+    step = entries[np.minimum(index + 1, 2 ** k)] - base   # at index 2**k the fraction is 0
+    y = base + rounding_shift_right(step * fraction, f, "half_up")
+    out = np.clip(y, qmin, qmax).astype(dtype)
+    return (out, int(np.count_nonzero(outside))) if return_clipped else out
+
+
+def _quantize_outputs(func: Callable, real_inputs: np.ndarray, out_scale: float, out_zero_point: int,
+                      out_dtype) -> np.ndarray:
+    if not (np.isfinite(out_scale) and out_scale > 0):
+        raise ValueError(f"out_scale={out_scale!r} must be finite and positive")
+    lo, hi = dtype_range(out_dtype)
+    check_int("out_zero_point", out_zero_point, lo, hi)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # reported below instead
+        real_outputs = np.asarray(func(real_inputs), dtype=np.float64)
+    if real_outputs.shape != real_inputs.shape or not np.all(np.isfinite(real_outputs)):
+        raise ValueError("func must map the sample array to finite values of the same shape")
+    q = round_half_away(real_outputs / out_scale) + out_zero_point
+    return np.clip(q, lo, hi).astype(out_dtype)
+
+
+def build_lut8(func: Callable, *, in_scale: float, in_zero_point: int, in_dtype, out_scale: float,
+               out_zero_point: int, out_dtype) -> np.ndarray:
+    """Table for :func:`lut8`: entry[byte] = quantize(func(in_scale * (value(byte) - in_zero_point))).
+
+    func is evaluated in float64 on all 256 inputs; outputs round half away from zero and saturate.
+    """
+    in_dtype = check_out_dtype("in_dtype", in_dtype, (np.int8, np.uint8))
+    out_dtype = check_out_dtype("out_dtype", out_dtype)
+    check_int("in_zero_point", in_zero_point, *dtype_range(in_dtype))
+    if not (np.isfinite(in_scale) and in_scale > 0):
+        raise ValueError(f"in_scale={in_scale!r} must be finite and positive")
+    values = np.arange(LUT8_ENTRIES, dtype=np.uint8).view(in_dtype).astype(np.float64)
+    return _quantize_outputs(func, (values - in_zero_point) * in_scale, out_scale, out_zero_point, out_dtype)
+
+
+def build_lut16(func: Callable, *, in_scale: float, in_zero_point: int, out_scale: float, out_zero_point: int,
+                index_bits: int = 9, index_shift: int | None = None, input_min: int = _INT16_MIN,
+                out_dtype=np.int16) -> np.ndarray:
+    """Table for :func:`lut16`: 2**k + 1 samples at x_j = input_min + j * 2**f, j = 0 .. 2**k.
+
+    Default f = 16 - k covers the whole int16 range. Entries are quantized to ``out_dtype`` and stored
+    as int16 (LUT_ENTRY_BITS).
+    """
+    k = check_int("index_bits", index_bits, LUT16_INDEX_BITS_MIN, LUT16_INDEX_BITS_MAX)
+    f = check_int("index_shift", 16 - k if index_shift is None else index_shift, 0, _MAX_INDEX_SHIFT)
+    input_min = check_int("input_min", input_min, _INT16_MIN, _INT16_MAX)
+    check_int("in_zero_point", in_zero_point, _INT16_MIN, _INT16_MAX)
+    out_dtype = check_out_dtype("out_dtype", out_dtype)
+    if not (np.isfinite(in_scale) and in_scale > 0):
+        raise ValueError(f"in_scale={in_scale!r} must be finite and positive")
+    samples = input_min + np.arange(2 ** k + 1, dtype=np.float64) * 2.0 ** f
+    table = _quantize_outputs(func, (samples - in_zero_point) * in_scale, out_scale, out_zero_point, out_dtype)
+    return table.astype(np.int16)

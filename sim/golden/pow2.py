@@ -1,0 +1,60 @@
+"""Seed 002 (shift-quantization patent) expressed on the requantizer: offline helpers.
+
+docs/arithmetic.md §5. A value is q * 2**(-e) with a per-layer exponent e. The patent's forward step
+(S620-S640: ReLU, saturate to +-QUAN * 2**s, arithmetic shift by s, keep the low 8 bits) is exactly
+``requantize(acc, bias=b, **pow2_requant_params(...))``: M = 1, N = s, rounding "floor",
+out_zero_point 0, clamp [-QUAN or 0, QUAN]; a negative s becomes M = 2**-s, N = 0.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sim.arch import BIAS_BITS, MULTIPLIER_BITS
+from sim.golden._checks import check_int
+from sim.golden.rounding import round_half_away
+
+#: QUAN of the patent's embodiment: 8-bit features, 7-bit kernels (S002 [0069], L400-404).
+FEATURE_QUAN, KERNEL_QUAN = 127, 63
+
+
+def pow2_scale_exponent(abs_max: float, quan: int) -> int:
+    """Formula (1), S002 L100-104: e = round(log2(QUAN / abs_max)), ties away from zero."""
+    quan = check_int("quan", quan, 1)
+    if not (np.isfinite(abs_max) and abs_max > 0):
+        raise ValueError(f"abs_max={abs_max!r} must be finite and positive")
+    return int(round_half_away(np.log2(quan / float(abs_max))))
+
+
+def pow2_quantize(values, exponent: int, quan: int | None) -> np.ndarray:
+    """Formula (2), S002 L149: q = round(v * 2**e), ties away from zero, then clamped to [-QUAN, QUAN].
+
+    ``quan=None`` is the int32 bias (S002 L482): no clamp, but it must fit BIAS_BITS (ValueError).
+    The clamp resolves A2-3 (the patent's 255 -> 128 and 7-bit weights up to +-89). Returns int32.
+    """
+    exponent = check_int("exponent", exponent)
+    q = round_half_away(np.ldexp(np.asarray(values, dtype=np.float64), exponent))
+    if quan is None:
+        limit = 2 ** (BIAS_BITS - 1)
+        if q.size and (q.min() < -limit or q.max() > limit - 1):
+            raise ValueError(f"quantized bias {int(q[np.abs(q).argmax()])} does not fit int{BIAS_BITS}")
+    else:
+        quan = check_int("quan", quan, 1, 2 ** (BIAS_BITS - 1) - 1)
+        q = np.clip(q, -quan, quan)
+    return q.astype(np.int32)
+
+
+def pow2_requant_params(feature_in_exponent: int, kernel_exponent: int, feature_out_exponent: int, *,
+                        quan: int = FEATURE_QUAN, relu: bool = False) -> dict:
+    """Keyword arguments for :func:`requantize` that perform S002 S620-S640 for one layer.
+
+    s = scale_feature[i-1] + scale_kernel[i] - scale_feature[i] (L582). s >= 0: M = 1, N = s.
+    s < 0 (A2-4, a left shift): M = 2**-s, N = 0, exact while -s <= MULTIPLIER_BITS - 1.
+    """
+    shift = (check_int("feature_in_exponent", feature_in_exponent) + check_int("kernel_exponent", kernel_exponent)
+             - check_int("feature_out_exponent", feature_out_exponent))
+    quan = check_int("quan", quan, 1, 2 ** 15 - 1)
+    if shift < -(MULTIPLIER_BITS - 1):
+        raise ValueError(f"layer shift s={shift} needs a left shift by {-shift} > {MULTIPLIER_BITS - 1} bits")
+    multiplier, right = (1, shift) if shift >= 0 else (2 ** -shift, 0)
+    return {"multiplier": multiplier, "shift": right, "rounding": "floor", "out_zero_point": 0,
+            "qmin": 0 if relu else -quan, "qmax": quan}
