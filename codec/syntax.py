@@ -24,6 +24,7 @@ from .errors import CodecError, error_context
 MAX_CBOOK_SIZE = 31          # MaxCbookSize, 10.5.6 [L21140-21247]
 MAX_PREDICTOR_SIZE = 64      # MaxPredictorSize, 10.5.6
 MIN_CU3D_SIZE = 8            # 10.1 [L17310-17314]
+CTU_SIZES = (64, 32, 16, 8)  # maxCtu3dWidth3d by max_ctu3d_idx, 10.3.3 [L19355-19387]
 SCAN_CK, SCAN_KC = 0, 1      # sublayer_scan_order
 TREES = ("octree", "unitree", "tagtree", "uni_tagtree")
 # (cu3d_map_mode, uni_mode or tag_mode) of each tree type (Table 329; 10.3.8)
@@ -89,7 +90,7 @@ def step_size(cmaxw: int, bitdepth: int, integer_input: int, one_d: bool) -> np.
 
 def ctu_size_from_idx(max_ctu3d_idx: int) -> int:
     """maxCtu3dWidth3d = maxCtu3dHeight3d per 10.3.3 [L19355-19387]."""
-    return 64 >> max_ctu3d_idx
+    return CTU_SIZES[max_ctu3d_idx]
 
 
 def tree_shapes(zdepth: int, height: int, width: int, planar: bool) -> list[tuple[int, int, int]]:
