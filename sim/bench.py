@@ -12,7 +12,9 @@ import json
 import platform
 import sys
 
-BENCHMARKS: dict[str, str] = {}
+BENCHMARKS: dict[str, str] = {
+    "golden": "sim.bench_golden",
+}
 
 
 def run_benchmark(name: str) -> dict:

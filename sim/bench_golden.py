@@ -1,0 +1,93 @@
+"""`aipu bench golden`: golden conv2d (accumulate + requant) throughput next to onnxruntime's QLinearConv.
+
+Both run on one thread in the same process (OpenBLAS limited with threadpoolctl; ORT with
+intra/inter-op threads = 1) on ResNet-18 layer shapes, batch 1, int8 activations and weights.
+Each measurement is the best of several repetitions; the outputs are checked to be identical
+(the golden float32 requant mode is bit-exact to ORT), so the timing compares equal work.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+# (name, C, H, K, kernel, stride, pad): input [1, C, H, H], weights [K, C, kernel, kernel]
+RESNET18_SHAPES = (
+    ("stem7x7_224", 3, 224, 64, 7, 2, 3),
+    ("conv3x3_56x56x64", 64, 56, 64, 3, 1, 1),
+    ("conv3x3_s2_56to28x128", 64, 56, 128, 3, 2, 1),
+    ("conv3x3_28x28x128", 128, 28, 128, 3, 1, 1),
+    ("down1x1_s2_28to14x256", 128, 28, 256, 1, 2, 0),
+    ("conv3x3_14x14x256", 256, 14, 256, 3, 1, 1),
+    ("conv3x3_7x7x512", 512, 7, 512, 3, 1, 1),
+)
+X_SCALE, Y_SCALE, X_ZP, Y_ZP = 0.05, 0.1, 3, -2
+
+
+def _qlinearconv_session(w: np.ndarray, w_scale: np.ndarray, bias: np.ndarray, stride: int, pad: int):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.asarray(v, dtype=d), name) for name, v, d in [
+        ("xs", X_SCALE, np.float32), ("xz", X_ZP, np.int8), ("w", w, np.int8), ("ws", w_scale, np.float32),
+        ("wz", 0, np.int8), ("ys", Y_SCALE, np.float32), ("yz", Y_ZP, np.int8), ("b", bias, np.int32)]]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
+                            strides=[stride, stride], pads=[pad] * 4)
+    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.INT8, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 9  # onnxruntime refuses the newer IR the onnx package writes by default
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _best_seconds(func, budget: float = 0.6, max_reps: int = 20) -> float:
+    func()  # warm-up
+    best, spent, reps = math.inf, 0.0, 0
+    while reps < 3 or (spent < budget and reps < max_reps):
+        start = time.perf_counter()
+        func()
+        elapsed = time.perf_counter() - start
+        best, spent, reps = min(best, elapsed), spent + elapsed, reps + 1
+    return best
+
+
+def run() -> dict:
+    from threadpoolctl import threadpool_limits
+
+    from sim.golden import conv2d, onnx_requant_scale, requantize_float32
+
+    rng = np.random.default_rng(0)
+    rows, ratios = [], []
+    with threadpool_limits(limits=1):
+        for name, c, h, k, kernel, stride, pad in RESNET18_SHAPES:
+            x = rng.integers(-128, 128, (1, c, h, h), dtype=np.int8)
+            w = rng.integers(-127, 128, (k, c, kernel, kernel), dtype=np.int8)
+            w_scale = rng.uniform(1e-3, 4e-3, k).astype(np.float32)
+            bias = rng.integers(-5000, 5000, k).astype(np.int32)
+            scale = onnx_requant_scale(X_SCALE, w_scale, Y_SCALE)
+
+            def golden():
+                acc = conv2d(x, w, x_zero_point=X_ZP, stride=(stride, stride), padding=(pad,) * 4)
+                return requantize_float32(acc, bias=bias, scale=scale, out_zero_point=Y_ZP)
+
+            session = _qlinearconv_session(w, w_scale, bias, stride, pad)
+
+            def onnxruntime():
+                return session.run(None, {"x": x})[0]
+
+            y_golden, y_ort = golden(), onnxruntime()
+            if not np.array_equal(y_golden, y_ort):
+                raise AssertionError(f"{name}: golden and onnxruntime disagree on "
+                                     f"{int(np.count_nonzero(y_golden != y_ort))} outputs")
+            macs = k * c * kernel * kernel * y_ort.shape[2] * y_ort.shape[3]
+            t_golden, t_ort = _best_seconds(golden), _best_seconds(onnxruntime)
+            ratios.append(t_golden / t_ort)
+            rows.append({"shape": name, "macs": macs, "golden_ms": round(t_golden * 1e3, 3),
+                         "ort_ms": round(t_ort * 1e3, 3), "golden_gmacs": round(macs / t_golden / 1e9, 2),
+                         "ort_gmacs": round(macs / t_ort / 1e9, 2), "golden_over_ort": round(t_golden / t_ort, 2)})
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return {"threads": 1, "layers": rows, "geomean_golden_over_ort": round(geomean, 2), "goal_max_ratio": 3.0}
