@@ -274,10 +274,14 @@ class PoolMode(IntEnum):
 
 
 class EltwiseOp(IntEnum):
+    """Names are the golden model's op strings in upper case (RESCALE: golden concat of one input)."""
+
     ADD = 0
     SUB = 1
-    MUL = 2
-    RESCALE = 3       # one operand requantized into the output scale (concat branches)
+    MAX = 2
+    MIN = 3
+    MUL = 4           # one multiplier/shift pair (operand a's fields); b's must be 0
+    RESCALE = 5       # operand a requantized into the output scale: one concat branch
 
 
 @dataclass(frozen=True)
@@ -438,25 +442,32 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
          Field("leaky", 1, "NATIVE: 1 = negative sums use the record's negative multiplier/shift"))),
     CommandSpec(
         Opcode.LUT, Unit.LUT, "table-lookup activation on a vector of elements",
-        "x = src_buf[src_addr] as count elements of in_type\n"
-        "OUT[dst_addr] = lut8(x, LUT[table_addr])                    if mode == DIRECT8\n"
-        "OUT[dst_addr] = lut16(x, LUT[table_addr], table_log2)       if mode == INTERP16",
+        "x = src_buf[src_addr] as count elements of in_type; T = LUT[table_addr] as int16 entries\n"
+        "DIRECT8  (in_type INT8/UINT8): OUT[dst_addr] = T[raw byte of x] as out_type (256 entries)\n"
+        "INTERP16 (in_type INT16): u = clamp(x - input_min, 0, 2^(table_log2+index_shift)),\n"
+        "    i = u >> index_shift, OUT[dst_addr] = clamp(T[i] + round((T[i+1]-T[i]) * frac / 2^index_shift),\n"
+        "    qmin, qmax) as out_type   (2^table_log2 + 1 entries)",
         (Field("src_buf", 3, "source buffer", choices=VECTOR_SOURCE_BUFFERS),
          Field("src_addr", "sram_addr_bits", "source byte address"),
-         Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer"),
+         Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer (may equal the source)"),
          *_dims(("count", "elements"), bits=COUNT_BITS),
          Field("mode", 1, "lookup mode", choices=LutMode),
          Field("in_type", **_DTYPE, meaning="input element type"),
-         Field("out_type", **_DTYPE, meaning="table entry and output element type"),
+         Field("out_type", **_DTYPE, meaning="output element type (table entries must fit it)"),
          Field("table_addr", "lut_addr_bits", "table byte address in the LUT memory"),
-         Field("table_log2", 4, "INTERP16: table has 2^table_log2 + 1 entries "
-               f"({LUT16_INDEX_BITS_MIN}..{LUT16_INDEX_BITS_MAX}); DIRECT8: must be 0",
-               maximum=LUT16_INDEX_BITS_MAX))),
+         Field("table_log2", 4, f"INTERP16: table of 2^table_log2 + 1 entries ({LUT16_INDEX_BITS_MIN}.."
+               f"{LUT16_INDEX_BITS_MAX}); DIRECT8: 0", maximum=LUT16_INDEX_BITS_MAX),
+         Field("index_shift", 5, "INTERP16: input LSBs interpolated between entries", maximum=16),
+         Field("input_min", ZERO_POINT_BITS, "INTERP16: input value of the first entry", signed=True),
+         Field("qmin", ZERO_POINT_BITS, "INTERP16: lower clamp bound", signed=True),
+         Field("qmax", ZERO_POINT_BITS, "INTERP16: upper clamp bound", signed=True))),
     CommandSpec(
         Opcode.POOL, Unit.POOL, "max or average pooling of an [in_h][in_w][channels] tile",
-        "x = src_buf[src_addr] as [in_h][in_w][channels] dtype (padding already applied by LOAD)\n"
-        "OUT[dst_addr] = max_pool2d(x, kernel, stride)                               if mode == MAX\n"
-        "OUT[dst_addr] = avg_pool2d(x, kernel, stride, multiplier, shift, rounding)  if mode == AVG",
+        "x = src_buf[src_addr] as [in_h][in_w][channels] dtype\n"
+        "OUT[dst_addr] = max_pool2d(x, kernel, stride, padding, dilation)                     if mode == MAX\n"
+        "OUT[dst_addr] = avg_pool2d(x, kernel, stride, padding, count_include_pad, zero_point, rounding)\n"
+        "                                                                                     if mode == AVG\n"
+        "output layout [out_h][out_w][channels]",
         (Field("src_buf", 3, "source buffer", choices=VECTOR_SOURCE_BUFFERS),
          Field("src_addr", "sram_addr_bits", "source byte address"),
          Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer"),
@@ -464,30 +475,35 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
          Field("dtype", **_DTYPE, meaning="element type of input and output"),
          Field("mode", 1, "pooling mode", choices=PoolMode),
          *_dims(("k_h", "window rows"), ("k_w", "window columns"), bits=KERNEL_BITS),
-         *_dims(("stride_h", "vertical stride"), ("stride_w", "horizontal stride"), bits=STEP_BITS),
-         *_requant_fields("", "1/window (AVG)"),
-         Field("rounding", 2, "rounding of the AVG shift", choices=Rounding))),
+         *_dims(("stride_h", "vertical stride"), ("stride_w", "horizontal stride"),
+                ("dilation_h", "vertical dilation (MAX)"), ("dilation_w", "horizontal dilation (MAX)"),
+                bits=STEP_BITS),
+         Field("pad_top", PAD_BITS, "padding rows before"), Field("pad_left", PAD_BITS, "padding columns before"),
+         Field("pad_bottom", PAD_BITS, "padding rows after"), Field("pad_right", PAD_BITS, "padding columns after"),
+         Field("count_include_pad", 1, "AVG: 1 = divide by the full window, 0 = by the taps inside"),
+         Field("zero_point", ZERO_POINT_BITS, "AVG: input (= output) zero point", signed=True),
+         Field("rounding", 2, "AVG: rounding of the division", choices=Rounding))),
     CommandSpec(
-        Opcode.ELTWISE, Unit.POOL, "element-wise add/sub/mul of two rescaled operands, or a single rescale",
-        "a = src_a[a_addr] as count a_type; b likewise (unused by RESCALE: its fields must be 0)\n"
-        "OUT[dst_addr] = eltwise(op, a - a_zero_point, b - b_zero_point, a_multiplier, b_multiplier, shift,\n"
-        "                        rounding, out_zero_point, clamp [qmin, qmax]) as out_type",
-        (Field("op", 2, "operation", choices=EltwiseOp),
+        Opcode.ELTWISE, Unit.POOL, "element-wise add/sub/max/min/mul of two rescaled operands, or one rescale",
+        "a = a_buf[a_addr] as count a_type; b likewise (RESCALE ignores b: its fields must be 0)\n"
+        "ADD/SUB/MAX/MIN: OUT[dst_addr] = eltwise(op, a, b, (a_multiplier, b_multiplier), (a_shift, b_shift),\n"
+        "                 zero points, rounding, out_zero_point, clamp [qmin, qmax]) as out_type\n"
+        "MUL: one multiplier/shift (a_*); RESCALE: concat branch round((a - a_zero_point) * M / 2^N) + zp_out",
+        (Field("op", 3, "operation", choices=EltwiseOp),
          Field("a_buf", 3, "operand a buffer", choices=VECTOR_SOURCE_BUFFERS),
          Field("a_addr", "sram_addr_bits", "operand a byte address"),
          Field("b_buf", 3, "operand b buffer", choices=VECTOR_SOURCE_BUFFERS),
          Field("b_addr", "sram_addr_bits", "operand b byte address"),
          Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer"),
          *_dims(("count", "elements"), bits=COUNT_BITS),
-         Field("a_type", **_DTYPE, meaning="operand a type"),
-         Field("b_type", **_DTYPE, meaning="operand b type"),
+         Field("a_type", 2, "operand a type", choices=(DType.INT8, DType.UINT8)),
+         Field("b_type", 2, "operand b type", choices=(DType.INT8, DType.UINT8)),
          Field("out_type", **_DTYPE, meaning="output type"),
-         Field("a_zero_point", ZERO_POINT_BITS, "operand a zero point", signed=True),
-         Field("b_zero_point", ZERO_POINT_BITS, "operand b zero point", signed=True),
+         Field("a_zero_point", MAC_OPERAND_BITS, "operand a zero point", signed=True),
+         Field("b_zero_point", MAC_OPERAND_BITS, "operand b zero point", signed=True),
          Field("out_zero_point", ZERO_POINT_BITS, "output zero point", signed=True),
-         Field("a_multiplier", MULTIPLIER_BITS, "multiplier of operand a"),
-         Field("b_multiplier", MULTIPLIER_BITS, "multiplier of operand b"),
-         Field("shift", SHIFT_BITS, "common right shift", maximum=SHIFT_MAX),
+         *_requant_fields("a_", "operand a (MUL: of the product)"),
+         *_requant_fields("b_", "operand b"),
          Field("rounding", 2, "rounding of the shift", choices=Rounding),
          Field("qmin", ZERO_POINT_BITS, "lower clamp bound", signed=True),
          Field("qmax", ZERO_POINT_BITS, "upper clamp bound", signed=True))),

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim import golden
-from sim.arch import (BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, PARAM_RECORD, Buffer, DType, HardwareConfig,
-                      LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit, EltwiseOp)
+from sim.arch import (BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, PARAM_RECORD, Buffer, DType,
+                      EltwiseOp, HardwareConfig, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit)
 from sim.program import Command, Program
 
 PARAM_DTYPE = np.dtype([(name, code) for name, code, _ in PARAM_RECORD])
@@ -70,12 +70,12 @@ class Stats:
     bytes_moved: Counter = field(default_factory=Counter)
     commands: Counter = field(default_factory=Counter)          # unit name -> commands executed
     saturations: dict[str, int] = field(default_factory=dict)   # "REQUANT[3]" -> clamped values
-    lut_range_hits: Counter = field(default_factory=Counter)    # "below"/"above" table range
+    lut_out_of_range: dict[str, int] = field(default_factory=dict)  # "LUT[2]" -> inputs outside the table
 
     def to_dict(self) -> dict:
         return {"macs": self.macs, "bytes_moved": dict(self.bytes_moved), "commands": dict(self.commands),
                 "saturations": dict(self.saturations), "saturated_values": sum(self.saturations.values()),
-                "lut_range_hits": dict(self.lut_range_hits)}
+                "lut_out_of_range": dict(self.lut_out_of_range)}
 
 
 @dataclass
@@ -184,7 +184,8 @@ class _Executor:
     # --- commands -----------------------------------------------------------------------------------
     def execute(self, unit: Unit, index: int, command: Command, clock: tuple[int, ...]) -> None:
         self.command, self.index, self.clock = command, index, clock
-        self.where = f"{unit.name}[{index}] {command.opcode.name}"
+        self.label = f"{unit.name}[{index}]"
+        self.where = f"{self.label} {command.opcode.name}"
         try:
             getattr(self, "_" + command.opcode.name.lower())(command)
         except ExecutionError:
@@ -263,23 +264,101 @@ class _Executor:
                                                shift=p["shift"].astype(np.int64),
                                                rounding=Rounding(cmd.rounding).name.lower(), **negative, **common)
         self._write(Buffer.OUT, "out_addr", cmd.out_addr, out)
-        self.stats.saturations[self.where.split()[0]] = saturated
+        self.stats.saturations[self.label] = saturated
 
     def _lut(self, cmd: Command) -> None:
-        raise NotImplementedError("LUT execution awaits sim.golden lut8/lut16")
+        in_type, out_type = DType(cmd.in_type), DType(cmd.out_type)
+        x = self._tensor(Buffer(cmd.src_buf), "src_addr", cmd.src_addr, (cmd.count,), in_type)
+        out_dtype = np.dtype(DTYPE_NUMPY[out_type])
+        if cmd.mode == LutMode.DIRECT8:
+            if cmd.table_log2 or cmd.index_shift or cmd.input_min or cmd.qmin or cmd.qmax:
+                raise ExecutionError(f"{self.where}: DIRECT8 takes no table_log2/index_shift/input_min/qmin/qmax "
+                                     "(they must be 0)")
+            entries = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, (LUT8_ENTRIES,), "<i2")
+            info = np.iinfo(out_dtype)
+            if entries.min() < info.min or entries.max() > info.max:
+                raise ExecutionError(f"{self.where}: table entries {int(entries.min())}..{int(entries.max())} "
+                                     f"do not fit out_type {out_type.name}")
+            out = golden.lut8(x.copy(), entries.astype(out_dtype))
+        else:
+            table = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, ((1 << cmd.table_log2) + 1,), "<i2")
+            out, outside = golden.lut16(x.copy(), table.astype(np.int16), index_shift=cmd.index_shift,
+                                        input_min=cmd.input_min, out_dtype=out_dtype, qmin=cmd.qmin,
+                                        qmax=cmd.qmax, return_clipped=True)
+            self.stats.lut_out_of_range[self.label] = outside
+        self._write(Buffer.OUT, "dst_addr", cmd.dst_addr, out)
 
     def _pool(self, cmd: Command) -> None:
-        raise NotImplementedError("POOL execution awaits sim.golden max_pool2d/avg_pool2d")
+        dtype = DType(cmd.dtype)
+        x = self._tensor(Buffer(cmd.src_buf), "src_addr", cmd.src_addr, (cmd.in_h, cmd.in_w, cmd.channels), dtype)
+        nchw = x.transpose(2, 0, 1)[None]
+        geometry = dict(stride=(cmd.stride_h, cmd.stride_w),
+                        padding=(cmd.pad_top, cmd.pad_left, cmd.pad_bottom, cmd.pad_right))
+        if cmd.mode == PoolMode.MAX:
+            if cmd.count_include_pad or cmd.zero_point:
+                raise ExecutionError(f"{self.where}: MAX takes no count_include_pad/zero_point (they must be 0)")
+            out = golden.max_pool2d(nchw, (cmd.k_h, cmd.k_w), dilation=(cmd.dilation_h, cmd.dilation_w), **geometry)
+        else:
+            if (cmd.dilation_h, cmd.dilation_w) != (1, 1):
+                raise ExecutionError(f"{self.where}: AVG pooling has no dilation (dilation_h/w must be 1)")
+            out = golden.avg_pool2d(nchw, (cmd.k_h, cmd.k_w), count_include_pad=bool(cmd.count_include_pad),
+                                    x_zero_point=cmd.zero_point, rounding=Rounding(cmd.rounding).name.lower(),
+                                    **geometry)
+        self._write(Buffer.OUT, "dst_addr", cmd.dst_addr, out[0].transpose(1, 2, 0))
 
     def _eltwise(self, cmd: Command) -> None:
-        raise NotImplementedError("ELTWISE execution awaits sim.golden eltwise")
+        op = EltwiseOp(cmd.op)
+        a = self._tensor(Buffer(cmd.a_buf), "a_addr", cmd.a_addr, (cmd.count,), DType(cmd.a_type))
+        common = dict(out_zero_point=cmd.out_zero_point, qmin=cmd.qmin, qmax=cmd.qmax,
+                      out_dtype=np.dtype(DTYPE_NUMPY[DType(cmd.out_type)]),
+                      rounding=Rounding(cmd.rounding).name.lower())
+        unused = {EltwiseOp.MUL: ("b_multiplier", "b_shift"),
+                  EltwiseOp.RESCALE: ("b_buf", "b_addr", "b_type", "b_zero_point", "b_multiplier", "b_shift")}
+        for name in unused.get(op, ()):
+            if cmd.args[name]:
+                raise ExecutionError(f"{self.where}: field {name} = {cmd.args[name]} must be 0 for {op.name}")
+        if op == EltwiseOp.RESCALE:
+            out = golden.concat([a.copy()], axis=0, zero_points=[cmd.a_zero_point], multipliers=[cmd.a_multiplier],
+                                shifts=[cmd.a_shift], **common)
+            saturated = None
+        else:
+            b = self._tensor(Buffer(cmd.b_buf), "b_addr", cmd.b_addr, (cmd.count,), DType(cmd.b_type))
+            scale = (dict(multiplier=cmd.a_multiplier, shift=cmd.a_shift) if op == EltwiseOp.MUL else
+                     dict(multiplier=(cmd.a_multiplier, cmd.b_multiplier), shift=(cmd.a_shift, cmd.b_shift)))
+            out, saturated = golden.eltwise(a.copy(), b.copy(), op.name.lower(), a_zero_point=cmd.a_zero_point,
+                                            b_zero_point=cmd.b_zero_point, return_saturated=True, **scale, **common)
+        self._write(Buffer.OUT, "dst_addr", cmd.dst_addr, out)
+        if saturated is not None:
+            self.stats.saturations[self.label] = saturated
 
     def _wdec(self, cmd: Command) -> None:
-        raise NotImplementedError("WDEC needs the weight codec's per-layer decode (codec.decode_layer), "
-                                  "which does not exist yet")
+        stream = self._span(DRAM, "dram_addr", cmd.dram_addr, cmd.length, False).tobytes()
+        shape = (cmd.out_c, cmd.in_c, cmd.k_h, cmd.k_w)
+        weights = decode_weight_stream(stream, shape)
+        self._write(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, weights.transpose(0, 2, 3, 1), byte_address=True)
+        self.stats.bytes_moved["DRAM->WDEC"] += cmd.length
+        self.stats.bytes_moved["WDEC->WEIGHT"] += weights.size
 
     def _finish(self, cmd: Command) -> None:
         pass
+
+
+def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:
+    """WDEC's decoder: one layer's bare nnc() stream of an integer [O, I, KH, KW] weight tensor, decoded by
+    the codec's per-layer decode; returns int8 (values outside int8 or non-integer levels are errors)."""
+    from codec.api import DEFAULT_LIMITS, LayerInfo, _decode_layer_stream
+    from codec.errors import CodecError
+
+    info = LayerInfo(name="WDEC", offset=0, length=len(stream),
+                     tensors=[{"name": "weight", "dtype": "float64", "shape": list(shape), "role": "weight"}])
+    try:
+        values = _decode_layer_stream(stream, 0, info, DEFAULT_LIMITS)["weight"]
+    except CodecError as exc:
+        raise ValueError(f"weight stream does not decode: {exc}") from None
+    info8 = np.iinfo(np.int8)
+    if values.size and (np.any(values != np.round(values)) or values.min() < info8.min or values.max() > info8.max):
+        raise ValueError(f"decoded weights {values.min()}..{values.max()} are not int8 levels")
+    return values.astype(np.int8)
 
 
 def _space_name(space) -> str:
