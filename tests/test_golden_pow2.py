@@ -33,6 +33,9 @@ def test_spec_chain_1_6():
                       "qmin": -127, "qmax": 127}
     acc = np.array([100 * 31 + 19 * -13 + 127 * 77, -(100 * 31 + 19 * -13 + 127 * 77) - 128], dtype=np.int32)
     assert requantize(acc, bias=64, channel_axis=0, **params).tolist() == [99, -100]
+    # With our clamped kernel [31, -13, 63]: 3100 - 247 + 8001 + 64 = 10918, 10918 >> 7 = 85 (85.3)
+    clamped = np.array([100 * 31 + 19 * -13 + 127 * 63], dtype=np.int32)
+    assert requantize(clamped, bias=64, channel_axis=0, **params).tolist() == [85]
 
 
 def patent_literal(acc: int, s: int, quan: int, relu: bool) -> int:

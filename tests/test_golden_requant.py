@@ -84,7 +84,20 @@ def test_quantize_multiplier_error_bound(scale):
     m, n = quantize_multiplier(scale)
     assert 0 < m < 2 ** MULTIPLIER_BITS and 0 <= n <= SHIFT_MAX
     error = abs(Fraction(m, 2 ** n) - Fraction(scale)) / Fraction(scale)
-    assert error <= Fraction(1, 2 ** MULTIPLIER_BITS - 1)
+    assert error <= Fraction(1, 2 ** MULTIPLIER_BITS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=1, max_size=30), st.floats(2.0 ** -30, 2.0 ** -8),
+       st.sampled_from(["half_up", "half_to_even", "half_away_from_zero"]))
+def test_native_within_one_lsb_of_float32_mode(values, scale, rounding):
+    # docs/arithmetic.md section 4.4: relative error <= 2**-16 moves |y| < 2**15 by < 0.5 before rounding
+    scale32 = np.float32(scale)
+    m, n = quantize_multiplier(float(scale32))
+    acc = np.array(values, dtype=np.int32)
+    native = requantize(acc, multiplier=m, shift=n, rounding=rounding, out_dtype=np.int16, channel_axis=0)
+    fp32 = requantize_float32(acc, scale=scale32, out_dtype=np.int16, channel_axis=0)
+    assert np.max(np.abs(native.astype(np.int64) - fp32)) <= 1
 
 
 def tflite_literal(x: int, qm: int, shift: int) -> int:
