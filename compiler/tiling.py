@@ -331,11 +331,17 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
     x = rng.integers(info.min, info.max + 1, size=(1, c, h, w)).astype(x_dtype)
     wgt = rng.integers(-128, 128, size=(k, c // groups, kh, kw)).astype(np.int8)
     out_type = DType(int(rng.choice([DType.INT8, DType.UINT8, DType.INT16])))
-    scale_bits = int(rng.integers(8, 20))
-    return ConvLayer(
-        x=x, w=wgt, bias=rng.integers(-5000, 5000, size=k).astype(np.int32),
-        multiplier=rng.integers(1, 2 ** MULTIPLIER_BITS, size=k), shift=rng.integers(scale_bits, scale_bits + 8, size=k),
-        x_zero_point=int(rng.integers(info.min, info.max + 1)), w_zero_point=int(rng.integers(-8, 9)),
-        out_zero_point=int(rng.integers(-10, 11)) if out_type != DType.UINT8 else int(rng.integers(0, 50)),
-        out_type=out_type, rounding=Rounding(int(rng.integers(len(Rounding)))), stride=stride,
-        padding=padding, dilation=dilation, groups=groups)
+    layer = ConvLayer(x=x, w=wgt, bias=rng.integers(-5000, 5000, size=k).astype(np.int32),
+                      multiplier=rng.integers(2 ** (MULTIPLIER_BITS - 2), 2 ** MULTIPLIER_BITS, size=k),
+                      shift=np.zeros(k, np.int64), x_zero_point=int(rng.integers(info.min, info.max + 1)),
+                      w_zero_point=int(rng.integers(-8, 9)), out_type=out_type,
+                      rounding=Rounding(int(rng.integers(len(Rounding)))), stride=stride, padding=padding,
+                      dilation=dilation, groups=groups)
+    # Shifts that map each channel's largest |acc + bias| to about half the output range, so outputs
+    # spread over the range and only the tails saturate.
+    total = np.abs(layer.conv_golden()[0].astype(np.int64) + layer.bias[:, None, None]).reshape(k, -1).max(axis=1)
+    half_range = (np.iinfo(layer.out_dtype).max - np.iinfo(layer.out_dtype).min) // 4
+    wanted = np.log2(np.maximum(total, 1) * layer.multiplier / half_range)
+    layer.shift = np.clip(np.ceil(wanted), 0, SHIFT_MAX).astype(np.int64)
+    layer.out_zero_point = int(rng.integers(0, 50)) if out_type == DType.UINT8 else int(rng.integers(-10, 11))
+    return layer
