@@ -35,7 +35,9 @@ LUT16_INDEX_BITS_MAX = 10
 # Everything below is owned by the command-format work: the configurable machine and the declarative
 # command set. Widths that depend on the configuration (addresses) are computed from it, never restated.
 
-_POWER_OF_TWO = {"power_of_two": True}
+def _key(doc: str, default: int, power_of_two: bool = False):
+    """A configuration key: default, meaning (rendered in docs/isa.md) and whether it must be 2**n."""
+    return field(default=default, metadata={"doc": doc, "power_of_two": power_of_two})
 
 
 @dataclass(frozen=True)
@@ -43,39 +45,46 @@ class MacArrayConfig:
     """The MAC array: each cycle it reduces ``rows`` input channels of one kernel tap of one output
     pixel against ``rows x cols`` weights and adds the products into ``cols`` output channels."""
 
-    rows: int = 16
-    cols: int = 16
+    rows: int = _key("input channels reduced per cycle (one kernel tap, one output pixel)", 16)
+    cols: int = _key("output channels produced per cycle", 16)
 
 
 @dataclass(frozen=True)
 class BufferConfig:
     """One on-chip SRAM: capacity and width of its port (bytes per cycle)."""
 
-    bytes: int = field(default=65536, metadata=_POWER_OF_TWO)
-    port_bytes: int = field(default=16, metadata=_POWER_OF_TWO)
+    bytes: int = _key("capacity in bytes", 65536, power_of_two=True)
+    port_bytes: int = _key("port width in bytes per cycle", 16, power_of_two=True)
+
+
+def _buffer(doc: str, size: int, port_bytes: int):
+    return field(default=BufferConfig(bytes=size, port_bytes=port_bytes), metadata={"doc": doc})
 
 
 @dataclass(frozen=True)
 class BuffersConfig:
-    act: BufferConfig = BufferConfig(bytes=256 * 1024, port_bytes=16)
-    weight: BufferConfig = BufferConfig(bytes=256 * 1024, port_bytes=256)
-    acc: BufferConfig = BufferConfig(bytes=64 * 1024, port_bytes=64)
-    out: BufferConfig = BufferConfig(bytes=64 * 1024, port_bytes=16)
-    lut: BufferConfig = BufferConfig(bytes=4 * 1024, port_bytes=4)
-    param: BufferConfig = BufferConfig(bytes=8 * 1024, port_bytes=16)
+    """The on-chip buffers; names match :class:`Buffer` (``Buffer.WEIGHT`` -> ``weight``)."""
+
+    act: BufferConfig = _buffer("activation tiles read by CONV/POOL/ELTWISE/LUT", 256 * 1024, 16)
+    weight: BufferConfig = _buffer("int8 weights (one row of the array per cycle: rows x cols bytes)",
+                                   256 * 1024, 256)
+    acc: BufferConfig = _buffer("int32 accumulators (cols x 4 bytes per cycle)", 64 * 1024, 64)
+    out: BufferConfig = _buffer("quantized results waiting for STORE", 64 * 1024, 16)
+    lut: BufferConfig = _buffer("activation tables (int16 entries)", 4 * 1024, 4)
+    param: BufferConfig = _buffer("per-channel requant records", 8 * 1024, 16)
 
 
 @dataclass(frozen=True)
 class DramConfig:
-    address_bits: int = 32
-    bytes_per_cycle: int = field(default=16, metadata=_POWER_OF_TWO)
-    latency_cycles: int = 100
+    address_bits: int = _key("width of DRAM byte addresses in commands (at most 48)", 32)
+    bytes_per_cycle: int = _key("sustained DMA bandwidth", 16, power_of_two=True)
+    latency_cycles: int = _key("cycles from a DMA request to its first data", 100)
 
 
 @dataclass(frozen=True)
 class QueueConfig:
-    command_depth: int = 64       # commands buffered per unit queue
-    token_depth: int = 8          # tokens one dependency-token queue holds before its producer stalls
+    command_depth: int = _key("commands buffered per unit queue", 64)
+    token_depth: int = _key("tokens one dependency-token queue holds before its producer stalls", 8)
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,7 @@ class HardwareConfig:
     buffers: BuffersConfig = BuffersConfig()
     dram: DramConfig = DramConfig()
     queues: QueueConfig = QueueConfig()
-    clock_mhz: int = 800
+    clock_mhz: int = _key("clock frequency in MHz", 800)
 
     def __post_init__(self) -> None:
         _validate_dataclass(self, "")
