@@ -106,9 +106,7 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
     if scale.ndim > 1 or (scale.ndim == 1 and scale.shape[0] != channels.count):
         raise ValueError(f"scale must be a scalar or have one entry per channel ({channels.count}), "
                          f"got shape {scale.shape}")
-    if not np.all(np.isfinite(scale) & (scale > 0)):
-        bad = scale[~(np.isfinite(scale) & (scale > 0))].flat[0] if scale.ndim else scale
-        raise ValueError(f"scale={float(bad)!r} must be finite and positive")
+    _require_positive_finite(scale)
     scale = per_channel(scale, acc.ndim, channels.axis)
     total = channels.biased(bias)
     dtype = check_out_dtype("out_dtype", out_dtype)
@@ -153,13 +151,17 @@ def _require_int32(what: str, values: np.ndarray) -> None:
         raise OverflowError(f"{what} = {worst} does not fit in int32")
 
 
+def _require_positive_finite(scale: np.ndarray) -> None:
+    bad = ~(np.isfinite(scale) & (scale > 0))
+    if np.any(bad):
+        raise ValueError(f"scale={float(np.atleast_1d(scale)[np.atleast_1d(bad)][0])!r} must be finite and positive")
+
+
 def _check_scales(scale) -> np.ndarray:
     arr = np.asarray(scale, dtype=np.float64)
     if arr.ndim > 1:
         raise ValueError(f"scale must be a scalar or 1-D, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr) & (arr > 0)):
-        raise ValueError(f"scale={float(arr[~(np.isfinite(arr) & (arr > 0))].flat[0]) if arr.ndim else float(arr)!r}"
-                         " must be finite and positive")
+    _require_positive_finite(arr)
     return arr
 
 
