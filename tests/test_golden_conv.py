@@ -175,3 +175,14 @@ W = np.zeros((2, 2, 3, 3), dtype=np.int8)
 def test_bad_conv_inputs(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_uint8_operands_map_to_int8_with_shifted_zero_points():
+    # docs/arithmetic.md D4: (w - z) = ((w - 128) - (z - 128)), so uint8 weights/activations become int8
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (1, 4, 6, 6), dtype=np.uint8)
+    w = rng.integers(0, 256, (3, 4, 3, 3), dtype=np.uint8)
+    direct = conv2d(x, w, x_zero_point=200, w_zero_point=17, padding=(1, 1, 1, 1))
+    shifted = conv2d((x.astype(np.int16) - 128).astype(np.int8), (w.astype(np.int16) - 128).astype(np.int8),
+                     x_zero_point=72, w_zero_point=-111, padding=(1, 1, 1, 1))
+    np.testing.assert_array_equal(direct, shifted)
