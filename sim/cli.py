@@ -12,6 +12,7 @@ import sys
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "sim.bench",
+    "sim.cli_isa",
     "codec.cli",
 )
 

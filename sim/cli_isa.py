@@ -1,0 +1,117 @@
+"""`aipu disasm`, `aipu isa-doc` and `aipu run-layer`: the command format on the command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sim.arch import DEFAULT, DType, Rounding, Unit, load_hardware_config
+
+
+def _cmd_disasm(args: argparse.Namespace) -> int:
+    from sim.program import Program
+
+    sys.stdout.write(Program.read(args.program).disassemble())
+    return 0
+
+
+def _cmd_isa_doc(args: argparse.Namespace) -> int:
+    from sim.isa_doc import generate
+
+    text = generate(load_hardware_config(args.config) if args.config else DEFAULT)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+_LAYER_SCALARS = ("x_zero_point", "w_zero_point", "out_zero_point", "groups")
+_LAYER_TUPLES = ("stride", "padding", "dilation")
+
+
+def _layer_from_npz(path: str):
+    """A layer from an .npz: arrays x, w, bias, multiplier, shift; optional scalars and tuples."""
+    from compiler.tiling import ConvLayer
+
+    with np.load(path) as data:
+        missing = [k for k in ("x", "w", "bias", "multiplier", "shift") if k not in data]
+        if missing:
+            raise ValueError(f"{path}: missing arrays {missing}")
+        extra = {k: int(data[k]) for k in _LAYER_SCALARS if k in data}
+        extra.update({k: tuple(int(v) for v in data[k]) for k in _LAYER_TUPLES if k in data})
+        if "out_type" in data:
+            extra["out_type"] = DType[str(data["out_type"]).upper()]
+        if "rounding" in data:
+            extra["rounding"] = Rounding[str(data["rounding"]).upper()]
+        return ConvLayer(x=data["x"], w=data["w"], bias=data["bias"], multiplier=data["multiplier"],
+                         shift=data["shift"], **extra)
+
+
+def _cmd_run_layer(args: argparse.Namespace) -> int:
+    from compiler.tiling import lower_conv_layer, random_layer
+    from sim.interpreter import run
+
+    config = load_hardware_config(args.config) if args.config else DEFAULT
+    layer = (_layer_from_npz(args.layer) if args.layer else
+             random_layer(np.random.default_rng(args.seed), max_channels=args.max_channels, max_size=args.max_size))
+    tiles = {k: v for k, v in (("tile_k", args.tile_k), ("tile_c", args.tile_c), ("tile_rows", args.tile_rows)) if v}
+    lowered = lower_conv_layer(layer, config, **tiles)
+    if args.output:
+        lowered.program.write(args.output)
+    started = time.perf_counter()
+    result = run(lowered.program, lowered.memory(), seed=args.schedule_seed)
+    seconds = time.perf_counter() - started
+    expected = layer.reference()
+    got = lowered.read_output(result.memory)
+    mismatches = int(np.count_nonzero(got != expected))
+    report = {
+        "layer": {"input": list(layer.x.shape), "weights": list(layer.w.shape), "groups": layer.groups,
+                  "stride": list(layer.stride), "padding": list(layer.padding), "dilation": list(layer.dilation),
+                  "input_type": str(layer.x.dtype), "out_type": layer.out_type.name, "rounding": layer.rounding.name},
+        "plan": {"tile_k": lowered.plan.tile_k, "tile_c": lowered.plan.tile_c, "tile_rows": lowered.plan.tile_rows},
+        "commands": {u.name: len(lowered.program.queues[u]) for u in Unit if lowered.program.queues[u]},
+        "stats": result.stats.to_dict(), "interpret_seconds": round(seconds, 4),
+        "output_elements": int(expected.size), "mismatches": mismatches, "bit_exact": mismatches == 0,
+    }
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        layer_text = ", ".join(f"{k}={v}" for k, v in report["layer"].items())
+        print(f"layer: {layer_text}")
+        print(f"plan: {report['plan']}, commands: {report['commands']}")
+        stats = report["stats"]
+        print(f"MACs: {stats['macs']}, bytes moved: {stats['bytes_moved']}, "
+              f"saturated outputs: {stats['saturated_values']}, interpreted in {seconds:.3f} s")
+        print(f"golden comparison: {'bit-exact' if mismatches == 0 else f'{mismatches} MISMATCHES'} "
+              f"({expected.size} outputs)")
+    return 0 if mismatches == 0 else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    disasm = subparsers.add_parser("disasm", help="print a program file as a readable listing")
+    disasm.add_argument("program", help="program file (.bin) written by Program.write")
+    disasm.set_defaults(func=_cmd_disasm)
+
+    isa_doc = subparsers.add_parser("isa-doc", help="generate the ISA reference (docs/isa.md)")
+    isa_doc.add_argument("-o", "--output", help="write here instead of stdout")
+    isa_doc.add_argument("--config", help="hardware configuration (.toml/.json) for the field offsets")
+    isa_doc.set_defaults(func=_cmd_isa_doc)
+
+    run_layer = subparsers.add_parser("run-layer", help="lower a conv layer, interpret it, compare with golden")
+    run_layer.add_argument("--layer", help=".npz with x, w, bias, multiplier, shift (+ optional scalars)")
+    run_layer.add_argument("--seed", type=int, default=0, help="random layer seed (without --layer)")
+    run_layer.add_argument("--max-channels", type=int, default=24, help="random layer: channel limit")
+    run_layer.add_argument("--max-size", type=int, default=12, help="random layer: spatial size limit")
+    run_layer.add_argument("--config", help="hardware configuration (.toml/.json)")
+    for name in ("tile-k", "tile-c", "tile-rows"):
+        run_layer.add_argument(f"--{name}", type=int, help=f"force {name.replace('-', '_')}")
+    run_layer.add_argument("--schedule-seed", type=int, help="random legal unit schedule instead of unit order")
+    run_layer.add_argument("-o", "--output", help="also write the program file here")
+    run_layer.add_argument("--json", action="store_true", help="print the report as JSON")
+    run_layer.set_defaults(func=_cmd_run_layer)
