@@ -186,3 +186,56 @@ def test_uint8_operands_map_to_int8_with_shifted_zero_points():
     shifted = conv2d((x.astype(np.int16) - 128).astype(np.int8), (w.astype(np.int16) - 128).astype(np.int8),
                      x_zero_point=72, w_zero_point=-111, padding=(1, 1, 1, 1))
     np.testing.assert_array_equal(direct, shifted)
+
+
+def tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, groups):
+    """Second reference, vectorised differently from the golden im2col path: one int64 einsum per tap."""
+    n, c, h, wd = x.shape
+    k, cg, kh, kw = w.shape
+    pt, pl, pb, pr = padding
+    xs = np.pad(x.astype(np.int64) - zx, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    ws = (w.astype(np.int64) - np.broadcast_to(np.asarray(zw, np.int64), (k,))[:, None, None, None])
+    oh = (h + pt + pb - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + pl + pr - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    xg = xs.reshape(n, groups, cg, *xs.shape[2:])
+    wg = ws.reshape(groups, k // groups, cg, kh, kw)
+    out = np.zeros((n, groups, k // groups, oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            y0, x0 = i * dilation[0], j * dilation[1]
+            patch = xg[:, :, :, y0:y0 + stride[0] * (oh - 1) + 1:stride[0], x0:x0 + stride[1] * (ow - 1) + 1:stride[1]]
+            out += np.einsum("ngcyx,gkc->ngkyx", patch, wg[:, :, :, i, j])
+    return out.reshape(n, k, oh, ow)
+
+
+@pytest.mark.parametrize("seed, shape", [
+    (0, dict(c=256, k=8, h=6, kernel=3, groups=1)),     # 2304-tap reduction at uint8 extremes: several chunks
+    (1, dict(c=24, k=24, h=9, kernel=5, groups=24)),    # depthwise 5x5
+])
+def test_medium_layers_match_tapwise_reference(seed, shape):
+    rng = np.random.default_rng(seed)
+    x = rng.choice(np.array([0, 255], np.uint8), (2, shape["c"], shape["h"], shape["h"]))
+    w = rng.choice(np.array([-128, 127], np.int8), (shape["k"], shape["c"] // shape["groups"], shape["kernel"], shape["kernel"]))
+    args = (255, 0, (2, 1), (2, 1, 0, 2), (1, 2), shape["groups"])
+    np.testing.assert_array_equal(conv2d(x, w, x_zero_point=255, stride=(2, 1), padding=(2, 1, 0, 2),
+                                         dilation=(1, 2), groups=shape["groups"]), tapwise_int64_conv(x, w, *args))
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1))
+def test_random_layers_match_tapwise_reference_slow(seed):
+    rng = np.random.default_rng(seed)
+    groups = int(rng.choice([1, 2, 4]))
+    cg, kg = int(rng.integers(1, 40)), int(rng.integers(1, 12))
+    kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    stride, dilation = tuple(rng.integers(1, 4, 2)), tuple(rng.integers(1, 3, 2))
+    padding = tuple(int(v) for v in rng.integers(0, 3, 4))
+    h = int(rng.integers(dilation[0] * (kh - 1) + 1, 20))
+    wd = int(rng.integers(dilation[1] * (kw - 1) + 1, 20))
+    x = rng.integers(0, 256, (int(rng.integers(1, 3)), cg * groups, h, wd), dtype=np.uint8)
+    w = rng.integers(-128, 128, (kg * groups, cg, kh, kw), dtype=np.int8)
+    zx, zw = int(rng.integers(0, 256)), rng.integers(-128, 128, kg * groups)
+    np.testing.assert_array_equal(
+        conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation, groups=groups),
+        tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, groups))
