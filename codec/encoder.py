@@ -33,7 +33,7 @@ class EncoderOptions:
     start_depth: str = "auto"       # leaf: code only leaves; root: code the whole tree
     split: str = "auto"             # CU quadtree split
     zdep: str = "auto"              # on: reorder RS planes by energy (plane 0 stays first)
-    max_split_trials: int = 2       # CU depths (from the CTU) at which a split is evaluated by trial
+    max_split_trials: int = 1       # CU depths (from the CTU) at which a split is evaluated by trial
 
     def __post_init__(self) -> None:
         for name, allowed in (("codebook", CODEBOOK_CHOICES), ("start_depth", START_DEPTH_CHOICES),
@@ -101,17 +101,30 @@ class TrialPlanner:
             reordered = (0, *rest)
             if reordered != identity:
                 perms = [reordered] if self.options.zdep == "on" else [identity, reordered]
-        best = None
-        for perm in perms:
-            cost = self._trial(coder, lambda: self._code_ctu_body(coder, perm))
-            if best is None or cost < best[0]:
-                best = (cost, perm)
-        perm = best[1]
+        perm = perms[0]
+        if len(perms) > 1:     # choose the plane order with one cheap fixed mode, then search modes for it
+            cheap = LeafChoice(tree="octree")
+            costs = [self._trial(coder, lambda p=p: self._code_ctu_fixed(coder, p, cheap)) for p in perms]
+            perm = perms[int(np.argmin(costs))]
+        options = self.options
+        single_map_mode = len({TREE_MODE_BITS[t][0] for t in options.trees}) == 1
+        if single_map_mode and options.start_depth != "auto":
+            coder.zdep = list(perm)     # header known in advance: decisions are made during the real pass
+            return CtuChoice(select_map_mode=1 if TREE_MODE_BITS[options.trees[0]][0] == 0 else 2,
+                             enable_start_depth=int(options.start_depth == "root"), permutation=perm)
+        self._trial(coder, lambda: self._code_ctu_body(coder, perm))
         coder.zdep = list(perm)
         trees, deltas = self._collect(coder, 0, 0, 0)
         map_modes = {TREE_MODE_BITS[tree][0] for tree in trees}
         select = 3 if len(map_modes) > 1 else (1 if map_modes == {0} else 2)
         return CtuChoice(select_map_mode=select, enable_start_depth=int(any(deltas)), permutation=perm)
+
+    def _code_ctu_fixed(self, coder: SublayerCoder, perm: tuple[int, ...], choice: LeafChoice) -> None:
+        """Trial of a whole CTU as one CU in one fixed mode (to rank plane orders)."""
+        coder.zdep = list(perm)
+        coder.select_map_mode = 3
+        coder.enable_start_depth = 0
+        coder.code_leaf_cu(0, 0, 0, choice)
 
     def _code_ctu_body(self, coder: SublayerCoder, perm: tuple[int, ...]) -> None:
         """Trial of the CU tree with every CU free to choose (SelectMapMode 3, start depths enabled)."""
@@ -160,47 +173,54 @@ class TrialPlanner:
 
     # ------------------------------------------------------------------ leaf CU
     def leaf(self, coder: SublayerCoder, depth: int, y_idx: int, x_idx: int) -> LeafChoice:
+        """Staged search: tree and start depth first (first codebook option), then the codebook options."""
         key = self._key(coder, depth, y_idx, x_idx, "leaf")
         if key not in self.memo:
-            candidates = self._candidates(coder, depth, y_idx, x_idx)
-            if len(candidates) == 1:
-                self.memo[key] = candidates[0]
-            else:
-                costs = [self._trial(coder, lambda c=c: coder.code_leaf_cu(depth, y_idx, x_idx, c))
-                         for c in candidates]
-                self.memo[key] = candidates[int(np.argmin(costs))]
+            shapes, books = self._candidates(coder, depth, y_idx, x_idx)
+
+            def cost(choice: LeafChoice) -> float:
+                return self._trial(coder, lambda: coder.code_leaf_cu(depth, y_idx, x_idx, choice))
+
+            stage_a = [LeafChoice(tree=tree, start_depth_delta=delta, codebook=books[0][0], predicted=books[0][1],
+                                  escape_reorder=books[0][2]) for tree, delta in shapes]
+            best = stage_a[0]
+            if len(stage_a) > 1 or len(books) > 1:
+                costs = [cost(choice) for choice in stage_a]
+                best, best_cost = stage_a[int(np.argmin(costs))], min(costs)
+                for cbook, predicted, reorder in books[1:]:
+                    choice = LeafChoice(tree=best.tree, start_depth_delta=best.start_depth_delta, codebook=cbook,
+                                        predicted=predicted, escape_reorder=reorder)
+                    choice_cost = cost(choice)
+                    if choice_cost < best_cost:
+                        best, best_cost = choice, choice_cost
+            self.memo[key] = best
         return self.memo[key]
 
-    def _candidates(self, coder: SublayerCoder, depth: int, y_idx: int, x_idx: int) -> list[LeafChoice]:
-        """Leaf choices allowed by the options and the CTU header being coded."""
+    def _candidates(self, coder: SublayerCoder, depth: int, y_idx: int, x_idx: int
+                    ) -> tuple[list[tuple[str, int]], list[tuple[tuple[int, ...], tuple[int, ...], int]]]:
+        """(tree, start depth delta) pairs and (codebook, predicted, escape reorder) options allowed."""
         options = self.options
         _, _, height, width = coder.ctu.cu_rect(depth, y_idx, x_idx)
         zdepth = coder.sub.zdepth
         trees = [t for t in options.trees
                  if coder.select_map_mode == 3 or TREE_MODE_BITS[t][0] == (0 if coder.select_map_mode == 1 else 1)]
-        values = coder.cu_truth(depth, y_idx, x_idx)
+        shapes = []
+        for tree in trees:
+            leaf_level = len(tree_shapes(zdepth, height, width, tree == "uni_tagtree")) - 1
+            deltas = {"leaf": [0], "root": [leaf_level], "auto": sorted({0, leaf_level})}[options.start_depth]
+            shapes += [(tree, delta) for delta in (deltas if coder.enable_start_depth else [0])]
         books: list[tuple[tuple[int, ...], tuple[int, ...], int]] = []
         if options.codebook != "on":
             books.append(((), (), 0))
         if options.codebook != "off":
+            values = coder.cu_truth(depth, y_idx, x_idx)
             cbook, predicted = build_codebook(values, coder.predictor)
             escapes = not np.isin(values, cbook).all()
             reorder_modes = [0]
             if coder.header.enable_escape_reorder:
                 reorder_modes = {"off": [0], "on": [1], "auto": [0, 1] if escapes else [0]}[options.escape_reorder]
             books += [(cbook, predicted, r) for r in reorder_modes]
-        result = []
-        for tree in trees:
-            planar = tree == "uni_tagtree"
-            leaf_level = len(tree_shapes(zdepth, height, width, planar)) - 1
-            deltas = {"leaf": [0], "root": [leaf_level], "auto": sorted({0, leaf_level})}[options.start_depth]
-            if not coder.enable_start_depth:
-                deltas = [0]
-            for delta in deltas:
-                for cbook, predicted, reorder in books:
-                    result.append(LeafChoice(tree=tree, start_depth_delta=delta, codebook=cbook,
-                                             predicted=predicted, escape_reorder=reorder))
-        return result
+        return shapes, books
 
 
 @dataclass

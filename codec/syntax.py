@@ -431,6 +431,8 @@ class SublayerCoder:
             tree = "tagtree" if tag_mode else "uni_tagtree"
         self._count(tree)
         self._count("codebook" if cbook else "direct")
+        if predicted:
+            self._count("predicted_codebook")
         if esc_mode == 2:
             self._count("escape_reorder")
         if start_depth != leaf_level:
