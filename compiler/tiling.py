@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim import golden
-from sim.arch import (DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, MULTIPLIER_BITS, PAD_BITS,
+from sim.arch import (DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
+                      LUT16_INDEX_BITS_MIN, MULTIPLIER_BITS, PAD_BITS, LutMode,
                       PARAM_RECORD_BYTES, SHIFT_MAX, Buffer, DIM_BITS, DType, HardwareConfig, Opcode,
                       RequantMode, Rounding, Unit)
 from sim.interpreter import PARAM_DTYPE, Memory
@@ -52,6 +53,9 @@ class ConvLayer:
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)   # top, left, bottom, right
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
+    lut: np.ndarray | None = None      # optional activation table (int16 entries) applied after requant:
+    lut_index_shift: int = 0           # 8-bit outputs: 256 entries (DIRECT8); int16: 2**k + 1 (INTERP16)
+    lut_input_min: int = -2 ** 15
 
     @property
     def out_dtype(self) -> np.dtype:
@@ -69,9 +73,18 @@ class ConvLayer:
     def reference(self) -> np.ndarray:
         """The whole layer on the golden model: [1, K, OH, OW] of out_type."""
         qmin, qmax = self.clamp
-        return golden.requantize(self.conv_golden(), bias=self.bias, multiplier=self.multiplier, shift=self.shift,
-                                 out_zero_point=self.out_zero_point, qmin=qmin, qmax=qmax,
-                                 rounding=self.rounding.name.lower(), channel_axis=1, out_dtype=self.out_dtype)
+        y = golden.requantize(self.conv_golden(), bias=self.bias, multiplier=self.multiplier, shift=self.shift,
+                              out_zero_point=self.out_zero_point, qmin=qmin, qmax=qmax,
+                              rounding=self.rounding.name.lower(), channel_axis=1, out_dtype=self.out_dtype)
+        if self.lut is None:
+            return y
+        if self.lut_mode == LutMode.DIRECT8:
+            return golden.lut8(y, self.lut.astype(self.out_dtype))
+        return golden.lut16(y, self.lut, index_shift=self.lut_index_shift, input_min=self.lut_input_min)
+
+    @property
+    def lut_mode(self) -> LutMode:
+        return LutMode.INTERP16 if self.out_type == DType.INT16 else LutMode.DIRECT8
 
 
 @dataclass(frozen=True)
@@ -182,6 +195,20 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     return TilePlan(tk, tc, rows, out_h, out_w)
 
 
+def _lut_table(layer: ConvLayer, config: HardwareConfig) -> np.ndarray:
+    table = np.asarray(layer.lut)
+    if table.dtype != np.int16 or table.ndim != 1:
+        raise ValueError(f"lut: expected a 1-D int16 table, got {table.dtype} {table.shape}")
+    if layer.lut_mode == LutMode.DIRECT8:
+        info = np.iinfo(layer.out_dtype)
+        if table.shape != (LUT8_ENTRIES,) or table.min() < info.min or table.max() > info.max:
+            raise ValueError(f"lut: an {layer.out_type.name} output needs {LUT8_ENTRIES} entries within "
+                             f"{info.min}..{info.max}, got {table.shape[0]} in {table.min()}..{table.max()}")
+    if table.nbytes > config.buffers.lut.bytes:
+        raise ValueError(f"lut: {table.nbytes} bytes do not fit buffers.lut.bytes = {config.buffers.lut.bytes}")
+    return table
+
+
 def _param_records(layer: ConvLayer) -> np.ndarray:
     k = layer.w.shape[0]
     records = np.zeros(k, PARAM_DTYPE)
@@ -213,6 +240,8 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
     blobs = {"input": np.ascontiguousarray(layer.x[0].transpose(1, 2, 0)),
              "weights": np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1)),
              "params": _param_records(layer)}
+    if layer.lut is not None:
+        blobs["lut"] = _lut_table(layer, config)
     regions, cursor = {}, 0
     for name, blob in blobs.items():
         regions[name] = (cursor, blob.nbytes)
@@ -237,6 +266,10 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
     n_steps = len(tiles) * len(chunks)
 
     program = Program(config)
+    if layer.lut is not None:   # the table stays in LUT memory for the whole layer
+        program.append(Command.make(Opcode.LOAD, push=[Unit.LUT], buffer=Buffer.LUT, dram_addr=regions["lut"][0],
+                                    run=regions["lut"][1]))
+    to_store = Unit.LUT if layer.lut is not None else Unit.REQUANT   # the unit that hands tiles to STORE
     step = 0
     for t, (kt, rt) in enumerate(tiles):
         k0, tk = k_tiles[kt]
@@ -288,15 +321,24 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
             step += 1
 
         pop = [Unit.CONV] + ([Unit.LOAD] if first_of_k else []) + ([Unit.STORE] if t >= 2 else [])
-        push = ([Unit.STORE] + ([Unit.CONV] if t + 2 < len(tiles) else [])
+        push = ([Unit.LUT if layer.lut is not None else Unit.STORE] + ([Unit.CONV] if t + 2 < len(tiles) else [])
                 + ([Unit.LOAD] if last_of_k and kt + 2 < len(k_tiles) else []))
         program.append(Command.make(
             Opcode.REQUANT, pop=pop, push=push, acc_addr=slot[Buffer.ACC](t), out_addr=slot[Buffer.OUT](t),
             pixels=rows * plan.out_w, channels=tk, param_index=param_slot(kt), out_type=layer.out_type,
             out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax, mode=RequantMode.NATIVE,
             rounding=layer.rounding))
+        if layer.lut is not None:   # in place on the output half
+            table = dict(table_log2=(len(layer.lut) - 1).bit_length() - 1, index_shift=layer.lut_index_shift,
+                         input_min=layer.lut_input_min, qmin=-2 ** 15, qmax=2 ** 15 - 1) \
+                if layer.lut_mode == LutMode.INTERP16 else {}
+            program.append(Command.make(
+                Opcode.LUT, pop=[Unit.REQUANT] + ([Unit.LOAD] if t == 0 else []), push=[Unit.STORE],
+                src_buf=Buffer.OUT, src_addr=slot[Buffer.OUT](t), dst_addr=slot[Buffer.OUT](t),
+                count=rows * plan.out_w * tk, mode=layer.lut_mode, in_type=layer.out_type, out_type=layer.out_type,
+                **table))
         program.append(Command.make(
-            Opcode.STORE, pop=[Unit.REQUANT], push=[Unit.REQUANT] if t + 2 < len(tiles) else [],
+            Opcode.STORE, pop=[to_store], push=[Unit.REQUANT] if t + 2 < len(tiles) else [],
             sram_addr=slot[Buffer.OUT](t), dram_addr=regions["output"][0] + (r0 * plan.out_w * k + k0) * out_bytes,
             elem_type=layer.out_type, y_size=rows, x_size=plan.out_w, run=tk,
             dram_y_stride=plan.out_w * k * out_bytes, dram_x_stride=k * out_bytes))
@@ -304,8 +346,10 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
     return LoweredLayer(program, dram, regions["output"][0], output_shape, layer.out_dtype, plan, regions)
 
 
-def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: int = 12) -> ConvLayer:
-    """A random but legal layer: depthwise/grouped, strides, dilations, padding, uint8 or int8 input."""
+def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: int = 12,
+                 with_lut: bool = False) -> ConvLayer:
+    """A random but legal layer: depthwise/grouped, strides, dilations, padding, uint8 or int8 input,
+    and with ``with_lut`` a random activation table (DIRECT8 for 8-bit outputs, INTERP16 for int16)."""
     kind = rng.choice(["dense", "depthwise", "grouped"])
     c = int(rng.integers(1, max_channels + 1))
     groups = 1
@@ -344,4 +388,12 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
     wanted = np.log2(np.maximum(total, 1) * layer.multiplier / half_range)
     layer.shift = np.clip(np.ceil(wanted), 0, SHIFT_MAX).astype(np.int64)
     layer.out_zero_point = int(rng.integers(0, 50)) if out_type == DType.UINT8 else int(rng.integers(-10, 11))
+    if with_lut:
+        if layer.lut_mode == LutMode.DIRECT8:
+            info = np.iinfo(layer.out_dtype)
+            layer.lut = rng.integers(info.min, info.max + 1, LUT8_ENTRIES).astype(np.int16)
+        else:
+            index_bits = int(rng.integers(LUT16_INDEX_BITS_MIN, LUT16_INDEX_BITS_MAX + 1))
+            layer.lut = np.sort(rng.integers(-2 ** 15, 2 ** 15, 2 ** index_bits + 1)).astype(np.int16)
+            layer.lut_index_shift = 16 - index_bits
     return layer

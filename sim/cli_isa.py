@@ -58,7 +58,8 @@ def _cmd_run_layer(args: argparse.Namespace) -> int:
 
     config = load_hardware_config(args.config) if args.config else DEFAULT
     layer = (_layer_from_npz(args.layer) if args.layer else
-             random_layer(np.random.default_rng(args.seed), max_channels=args.max_channels, max_size=args.max_size))
+             random_layer(np.random.default_rng(args.seed), max_channels=args.max_channels, max_size=args.max_size,
+                          with_lut=args.lut))
     tiles = {k: v for k, v in (("tile_k", args.tile_k), ("tile_c", args.tile_c), ("tile_rows", args.tile_rows)) if v}
     lowered = lower_conv_layer(layer, config, **tiles)
     if args.output:
@@ -72,7 +73,8 @@ def _cmd_run_layer(args: argparse.Namespace) -> int:
     report = {
         "layer": {"input": list(layer.x.shape), "weights": list(layer.w.shape), "groups": layer.groups,
                   "stride": list(layer.stride), "padding": list(layer.padding), "dilation": list(layer.dilation),
-                  "input_type": str(layer.x.dtype), "out_type": layer.out_type.name, "rounding": layer.rounding.name},
+                  "input_type": str(layer.x.dtype), "out_type": layer.out_type.name, "rounding": layer.rounding.name,
+                  "lut": None if layer.lut is None else layer.lut_mode.name},
         "plan": {"tile_k": lowered.plan.tile_k, "tile_c": lowered.plan.tile_c, "tile_rows": lowered.plan.tile_rows},
         "commands": {u.name: len(lowered.program.queues[u]) for u in Unit if lowered.program.queues[u]},
         "stats": result.stats.to_dict(), "interpret_seconds": round(seconds, 4),
@@ -108,6 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_layer.add_argument("--seed", type=int, default=0, help="random layer seed (without --layer)")
     run_layer.add_argument("--max-channels", type=int, default=24, help="random layer: channel limit")
     run_layer.add_argument("--max-size", type=int, default=12, help="random layer: spatial size limit")
+    run_layer.add_argument("--lut", action="store_true", help="random layer: add a random activation table")
     run_layer.add_argument("--config", help="hardware configuration (.toml/.json)")
     for name in ("tile-k", "tile-c", "tile-rows"):
         run_layer.add_argument(f"--{name}", type=int, help=f"force {name.replace('-', '_')}")

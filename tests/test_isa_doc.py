@@ -35,7 +35,7 @@ def test_enums_use_the_golden_model_names():
 def test_cli_isa_doc_disasm_and_run_layer(tmp_path, capsys):
     assert main(["isa-doc", "-o", str(tmp_path / "isa.md")]) == 0
     assert (tmp_path / "isa.md").read_text() == generate()
-    assert main(["run-layer", "--seed", "5", "--tile-rows", "1", "--schedule-seed", "2", "--json",
+    assert main(["run-layer", "--seed", "5", "--lut", "--tile-rows", "1", "--schedule-seed", "2", "--json",
                  "-o", str(tmp_path / "p.bin")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["bit_exact"] and report["mismatches"] == 0 and report["stats"]["macs"] > 0

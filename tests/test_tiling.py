@@ -32,7 +32,7 @@ def _check(layer: ConvLayer, config=None, seed=None, **tiles):
 @pytest.mark.parametrize("seed", range(24))
 def test_random_layer_with_random_tiles_matches_golden(seed):
     rng = np.random.default_rng(seed)
-    layer = random_layer(rng)
+    layer = random_layer(rng, with_lut=seed % 3 == 0)
     lowered, result = _check(layer, **_random_tiles(rng, layer))
     k, cg, kh, kw = layer.w.shape
     _, _, oh, ow = layer.reference().shape
@@ -82,6 +82,25 @@ def test_depthwise_stride2_dilated_uint8_into_int16():
         _check(layer, **tiles)
 
 
+@pytest.mark.parametrize("out_type", [DType.UINT8, DType.INT16])
+def test_conv_requant_lut_layer(out_type):
+    rng = np.random.default_rng(11)
+    layer = random_layer(rng, with_lut=True)
+    layer.out_type = out_type
+    if out_type == DType.INT16:
+        layer.lut = np.sort(rng.integers(-2 ** 15, 2 ** 15, 2 ** 6 + 1)).astype(np.int16)
+        layer.lut_index_shift, layer.lut_input_min = 9, -2 ** 14      # inputs below -2**14 clip to entry 0
+    else:
+        layer.lut = rng.integers(0, 256, 256).astype(np.int16)
+    lowered, result = _check(layer, tile_rows=1, seed=4)
+    luts = lowered.program.queues[Unit.LUT]
+    assert len(luts) == len(lowered.program.queues[Unit.REQUANT]) and result.stats.commands["LUT"] == len(luts)
+    with pytest.raises(ValueError, match="lut: an UINT8 output needs 256 entries"):
+        bad = random_layer(np.random.default_rng(11), with_lut=True)
+        bad.out_type, bad.lut = DType.UINT8, np.full(256, -1, np.int16)
+        lower_conv_layer(bad)
+
+
 def test_lowered_program_survives_the_file_format(tmp_path):
     layer = random_layer(np.random.default_rng(9))
     lowered = lower_conv_layer(layer)
@@ -112,7 +131,7 @@ def test_bad_layers_and_tiles_are_rejected():
 @pytest.mark.parametrize("seed", range(200))
 def test_many_random_layers_and_schedules(seed):
     rng = np.random.default_rng(10_000 + seed)
-    layer = random_layer(rng, max_channels=48, max_size=20)
+    layer = random_layer(rng, max_channels=48, max_size=20, with_lut=seed % 4 == 1)
     config = TINY if seed % 2 else None
     try:
         _check(layer, config, seed=seed)
