@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sim.golden import conv2d, matmul
+from sim.golden import accumulator_range, conv2d, matmul
 
 
 def reference_conv(x, w, zx, zw, stride, padding, dilation, groups):
@@ -239,3 +239,17 @@ def test_random_layers_match_tapwise_reference_slow(seed):
     np.testing.assert_array_equal(
         conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation, groups=groups),
         tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, groups))
+
+
+def test_accumulator_range_is_exact_and_attained():
+    # w - zp_w for channel 0 = [3, -2, 0, 5] (zp 1), x uint8 with zp 10: x - zp in [-10, 245].
+    # max = (3 + 5) * 245 + (-2) * (-10) = 1980; min = 8 * (-10) + (-2) * 245 = -570
+    w = np.array([[4, -1, 1, 6]], dtype=np.int8).reshape(1, 4, 1, 1)
+    lo, hi = accumulator_range(w, x_dtype=np.uint8, x_zero_point=10, w_zero_point=1)
+    assert (lo.tolist(), hi.tolist()) == ([-570], [1980])
+    best = np.array([255, 0, 0, 255], dtype=np.uint8).reshape(1, 4, 1, 1)
+    worst = np.array([0, 255, 0, 0], dtype=np.uint8).reshape(1, 4, 1, 1)
+    assert conv2d(best, w, x_zero_point=10, w_zero_point=1).item() == 1980
+    assert conv2d(worst, w, x_zero_point=10, w_zero_point=1).item() == -570
+    with pytest.raises(TypeError, match="x_dtype must be int8 or uint8"):
+        accumulator_range(w, x_dtype=np.int16)

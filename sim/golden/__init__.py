@@ -3,7 +3,7 @@
 Every function is a vectorised numpy model of one hardware unit; the command interpreter, the RTL
 testbenches and the compiler's accuracy checks all call these, so a result here *is* the answer.
 """
-from sim.golden.conv import conv2d, matmul
+from sim.golden.conv import accumulator_range, conv2d, matmul
 from sim.golden.eltwise import ELTWISE_OPS, concat, eltwise, eltwise_params
 from sim.golden.lut import build_lut8, build_lut16, lut8, lut16
 from sim.golden.pool import avg_pool2d, global_avg_pool, max_pool2d
@@ -14,7 +14,7 @@ from sim.golden.requant import (onnx_requant_scale, quantize_multiplier, quantiz
 from sim.golden.rounding import ROUNDING_MODES, round_half_away, rounding_divide, rounding_shift_right
 
 __all__ = [
-    "ELTWISE_OPS", "FEATURE_QUAN", "KERNEL_QUAN", "ROUNDING_MODES", "avg_pool2d", "build_lut16", "build_lut8",
+    "ELTWISE_OPS", "FEATURE_QUAN", "KERNEL_QUAN", "ROUNDING_MODES", "accumulator_range", "avg_pool2d", "build_lut16", "build_lut8",
     "concat", "conv2d", "eltwise", "eltwise_params", "global_avg_pool", "lut16", "lut8", "matmul",
     "max_pool2d", "onnx_requant_scale", "pow2_quantize", "pow2_requant_params", "pow2_scale_exponent",
     "quantize_multiplier", "quantize_multiplier_tflite", "requantize", "requantize_float32",

@@ -132,3 +132,27 @@ def matmul(a: np.ndarray, b: np.ndarray, *, a_zero_point=0, b_zero_point=0) -> n
         raise ValueError(f"batch shapes of a {a.shape} and b {b.shape} do not broadcast") from exc
     return _exact_matmul("matmul", _operand("a", a, a_zero_point, None, 0),
                          _operand("b", b, b_zero_point, b.shape[-1], b.ndim - 1))
+
+
+def accumulator_range(w: np.ndarray, *, x_dtype, x_zero_point=0, w_zero_point=0) -> tuple[np.ndarray, np.ndarray]:
+    """Exact (min, max) of the accumulator of each output channel over all possible inputs.
+
+    The compiler's static overflow proof (docs/arithmetic.md §3.3): with b = w - zp_w and x - zp_x in
+    [lo, hi] = [type_min - zp_x, type_max - zp_x], the sum is largest when every tap with b > 0 sees hi and
+    every tap with b < 0 sees lo (and smallest the other way round). Padded taps contribute 0, which lies in
+    [lo, hi], so border outputs stay inside the same range. Axis 0 of ``w`` is the output channel
+    (conv weights [K, C/G, KH, KW]; for matmul pass b.T).
+    """
+    check_array("w", w, MAC_INPUT_DTYPES)
+    if w.ndim < 1:
+        raise ValueError(f"w must have an output-channel axis, got shape {w.shape}")
+    x_dtype = np.dtype(x_dtype)
+    if x_dtype not in tuple(np.dtype(d) for d in MAC_INPUT_DTYPES):
+        raise TypeError(f"x_dtype must be int8 or uint8, got {x_dtype.name}")
+    type_min, type_max = dtype_range(x_dtype)
+    zx = check_int("x_zero_point", x_zero_point, type_min, type_max)
+    lo, hi = type_min - zx, type_max - zx
+    operands = _operand("w", w, w_zero_point, w.shape[0], 0).astype(np.int64).reshape(w.shape[0], -1)
+    positive = np.where(operands > 0, operands, 0).sum(axis=1)
+    negative = np.where(operands < 0, operands, 0).sum(axis=1)
+    return positive * lo + negative * hi, positive * hi + negative * lo
