@@ -130,7 +130,8 @@ class _Executor:
         self.stats = Stats()
         self.races = _RaceDetector() if check_hazards else None
         self.command: Command | None = None
-        self.where = ""
+        self.index = 0
+        self.label = self.where = ""
         self.clock: tuple[int, ...] = ()
 
     # --- memory access: every read and write of the interpreter goes through these two ------------------

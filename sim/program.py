@@ -11,11 +11,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.arch import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, DEFAULT, HardwareConfig, Opcode, Unit,
+from sim.arch import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, DEFAULT, OPCODE_BITS, HardwareConfig, Opcode, Unit,
                       hardware_config_from_dict)
-
-HEADER_NAMES = ("opcode", "pop", "push")
-
 
 def _unit_mask(units) -> int:
     return sum(1 << int(unit) for unit in units)
@@ -100,8 +97,7 @@ class Command:
         if len(data) != COMMAND_BYTES:
             raise ValueError(f"command word has {len(data)} bytes, expected {COMMAND_BYTES}")
         word = int.from_bytes(data, "little")
-        opcode_field, _, opcode_width = COMMANDS[Opcode.FINISH].layout(config)[0]
-        raw_opcode = word & ((1 << opcode_width) - 1)
+        raw_opcode = word & ((1 << OPCODE_BITS) - 1)      # the opcode is always the lowest field
         if raw_opcode not in {int(op) for op in Opcode}:
             raise ValueError(f"field opcode = {raw_opcode}: unknown opcode")
         spec = COMMANDS[Opcode(raw_opcode)]
