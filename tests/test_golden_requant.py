@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sim.arch import MULTIPLIER_BITS, SHIFT_MAX
-from sim.golden import (conv2d, onnx_requant_scale, quantize_multiplier, quantize_multiplier_tflite,
+from sim.golden import (conv2d, leaky_relu_multipliers, onnx_requant_scale, quantize_multiplier,
+                        quantize_multiplier_tflite, rounding_shift_right,
                         requantize, requantize_float32, requantize_tflite)
 
 ACC = np.array([100, -100, 7], dtype=np.int32)
@@ -232,3 +233,36 @@ A = np.zeros((1, 3, 2, 2), dtype=np.int32)
 def test_bad_requant_inputs(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_leaky_single_rounding_beats_whitepaper_two_stage():
+    # D11 on one value: scale 2**-4, slope 0.3, acc -1000: exact -1000 * 0.0625 * 0.3 = -18.75 -> -19.
+    # Ours: 0.01875 = 0.6 * 2**-5 -> M- = round(0.01875 * 2**21) = 39322, N- = 21;
+    #   -1000 * 39322 / 2**21 = -18.7502 -> half_up -19.
+    # S003 L811 two-stage with N_l = 7: t = -1000 * 2**-4 = -62.5 -> half_up -62; l_q = round(0.3 * 128) = 38;
+    #   -62 * 38 / 128 = -18.41 -> -18 (one LSB off).
+    params = leaky_relu_multipliers(2.0 ** -4, 0.3)
+    assert (params["negative_multiplier"], params["negative_shift"]) == (39322, 21)
+    assert requantize(np.array([-1000], np.int32), channel_axis=0, **params).item() == -19
+    first = rounding_shift_right(np.array([-1000 * params["multiplier"]]), params["shift"], "half_up")
+    assert first.item() == -62
+    assert rounding_shift_right(first * 38, 7, "half_up").item() == -18
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-2 ** 24, 2 ** 24), min_size=1, max_size=20), st.floats(2.0 ** -14, 2.0 ** -4),
+       st.floats(0.01, 0.5))
+def test_leaky_within_half_lsb_plus_multiplier_error(values, scale, slope):
+    params = leaky_relu_multipliers(scale, slope)
+    acc = np.array(values, dtype=np.int32)
+    ours = requantize(acc, out_dtype=np.int16, channel_axis=0, **params).astype(np.float64)
+    exact = np.clip(np.where(acc < 0, acc * scale * slope, acc * scale), -32768, 32767)
+    assert np.all(np.abs(ours - exact) <= 0.5 + np.abs(exact) * 2.0 ** -15)
+
+
+def test_leaky_relu_multipliers_hand_worked():
+    # scale 0.1 -> (52429, 19); 0.1 * 0.25 = 0.025 = 0.8 * 2**-5 -> N = 21, M = 0.025 * 2**21 = 52428.8 -> 52429
+    assert leaky_relu_multipliers(0.1, 0.25) == {"multiplier": 52429, "shift": 19, "negative_multiplier": 52429,
+                                                 "negative_shift": 21}
+    with pytest.raises(ValueError, match="slope=-0.1"):
+        leaky_relu_multipliers(0.1, -0.1)

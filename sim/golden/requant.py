@@ -151,17 +151,17 @@ def _require_int32(what: str, values: np.ndarray) -> None:
         raise OverflowError(f"{what} = {worst} does not fit in int32")
 
 
-def _require_positive_finite(scale: np.ndarray) -> None:
+def _require_positive_finite(scale: np.ndarray, name: str = "scale") -> None:
     bad = ~(np.isfinite(scale) & (scale > 0))
     if np.any(bad):
-        raise ValueError(f"scale={float(np.atleast_1d(scale)[np.atleast_1d(bad)][0])!r} must be finite and positive")
+        raise ValueError(f"{name}={float(np.atleast_1d(scale)[np.atleast_1d(bad)][0])!r} must be finite and positive")
 
 
-def _check_scales(scale) -> np.ndarray:
+def _check_scales(scale, name: str = "scale") -> np.ndarray:
     arr = np.asarray(scale, dtype=np.float64)
     if arr.ndim > 1:
-        raise ValueError(f"scale must be a scalar or 1-D, got shape {arr.shape}")
-    _require_positive_finite(arr)
+        raise ValueError(f"{name} must be a scalar or 1-D, got shape {arr.shape}")
+    _require_positive_finite(arr, name)
     return arr
 
 
@@ -189,6 +189,18 @@ def quantize_multiplier(scale, *, shared_shift: bool = False):
     if scales.ndim == 0:
         return int(m), int(n)
     return m, n
+
+
+def leaky_relu_multipliers(scale, slope) -> dict:
+    """Requantizer parameters for a fused Leaky ReLU / PReLU (docs/arithmetic.md §4.2, D11).
+
+    Positive side M/2**N ~ scale; negative side M-/2**N- ~ scale * slope, so the slope is folded in
+    offline and the negative side is rounded once. ``slope`` is a positive float or one per channel.
+    """
+    slopes = _check_scales(slope, "slope")
+    m, n = quantize_multiplier(scale)
+    m_neg, n_neg = quantize_multiplier(_check_scales(scale) * slopes)
+    return {"multiplier": m, "shift": n, "negative_multiplier": m_neg, "negative_shift": n_neg}
 
 
 def quantize_multiplier_tflite(scale):
