@@ -6,8 +6,8 @@ import pytest
 
 from compiler.tiling import ConvLayer, lower_conv_layer, plan_tiles, random_layer
 from sim.arch import DType, Opcode, Rounding, Unit, hardware_config_from_dict
-from sim.interpreter import Memory, run
-from sim.program import Program
+from sim.interpreter import HazardError, Memory, run
+from sim.program import Command, Program
 
 TINY = hardware_config_from_dict({"buffers": {"act": {"bytes": 2048}, "weight": {"bytes": 1024},
                                               "acc": {"bytes": 1024}, "out": {"bytes": 512},
@@ -137,3 +137,26 @@ def test_many_random_layers_and_schedules(seed):
         _check(layer, config, seed=seed)
     except ValueError as exc:     # a layer too large for the tiny machine must say so
         assert "does not fit the buffers" in str(exc)
+
+
+@pytest.mark.parametrize("producer, consumer, space", [
+    (Unit.CONV, Unit.LOAD, "ACT"),          # write-after-read: the next input tile overwrites a half in use
+    (Unit.REQUANT, Unit.CONV, "ACC"),       # write-after-read on the accumulator halves
+    (Unit.STORE, Unit.REQUANT, "OUT"),      # write-after-read on the output halves
+    (Unit.REQUANT, Unit.STORE, "OUT"),      # read-after-write: STORE would read before REQUANT wrote
+])
+def test_dropping_a_token_queue_is_caught_as_a_hazard(producer, consumer, space):
+    rng = np.random.default_rng(21)
+    x = rng.integers(-128, 128, (1, 8, 12, 6)).astype(np.int8)
+    w = rng.integers(-128, 128, (8, 8, 3, 3)).astype(np.int8)
+    layer = ConvLayer(x=x, w=w, bias=np.zeros(8, np.int32), multiplier=np.ones(8), shift=np.full(8, 12),
+                      padding=(1, 1, 1, 1))
+    lowered = lower_conv_layer(layer, tile_rows=2)
+    queues = lowered.program.queues
+    for unit, drop_from in ((producer, "push"), (consumer, "pop")):
+        other = consumer if drop_from == "push" else producer
+        queues[unit] = [Command(c.opcode, c.args, c.pop - {other} if drop_from == "pop" else c.pop,
+                                c.push - {other} if drop_from == "push" else c.push) for c in queues[unit]]
+    with pytest.raises(HazardError, match=f"both access {space}"):
+        for schedule in (None, 0, 1, 2):
+            run(lowered.program, lowered.memory(), seed=schedule)
