@@ -397,3 +397,86 @@ class FastDecoder:
 
     def finish(self) -> int:
         return self._checked(finish(self.state, self.data, self._trace))
+
+
+def run() -> dict:
+    """``aipu bench codec-engine``: bins/s of the Python and njit decoders, Python encoder, njit UEGk."""
+    import time
+
+    from codec.contexts import ElementEncoder
+    from codec.engine import AecDecoder, AecEncoder
+
+    rng = np.random.default_rng(2021)
+    count = 400_000
+    num_ctx = 64
+    p_one = rng.random(num_ctx) ** 3
+    is_bypass = rng.random(count) < 0.2
+    ctx_ids = rng.integers(0, num_ctx, count)
+    ops = np.where(is_bypass, TRACE_BYPASS, ctx_ids).astype(np.int64)
+    bins = np.where(is_bypass, rng.integers(0, 2, count), rng.random(count) < p_one[ctx_ids]).astype(np.int64)
+    op_list, bin_list = ops.tolist(), bins.tolist()
+
+    def best_of(repeats, func):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            func()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    encoder = AecEncoder()
+    start = time.perf_counter()
+    for op, bin_val in zip(op_list, bin_list):
+        encoder.encode_bypass(bin_val) if op < 0 else encoder.encode_decision(op, bin_val)
+    data = encoder.finish()
+    encode_s = time.perf_counter() - start
+
+    def python_decode():
+        decoder = AecDecoder(data)
+        for op in op_list:
+            decoder.decode_bypass() if op < 0 else decoder.decode_decision(op)
+
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    out = np.zeros(count, dtype=np.int64)
+
+    def njit_decode():
+        decode_program(new_state(buffer), new_contexts(), buffer, NO_TRACE, ops, out)
+
+    njit_decode()                      # compile / load the cache outside the timing
+    python_s = best_of(1, python_decode)
+    njit_s = best_of(3, njit_decode)
+    if not np.array_equal(out, bins):
+        raise AssertionError("njit decoder disagrees with the encoded bins")
+
+    # oct_abs_q-like magnitudes (geometric, mostly small) through the njit UEGk de-binariser
+    values = rng.geometric(0.3, 200_000).tolist()
+    encoder = AecEncoder()
+    writer = ElementEncoder(encoder)
+    for value in values:
+        writer.write("oct_abs_q", value, sign=0)
+    uegk_data = np.frombuffer(encoder.finish(), dtype=np.uint8)
+    start_idx, rule, c_max, k = uegk_params("oct_abs_q")
+    values_array = np.array(values, dtype=np.int64)
+
+    def njit_uegk():
+        _uegk_many(new_state(uegk_data), new_contexts(), uegk_data, NO_TRACE, start_idx, rule, c_max, k,
+                   values_array)
+
+    njit_uegk()
+    uegk_s = best_of(3, njit_uegk)
+    return {
+        "bins": count,
+        "bits_per_bin": round(8 * len(data) / count, 4),
+        "python_encode_bins_per_s": round(count / encode_s),
+        "python_decode_bins_per_s": round(count / python_s),
+        "njit_decode_bins_per_s": round(count / njit_s),
+        "njit_uegk_values_per_s": round(len(values) / uegk_s),
+    }
+
+
+@_njit
+def _uegk_many(state, ctx, data, trace, ctx_start, rule, c_max, k, expected):
+    """Decode len(expected) UEGk values; raises if one differs (benchmark helper)."""
+    for i in range(expected.shape[0]):
+        if decode_uegk(state, ctx, data, trace, ctx_start, rule, 0, c_max, k) != expected[i]:
+            raise ValueError("njit UEGk decode disagrees with the encoded values")

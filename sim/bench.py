@@ -14,6 +14,7 @@ import sys
 
 BENCHMARKS: dict[str, str] = {
     "golden": "sim.bench_golden",
+    "codec-engine": "codec.fast",
 }
 
 
