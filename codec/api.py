@@ -251,10 +251,11 @@ def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS
     """Decode one bare nnc() stream: header, layers (levels filled in), mode statistics, bins."""
     decoder = AecDecoder(data)
     header, layers, stats = code_nnc(ElementReader(decoder), limits=limits)
+    bins = decoder.bins_decoded          # without the terminating stuffing bin
     end = decoder.finish()
     if end != 8 * len(data):
         raise CodecError(f"{len(data) - end // 8} bytes left after the end of the stream", bit_position=end)
-    return header, layers, stats, decoder.bins_decoded
+    return header, layers, stats, bins
 
 
 def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: DecoderLimits
