@@ -146,7 +146,8 @@ def _check_layer(layer: ConvLayer, config: HardwareConfig) -> None:
 
 def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
                tile_c: int | None = None, tile_rows: int | None = None) -> TilePlan:
-    """Largest tiles that fit half of every buffer (halving greedily); explicit sizes are honoured."""
+    """Tiles that fit half of every buffer, chosen among halvings of K, C and the output rows to minimise
+    the estimated DRAM traffic; explicitly given sizes are kept."""
     _, c, _, w = layer.x.shape
     k, cg, kh, kw = layer.w.shape
     groups = layer.groups
@@ -172,26 +173,38 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
                 "fields": max(tk, channels(tk, tc), in_rows(rows)) <= _DIM_MAX and rows * out_w < 1 << 16}
 
     step_k = kg if groups > 1 else 1
-    tk = tile_k or k
-    tc = (tile_c or c) if groups == 1 else cg
-    rows = tile_rows or out_h
-    if tk % step_k or not 1 <= tk <= k:
-        raise ValueError(f"tile_k = {tk}: must be 1..{k} and a multiple of the {step_k} output channels per group")
-    if not 1 <= tc <= c or not 1 <= rows <= out_h:
-        raise ValueError(f"tile_c = {tc} / tile_rows = {rows}: must be 1..{c} / 1..{out_h}")
-    while not all((ok := fits(tk, tc, rows)).values()):
-        if not ok["weight"] and groups == 1 and tc > config.mac.rows and tile_c is None:
-            tc = -(-tc // 2)
-        elif (not ok["acc"] or not ok["out"] or not ok["act"] or not ok["fields"]) and rows > 1 and tile_rows is None:
-            rows = -(-rows // 2)
-        elif not ok["act"] and groups == 1 and tc > 1 and tile_c is None:
-            tc = -(-tc // 2)
-        elif tk > step_k and tile_k is None:
-            tk = max(step_k, (tk // 2) // step_k * step_k)
-        else:
-            failed = [name for name, good in ok.items() if not good]
-            raise ValueError(f"layer does not fit the buffers with tile_k={tk}, tile_c={tc}, tile_rows={rows} "
-                             f"(too large for: {', '.join(failed)})")
+    if tile_k is not None and (tile_k % step_k or not 1 <= tile_k <= k):
+        raise ValueError(f"tile_k = {tile_k}: must be 1..{k} and a multiple of the {step_k} output channels "
+                         "per group")
+    if (tile_c is not None and not 1 <= tile_c <= c) or (tile_rows is not None and not 1 <= tile_rows <= out_h):
+        raise ValueError(f"tile_c = {tile_c} / tile_rows = {tile_rows}: must be 1..{c} / 1..{out_h}")
+
+    def halvings(full: int) -> list[int]:
+        sizes = [full]
+        while sizes[-1] > 1:
+            sizes.append(-(-sizes[-1] // 2))
+        return sizes
+
+    def dram_traffic(tk: int, tc: int, rows: int) -> int:
+        """Bytes LOAD reads plus a per-command cost: inputs are re-read per k-tile (groups == 1), weights
+        per row tile when the input channels are split (the weight half then changes every step)."""
+        k_tiles, row_tiles, chunks = -(-k // tk), -(-out_h // rows), -(-c // tc) if groups == 1 else 1
+        inputs = k_tiles * row_tiles * in_rows(rows) * in_w * (c if groups == 1 else c // k_tiles)
+        weights = k * kh * kw * cg * (row_tiles if chunks > 1 else 1)
+        commands = k_tiles * row_tiles * (2 * chunks + 2)
+        return inputs + weights + 64 * commands
+
+    candidates = [(dram_traffic(tk, tc, rows), -rows, tk, tc, rows)
+                  for tk in ([tile_k] if tile_k else [n * step_k for n in halvings(k // step_k)])
+                  for tc in (([tile_c] if tile_c else halvings(c)) if groups == 1 else [cg])
+                  for rows in ([tile_rows] if tile_rows else halvings(out_h))
+                  if all(fits(tk, tc, rows).values())]
+    if not candidates:
+        tk, tc, rows = tile_k or step_k, (tile_c or 1) if groups == 1 else cg, tile_rows or 1
+        failed = [name for name, good in fits(tk, tc, rows).items() if not good]
+        raise ValueError(f"layer does not fit the buffers even with tile_k={tk}, tile_c={tc}, tile_rows={rows} "
+                         f"(too large for: {', '.join(failed)})")
+    _, _, tk, tc, rows = min(candidates)
     return TilePlan(tk, tc, rows, out_h, out_w)
 
 

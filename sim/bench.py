@@ -14,6 +14,7 @@ import sys
 
 BENCHMARKS: dict[str, str] = {
     "golden": "sim.bench_golden",
+    "interpreter": "sim.bench_interpreter",
     "codec-engine": "codec.fast",
 }
 
