@@ -162,43 +162,57 @@ def test_float32_mode_hand_vectors():
     assert onnx_requant_scale(0.02, np.array([0.5, 0.25]), 0.1).dtype == np.float32
 
 
-def _qlinearconv_model(x_scale, w, w_scale, y_scale, y_zero_point, bias):
-    onnx = pytest.importorskip("onnx")
+def _qlinearconv_model(dtype, x_zp, w, w_scale, y_zp, bias, *, x_scale, y_scale, group, stride, pads):
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
     inits = [numpy_helper.from_array(np.asarray(v, dtype=d), name) for name, v, d in [
-        ("xs", x_scale, np.float32), ("xz", 3, np.int8), ("ws", w_scale, np.float32), ("wz", 0, np.int8),
-        ("ys", y_scale, np.float32), ("yz", y_zero_point, np.int8), ("b", bias, np.int32), ("w", w, np.int8)]]
+        ("xs", x_scale, np.float32), ("xz", x_zp, dtype), ("ws", w_scale, np.float32),
+        ("wz", np.zeros(w.shape[0]), np.int8), ("ys", y_scale, np.float32), ("yz", y_zp, dtype),
+        ("b", bias, np.int32), ("w", w, np.int8)]]
     node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
-                            pads=[1, 1, 1, 1])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.INT8, None)],
-                              [helper.make_tensor_value_info("y", TensorProto.INT8, None)], inits)
+                            pads=list(pads), strides=list(stride), group=group)
+    elem = TensorProto.INT8 if dtype == np.int8 else TensorProto.UINT8
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, None)],
+                              [helper.make_tensor_value_info("y", elem, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 9
     return model
 
 
-@pytest.mark.parametrize("x_scale, w_scale, y_scale, y_zp", [
-    (1.0, 0.5, 64.0, 3),        # exact ties, odd zero point: rounding order matters
-    (0.02, "random", 0.37, -5),  # generic per-channel scales
+@pytest.mark.parametrize("case", [
+    # exact ties (scale 1 * 0.5 / 64 = 2**-7) with an odd zero point: the rounding order matters
+    dict(dtype=np.int8, x_scale=1.0, w_scale="half", y_scale=64.0, y_zp=3, group=1, stride=(1, 1), pads=(1, 1, 1, 1)),
+    # generic per-channel scales
+    dict(dtype=np.int8, x_scale=0.02, w_scale="random", y_scale=0.37, y_zp=-5, group=1, stride=(1, 1), pads=(1, 1, 1, 1)),
+    # depthwise, uint8 activations, stride 2, asymmetric padding (onnxruntime's depthwise kernel)
+    dict(dtype=np.uint8, x_scale=0.03, w_scale="random", y_scale=0.2, y_zp=131, group=16, stride=(2, 2), pads=(1, 0, 2, 1)),
 ])
-def test_float32_mode_matches_onnxruntime_and_reference(x_scale, w_scale, y_scale, y_zp):
+def test_float32_mode_matches_onnxruntime_and_reference(case):
     ort = pytest.importorskip("onnxruntime")
     from onnx.reference import ReferenceEvaluator
     rng = np.random.default_rng(5)
-    x = rng.integers(-128, 128, (1, 8, 10, 10), dtype=np.int8)
-    w = rng.integers(-20, 21, (16, 8, 3, 3), dtype=np.int8)
+    dtype, group = case["dtype"], case["group"]
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, (2, 16, 11, 11), dtype=dtype)
+    w = rng.integers(-20, 21, (16, 16 // group, 3, 3), dtype=np.int8)
     bias = rng.integers(-1000, 1000, 16).astype(np.int32)
-    w_scale = rng.uniform(1e-3, 1e-2, 16).astype(np.float32) if w_scale == "random" else np.full(16, w_scale, np.float32)
-    model = _qlinearconv_model(x_scale, w, w_scale, y_scale, y_zp, bias)
+    w_scale = (np.full(16, 0.5, np.float32) if case["w_scale"] == "half"
+               else rng.uniform(1e-3, 1e-2, 16).astype(np.float32))
+    x_zp = int(info.min) + 3
+    model = _qlinearconv_model(dtype, x_zp, w, w_scale, case["y_zp"], bias, x_scale=case["x_scale"],
+                               y_scale=case["y_scale"], group=group, stride=case["stride"], pads=case["pads"])
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     y_ort = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     y_ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
-    acc = conv2d(x, w, x_zero_point=3, padding=(1, 1, 1, 1))
-    scale = onnx_requant_scale(x_scale, w_scale, y_scale)
-    np.testing.assert_array_equal(requantize_float32(acc, bias=bias, scale=scale, out_zero_point=y_zp), y_ort)
-    np.testing.assert_array_equal(requantize_float32(acc, bias=bias, scale=scale, out_zero_point=y_zp,
-                                                     product="float64"), y_ref)
+    # ONNX pads are [top, left, bottom, right], the golden model's order
+    acc = conv2d(x, w, x_zero_point=x_zp, stride=case["stride"], padding=case["pads"], groups=group)
+    scale = onnx_requant_scale(case["x_scale"], w_scale, case["y_scale"])
+    kw = dict(bias=bias, scale=scale, out_zero_point=case["y_zp"], out_dtype=dtype)
+    np.testing.assert_array_equal(requantize_float32(acc, **kw), y_ort)
+    np.testing.assert_array_equal(requantize_float32(acc, product="float64", **kw), y_ref)
+    if case["w_scale"] == "half":  # the tie case really exercises the rounding-order difference
+        assert np.count_nonzero(y_ort != y_ref) > 0
 
 
 A = np.zeros((1, 3, 2, 2), dtype=np.int32)
