@@ -7,9 +7,9 @@ to a context (Table 337's ctxIdxInc) or to bypass. ``read_bin(bin_idx) -> bin`` 
 
 Decisions (docs/codec-engine.md):
 * FL is MSB first (A22; 10.4.3.4.2, L20773-20775 does not say).
-* UEGk uses ``leadingOneBits < cMax`` where the text prints ``<=`` (A19; 10.4.3.4.6, L20948): with
+* UEGk uses ``leadingOneBits < cMax`` where the text prints ``<=`` (A19; 10.4.3.4.6, L20946): with
   ``<=`` and k > 0 the values cMax+1 .. cMax+2**k-1 cannot be coded. For k = 0 both readings give the
-  same bins. The exponent is leadingOneBits where the text prints leadingZeroBits (L20846, L20955).
+  same bins. The exponent is leadingOneBits where the text prints leadingZeroBits (L20845, L20955).
 * Every decoder loop is bounded by the largest legal value: a corrupt stream raises CodecError
   instead of reading a unary prefix forever.
 """

@@ -23,12 +23,12 @@ import math
 from codec.contexts import NUM_CONTEXTS
 from codec.errors import CodecError
 
-BOUND_S = 254                # boundS (10.4.2.2, L20096-20103): not fixed by the text; AVS2's value
-LG_PMPS_INIT = 1023          # 10.4.2.1 (L20092): mps = 0, cycno = 0, lgPmps = 1023
-LG_PMPS_MAX = 1023           # update_ctx flips the MPS above this (L20617)
+BOUND_S = 254                # boundS (10.4.2.2, L20100-20114): not fixed by the text; AVS2's value
+LG_PMPS_INIT = 1023          # 10.4.2.1 (L20094-20096): mps = 0, cycno = 0, lgPmps = 1023
+LG_PMPS_MAX = 1023           # update_ctx flips the MPS above this (L20613-20617)
 BYPASS_LG_PMPS = 1024        # decode_bypass: lgPmps = 1024, mps = 0, no update (L20544-20546)
 STUFFING_LG_PMPS = 4         # decode_aec_stuffing_bit: lgPmps = 4, mps = 0, no update (L20532-20534)
-LPS_INCREMENT = {3: 197, 4: 95, 5: 46}   # update_ctx's switch on cwr (L20604-20614)
+LPS_INCREMENT = {3: 197, 4: 95, 5: 46}   # update_ctx's switch on cwr (L20593-20611)
 TRACE_BYPASS = -1            # trace ctxIdx of a bypass bin
 TRACE_STUFFING = -2          # trace ctxIdx of a stuffing bin (the terminator)
 RANGE_BITS = 9               # the range mantissa 256 + rT1 and the first read_bits(9)
@@ -108,7 +108,7 @@ class AecDecoder:
         self.trace: list[tuple[int, int]] | None = [] if trace else None
         self.bins_decoded = 0
         self._finished = False
-        # 10.4.2.2 (L20104-20122)
+        # 10.4.2.2 (L20100-20120)
         self._rs1 = 0
         self._rt1 = 0xFF
         self._bflag = 0
