@@ -131,6 +131,9 @@ X = np.zeros((1, 1, 4, 4), np.int8)
     (lambda: concat([X], zero_points=[0, 0], multipliers=[1], shifts=[0]), ValueError, "zero_points has 2"),
     (lambda: concat([X, X[0]], zero_points=[0, 0], multipliers=[1, 1], shifts=[0, 0]), ValueError, "concatenate"),
     (lambda: concat([], zero_points=[], multipliers=[], shifts=[]), ValueError, "at least one"),
+    (lambda: concat([X], zero_points=[0], multipliers=[2 ** 16], shifts=[0]), ValueError, "multiplier=65536"),
+    (lambda: eltwise_params("div", 0.1, 0.1, 0.1), ValueError, "op='div'"),
+    (lambda: eltwise_params("add", 0.1, -0.1, 0.1), ValueError, "b_scale=-0.1"),
 ])
 def test_bad_pool_eltwise_inputs(call, error, match):
     with pytest.raises(error, match=match):

@@ -241,6 +241,12 @@ A = np.zeros((1, 3, 2, 2), dtype=np.int32)
     (lambda: requantize_float32(A, scale=np.float32(1), product="double"), ValueError, "product='double'"),
     (lambda: requantize_tflite(A, multiplier=2 ** 31, shift=0), ValueError, "multiplier=2147483648"),
     (lambda: requantize_tflite(A, multiplier=1, shift=31), ValueError, "shift=31"),
+    (lambda: requantize_tflite(A, multiplier=1, shift=0, out_zero_point=128), ValueError, "out_zero_point=128"),
+    (lambda: requantize_float32(A, scale=np.float32(1), out_dtype=np.int32), TypeError, "out_dtype"),
+    (lambda: requantize(A, multiplier=1, shift=0, negative_multiplier=1, negative_shift=48), ValueError,
+     "negative_shift=48"),
+    (lambda: quantize_multiplier_tflite(2.0 ** 31), ValueError, "shift > 30"),
+    (lambda: quantize_multiplier(np.ones((2, 2))), ValueError, "scalar or 1-D"),
     (lambda: quantize_multiplier(0.0), ValueError, "scale=0.0"),
     (lambda: quantize_multiplier(float("inf")), ValueError, "finite and positive"),
 ])

@@ -15,7 +15,7 @@ import numpy as np
 
 from sim.arch import ELTWISE_SUM_BITS, MULTIPLIER_BITS, SHIFT_MAX
 from sim.golden._checks import check_array, check_int, dtype_range
-from sim.golden.requant import _output_stage, quantize_multiplier, requantize
+from sim.golden.requant import _check_scales, _output_stage, quantize_multiplier, requantize
 from sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
 
 ELTWISE_OPS = ("add", "sub", "max", "min", "mul")
@@ -75,6 +75,8 @@ def eltwise_params(op: str, a_scale: float, b_scale: float, out_scale: float) ->
     """
     if op not in ELTWISE_OPS:
         raise ValueError(f"op={op!r} is not one of {ELTWISE_OPS}")
+    for name, value in (("a_scale", a_scale), ("b_scale", b_scale), ("out_scale", out_scale)):
+        _check_scales(value, name)
     if op == "mul":
         m, n = quantize_multiplier(a_scale * b_scale / out_scale)
         return {"multiplier": m, "shift": n}
