@@ -1,4 +1,4 @@
-"""`aipu disasm`, `aipu isa-doc` and `aipu run-layer`: the command format on the command line."""
+"""`aipu disasm`, `aipu asm`, `aipu isa-doc` and `aipu run-layer`: the command format on the command line."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +16,16 @@ def _cmd_disasm(args: argparse.Namespace) -> int:
     from sim.program import Program
 
     sys.stdout.write(Program.read(args.program).disassemble())
+    return 0
+
+
+def _cmd_asm(args: argparse.Namespace) -> int:
+    from sim.program import Program
+
+    config = load_hardware_config(args.config) if args.config else DEFAULT
+    program = Program.assemble(Path(args.listing).read_text(), config)
+    program.write(args.output)
+    print(f"{args.output}: {len(program)} commands")
     return 0
 
 
@@ -99,6 +109,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     disasm = subparsers.add_parser("disasm", help="print a program file as a readable listing")
     disasm.add_argument("program", help="program file (.bin) written by Program.write")
     disasm.set_defaults(func=_cmd_disasm)
+
+    asm = subparsers.add_parser("asm", help="assemble a listing (the disasm format) into a program file")
+    asm.add_argument("listing", help="text listing, one command per line")
+    asm.add_argument("-o", "--output", required=True, help="program file to write")
+    asm.add_argument("--config", help="hardware configuration (.toml/.json) the program is for")
+    asm.set_defaults(func=_cmd_asm)
 
     isa_doc = subparsers.add_parser("isa-doc", help="generate the ISA reference (docs/isa.md)")
     isa_doc.add_argument("-o", "--output", help="write here instead of stdout")

@@ -167,5 +167,8 @@ def generate(config: HardwareConfig = DEFAULT) -> str:
             "(JSON), the configuration, one u32 command count per queue in unit order, the commands of each",
             "queue, and a CRC-32 of everything before it. Reading checks every item and names the problem",
             "(not a program, truncated, wrong version, hash mismatch, checksum mismatch, bad command).",
-            "`aipu disasm prog.bin` prints one command per line with every field named.", "", DECISIONS]
+            "`aipu disasm prog.bin` prints one command per line with every field named, e.g.", "",
+            "```", "CONV[0]      CONV     pop[LOAD] push[REQUANT]      in_addr=0x0 in_h=5 ... accumulate=0", "```",
+            "", "and `aipu asm listing.txt -o prog.bin` assembles such a listing back (comments start with `;`).",
+            "", DECISIONS]
     return "\n".join(out).rstrip("\n") + "\n"

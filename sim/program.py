@@ -259,3 +259,53 @@ class Program:
                 lines.extend(f"{unit.name}[{index}]".ljust(13) + command.describe(self.config)
                              for index, command in enumerate(queue))
         return "\n".join(lines) + "\n"
+
+    @classmethod
+    def assemble(cls, text: str, config: HardwareConfig = DEFAULT) -> Program:
+        """Parse a listing in the :meth:`disassemble` format back into a program (``aipu asm``).
+
+        Lines: ``UNIT[index] OPCODE pop[UNITS] push[UNITS] field=value ...``; values are integers
+        (decimal or 0x hex) or enumeration names; ``;`` starts a comment."""
+        program = cls(config)
+        for number, raw in enumerate(text.splitlines(), 1):
+            line = raw.split(";", 1)[0].split()
+            if not line:
+                continue
+            try:
+                program.append(_parse_command(line, config))
+            except (ValueError, KeyError) as exc:
+                raise ValueError(f"line {number}: {exc}: {raw.strip()}") from None
+        program.validate()
+        return program
+
+
+def _parse_units(token: str, name: str) -> list[Unit]:
+    if not (token.startswith(name + "[") and token.endswith("]")):
+        raise ValueError(f"expected {name}[...], got {token!r}")
+    inner = token[len(name) + 1:-1]
+    return [Unit[u] for u in inner.split(",")] if inner else []
+
+
+def _parse_command(tokens: list[str], config: HardwareConfig) -> Command:
+    queue = tokens[0].split("[", 1)[0]
+    if queue not in Unit.__members__:
+        raise ValueError(f"unknown queue {queue!r}")
+    if len(tokens) < 4 or tokens[1] not in Opcode.__members__:
+        raise ValueError(f"expected QUEUE[i] OPCODE pop[..] push[..] fields, got opcode {tokens[1:2]}")
+    spec = COMMANDS[Opcode[tokens[1]]]
+    by_name = {fld.name: fld for fld in spec.fields}
+    args = {}
+    for item in tokens[4:]:
+        name, _, text = item.partition("=")
+        if name not in by_name:
+            raise ValueError(f"{spec.opcode.name} has no field {name!r}")
+        choices = by_name[name].legal_values()
+        args[name] = int(type(choices[0])[text]) if choices is not None and not text.lstrip("-").isdigit() \
+            else int(text, 0)
+    command = Command.make(spec.opcode, pop=_parse_units(tokens[2], "pop"), push=_parse_units(tokens[3], "push"),
+                           **args)
+    if command.unit.name != queue:
+        raise ValueError(f"{spec.opcode.name} executes on {command.unit.name}, not in queue {queue}")
+    command.validate(config)
+    return command
+

@@ -216,3 +216,22 @@ def test_bad_program_file(mutate, message):
     data = _program().to_bytes()
     with pytest.raises(ValueError, match=message):
         Program.from_bytes(mutate(data))
+
+
+def test_assemble_is_the_inverse_of_disassemble():
+    program = _program(SMALL)
+    again = Program.assemble(program.disassemble(), SMALL)
+    assert again.queues == program.queues
+
+
+@pytest.mark.parametrize("line, message", [
+    ("CONV[0] CONV pop[] push[] stirde=1", "line 1: CONV has no field 'stirde'"),
+    ("LOAD[0] CONV pop[] push[] in_c=1", "CONV executes on CONV, not in queue LOAD"),
+    ("CONV[0] CONV pop[LOAD] push[] stride_h=9", "CONV field stride_h = 9: outside legal range 1..7"),
+    ("CONV[0] CONV pop[DMA] push[]", "DMA"),
+    ("CONV[0] CONV pop[] push[] in_type=FLOAT", "FLOAT"),
+    ("FOO[0] CONV pop[] push[]", "unknown queue 'FOO'"),
+])
+def test_assembler_errors_name_the_line_and_problem(line, message):
+    with pytest.raises(ValueError, match=message):
+        Program.assemble(line + "\nSTORE[0] FINISH pop[] push[] unit=STORE")

@@ -42,6 +42,10 @@ def test_cli_isa_doc_disasm_and_run_layer(tmp_path, capsys):
     assert main(["disasm", str(tmp_path / "p.bin")]) == 0
     listing = capsys.readouterr().out
     assert "CONV[0]" in listing and "FINISH" in listing
+    (tmp_path / "p.txt").write_text(listing)
+    assert main(["asm", str(tmp_path / "p.txt"), "-o", str(tmp_path / "q.bin")]) == 0
+    assert (tmp_path / "q.bin").read_bytes() == (tmp_path / "p.bin").read_bytes()
+    capsys.readouterr()
     (tmp_path / "junk.bin").write_bytes(b"nonsense")
     assert main(["disasm", str(tmp_path / "junk.bin")]) == 2
     assert "not an AIPU program" in capsys.readouterr().err
