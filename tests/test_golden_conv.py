@@ -215,7 +215,8 @@ def tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, groups):
 def test_medium_layers_match_tapwise_reference(seed, shape):
     rng = np.random.default_rng(seed)
     x = rng.choice(np.array([0, 255], np.uint8), (2, shape["c"], shape["h"], shape["h"]))
-    w = rng.choice(np.array([-128, 127], np.int8), (shape["k"], shape["c"] // shape["groups"], shape["kernel"], shape["kernel"]))
+    w_shape = (shape["k"], shape["c"] // shape["groups"], shape["kernel"], shape["kernel"])
+    w = rng.choice(np.array([-128, 127], np.int8), w_shape)
     args = (255, 0, (2, 1), (2, 1, 0, 2), (1, 2), shape["groups"])
     np.testing.assert_array_equal(conv2d(x, w, x_zero_point=255, stride=(2, 1), padding=(2, 1, 0, 2),
                                          dilation=(1, 2), groups=shape["groups"]), tapwise_int64_conv(x, w, *args))
@@ -237,7 +238,8 @@ def test_random_layers_match_tapwise_reference_slow(seed):
     w = rng.integers(-128, 128, (kg * groups, cg, kh, kw), dtype=np.int8)
     zx, zw = int(rng.integers(0, 256)), rng.integers(-128, 128, kg * groups)
     np.testing.assert_array_equal(
-        conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation, groups=groups),
+        conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation,
+               groups=groups),
         tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, groups))
 
 

@@ -181,11 +181,14 @@ def _qlinearconv_model(dtype, x_zp, w, w_scale, y_zp, bias, *, x_scale, y_scale,
 
 @pytest.mark.parametrize("case", [
     # exact ties (scale 1 * 0.5 / 64 = 2**-7) with an odd zero point: the rounding order matters
-    dict(dtype=np.int8, x_scale=1.0, w_scale="half", y_scale=64.0, y_zp=3, group=1, stride=(1, 1), pads=(1, 1, 1, 1)),
+    dict(dtype=np.int8, x_scale=1.0, w_scale="half", y_scale=64.0, y_zp=3, group=1, stride=(1, 1),
+         pads=(1, 1, 1, 1)),
     # generic per-channel scales
-    dict(dtype=np.int8, x_scale=0.02, w_scale="random", y_scale=0.37, y_zp=-5, group=1, stride=(1, 1), pads=(1, 1, 1, 1)),
+    dict(dtype=np.int8, x_scale=0.02, w_scale="random", y_scale=0.37, y_zp=-5, group=1, stride=(1, 1),
+         pads=(1, 1, 1, 1)),
     # depthwise, uint8 activations, stride 2, asymmetric padding (onnxruntime's depthwise kernel)
-    dict(dtype=np.uint8, x_scale=0.03, w_scale="random", y_scale=0.2, y_zp=131, group=16, stride=(2, 2), pads=(1, 0, 2, 1)),
+    dict(dtype=np.uint8, x_scale=0.03, w_scale="random", y_scale=0.2, y_zp=131, group=16, stride=(2, 2),
+         pads=(1, 0, 2, 1)),
 ])
 def test_float32_mode_matches_onnxruntime_and_reference(case):
     ort = pytest.importorskip("onnxruntime")
@@ -203,7 +206,8 @@ def test_float32_mode_matches_onnxruntime_and_reference(case):
                                y_scale=case["y_scale"], group=group, stride=case["stride"], pads=case["pads"])
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
-    y_ort = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    y_ort = session.run(None, {"x": x})[0]
     y_ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
     # ONNX pads are [top, left, bottom, right], the golden model's order
     acc = conv2d(x, w, x_zero_point=x_zp, stride=case["stride"], padding=case["pads"], groups=group)

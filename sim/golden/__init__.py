@@ -9,14 +9,15 @@ from sim.golden.lut import build_lut8, build_lut16, lut8, lut16
 from sim.golden.pool import avg_pool2d, global_avg_pool, max_pool2d
 from sim.golden.pow2 import (FEATURE_QUAN, KERNEL_QUAN, pow2_quantize, pow2_requant_params,
                              pow2_scale_exponent)
-from sim.golden.requant import (leaky_relu_multipliers, onnx_requant_scale, quantize_multiplier, quantize_multiplier_tflite,
-                                requantize, requantize_float32, requantize_tflite)
+from sim.golden.requant import (leaky_relu_multipliers, onnx_requant_scale, quantize_multiplier,
+                                quantize_multiplier_tflite, requantize, requantize_float32, requantize_tflite)
 from sim.golden.rounding import ROUNDING_MODES, round_half_away, rounding_divide, rounding_shift_right
 
 __all__ = [
-    "ELTWISE_OPS", "FEATURE_QUAN", "KERNEL_QUAN", "ROUNDING_MODES", "accumulator_range", "avg_pool2d", "build_lut16", "build_lut8",
-    "concat", "conv2d", "eltwise", "eltwise_params", "global_avg_pool", "leaky_relu_multipliers", "lut16", "lut8", "matmul",
-    "max_pool2d", "onnx_requant_scale", "pow2_quantize", "pow2_requant_params", "pow2_scale_exponent",
-    "quantize_multiplier", "quantize_multiplier_tflite", "requantize", "requantize_float32",
-    "requantize_tflite", "round_half_away", "rounding_divide", "rounding_shift_right",
+    "ELTWISE_OPS", "FEATURE_QUAN", "KERNEL_QUAN", "ROUNDING_MODES", "accumulator_range", "avg_pool2d",
+    "build_lut16", "build_lut8", "concat", "conv2d", "eltwise", "eltwise_params", "global_avg_pool",
+    "leaky_relu_multipliers", "lut16", "lut8", "matmul", "max_pool2d", "onnx_requant_scale", "pow2_quantize",
+    "pow2_requant_params", "pow2_scale_exponent", "quantize_multiplier", "quantize_multiplier_tflite",
+    "requantize", "requantize_float32", "requantize_tflite", "round_half_away", "rounding_divide",
+    "rounding_shift_right",
 ]
