@@ -15,6 +15,7 @@ Decisions (docs/codec-engine.md):
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 from codec.errors import CodecError
@@ -26,9 +27,15 @@ MAX_FL_LENGTH = 32                 # the widest FL element (sublayer_cmaxw, Tabl
 MAX_EG_VALUE = (1 << 32) - 1       # largest EGk / UEGk value accepted: every coded magnitude is < 2**32
 
 
-def _check_value(value: int, low: int, high: int, what: str) -> None:
-    if not isinstance(value, int) or not low <= value <= high:
+def _check_value(value: int, low: int, high: int, what: str) -> int:
+    """``value`` as a Python int (numpy integers accepted) if it lies in low..high."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or not low <= number <= high:
         raise ValueError(f"{what} must be an integer in {low}..{high}, got {value!r}")
+    return number
 
 
 # --- FL (10.4.3.4.2) ----------------------------------------------------------------------------
@@ -43,7 +50,7 @@ def decode_fl(read_bin: ReadBin, length: int) -> int:
 
 def encode_fl(write_bin: WriteBin, value: int, length: int) -> None:
     _check_value(length, 0, MAX_FL_LENGTH, "FL length")
-    _check_value(value, 0, (1 << length) - 1, f"FL{length} value")
+    value = _check_value(value, 0, (1 << length) - 1, f"FL{length} value")
     for bin_idx in range(length):
         write_bin(bin_idx, (value >> (length - 1 - bin_idx)) & 1)
 
@@ -60,7 +67,7 @@ def decode_u(read_bin: ReadBin, max_value: int) -> int:
 
 
 def encode_u(write_bin: WriteBin, value: int, max_value: int) -> None:
-    _check_value(value, 0, max_value, "unary value")
+    value = _check_value(value, 0, max_value, "unary value")
     for bin_idx in range(value):
         write_bin(bin_idx, 1)
     write_bin(value, 0)
@@ -75,7 +82,7 @@ def decode_tu(read_bin: ReadBin, c_max: int) -> int:
 
 
 def encode_tu(write_bin: WriteBin, value: int, c_max: int) -> None:
-    _check_value(value, 0, c_max, "truncated-unary value")
+    value = _check_value(value, 0, c_max, "truncated-unary value")
     for bin_idx in range(value):
         write_bin(bin_idx, 1)
     if value < c_max:
@@ -112,7 +119,7 @@ def decode_egk(read_bin: ReadBin, k: int, *, max_value: int = MAX_EG_VALUE, firs
 
 def encode_egk(write_bin: WriteBin, value: int, k: int, *, max_value: int = MAX_EG_VALUE,
                first_bin_idx: int = 0) -> None:
-    _check_value(value, 0, max_value, f"EG{k} value")
+    value = _check_value(value, 0, max_value, f"EG{k} value")
     ones = _max_leading_ones(k, value)
     bin_idx = first_bin_idx
     for _ in range(ones):
@@ -140,7 +147,7 @@ def decode_uegk(read_bin: ReadBin, c_max: int, k: int, *, max_value: int = MAX_E
 
 
 def encode_uegk(write_bin: WriteBin, value: int, c_max: int, k: int, *, max_value: int = MAX_EG_VALUE) -> None:
-    _check_value(value, 0, max_value, f"UEG{k} (cMax {c_max}) value")
+    value = _check_value(value, 0, max_value, f"UEG{k} (cMax {c_max}) value")
     for bin_idx in range(min(value, c_max)):
         write_bin(bin_idx, 1)
     if value < c_max:

@@ -83,6 +83,7 @@ Signed values stay the syntax's business: every element here is an unsigned bin 
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -126,10 +127,6 @@ INC_RULES: dict[str, tuple[Callable[[int, dict[str, int]], int], tuple[str, ...]
     "oct_nzflag": (lambda b, i: _inc_coef_sign(i["c0"]) if i["at_max_depth"]
                    else _inc_nz_neighbours(i["n0"], i["n1"]), ("at_max_depth", "n0", "n1", "c0")),
 }
-
-# The rules whose value a caller cannot push outside 0..2 (contexts with a count of 3 or 9).
-_FLAG_INPUTS = ("sign", "n0", "n1", "at_max_depth")
-
 
 @dataclass(frozen=True)
 class ElementSpec:
@@ -289,25 +286,30 @@ def element_spec(name: str) -> ElementSpec:
 
 
 def _checked_inputs(spec: ElementSpec, inputs: dict[str, Any]) -> dict[str, int]:
-    """The inputs the element needs, exactly; flags must be 0/1, everything an integer."""
-    needed = spec.inputs
-    missing = [name for name in needed if name not in inputs]
-    unknown = [name for name in inputs if name not in needed]
-    if missing or unknown:
-        raise ValueError(f"element {spec.name} needs inputs {list(needed) or 'none'}; "
+    """The inputs the element needs, exactly; flags must be 0/1, all integers (numpy ints accepted)."""
+    needed = _INPUT_SETS[spec.name]
+    if inputs.keys() != needed:
+        missing = [name for name in spec.inputs if name not in inputs]
+        unknown = [name for name in inputs if name not in needed]
+        raise ValueError(f"element {spec.name} needs inputs {list(spec.inputs) or 'none'}; "
                          f"missing {missing}, unexpected {unknown}")
     checked: dict[str, int] = {}
     for name, value in inputs.items():
-        if isinstance(value, bool):
-            value = int(value)
-        if not isinstance(value, int):
-            raise ValueError(f"element {spec.name}: input {name} must be an integer, got {value!r}")
-        if name in _FLAG_INPUTS and value not in (0, 1):
-            raise ValueError(f"element {spec.name}: input {name} must be 0 or 1, got {value}")
-        if name in ("length", "max_value") and value < 0:
-            raise ValueError(f"element {spec.name}: input {name} must be >= 0, got {value}")
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise ValueError(f"element {spec.name}: input {name} must be an integer, got {value!r}") from None
+        low, high = _INPUT_RANGES.get(name, (None, None))
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"element {spec.name}: input {name} must be in {low}..{high if high is not None else ''}"
+                             f", got {value}")
         checked[name] = value
     return checked
+
+
+_INPUT_SETS = {name: frozenset(spec.inputs) for name, spec in ELEMENTS.items()}
+_INPUT_RANGES = {"sign": (0, 1), "n0": (0, 1), "n1": (0, 1), "at_max_depth": (0, 1),
+                 "length": (0, bz.MAX_FL_LENGTH), "max_value": (0, None)}
 
 
 class ElementDecoder:
@@ -318,18 +320,19 @@ class ElementDecoder:
 
     def read(self, name: str, **inputs: Any) -> int:
         spec = element_spec(name)
-        values = _checked_inputs(spec, inputs)
+        values = _checked_inputs(spec, inputs) if inputs or _INPUT_SETS[spec.name] else inputs
         decoder = self.decoder
-        if spec.bypass:
-            def read_bin(bin_idx: int) -> int:
-                return decoder.decode_bypass()
-        else:
-            start = spec.ctx_start
-
-            def read_bin(bin_idx: int) -> int:
-                return decoder.decode_decision(start + spec.ctx_inc(bin_idx, values))
         try:
-            return _debinarize(spec, read_bin, values)
+            if spec.bypass:                      # all bypass elements are FL
+                return bz.decode_fl(lambda bin_idx: decoder.decode_bypass(), _fl_length(spec, values))
+            inc = INC_RULES[spec.inc_rule][0]
+            start = spec.ctx_start
+            if spec.fixed_length == 1:           # a flag: the bin string is one bin, binIdx 0
+                return decoder.decode_decision(start + inc(0, values))
+            read_bin = lambda bin_idx: decoder.decode_decision(start + inc(bin_idx, values))  # noqa: E731
+            if spec.binarization == "U":
+                return bz.decode_u(read_bin, values["max_value"])
+            return bz.decode_uegk(read_bin, spec.c_max, spec.k)
         except CodecError as error:
             raise error.add_context(bit_position=decoder.bit_position, element=name)
 
@@ -342,34 +345,24 @@ class ElementEncoder:
 
     def write(self, name: str, value: int, **inputs: Any) -> None:
         spec = element_spec(name)
-        values = _checked_inputs(spec, inputs)
+        values = _checked_inputs(spec, inputs) if inputs or _INPUT_SETS[spec.name] else inputs
         encoder = self.encoder
-        if spec.bypass:
-            def write_bin(bin_idx: int, bin_val: int) -> None:
-                encoder.encode_bypass(bin_val)
-        else:
-            start = spec.ctx_start
-
-            def write_bin(bin_idx: int, bin_val: int) -> None:
-                encoder.encode_decision(start + spec.ctx_inc(bin_idx, values), bin_val)
         try:
-            _binarize(spec, write_bin, value, values)
+            if spec.bypass:
+                bz.encode_fl(lambda bin_idx, bin_val: encoder.encode_bypass(bin_val), value, _fl_length(spec, values))
+                return
+            inc = INC_RULES[spec.inc_rule][0]
+            start = spec.ctx_start
+            write_bin = lambda bin_idx, bin_val: encoder.encode_decision(start + inc(bin_idx, values), bin_val)  # noqa: E731
+            if spec.binarization == "FL":
+                bz.encode_fl(write_bin, value, spec.fixed_length)
+            elif spec.binarization == "U":
+                bz.encode_u(write_bin, value, values["max_value"])
+            else:
+                bz.encode_uegk(write_bin, value, spec.c_max, spec.k)
         except ValueError as error:
             raise ValueError(f"element {name}: {error}") from None
 
 
-def _debinarize(spec: ElementSpec, read_bin: bz.ReadBin, values: dict[str, int]) -> int:
-    if spec.binarization == "FL":
-        return bz.decode_fl(read_bin, spec.fixed_length if spec.fixed_length is not None else values["length"])
-    if spec.binarization == "U":
-        return bz.decode_u(read_bin, values["max_value"])
-    return bz.decode_uegk(read_bin, spec.c_max, spec.k)
-
-
-def _binarize(spec: ElementSpec, write_bin: bz.WriteBin, value: int, values: dict[str, int]) -> None:
-    if spec.binarization == "FL":
-        bz.encode_fl(write_bin, value, spec.fixed_length if spec.fixed_length is not None else values["length"])
-    elif spec.binarization == "U":
-        bz.encode_u(write_bin, value, values["max_value"])
-    else:
-        bz.encode_uegk(write_bin, value, spec.c_max, spec.k)
+def _fl_length(spec: ElementSpec, values: dict[str, int]) -> int:
+    return spec.fixed_length if spec.fixed_length is not None else values["length"]

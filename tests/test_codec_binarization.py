@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -339,12 +340,19 @@ def test_element_input_validation():
         reader.read("oct_abs_q")
     with pytest.raises(ValueError, match="unexpected"):
         writer.write("split_flag", 1, sign=0)
-    with pytest.raises(ValueError, match="0 or 1"):
+    with pytest.raises(ValueError, match="n0 must be in 0..1"):
         writer.write("uni_map_nzflag", 1, n0=2, n1=0)
     with pytest.raises(ValueError, match="oct_sign"):
         writer.write("oct_sign", 2, c0=0, c1=0)
     with pytest.raises(ValueError, match="signalled_size"):
         writer.write("signalled_size", 5, max_value=4)
+    with pytest.raises(ValueError, match="length must be in 0..32"):
+        writer.write("bias_abs_q", 5, length=33)
+    with pytest.raises(ValueError, match="c0 must be an integer"):
+        writer.write("uni_sign", 1, c0=0.5)
+    # numpy integers are integers
+    writer.write("oct_sign", np.int64(1), c0=np.int32(-3), c1=np.int64(0))
+    writer.write("oct_abs_q", np.uint8(200), sign=np.int8(1))
 
 
 def test_element_decoder_reports_position_and_element():
