@@ -124,8 +124,6 @@ class _Executor:
         if memory.config != program.config:
             raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
                              f"the program for {program.config.config_hash()}")
-        self.program = program
-        self.config = program.config
         self.memory = memory.copy()
         self.stats = Stats()
         self.races = _RaceDetector() if check_hazards else None
@@ -172,10 +170,11 @@ class _Executor:
         self._record(DRAM, address, end, write)
         return offsets
 
-    def _tensor(self, space, field_name: str, address: int, shape, dtype: DType | str, write=False) -> np.ndarray:
+    def _tensor(self, space, field_name: str, address: int, shape, dtype: DType | str) -> np.ndarray:
+        """A read of ``shape`` elements of ``dtype`` at ``address`` (a view into the memory image)."""
         np_dtype = np.dtype(DTYPE_NUMPY[dtype] if isinstance(dtype, DType) else dtype)
         nbytes = int(np.prod(shape)) * np_dtype.itemsize
-        return self._span(space, field_name, address, nbytes, write).view(np_dtype).reshape(shape)
+        return self._span(space, field_name, address, nbytes, False).view(np_dtype).reshape(shape)
 
     def _write(self, space, field_name: str, address: int, values: np.ndarray, byte_address: bool = False) -> None:
         data = np.ascontiguousarray(values)

@@ -222,3 +222,57 @@ def test_memory_and_program_configs_must_agree():
     config = hardware_config_from_dict({"mac": {"rows": 8}})
     with pytest.raises(ValueError, match="memory image is for config"):
         run(_two_unit(), Memory.create(config, 64))
+
+
+@pytest.mark.parametrize("mode", ["native", "leaky", "float32"])
+def test_requant_modes_against_golden(mode):
+    from sim.arch import RequantMode
+    from sim.interpreter import PARAM_DTYPE
+
+    pixels, channels = 9, 5
+    acc = RNG.integers(-2 ** 20, 2 ** 20, (pixels, channels)).astype(np.int32)
+    records = np.zeros(channels, PARAM_DTYPE)
+    records["bias"] = RNG.integers(-1000, 1000, channels)
+    records["multiplier"] = RNG.integers(1, 2 ** 16, channels)
+    records["shift"] = RNG.integers(18, 26, channels)
+    records["negative_multiplier"] = RNG.integers(1, 2 ** 16, channels)
+    records["negative_shift"] = RNG.integers(20, 30, channels)
+    records["scale"] = RNG.uniform(1e-5, 1e-3, channels).astype(np.float32)
+    memory = Memory.create(DEFAULT, 0x1000)
+    memory.buffers[Buffer.ACC][0x40:0x40 + acc.nbytes] = acc.reshape(-1).view(np.uint8)
+    memory.buffers[Buffer.PARAM][3 * 16:3 * 16 + records.nbytes] = records.view(np.uint8)
+    requant = Command.make(Opcode.REQUANT, acc_addr=0x10, out_addr=0x20, pixels=pixels, channels=channels,
+                           param_index=3, out_type=DType.UINT8, out_zero_point=30, qmin=10, qmax=250,
+                           mode=RequantMode.FLOAT32 if mode == "float32" else RequantMode.NATIVE,
+                           rounding=Rounding.HALF_TO_EVEN, leaky=int(mode == "leaky"), push=[Unit.STORE])
+    program = Program()
+    program.append(requant)
+    program.append(Command.make(Opcode.STORE, pop=[Unit.REQUANT], sram_addr=0x20, dram_addr=OUT_ADDR,
+                                run=acc.size))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    result = run(program, memory)
+    common = dict(bias=records["bias"], out_zero_point=30, qmin=10, qmax=250, out_dtype=np.uint8, channel_axis=1,
+                  return_saturated=True)
+    if mode == "float32":
+        expected, saturated = golden.requantize_float32(acc, scale=records["scale"], **common)
+    else:
+        leaky = (dict(negative_multiplier=records["negative_multiplier"].astype(np.int64),
+                      negative_shift=records["negative_shift"].astype(np.int64)) if mode == "leaky" else {})
+        expected, saturated = golden.requantize(acc, multiplier=records["multiplier"].astype(np.int64),
+                                                shift=records["shift"].astype(np.int64), rounding="half_to_even",
+                                                **leaky, **common)
+    out = result.memory.dram[OUT_ADDR:OUT_ADDR + acc.size].reshape(pixels, channels)
+    np.testing.assert_array_equal(out, expected)
+    assert result.stats.saturations == {"REQUANT[0]": saturated}
+
+
+def test_requant_rejects_nonzero_reserved_record_bits():
+    memory = Memory.create(DEFAULT, 64)
+    from sim.interpreter import PARAM_DTYPE
+
+    memory.buffers[Buffer.PARAM][PARAM_DTYPE.itemsize + PARAM_DTYPE.fields["reserved"][1]] = 1   # record 1
+    program = Program()
+    program.append(Command.make(Opcode.REQUANT, channels=2, qmin=-128, qmax=127))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.REQUANT))
+    with pytest.raises(ExecutionError, match=r"REQUANT\[0\] REQUANT: parameter record 1 has non-zero reserved"):
+        run(program, memory)
