@@ -1,0 +1,157 @@
+"""Single-node quantized ONNX models run on onnxruntime, for comparing the golden model against it.
+
+Used by the test suite (exactness of the ONNX-compatible requant mode, error of the M/2^N mode) and by
+`aipu bench golden` (throughput next to onnxruntime on one thread). onnxruntime is a test extra: it is
+imported on first use so that the rest of the package never needs it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+# onnxruntime 1.31 loads models up to IR version 13; onnx 1.23 writes 14 by default.
+ORT_IR_VERSION = 9
+QLINEAR_OPSET = 13
+
+_ONNX_DTYPE = {np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8}
+
+
+@dataclass
+class QLinearConvCase:
+    """One QLinearConv problem: integer tensors, float32 scales, zero points and conv attributes."""
+
+    x: np.ndarray                     # [N][C][H][W] int8 or uint8
+    w: np.ndarray                     # [K][C/group][R][S] int8 or uint8
+    bias: np.ndarray                  # [K] int32
+    x_scale: np.float32
+    x_zero_point: int
+    w_scale: np.ndarray               # float32, shape () per tensor or (K,) per channel
+    w_zero_point: np.ndarray          # w.dtype, shape () or (K,)
+    y_scale: np.float32
+    y_zero_point: int
+    strides: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)   # ONNX order: top, left, bottom, right
+    dilations: tuple[int, int] = (1, 1)
+    group: int = 1
+    description: str = field(default="")
+
+    @property
+    def y_dtype(self) -> np.dtype:
+        return self.x.dtype
+
+    def requant_scale(self) -> np.ndarray:
+        """Per-output-channel float32 scale x_scale*w_scale/y_scale, in the order the runtimes compute it."""
+        w_scale = np.broadcast_to(self.w_scale, (self.w.shape[0],)).astype(np.float32)
+        return (np.float32(self.x_scale) * w_scale) / np.float32(self.y_scale)
+
+
+def qlinear_conv_model(case: QLinearConvCase) -> onnx.ModelProto:
+    """A one-node QLinearConv model whose only graph input is x; everything else is an initializer."""
+    y_dtype = case.y_dtype
+    initializers = [
+        numpy_helper.from_array(np.array(case.x_scale, np.float32), "x_scale"),
+        numpy_helper.from_array(np.array(case.x_zero_point, case.x.dtype), "x_zero_point"),
+        numpy_helper.from_array(case.w, "w"),
+        numpy_helper.from_array(np.asarray(case.w_scale, np.float32), "w_scale"),
+        numpy_helper.from_array(np.asarray(case.w_zero_point, case.w.dtype), "w_zero_point"),
+        numpy_helper.from_array(np.array(case.y_scale, np.float32), "y_scale"),
+        numpy_helper.from_array(np.array(case.y_zero_point, y_dtype), "y_zero_point"),
+        numpy_helper.from_array(case.bias.astype(np.int32), "bias"),
+    ]
+    node = helper.make_node(
+        "QLinearConv",
+        ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "bias"],
+        ["y"],
+        strides=list(case.strides),
+        pads=list(case.pads),
+        dilations=list(case.dilations),
+        group=case.group,
+        kernel_shape=list(case.w.shape[2:]),
+    )
+    graph = helper.make_graph(
+        [node],
+        "qlinearconv",
+        [helper.make_tensor_value_info("x", _ONNX_DTYPE[case.x.dtype], list(case.x.shape))],
+        [helper.make_tensor_value_info("y", _ONNX_DTYPE[y_dtype], None)],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", QLINEAR_OPSET)])
+    model.ir_version = ORT_IR_VERSION
+    return model
+
+
+def single_thread_session(model: onnx.ModelProto):
+    """An onnxruntime CPU session pinned to one thread, as the benchmarks and comparisons require."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def run_qlinear_conv_ort(case: QLinearConvCase) -> np.ndarray:
+    return single_thread_session(qlinear_conv_model(case)).run(None, {"x": case.x})[0]
+
+
+def conv_output_size(size: int, kernel: int, stride: int, dilation: int, pad_before: int, pad_after: int) -> int:
+    return (size + pad_before + pad_after - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def random_qlinear_conv_case(rng: np.random.Generator, *, max_channels: int = 24, max_size: int = 14) -> QLinearConvCase:
+    """A random QLinearConv covering per-tensor and per-channel scales, depthwise, grouped, strided,
+    dilated, asymmetrically padded and odd-sized problems, int8 and uint8, with large biases."""
+    x_dtype = np.dtype(rng.choice([np.int8, np.uint8]))
+    # onnxruntime accepts u8 x with s8 or u8 w, and s8 x with s8 w.
+    w_dtype = np.dtype(np.int8) if (x_dtype == np.int8 or rng.random() < 0.7) else np.dtype(np.uint8)
+    kind = rng.choice(["dense", "depthwise", "grouped"], p=[0.6, 0.25, 0.15])
+    if kind == "depthwise":
+        group = channels = out_channels = int(rng.integers(1, max_channels + 1))
+    elif kind == "grouped":
+        group = int(rng.integers(2, 5))
+        channels = group * int(rng.integers(1, max(2, max_channels // group) + 1))
+        out_channels = group * int(rng.integers(1, max(2, max_channels // group) + 1))
+    else:
+        group, channels, out_channels = 1, int(rng.integers(1, max_channels + 1)), int(rng.integers(1, max_channels + 1))
+    while True:
+        kernel = (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+        strides = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        dilations = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        pads = tuple(int(p) for p in rng.integers(0, 3, 4))
+        height, width = int(rng.integers(1, max_size + 1)), int(rng.integers(1, max_size + 1))
+        out_h = conv_output_size(height, kernel[0], strides[0], dilations[0], pads[0], pads[2])
+        out_w = conv_output_size(width, kernel[1], strides[1], dilations[1], pads[1], pads[3])
+        if out_h >= 1 and out_w >= 1:
+            break
+    x_info, w_info = np.iinfo(x_dtype), np.iinfo(w_dtype)
+    x = rng.integers(x_info.min, x_info.max + 1, (1, channels, height, width), dtype=np.int64).astype(x_dtype)
+    w = rng.integers(w_info.min, w_info.max + 1, (out_channels, channels // group, *kernel), dtype=np.int64).astype(w_dtype)
+    per_channel = bool(rng.random() < 0.5)
+    if per_channel:
+        w_scale = rng.uniform(0.0005, 0.05, out_channels).astype(np.float32)
+        # onnxruntime needs a per-channel zero point of 0 for signed weights; unsigned may carry any.
+        w_zero_point = np.zeros(out_channels, w_dtype)
+    else:
+        w_scale = np.array(rng.uniform(0.0005, 0.05), np.float32)
+        w_zero_point = np.array(0 if w_dtype == np.int8 else int(rng.integers(0, 256)), w_dtype)
+    bias_limit = int(rng.choice([2**10, 2**16, 2**26]))
+    return QLinearConvCase(
+        x=x,
+        w=w,
+        bias=rng.integers(-bias_limit, bias_limit, out_channels).astype(np.int32),
+        x_scale=np.float32(rng.uniform(0.002, 0.1)),
+        x_zero_point=int(rng.integers(x_info.min, x_info.max + 1)),
+        w_scale=w_scale,
+        w_zero_point=w_zero_point,
+        y_scale=np.float32(rng.uniform(0.005, 1.0)),
+        y_zero_point=int(rng.integers(x_info.min, x_info.max + 1)),
+        strides=strides,
+        pads=pads,  # type: ignore[arg-type]
+        dilations=dilations,
+        group=group,
+        description=f"{kind} {x_dtype.name}x{w_dtype.name} {'per-channel' if per_channel else 'per-tensor'} "
+        f"C{channels} K{out_channels} {height}x{width} k{kernel} s{strides} d{dilations} p{pads}",
+    )
