@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim import golden
-from sim.arch import (DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
+from sim.arch import (BIAS_BITS, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
                       LUT16_INDEX_BITS_MIN, MULTIPLIER_BITS, PAD_BITS, LutMode,
                       PARAM_RECORD_BYTES, SHIFT_MAX, Buffer, DIM_BITS, DType, HardwareConfig, Opcode,
                       RequantMode, Rounding, Unit)
@@ -128,7 +128,7 @@ def _output_size(layer: ConvLayer) -> tuple[int, int]:
     return (h + pt + pb - spans[0]) // layer.stride[0] + 1, (w + pl + pr - spans[1]) // layer.stride[1] + 1
 
 
-def _check_layer(layer: ConvLayer, config: HardwareConfig) -> None:
+def _check_layer(layer: ConvLayer) -> None:
     if layer.x.ndim != 4 or layer.x.shape[0] != 1:
         raise ValueError(f"x shape {layer.x.shape}: expected [1, C, H, W]")
     if layer.w.dtype != np.int8:
@@ -167,7 +167,7 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
         wgt_c = tc if groups == 1 else cg
         return {"weight": tk * kh * kw * wgt_c <= half[Buffer.WEIGHT],
                 "param": tk * PARAM_RECORD_BYTES <= half[Buffer.PARAM],
-                "acc": rows * out_w * tk * 4 <= half[Buffer.ACC],
+                "acc": rows * out_w * tk * BUFFER_UNIT_BYTES[Buffer.ACC] <= half[Buffer.ACC],
                 "out": rows * out_w * tk * out_bytes <= half[Buffer.OUT],
                 "act": in_rows(rows) * in_w * channels(tk, tc) <= half[Buffer.ACT],
                 "fields": max(tk, channels(tk, tc), in_rows(rows)) <= _DIM_MAX and rows * out_w < 1 << 16}
@@ -225,7 +225,7 @@ def _lut_table(layer: ConvLayer, config: HardwareConfig) -> np.ndarray:
 def _param_records(layer: ConvLayer) -> np.ndarray:
     k = layer.w.shape[0]
     records = np.zeros(k, PARAM_DTYPE)
-    for name, values, low, high in (("bias", layer.bias, -2 ** 31, 2 ** 31 - 1),
+    for name, values, low, high in (("bias", layer.bias, -2 ** (BIAS_BITS - 1), 2 ** (BIAS_BITS - 1) - 1),
                                     ("multiplier", layer.multiplier, 0, 2 ** MULTIPLIER_BITS - 1),
                                     ("shift", layer.shift, 0, SHIFT_MAX)):
         values = np.broadcast_to(np.asarray(values, np.int64), (k,))
@@ -237,7 +237,7 @@ def _param_records(layer: ConvLayer) -> np.ndarray:
 
 def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles) -> LoweredLayer:
     """Plan DRAM, tile the layer and emit LOAD/CONV/REQUANT/STORE with double buffering and tokens."""
-    _check_layer(layer, config)
+    _check_layer(layer)
     plan = plan_tiles(layer, config, **tiles)
     _, c, h, w = layer.x.shape
     k, cg, kh, kw = layer.w.shape
@@ -266,9 +266,9 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
         address, nbytes = regions[name]
         dram[address:address + nbytes] = np.frombuffer(blob.tobytes(), np.uint8)
 
-    half = {b: config.buffer(b).bytes // 2 for b in Buffer}
-    slot = {b: (lambda i, b=b: (i % 2) * half[b] // (4 if b == Buffer.ACC else 1)) for b in Buffer}
-    param_slot = lambda i: (i % 2) * (half[Buffer.PARAM] // PARAM_RECORD_BYTES)   # noqa: E731
+    def slot(buffer: Buffer, i: int) -> int:
+        """Address (in the buffer's units) of half ``i % 2``: the double-buffering ping-pong."""
+        return (i % 2) * (config.buffer_units(buffer) // 2)
 
     # Enumerate the work: output tiles (k-tile, row tile) and, inside each, CONV steps (channel chunks).
     k_tiles = [(k0, min(plan.tile_k, k - k0)) for k0 in range(0, k, plan.tile_k)]
@@ -299,18 +299,18 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
             c0, tc = chunk if chunk is not None else ((k0 // kg) * cg, tk // kg * cg)
             loads = []
             if first_of_k and chunk_index == 0:
-                loads.append(dict(buffer=Buffer.PARAM, sram_addr=param_slot(kt) * PARAM_RECORD_BYTES,
+                loads.append(dict(buffer=Buffer.PARAM, sram_addr=slot(Buffer.PARAM, kt) * PARAM_RECORD_BYTES,
                                   dram_addr=regions["params"][0] + k0 * PARAM_RECORD_BYTES, elem_type=DType.INT8,
                                   y_size=1, x_size=1, run=tk * PARAM_RECORD_BYTES,
                                   pop=[Unit.REQUANT] if kt >= 2 else [], push=[Unit.REQUANT]))
             weight_slot = step if reload_weights else kt
             if reload_weights or (first_of_k and chunk_index == 0):
                 wgt_c = tc if layer.groups == 1 else cg
-                loads.append(dict(buffer=Buffer.WEIGHT, sram_addr=slot[Buffer.WEIGHT](weight_slot),
+                loads.append(dict(buffer=Buffer.WEIGHT, sram_addr=slot(Buffer.WEIGHT, weight_slot),
                                   dram_addr=regions["weights"][0] + (k0 * kh * kw * cg + (c0 if layer.groups == 1 else 0)),
                                   elem_type=DType.INT8, y_size=tk, x_size=kh * kw, run=wgt_c,
                                   dram_y_stride=kh * kw * cg, dram_x_stride=cg))
-            loads.append(dict(buffer=Buffer.ACT, sram_addr=slot[Buffer.ACT](step),
+            loads.append(dict(buffer=Buffer.ACT, sram_addr=slot(Buffer.ACT, step),
                               dram_addr=regions["input"][0] + (real_first * w * c + c0), elem_type=in_type,
                               y_size=real_rows, x_size=w, run=tc, dram_y_stride=w * c, dram_x_stride=c,
                               pad_top=pad_top, pad_bottom=pad_bottom, pad_left=pl, pad_right=pr,
@@ -325,20 +325,20 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
             pop = [Unit.LOAD] + ([Unit.REQUANT] if chunk_index == 0 and t >= 2 else [])
             push = ([Unit.LOAD] if step + 2 < n_steps else []) + ([Unit.REQUANT] if last_chunk else [])
             program.append(Command.make(
-                Opcode.CONV, pop=pop, push=push, in_addr=slot[Buffer.ACT](step), in_h=in_rows, in_w=w + pl + pr,
+                Opcode.CONV, pop=pop, push=push, in_addr=slot(Buffer.ACT, step), in_h=in_rows, in_w=w + pl + pr,
                 in_c=tc, in_type=in_type, in_zero_point=layer.x_zero_point,
-                wgt_addr=slot[Buffer.WEIGHT](weight_slot), w_zero_point=layer.w_zero_point, out_c=tk, k_h=kh,
+                wgt_addr=slot(Buffer.WEIGHT, weight_slot), w_zero_point=layer.w_zero_point, out_c=tk, k_h=kh,
                 k_w=kw, stride_h=layer.stride[0], stride_w=layer.stride[1], dilation_h=layer.dilation[0],
                 dilation_w=layer.dilation[1], groups=1 if layer.groups == 1 else tk // kg,
-                acc_addr=slot[Buffer.ACC](t), accumulate=int(chunk_index > 0)))
+                acc_addr=slot(Buffer.ACC, t), accumulate=int(chunk_index > 0)))
             step += 1
 
         pop = [Unit.CONV] + ([Unit.LOAD] if first_of_k else []) + ([Unit.STORE] if t >= 2 else [])
         push = ([Unit.LUT if layer.lut is not None else Unit.STORE] + ([Unit.CONV] if t + 2 < len(tiles) else [])
                 + ([Unit.LOAD] if last_of_k and kt + 2 < len(k_tiles) else []))
         program.append(Command.make(
-            Opcode.REQUANT, pop=pop, push=push, acc_addr=slot[Buffer.ACC](t), out_addr=slot[Buffer.OUT](t),
-            pixels=rows * plan.out_w, channels=tk, param_index=param_slot(kt), out_type=layer.out_type,
+            Opcode.REQUANT, pop=pop, push=push, acc_addr=slot(Buffer.ACC, t), out_addr=slot(Buffer.OUT, t),
+            pixels=rows * plan.out_w, channels=tk, param_index=slot(Buffer.PARAM, kt), out_type=layer.out_type,
             out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax, mode=RequantMode.NATIVE,
             rounding=layer.rounding))
         if layer.lut is not None:   # in place on the output half
@@ -347,12 +347,12 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
                 if layer.lut_mode == LutMode.INTERP16 else {}
             program.append(Command.make(
                 Opcode.LUT, pop=[Unit.REQUANT] + ([Unit.LOAD] if t == 0 else []), push=[Unit.STORE],
-                src_buf=Buffer.OUT, src_addr=slot[Buffer.OUT](t), dst_addr=slot[Buffer.OUT](t),
+                src_buf=Buffer.OUT, src_addr=slot(Buffer.OUT, t), dst_addr=slot(Buffer.OUT, t),
                 count=rows * plan.out_w * tk, mode=layer.lut_mode, in_type=layer.out_type, out_type=layer.out_type,
                 **table))
         program.append(Command.make(
             Opcode.STORE, pop=[to_store], push=[Unit.REQUANT] if t + 2 < len(tiles) else [],
-            sram_addr=slot[Buffer.OUT](t), dram_addr=regions["output"][0] + (r0 * plan.out_w * k + k0) * out_bytes,
+            sram_addr=slot(Buffer.OUT, t), dram_addr=regions["output"][0] + (r0 * plan.out_w * k + k0) * out_bytes,
             elem_type=layer.out_type, y_size=rows, x_size=plan.out_w, run=tk,
             dram_y_stride=plan.out_w * k * out_bytes, dram_x_stride=k * out_bytes))
     program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
