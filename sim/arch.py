@@ -518,8 +518,9 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
          Field("qmax", ZERO_POINT_BITS, "upper clamp bound", signed=True))),
     CommandSpec(
         Opcode.WDEC, Unit.WDEC, "decode one layer's compressed weight stream into the weight buffer",
-        "WEIGHT[wgt_addr] = codec.decode_layer(DRAM[dram_addr : dram_addr + length], shape) as int8\n"
-        "                   [out_c][k_h][k_w][in_c]",
+        "w = decode(DRAM[dram_addr : dram_addr + length])   one layer's bare nnc() stream (T/AI 115.1-2021\n"
+        "    chapter 10) holding the integer levels of an [out_c][in_c][k_h][k_w] tensor (codec/, per layer)\n"
+        "WEIGHT[wgt_addr] = w transposed to [out_c][k_h][k_w][in_c] as int8   (levels outside int8: error)",
         (Field("dram_addr", "dram_addr_bits", "compressed stream byte address in DRAM"),
          *_dims(("length", "compressed stream length in bytes"), bits=WDEC_LENGTH_BITS),
          Field("wgt_addr", "weight_addr_bits", "destination byte address in the weight buffer"),
