@@ -184,6 +184,8 @@ class AecDecoder:
     def decode_decision(self, ctx_idx: int) -> int:
         """A context-coded bin with ctx = ctxArray[ctx_idx] (cFlag = 1: the context adapts)."""
         contexts = self.contexts
+        if not 0 <= ctx_idx < len(contexts.mps):
+            raise IndexError(f"ctx_idx {ctx_idx} outside 0..{len(contexts.mps) - 1}")
         bin_val = self._decode(contexts.mps[ctx_idx], contexts.lg_pmps[ctx_idx])
         contexts.update(ctx_idx, bin_val)
         if self.trace is not None:
@@ -318,6 +320,8 @@ class AecEncoder:
     def encode_decision(self, ctx_idx: int, bin_val: int) -> None:
         _check_bin(bin_val)
         contexts = self.contexts
+        if not 0 <= ctx_idx < len(contexts.mps):
+            raise IndexError(f"ctx_idx {ctx_idx} outside 0..{len(contexts.mps) - 1}")
         self._encode(bin_val, contexts.mps[ctx_idx], contexts.lg_pmps[ctx_idx])
         contexts.update(ctx_idx, bin_val)
 

@@ -248,6 +248,13 @@ def test_encoder_rejects_bad_bins():
         encoder.encode_bypass(0)
 
 
+def test_context_index_checked():
+    with pytest.raises(IndexError, match="ctx_idx -1"):
+        AecEncoder().encode_decision(-1, 0)
+    with pytest.raises(IndexError, match="ctx_idx 690"):
+        AecDecoder(AecEncoder().finish()).decode_decision(NUM_CONTEXTS)
+
+
 def test_bypass_bits_msb_first():
     encoder = AecEncoder()
     encoder.encode_bypass_bits(0b1011001, 7)
