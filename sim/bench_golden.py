@@ -25,25 +25,6 @@ RESNET18_SHAPES = (
 X_SCALE, Y_SCALE, X_ZP, Y_ZP = 0.05, 0.1, 3, -2
 
 
-def _qlinearconv_session(w: np.ndarray, w_scale: np.ndarray, bias: np.ndarray, stride: int, pad: int):
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-
-    inits = [numpy_helper.from_array(np.asarray(v, dtype=d), name) for name, v, d in [
-        ("xs", X_SCALE, np.float32), ("xz", X_ZP, np.int8), ("w", w, np.int8), ("ws", w_scale, np.float32),
-        ("wz", 0, np.int8), ("ys", Y_SCALE, np.float32), ("yz", Y_ZP, np.int8), ("b", bias, np.int32)]]
-    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
-                            strides=[stride, stride], pads=[pad] * 4)
-    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.INT8, None)],
-                              [helper.make_tensor_value_info("y", TensorProto.INT8, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 9  # onnxruntime refuses the newer IR the onnx package writes by default
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
 def _best_seconds(func, budget: float = 0.6, max_reps: int = 20) -> float:
     func()  # warm-up
     best, spent, reps = math.inf, 0.0, 0
@@ -58,7 +39,8 @@ def _best_seconds(func, budget: float = 0.6, max_reps: int = 20) -> float:
 def run() -> dict:
     from threadpoolctl import threadpool_limits
 
-    from sim.golden import conv2d, onnx_requant_scale, requantize_float32
+    from sim.golden import conv2d, requantize_float32
+    from sim.ort_compare import QLinearConvCase, qlinear_conv_model, single_thread_session
 
     rng = np.random.default_rng(0)
     rows, ratios = [], []
@@ -68,13 +50,16 @@ def run() -> dict:
             w = rng.integers(-127, 128, (k, c, kernel, kernel), dtype=np.int8)
             w_scale = rng.uniform(1e-3, 4e-3, k).astype(np.float32)
             bias = rng.integers(-5000, 5000, k).astype(np.int32)
-            scale = onnx_requant_scale(X_SCALE, w_scale, Y_SCALE)
+            case = QLinearConvCase(x=x, w=w, bias=bias, x_scale=np.float32(X_SCALE), x_zero_point=X_ZP,
+                                   w_scale=w_scale, w_zero_point=np.zeros(k, np.int8), y_scale=np.float32(Y_SCALE),
+                                   y_zero_point=Y_ZP, strides=(stride, stride), pads=(pad,) * 4)
+            scale = case.requant_scale()
 
             def golden():
                 acc = conv2d(x, w, x_zero_point=X_ZP, stride=(stride, stride), padding=(pad,) * 4)
                 return requantize_float32(acc, bias=bias, scale=scale, out_zero_point=Y_ZP)
 
-            session = _qlinearconv_session(w, w_scale, bias, stride, pad)
+            session = single_thread_session(qlinear_conv_model(case))
 
             def onnxruntime():
                 return session.run(None, {"x": x})[0]
