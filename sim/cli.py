@@ -11,6 +11,7 @@ import importlib
 import sys
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "sim.demo",
     "sim.bench",
     "sim.cli_isa",
     "codec.cli",
