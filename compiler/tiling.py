@@ -103,8 +103,13 @@ class LoweredLayer:
     output_addr: int                       # byte address of the [OH][OW][K] output in DRAM
     output_shape: tuple[int, int, int]     # (OH, OW, K)
     output_dtype: np.dtype
-    plan: TilePlan
+    plans: list[TilePlan]                  # one per layer
     regions: dict[str, tuple[int, int]] = field(default_factory=dict)   # name -> (address, bytes)
+
+    @property
+    def plan(self) -> TilePlan:
+        """The first layer's plan (the only one for a single layer)."""
+        return self.plans[0]
 
     def memory(self) -> Memory:
         return Memory.create(self.program.config, self.dram)
@@ -236,9 +241,77 @@ def _param_records(layer: ConvLayer) -> np.ndarray:
 
 
 def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles) -> LoweredLayer:
-    """Plan DRAM, tile the layer and emit LOAD/CONV/REQUANT/STORE with double buffering and tokens."""
-    _check_layer(layer)
-    plan = plan_tiles(layer, config, **tiles)
+    """Plan DRAM, tile the layer and emit LOAD/CONV/REQUANT(/LUT)/STORE with double buffering and tokens."""
+    return lower_conv_layers([layer], config, [tiles])
+
+
+def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
+                      tiles: list[dict] | None = None) -> LoweredLayer:
+    """Lower a chain of conv layers into one program: layer i + 1 reads layer i's output from DRAM.
+
+    Only the first layer's ``x`` is input data; later layers' ``x`` must have the previous output's
+    shape and dtype (their values are not used). Between layers the last STORE pushes a STORE -> LOAD
+    token that the next layer's first LOAD pops: everything of the previous layer then happens before
+    anything of the next (DRAM read-after-write and every on-chip buffer reuse)."""
+    if not layers:
+        raise ValueError("lower_conv_layers needs at least one layer")
+    tiles = tiles or [{} for _ in layers]
+    if len(tiles) != len(layers):
+        raise ValueError(f"tiles has {len(tiles)} entries for {len(layers)} layers")
+    for layer in layers:
+        _check_layer(layer)
+    plans = [plan_tiles(layer, config, **t) for layer, t in zip(layers, tiles)]
+    for i in range(1, len(layers)):
+        shape = (1, layers[i - 1].w.shape[0], plans[i - 1].out_h, plans[i - 1].out_w)
+        if layers[i].x.shape != shape or layers[i].x.dtype != layers[i - 1].out_dtype:
+            raise ValueError(f"layer {i} input {layers[i].x.dtype}{list(layers[i].x.shape)} does not match layer "
+                             f"{i - 1} output {layers[i - 1].out_dtype}{list(shape)}")
+
+    # DRAM: the network input, each layer's weights / records / table, then each layer's output (HWC).
+    blobs = {"input": np.ascontiguousarray(layers[0].x[0].transpose(1, 2, 0))}
+    for i, layer in enumerate(layers):
+        blobs[f"{i}.weights"] = np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1))
+        blobs[f"{i}.params"] = _param_records(layer)
+        if layer.lut is not None:
+            blobs[f"{i}.lut"] = _lut_table(layer, config)
+    regions, cursor = {}, 0
+    for name, blob in blobs.items():
+        regions[name] = (cursor, blob.nbytes)
+        cursor = _align(cursor + blob.nbytes)
+    for i, (layer, plan) in enumerate(zip(layers, plans)):
+        regions[f"{i}.output"] = (cursor, plan.out_h * plan.out_w * layer.w.shape[0] * layer.out_dtype.itemsize)
+        cursor = _align(cursor + regions[f"{i}.output"][1])
+    dram = np.zeros(cursor, np.uint8)
+    for name, blob in blobs.items():
+        address, nbytes = regions[name]
+        dram[address:address + nbytes] = np.frombuffer(blob.tobytes(), np.uint8)
+
+    program = Program(config)
+    for i, (layer, plan) in enumerate(zip(layers, plans)):
+        addresses = {"input": regions["input" if i == 0 else f"{i - 1}.output"][0],
+                     **{name: regions[f"{i}.{name}"][0] for name in ("weights", "params", "output", "lut")
+                        if f"{i}.{name}" in regions}}
+        emit_conv_layer(program, layer, plan, addresses, after_previous=i > 0, before_next=i < len(layers) - 1)
+    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    last = len(layers) - 1
+    return LoweredLayer(program, dram, regions[f"{last}.output"][0],
+                        (plans[last].out_h, plans[last].out_w, layers[last].w.shape[0]), layers[last].out_dtype,
+                        plans, regions)
+
+
+def _with_tokens(command: Command, pop=(), push=()) -> Command:
+    return Command(command.opcode, command.args, command.pop | set(pop), command.push | set(push))
+
+
+def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresses: dict[str, int], *,
+                    after_previous: bool = False, before_next: bool = False) -> None:
+    """Append one layer's commands to ``program``.
+
+    ``addresses``: DRAM byte addresses of "input" (HWC), "weights" (OHWI), "params" (records), "output"
+    (HWC) and, with a table, "lut". ``after_previous``: the layer's first LOAD pops a STORE -> LOAD token;
+    ``before_next``: its last STORE pushes one. Within the layer every token pushed is also popped."""
+    config = program.config
+    first_load = len(program.queues[Unit.LOAD])
     _, c, h, w = layer.x.shape
     k, cg, kh, kw = layer.w.shape
     kg = k // layer.groups
@@ -248,23 +321,6 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
     in_type = DType.INT8 if layer.x.dtype == np.int8 else DType.UINT8
     out_bytes = DTYPE_BYTES[layer.out_type]
     qmin, qmax = layer.clamp
-
-    # DRAM layout: input HWC, weights OHWI, parameter records, output HWC.
-    blobs = {"input": np.ascontiguousarray(layer.x[0].transpose(1, 2, 0)),
-             "weights": np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1)),
-             "params": _param_records(layer)}
-    if layer.lut is not None:
-        blobs["lut"] = _lut_table(layer, config)
-    regions, cursor = {}, 0
-    for name, blob in blobs.items():
-        regions[name] = (cursor, blob.nbytes)
-        cursor = _align(cursor + blob.nbytes)
-    output_shape = (plan.out_h, plan.out_w, k)
-    regions["output"] = (cursor, math.prod(output_shape) * out_bytes)
-    dram = np.zeros(_align(cursor + regions["output"][1]), np.uint8)
-    for name, blob in blobs.items():
-        address, nbytes = regions[name]
-        dram[address:address + nbytes] = np.frombuffer(blob.tobytes(), np.uint8)
 
     def slot(buffer: Buffer, i: int) -> int:
         """Address (in the buffer's units) of half ``i % 2``: the double-buffering ping-pong."""
@@ -278,10 +334,9 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
     tiles = [(kt, rt) for kt in range(len(k_tiles)) for rt in range(len(row_tiles))]
     n_steps = len(tiles) * len(chunks)
 
-    program = Program(config)
     if layer.lut is not None:   # the table stays in LUT memory for the whole layer
-        program.append(Command.make(Opcode.LOAD, push=[Unit.LUT], buffer=Buffer.LUT, dram_addr=regions["lut"][0],
-                                    run=regions["lut"][1]))
+        program.append(Command.make(Opcode.LOAD, push=[Unit.LUT], buffer=Buffer.LUT, dram_addr=addresses["lut"],
+                                    run=layer.lut.nbytes))
     to_store = Unit.LUT if layer.lut is not None else Unit.REQUANT   # the unit that hands tiles to STORE
     step = 0
     for t, (kt, rt) in enumerate(tiles):
@@ -300,18 +355,18 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
             loads = []
             if first_of_k and chunk_index == 0:
                 loads.append(dict(buffer=Buffer.PARAM, sram_addr=slot(Buffer.PARAM, kt) * PARAM_RECORD_BYTES,
-                                  dram_addr=regions["params"][0] + k0 * PARAM_RECORD_BYTES, elem_type=DType.INT8,
+                                  dram_addr=addresses["params"] + k0 * PARAM_RECORD_BYTES, elem_type=DType.INT8,
                                   y_size=1, x_size=1, run=tk * PARAM_RECORD_BYTES,
                                   pop=[Unit.REQUANT] if kt >= 2 else [], push=[Unit.REQUANT]))
             weight_slot = step if reload_weights else kt
             if reload_weights or (first_of_k and chunk_index == 0):
                 wgt_c = tc if layer.groups == 1 else cg
                 loads.append(dict(buffer=Buffer.WEIGHT, sram_addr=slot(Buffer.WEIGHT, weight_slot),
-                                  dram_addr=regions["weights"][0] + (k0 * kh * kw * cg + (c0 if layer.groups == 1 else 0)),
+                                  dram_addr=addresses["weights"] + (k0 * kh * kw * cg + (c0 if layer.groups == 1 else 0)),
                                   elem_type=DType.INT8, y_size=tk, x_size=kh * kw, run=wgt_c,
                                   dram_y_stride=kh * kw * cg, dram_x_stride=cg))
             loads.append(dict(buffer=Buffer.ACT, sram_addr=slot(Buffer.ACT, step),
-                              dram_addr=regions["input"][0] + (real_first * w * c + c0), elem_type=in_type,
+                              dram_addr=addresses["input"] + (real_first * w * c + c0), elem_type=in_type,
                               y_size=real_rows, x_size=w, run=tc, dram_y_stride=w * c, dram_x_stride=c,
                               pad_top=pad_top, pad_bottom=pad_bottom, pad_left=pl, pad_right=pr,
                               pad_value=layer.x_zero_point))
@@ -352,19 +407,24 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles
                 **table))
         program.append(Command.make(
             Opcode.STORE, pop=[to_store], push=[Unit.REQUANT] if t + 2 < len(tiles) else [],
-            sram_addr=slot(Buffer.OUT, t), dram_addr=regions["output"][0] + (r0 * plan.out_w * k + k0) * out_bytes,
+            sram_addr=slot(Buffer.OUT, t), dram_addr=addresses["output"] + (r0 * plan.out_w * k + k0) * out_bytes,
             elem_type=layer.out_type, y_size=rows, x_size=plan.out_w, run=tk,
             dram_y_stride=plan.out_w * k * out_bytes, dram_x_stride=k * out_bytes))
-    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
-    return LoweredLayer(program, dram, regions["output"][0], output_shape, layer.out_dtype, plan, regions)
+    loads, stores = program.queues[Unit.LOAD], program.queues[Unit.STORE]
+    if after_previous:
+        loads[first_load] = _with_tokens(loads[first_load], pop=[Unit.STORE])
+    if before_next:
+        stores[-1] = _with_tokens(stores[-1], push=[Unit.LOAD])
 
 
 def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: int = 12,
-                 with_lut: bool = False) -> ConvLayer:
+                 with_lut: bool = False, x: np.ndarray | None = None,
+                 out_types: tuple[DType, ...] = (DType.INT8, DType.UINT8, DType.INT16)) -> ConvLayer:
     """A random but legal layer: depthwise/grouped, strides, dilations, padding, uint8 or int8 input,
-    and with ``with_lut`` a random activation table (DIRECT8 for 8-bit outputs, INTERP16 for int16)."""
+    and with ``with_lut`` a random activation table (DIRECT8 for 8-bit outputs, INTERP16 for int16).
+    Given ``x`` (e.g. the previous layer's output) the layer is built around its shape and dtype."""
+    c = int(rng.integers(1, max_channels + 1)) if x is None else x.shape[1]
     kind = rng.choice(["dense", "depthwise", "grouped"])
-    c = int(rng.integers(1, max_channels + 1))
     groups = 1
     if kind == "depthwise":
         groups = c
@@ -375,19 +435,26 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
         k = groups * int(rng.integers(1, 4))
     else:
         k = int(rng.integers(1, max_channels + 1))
-    kh, kw = (int(v) for v in rng.choice([1, 2, 3, 5], size=2))
-    stride = tuple(int(v) for v in rng.integers(1, 3, size=2))
-    dilation = tuple(int(v) for v in rng.integers(1, 3, size=2))
-    reach = [d * (kk - 1) for d, kk in zip(dilation, (kh, kw))]
-    padding = tuple(int(rng.integers(0, r + 1)) for r in (reach[0], reach[1], reach[0], reach[1]))
-    h = int(rng.integers(max(1, reach[0] + 1 - padding[0] - padding[2]), max_size + reach[0] + 1))
-    w = int(rng.integers(max(1, reach[1] + 1 - padding[1] - padding[3]), max_size + reach[1] + 1))
-    unsigned = bool(rng.integers(2))
-    x_dtype = np.uint8 if unsigned else np.int8
-    info = np.iinfo(x_dtype)
-    x = rng.integers(info.min, info.max + 1, size=(1, c, h, w)).astype(x_dtype)
+    while True:   # geometry; with a given x, retry until the kernel fits it
+        kh, kw = (int(v) for v in rng.choice([1, 2, 3, 5], size=2))
+        stride = tuple(int(v) for v in rng.integers(1, 3, size=2))
+        dilation = tuple(int(v) for v in rng.integers(1, 3, size=2))
+        reach = [d * (kk - 1) for d, kk in zip(dilation, (kh, kw))]
+        padding = tuple(int(rng.integers(0, r + 1)) for r in (reach[0], reach[1], reach[0], reach[1]))
+        if x is None:
+            h = int(rng.integers(max(1, reach[0] + 1 - padding[0] - padding[2]), max_size + reach[0] + 1))
+            w = int(rng.integers(max(1, reach[1] + 1 - padding[1] - padding[3]), max_size + reach[1] + 1))
+            break
+        h, w = x.shape[2:]
+        if h + padding[0] + padding[2] > reach[0] and w + padding[1] + padding[3] > reach[1]:
+            break
+    if x is None:
+        x_dtype = np.uint8 if rng.integers(2) else np.int8
+        info = np.iinfo(x_dtype)
+        x = rng.integers(info.min, info.max + 1, size=(1, c, h, w)).astype(x_dtype)
+    info = np.iinfo(x.dtype)
     wgt = rng.integers(-128, 128, size=(k, c // groups, kh, kw)).astype(np.int8)
-    out_type = DType(int(rng.choice([DType.INT8, DType.UINT8, DType.INT16])))
+    out_type = DType(int(rng.choice(out_types)))
     layer = ConvLayer(x=x, w=wgt, bias=rng.integers(-5000, 5000, size=k).astype(np.int32),
                       multiplier=rng.integers(2 ** (MULTIPLIER_BITS - 2), 2 ** MULTIPLIER_BITS, size=k),
                       shift=np.zeros(k, np.int64), x_zero_point=int(rng.integers(info.min, info.max + 1)),

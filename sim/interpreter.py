@@ -107,11 +107,11 @@ class _RaceDetector:
         for old in records:
             if (old.unit != access.unit and (old.write or access.write) and old.low < access.high
                     and access.low < old.high and old.clock[old.unit] > access.clock[old.unit]):
-                kinds = f"{'write' if old.write else 'read'} / {'write' if access.write else 'read'}"
                 raise HazardError(
-                    f"{access.unit.name}[{access.index}] and {old.unit.name}[{old.index}] are not ordered by "
-                    f"tokens but both access {access.space} [{max(old.low, access.low):#x}, "
-                    f"{min(old.high, access.high):#x}) ({kinds})")
+                    f"{old.unit.name}[{old.index}] ({'write' if old.write else 'read'}) and "
+                    f"{access.unit.name}[{access.index}] ({'write' if access.write else 'read'}) are not ordered "
+                    f"by tokens but both access {access.space} [{max(old.low, access.low):#x}, "
+                    f"{min(old.high, access.high):#x})")
         if access.write:   # accesses this write covers and follows can no longer race with anything new
             records[:] = [old for old in records
                           if not (old.clock[old.unit] <= access.clock[old.unit]

@@ -189,8 +189,9 @@ def test_leftover_tokens_are_reported_at_finish():
 
 @pytest.mark.parametrize("seed", [None, 0, 1, 2, 3])
 def test_unordered_write_and_read_is_a_hazard_in_every_schedule(seed):
-    with pytest.raises(HazardError, match=r"(LOAD\[0\] and CONV\[0\]|CONV\[0\] and LOAD\[0\]) are not ordered "
-                                          r"by tokens but both access ACT \[0x0, 0x4\)"):
+    with pytest.raises(HazardError, match=r"(LOAD\[0\] \(write\) and CONV\[0\] \(read\)|CONV\[0\] \(read\) and "
+                                          r"LOAD\[0\] \(write\)) are not ordered by tokens but both access "
+                                          r"ACT \[0x0, 0x4\)"):
         run(_two_unit(load_push=(), conv_pop=()), Memory.create(DEFAULT, 64), seed=seed)
 
 

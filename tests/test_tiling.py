@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.tiling import ConvLayer, lower_conv_layer, plan_tiles, random_layer
-from sim.arch import DType, Opcode, Rounding, Unit, hardware_config_from_dict
+from compiler.tiling import ConvLayer, lower_conv_layer, lower_conv_layers, plan_tiles, random_layer
+from sim.arch import DEFAULT, DType, Opcode, Rounding, Unit, hardware_config_from_dict
 from sim.interpreter import HazardError, Memory, run
 from sim.program import Command, Program
 
@@ -37,7 +37,7 @@ def test_random_layer_with_random_tiles_matches_golden(seed):
     k, cg, kh, kw = layer.w.shape
     _, _, oh, ow = layer.reference().shape
     assert result.stats.macs == k * oh * ow * cg * kh * kw
-    assert result.stats.bytes_moved["OUT->DRAM"] == lowered.regions["output"][1]
+    assert result.stats.bytes_moved["OUT->DRAM"] == lowered.regions["0.output"][1]
     assert result.stats.commands["CONV"] == len(lowered.program.queues[Unit.CONV])
 
 
@@ -160,3 +160,42 @@ def test_dropping_a_token_queue_is_caught_as_a_hazard(producer, consumer, space)
     with pytest.raises(HazardError, match=f"both access {space}"):
         for schedule in (None, 0, 1, 2):
             run(lowered.program, lowered.memory(), seed=schedule)
+
+
+def _random_chain(rng: np.random.Generator, depth: int) -> list[ConvLayer]:
+    eight_bit = (DType.INT8, DType.UINT8)
+    layers = [random_layer(rng, out_types=eight_bit, with_lut=bool(rng.integers(2)))]
+    for _ in range(depth - 1):
+        layers.append(random_layer(rng, x=layers[-1].reference(), out_types=eight_bit))
+    return layers
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chained_layers_match_golden_in_any_schedule(seed):
+    rng = np.random.default_rng(300 + seed)
+    layers = _random_chain(rng, 3)
+    lowered = lower_conv_layers(layers, TINY if seed % 2 else DEFAULT)
+    reference = run(lowered.program, lowered.memory())
+    np.testing.assert_array_equal(lowered.read_output(reference.memory), layers[-1].reference())
+    for schedule in range(3):
+        assert run(lowered.program, lowered.memory(), seed=schedule).memory == reference.memory
+
+
+def test_chain_without_the_layer_barrier_is_a_hazard():
+    layers = _random_chain(np.random.default_rng(8), 2)
+    lowered = lower_conv_layers(layers)
+    stores, loads = lowered.program.queues[Unit.STORE], lowered.program.queues[Unit.LOAD]
+    barrier = next(i for i, c in enumerate(loads) if Unit.STORE in c.pop)
+    loads[barrier] = Command(loads[barrier].opcode, loads[barrier].args, loads[barrier].pop - {Unit.STORE},
+                             loads[barrier].push)
+    last = max(i for i, c in enumerate(stores) if Unit.LOAD in c.push)
+    stores[last] = Command(stores[last].opcode, stores[last].args, stores[last].pop, stores[last].push - {Unit.LOAD})
+    with pytest.raises(HazardError, match="are not ordered by tokens"):
+        run(lowered.program, lowered.memory())
+
+
+def test_chain_rejects_mismatched_layers():
+    layers = _random_chain(np.random.default_rng(9), 2)
+    layers[1].x = layers[1].x[:, :, :-1]
+    with pytest.raises(ValueError, match="layer 1 input .* does not match layer 0 output"):
+        lower_conv_layers(layers)
