@@ -1,7 +1,7 @@
-"""The speed path: the AEC decoder and the FL / U / UEGk de-binarisations as numba ``@njit`` functions.
+"""The speed path: the AEC decoder and encoder and the FL / U / UEGk (de-)binarisations as numba ``@njit``.
 
-Same algorithm as ``codec.engine.AecDecoder`` (whose docstrings cite the standard), over plain arrays so
-that a syntax parser compiled with ``@njit`` can call these functions directly:
+Same algorithms as ``codec.engine.AecDecoder`` / ``AecEncoder`` (whose docstrings cite the standard), over
+plain arrays so that a syntax parser or encoder compiled with ``@njit`` can call these functions directly:
 
 * ``state``: int64[STATE_SIZE], the engine registers and bookkeeping (``new_state``);
 * ``ctx``: int64[num_contexts, 3], columns CTX_MPS, CTX_CYCNO, CTX_LG_PMPS (``new_contexts``);
@@ -13,8 +13,12 @@ the decoding functions then return -1; a caller checks the return value or ``sta
 converts with ``raise_on_error``. After an error the engine keeps going on 0 bits, never past the end
 of ``data``, so an njit parser can check once per element.
 
-``FastDecoder`` wraps the functions in the ``AecDecoder`` API (per-bin calls from Python: for tests
-and mixed code, not for speed).
+The encoder side has its own ``encoder state`` (``new_encoder_state``) and writes into a caller-given
+uint8 ``out`` array (``output_capacity(bins)`` bytes always suffice; an empty ``out`` only counts bits, like
+``AecEncoder.fork``).
+
+``FastDecoder`` / ``FastEncoder`` wrap the functions in the ``AecDecoder`` / ``AecEncoder`` API (per-bin
+calls from Python: for tests and mixed code, not for speed).
 """
 from __future__ import annotations
 
@@ -399,8 +403,246 @@ class FastDecoder:
         return self._checked(finish(self.state, self.data, self._trace))
 
 
+
+# --- the encoder (engine.AecEncoder, docs/codec-engine.md §3) ------------------------------------------
+# Encoder state: the normalised range 256..511, doubling count, low end and its width, bytes written.
+E_RANGE, E_SHIFTS, E_LOW, E_LOW_BITS, E_OUT_LEN, E_BINS, E_ERROR = 0, 1, 2, 3, 4, 5, 6
+ENCODER_STATE_SIZE = 7
+ERR_OUTPUT_FULL = 6
+ERROR_MESSAGES[ERR_OUTPUT_FULL] = "output buffer full"
+_FLUSH_AT = 18
+
+
+def new_encoder_state() -> np.ndarray:
+    state = np.zeros(ENCODER_STATE_SIZE, dtype=np.int64)
+    state[E_RANGE] = 256 + 0xFF
+    state[E_LOW_BITS] = RANGE_BITS
+    return state
+
+
+def output_capacity(bins: int) -> int:
+    """Bytes that ``bins`` bins plus the terminator can need at most (an LPS costs at most 9 bits)."""
+    return (9 * (bins + 1) + RANGE_BITS + 7) // 8 + 2
+
+
+@_njit
+def _append_with_carry(state, out, top):
+    """Append byte ``top & 0xFF``, adding ``top >> 8`` into the bytes already written."""
+    n = state[E_OUT_LEN]
+    if n >= out.shape[0]:
+        if state[E_ERROR] == ERR_NONE:
+            state[E_ERROR] = ERR_OUTPUT_FULL
+        return
+    out[n] = top & 0xFF
+    state[E_OUT_LEN] = n + 1
+    carry = top >> 8
+    index = n - 1
+    while carry and index >= 0:
+        total = out[index] + carry
+        out[index] = total & 0xFF
+        carry = total >> 8
+        index -= 1
+
+
+@_njit
+def encode_bin(state, out, bin_val, mps, lg_pmps_full):
+    """One bin (engine.AecEncoder._encode). An empty ``out`` only counts bits (a fork)."""
+    lg_pmps = lg_pmps_full >> 2
+    rng = state[E_RANGE]
+    surplus = rng - 256
+    if surplus >= lg_pmps:
+        mps_range = rng - lg_pmps
+        lps_range = lg_pmps
+        shift = 0
+    else:
+        mps_range = 512 + surplus - lg_pmps
+        lps_range = surplus + lg_pmps
+        shift = 1
+    low = state[E_LOW]
+    if bin_val == mps:
+        state[E_RANGE] = mps_range
+        low <<= shift
+    else:
+        renorm = RANGE_BITS - _bit_length(lps_range)
+        state[E_RANGE] = lps_range << renorm
+        low = ((low << shift) + mps_range) << renorm
+        shift += renorm
+    state[E_SHIFTS] += shift
+    state[E_BINS] += 1
+    low_bits = state[E_LOW_BITS] + shift
+    if out.shape[0] == 0:
+        low = 0
+        low_bits = RANGE_BITS
+    while low_bits >= _FLUSH_AT:
+        keep = low_bits - 8
+        _append_with_carry(state, out, low >> keep)
+        low &= (1 << keep) - 1
+        low_bits = keep
+    state[E_LOW] = low
+    state[E_LOW_BITS] = low_bits
+
+
+@_njit
+def encode_decision(state, ctx, out, ctx_idx, bin_val):
+    encode_bin(state, out, bin_val, ctx[ctx_idx, CTX_MPS], ctx[ctx_idx, CTX_LG_PMPS])
+    update_ctx(ctx, ctx_idx, bin_val)
+
+
+@_njit
+def encode_bypass(state, out, bin_val):
+    encode_bin(state, out, bin_val, 0, BYPASS_LG_PMPS)
+
+
+@_njit
+def encode_stuffing_bit(state, out, bin_val):
+    encode_bin(state, out, bin_val, 0, STUFFING_LG_PMPS)
+
+
+@_njit
+def encoder_finish(state, out):
+    """The terminator (stuffing bin 1, the low end, 0-padding); returns the stream length in bytes."""
+    encode_stuffing_bit(state, out, 1)
+    low_bits = state[E_LOW_BITS]
+    padding = (8 - (low_bits & 7)) & 7
+    low = state[E_LOW] << padding
+    keep = low_bits + padding - 8
+    while keep >= 0:
+        _append_with_carry(state, out, low >> keep)
+        low &= (1 << keep) - 1
+        keep -= 8
+    return state[E_OUT_LEN]
+
+
+@_njit
+def encoder_cost_bits(state):
+    """engine.AecEncoder.cost_bits."""
+    return state[E_SHIFTS] + RANGE_BITS - np.log2(state[E_RANGE])
+
+
+@_njit
+def _write_bin(state, ctx, out, ctx_start, rule, sign, bin_idx, bin_val):
+    if ctx_start < 0:
+        encode_bypass(state, out, bin_val)
+    else:
+        encode_decision(state, ctx, out, ctx_start + ctx_inc(rule, bin_idx, sign), bin_val)
+
+
+@_njit
+def encode_fl(state, ctx, out, ctx_start, rule, value, length):
+    for bin_idx in range(length):
+        _write_bin(state, ctx, out, ctx_start, rule, 0, bin_idx, (value >> (length - 1 - bin_idx)) & 1)
+
+
+@_njit
+def encode_u(state, ctx, out, ctx_start, rule, value):
+    for bin_idx in range(value):
+        _write_bin(state, ctx, out, ctx_start, rule, 0, bin_idx, 1)
+    _write_bin(state, ctx, out, ctx_start, rule, 0, value, 0)
+
+
+@_njit
+def encode_uegk(state, ctx, out, ctx_start, rule, sign, c_max, k, value):
+    """UEGk with the '<' reading (binarization.encode_uegk); the caller checks 0 <= value <= MAX_EG_VALUE."""
+    for bin_idx in range(min(value, c_max)):
+        _write_bin(state, ctx, out, ctx_start, rule, sign, bin_idx, 1)
+    if value < c_max:
+        _write_bin(state, ctx, out, ctx_start, rule, sign, value, 0)
+        return
+    rest = value - c_max
+    bin_idx = c_max
+    ones = 0
+    while rest >= (1 << (ones + k + 1)) - (1 << k):
+        _write_bin(state, ctx, out, ctx_start, rule, sign, bin_idx, 1)
+        bin_idx += 1
+        ones += 1
+    _write_bin(state, ctx, out, ctx_start, rule, sign, bin_idx, 0)
+    bin_idx += 1
+    suffix = rest - ((1 << (ones + k)) - (1 << k))
+    for shift in range(ones + k - 1, -1, -1):
+        _write_bin(state, ctx, out, ctx_start, rule, sign, bin_idx, (suffix >> shift) & 1)
+        bin_idx += 1
+
+
+@_njit
+def encode_program(state, ctx, out, ops, bins):
+    """Encode ``bins[i]`` with ``ops[i]`` (ctxIdx >= 0, -1 bypass, -2 stuffing); for tests and benchmarks."""
+    for i in range(ops.shape[0]):
+        op = ops[i]
+        if op >= 0:
+            encode_decision(state, ctx, out, op, bins[i])
+        elif op == TRACE_BYPASS:
+            encode_bypass(state, out, bins[i])
+        else:
+            encode_stuffing_bit(state, out, bins[i])
+
+
+class FastEncoder:
+    """``AecEncoder``'s API over the njit encoder (the same bytes); ``fork()`` counts bits only."""
+
+    def __init__(self, *, num_contexts: int = NUM_CONTEXTS) -> None:
+        self.state = new_encoder_state()
+        self.ctx = new_contexts(num_contexts)
+        self.out = np.zeros(4096, dtype=np.uint8)
+        self._finished = False
+
+    def fork(self) -> FastEncoder:
+        clone = FastEncoder.__new__(FastEncoder)
+        clone.state, clone.ctx = self.state.copy(), self.ctx.copy()
+        clone.state[E_LOW], clone.state[E_LOW_BITS] = 0, RANGE_BITS
+        clone.out = np.zeros(0, dtype=np.uint8)
+        clone._finished = self._finished
+        return clone
+
+    @property
+    def bins_encoded(self) -> int:
+        return int(self.state[E_BINS])
+
+    @property
+    def cost_bits(self) -> float:
+        return float(encoder_cost_bits(self.state))
+
+    def _ready(self, bins: int) -> None:
+        """Refuse after finish; grow the output so that ``bins`` more bins always fit."""
+        if self._finished:
+            raise ValueError("encoding after finish()")
+        needed = int(self.state[E_OUT_LEN]) + output_capacity(bins)
+        if self.out.shape[0] and needed > self.out.shape[0]:
+            self.out = np.concatenate([self.out, np.zeros(max(needed, self.out.shape[0]), dtype=np.uint8)])
+
+    def encode_decision(self, ctx_idx: int, bin_val: int) -> None:
+        if not 0 <= ctx_idx < self.ctx.shape[0]:
+            raise IndexError(f"ctx_idx {ctx_idx} outside 0..{self.ctx.shape[0] - 1}")
+        if bin_val not in (0, 1):
+            raise ValueError(f"bin must be 0 or 1, got {bin_val!r}")
+        self._ready(1)
+        encode_decision(self.state, self.ctx, self.out, ctx_idx, bin_val)
+
+    def encode_bypass(self, bin_val: int) -> None:
+        self.encode_bypass_bits(bin_val, 1)
+
+    def encode_bypass_bits(self, value: int, count: int) -> None:
+        if not 0 <= count <= MAX_FL_LENGTH or not 0 <= value < (1 << count):
+            raise ValueError(f"value {value} does not fit in {count} bypass bins")
+        self._ready(count)
+        encode_fl(self.state, self.ctx, self.out, -1, INC_CONST, value, count)
+
+    def encode_stuffing_bit(self, bin_val: int) -> None:
+        if bin_val not in (0, 1):
+            raise ValueError(f"bin must be 0 or 1, got {bin_val!r}")
+        self._ready(1)
+        encode_stuffing_bit(self.state, self.out, bin_val)
+
+    def finish(self) -> bytes:
+        if self.out.shape[0] == 0:
+            raise ValueError("a fork counts bits and has no stream to finish")
+        self._ready(1)
+        self._finished = True
+        length = encoder_finish(self.state, self.out)
+        return self.out[:length].tobytes()
+
+
 def run() -> dict:
-    """``aipu bench codec-engine``: bins/s of the Python and njit decoders, Python encoder, njit UEGk."""
+    """``aipu bench codec-engine``: bins/s of the Python and njit encoders and decoders, njit UEGk values/s."""
     import time
 
     from codec.contexts import ElementEncoder
@@ -442,6 +684,15 @@ def run() -> dict:
     def njit_decode():
         decode_program(new_state(buffer), new_contexts(), buffer, NO_TRACE, ops, out)
 
+    def njit_encode():
+        state, ctx = new_encoder_state(), new_contexts()
+        out_bytes = np.zeros(output_capacity(count), dtype=np.uint8)
+        encode_program(state, ctx, out_bytes, ops, bins)
+        return out_bytes[:encoder_finish(state, out_bytes)].tobytes()
+
+    if njit_encode() != data:
+        raise AssertionError("njit encoder disagrees with the Python encoder")
+    njit_encode_s = best_of(3, njit_encode)
     njit_decode()                      # compile / load the cache outside the timing
     python_s = best_of(1, python_decode)
     njit_s = best_of(3, njit_decode)
@@ -469,6 +720,7 @@ def run() -> dict:
         "bits_per_bin": round(8 * len(data) / count, 4),
         "python_encode_bins_per_s": round(count / encode_s),
         "python_decode_bins_per_s": round(count / python_s),
+        "njit_encode_bins_per_s": round(count / njit_encode_s),
         "njit_decode_bins_per_s": round(count / njit_s),
         "njit_uegk_values_per_s": round(len(values) / uegk_s),
     }

@@ -157,3 +157,76 @@ def test_uegk_params_come_from_the_table():
     with pytest.raises(ValueError):
         fast.uegk_params("split_flag")
     assert bz.MAX_EG_VALUE == (1 << 32) - 1
+
+
+# --- the njit encoder ---------------------------------------------------------------------------------
+def test_njit_encoder_writes_the_python_encoders_bytes():
+    for ops in streams():
+        reference = encode_ops(ops)
+        state, ctx = fast.new_encoder_state(), fast.new_contexts()
+        out = np.zeros(fast.output_capacity(len(ops)), dtype=np.uint8)
+        fast.encode_program(state, ctx, out, np.array([c for c, _ in ops], dtype=np.int64),
+                            np.array([b for _, b in ops], dtype=np.int64))
+        length = fast.encoder_finish(state, out)
+        assert state[fast.E_ERROR] == fast.ERR_NONE
+        assert out[:length].tobytes() == reference
+
+
+def test_fast_encoder_api_cost_and_fork():
+    ops = random_ops(random.Random(21), 6000, num_ctx=NUM_CONTEXTS)
+    quick, reference = fast.FastEncoder(), AecEncoder()
+    for ctx_idx, bin_val in ops:
+        for encoder in (quick, reference):
+            if ctx_idx == BYPASS:
+                encoder.encode_bypass(bin_val)
+            elif ctx_idx == STUFFING:
+                encoder.encode_stuffing_bit(bin_val)
+            else:
+                encoder.encode_decision(ctx_idx, bin_val)
+    assert quick.cost_bits == pytest.approx(reference.cost_bits, abs=1e-9)
+    probe_fast, probe_ref = quick.fork(), reference.fork()
+    for ctx_idx, bin_val in ops[:500]:
+        if ctx_idx >= 0:
+            probe_fast.encode_decision(ctx_idx, bin_val)
+            probe_ref.encode_decision(ctx_idx, bin_val)
+    assert probe_fast.cost_bits == pytest.approx(probe_ref.cost_bits, abs=1e-9)
+    assert quick.bins_encoded == reference.bins_encoded == len(ops)
+    assert quick.finish() == reference.finish()
+    with pytest.raises(ValueError):
+        probe_fast.finish()
+    with pytest.raises(ValueError):
+        quick.encode_bypass(1)
+    with pytest.raises(IndexError):
+        fast.FastEncoder().encode_decision(NUM_CONTEXTS, 0)
+
+
+def test_njit_binarisers_write_the_element_coders_bytes():
+    rng = random.Random(339)
+    reference = AecEncoder()
+    writer = ElementEncoder(reference)
+    state, ctx = fast.new_encoder_state(), fast.new_contexts()
+    out = np.zeros(1 << 16, dtype=np.uint8)
+    for _ in range(1200):
+        name = rng.choice(UEGK_ELEMENTS)
+        sign = rng.getrandbits(1) if name in ("abs_delta", "oct_abs_q", "esc_abs_q") else 0
+        value = rng.choice([0, 1, 5, 16, 17, 31, 32, rng.randint(0, 1000), rng.getrandbits(32)])
+        writer.write(name, value, **({"sign": sign} if name in ("abs_delta", "oct_abs_q", "esc_abs_q") else {}))
+        start, rule, c_max, k = fast.uegk_params(name)
+        fast.encode_uegk(state, ctx, out, start, rule, sign, c_max, k, value)
+        depth = rng.randint(0, 9)
+        writer.write("tag_start_depth_delta", depth, max_value=9)
+        fast.encode_u(state, ctx, out, 360, fast.INC_BIN_NONZERO, depth)
+        field = rng.getrandbits(16)
+        writer.write("sublayer_shape", field)
+        fast.encode_fl(state, ctx, out, -1, fast.INC_CONST, field, 16)
+    length = fast.encoder_finish(state, out)
+    assert state[fast.E_ERROR] == fast.ERR_NONE
+    assert out[:length].tobytes() == reference.finish()
+
+
+def test_njit_encoder_flags_a_full_buffer():
+    state, ctx = fast.new_encoder_state(), fast.new_contexts()
+    out = np.zeros(4, dtype=np.uint8)
+    bins = np.ones(200, dtype=np.int64)
+    fast.encode_program(state, ctx, out, np.full(200, BYPASS, dtype=np.int64), bins)
+    assert state[fast.E_ERROR] == fast.ERR_OUTPUT_FULL
