@@ -75,7 +75,10 @@ arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arit
 **Typical layer.** `compiler/tiling.py` lowers conv + requant: LOAD params, weights and an input row
 tile (padded) -> CONV (input-channel chunks accumulate) -> REQUANT -> STORE, with every buffer split in
 two halves (double buffering) and the token pattern LOAD->CONV, CONV->LOAD (half free), CONV->REQUANT,
-REQUANT->CONV, LOAD->REQUANT (params), REQUANT->LOAD, REQUANT->STORE, STORE->REQUANT.
+REQUANT->CONV, LOAD->REQUANT (params), REQUANT->LOAD, REQUANT->STORE, STORE->REQUANT (with a LUT:
+REQUANT->LUT->STORE). A token is pushed only if a later command pops it. Consecutive layers are
+separated by one STORE->LOAD token: the last STORE of a layer pushes it and the first LOAD of the next
+pops it, which orders the DRAM hand-over and every on-chip buffer reuse between the layers.
 """
 
 DECISIONS = """\
