@@ -94,10 +94,24 @@ class _Access:
     unit: Unit
     index: int
     clock: tuple[int, ...]
+    pattern: tuple[int, ...] | None = None   # strided DMA (base, y_size, y_stride, x_size, x_stride, run)
+
+    def bytes(self) -> np.ndarray:
+        """The exact byte addresses touched (only computed when a conflict must be confirmed)."""
+        if self.pattern is None:
+            return np.arange(self.low, self.high, dtype=np.int64)
+        return _pattern_offsets(*self.pattern).reshape(-1)
+
+
+def _pattern_offsets(base: int, y_size: int, y_stride: int, x_size: int, x_stride: int, run: int) -> np.ndarray:
+    return (base + np.arange(y_size, dtype=np.int64)[:, None, None] * y_stride
+            + np.arange(x_size, dtype=np.int64)[None, :, None] * x_stride
+            + np.arange(run, dtype=np.int64)[None, None, :])
 
 
 class _RaceDetector:
-    """Vector-clock happens-before check over byte intervals (strided DMA: the bounding interval)."""
+    """Vector-clock happens-before check over byte ranges. Strided DMA accesses are first compared by
+    their bounding intervals; an unordered pair that overlaps there is confirmed on the exact bytes."""
 
     def __init__(self) -> None:
         self.records: dict[str, list[_Access]] = {}
@@ -106,7 +120,9 @@ class _RaceDetector:
         records = self.records.setdefault(access.space, [])
         for old in records:
             if (old.unit != access.unit and (old.write or access.write) and old.low < access.high
-                    and access.low < old.high and old.clock[old.unit] > access.clock[old.unit]):
+                    and access.low < old.high and old.clock[old.unit] > access.clock[old.unit]
+                    and (old.pattern is None and access.pattern is None
+                         or np.intersect1d(old.bytes(), access.bytes()).size)):
                 raise HazardError(
                     f"{old.unit.name}[{old.index}] ({'write' if old.write else 'read'}) and "
                     f"{access.unit.name}[{access.index}] ({'write' if access.write else 'read'}) are not ordered "
@@ -149,17 +165,16 @@ class _Executor:
         self._record(space, start, start + nbytes, write)
         return array[start:start + nbytes]
 
-    def _record(self, space, low: int, high: int, write: bool) -> None:
+    def _record(self, space, low: int, high: int, write: bool, pattern: tuple[int, ...] | None = None) -> None:
         if self.races is not None and high > low:
             self.races.access(_Access(_space_name(space), low, high, write, self.command.unit,
-                                      self.index, self.clock))
+                                      self.index, self.clock, pattern))
 
     def _strided_dram(self, field_name: str, address: int, cmd: Command, write: bool) -> np.ndarray:
         """Byte offsets [y][x][run bytes] of a strided DMA pattern in DRAM, bounds- and race-checked."""
-        run_bytes = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
-        offsets = (address + np.arange(cmd.y_size, dtype=np.int64)[:, None, None] * cmd.dram_y_stride
-                   + np.arange(cmd.x_size, dtype=np.int64)[None, :, None] * cmd.dram_x_stride
-                   + np.arange(run_bytes, dtype=np.int64)[None, None, :])
+        pattern = (address, cmd.y_size, cmd.dram_y_stride, cmd.x_size, cmd.dram_x_stride,
+                   cmd.run * DTYPE_BYTES[DType(cmd.elem_type)])
+        offsets = _pattern_offsets(*pattern)
         end = int(offsets.max()) + 1
         if end > self.memory.dram.size:
             raise ExecutionError(f"{self.where}: field {field_name} = {address:#x}: strided access reaches byte "
@@ -167,7 +182,7 @@ class _Executor:
         if write and np.unique(offsets).size != offsets.size:
             raise ExecutionError(f"{self.where}: dram_y_stride = {cmd.dram_y_stride}, dram_x_stride = "
                                  f"{cmd.dram_x_stride}: the store pattern writes some bytes twice")
-        self._record(DRAM, address, end, write)
+        self._record(DRAM, int(offsets.min()), end, write, pattern)
         return offsets
 
     def _tensor(self, space, field_name: str, address: int, shape, dtype: DType | str) -> np.ndarray:

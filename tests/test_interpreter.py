@@ -277,3 +277,19 @@ def test_requant_rejects_nonzero_reserved_record_bits():
     program.append(Command.make(Opcode.FINISH, unit=Unit.REQUANT))
     with pytest.raises(ExecutionError, match=r"REQUANT\[0\] REQUANT: parameter record 1 has non-zero reserved"):
         run(program, memory)
+
+
+@pytest.mark.parametrize("store_offset, hazard", [(4, False), (2, True)])
+def test_strided_dram_accesses_are_compared_byte_exactly(store_offset, hazard):
+    """LOAD reads channels 0..3 of 8-channel pixels while STORE writes channels 4..7 (disjoint, no hazard
+    although the bounding intervals overlap) or 2..5 (overlap: hazard); no token orders them."""
+    program = Program()
+    program.append(Command.make(Opcode.LOAD, buffer=Buffer.ACT, x_size=6, run=4, dram_x_stride=8))
+    program.append(Command.make(Opcode.STORE, dram_addr=store_offset, x_size=6, run=4, dram_x_stride=8))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    for seed in (None, 1, 2):
+        if hazard:
+            with pytest.raises(HazardError, match=r"both access DRAM"):
+                run(program, Memory.create(DEFAULT, 64), seed=seed)
+        else:
+            run(program, Memory.create(DEFAULT, 64), seed=seed)
