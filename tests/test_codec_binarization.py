@@ -371,3 +371,18 @@ def test_element_decoder_reports_position_and_element():
     with pytest.raises(CodecError, match="past the end") as info:
         ElementDecoder(AecDecoder(b"\x00\x00")).read("total_trainable_layer")
     assert info.value.element == "total_trainable_layer"
+
+
+def test_elements_from_garbage_end_in_codec_error():
+    """Random bytes read as random elements: a CodecError sooner or later, never a hang or another error."""
+    rng = random.Random(404)
+    names = sorted(ELEMENTS)
+    for _ in range(40):
+        data = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 64)))
+        with pytest.raises(CodecError):
+            reader = ElementDecoder(AecDecoder(data))
+            for _ in range(100_000):
+                name = rng.choice(names)
+                spec = element_spec(name)
+                value = reader.read(name, **random_inputs(spec, rng))
+                assert value >= 0

@@ -230,3 +230,26 @@ def test_njit_encoder_flags_a_full_buffer():
     bins = np.ones(200, dtype=np.int64)
     fast.encode_program(state, ctx, out, np.full(200, BYPASS, dtype=np.int64), bins)
     assert state[fast.E_ERROR] == fast.ERR_OUTPUT_FULL
+
+
+@pytest.mark.slow
+def test_long_random_streams_both_paths():
+    """Many long random streams: Python encoder -> njit and Python decoders, njit encoder -> same bytes."""
+    rng = random.Random(2024)
+    for _ in range(60):
+        ops = random_ops(rng, rng.randint(10_000, 60_000), num_ctx=rng.choice([2, 32, NUM_CONTEXTS]),
+                         bypass_share=rng.random() * 0.5, stuffing_share=rng.random() * 0.05)
+        data = encode_ops(ops)
+        bound_s = rng.choice([1, 7, 254])
+        bins, trace, state, ctx, buffer = run_program(data, [c for c, _ in ops], bound_s=bound_s)
+        assert bins.tolist() == [b for _, b in ops]
+        reference = AecDecoder(data, trace=True, bound_s=bound_s)
+        decode_ops(reference, [c for c, _ in ops])
+        assert reference.bit_position == int(state[fast.S_POS])
+        assert reference.trace == [tuple(row) for row in trace[: len(ops)].tolist()]
+        assert fast.finish(state, buffer, trace) == reference.finish() == 8 * len(data)
+        out = np.zeros(fast.output_capacity(len(ops)), dtype=np.uint8)
+        enc_state = fast.new_encoder_state()
+        fast.encode_program(enc_state, fast.new_contexts(), out, np.array([c for c, _ in ops], dtype=np.int64),
+                            np.array([b for _, b in ops], dtype=np.int64))
+        assert out[: fast.encoder_finish(enc_state, out)].tobytes() == data
