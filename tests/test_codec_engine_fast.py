@@ -8,7 +8,7 @@ import pytest
 
 from codec import binarization as bz
 from codec import fast
-from codec.contexts import NUM_CONTEXTS, ElementEncoder
+from codec.contexts import NUM_CONTEXTS, ElementDecoder, ElementEncoder
 from codec.engine import AecDecoder, AecEncoder
 from codec.errors import CodecError
 from test_codec_engine import BYPASS, STUFFING, decode_ops, encode_ops, random_ops
@@ -115,7 +115,6 @@ def test_njit_debinarisation_equals_element_coder():
     assert fast.finish(state, buffer, trace) == 8 * len(data)
 
     reference = AecDecoder(data, trace=True)
-    from codec.contexts import ElementDecoder
     reader = ElementDecoder(reference)
     for name, value, inputs in script:
         reader.read(name, **inputs)
