@@ -28,10 +28,11 @@ LG_PMPS_INIT = 1023          # 10.4.2.1 (L20094-20096): mps = 0, cycno = 0, lgPm
 LG_PMPS_MAX = 1023           # update_ctx flips the MPS above this (L20613-20617)
 BYPASS_LG_PMPS = 1024        # decode_bypass: lgPmps = 1024, mps = 0, no update (L20544-20546)
 STUFFING_LG_PMPS = 4         # decode_aec_stuffing_bit: lgPmps = 4, mps = 0, no update (L20532-20534)
-LPS_INCREMENT = {3: 197, 4: 95, 5: 46}   # update_ctx's switch on cwr (L20593-20611)
+LPS_INCREMENT = (197, 95, 46)  # update_ctx's switch for cwr = 3, 4, 5 (L20593-20611)
 TRACE_BYPASS = -1            # trace ctxIdx of a bypass bin
 TRACE_STUFFING = -2          # trace ctxIdx of a stuffing bin (the terminator)
 RANGE_BITS = 9               # the range mantissa 256 + rT1 and the first read_bits(9)
+LOW_FLUSH_BITS = 18          # encoder: low-end bits kept before a byte goes out (8 + 9 of range + 1 of carry)
 
 
 class ContextModels:
@@ -69,7 +70,7 @@ class ContextModels:
         cwr = 3 if cycno <= 1 else (4 if cycno == 2 else 5)   # taken before cycno changes
         if bin_val != self.mps[ctx_idx]:
             self.cycno[ctx_idx] = cycno + 1 if cycno <= 2 else 3
-            lg_pmps += LPS_INCREMENT[cwr]
+            lg_pmps += LPS_INCREMENT[cwr - 3]
             if lg_pmps > LG_PMPS_MAX:
                 lg_pmps = 2047 - lg_pmps
                 self.mps[ctx_idx] ^= 1
@@ -235,8 +236,6 @@ class AecEncoder:
     it and compare ``cost_bits`` to choose a mode by its actual cost.
     """
 
-    _FLUSH_AT = 18   # low-end bits kept before a byte is emitted: 8 for the byte + 10 for range and carry
-
     def __init__(self, *, num_contexts: int = NUM_CONTEXTS) -> None:
         self.contexts = ContextModels(num_contexts)
         self.bins_encoded = 0
@@ -287,7 +286,7 @@ class AecEncoder:
         self._shifts += shift
         self._low_bits += shift
         self.bins_encoded += 1
-        if self._low_bits >= self._FLUSH_AT:
+        if self._low_bits >= LOW_FLUSH_BITS:
             self._emit_bytes()
 
     def _emit_bytes(self) -> None:
@@ -296,7 +295,7 @@ class AecEncoder:
         if out is None:              # a fork: only the bit count matters
             self._low, self._low_bits = 0, RANGE_BITS
             return
-        while self._low_bits >= self._FLUSH_AT:
+        while self._low_bits >= LOW_FLUSH_BITS:
             keep = self._low_bits - 8
             top = self._low >> keep
             self._low &= (1 << keep) - 1

@@ -27,8 +27,8 @@ import numpy as np
 
 from codec.binarization import MAX_EG_VALUE, MAX_FL_LENGTH
 from codec.contexts import NUM_CONTEXTS
-from codec.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, RANGE_BITS, STUFFING_LG_PMPS,
-                          TRACE_BYPASS, TRACE_STUFFING)
+from codec.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LOW_FLUSH_BITS, LPS_INCREMENT,
+                          RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS, TRACE_STUFFING)
 from codec.errors import CodecError
 
 # state[] layout
@@ -170,7 +170,7 @@ def update_ctx(ctx, ctx_idx, bin_val):
     cwr = 3 if cycno <= 1 else (4 if cycno == 2 else 5)
     if bin_val != ctx[ctx_idx, CTX_MPS]:
         ctx[ctx_idx, CTX_CYCNO] = cycno + 1 if cycno <= 2 else 3
-        lg_pmps += 197 if cwr == 3 else (95 if cwr == 4 else 46)
+        lg_pmps += LPS_INCREMENT[cwr - 3]
         if lg_pmps > LG_PMPS_MAX:
             lg_pmps = 2047 - lg_pmps
             ctx[ctx_idx, CTX_MPS] = 1 - ctx[ctx_idx, CTX_MPS]
@@ -410,7 +410,6 @@ E_RANGE, E_SHIFTS, E_LOW, E_LOW_BITS, E_OUT_LEN, E_BINS, E_ERROR = 0, 1, 2, 3, 4
 ENCODER_STATE_SIZE = 7
 ERR_OUTPUT_FULL = 6
 ERROR_MESSAGES[ERR_OUTPUT_FULL] = "output buffer full"
-_FLUSH_AT = 18
 
 
 def new_encoder_state() -> np.ndarray:
@@ -473,7 +472,7 @@ def encode_bin(state, out, bin_val, mps, lg_pmps_full):
     if out.shape[0] == 0:
         low = 0
         low_bits = RANGE_BITS
-    while low_bits >= _FLUSH_AT:
+    while low_bits >= LOW_FLUSH_BITS:
         keep = low_bits - 8
         _append_with_carry(state, out, low >> keep)
         low &= (1 << keep) - 1
