@@ -86,7 +86,9 @@ class TrialPlanner:
 
     @staticmethod
     def _key(coder: SublayerCoder, *where) -> tuple:
-        return (tuple(coder.zdep), *where)
+        # decisions do not depend on the plane order (a CU holds the same values), so a search made
+        # with one order is replayed with the other (see ctu_header)
+        return where
 
     # ------------------------------------------------------------------ CTU header
     def ctu_header(self, coder: SublayerCoder, ctu: CtuGeometry) -> CtuChoice:
@@ -101,34 +103,24 @@ class TrialPlanner:
             reordered = (0, *rest)
             if reordered != identity:
                 perms = [reordered] if self.options.zdep == "on" else [identity, reordered]
-        perm = perms[0]
-        if len(perms) > 1:     # choose the plane order with one cheap fixed mode, then search modes for it
-            cheap = LeafChoice(tree="octree")
-            costs = [self._trial(coder, lambda p=p: self._code_ctu_fixed(coder, p, cheap)) for p in perms]
-            perm = perms[int(np.argmin(costs))]
         options = self.options
         single_map_mode = len({TREE_MODE_BITS[t][0] for t in options.trees}) == 1
-        if single_map_mode and options.start_depth != "auto":
-            coder.zdep = list(perm)     # header known in advance: decisions are made during the real pass
+        if len(perms) == 1 and single_map_mode and options.start_depth != "auto":
+            coder.zdep = list(perms[0])   # header known in advance: decisions are made during the real pass
             return CtuChoice(select_map_mode=1 if TREE_MODE_BITS[options.trees[0]][0] == 0 else 2,
-                             enable_start_depth=int(options.start_depth == "root"), permutation=perm)
-        self._trial(coder, lambda: self._code_ctu_body(coder, perm))
+                             enable_start_depth=int(options.start_depth == "root"), permutation=perms[0])
+        # search the modes with the first plane order; replay those decisions with the other order
+        costs = [self._trial(coder, lambda p=p: self._code_ctu_body(coder, p)) for p in perms]
+        perm = perms[int(np.argmin(costs))]
         coder.zdep = list(perm)
         trees, deltas = self._collect(coder, 0, 0, 0)
         map_modes = {TREE_MODE_BITS[tree][0] for tree in trees}
         select = 3 if len(map_modes) > 1 else (1 if map_modes == {0} else 2)
         return CtuChoice(select_map_mode=select, enable_start_depth=int(any(deltas)), permutation=perm)
 
-    def _code_ctu_fixed(self, coder: SublayerCoder, perm: tuple[int, ...], choice: LeafChoice) -> None:
-        """Trial of a whole CTU as one CU in one fixed mode (to rank plane orders)."""
-        coder.zdep = list(perm)
-        coder.select_map_mode = 3
-        coder.enable_start_depth = 0
-        coder.code_leaf_cu(0, 0, 0, choice)
-
     def _code_ctu_body(self, coder: SublayerCoder, perm: tuple[int, ...]) -> None:
-        """Trial of the CU tree with every CU free to choose (SelectMapMode 3, start depths enabled)."""
-        coder.zdep = list(perm)
+        """Trial of zdep_array and the CU tree, every CU free to choose (SelectMapMode 3, start depths on)."""
+        coder.zdep = coder.zdep_array(perm)
         coder.select_map_mode = 3
         coder.enable_start_depth = int(self.options.start_depth != "leaf")
         coder.code_cu(0, 0, 0)

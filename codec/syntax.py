@@ -338,13 +338,13 @@ class SublayerCoder:
             map_flag = io.code("map_mode_flag", 0 if io.decoding else int(choice.select_map_mode == 1))
             self.select_map_mode = 1 if map_flag else 2
         self.enable_start_depth = io.code("enable_start_depth", 0 if io.decoding else choice.enable_start_depth)
-        self.zdep = self._zdep_array(None if io.decoding else choice.permutation)
+        self.zdep = self.zdep_array(None if io.decoding else choice.permutation)
         self._count(f"select_map_mode_{self.select_map_mode}")
         if self.zdep != list(range(len(self.zdep))):
             self._count("zdep_reorder")
         self.code_cu(0, 0, 0)
 
-    def _zdep_array(self, permutation: tuple[int, ...] | None) -> list[int]:
+    def zdep_array(self, permutation: tuple[int, ...] | None) -> list[int]:
         """zdep_array(), Table 328 [L18011-18102]."""
         io, zdepth = self.io, self.sub.zdepth
         reorder = 0
