@@ -585,6 +585,15 @@ class TreeCoder:
             raise CodecError(f"value {value} out of range", element=element)
         return value
 
+    def _fill_leaves(self, depth: int, node: tuple[int, int, int], value: int, planar: bool) -> int:
+        """Set the map under ``node`` to ``value``; returns how many leaves that is."""
+        shift = len(self.levels) - 1 - depth
+        z, y, x = node
+        zs = slice(z, z + 1) if planar else slice(z << shift, (z + 1) << shift)
+        block = self.map[zs, y << shift:(y + 1) << shift, x << shift:(x + 1) << shift]
+        block[...] = value
+        return block.size
+
     def _push_coef(self, value: int) -> None:
         self.coef_p[1] = self.coef_p[0]
         self.coef_p[0] = value
@@ -658,6 +667,11 @@ class TreeCoder:
                         self.map_val = self._check_level(io.code(element, common), element)
             self.flags[depth][z, y, x] = flag
             child_skip = (not flag) if depth >= start_depth else False   # A12: uni_nzflag
+            if child_skip and (self.cbook_size or not self.map_val):
+                # a uniform subtree whose leaves code no bin: every leaf is mapVal (same result as the walk)
+                leaves = self._fill_leaves(depth, (z, y, x), self.map_val, planar=False)
+                self.coef_p = [self.map_val, self.map_val if leaves > 1 else self.coef_p[0]]
+                return
             for cz, cy, cx in children(self.levels[depth + 1], z, y, x, planar=False):
                 self._unitree_node(start_depth, depth + 1, cz, cy, cx, child_skip)
             return
@@ -799,6 +813,11 @@ class TreeCoder:
                 self.coef_p[0] = int(values[depth][z, y, x])
         if depth < last:
             child_skip = (not uni_flag) if depth >= start_depth else False
+            value = int(values[depth][z, y, x])
+            if child_skip and (self.cbook_size or not value):
+                # a uniform subtree that codes no bin (no signs): the leaves inherit the value
+                self._fill_leaves(depth, (z, y, x), value, planar=True)
+                return
             self._tag_children(start_depth, depth, (z, y, x), planar=True, uni_skip=child_skip)
             return
         self.map[z, y, x] = values[depth][z, y, x]
