@@ -39,7 +39,7 @@ FIELD_BITS = {"total_trainable_layer": 16, "array1d_depth": 5, "total_sublayer":
 class DecoderLimits:
     """Bounds a decoder enforces on header values so that absurd streams fail instead of exhausting memory."""
 
-    max_weights_per_sublayer: int = 1 << 26
+    max_weights_per_sublayer: int = 1 << 25   # int64 levels: 256 MiB
     max_zdepth: int = 4096
     max_level: int = (1 << 32) - 1    # |q| of any decoded level, tree value or codebook entry
 
