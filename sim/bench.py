@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, str] = {
     "golden": "sim.bench_golden",
     "interpreter": "sim.bench_interpreter",
     "codec-engine": "codec.fast",
+    "codec": "codec.bench",
 }
 
 
