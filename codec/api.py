@@ -25,6 +25,7 @@ from .engine import AecDecoder
 from .errors import CodecError, error_context
 from .layout import from_standard, placement, to_standard
 from .quantize import Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
+from .syntax_fast import FastElementReader
 from .syntax import (CTU_SIZES, SCAN_CK, DecoderLimits, DEFAULT_LIMITS, ElementReader, StreamHeader, Sublayer,
                      code_nnc)
 
@@ -246,11 +247,19 @@ def _check_tensor_entries(info: LayerInfo) -> None:
             raise CodecError(f"layer {info.name!r}: corrupt tensor entry {entry!r} in the index")
 
 
-def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS
+def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference: bool = False
                   ) -> tuple[StreamHeader, list[list[Sublayer]], list[dict[str, int]], int]:
-    """Decode one bare nnc() stream: header, layers (levels filled in), mode statistics, bins."""
-    decoder = AecDecoder(data)
-    header, layers, stats = code_nnc(ElementReader(decoder), limits=limits)
+    """Decode one bare nnc() stream: header, layers (levels filled in), mode statistics, bins.
+
+    The trees are decoded by the numba path (codec.syntax_fast) unless ``reference`` asks for the
+    pure-Python decoder (codec.syntax over codec.engine); both give the same result.
+    """
+    if reference:
+        decoder = AecDecoder(data)
+        reader = ElementReader(decoder)
+    else:
+        reader = decoder = FastElementReader(data)
+    header, layers, stats = code_nnc(reader, limits=limits)
     bins = decoder.bins_decoded          # without the terminating stuffing bin
     end = decoder.finish()
     if end != 8 * len(data):

@@ -35,10 +35,26 @@ VALID_CONTAINER = codec.encode({"conv.weight": np.random.default_rng(1).normal(0
 
 
 def _decode_or_codec_error(data: bytes, container: bool) -> None:
-    try:
-        codec.decode(data) if container else decode_stream(data)
-    except CodecError as error:
-        assert str(error)            # says what and where
+    """Both decoders must agree: the same levels, or both a CodecError."""
+    if container:
+        try:
+            codec.decode(data)
+        except CodecError as error:
+            assert str(error)            # says what and where
+        return
+    outcomes = []
+    for reference in (False, True):
+        try:
+            _, layers, _, _ = decode_stream(data, reference=reference)
+            outcomes.append([sub.levels for layer in layers for sub in layer])
+        except CodecError as error:
+            assert str(error)
+            outcomes.append(None)
+    if outcomes[0] is None or outcomes[1] is None:
+        assert outcomes[0] is None and outcomes[1] is None
+    else:
+        for fast_levels, reference_levels in zip(*outcomes):
+            np.testing.assert_array_equal(fast_levels, reference_levels)
 
 
 def test_the_fuzz_seeds_decode():

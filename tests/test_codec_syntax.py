@@ -29,13 +29,14 @@ def weight_levels(rng, zdepth, channels, kernels, spread=40, zero_rows=4):
 
 def round_trip(header, sublayers, options=None, layers=1):
     stream = encode_stream(header, [list(sublayers)] * layers, options or EncoderOptions())
-    decoded_header, decoded, stats, bins = decode_stream(stream.data)
-    assert bins == stream.bins
-    assert decoded_header == header
-    for layer in decoded:
-        for source, result in zip(sublayers, layer):
-            assert result.shape == source.shape and result.dim == source.dim
-            np.testing.assert_array_equal(result.levels, source.levels)
+    for reference in (False, True):      # the numba trees and the pure-Python reference
+        decoded_header, decoded, stats, bins = decode_stream(stream.data, reference=reference)
+        assert bins == stream.bins
+        assert decoded_header == header
+        for layer in decoded:
+            for source, result in zip(sublayers, layer):
+                assert result.shape == source.shape and result.dim == source.dim
+                np.testing.assert_array_equal(result.levels, source.levels)
     return stats, stream
 
 
