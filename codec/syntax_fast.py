@@ -17,7 +17,8 @@ from . import fast
 from .contexts import element_spec
 from .errors import CodecError
 
-_njit = numba.njit(cache=True, nogil=True)
+_njit = numba.njit(cache=True, nogil=True, _nrt=False)   # no allocation inside: no refcounting per call
+_inline = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")   # small helpers, inlined in IR
 
 _ELEMENT_NAMES = ("oct_nzflag", "oct_sign", "oct_index", "oct_abs_q", "uni_nzflag", "uni_map_nzflag", "uni_sign",
                   "uni_cmap_val", "uni_qmap_val", "uni_index", "uni_abs_q", "uni_map_sign", "tgtm_nzflag_index",
@@ -44,64 +45,40 @@ ELEMENTS = _element_table()
 MAX_LEVEL = (1 << 32) - 1
 
 
-@_njit
+@_inline
 def _flag(state, ctx, data, trace, el, element, inc):
     return fast.decode_decision(state, ctx, data, trace, el[element, 0] + inc)
 
 
-@_njit
+@_inline
 def _uegk(state, ctx, data, trace, el, element, sign):
     return fast.decode_uegk(state, ctx, data, trace, el[element, 0], el[element, 1], sign, el[element, 2],
                             el[element, 3])
 
 
-@_njit
+@_inline
 def _at(shapes, offsets, level, z, y, x):
     return offsets[level] + (z * shapes[level, 1] + y) * shapes[level, 2] + x
 
 
-@_njit
+@_inline
 def _push(coef, value):
     coef[1] = coef[0]
     coef[0] = value
 
 
 # ------------------------------------------------------------------------------------------------ octree
-@_njit
-def octree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x,
-                skip):
-    last = shapes.shape[0] - 1
+# Each tree has an inlined leaf step, used by its parent's child loop: leaves are most of the nodes and a
+# recursive call per leaf would cost more than the leaf's bins.
+@_inline
+def _octree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x, skip):
     flag = 1
     if d >= sd and not skip:
-        inc = fast.inc_coef_sign(coef[0]) if d == last else fast.inc_nz_neighbours(nzp[0], nzp[1])
-        flag = _flag(state, ctx, data, trace, el, OCT_NZFLAG, inc)
+        flag = _flag(state, ctx, data, trace, el, OCT_NZFLAG, fast.inc_coef_sign(coef[0]))
         nzp[1] = nzp[0]
         nzp[0] = flag
     flags[_at(shapes, offsets, d, z, y, x)] = flag
     if flag == 0 or state[fast.S_ERROR]:
-        return
-    if d < last:
-        cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
-        count = 0
-        for dz in range(2):
-            for dy in range(2):
-                for dx in range(2):
-                    if 2 * z + dz < cz and 2 * y + dy < ch and 2 * x + dx < cw:
-                        count += 1
-        i = 0
-        any_nonzero = False
-        for dz in range(2):
-            for dy in range(2):
-                for dx in range(2):
-                    kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
-                    if kz < cz and ky < ch and kx < cw:
-                        inferred = d >= sd and i == count - 1 and i > 0 and not any_nonzero
-                        octree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
-                                    d + 1, kz, ky, kx, inferred)
-                        if state[fast.S_ERROR]:
-                            return
-                        any_nonzero = any_nonzero or flags[_at(shapes, offsets, d + 1, kz, ky, kx)] != 0
-                        i += 1
         return
     if cbook:
         value = _uegk(state, ctx, data, trace, el, OCT_INDEX, 0)
@@ -111,6 +88,54 @@ def octree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, n
         value = -magnitude if sign else magnitude
     mp[z, y, x] = value
     _push(coef, value)
+
+
+@_njit
+def octree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x,
+                skip):
+    last = shapes.shape[0] - 1
+    if d == last:
+        _octree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x, skip)
+        return
+    flag = 1
+    if d >= sd and not skip:
+        flag = _flag(state, ctx, data, trace, el, OCT_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]))
+        nzp[1] = nzp[0]
+        nzp[0] = flag
+    flags[_at(shapes, offsets, d, z, y, x)] = flag
+    if flag == 0 or state[fast.S_ERROR]:
+        return
+    cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
+    count = _child_count(cz, ch, cw, z, y, x, False)
+    i = 0
+    any_nonzero = False
+    for dz in range(2):
+        for dy in range(2):
+            for dx in range(2):
+                kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
+                if kz < cz and ky < ch and kx < cw:
+                    inferred = d >= sd and i == count - 1 and i > 0 and not any_nonzero
+                    if d + 1 == last:
+                        _octree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
+                                     d + 1, kz, ky, kx, inferred)
+                    else:
+                        octree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
+                                    d + 1, kz, ky, kx, inferred)
+                    if state[fast.S_ERROR]:
+                        return
+                    any_nonzero = any_nonzero or flags[_at(shapes, offsets, d + 1, kz, ky, kx)] != 0
+                    i += 1
+
+
+@_inline
+def _child_count(cz, ch, cw, z, y, x, planar):
+    count = 0
+    for dz in range(1 if planar else 2):
+        for dy in range(2):
+            for dx in range(2):
+                if (planar or 2 * z + dz < cz) and 2 * y + dy < ch and 2 * x + dx < cw:
+                    count += 1
+    return count
 
 
 # ------------------------------------------------------------------------------------------------ unitree
@@ -126,45 +151,10 @@ def _fill(shapes, mp, d, z, y, x, value, planar):
     return (z1 - z0) * (y1 - (y << shift)) * (x1 - (x << shift))
 
 
-@_njit
-def unitree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
-                 x, skip):
-    last = shapes.shape[0] - 1
-    if d < last:
-        flag = 0
-        if d >= sd and not skip:
-            flag = _flag(state, ctx, data, trace, el, UNI_NZFLAG, 0)
-            if not flag:
-                nonzero = _flag(state, ctx, data, trace, el, UNI_MAP_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]))
-                nzp[1] = nzp[0]
-                nzp[0] = nonzero
-                map_val[0] = 0
-                if nonzero:
-                    map_val[0] = _uegk(state, ctx, data, trace, el, UNI_CMAP_VAL if cbook else UNI_QMAP_VAL, 0)
-        flags[_at(shapes, offsets, d, z, y, x)] = flag
-        if state[fast.S_ERROR]:
-            return
-        child_skip = (not flag) if d >= sd else False
-        if child_skip and (cbook or map_val[0] == 0):
-            leaves = _fill(shapes, mp, d, z, y, x, map_val[0], False)
-            if leaves > 1:
-                coef[1] = map_val[0]
-            else:
-                coef[1] = coef[0]
-            coef[0] = map_val[0]
-            return
-        cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
-        for dz in range(2):
-            for dy in range(2):
-                for dx in range(2):
-                    kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
-                    if kz < cz and ky < ch and kx < cw:
-                        unitree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val,
-                                     cbook, sd, d + 1, kz, ky, kx, child_skip)
-                        if state[fast.S_ERROR]:
-                            return
-        return
-    if sd == last or flags[_at(shapes, offsets, d - 1, z >> 1, y >> 1, x >> 1)]:
+@_inline
+def _unitree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
+                  x):
+    if sd == d or flags[_at(shapes, offsets, d - 1, z >> 1, y >> 1, x >> 1)]:
         value = 0
         if _flag(state, ctx, data, trace, el, UNI_MAP_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1])):
             if cbook:
@@ -182,8 +172,51 @@ def unitree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, 
     _push(coef, value)
 
 
-# ------------------------------------------------------------------------------------------------ tag trees
 @_njit
+def unitree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
+                 x, skip):
+    last = shapes.shape[0] - 1
+    if d == last:
+        _unitree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
+                      x)
+        return
+    flag = 0
+    if d >= sd and not skip:
+        flag = _flag(state, ctx, data, trace, el, UNI_NZFLAG, 0)
+        if not flag:
+            nonzero = _flag(state, ctx, data, trace, el, UNI_MAP_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]))
+            nzp[1] = nzp[0]
+            nzp[0] = nonzero
+            map_val[0] = 0
+            if nonzero:
+                map_val[0] = _uegk(state, ctx, data, trace, el, UNI_CMAP_VAL if cbook else UNI_QMAP_VAL, 0)
+    flags[_at(shapes, offsets, d, z, y, x)] = flag
+    if state[fast.S_ERROR]:
+        return
+    child_skip = (not flag) if d >= sd else False
+    if child_skip and (cbook or map_val[0] == 0):
+        leaves = _fill(shapes, mp, d, z, y, x, map_val[0], False)
+        coef[1] = map_val[0] if leaves > 1 else coef[0]
+        coef[0] = map_val[0]
+        return
+    cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
+    for dz in range(2):
+        for dy in range(2):
+            for dx in range(2):
+                kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
+                if kz < cz and ky < ch and kx < cw:
+                    if d + 1 == last:
+                        _unitree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val,
+                                      cbook, sd, d + 1, kz, ky, kx)
+                    else:
+                        unitree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val,
+                                     cbook, sd, d + 1, kz, ky, kx, child_skip)
+                    if state[fast.S_ERROR]:
+                        return
+
+
+# ------------------------------------------------------------------------------------------------ tag trees
+@_inline
 def _tag_value(state, ctx, data, trace, el, coef, sd, d, parent, nz_el, abs_el, delta_el, pair_inc):
     if d == sd:
         inc = fast.inc_coef_pair(coef[0], coef[1]) if pair_inc else 0
@@ -197,9 +230,9 @@ def _tag_value(state, ctx, data, trace, el, coef, sd, d, parent, nz_el, abs_el, 
     return value
 
 
-@_njit
-def tagtree_node(state, ctx, data, trace, el, shapes, offsets, vals, mp, coef, cbook, sd, d, z, y, x, skip):
-    last = shapes.shape[0] - 1
+@_inline
+def _tag_node_value(state, ctx, data, trace, el, shapes, offsets, vals, coef, cbook, sd, d, z, y, x, skip):
+    """The node part of tagtree3d (copy from the parent, value, leaf sign); returns the node's flat index."""
     here = _at(shapes, offsets, d, z, y, x)
     parent = 0
     if d:
@@ -214,42 +247,50 @@ def tagtree_node(state, ctx, data, trace, el, shapes, offsets, vals, mp, coef, c
                 vals[here] = _tag_value(state, ctx, data, trace, el, coef, sd, d, parent, TGTM_NZFLAG_Q, TGTM_ABS_Q,
                                         TGTM_DELTA_ABS_Q, True)
             _push(coef, vals[here])
-        if d == last and vals[here] != 0 and not cbook:
+        if d == shapes.shape[0] - 1 and vals[here] != 0 and not cbook:
             if _flag(state, ctx, data, trace, el, TGTM_SIGN_Q, 0):
                 vals[here] = -vals[here]
             coef[0] = vals[here]
-    if state[fast.S_ERROR]:
-        return
-    if d < last:
-        cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
-        count = 0
-        for dz in range(2):
-            for dy in range(2):
-                for dx in range(2):
-                    if 2 * z + dz < cz and 2 * y + dy < ch and 2 * x + dx < cw:
-                        count += 1
-        magnitude = abs(vals[here])
-        i = 0
-        any_equal = False
-        for dz in range(2):
-            for dy in range(2):
-                for dx in range(2):
-                    kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
-                    if kz < cz and ky < ch and kx < cw:
-                        inferred = d >= sd and i == count - 1 and i > 0 and not any_equal
-                        tagtree_node(state, ctx, data, trace, el, shapes, offsets, vals, mp, coef, cbook, sd, d + 1,
-                                     kz, ky, kx, inferred)
-                        if state[fast.S_ERROR]:
-                            return
-                        any_equal = any_equal or magnitude == abs(vals[_at(shapes, offsets, d + 1, kz, ky, kx)])
-                        i += 1
-        return
-    mp[z, y, x] = vals[here]
+    return here
 
 
 @_njit
-def uni_tagtree_node(state, ctx, data, trace, el, shapes, offsets, flags, vals, mp, coef, cbook, sd, d, z, y, x,
-                     uni_skip, tgt_skip):
+def tagtree_node(state, ctx, data, trace, el, shapes, offsets, vals, mp, coef, cbook, sd, d, z, y, x, skip):
+    last = shapes.shape[0] - 1
+    here = _tag_node_value(state, ctx, data, trace, el, shapes, offsets, vals, coef, cbook, sd, d, z, y, x, skip)
+    if state[fast.S_ERROR]:
+        return
+    if d == last:
+        mp[z, y, x] = vals[here]
+        return
+    cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
+    count = _child_count(cz, ch, cw, z, y, x, False)
+    magnitude = abs(vals[here])
+    i = 0
+    any_equal = False
+    for dz in range(2):
+        for dy in range(2):
+            for dx in range(2):
+                kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
+                if kz < cz and ky < ch and kx < cw:
+                    inferred = d >= sd and i == count - 1 and i > 0 and not any_equal
+                    if d + 1 == last:
+                        kid = _tag_node_value(state, ctx, data, trace, el, shapes, offsets, vals, coef, cbook, sd,
+                                              d + 1, kz, ky, kx, inferred)
+                        mp[kz, ky, kx] = vals[kid]
+                    else:
+                        tagtree_node(state, ctx, data, trace, el, shapes, offsets, vals, mp, coef, cbook, sd, d + 1,
+                                     kz, ky, kx, inferred)
+                    if state[fast.S_ERROR]:
+                        return
+                    any_equal = any_equal or magnitude == abs(vals[_at(shapes, offsets, d + 1, kz, ky, kx)])
+                    i += 1
+
+
+@_inline
+def _uni_tag_node_value(state, ctx, data, trace, el, shapes, offsets, flags, vals, coef, cbook, sd, d, z, y, x,
+                        uni_skip, tgt_skip):
+    """The node part of uni_tagtree3d; returns the node's uni flag (its value is in vals)."""
     last = shapes.shape[0] - 1
     here = _at(shapes, offsets, d, z, y, x)
     uni_flag = 0
@@ -280,35 +321,46 @@ def uni_tagtree_node(state, ctx, data, trace, el, shapes, offsets, flags, vals, 
             if _flag(state, ctx, data, trace, el, UT_SIGN_Q, 0):
                 vals[here] = -vals[here]
             coef[0] = vals[here]
+    return uni_flag
+
+
+@_njit
+def uni_tagtree_node(state, ctx, data, trace, el, shapes, offsets, flags, vals, mp, coef, cbook, sd, d, z, y, x,
+                     uni_skip, tgt_skip):
+    last = shapes.shape[0] - 1
+    uni_flag = _uni_tag_node_value(state, ctx, data, trace, el, shapes, offsets, flags, vals, coef, cbook, sd, d, z,
+                                   y, x, uni_skip, tgt_skip)
+    here = _at(shapes, offsets, d, z, y, x)
     if state[fast.S_ERROR]:
         return
-    if d < last:
-        child_skip = (not uni_flag) if d >= sd else False
-        if child_skip and (cbook or vals[here] == 0):
-            _fill(shapes, mp, d, z, y, x, vals[here], True)
-            return
-        ch, cw = shapes[d + 1, 1], shapes[d + 1, 2]
-        count = 0
-        for dy in range(2):
-            for dx in range(2):
-                if 2 * y + dy < ch and 2 * x + dx < cw:
-                    count += 1
-        magnitude = abs(vals[here])
-        i = 0
-        any_equal = False
-        for dy in range(2):
-            for dx in range(2):
-                ky, kx = 2 * y + dy, 2 * x + dx
-                if ky < ch and kx < cw:
-                    inferred = d >= sd and i == count - 1 and i > 0 and not any_equal
+    if d == last:
+        mp[z, y, x] = vals[here]
+        return
+    child_skip = (not uni_flag) if d >= sd else False
+    if child_skip and (cbook or vals[here] == 0):
+        _fill(shapes, mp, d, z, y, x, vals[here], True)
+        return
+    ch, cw = shapes[d + 1, 1], shapes[d + 1, 2]
+    count = _child_count(0, ch, cw, z, y, x, True)
+    magnitude = abs(vals[here])
+    i = 0
+    any_equal = False
+    for dy in range(2):
+        for dx in range(2):
+            ky, kx = 2 * y + dy, 2 * x + dx
+            if ky < ch and kx < cw:
+                inferred = d >= sd and i == count - 1 and i > 0 and not any_equal
+                if d + 1 == last:
+                    _uni_tag_node_value(state, ctx, data, trace, el, shapes, offsets, flags, vals, coef, cbook, sd,
+                                        d + 1, z, ky, kx, child_skip, inferred)
+                    mp[z, ky, kx] = vals[_at(shapes, offsets, d + 1, z, ky, kx)]
+                else:
                     uni_tagtree_node(state, ctx, data, trace, el, shapes, offsets, flags, vals, mp, coef, cbook, sd,
                                      d + 1, z, ky, kx, child_skip, inferred)
-                    if state[fast.S_ERROR]:
-                        return
-                    any_equal = any_equal or magnitude == abs(vals[_at(shapes, offsets, d + 1, z, ky, kx)])
-                    i += 1
-        return
-    mp[z, y, x] = vals[here]
+                if state[fast.S_ERROR]:
+                    return
+                any_equal = any_equal or magnitude == abs(vals[_at(shapes, offsets, d + 1, z, ky, kx)])
+                i += 1
 
 
 # ------------------------------------------------------------------------------------------------ Python side
