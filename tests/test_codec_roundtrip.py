@@ -173,3 +173,16 @@ def test_property_random_tensors_automatic_modes(shape, seed, bitdepth):
     rng = np.random.default_rng(seed)
     array = (rng.laplace(0, 1, shape) * (rng.random(shape) < 0.6)).astype(np.float32)
     check_round_trip({"t": array}, codec.CodecOptions(bitdepth=bitdepth))
+
+
+def test_decode_layer_reads_only_its_own_stream():
+    rng = np.random.default_rng(8)
+    tensors = {"a": rng.normal(0, 1, (8, 5)).astype(np.float32), "b": rng.normal(0, 1, (4, 4, 3, 3))}
+    data = bytearray(codec.encode(tensors, codec.CodecOptions(encoder=FAST)))
+    infos, payload = codec.read_index(bytes(data))
+    start = payload + infos[0].offset
+    data[start:start + infos[0].length] = bytes(infos[0].length)      # wipe layer "a"
+    np.testing.assert_array_equal(codec.decode_layer(bytes(data), "b")["b"], quantised(tensors["b"], codec.CodecOptions()))
+    with pytest.raises(codec.CodecError) as error:
+        codec.decode_layer(bytes(data), "a")
+    assert error.value.context.get("layer") == "a"
