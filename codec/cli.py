@@ -12,6 +12,8 @@ from . import api
 from .encoder import EncoderOptions
 
 ONNX_WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
+# --fast: one fixed mode, no trial encodes (about 20x faster than the search, about 2 % larger)
+FAST_ENCODER = EncoderOptions(trees=("octree",), codebook="off", start_depth="root", split="never", zdep="off")
 
 
 def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]]]:
@@ -61,7 +63,7 @@ def load_tensors(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str
 
 def _cmd_encode(args: argparse.Namespace) -> int:
     tensors, groups = load_tensors(Path(args.input))
-    encoder = EncoderOptions(split="never", max_split_trials=0) if args.fast else EncoderOptions()
+    encoder = FAST_ENCODER if args.fast else EncoderOptions()
     options = api.CodecOptions(bitdepth=args.bitdepth, step=args.step, clusters=args.clusters,
                                bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,
                                progress=True if args.progress else None)
@@ -122,7 +124,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     quant.add_argument("--clusters", type=int, help="k-means codebook quantisation with this many levels")
     enc.add_argument("--bias-bitdepth", type=int, default=16, help="bit depth of float 1-D tensors")
     enc.add_argument("--ctu", type=int, default=64, choices=(64, 32, 16, 8), help="maximum CTU size")
-    enc.add_argument("--fast", action="store_true", help="no CU split search (faster, larger)")
+    enc.add_argument("--fast", action="store_true", help="one fixed mode (octree from the root), no search")
     enc.add_argument("--progress", action="store_true", help="always show a progress bar")
     enc.set_defaults(func=_cmd_encode)
 
