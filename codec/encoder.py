@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .engine import AecEncoder
+from .syntax_fast import FastElementWriter
 from .syntax import (MAX_CBOOK_SIZE, TREE_MODE_BITS, TREES, CtuChoice, CtuGeometry, ElementWriter, LeafChoice,
                      StreamHeader, Sublayer, SublayerCoder, code_nnc, tree_shapes)
 
@@ -222,11 +223,15 @@ class EncodedStream:
     stats: list[dict[str, int]]
 
 
-def encode_stream(header: StreamHeader, layers: list[list[Sublayer]],
-                  options: EncoderOptions | None = None) -> EncodedStream:
-    """One nnc() bitstream for ``layers`` (sublayers with integer levels), modes chosen by trial."""
-    encoder = AecEncoder()
+def encode_stream(header: StreamHeader, layers: list[list[Sublayer]], options: EncoderOptions | None = None,
+                  reference: bool = False) -> EncodedStream:
+    """One nnc() bitstream for ``layers`` (sublayers with integer levels), modes chosen by trial.
+
+    The trees are coded by the numba path (codec.syntax_fast) unless ``reference`` asks for the pure-Python
+    encoder; both write the same bytes.
+    """
+    writer = ElementWriter(AecEncoder()) if reference else FastElementWriter()
     planner = TrialPlanner(options or EncoderOptions())
-    _, _, stats = code_nnc(ElementWriter(encoder), header, layers, planner)
-    bins = encoder.bins_encoded
-    return EncodedStream(encoder.finish(), bins, stats)
+    _, _, stats = code_nnc(writer, header, layers, planner)
+    bins = writer.engine.bins_encoded
+    return EncodedStream(writer.engine.finish(), bins, stats)

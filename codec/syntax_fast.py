@@ -46,14 +46,37 @@ MAX_LEVEL = (1 << 32) - 1
 
 
 @_inline
-def _flag(state, ctx, data, trace, el, element, inc):
-    return fast.decode_decision(state, ctx, data, trace, el[element, 0] + inc)
+def _flag(io, enc, el, element, inc, truth):
+    """A one-bin element: decoded, or ``truth`` encoded (io = decoder state, ctx, data, trace, encoder state, out)."""
+    if enc:
+        fast.encode_decision(io[4], io[1], io[5], el[element, 0] + inc, truth)
+        return truth
+    return fast.decode_decision(io[0], io[1], io[2], io[3], el[element, 0] + inc)
 
 
 @_inline
-def _uegk(state, ctx, data, trace, el, element, sign):
-    return fast.decode_uegk(state, ctx, data, trace, el[element, 0], el[element, 1], sign, el[element, 2],
+def _uegk(io, enc, el, element, sign, truth):
+    if enc:
+        if truth < 0 or truth > MAX_LEVEL:
+            fast._fail(io[0], fast.ERR_VALUE_TOO_LARGE)
+            return 0
+        fast.encode_uegk(io[4], io[1], io[5], el[element, 0], el[element, 1], sign, el[element, 2], el[element, 3],
+                         truth)
+        return truth
+    return fast.decode_uegk(io[0], io[1], io[2], io[3], el[element, 0], el[element, 1], sign, el[element, 2],
                             el[element, 3])
+
+
+@_inline
+def _tv(enc, flat, index):
+    """Encoder truth at a flat tree index (0 when decoding: the truth arrays are placeholders then)."""
+    return flat[index] if enc else 0
+
+
+@_inline
+def _tm(enc, levels, z, y, x):
+    """Encoder truth of a leaf of the CU's map (0 when decoding)."""
+    return levels[z, y, x] if enc else 0
 
 
 @_inline
@@ -71,39 +94,42 @@ def _push(coef, value):
 # Each tree has an inlined leaf step, used by its parent's child loop: leaves are most of the nodes and a
 # recursive call per leaf would cost more than the leaf's bins.
 @_inline
-def _octree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x, skip):
+def _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x, skip):
     flag = 1
     if d >= sd and not skip:
-        flag = _flag(state, ctx, data, trace, el, OCT_NZFLAG, fast.inc_coef_sign(coef[0]))
+        flag = _flag(io, enc, el, OCT_NZFLAG, fast.inc_coef_sign(coef[0]),
+                     _tv(enc, truth[0], _at(shapes, offsets, d, z, y, x)))
         nzp[1] = nzp[0]
         nzp[0] = flag
     flags[_at(shapes, offsets, d, z, y, x)] = flag
-    if flag == 0 or state[fast.S_ERROR]:
+    if flag == 0 or io[0][fast.S_ERROR]:
         return
+    leaf = _tm(enc, truth[2], z, y, x)
     if cbook:
-        value = _uegk(state, ctx, data, trace, el, OCT_INDEX, 0)
+        value = _uegk(io, enc, el, OCT_INDEX, 0, leaf)
     else:
-        sign = _flag(state, ctx, data, trace, el, OCT_SIGN, fast.inc_coef_pair(coef[0], coef[1]))
-        magnitude = _uegk(state, ctx, data, trace, el, OCT_ABS_Q, sign)
+        sign = _flag(io, enc, el, OCT_SIGN, fast.inc_coef_pair(coef[0], coef[1]), 1 if leaf < 0 else 0)
+        magnitude = _uegk(io, enc, el, OCT_ABS_Q, sign, abs(leaf))
         value = -magnitude if sign else magnitude
     mp[z, y, x] = value
     _push(coef, value)
 
 
 @_njit
-def octree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x,
+def octree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x,
                 skip):
     last = shapes.shape[0] - 1
     if d == last:
-        _octree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x, skip)
+        _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x, skip)
         return
     flag = 1
     if d >= sd and not skip:
-        flag = _flag(state, ctx, data, trace, el, OCT_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]))
+        flag = _flag(io, enc, el, OCT_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]),
+                     _tv(enc, truth[0], _at(shapes, offsets, d, z, y, x)))
         nzp[1] = nzp[0]
         nzp[0] = flag
     flags[_at(shapes, offsets, d, z, y, x)] = flag
-    if flag == 0 or state[fast.S_ERROR]:
+    if flag == 0 or io[0][fast.S_ERROR]:
         return
     cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
     count = _child_count(cz, ch, cw, z, y, x, False)
@@ -116,12 +142,12 @@ def octree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, n
                 if kz < cz and ky < ch and kx < cw:
                     inferred = d >= sd and i == count - 1 and i > 0 and not any_nonzero
                     if d + 1 == last:
-                        _octree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
+                        _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
                                      d + 1, kz, ky, kx, inferred)
                     else:
-                        octree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
+                        octree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
                                     d + 1, kz, ky, kx, inferred)
-                    if state[fast.S_ERROR]:
+                    if io[0][fast.S_ERROR]:
                         return
                     any_nonzero = any_nonzero or flags[_at(shapes, offsets, d + 1, kz, ky, kx)] != 0
                     i += 1
@@ -152,46 +178,49 @@ def _fill(shapes, mp, d, z, y, x, value, planar):
 
 
 @_inline
-def _unitree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
+def _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
                   x):
     if sd == d or flags[_at(shapes, offsets, d - 1, z >> 1, y >> 1, x >> 1)]:
         value = 0
-        if _flag(state, ctx, data, trace, el, UNI_MAP_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1])):
+        leaf = _tm(enc, truth[2], z, y, x)
+        if _flag(io, enc, el, UNI_MAP_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]), 1 if leaf != 0 else 0):
             if cbook:
-                value = _uegk(state, ctx, data, trace, el, UNI_INDEX, 0)
+                value = _uegk(io, enc, el, UNI_INDEX, 0, leaf)
             else:
-                sign = _flag(state, ctx, data, trace, el, UNI_SIGN, fast.inc_coef_sign(coef[0]))
-                magnitude = _uegk(state, ctx, data, trace, el, UNI_ABS_Q, 0)
+                sign = _flag(io, enc, el, UNI_SIGN, fast.inc_coef_sign(coef[0]), 1 if leaf < 0 else 0)
+                magnitude = _uegk(io, enc, el, UNI_ABS_Q, 0, abs(leaf))
                 value = -magnitude if sign else magnitude
     else:
         value = map_val[0]
         if not cbook and map_val[0]:
-            if _flag(state, ctx, data, trace, el, UNI_MAP_SIGN, fast.inc_coef_sign(coef[0])):
+            if _flag(io, enc, el, UNI_MAP_SIGN, fast.inc_coef_sign(coef[0]), 1 if _tm(enc, truth[2], z, y, x) < 0 else 0):
                 value = -map_val[0]
     mp[z, y, x] = value
     _push(coef, value)
 
 
 @_njit
-def unitree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
+def unitree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
                  x, skip):
     last = shapes.shape[0] - 1
     if d == last:
-        _unitree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
+        _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
                       x)
         return
     flag = 0
     if d >= sd and not skip:
-        flag = _flag(state, ctx, data, trace, el, UNI_NZFLAG, 0)
+        here = _at(shapes, offsets, d, z, y, x)
+        common = _tv(enc, truth[0], here)
+        flag = _flag(io, enc, el, UNI_NZFLAG, 0, 1 if common != _tv(enc, truth[1], here) else 0)
         if not flag:
-            nonzero = _flag(state, ctx, data, trace, el, UNI_MAP_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]))
+            nonzero = _flag(io, enc, el, UNI_MAP_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]), 1 if common else 0)
             nzp[1] = nzp[0]
             nzp[0] = nonzero
             map_val[0] = 0
             if nonzero:
-                map_val[0] = _uegk(state, ctx, data, trace, el, UNI_CMAP_VAL if cbook else UNI_QMAP_VAL, 0)
+                map_val[0] = _uegk(io, enc, el, UNI_CMAP_VAL if cbook else UNI_QMAP_VAL, 0, common)
     flags[_at(shapes, offsets, d, z, y, x)] = flag
-    if state[fast.S_ERROR]:
+    if io[0][fast.S_ERROR]:
         return
     child_skip = (not flag) if d >= sd else False
     if child_skip and (cbook or map_val[0] == 0):
@@ -206,32 +235,32 @@ def unitree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, 
                 kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
                 if kz < cz and ky < ch and kx < cw:
                     if d + 1 == last:
-                        _unitree_leaf(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val,
+                        _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val,
                                       cbook, sd, d + 1, kz, ky, kx)
                     else:
-                        unitree_node(state, ctx, data, trace, el, shapes, offsets, flags, mp, coef, nzp, map_val,
+                        unitree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val,
                                      cbook, sd, d + 1, kz, ky, kx, child_skip)
-                    if state[fast.S_ERROR]:
+                    if io[0][fast.S_ERROR]:
                         return
 
 
 # ------------------------------------------------------------------------------------------------ tag trees
 @_inline
-def _tag_value(state, ctx, data, trace, el, coef, sd, d, parent, nz_el, abs_el, delta_el, pair_inc):
+def _tag_value(io, enc, el, node_truth, coef, sd, d, parent, nz_el, abs_el, delta_el, pair_inc):
     if d == sd:
         inc = fast.inc_coef_pair(coef[0], coef[1]) if pair_inc else 0
         value = 0
-        if _flag(state, ctx, data, trace, el, nz_el, inc):
-            value = _uegk(state, ctx, data, trace, el, abs_el, 0)
+        if _flag(io, enc, el, nz_el, inc, 1 if node_truth else 0):
+            value = _uegk(io, enc, el, abs_el, 0, node_truth)
     else:
-        value = parent + _uegk(state, ctx, data, trace, el, delta_el, 0)
+        value = parent + _uegk(io, enc, el, delta_el, 0, node_truth - parent)
     if value > MAX_LEVEL:
-        fast._fail(state, fast.ERR_VALUE_TOO_LARGE)
+        fast._fail(io[0], fast.ERR_VALUE_TOO_LARGE)
     return value
 
 
 @_inline
-def _tag_node_value(state, ctx, data, trace, el, shapes, offsets, vals, coef, cbook, sd, d, z, y, x, skip):
+def _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, d, z, y, x, skip):
     """The node part of tagtree3d (copy from the parent, value, leaf sign); returns the node's flat index."""
     here = _at(shapes, offsets, d, z, y, x)
     parent = 0
@@ -241,24 +270,24 @@ def _tag_node_value(state, ctx, data, trace, el, shapes, offsets, vals, coef, cb
     if d >= sd:
         if not skip:
             if cbook:
-                vals[here] = _tag_value(state, ctx, data, trace, el, coef, sd, d, parent, TGTM_NZFLAG_INDEX,
+                vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent, TGTM_NZFLAG_INDEX,
                                         TGTM_INDEX, TGTM_DELTA_INDEX, True)
             else:
-                vals[here] = _tag_value(state, ctx, data, trace, el, coef, sd, d, parent, TGTM_NZFLAG_Q, TGTM_ABS_Q,
+                vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent, TGTM_NZFLAG_Q, TGTM_ABS_Q,
                                         TGTM_DELTA_ABS_Q, True)
             _push(coef, vals[here])
         if d == shapes.shape[0] - 1 and vals[here] != 0 and not cbook:
-            if _flag(state, ctx, data, trace, el, TGTM_SIGN_Q, 0):
+            if _flag(io, enc, el, TGTM_SIGN_Q, 0, 1 if _tm(enc, truth[2], z, y, x) < 0 else 0):
                 vals[here] = -vals[here]
             coef[0] = vals[here]
     return here
 
 
 @_njit
-def tagtree_node(state, ctx, data, trace, el, shapes, offsets, vals, mp, coef, cbook, sd, d, z, y, x, skip):
+def tagtree_node(io, enc, el, truth, shapes, offsets, vals, mp, coef, cbook, sd, d, z, y, x, skip):
     last = shapes.shape[0] - 1
-    here = _tag_node_value(state, ctx, data, trace, el, shapes, offsets, vals, coef, cbook, sd, d, z, y, x, skip)
-    if state[fast.S_ERROR]:
+    here = _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, d, z, y, x, skip)
+    if io[0][fast.S_ERROR]:
         return
     if d == last:
         mp[z, y, x] = vals[here]
@@ -275,20 +304,20 @@ def tagtree_node(state, ctx, data, trace, el, shapes, offsets, vals, mp, coef, c
                 if kz < cz and ky < ch and kx < cw:
                     inferred = d >= sd and i == count - 1 and i > 0 and not any_equal
                     if d + 1 == last:
-                        kid = _tag_node_value(state, ctx, data, trace, el, shapes, offsets, vals, coef, cbook, sd,
+                        kid = _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd,
                                               d + 1, kz, ky, kx, inferred)
                         mp[kz, ky, kx] = vals[kid]
                     else:
-                        tagtree_node(state, ctx, data, trace, el, shapes, offsets, vals, mp, coef, cbook, sd, d + 1,
+                        tagtree_node(io, enc, el, truth, shapes, offsets, vals, mp, coef, cbook, sd, d + 1,
                                      kz, ky, kx, inferred)
-                    if state[fast.S_ERROR]:
+                    if io[0][fast.S_ERROR]:
                         return
                     any_equal = any_equal or magnitude == abs(vals[_at(shapes, offsets, d + 1, kz, ky, kx)])
                     i += 1
 
 
 @_inline
-def _uni_tag_node_value(state, ctx, data, trace, el, shapes, offsets, flags, vals, coef, cbook, sd, d, z, y, x,
+def _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd, d, z, y, x,
                         uni_skip, tgt_skip):
     """The node part of uni_tagtree3d; returns the node's uni flag (its value is in vals)."""
     last = shapes.shape[0] - 1
@@ -303,7 +332,11 @@ def _uni_tag_node_value(state, ctx, data, trace, el, shapes, offsets, flags, val
     if d >= sd:
         if not uni_skip:
             if sd < last or top_left:
-                uni_flag = _flag(state, ctx, data, trace, el, UT_NZFLAG, 0)
+                if d == last:
+                    uniform = _tm(enc, truth[3], z, y >> 1, x >> 1) if sd == last else 1
+                else:
+                    uniform = 1 if _tv(enc, truth[0], here) == _tv(enc, truth[1], here) else 0
+                uni_flag = _flag(io, enc, el, UT_NZFLAG, 0, 0 if uniform else 1)
             else:
                 corner = _at(shapes, offsets, d, z, y & ~1, x & ~1)
                 uni_flag = flags[corner]
@@ -311,27 +344,27 @@ def _uni_tag_node_value(state, ctx, data, trace, el, shapes, offsets, flags, val
             flags[here] = uni_flag
             if not tgt_skip and (sd < last or top_left or uni_flag):
                 if cbook:
-                    vals[here] = _tag_value(state, ctx, data, trace, el, coef, sd, d, parent, UT_NZFLAG_INDEX,
+                    vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent, UT_NZFLAG_INDEX,
                                             UT_INDEX, UT_DELTA_INDEX, False)
                 else:
-                    vals[here] = _tag_value(state, ctx, data, trace, el, coef, sd, d, parent, UT_NZFLAG_Q, UT_ABS_Q,
+                    vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent, UT_NZFLAG_Q, UT_ABS_Q,
                                             UT_DELTA_ABS_Q, False)
                 _push(coef, abs(vals[here]))
         if d == last and vals[here] != 0 and not cbook:
-            if _flag(state, ctx, data, trace, el, UT_SIGN_Q, 0):
+            if _flag(io, enc, el, UT_SIGN_Q, 0, 1 if _tm(enc, truth[2], z, y, x) < 0 else 0):
                 vals[here] = -vals[here]
             coef[0] = vals[here]
     return uni_flag
 
 
 @_njit
-def uni_tagtree_node(state, ctx, data, trace, el, shapes, offsets, flags, vals, mp, coef, cbook, sd, d, z, y, x,
+def uni_tagtree_node(io, enc, el, truth, shapes, offsets, flags, vals, mp, coef, cbook, sd, d, z, y, x,
                      uni_skip, tgt_skip):
     last = shapes.shape[0] - 1
-    uni_flag = _uni_tag_node_value(state, ctx, data, trace, el, shapes, offsets, flags, vals, coef, cbook, sd, d, z,
+    uni_flag = _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd, d, z,
                                    y, x, uni_skip, tgt_skip)
     here = _at(shapes, offsets, d, z, y, x)
-    if state[fast.S_ERROR]:
+    if io[0][fast.S_ERROR]:
         return
     if d == last:
         mp[z, y, x] = vals[here]
@@ -351,44 +384,71 @@ def uni_tagtree_node(state, ctx, data, trace, el, shapes, offsets, flags, vals, 
             if ky < ch and kx < cw:
                 inferred = d >= sd and i == count - 1 and i > 0 and not any_equal
                 if d + 1 == last:
-                    _uni_tag_node_value(state, ctx, data, trace, el, shapes, offsets, flags, vals, coef, cbook, sd,
+                    _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd,
                                         d + 1, z, ky, kx, child_skip, inferred)
                     mp[z, ky, kx] = vals[_at(shapes, offsets, d + 1, z, ky, kx)]
                 else:
-                    uni_tagtree_node(state, ctx, data, trace, el, shapes, offsets, flags, vals, mp, coef, cbook, sd,
+                    uni_tagtree_node(io, enc, el, truth, shapes, offsets, flags, vals, mp, coef, cbook, sd,
                                      d + 1, z, ky, kx, child_skip, inferred)
-                if state[fast.S_ERROR]:
+                if io[0][fast.S_ERROR]:
                     return
                 any_equal = any_equal or magnitude == abs(vals[_at(shapes, offsets, d + 1, z, ky, kx)])
                 i += 1
 
 
 # ------------------------------------------------------------------------------------------------ Python side
-def decode_tree(reader: "FastElementReader", tree: str, shapes: list[tuple[int, int, int]], start_depth: int,
-                cbook_size: int, out_map: np.ndarray) -> None:
-    """Decode one CU tree into ``out_map`` with the njit functions; raises CodecError on a corrupt stream."""
+_NO_DATA = np.frombuffer(b"", dtype=np.uint8)
+_NO_FLAT = np.zeros(1, dtype=np.int64)
+_NO_MAP = np.zeros((1, 1, 1), dtype=np.int64)
+_NO_GROUP = np.zeros((1, 1, 1), dtype=np.int8)
+
+
+def _flat(levels: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([level.reshape(-1) for level in levels]).astype(np.int64)
+
+
+def _truth(tree: str, index_map: np.ndarray) -> tuple:
+    """Encoder truth of a tree over the CU's IndexMap, as in TreeCoder (pooled per level, root first)."""
+    from .syntax import TreeCoder, pool_levels
+    planar = tree == "uni_tagtree"
+    magnitude = np.abs(index_map)
+    if tree == "octree":
+        return (_flat(pool_levels((index_map != 0).astype(np.int8), False, np.maximum)), _NO_FLAT, index_map,
+                _NO_GROUP)
+    low = _flat(pool_levels(magnitude, planar, np.minimum))
+    if tree == "tagtree":
+        return low, _NO_FLAT, index_map, _NO_GROUP
+    high = _flat(pool_levels(magnitude, planar, np.maximum))
+    group = TreeCoder._leaf_group_uniform(magnitude).astype(np.int8) if planar else _NO_GROUP
+    return low, high, index_map, group
+
+
+def run_tree(io: tuple, encoding: bool, tree: str, shapes: list[tuple[int, int, int]], start_depth: int,
+             cbook_size: int, out_map: np.ndarray, truth: tuple) -> None:
+    """Code one CU tree with the njit functions (decode into ``out_map``, or encode ``truth``)."""
     shape_array = np.array(shapes, dtype=np.int64)
     sizes = shape_array.prod(axis=1)
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     total = int(sizes.sum())
     coef = np.zeros(2, dtype=np.int64)
     nzp = np.zeros(2, dtype=np.int64)
-    args = (reader.state, reader.ctx, reader.data, fast.NO_TRACE, ELEMENTS, shape_array, offsets)
+    enc = int(encoding)
+    head = (io, enc, ELEMENTS, truth, shape_array, offsets)
     cbook = int(cbook_size != 0)
     if tree == "octree":
-        octree_node(*args, np.ones(total, dtype=np.int8), out_map, coef, nzp, cbook, start_depth, 0, 0, 0, 0, False)
+        octree_node(*head, np.ones(total, dtype=np.int8), out_map, coef, nzp, cbook, start_depth, 0, 0, 0, 0, False)
     elif tree == "unitree":
-        unitree_node(*args, np.zeros(total, dtype=np.int8), out_map, coef, nzp, np.zeros(1, dtype=np.int64), cbook,
+        unitree_node(*head, np.zeros(total, dtype=np.int8), out_map, coef, nzp, np.zeros(1, dtype=np.int64), cbook,
                      start_depth, 0, 0, 0, 0, False)
     elif tree == "tagtree":
-        tagtree_node(*args, np.zeros(total, dtype=np.int64), out_map, coef, cbook, start_depth, 0, 0, 0, 0, False)
+        tagtree_node(*head, np.zeros(total, dtype=np.int64), out_map, coef, cbook, start_depth, 0, 0, 0, 0, False)
     else:
         flags, vals = np.zeros(total, dtype=np.int8), np.zeros(total, dtype=np.int64)
         for z in range(shapes[0][0]):
-            uni_tagtree_node(*args, flags, vals, out_map, coef, cbook, start_depth, 0, z, 0, 0, False, False)
-            if reader.state[fast.S_ERROR]:
+            uni_tagtree_node(*head, flags, vals, out_map, coef, cbook, start_depth, 0, z, 0, 0, False, False)
+            if io[0][fast.S_ERROR]:
                 break
-    fast.raise_on_error(reader.state, element=tree)
+    fast.raise_on_error(io[0], element=tree)
 
 
 class FastElementReader:
@@ -401,6 +461,7 @@ class FastElementReader:
         self.state = fast.new_state(self.data)
         self.ctx = fast.new_contexts()
         fast.raise_on_error(self.state)
+        self._io = (self.state, self.ctx, self.data, fast.NO_TRACE, fast.new_encoder_state(), _NO_DATA.copy())
 
     @property
     def bins_decoded(self) -> int:
@@ -424,9 +485,10 @@ class FastElementReader:
         fast.raise_on_error(self.state, element=name)
         return int(result)
 
-    def decode_tree(self, tree: str, shapes: list[tuple[int, int, int]], start_depth: int, cbook_size: int,
-                    out_map: np.ndarray) -> None:
-        decode_tree(self, tree, shapes, start_depth, cbook_size, out_map)
+    def code_tree(self, tree: str, shapes: list[tuple[int, int, int]], start_depth: int, cbook_size: int,
+                  out_map: np.ndarray, truth_map: None = None) -> None:
+        run_tree(self._io, False, tree, shapes, start_depth, cbook_size, out_map,
+                 (_NO_FLAT, _NO_FLAT, _NO_MAP, _NO_GROUP))
 
     def finish(self) -> int:
         end = fast.finish(self.state, self.data, fast.NO_TRACE)
@@ -434,4 +496,71 @@ class FastElementReader:
         return int(end)
 
 
-__all__ = ["FastElementReader", "decode_tree", "CodecError"]
+class FastElementWriter:
+    """ElementIO of the encoder over codec.fast's njit encoder; ``fork()`` counts bits for trial encodes."""
+
+    decoding = False
+    _MAX_ELEMENT_BINS = 128        # the longest bin string: UEGk of a 32-bit value with cMax 16
+
+    def __init__(self, encoder: fast.FastEncoder | None = None):
+        self.engine = encoder or fast.FastEncoder()
+        self._dummy_state = np.zeros(fast.STATE_SIZE, dtype=np.int64)
+
+    def _io(self) -> tuple:
+        engine = self.engine
+        return (self._dummy_state, engine.ctx, _NO_DATA, fast.NO_TRACE, engine.state, engine.out)
+
+    def code(self, name: str, value: int = 0, **inputs: int) -> int:
+        spec = element_spec(name)
+        value = int(value)
+        engine = self.engine
+        if spec.binarization == "FL":
+            length = spec.fixed_length if spec.fixed_length is not None else inputs["length"]
+            if not 0 <= value < (1 << length):
+                raise ValueError(f"element {name}: FL{length} value must be in 0..{(1 << length) - 1}, got {value}")
+            engine._ready(length)
+            if spec.bypass:
+                fast.encode_fl(engine.state, engine.ctx, engine.out, -1, fast.INC_CONST, value, length)
+            else:
+                fast.encode_decision(engine.state, engine.ctx, engine.out, spec.ctx_start + spec.ctx_inc(0, inputs),
+                                     value)
+        elif spec.binarization == "U":
+            if not 0 <= value <= inputs["max_value"]:
+                raise ValueError(f"element {name}: unary value must be in 0..{inputs['max_value']}, got {value}")
+            engine._ready(value + 1)
+            fast.encode_u(engine.state, engine.ctx, engine.out, spec.ctx_start, fast._INC_CODES[spec.inc_rule], value)
+        else:
+            if not 0 <= value <= MAX_LEVEL:
+                raise ValueError(f"element {name}: UEGk value must be in 0..{MAX_LEVEL}, got {value}")
+            engine._ready(self._MAX_ELEMENT_BINS)
+            fast.encode_uegk(engine.state, engine.ctx, engine.out, spec.ctx_start, fast._INC_CODES[spec.inc_rule],
+                             inputs.get("sign", 0), spec.c_max, spec.k, value)
+        return value
+
+    def code_tree(self, tree: str, shapes: list[tuple[int, int, int]], start_depth: int, cbook_size: int,
+                  out_map: np.ndarray, truth_map: np.ndarray) -> None:
+        nodes = sum(z * h * w for z, h, w in shapes)
+        self.engine._ready(nodes * self._MAX_ELEMENT_BINS)
+        self._dummy_state[:] = 0
+        try:
+            run_tree(self._io(), True, tree, shapes, start_depth, cbook_size, out_map,
+                     _truth(tree, np.ascontiguousarray(truth_map, dtype=np.int64)))
+        except CodecError as error:
+            raise ValueError(f"tree {tree}: a value cannot be coded ({error.reason})") from None
+
+    def fork(self) -> FastElementWriter:
+        return FastElementWriter(self.engine.fork())
+
+    @property
+    def cost_bits(self) -> float:
+        return self.engine.cost_bits
+
+    @property
+    def bins_encoded(self) -> int:
+        return self.engine.bins_encoded
+
+    def finish(self) -> bytes:
+        return self.engine.finish()
+
+
+__all__ = ["FastElementReader", "FastElementWriter", "run_tree"]

@@ -29,6 +29,8 @@ def weight_levels(rng, zdepth, channels, kernels, spread=40, zero_rows=4):
 
 def round_trip(header, sublayers, options=None, layers=1):
     stream = encode_stream(header, [list(sublayers)] * layers, options or EncoderOptions())
+    reference = encode_stream(header, [list(sublayers)] * layers, options or EncoderOptions(), reference=True)
+    assert stream.data == reference.data        # the numba trees write exactly the reference's bytes
     for reference in (False, True):      # the numba trees and the pure-Python reference
         decoded_header, decoded, stats, bins = decode_stream(stream.data, reference=reference)
         assert bins == stream.bins
