@@ -105,14 +105,28 @@ class LoweredLayer:
     output_dtype: np.dtype
     plans: list[TilePlan]                  # one per layer
     regions: dict[str, tuple[int, int]] = field(default_factory=dict)   # name -> (address, bytes)
+    input_dtype: np.dtype | None = None    # dtype of the network input in the "input" region
 
     @property
     def plan(self) -> TilePlan:
         """The first layer's plan (the only one for a single layer)."""
         return self.plans[0]
 
-    def memory(self) -> Memory:
-        return Memory.create(self.program.config, self.dram)
+    def memory(self, dram: np.ndarray | None = None) -> Memory:
+        return Memory.create(self.program.config, self.dram if dram is None else dram)
+
+    def dram_with_input(self, x: np.ndarray) -> np.ndarray:
+        """A copy of the DRAM image with another network input ([1, C, H, W], same shape and dtype)."""
+        address, nbytes = self.regions["input"]
+        data = np.ascontiguousarray(np.asarray(x)[0].transpose(1, 2, 0))
+        if self.input_dtype is not None and data.dtype != self.input_dtype:
+            raise ValueError(f"input dtype {data.dtype} does not match the program's input dtype {self.input_dtype}")
+        if data.nbytes != nbytes or x.ndim != 4 or x.shape[0] != 1:
+            raise ValueError(f"input of shape {list(np.shape(x))} and {data.nbytes} bytes does not match the "
+                             f"program's input region of {nbytes} bytes")
+        dram = self.dram.copy()
+        dram[address:address + nbytes] = np.frombuffer(data.tobytes(), np.uint8)
+        return dram
 
     def read_output(self, memory: Memory) -> np.ndarray:
         """The output tensor from a DRAM image, as [1, K, OH, OW] like the golden model."""
@@ -296,7 +310,7 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     last = len(layers) - 1
     return LoweredLayer(program, dram, regions[f"{last}.output"][0],
                         (plans[last].out_h, plans[last].out_w, layers[last].w.shape[0]), layers[last].out_dtype,
-                        plans, regions)
+                        plans, regions, layers[0].x.dtype)
 
 
 def _with_tokens(command: Command, pop=(), push=()) -> Command:

@@ -1,11 +1,13 @@
 """`aipu demo`: the main job end to end on the embedded default model.
 
-Until the ONNX compiler exists, the default model is a small float CNN defined here (three conv
-layers with fused ReLU: a strided stem, a depthwise layer and a pointwise layer, deterministic
-weights). The demo calibrates and quantizes it (uint8 activations, per-channel int8 weights, M/2^N
-requant), lowers the chain to one command program, writes and disassembles it, runs it on the
-functional interpreter, checks the result bit for bit against the golden model and against the float
-model, and compresses the weights with the chapter-10 codec.
+The default model is a small CNN trained here on 8x8 handwritten digits (sim/models/digits_cnn.onnx, see
+sim/models/train_digits.py): three conv+ReLU layers, global average pooling and a fully connected layer.
+Until the ONNX compiler exists the demo does its part by hand: it reads the float graph, calibrates on
+training images, quantizes (uint8 activations, per-channel int8 weights, M/2^N requant), lowers the conv
+trunk to one command program, writes and disassembles it, runs it on the functional interpreter for every
+held-out image, checks each result bit for bit against the golden model, classifies with the pooling and
+fully connected head on the golden model, reports accuracy next to the float model, and compresses the
+quantized weights with the chapter-10 codec.
 """
 from __future__ import annotations
 
@@ -13,189 +15,233 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+import onnx
 
 from sim import golden
 from sim.arch import DEFAULT, DType, Rounding
+from sim.models.train_digits import DATA_PATH, MODEL_PATH, conv_forward
+
+INPUT_LEVELS = 255          # uint8 activations with zero point 0: every tensor is an image in [0, 1] or post-ReLU
 
 
 @dataclass(frozen=True)
 class FloatConv:
-    """One float conv + ReLU layer of the default model."""
-
     name: str
-    w: np.ndarray            # [K, C/groups, KH, KW] float64
+    w: np.ndarray            # [K, C, KH, KW]
     bias: np.ndarray         # [K]
     stride: int
     pad: int
-    groups: int
 
 
-def default_model(seed: int = 115) -> tuple[np.ndarray, list[FloatConv]]:
-    """The embedded model and its calibration input: 3x32x32 image -> 16 -> depthwise 16 -> 32 channels."""
-    rng = np.random.default_rng(seed)
+@dataclass(frozen=True)
+class FloatModel:
+    """conv+ReLU layers, global average pooling, fully connected layer (logits = pooled @ fc_w.T + fc_b)."""
 
-    def weights(shape, fan_in):
-        # Laplacian weights with per-output-channel spread: the shape trained conv weights have.
-        spread = rng.uniform(0.5, 1.5, (shape[0], 1, 1, 1)) * np.sqrt(2.0 / fan_in)
-        return rng.laplace(0.0, 1.0, shape) * spread / np.sqrt(2.0)
+    convs: list[FloatConv]
+    fc_weight: np.ndarray    # [classes, features]
+    fc_bias: np.ndarray
 
-    layers = [
-        FloatConv("stem", weights((16, 3, 3, 3), 27), rng.normal(0, 0.05, 16), stride=2, pad=1, groups=1),
-        FloatConv("depthwise", weights((16, 1, 3, 3), 9), rng.normal(0, 0.05, 16), stride=1, pad=1, groups=16),
-        FloatConv("pointwise", weights((32, 16, 1, 1), 16), rng.normal(0, 0.05, 32), stride=1, pad=0, groups=1),
-    ]
-    yy, xx = np.mgrid[0:32, 0:32] / 32.0
-    image = np.stack([np.sin(6 * xx + 2 * c) * np.cos(5 * yy - c) for c in range(3)]) * 0.5 + 0.5
-    image = np.clip(image + rng.normal(0, 0.05, image.shape), 0.0, 1.0)
-    return image[None], layers
+    def activations(self, images: np.ndarray) -> list[np.ndarray]:
+        outputs, x = [], images.astype(np.float64)
+        for conv in self.convs:
+            x = np.maximum(conv_forward(x, conv.w, conv.bias, conv.stride, conv.pad), 0.0)
+            outputs.append(x)
+        return outputs
 
-
-def float_conv_relu(x: np.ndarray, layer: FloatConv) -> np.ndarray:
-    """The float reference: grouped 2-D convolution, bias, ReLU (NCHW, float64)."""
-    p = layer.pad
-    padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
-    kh, kw = layer.w.shape[2:]
-    windows = sliding_window_view(padded, (kh, kw), axis=(2, 3))[:, :, ::layer.stride, ::layer.stride]
-    n, c, oh, ow = windows.shape[:4]
-    g = layer.groups
-    grouped = windows.reshape(n, g, c // g, oh, ow, kh, kw)
-    w = layer.w.reshape(g, -1, c // g, kh, kw)
-    out = np.einsum("ngchwij,gkcij->ngkhw", grouped, w).reshape(n, -1, oh, ow)
-    return np.maximum(out + layer.bias.reshape(1, -1, 1, 1), 0.0)
+    def logits(self, images: np.ndarray) -> np.ndarray:
+        return self.activations(images)[-1].mean(axis=(2, 3)) @ self.fc_weight.T + self.fc_bias
 
 
-def quantize_model(image: np.ndarray, model: list[FloatConv]):
-    """Calibrate on the image and build the quantized layers (compiler.tiling.ConvLayer).
+def load_float_model(path: Path = MODEL_PATH) -> FloatModel:
+    """Read the embedded graph: (Conv, Relu)*, GlobalAveragePool, Flatten, Gemm(transB=1); anything else is refused."""
+    model = onnx.load(path)
+    weights = {init.name: onnx.numpy_helper.to_array(init).astype(np.float64) for init in model.graph.initializer}
+    convs, nodes = [], list(model.graph.node)
+    ops = [node.op_type for node in nodes]
+    expected = ["Conv", "Relu"] * ((len(ops) - 3) // 2) + ["GlobalAveragePool", "Flatten", "Gemm"]
+    if ops != expected:
+        raise ValueError(f"{path}: the demo reads (Conv, Relu)* GlobalAveragePool Flatten Gemm graphs, got {ops}")
+    for node in nodes:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "Conv":
+            pads, strides = attrs.get("pads", [0] * 4), attrs.get("strides", [1, 1])
+            if attrs.get("group", 1) != 1 or len(set(pads)) != 1 or strides[0] != strides[1]:
+                raise ValueError(f"{path}: node {node.name}: only dense convs with uniform pads and strides")
+            convs.append(FloatConv(node.name, weights[node.input[1]], weights[node.input[2]], strides[0], pads[0]))
+        elif node.op_type == "Gemm" and not attrs.get("transB", 0):
+            raise ValueError(f"{path}: node {node.name}: Gemm must have transB=1")
+    gemm = nodes[-1]
+    return FloatModel(convs, weights[gemm.input[1]], weights[gemm.input[2]])
 
-    Activations: uint8, zero point 0 (every tensor is post-ReLU or an image in [0, 1]), scale from the
-    calibrated maximum. Weights: int8 symmetric per output channel. Bias: int32 at x_scale*w_scale.
-    Requant: M/2^N per channel (golden.quantize_multiplier), round half up, clamp [0, 255] = ReLU.
-    """
+
+@dataclass
+class QuantizedModel:
+    """The quantized network: conv layers for the NPU and a fully connected head on the golden model."""
+
+    layers: list                 # compiler.tiling.ConvLayer, x = a calibration image (placeholder)
+    input_scale: float
+    feature_scale: float         # scale of the last conv output (and of its average pool)
+    fc_weight: np.ndarray        # int8 [classes, features]
+    fc_bias: np.ndarray          # int32
+    fc_multiplier: np.ndarray
+    fc_shift: np.ndarray
+
+    def quantize_input(self, images: np.ndarray) -> np.ndarray:
+        return np.clip(golden.round_half_away(images / self.input_scale), 0, INPUT_LEVELS).astype(np.uint8)
+
+    def golden_features(self, x: np.ndarray) -> np.ndarray:
+        """The conv trunk on the golden model, layer by layer."""
+        for layer in self.layers:
+            x = replace(layer, x=x).reference()
+        return x
+
+    def classify(self, features: np.ndarray) -> np.ndarray:
+        """int8 logits: global average pool, int8 fully connected layer, requant (golden units)."""
+        pooled = golden.global_avg_pool(features).reshape(features.shape[0], -1)
+        acc = golden.matmul(pooled, np.ascontiguousarray(self.fc_weight.T))
+        return golden.requantize(acc, bias=self.fc_bias, multiplier=self.fc_multiplier, shift=self.fc_shift,
+                                 channel_axis=1, out_dtype=np.int8)
+
+
+def _per_channel_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    scale = np.abs(w).reshape(w.shape[0], -1).max(axis=1) / 127.0
+    shape = (-1,) + (1,) * (w.ndim - 1)
+    return np.clip(golden.round_half_away(w / scale.reshape(shape)), -127, 127).astype(np.int8), scale
+
+
+def quantize_model(model: FloatModel, calibration: np.ndarray) -> QuantizedModel:
+    """Post-training quantization calibrated on ``calibration`` images (max of each activation)."""
     from compiler.tiling import ConvLayer
 
-    x_scale = float(image.max()) / 255.0
-    x_q = np.clip(golden.round_half_away(image / x_scale), 0, 255).astype(np.uint8)
-    activations, quantized, float_outputs = x_q, [], []
-    current = image
-    for layer in model:
-        current = float_conv_relu(current, layer)
-        float_outputs.append(current)
-        y_scale = float(current.max()) / 255.0
-        w_scale = np.abs(layer.w).reshape(layer.w.shape[0], -1).max(axis=1) / 127.0
-        w_q = np.clip(golden.round_half_away(layer.w / w_scale.reshape(-1, 1, 1, 1)), -127, 127).astype(np.int8)
-        bias_q = golden.round_half_away(layer.bias / (x_scale * w_scale)).astype(np.int32)
+    input_scale = 1.0 / INPUT_LEVELS
+    x_scale = input_scale
+    x = np.clip(golden.round_half_away(calibration[:1] / input_scale), 0, INPUT_LEVELS).astype(np.uint8)
+    layers = []
+    for conv, activation in zip(model.convs, model.activations(calibration)):
+        y_scale = float(activation.max()) / INPUT_LEVELS
+        w_q, w_scale = _per_channel_int8(conv.w)
         multiplier, shift = golden.quantize_multiplier(x_scale * w_scale / y_scale)
-        quantized.append(ConvLayer(x=activations, w=w_q, bias=bias_q, multiplier=multiplier, shift=shift,
-                                   out_type=DType.UINT8, rounding=Rounding.HALF_UP, stride=(layer.stride,) * 2,
-                                   padding=(layer.pad,) * 4, groups=layer.groups))
-        activations = quantized[-1].reference()       # the next layer's input (golden, layer by layer)
-        x_scale = y_scale
-    return quantized, float_outputs, x_scale
+        layers.append(ConvLayer(x=x, w=w_q, bias=golden.round_half_away(conv.bias / (x_scale * w_scale)).astype(np.int32),
+                                multiplier=multiplier, shift=shift, out_type=DType.UINT8, rounding=Rounding.HALF_UP,
+                                stride=(conv.stride,) * 2, padding=(conv.pad,) * 4))
+        x, x_scale = layers[-1].reference(), y_scale
+    fc_q, fc_scale = _per_channel_int8(model.fc_weight)
+    logit_scale = float(np.abs(model.logits(calibration)).max()) / 127.0
+    fc_multiplier, fc_shift = golden.quantize_multiplier(x_scale * fc_scale / logit_scale)
+    return QuantizedModel(layers, input_scale, x_scale, fc_q,
+                          golden.round_half_away(model.fc_bias / (x_scale * fc_scale)).astype(np.int32),
+                          fc_multiplier, fc_shift)
 
 
-def run_demo(out_dir: Path, listing_lines: int = 24) -> dict:
+def _entropy_bits(values: np.ndarray) -> float:
+    _, counts = np.unique(values, return_counts=True)
+    p = counts / counts.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 24) -> dict:
+    import codec
     from compiler.tiling import lower_conv_layers
     from sim.interpreter import run
 
-    import codec
-
     out_dir.mkdir(parents=True, exist_ok=True)
-    image, model = default_model()
-    layers, float_outputs, y_scale = quantize_model(image, model)
+    model = load_float_model()
+    data = np.load(DATA_PATH)
+    images, labels = data["eval_images"][:eval_limit], data["eval_labels"][:eval_limit]
+    quantized = quantize_model(model, data["calibration_images"])
 
-    lowered = lower_conv_layers(layers, DEFAULT)
+    lowered = lower_conv_layers(quantized.layers, DEFAULT)
     program_path = out_dir / "model.aipu"
     lowered.program.write(program_path)
     listing = lowered.program.disassemble()
     (out_dir / "model.lst").write_text(listing)
 
-    started = time.perf_counter()
-    result = run(lowered.program, lowered.memory())
+    predictions, mismatches, macs, started = [], 0, 0, time.perf_counter()
+    for image in images:
+        x = quantized.quantize_input(image[None])
+        result = run(lowered.program, lowered.memory(lowered.dram_with_input(x)))
+        features = lowered.read_output(result.memory)
+        mismatches += int(np.count_nonzero(features != quantized.golden_features(x)))
+        macs += result.stats.macs
+        predictions.append(int(np.argmax(quantized.classify(features))))
     interpret_seconds = time.perf_counter() - started
-    npu_output = lowered.read_output(result.memory)
-    golden_output = layers[-1].reference()
-    mismatches = int(np.count_nonzero(npu_output != golden_output))
+    predictions = np.array(predictions)
+    float_predictions = model.logits(images).argmax(axis=1)
 
-    dequantized = npu_output.astype(np.float64) * y_scale
-    reference = float_outputs[-1]
-    error_lsb = np.abs(dequantized - reference) / y_scale
-    sqnr_db = 10 * np.log10(np.sum(reference ** 2) / max(np.sum((dequantized - reference) ** 2), 1e-30))
-
-    weights = {f"{m.name}.weight": q.w for m, q in zip(model, layers)}
-    weights.update({f"{m.name}.bias": q.bias for m, q in zip(model, layers)})
+    weights = {f"{conv.name}.weight": layer.w for conv, layer in zip(model.convs, quantized.layers)}
+    weights.update({f"{conv.name}.bias": layer.bias for conv, layer in zip(model.convs, quantized.layers)})
+    weights.update({"fc.weight": quantized.fc_weight, "fc.bias": quantized.fc_bias})
     started = time.perf_counter()
     stream, layer_infos = codec.encode_with_info(weights)
     encode_seconds = time.perf_counter() - started
     decoded = codec.decode(stream)
-    codec_exact = all(np.array_equal(decoded[name], value) for name, value in weights.items())
+    lossless = all(np.array_equal(decoded[name], value) for name, value in weights.items())
     (out_dir / "weights.nnr").write_bytes(stream)
-    weight_count = sum(q.w.size for q in layers)
-    payload_bits = 8 * sum(info.length for info in layer_infos)
-    all_weights = np.concatenate([q.w.ravel() for q in layers])
-    _, counts = np.unique(all_weights, return_counts=True)
-    entropy = float(-(counts / counts.sum() * np.log2(counts / counts.sum())).sum())
+    int8_weights = np.concatenate([layer.w.ravel() for layer in quantized.layers] + [quantized.fc_weight.ravel()])
+    stream_bits = 8 * sum(info.length for info in layer_infos)
 
     return {
-        "model": [{"name": m.name, "weights": list(q.w.shape), "stride": m.stride, "groups": m.groups,
-                   "requant_shift_range": [int(np.min(q.shift)), int(np.max(q.shift))]} for m, q in zip(model, layers)],
+        "model": {"file": str(MODEL_PATH), "layers": [
+            {"name": conv.name, "weights": list(layer.w.shape), "stride": conv.stride,
+             "shifts": [int(np.min(layer.shift)), int(np.max(layer.shift))]}
+            for conv, layer in zip(model.convs, quantized.layers)] + [
+            {"name": "fc (host, golden)", "weights": list(quantized.fc_weight.shape)}]},
         "program": {"file": str(program_path), "listing": str(out_dir / "model.lst"), "bytes": program_path.stat().st_size,
                     "commands": {unit.name: len(queue) for unit, queue in lowered.program.queues.items() if queue},
                     "head": listing.splitlines()[:listing_lines]},
-        "interpreter": {"seconds": round(interpret_seconds, 3), **result.stats.to_dict()},
-        "golden": {"outputs": int(golden_output.size), "mismatches": mismatches, "bit_exact": mismatches == 0},
-        "float_reference": {"max_error_lsb": round(float(error_lsb.max()), 3),
-                            "mean_error_lsb": round(float(error_lsb.mean()), 4), "sqnr_db": round(float(sqnr_db), 2)},
-        "codec": {"file": str(out_dir / "weights.nnr"), "container_bytes": len(stream), "weights": int(weight_count),
-                  "biases": int(sum(q.bias.size for q in layers)), "stream_bits": payload_bits,
-                  "stream_bits_per_weight": round(payload_bits / weight_count, 3),
-                  "weight_entropy_bits": round(entropy, 3), "lossless": codec_exact,
+        "interpreter": {"images": len(images), "seconds": round(interpret_seconds, 3), "macs": macs,
+                        "golden_mismatches": mismatches, "bit_exact": mismatches == 0},
+        "accuracy": {"images": len(images), "float": round(float((float_predictions == labels).mean()), 4),
+                     "npu": round(float((predictions == labels).mean()), 4),
+                     "agreement": round(float((predictions == float_predictions).mean()), 4)},
+        "codec": {"file": str(out_dir / "weights.nnr"), "container_bytes": len(stream),
+                  "int8_weights": int(int8_weights.size), "stream_bits": stream_bits,
+                  "stream_bits_per_weight": round(stream_bits / int8_weights.size, 3),
+                  "weight_entropy_bits": round(_entropy_bits(int8_weights), 3), "lossless": lossless,
                   "encode_seconds": round(encode_seconds, 3)},
     }
 
 
 def _print_report(report: dict) -> None:
-    print("AIPU demo: embedded 3-layer CNN (stem 3x3/2, depthwise 3x3, pointwise 1x1), uint8 activations, "
-          "per-channel int8 weights")
-    for layer in report["model"]:
-        print(f"  {layer['name']:<10} weights {layer['weights']}, stride {layer['stride']}, groups {layer['groups']}, "
-              f"shifts {layer['requant_shift_range'][0]}..{layer['requant_shift_range'][1]}")
+    print(f"AIPU demo: digits CNN ({report['model']['file']}), uint8 activations, per-channel int8 weights")
+    for layer in report["model"]["layers"]:
+        extra = f", stride {layer['stride']}, requant shifts {layer['shifts'][0]}..{layer['shifts'][1]}" if "stride" in layer else ""
+        print(f"  {layer['name']:<18} weights {layer['weights']}{extra}")
     program = report["program"]
     print(f"\nProgram {program['file']} ({program['bytes']} bytes), commands per unit: {program['commands']}")
     print(f"Listing (first {len(program['head'])} lines; all in {program['listing']}):")
     for line in program["head"]:
         print("  " + line)
-    interp = report["interpreter"]
-    print(f"\nInterpreter: {interp['macs']} MACs, bytes moved {dict(interp['bytes_moved'])}, "
-          f"{interp['saturated_values']} values clamped by the requantizer (fused ReLU included), {interp['seconds']} s")
-    g = report["golden"]
-    print(f"Golden model: {'bit-exact' if g['bit_exact'] else str(g['mismatches']) + ' MISMATCHES'} "
-          f"over {g['outputs']} outputs")
-    f = report["float_reference"]
-    print(f"Float model: SQNR {f['sqnr_db']} dB, mean error {f['mean_error_lsb']} LSB, max {f['max_error_lsb']} LSB")
+    interp, accuracy = report["interpreter"], report["accuracy"]
+    exact = "bit-exact" if interp["bit_exact"] else f"{interp['golden_mismatches']} MISMATCHES"
+    print(f"\nInterpreter: {interp['images']} held-out images, {interp['macs']} MACs in {interp['seconds']} s; "
+          f"conv trunk vs golden model: {exact}")
+    print(f"Top-1 accuracy on {accuracy['images']} held-out images: float {accuracy['float']:.2%}, "
+          f"NPU (int8) {accuracy['npu']:.2%}, same prediction {accuracy['agreement']:.2%}")
     c = report["codec"]
-    print(f"Weight codec: {c['weights']} int8 weights + {c['biases']} int32 biases -> {c['stream_bits'] // 8} bytes of "
-          f"layer streams ({c['stream_bits_per_weight']} bits per weight, biases included; order-0 entropy of the "
-          f"weights {c['weight_entropy_bits']} bits), {c['container_bytes']} bytes with the container index, "
+    print(f"Weight codec: {c['int8_weights']} int8 weights (+ int32 biases) -> {c['stream_bits'] // 8} bytes of layer "
+          f"streams, {c['stream_bits_per_weight']} bits/weight with biases (order-0 entropy of the weights "
+          f"{c['weight_entropy_bits']} bits); {c['container_bytes']} bytes with the container index; "
           f"{'lossless round trip' if c['lossless'] else 'ROUND TRIP FAILED'}: {c['file']}")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    report = run_demo(Path(args.out))
+    report = run_demo(Path(args.out), eval_limit=args.images)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         _print_report(report)
-    return 0 if report["golden"]["bit_exact"] and report["codec"]["lossless"] else 1
+    return 0 if report["interpreter"]["bit_exact"] and report["codec"]["lossless"] else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="run the main job end to end on the embedded default model")
     parser.add_argument("--out", default="out/demo", help="directory for the program, listing and weight stream")
+    parser.add_argument("--images", type=int, default=None, help="evaluate only the first N held-out images")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=_cmd_demo)
