@@ -91,5 +91,5 @@ def run() -> dict:
         "encode_fixed_mode_mweights_per_s": weights / fast_seconds / 1e6,
         "decode_mweights_per_s": weights / decode_seconds / 1e6,
         "decode_reference_mweights_per_s": weights / reference_seconds / 1e6,
-        "decoder": "numba trees (codec.syntax_fast) under the Python syntax; reference: pure Python",
+        "coder": "numba trees (codec.syntax_fast) under the Python syntax; reference: pure Python",
     }
