@@ -29,6 +29,19 @@ def _valid_stream() -> bytes:
 
 
 VALID_STREAM = _valid_stream()
+
+
+def _compile_every_tree() -> None:
+    """Compile the numba trees before the timed examples (a cold numba cache takes seconds per function)."""
+    levels = np.arange(-6, 6).reshape(1, 3, 4)
+    for tree in ("octree", "unitree", "tagtree", "uni_tagtree"):
+        for codebook in ("off", "on"):
+            options = EncoderOptions(trees=(tree,), codebook=codebook, split="never", start_depth="root")
+            sub = Sublayer(dim=2, shape=(1, 1, 3, 4), levels=levels)
+            decode_stream(encode_stream(StreamHeader(integer_input=1), [[sub]], options).data)
+
+
+_compile_every_tree()
 VALID_CONTAINER = codec.encode({"conv.weight": np.random.default_rng(1).normal(0, 1, (6, 4, 3, 3)),
                                 "conv.bias": np.arange(6, dtype=np.float32)},
                                codec.CodecOptions(encoder=EncoderOptions(split="never")))
