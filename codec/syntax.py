@@ -456,7 +456,8 @@ class SublayerCoder:
             cols = slice(self.ctu.x_off + x0, self.ctu.x_off + x0 + width)
             self.sub.levels[self.zdep, rows, cols] = levels
         # A15: predictor update, HEVC-SCC palette style (docs/codec.md)
-        unused = [value for position, value in enumerate(self.predictor) if position not in set(predicted)]
+        taken = set(predicted)
+        unused = [value for position, value in enumerate(self.predictor) if position not in taken]
         self.predictor = (list(cbook) + unused)[:MAX_PREDICTOR_SIZE]
         self.prev_predicted_size = len(predicted)
 

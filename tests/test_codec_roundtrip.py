@@ -10,7 +10,7 @@ import codec
 from codec.api import default_groups
 from codec.encoder import EncoderOptions
 from codec.layout import from_standard, placement, to_standard
-from codec.quantize import integer_levels, kmeans_levels, quantize_uniform, reconstruct
+from codec.quantize import kmeans_levels, quantize_uniform, reconstruct
 from codec.syntax import TREES
 
 FAST = EncoderOptions(trees=("octree",), split="never", start_depth="root", zdep="off")
