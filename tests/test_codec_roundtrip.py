@@ -186,3 +186,11 @@ def test_decode_layer_reads_only_its_own_stream():
     with pytest.raises(codec.CodecError) as error:
         codec.decode_layer(bytes(data), "a")
     assert error.value.context.get("layer") == "a"
+
+
+def test_benchmark_helpers():
+    from codec.bench import SHAPES, order0_entropy_bits, trained_like_weights
+    assert order0_entropy_bits(np.array([0, 0, 1, 1])) == 4.0
+    weights = trained_like_weights()
+    assert {name: w.shape for name, w in weights.items()} == SHAPES
+    assert all((np.abs(w).reshape(w.shape[0], -1).max(axis=1) == 0).any() for w in weights.values())
