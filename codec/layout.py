@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .syntax import FIELD_BITS
+from .syntax import DEFAULT_LIMITS, FIELD_BITS
 
 MAX_AXIS = (1 << FIELD_BITS["sublayer_shape"]) - 1
 
@@ -46,6 +46,12 @@ def placement(shape: tuple[int, ...]) -> Placement:
     if too_big:
         raise ValueError(f"tensor shape {shape}: axis length {too_big[0]} exceeds the 16-bit "
                          f"sublayer_shape field ({MAX_AXIS})")
+    if sub[0] * sub[1] > DEFAULT_LIMITS.max_zdepth:
+        raise ValueError(f"tensor shape {shape}: kernel size R*S = {sub[0] * sub[1]} exceeds the decoder "
+                         f"limit {DEFAULT_LIMITS.max_zdepth}")
+    if int(np.prod(sub)) > DEFAULT_LIMITS.max_weights_per_sublayer:
+        raise ValueError(f"tensor shape {shape}: more than {DEFAULT_LIMITS.max_weights_per_sublayer} weights, "
+                         "the decoder limit per sublayer")
     return Placement(shape, dim, sub)
 
 
