@@ -117,21 +117,20 @@ def children(shape: tuple[int, int, int], z: int, y: int, x: int, planar: bool) 
 
 
 def pool_levels(leaves: np.ndarray, planar: bool, reducer) -> list[np.ndarray]:
-    """Per-level reduction (min or max) of a leaf array over the tree of create_tree3d, root first."""
+    """Per-level reduction (np.minimum or np.maximum) of a leaf array over create_tree3d's tree, root first.
+
+    Each level pairs index 2i with 2i+1 along every halved axis; an odd last index pairs with itself.
+    """
     levels = [leaves]
     current = leaves
-    while current.shape[1] > 1 or current.shape[2] > 1 or (not planar and current.shape[0] > 1):
-        axes = (1, 2) if planar else (0, 1, 2)
-        pad = [(0, (-n) % 2 if a in axes else 0) for a, n in enumerate(current.shape)]
-        fill = current.max() if reducer is np.minimum else current.min()
-        padded = np.pad(current, pad, constant_values=fill)
-        zc, hc, wc = padded.shape
-        if planar:
-            blocks = padded.reshape(zc, hc // 2, 2, wc // 2, 2)
-            current = reducer.reduce(reducer.reduce(blocks, axis=4), axis=2)
-        else:
-            blocks = padded.reshape(zc // 2, 2, hc // 2, 2, wc // 2, 2)
-            current = reducer.reduce(reducer.reduce(reducer.reduce(blocks, axis=5), axis=3), axis=1)
+    axes = (1, 2) if planar else (0, 1, 2)
+    while any(current.shape[axis] > 1 for axis in axes):
+        for axis in axes:
+            n = current.shape[axis]
+            if n > 1:
+                even = current.take(np.arange(0, n, 2), axis=axis)
+                odd = current.take(np.minimum(np.arange(1, n + 1, 2), n - 1), axis=axis)
+                current = reducer(even, odd)
         levels.append(current)
     return levels[::-1]
 
