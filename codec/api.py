@@ -267,8 +267,8 @@ def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference
     return header, layers, stats, bins
 
 
-def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: DecoderLimits
-                         ) -> dict[str, np.ndarray]:
+def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: DecoderLimits,
+                         levels_only: bool = False) -> dict[str, np.ndarray]:
     stream = data[payload + info.offset: payload + info.offset + info.length]
     with error_context(layer=info.name):
         started = time.perf_counter()
@@ -284,7 +284,10 @@ def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: Dec
                                  f"the index shape {shape}")
             levels = from_standard(sub.levels, place)
             dtype = np.dtype(entry["dtype"])
-            if header.integer_input:
+            if levels_only:
+                result[entry["name"]] = levels
+                result[entry["name"] + ":step"] = np.float32(sub.step)
+            elif header.integer_input:
                 result[entry["name"]] = levels.astype(dtype)
             else:
                 result[entry["name"]] = reconstruct(levels, sub.step).astype(dtype)
@@ -311,9 +314,14 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
     return decode_with_info(data)[0]
 
 
-def decode_layer(data: bytes, name_or_index: str | int, limits: DecoderLimits = DEFAULT_LIMITS
-                 ) -> dict[str, np.ndarray]:
-    """Decode one layer (a weight and its bias) without touching the others; see the module docstring."""
+def decode_layer(data: bytes, name_or_index: str | int, limits: DecoderLimits = DEFAULT_LIMITS,
+                 levels: bool = False) -> dict[str, np.ndarray]:
+    """Decode one layer (a weight and its bias) without touching the others; see the module docstring.
+
+    ``levels=True`` returns the integer levels (int64, original layout) and, under ``name + ":step"``,
+    the float32 step of dequantw, instead of the dequantised tensors: what a hardware weight decoder
+    produces before its dequantisation multiply.
+    """
     infos, payload = read_index(data)
     if isinstance(name_or_index, int):
         if not 0 <= name_or_index < len(infos):
@@ -325,7 +333,7 @@ def decode_layer(data: bytes, name_or_index: str | int, limits: DecoderLimits = 
         if not matches:
             raise CodecError(f"no layer named {name_or_index!r}")
         info = matches[0]
-    return _decode_layer_stream(bytes(data), payload, info, limits)
+    return _decode_layer_stream(bytes(data), payload, info, limits, levels)
 
 
 class _NoBar:

@@ -129,6 +129,10 @@ def test_decode_layer_by_name_and_index():
     assert set(layer) == {"a.weight", "a.bias"}
     np.testing.assert_array_equal(layer["a.bias"], whole["a.bias"])
     np.testing.assert_array_equal(codec.decode_layer(data, 1)["b.weight"], tensors["b.weight"])
+    raw = codec.decode_layer(data, "a.weight", levels=True)
+    q = quantize_uniform(tensors["a.weight"], bitdepth=8)
+    np.testing.assert_array_equal(raw["a.weight"], q.levels)
+    assert raw["a.weight:step"] == q.step
     infos, _ = codec.read_index(data)
     assert [info.name for info in infos] == ["a.weight", "b.weight"]
     with pytest.raises(codec.CodecError):
