@@ -247,21 +247,26 @@ def _check_tensor_entries(info: LayerInfo) -> None:
             raise CodecError(f"layer {info.name!r}: corrupt tensor entry {entry!r} in the index")
 
 
-def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference: bool = False
+def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference: bool = False,
+                  trace: list[tuple[int, int]] | None = None
                   ) -> tuple[StreamHeader, list[list[Sublayer]], list[dict[str, int]], int]:
     """Decode one bare nnc() stream: header, layers (levels filled in), mode statistics, bins.
 
     The trees are decoded by the numba path (codec.syntax_fast) unless ``reference`` asks for the
-    pure-Python decoder (codec.syntax over codec.engine); both give the same result.
+    pure-Python decoder (codec.syntax over codec.engine); both give the same result. A ``trace`` list
+    receives every bin as (ctxIdx, bin), -1 for bypass and -2 for the terminator (reference decoder),
+    for comparing an RTL weight decoder bin by bin.
     """
-    if reference:
-        decoder = AecDecoder(data)
+    if reference or trace is not None:
+        decoder = AecDecoder(data, trace=trace is not None)
         reader = ElementReader(decoder)
     else:
         reader = decoder = FastElementReader(data)
     header, layers, stats = code_nnc(reader, limits=limits)
     bins = decoder.bins_decoded          # without the terminating stuffing bin
     end = decoder.finish()
+    if trace is not None:
+        trace.extend(decoder.trace)
     if end != 8 * len(data):
         raise CodecError(f"{len(data) - end // 8} bytes left after the end of the stream", bit_position=end)
     return header, layers, stats, bins

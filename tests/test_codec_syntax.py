@@ -202,3 +202,13 @@ def test_encoder_rejects_what_the_syntax_cannot_carry():
     code_nnc_header(writer, StreamHeader(), 1)
     with pytest.raises(ValueError):
         code_layer_header(writer, StreamHeader(), [Sublayer(dim=2, shape=(1, 1, 70000, 3))])
+
+
+def test_bin_trace_for_rtl_comparison():
+    rng = np.random.default_rng(9)
+    stream = encode_stream(StreamHeader(integer_input=1, array1d_depth=9), [conv_sublayers(rng)])
+    trace: list[tuple[int, int]] = []
+    _, _, _, bins = decode_stream(stream.data, trace=trace)
+    assert len(trace) == bins + 1 and trace[-1] == (-2, 1)          # the terminating stuffing bin
+    assert all(-1 <= ctx < 690 and bit in (0, 1) for ctx, bit in trace[:-1])
+    assert trace[0][0] == -1                                          # headers are bypass bins
