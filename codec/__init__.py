@@ -3,11 +3,22 @@
 ``encode(tensors, options)`` -> container bytes, ``decode(data)`` -> tensors, ``decode_layer(data, name)``
 for one layer; ``encode_with_info``/``decode_with_info``/``read_index`` add per-layer statistics.
 docs/codec.md describes the container, the syntax decisions and the encoder.
-"""
-from .api import (CodecOptions, LayerInfo, decode, decode_layer, decode_stream, decode_with_info, encode,
-                  encode_with_info, read_index)
-from .encoder import EncoderOptions
-from .errors import CodecError
 
-__all__ = ["CodecError", "CodecOptions", "EncoderOptions", "LayerInfo", "decode", "decode_layer", "decode_stream",
-           "decode_with_info", "encode", "encode_with_info", "read_index"]
+The names are imported on first use (PEP 562), so that ``import codec.<module>`` (e.g. the CLI parser)
+does not load numba.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {"CodecOptions": "api", "LayerInfo": "api", "decode": "api", "decode_layer": "api",
+            "decode_stream": "api", "decode_with_info": "api", "encode": "api", "encode_with_info": "api",
+            "read_index": "api", "EncoderOptions": "encoder", "CodecError": "errors"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'codec' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"codec.{_EXPORTS[name]}"), name)

@@ -13,8 +13,7 @@ import time
 import numpy as np
 
 from .api import CodecOptions, decode, decode_stream, encode_with_info, read_index
-from .cli import FAST_ENCODER
-from .encoder import EncoderOptions
+from .encoder import FAST_OPTIONS, EncoderOptions
 from .quantize import quantize_uniform
 from .syntax import TREES
 
@@ -78,7 +77,7 @@ def run() -> dict:
                                          zdep="off")
                 fixed[f"{tree}/codebook-{codebook}/start-{start}"] = _stream_bits(tensors, options)[0]
     best_fixed = min(fixed, key=fixed.get)
-    _, fast_seconds, _ = _stream_bits(tensors, FAST_ENCODER)
+    _, fast_seconds, _ = _stream_bits(tensors, FAST_OPTIONS)
     return {
         "weights": "synthetic trained-like: Laplacian, per-channel gamma scales, pruned channels; 6-bit uniform",
         "weight_count": int(weights),

@@ -1,4 +1,7 @@
-"""`aipu codec encode|decode|info|bench`: compress a model's weights and inspect a bitstream."""
+"""`aipu codec encode|decode|info|bench`: compress a model's weights and inspect a bitstream.
+
+The codec (and numba) is imported inside the handlers: building the `aipu` parser stays cheap.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,12 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import api
-from .encoder import EncoderOptions
-
 ONNX_WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
-# --fast: one fixed mode, no trial encodes (10-30x faster than the search, 0.3-2 % larger)
-FAST_ENCODER = EncoderOptions(trees=("octree",), codebook="off", start_depth="root", split="never", zdep="off")
 
 
 def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]]]:
@@ -62,8 +60,10 @@ def load_tensors(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str
 
 
 def _cmd_encode(args: argparse.Namespace) -> int:
+    from . import api
+    from .encoder import FAST_OPTIONS, EncoderOptions
     tensors, groups = load_tensors(Path(args.input))
-    encoder = FAST_ENCODER if args.fast else EncoderOptions()
+    encoder = FAST_OPTIONS if args.fast else EncoderOptions()
     options = api.CodecOptions(bitdepth=args.bitdepth, step=args.step, clusters=args.clusters,
                                bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,
                                progress=True if args.progress else None)
@@ -76,6 +76,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
+    from . import api
     tensors = api.decode(Path(args.input).read_bytes())
     np.savez(args.output, **tensors)
     print(f"{args.output}: {len(tensors)} tensors")
@@ -83,6 +84,7 @@ def _cmd_decode(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    from . import api
     data = Path(args.input).read_bytes()
     tensors, infos = api.decode_with_info(data)
     if args.json:

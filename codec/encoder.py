@@ -216,6 +216,10 @@ class TrialPlanner:
         return shapes, books
 
 
+# One fixed mode without trial encodes (CLI --fast): 10-30x faster than the search, 0.3-2 % larger.
+FAST_OPTIONS = EncoderOptions(trees=("octree",), codebook="off", start_depth="root", split="never", zdep="off")
+
+
 @dataclass
 class EncodedStream:
     data: bytes
