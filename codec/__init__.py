@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {"CodecOptions": "api", "LayerInfo": "api", "decode": "api", "decode_layer": "api",
-            "decode_stream": "api", "decode_with_info": "api", "encode": "api", "encode_with_info": "api",
+            "decode_stream": "api", "decode_weight_stream": "api", "decode_with_info": "api", "encode": "api", "encode_with_info": "api",
             "read_index": "api", "EncoderOptions": "encoder", "CodecError": "errors"}
 
 __all__ = sorted(_EXPORTS)

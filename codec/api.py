@@ -272,6 +272,24 @@ def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference
     return header, layers, stats, bins
 
 
+def _levels_in_layout(sub: Sublayer, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """A decoded sublayer's levels in the tensor's own layout, after checking the stream agrees on the shape."""
+    place = placement(shape)
+    if place.shape != sub.shape or place.dim != sub.dim:
+        raise CodecError(f"tensor {name!r}: stream shape {sub.shape} does not match the expected shape {shape}")
+    return from_standard(sub.levels, place)
+
+
+def decode_weight_stream(stream: bytes, shape: tuple[int, ...], limits: DecoderLimits = DEFAULT_LIMITS) -> np.ndarray:
+    """One layer's bare nnc() stream, as the WDEC command fetches it from DRAM (a container layer's bytes at
+    its index offset and length), to the integer levels (int64) of its weight tensor in the ONNX layout
+    ``shape``. The levels are what the NPU computes with; a float layer's step size is the compiler's concern."""
+    _, layers, _, _ = decode_stream(stream, limits)
+    if len(layers) != 1 or not layers[0]:
+        raise CodecError(f"a weight stream holds one layer, this one holds {len(layers)}")
+    return _levels_in_layout(layers[0][0], tuple(shape), "weight")
+
+
 def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: DecoderLimits,
                          levels_only: bool = False) -> dict[str, np.ndarray]:
     stream = data[payload + info.offset: payload + info.offset + info.length]
@@ -282,12 +300,7 @@ def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: Dec
             raise CodecError("the stream's layers do not match the container index")
         result = {}
         for sub, entry in zip(layers[0], info.tensors):
-            shape = tuple(entry["shape"])
-            place = placement(shape)
-            if place.shape != sub.shape or place.dim != sub.dim:
-                raise CodecError(f"tensor {entry['name']!r}: stream shape {sub.shape} does not match "
-                                 f"the index shape {shape}")
-            levels = from_standard(sub.levels, place)
+            levels = _levels_in_layout(sub, tuple(entry["shape"]), entry["name"])
             dtype = np.dtype(entry["dtype"])
             if levels_only:
                 result[entry["name"]] = levels

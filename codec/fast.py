@@ -600,7 +600,7 @@ class FastEncoder:
     def cost_bits(self) -> float:
         return float(encoder_cost_bits(self.state))
 
-    def _ready(self, bins: int) -> None:
+    def reserve(self, bins: int) -> None:
         """Refuse after finish; grow the output so that ``bins`` more bins always fit."""
         if self._finished:
             raise ValueError("encoding after finish()")
@@ -613,7 +613,7 @@ class FastEncoder:
             raise IndexError(f"ctx_idx {ctx_idx} outside 0..{self.ctx.shape[0] - 1}")
         if bin_val not in (0, 1):
             raise ValueError(f"bin must be 0 or 1, got {bin_val!r}")
-        self._ready(1)
+        self.reserve(1)
         encode_decision(self.state, self.ctx, self.out, ctx_idx, bin_val)
 
     def encode_bypass(self, bin_val: int) -> None:
@@ -622,19 +622,19 @@ class FastEncoder:
     def encode_bypass_bits(self, value: int, count: int) -> None:
         if not 0 <= count <= MAX_FL_LENGTH or not 0 <= value < (1 << count):
             raise ValueError(f"value {value} does not fit in {count} bypass bins")
-        self._ready(count)
+        self.reserve(count)
         encode_fl(self.state, self.ctx, self.out, -1, INC_CONST, value, count)
 
     def encode_stuffing_bit(self, bin_val: int) -> None:
         if bin_val not in (0, 1):
             raise ValueError(f"bin must be 0 or 1, got {bin_val!r}")
-        self._ready(1)
+        self.reserve(1)
         encode_stuffing_bit(self.state, self.out, bin_val)
 
     def finish(self) -> bytes:
         if self.out.shape[0] == 0:
             raise ValueError("a fork counts bits and has no stream to finish")
-        self._ready(1)
+        self.reserve(1)
         self._finished = True
         length = encoder_finish(self.state, self.out)
         return self.out[:length].tobytes()

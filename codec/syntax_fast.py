@@ -518,7 +518,7 @@ class FastElementWriter:
             length = spec.fixed_length if spec.fixed_length is not None else inputs["length"]
             if not 0 <= value < (1 << length):
                 raise ValueError(f"element {name}: FL{length} value must be in 0..{(1 << length) - 1}, got {value}")
-            engine._ready(length)
+            engine.reserve(length)
             if spec.bypass:
                 fast.encode_fl(engine.state, engine.ctx, engine.out, -1, fast.INC_CONST, value, length)
             else:
@@ -527,12 +527,12 @@ class FastElementWriter:
         elif spec.binarization == "U":
             if not 0 <= value <= inputs["max_value"]:
                 raise ValueError(f"element {name}: unary value must be in 0..{inputs['max_value']}, got {value}")
-            engine._ready(value + 1)
+            engine.reserve(value + 1)
             fast.encode_u(engine.state, engine.ctx, engine.out, spec.ctx_start, fast._INC_CODES[spec.inc_rule], value)
         else:
             if not 0 <= value <= MAX_LEVEL:
                 raise ValueError(f"element {name}: UEGk value must be in 0..{MAX_LEVEL}, got {value}")
-            engine._ready(self._MAX_ELEMENT_BINS)
+            engine.reserve(self._MAX_ELEMENT_BINS)
             fast.encode_uegk(engine.state, engine.ctx, engine.out, spec.ctx_start, fast._INC_CODES[spec.inc_rule],
                              inputs.get("sign", 0), spec.c_max, spec.k, value)
         return value
@@ -540,7 +540,7 @@ class FastElementWriter:
     def code_tree(self, tree: str, shapes: list[tuple[int, int, int]], start_depth: int, cbook_size: int,
                   out_map: np.ndarray, truth_map: np.ndarray) -> None:
         nodes = sum(z * h * w for z, h, w in shapes)
-        self.engine._ready(nodes * self._MAX_ELEMENT_BINS)
+        self.engine.reserve(nodes * self._MAX_ELEMENT_BINS)
         self._dummy_state[:] = 0
         try:
             run_tree(self._io(), True, tree, shapes, start_depth, cbook_size, out_map,

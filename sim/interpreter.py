@@ -359,21 +359,18 @@ class _Executor:
 
 
 def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:
-    """WDEC's decoder: one layer's bare nnc() stream of an integer [O, I, KH, KW] weight tensor, decoded by
-    the codec's per-layer decode; returns int8 (values outside int8 or non-integer levels are errors)."""
-    from codec.api import DEFAULT_LIMITS, LayerInfo, _decode_layer_stream
-    from codec.errors import CodecError
+    """WDEC's decoder: one layer's bare nnc() stream of an [O, I, KH, KW] weight tensor to int8 levels
+    (codec.decode_weight_stream); levels outside int8 are an error, never a wrap."""
+    import codec
 
-    info = LayerInfo(name="WDEC", offset=0, length=len(stream),
-                     tensors=[{"name": "weight", "dtype": "float64", "shape": list(shape), "role": "weight"}])
     try:
-        values = _decode_layer_stream(stream, 0, info, DEFAULT_LIMITS)["weight"]
-    except CodecError as exc:
+        levels = codec.decode_weight_stream(stream, shape)
+    except codec.CodecError as exc:
         raise ValueError(f"weight stream does not decode: {exc}") from None
     info8 = np.iinfo(np.int8)
-    if values.size and (np.any(values != np.round(values)) or values.min() < info8.min or values.max() > info8.max):
-        raise ValueError(f"decoded weights {values.min()}..{values.max()} are not int8 levels")
-    return values.astype(np.int8)
+    if levels.size and (levels.min() < info8.min or levels.max() > info8.max):
+        raise ValueError(f"decoded weight levels {levels.min()}..{levels.max()} do not fit int8")
+    return levels.astype(np.int8)
 
 
 def _space_name(space) -> str:
