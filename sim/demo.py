@@ -137,14 +137,9 @@ def quantize_model(model: FloatModel, calibration: np.ndarray) -> QuantizedModel
                           fc_multiplier, fc_shift)
 
 
-def _entropy_bits(values: np.ndarray) -> float:
-    _, counts = np.unique(values, return_counts=True)
-    p = counts / counts.sum()
-    return float(-(p * np.log2(p)).sum())
-
-
 def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 24) -> dict:
     import codec
+    from codec.bench import order0_entropy_bits
     from compiler.tiling import lower_conv_layers
     from sim.interpreter import run
 
@@ -201,7 +196,7 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
         "codec": {"file": str(out_dir / "weights.nnr"), "container_bytes": len(stream),
                   "int8_weights": int(int8_weights.size), "stream_bits": stream_bits,
                   "stream_bits_per_weight": round(stream_bits / int8_weights.size, 3),
-                  "weight_entropy_bits": round(_entropy_bits(int8_weights), 3), "lossless": lossless,
+                  "weight_entropy_bits": round(order0_entropy_bits(int8_weights) / int8_weights.size, 3), "lossless": lossless,
                   "encode_seconds": round(encode_seconds, 3)},
     }
 
