@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim import golden
-from sim.arch import (BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, PARAM_RECORD, Buffer, DType,
+from sim.arch import (ACC_BITS, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, PARAM_RECORD, Buffer, DType,
                       EltwiseOp, HardwareConfig, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit)
 from sim.program import Command, Program
 
@@ -141,6 +141,8 @@ class _Executor:
             raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
                              f"the program for {program.config.config_hash()}")
         self.memory = memory.copy()
+        # Exact sums beside the wrapping ACC register (D6), entry for entry; preloaded ACC content is exact.
+        self.exact_acc = self.memory.buffers[Buffer.ACC].view("<i4").astype(np.int64)
         self.stats = Stats()
         self.races = _RaceDetector() if check_hazards else None
         self.command: Command | None = None
@@ -239,20 +241,18 @@ class _Executor:
         group_c = cmd.in_c // cmd.groups
         x = self._tensor(Buffer.ACT, "in_addr", cmd.in_addr, (cmd.in_h, cmd.in_w, cmd.in_c), DType(cmd.in_type))
         w = self._tensor(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, (cmd.out_c, cmd.k_h, cmd.k_w, group_c), DType.INT8)
-        result = golden.conv2d(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), x_zero_point=cmd.in_zero_point,
-                               w_zero_point=cmd.w_zero_point, stride=(cmd.stride_h, cmd.stride_w),
-                               dilation=(cmd.dilation_h, cmd.dilation_w), groups=cmd.groups)
-        result = result[0].transpose(1, 2, 0)                     # [out_h][out_w][out_c]
+        exact = golden.conv2d(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), x_zero_point=cmd.in_zero_point,
+                              w_zero_point=cmd.w_zero_point, stride=(cmd.stride_h, cmd.stride_w),
+                              dilation=(cmd.dilation_h, cmd.dilation_w), groups=cmd.groups, wide=True)
+        exact = exact[0].transpose(1, 2, 0)                       # [out_h][out_w][out_c], exact int64
+        entries = slice(cmd.acc_addr, cmd.acc_addr + exact.size)
         if cmd.accumulate:
-            old = self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, result.shape, "<i4")
-            total = old.astype(np.int64) + result
-            info = np.iinfo(np.int32)
-            if total.min() < info.min or total.max() > info.max:
-                raise ExecutionError(f"{self.where}: accumulating overflows int32 "
-                                     f"(range {int(total.min())}..{int(total.max())})")
-            result = total.astype(np.int32)
-        self._write(Buffer.ACC, "acc_addr", cmd.acc_addr, result.astype("<i4"))
-        self.stats.macs += result.size * group_c * cmd.k_h * cmd.k_w
+            self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, exact.shape, "<i4")   # bounds and hazard check
+            exact = exact + self.exact_acc[entries].reshape(exact.shape)
+        # The register wraps (D6); the exact sum rides along and is checked where it is consumed.
+        self._write(Buffer.ACC, "acc_addr", cmd.acc_addr, _wrap(exact, ACC_BITS).astype("<i4"))
+        self.exact_acc[entries] = exact.reshape(-1)
+        self.stats.macs += exact.size * group_c * cmd.k_h * cmd.k_w
 
     def _params(self, cmd: Command) -> np.ndarray:
         records = self._tensor(Buffer.PARAM, "param_index", cmd.param_index, (cmd.channels,), PARAM_DTYPE)
@@ -263,6 +263,12 @@ class _Executor:
 
     def _requant(self, cmd: Command) -> None:
         acc = self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (cmd.pixels, cmd.channels), "<i4")
+        exact = self.exact_acc[cmd.acc_addr:cmd.acc_addr + acc.size]
+        wrapped = exact != acc.reshape(-1)
+        if wrapped.any():
+            worst = int(exact[wrapped][np.argmax(np.abs(exact[wrapped]))])
+            raise ExecutionError(f"{self.where}: accumulator sum {worst} does not fit int{ACC_BITS}; the register "
+                                 f"wrapped (docs/arithmetic.md D6: the compiler must prove the bound)")
         p = self._params(cmd)
         out_dtype = np.dtype(DTYPE_NUMPY[DType(cmd.out_type)])
         common = dict(bias=p["bias"].astype(np.int64), out_zero_point=cmd.out_zero_point, qmin=cmd.qmin,
@@ -356,6 +362,12 @@ class _Executor:
 
     def _finish(self, cmd: Command) -> None:
         pass
+
+
+def _wrap(values: np.ndarray, bits: int) -> np.ndarray:
+    """Two's-complement wrap to ``bits`` bits, as a register of that width does."""
+    half = 1 << (bits - 1)
+    return (values + half) % (1 << bits) - half
 
 
 def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:

@@ -293,3 +293,35 @@ def test_strided_dram_accesses_are_compared_byte_exactly(store_offset, hazard):
                 run(program, Memory.create(DEFAULT, 64), seed=seed)
         else:
             run(program, Memory.create(DEFAULT, 64), seed=seed)
+
+
+@pytest.mark.parametrize("second_half", [True, False])
+def test_accumulator_wraps_and_only_consumed_sums_must_fit(second_half):
+    """D6: partial sums may leave int32 (the register wraps); a sum REQUANT consumes must fit, else an error."""
+    from sim.interpreter import PARAM_DTYPE
+
+    taps_c, kernel = 4000, 3                       # 36000 taps of 255 * 255 = 65025: 2.34e9 > 2**31
+    memory = Memory.create(DEFAULT, 0x1000)
+    memory.buffers[Buffer.ACT][:kernel * kernel * taps_c] = 255                          # uint8 x, zero point 0
+    memory.buffers[Buffer.WEIGHT][:kernel * kernel * taps_c] = np.uint8(127)             # int8 +127, w_zp -128
+    memory.buffers[Buffer.WEIGHT][0x10000:0x10000 + kernel * kernel * taps_c] = np.uint8(0x80)   # -128, w_zp 127
+    records = np.zeros(1, PARAM_DTYPE)
+    records["multiplier"], records["shift"] = 1, 0
+    memory.buffers[Buffer.PARAM][:records.nbytes] = records.view(np.uint8)
+    conv = dict(in_addr=0, in_h=kernel, in_w=kernel, in_c=taps_c, in_type=DType.UINT8, out_c=1, k_h=kernel,
+                k_w=kernel, acc_addr=0)
+    program = Program()
+    program.append(Command.make(Opcode.CONV, wgt_addr=0, w_zero_point=-128, push=[] if second_half else [Unit.REQUANT],
+                                **conv))
+    if second_half:   # brings the exact sum back to 0: (255 * 255 - 255 * 255) * 36000
+        program.append(Command.make(Opcode.CONV, wgt_addr=0x10000, w_zero_point=127, accumulate=1,
+                                    push=[Unit.REQUANT], **conv))
+    program.append(Command.make(Opcode.REQUANT, pop=[Unit.CONV], acc_addr=0, out_addr=0, pixels=1, channels=1,
+                                param_index=0, out_type=DType.INT8, qmin=-128, qmax=127))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.REQUANT))
+    if second_half:
+        result = run(program, memory)
+        assert result.memory.buffers[Buffer.OUT][0] == 0
+    else:
+        with pytest.raises(ExecutionError, match=r"REQUANT\[0\] REQUANT: accumulator sum 2340900000 does not fit"):
+            run(program, memory)

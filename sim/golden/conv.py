@@ -45,11 +45,11 @@ def _operand(name: str, value: np.ndarray, zero_point, zp_channels: int | None, 
     return operand
 
 
-def _exact_matmul(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _exact_matmul(op: str, a: np.ndarray, b: np.ndarray, wide: bool = False) -> np.ndarray:
     """a @ b for float32 arrays holding integers (|v| <= 255), exactly, checked against int32.
 
     Reduces over the last axis of ``a`` / second-to-last of ``b`` in exact float32 chunks (see the
-    module docstring for the bound) and returns int32.
+    module docstring for the bound) and returns int32; ``wide`` returns the exact int64 sums unchecked.
     """
     depth = a.shape[-1]
     worst_product = float(np.abs(a).max(initial=0.0)) * float(np.abs(b).max(initial=0.0))
@@ -61,6 +61,8 @@ def _exact_matmul(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         for start in range(0, depth, chunk):
             part = np.matmul(a[..., start:start + chunk], b[..., start:start + chunk, :]).astype(np.float64)
             total = part if total is None else total + part
+    if wide:
+        return total.astype(np.int64)
     if total.size:
         low, high = total.min(), total.max()
         if low < _ACC_MIN or high > _ACC_MAX:
@@ -71,8 +73,11 @@ def _exact_matmul(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stride=(1, 1),
-           padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1) -> np.ndarray:
+           padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1, wide: bool = False) -> np.ndarray:
     """Integer 2-D convolution, NCHW: sum over taps of (x - zx) * (w - zw) -> int32 [N, K, OH, OW].
+
+    ``wide=True`` returns the exact sums as int64 without the ACC_BITS check: for the interpreter, which
+    models the wrapping accumulator register itself and checks where a sum is consumed (D6).
 
     x: int8/uint8 [N, C, H, W]; w: int8/uint8 [K, C/groups, KH, KW]; x_zero_point scalar;
     w_zero_point scalar or one per output channel K; padding (top, left, bottom, right) taps are
@@ -110,7 +115,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stri
     windows = windows[:, :, :oh, :ow]
     cols = windows.transpose(0, 1, 4, 5, 2, 3).reshape(n, groups, cg * kh * kw, oh * ow)
     weights = ws.reshape(groups, kg, cg * kh * kw)
-    out = _exact_matmul("conv2d", weights, cols)  # [N, G, Kg, OH*OW]
+    out = _exact_matmul("conv2d", weights, cols, wide)  # [N, G, Kg, OH*OW]
     return out.reshape(n, k, oh, ow)
 
 
