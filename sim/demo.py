@@ -137,6 +137,14 @@ def quantize_model(model: FloatModel, calibration: np.ndarray) -> QuantizedModel
                           fc_multiplier, fc_shift)
 
 
+def _display_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (shorter in the report)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 24) -> dict:
     import codec
     from codec.bench import order0_entropy_bits
@@ -180,7 +188,7 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
     stream_bits = 8 * sum(info.length for info in layer_infos)
 
     return {
-        "model": {"file": str(MODEL_PATH), "layers": [
+        "model": {"file": _display_path(MODEL_PATH), "layers": [
             {"name": conv.name, "weights": list(layer.w.shape), "stride": conv.stride,
              "shifts": [int(np.min(layer.shift)), int(np.max(layer.shift))]}
             for conv, layer in zip(model.convs, quantized.layers)] + [
