@@ -24,3 +24,17 @@ def test_unknown_command_is_rejected():
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["no-such-command"])
     assert exc.value.code == 2
+
+
+def test_closed_pipe_is_not_reported_as_an_error(monkeypatch, capsys):
+    """`aipu ... | head`: writing into a pipe whose reader is gone exits quietly with 141."""
+    import os
+
+    from sim.cli import main
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with capsys.disabled():
+        monkeypatch.setattr(sys, "stdout", os.fdopen(write_end, "w"))
+        code = main(["isa-doc"])
+    assert code == 141
