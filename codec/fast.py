@@ -86,23 +86,28 @@ def _fail(state, code):
 
 
 @_njit
-def _read_bits(state, data, count):
-    """read_bits(count) for count <= 9, MSB first, from a 3-byte window; past the end flags an error."""
-    if count == 0:
-        return 0
-    pos = state[S_POS]
-    stop = pos + count
-    if stop > state[S_END]:
-        _fail(state, ERR_PAST_END)
-        return 0
+def _peek_bits(data, pos, count):
+    """``count`` (1..9) bits MSB first at bit ``pos``, which the caller has checked against the end."""
     first = pos >> 3
     window = np.int64(data[first]) << 16
     if first + 1 < data.shape[0]:
         window |= np.int64(data[first + 1]) << 8
         if first + 2 < data.shape[0]:
             window |= np.int64(data[first + 2])
-    state[S_POS] = stop
     return (window >> (24 - (pos & 7) - count)) & ((1 << count) - 1)
+
+
+@_njit
+def _read_bits(state, data, count):
+    """read_bits(count) for count <= 9, MSB first, from a 3-byte window; past the end flags an error."""
+    if count == 0:
+        return 0
+    pos = state[S_POS]
+    if pos + count > state[S_END]:
+        _fail(state, ERR_PAST_END)
+        return 0
+    state[S_POS] = pos + count
+    return _peek_bits(data, pos, count)
 
 
 _BIT_LENGTH = np.array([int(v).bit_length() for v in range(512)], dtype=np.int64)
@@ -287,7 +292,128 @@ def decode_u(state, ctx, data, trace, ctx_start, rule, max_value):
 
 @_njit
 def decode_uegk(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
-    """UEGk with the '<' reading (binarization.decode_uegk), values up to MAX_EG_VALUE; -1 on error."""
+    """UEGk with the '<' reading (binarization.decode_uegk), values up to MAX_EG_VALUE; -1 on error.
+
+    The tag trees' delta elements are UEGk(0, 8) and UEGk(0, 5): every value costs at least 9 or 6 bins.
+    So this loop keeps the engine registers in locals for the whole bin string (state[] is read once and
+    written once; through memory every bin waited on the previous bin's stores) and walks the three parts
+    of the binarisation (unary prefix up to cMax, Exp-Golomb prefix, suffix) as phases of one loop around
+    a single copy of ``decode_bin`` (same arithmetic, same reads). With a trace it takes the bin-by-bin path.
+    """
+    if trace.shape[0]:
+        return _decode_uegk_traced(state, ctx, data, trace, ctx_start, rule, sign, c_max, k)
+    remaining_max = MAX_EG_VALUE - c_max
+    max_ones = -1 - k                          # binarization._max_leading_ones
+    bound = remaining_max + (1 << k)
+    while bound:
+        bound >>= 1
+        max_ones += 1
+    end, bound_s = state[S_END], state[S_BOUND_S]
+    rs1, rt1, value_s, value_t = state[S_RS1], state[S_RT1], state[S_VALUE_S], state[S_VALUE_T]
+    value_d, b_flag, pos = state[S_VALUE_D], state[S_BFLAG], state[S_POS]
+    error, error_pos = state[S_ERROR], state[S_ERROR_POS]
+    phase = 0 if c_max else 1                  # 0: unary prefix, 1: Exp-Golomb prefix, 2: suffix, 3: done
+    ones = eg_ones = suffix = bins = left = 0
+    while phase != 3:
+        # ---- one bin: decode_bin + update_ctx on the local registers
+        if ctx_start < 0:
+            ctx_idx, pred_mps, lg_pmps = -1, 0, BYPASS_LG_PMPS >> 2
+        else:
+            ctx_idx = ctx_start + ctx_inc(rule, bins, sign)
+            pred_mps, lg_pmps = ctx[ctx_idx, CTX_MPS], ctx[ctx_idx, CTX_LG_PMPS] >> 2
+        if value_d or (b_flag == 1 and rs1 == bound_s):
+            rs1 = 0
+            value_s = 0
+            while value_t < 0x100 and value_s < bound_s:
+                step = min(RANGE_BITS - _BIT_LENGTH[value_t], bound_s - value_s) if value_t else 1
+                bits = 0
+                if pos + step > end:
+                    if error == ERR_NONE:
+                        error, error_pos = ERR_PAST_END, pos
+                else:
+                    bits = _peek_bits(data, pos, step)
+                    pos += step
+                value_t = (value_t << step) | bits
+                value_s += step
+            b_flag = 1 if value_t < 0x100 else 0
+            value_t &= 0xFF
+        if rt1 >= lg_pmps:
+            rs2, rt2, s_flag = rs1, rt1 - lg_pmps, 0
+        else:
+            rs2, rt2, s_flag = rs1 + 1, 256 + rt1 - lg_pmps, 1
+        if rs2 > value_s or (rs2 == value_s and value_t >= rt2 and b_flag == 0):      # LPS
+            bin_val = 1 - pred_mps
+            t_rlps = lg_pmps if s_flag == 0 else rt1 + lg_pmps
+            if rs2 == value_s:
+                value_t -= rt2
+            else:
+                bit = 0
+                if pos + 1 > end:
+                    if error == ERR_NONE:
+                        error, error_pos = ERR_PAST_END, pos
+                else:
+                    bit = _peek_bits(data, pos, 1)
+                    pos += 1
+                value_t = 256 + ((value_t << 1) | bit) - rt2
+            shift = RANGE_BITS - _BIT_LENGTH[t_rlps]
+            bits = 0
+            if shift:
+                if pos + shift > end:
+                    if error == ERR_NONE:
+                        error, error_pos = ERR_PAST_END, pos
+                else:
+                    bits = _peek_bits(data, pos, shift)
+                    pos += shift
+            value_t = (value_t << shift) | bits
+            rt1 = (t_rlps << shift) & 0xFF
+            value_d = 1
+        else:                                                                            # MPS
+            bin_val = pred_mps
+            rs1, rt1, value_d = rs2, rt2, 0
+        if ctx_idx >= 0:
+            update_ctx(ctx, ctx_idx, bin_val)
+        bins += 1
+        # ---- the binarisation
+        if phase == 0:
+            if bin_val:
+                ones += 1
+                if ones == c_max:
+                    phase = 1
+            else:
+                phase = 3
+        elif phase == 1:
+            if bin_val:
+                eg_ones += 1
+                if eg_ones > max_ones or error:
+                    if error == ERR_NONE:
+                        error, error_pos = ERR_PREFIX_TOO_LONG, pos
+                    phase = 3
+            else:
+                left = eg_ones + k
+                phase = 2 if left else 3
+        else:
+            suffix = (suffix << 1) | bin_val
+            left -= 1
+            if left == 0:
+                phase = 3
+    state[S_RS1], state[S_RT1], state[S_VALUE_S], state[S_VALUE_T] = rs1, rt1, value_s, value_t
+    state[S_VALUE_D], state[S_BFLAG], state[S_POS] = value_d, b_flag, pos
+    state[S_ERROR], state[S_ERROR_POS] = error, error_pos
+    state[S_BINS] += bins
+    if error:
+        return -1
+    if ones < c_max:
+        return ones
+    value = (1 << (eg_ones + k)) - (1 << k) + suffix
+    if value > remaining_max:
+        _fail(state, ERR_VALUE_TOO_LARGE)
+        return -1
+    return c_max + value
+
+
+@_njit
+def _decode_uegk_traced(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
+    """decode_uegk bin by bin through decode_decision, recording every bin in ``trace``."""
     ones = 0
     while ones < c_max:
         if not _read_bin(state, ctx, data, trace, ctx_start, rule, sign, ones):
