@@ -954,10 +954,17 @@ def code_array1d(io: ElementIO, header: StreamHeader, sub: Sublayer, truth: np.n
 
 
 def _code_weight_sublayer(io: ElementIO, header: StreamHeader, sub: Sublayer, planner: Planner | None,
-                          limits: DecoderLimits) -> SublayerCoder:
-    """The CTU loop of Table 322 [L17720-17750] with end_of_last_layer_ctu_flag checked (10.3.2)."""
+                          limits: DecoderLimits) -> dict[str, int]:
+    """The CTU loop of Table 322 [L17720-17750] with end_of_last_layer_ctu_flag checked (10.3.2).
+
+    Returns the mode statistics. A reader with ``decode_weight_sublayer`` (codec.decode_fast, the same loop
+    in numba) decodes the whole sublayer in one call.
+    """
     if io.decoding:
         sub.levels = np.zeros((sub.zdepth, sub.shape[2], sub.shape[3]), dtype=np.int64)
+        compiled = getattr(io, "decode_weight_sublayer", None)
+        if compiled is not None:
+            return compiled(header, sub, limits)
     coder = SublayerCoder(io, header, sub, planner, limits)
     ctus = ctu_geometries(header, sub)
     for ctu in ctus:
@@ -967,7 +974,7 @@ def _code_weight_sublayer(io: ElementIO, header: StreamHeader, sub: Sublayer, pl
             if coder.io.code("end_of_last_layer_ctu_flag", last) != last:
                 raise CodecError("end_of_last_layer_ctu_flag disagrees with the CTU count",
                                  element="end_of_last_layer_ctu_flag")
-    return coder
+    return coder.stats
 
 
 def code_nnc(io: ElementIO, header: StreamHeader | None = None, layers: list[list[Sublayer]] | None = None,
@@ -1005,8 +1012,8 @@ def code_nnc(io: ElementIO, header: StreamHeader | None = None, layers: list[lis
                             subs[index + 1].levels = code_array1d(io, header, subs[index + 1], bias_truth)
                         if not io.decoding:
                             sub.levels = np.asarray(truth, dtype=np.int64)
-                        coder = _code_weight_sublayer(io, header, sub, planner, limits)
-                        for key, count in coder.stats.items():
+                        sublayer_stats = _code_weight_sublayer(io, header, sub, planner, limits)
+                        for key, count in sublayer_stats.items():
                             stats[key] = stats.get(key, 0) + count
                         index += 2 if include_bias else 1
                 if index >= len(subs):

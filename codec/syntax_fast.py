@@ -485,10 +485,10 @@ class FastElementReader:
         fast.raise_on_error(self.state, element=name)
         return int(result)
 
-    def code_tree(self, tree: str, shapes: list[tuple[int, int, int]], start_depth: int, cbook_size: int,
-                  out_map: np.ndarray, truth_map: None = None) -> None:
-        run_tree(self._io, False, tree, shapes, start_depth, cbook_size, out_map,
-                 (_NO_FLAT, _NO_FLAT, _NO_MAP, _NO_GROUP))
+    def decode_weight_sublayer(self, header, sub, limits) -> dict[str, int]:
+        """All CTUs of a weight sublayer in one njit call (codec.decode_fast); returns the mode statistics."""
+        from .decode_fast import decode_weight_sublayer
+        return decode_weight_sublayer(self._io, header, sub, limits)
 
     def finish(self) -> int:
         end = fast.finish(self.state, self.data, fast.NO_TRACE)
