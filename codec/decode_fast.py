@@ -27,8 +27,8 @@ from .contexts import element_spec
 from .errors import CodecError
 from .syntax import (MAX_CBOOK_SIZE, MAX_PREDICTOR_SIZE, DecoderLimits, StreamHeader, Sublayer, ctu_geometries,
                      tree_shapes)
-from .syntax_fast import ELEMENTS, _NO_FLAT, _NO_GROUP, _NO_MAP, octree_node, tagtree_node, uni_tagtree_node, \
-    unitree_node
+from .syntax_fast import (ELEMENTS, MAX_TREE_LEVELS, STACK_COLUMNS, _NO_FLAT, _NO_GROUP, _NO_MAP, octree, tagtree,
+                          uni_tagtree, unitree)
 
 _njit = numba.njit(cache=True, nogil=True, _nrt=False)
 
@@ -309,8 +309,8 @@ def _shapes(zdepth, height, width, planar, shapes, offsets):
 
 
 @_njit
-def _leaf_cu(io, status, params, regs, stats, truth, levels, zdep, predictor, predicted, cbook, spare, shapes_buf,
-             offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, depth, y_idx, x_idx):
+def _leaf_cu(io, enc, el, status, params, regs, stats, truth, levels, zdep, predictor, predicted, cbook, spare, shapes_buf,
+             offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, stack, depth, y_idx, x_idx):
     """The leaf part of cu3d() (SublayerCoder.code_leaf_cu): codebooks, modes, tree, escapes, write-out."""
     zdepth = params[P_ZDEPTH]
     shift = regs[R_CTU_DEPTH] - 1 - depth
@@ -372,24 +372,17 @@ def _leaf_cu(io, status, params, regs, stats, truth, levels, zdep, predictor, pr
     has_cbook = 1 if cbook_size else 0
     if tree == OCTREE:
         flags[:] = 1
-        octree_node(io, 0, ELEMENTS, truth, shapes, offsets, flags, mp, coef, nzp, has_cbook, start_depth, 0, 0, 0, 0,
-                    False)
+        octree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, has_cbook, start_depth, stack)
     elif tree == UNITREE:
         flags[:] = 0
-        unitree_node(io, 0, ELEMENTS, truth, shapes, offsets, flags, mp, coef, nzp, map_val, has_cbook, start_depth,
-                     0, 0, 0, 0, False)
+        unitree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, has_cbook, start_depth, stack)
     elif tree == TAGTREE:
         vals[:] = 0
-        tagtree_node(io, 0, ELEMENTS, truth, shapes, offsets, vals, mp, coef, has_cbook, start_depth, 0, 0, 0, 0,
-                     False)
+        tagtree(io, enc, el, truth, shapes, offsets, vals, mp, coef, has_cbook, start_depth, stack)
     else:
         flags[:] = 0
         vals[:] = 0
-        for z in range(zdepth):
-            uni_tagtree_node(io, 0, ELEMENTS, truth, shapes, offsets, flags, vals, mp, coef, has_cbook, start_depth,
-                             0, z, 0, 0, False, False)
-            if _stopped(io, status):
-                break
+        uni_tagtree(io, enc, el, truth, shapes, offsets, flags, vals, mp, coef, has_cbook, start_depth, stack)
     if _stopped(io, status):
         return
 
@@ -434,31 +427,48 @@ def _leaf_cu(io, status, params, regs, stats, truth, levels, zdep, predictor, pr
 
 
 @_njit
-def _cu(io, status, params, regs, stats, truth, grids, levels, zdep, predictor, predicted, cbook, spare, shapes_buf,
-        offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, depth, y_idx, x_idx):
-    """cu3d(), Table 329: the split recursion (y changes first), then a leaf CU."""
+def _cu_node(io, enc, el, status, params, regs, stats, truth, grids, levels, zdep, predictor, predicted, cbook, spare,
+             shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, stack, depth, y_idx, x_idx):
+    """One cu3d() of Table 329: 1 when it splits (its four children follow), else 0 (leaf or outside the CTU)."""
     if y_idx >= grids[depth, 0] or x_idx >= grids[depth, 1]:
-        return
+        return 0
     if depth < regs[R_CTU_DEPTH] - 1:
         split = _flag(io, status, SPLIT_FLAG)
-        if _stopped(io, status):
-            return
-        if split:
-            for dx in range(2):
-                for dy in range(2):
-                    _cu(io, status, params, regs, stats, truth, grids, levels, zdep, predictor, predicted, cbook,
-                        spare, shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, depth + 1,
-                        (y_idx << 1) + dy, (x_idx << 1) + dx)
-                    if _stopped(io, status):
-                        return
-            return
-    _leaf_cu(io, status, params, regs, stats, truth, levels, zdep, predictor, predicted, cbook, spare, shapes_buf,
-             offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, depth, y_idx, x_idx)
+        if split or _stopped(io, status):
+            return split
+    _leaf_cu(io, enc, el, status, params, regs, stats, truth, levels, zdep, predictor, predicted, cbook, spare,
+             shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, stack, depth, y_idx, x_idx)
+    return 0
 
 
 @_njit
-def decode_ctus(io, status, params, stats, truth, ctus, grids, levels, zdep, queue, predictor, predicted, cbook,
-                spare, shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, regs):
+def _cu(io, enc, el, status, params, regs, stats, truth, grids, levels, zdep, predictor, predicted, cbook, spare,
+        shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, stack, cu_stack):
+    """The CU quadtree of a CTU, depth first with ``cu_stack`` rows (y, x, next child) per depth; the children
+    of a split CU in the order (0,0), (1,0), (0,1), (1,1) (y changes first), as SublayerCoder.code_cu."""
+    if not _cu_node(io, enc, el, status, params, regs, stats, truth, grids, levels, zdep, predictor, predicted,
+                    cbook, spare, shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, stack,
+                    0, 0, 0):
+        return
+    top = 0
+    cu_stack[0, 0], cu_stack[0, 1], cu_stack[0, 2] = 0, 0, 0
+    while top >= 0 and not _stopped(io, status):
+        child = cu_stack[top, 2]
+        if child == 4:
+            top -= 1
+            continue
+        cu_stack[top, 2] = child + 1
+        y_idx, x_idx = (cu_stack[top, 0] << 1) + (child & 1), (cu_stack[top, 1] << 1) + (child >> 1)
+        if _cu_node(io, enc, el, status, params, regs, stats, truth, grids, levels, zdep, predictor, predicted,
+                    cbook, spare, shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, stack,
+                    top + 1, y_idx, x_idx):
+            top += 1
+            cu_stack[top, 0], cu_stack[top, 1], cu_stack[top, 2] = y_idx, x_idx, 0
+
+
+@_njit
+def decode_ctus(io, enc, el, status, params, stats, truth, ctus, grids, levels, zdep, queue, predictor, predicted, cbook,
+                spare, shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, regs, stack, cu_stack):
     """The CTU loop of Table 322 with ctu3d_header() (Table 327, A6) and end_of_last_layer_ctu_flag."""
     regs[R_PREDICTOR_SIZE] = 0
     regs[R_PREV_PREDICTED] = 0
@@ -479,8 +489,8 @@ def decode_ctus(io, status, params, stats, truth, ctus, grids, levels, zdep, que
             if zdep[z] != z:
                 stats[ST_ZDEP] += 1
                 break
-        _cu(io, status, params, regs, stats, truth, grids[index], levels, zdep, predictor, predicted, cbook, spare,
-            shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, 0, 0, 0)
+        _cu(io, enc, el, status, params, regs, stats, truth, grids[index], levels, zdep, predictor, predicted, cbook,
+            spare, shapes_buf, offsets_buf, map_buf, flags_buf, vals_buf, coef, nzp, map_val, stack, cu_stack)
         if _stopped(io, status):
             return
         last = 1 if index == count - 1 else 0
@@ -517,16 +527,16 @@ def decode_weight_sublayer(io: tuple, header: StreamHeader, sub: Sublayer, limit
     nodes = _tree_nodes(zdepth, max_h, max_w)
     status = np.zeros(4, dtype=np.int64)
     stats = np.zeros(len(STAT_KEYS), dtype=np.int64)
-    levels_per_tree = 64 + 2                     # tree levels: log2 of a 32-bit extent, with room
-    decode_ctus(io, status, params, stats, (_NO_FLAT, _NO_FLAT, _NO_MAP, _NO_GROUP), ctus, grids, sub.levels,
+    decode_ctus(io, 0, ELEMENTS, status, params, stats, (_NO_FLAT, _NO_FLAT, _NO_MAP, _NO_GROUP), ctus, grids, sub.levels,
                 np.zeros(zdepth, dtype=np.int64), np.zeros(zdepth, dtype=np.int64),
                 np.zeros(MAX_PREDICTOR_SIZE, dtype=np.int64), np.zeros(MAX_CBOOK_SIZE + 1, dtype=np.int64),
                 np.zeros(MAX_CBOOK_SIZE + 1, dtype=np.int64),
                 np.zeros(MAX_PREDICTOR_SIZE + MAX_CBOOK_SIZE + 1, dtype=np.int64),
-                np.zeros((levels_per_tree, 3), dtype=np.int64), np.zeros(levels_per_tree, dtype=np.int64),
+                np.zeros((MAX_TREE_LEVELS, 3), dtype=np.int64), np.zeros(MAX_TREE_LEVELS, dtype=np.int64),
                 np.zeros(zdepth * max_h * max_w, dtype=np.int64), np.zeros(nodes, dtype=np.int8),
                 np.zeros(nodes, dtype=np.int64), np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64),
-                np.zeros(1, dtype=np.int64), np.zeros(REGS_SIZE, dtype=np.int64))
+                np.zeros(1, dtype=np.int64), np.zeros(REGS_SIZE, dtype=np.int64),
+                np.zeros((MAX_TREE_LEVELS, STACK_COLUMNS), dtype=np.int64), np.zeros((max_depth, 3), dtype=np.int64))
     state = io[0]
     element = _ELEMENT_NAMES[int(status[STATUS_ELEMENT])]
     if state[fast.S_ERROR]:

@@ -1,10 +1,15 @@
-"""The decoder's hot path compiled with numba: the four coding trees of a CU over codec.fast's engine.
+"""The four coding trees of a CU in numba, over codec.fast's engine, for both directions.
 
-``FastElementReader`` is the ElementIO of codec.syntax over the njit engine arrays of codec.fast (state,
-contexts, data): the headers, codebooks and escapes are parsed by the Python syntax element by element,
-and ``TreeCoder`` hands a whole tree to the njit functions below when its reader is a FastElementReader.
-They are line-by-line ports of ``TreeCoder``'s decoding direction (same order of elements, same context
-inputs, same skips and inferences); tests/test_codec_roundtrip.py decodes every stream with both.
+Each tree is one njit function that decodes, or encodes the encoder's truth, and is a port of
+``codec.syntax.TreeCoder`` (same order of elements, same context inputs, same skips and inferences). The
+traversal is depth first with an explicit stack (see ``_open``), because numba cannot cache a recursive
+function that other compiled code calls, and the decoder's sublayer loop (codec.decode_fast) calls them.
+
+``FastElementReader`` is the ElementIO of codec.syntax over the njit engine arrays (state, contexts,
+data): the stream and layer headers are parsed by the Python syntax element by element, and each weight
+sublayer is decoded in one call of codec.decode_fast. ``FastElementWriter`` is the encoder's ElementIO:
+``TreeCoder`` hands it whole trees. tests/test_codec_syntax.py and tests/test_codec_fast_decode.py check
+both against the pure-Python reference.
 
 Tree levels live in one flat array with per-level offsets (``shapes[l] = (z, h, w)``, root first).
 """
@@ -115,13 +120,9 @@ def _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cboo
     _push(coef, value)
 
 
-@_njit
-def octree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x,
-                skip):
-    last = shapes.shape[0] - 1
-    if d == last:
-        _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x, skip)
-        return
+@_inline
+def _octree_inner(io, enc, el, truth, shapes, offsets, flags, nzp, sd, d, z, y, x, skip):
+    """The node part of an internal octree node (oct_nzflag unless skipped or above startDepth); its flag."""
     flag = 1
     if d >= sd and not skip:
         flag = _flag(io, enc, el, OCT_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]),
@@ -129,28 +130,38 @@ def octree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook
         nzp[1] = nzp[0]
         nzp[0] = flag
     flags[_at(shapes, offsets, d, z, y, x)] = flag
-    if flag == 0 or io[0][fast.S_ERROR]:
+    return flag
+
+
+@_njit
+def octree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, stack):
+    last = shapes.shape[0] - 1
+    if last == 0:
+        _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, 0, 0, 0, 0, False)
         return
-    cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
-    count = _child_count(cz, ch, cw, z, y, x, False)
-    i = 0
-    any_nonzero = False
-    for dz in range(2):
-        for dy in range(2):
-            for dx in range(2):
-                kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
-                if kz < cz and ky < ch and kx < cw:
-                    inferred = d >= sd and i == count - 1 and i > 0 and not any_nonzero
-                    if d + 1 == last:
-                        _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
-                                     d + 1, kz, ky, kx, inferred)
-                    else:
-                        octree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
-                                    d + 1, kz, ky, kx, inferred)
-                    if io[0][fast.S_ERROR]:
-                        return
-                    any_nonzero = any_nonzero or flags[_at(shapes, offsets, d + 1, kz, ky, kx)] != 0
-                    i += 1
+    if not _octree_inner(io, enc, el, truth, shapes, offsets, flags, nzp, sd, 0, 0, 0, 0, False) or io[0][fast.S_ERROR]:
+        return
+    top = _open(stack, -1, shapes, 0, 0, 0, False)
+    while top >= 0:
+        d = top
+        child = _next_child(stack, top, shapes, False)
+        if child < 0:
+            top -= 1
+            continue
+        kz, ky, kx = child >> 40, (child >> 20) & 0xFFFFF, child & 0xFFFFF
+        inferred = _inferred(stack, top, d >= sd)
+        if d + 1 == last:
+            _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d + 1, kz, ky, kx,
+                         inferred)
+            flag = flags[_at(shapes, offsets, d + 1, kz, ky, kx)]
+        else:
+            flag = _octree_inner(io, enc, el, truth, shapes, offsets, flags, nzp, sd, d + 1, kz, ky, kx, inferred)
+        if io[0][fast.S_ERROR]:
+            return
+        if flag:
+            stack[top, F_MATCH] = 1          # nz1st: a non-zero child seen
+            if d + 1 < last:
+                top = _open(stack, top, shapes, kz, ky, kx, False)
 
 
 @_inline
@@ -162,6 +173,50 @@ def _child_count(cz, ch, cw, z, y, x, planar):
                 if (planar or 2 * z + dz < cz) and 2 * y + dy < ch and 2 * x + dx < cw:
                     count += 1
     return count
+
+
+# Depth-first traversal with an explicit stack, one row per tree level (numba cannot cache a recursive
+# function that another compiled function calls: numba issue #6061). Row d is the open node at depth d;
+# children are visited in the order 000 ... 111 (x fastest), exactly as the recursion of TreeCoder.
+F_Z, F_Y, F_X, F_CURSOR, F_SEEN, F_COUNT, F_MATCH, F_VALUE, F_SKIP = range(9)
+STACK_COLUMNS = 9
+MAX_TREE_LEVELS = 66            # a tree over 32-bit extents has at most 34 levels
+
+
+@_inline
+def _open(stack, top, shapes, z, y, x, planar):
+    """Push the node (z, y, x) of depth top + 1 with its child count; returns the new top."""
+    row = top + 1
+    stack[row, F_Z], stack[row, F_Y], stack[row, F_X] = z, y, x
+    stack[row, F_CURSOR], stack[row, F_SEEN], stack[row, F_MATCH] = 0, 0, 0
+    stack[row, F_VALUE], stack[row, F_SKIP] = 0, 0
+    stack[row, F_COUNT] = _child_count(shapes[row + 1, 0], shapes[row + 1, 1], shapes[row + 1, 2], z, y, x, planar)
+    return row
+
+
+@_inline
+def _next_child(stack, top, shapes, planar):
+    """The next existing child of the node on top, packed as z << 40 | y << 20 | x; -1 when there is none."""
+    cz, ch, cw = shapes[top + 1, 0], shapes[top + 1, 1], shapes[top + 1, 2]
+    end = 4 if planar else 8
+    cursor = stack[top, F_CURSOR]
+    while cursor < end:
+        kz = stack[top, F_Z] if planar else 2 * stack[top, F_Z] + (cursor >> 2)
+        ky, kx = 2 * stack[top, F_Y] + ((cursor >> 1) & 1), 2 * stack[top, F_X] + (cursor & 1)
+        cursor += 1
+        if kz < cz and ky < ch and kx < cw:
+            stack[top, F_CURSOR] = cursor
+            return (kz << 40) | (ky << 20) | kx
+    stack[top, F_CURSOR] = cursor
+    return -1
+
+
+@_inline
+def _inferred(stack, top, below_start):
+    """nz1st / eq1st (A27, A28): the last existing child is inferred when no earlier sibling matched."""
+    seen = stack[top, F_SEEN]
+    stack[top, F_SEEN] = seen + 1
+    return below_start and seen == stack[top, F_COUNT] - 1 and seen > 0 and stack[top, F_MATCH] == 0
 
 
 # ------------------------------------------------------------------------------------------------ unitree
@@ -199,14 +254,10 @@ def _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map
     _push(coef, value)
 
 
-@_njit
-def unitree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
-                 x, skip):
-    last = shapes.shape[0] - 1
-    if d == last:
-        _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
-                      x)
-        return
+@_inline
+def _unitree_inner(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y, x, skip):
+    """The node part of an internal unitree node; returns -1 when its children are not visited (a uniform
+    subtree filled with mapVal, or an error), else whether they are skipped (uni_nzflag = 0, A12)."""
     flag = 0
     if d >= sd and not skip:
         here = _at(shapes, offsets, d, z, y, x)
@@ -221,27 +272,48 @@ def unitree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_
                 map_val[0] = _uegk(io, enc, el, UNI_CMAP_VAL if cbook else UNI_QMAP_VAL, 0, common)
     flags[_at(shapes, offsets, d, z, y, x)] = flag
     if io[0][fast.S_ERROR]:
-        return
+        return -1
     child_skip = (not flag) if d >= sd else False
     if child_skip and (cbook or map_val[0] == 0):
         leaves = _fill(shapes, mp, d, z, y, x, map_val[0], False)
         coef[1] = map_val[0] if leaves > 1 else coef[0]
         coef[0] = map_val[0]
+        return -1
+    return 1 if child_skip else 0
+
+
+@_njit
+def unitree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, stack):
+    last = shapes.shape[0] - 1
+    if last == 0:
+        _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, 0, 0, 0, 0)
         return
-    cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
-    for dz in range(2):
-        for dy in range(2):
-            for dx in range(2):
-                kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
-                if kz < cz and ky < ch and kx < cw:
-                    if d + 1 == last:
-                        _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val,
-                                      cbook, sd, d + 1, kz, ky, kx)
-                    else:
-                        unitree_node(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val,
-                                     cbook, sd, d + 1, kz, ky, kx, child_skip)
-                    if io[0][fast.S_ERROR]:
-                        return
+    skip = _unitree_inner(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, 0, 0, 0, 0,
+                          False)
+    if skip < 0:
+        return
+    top = _open(stack, -1, shapes, 0, 0, 0, False)
+    stack[top, F_SKIP] = skip
+    while top >= 0:
+        d = top
+        child = _next_child(stack, top, shapes, False)
+        if child < 0:
+            top -= 1
+            continue
+        kz, ky, kx = child >> 40, (child >> 20) & 0xFFFFF, child & 0xFFFFF
+        if d + 1 == last:
+            _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d + 1, kz,
+                          ky, kx)
+            if io[0][fast.S_ERROR]:
+                return
+            continue
+        skip = _unitree_inner(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d + 1,
+                              kz, ky, kx, stack[top, F_SKIP] != 0)
+        if io[0][fast.S_ERROR]:
+            return
+        if skip >= 0:
+            top = _open(stack, top, shapes, kz, ky, kx, False)
+            stack[top, F_SKIP] = skip
 
 
 # ------------------------------------------------------------------------------------------------ tag trees
@@ -284,36 +356,34 @@ def _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, 
 
 
 @_njit
-def tagtree_node(io, enc, el, truth, shapes, offsets, vals, mp, coef, cbook, sd, d, z, y, x, skip):
+def tagtree(io, enc, el, truth, shapes, offsets, vals, mp, coef, cbook, sd, stack):
     last = shapes.shape[0] - 1
-    here = _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, d, z, y, x, skip)
+    here = _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, 0, 0, 0, 0, False)
     if io[0][fast.S_ERROR]:
         return
-    if d == last:
-        mp[z, y, x] = vals[here]
+    if last == 0:
+        mp[0, 0, 0] = vals[here]
         return
-    cz, ch, cw = shapes[d + 1, 0], shapes[d + 1, 1], shapes[d + 1, 2]
-    count = _child_count(cz, ch, cw, z, y, x, False)
-    magnitude = abs(vals[here])
-    i = 0
-    any_equal = False
-    for dz in range(2):
-        for dy in range(2):
-            for dx in range(2):
-                kz, ky, kx = 2 * z + dz, 2 * y + dy, 2 * x + dx
-                if kz < cz and ky < ch and kx < cw:
-                    inferred = d >= sd and i == count - 1 and i > 0 and not any_equal
-                    if d + 1 == last:
-                        kid = _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd,
-                                              d + 1, kz, ky, kx, inferred)
-                        mp[kz, ky, kx] = vals[kid]
-                    else:
-                        tagtree_node(io, enc, el, truth, shapes, offsets, vals, mp, coef, cbook, sd, d + 1,
-                                     kz, ky, kx, inferred)
-                    if io[0][fast.S_ERROR]:
-                        return
-                    any_equal = any_equal or magnitude == abs(vals[_at(shapes, offsets, d + 1, kz, ky, kx)])
-                    i += 1
+    top = _open(stack, -1, shapes, 0, 0, 0, False)
+    stack[top, F_VALUE] = abs(vals[here])
+    while top >= 0:
+        d = top
+        child = _next_child(stack, top, shapes, False)
+        if child < 0:
+            top -= 1
+            continue
+        kz, ky, kx = child >> 40, (child >> 20) & 0xFFFFF, child & 0xFFFFF
+        inferred = _inferred(stack, top, d >= sd)
+        kid = _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, d + 1, kz, ky, kx, inferred)
+        if io[0][fast.S_ERROR]:
+            return
+        if stack[top, F_VALUE] == abs(vals[kid]):
+            stack[top, F_MATCH] = 1          # eq1st: a child equal to the parent seen
+        if d + 1 == last:
+            mp[kz, ky, kx] = vals[kid]
+        else:
+            top = _open(stack, top, shapes, kz, ky, kx, False)
+            stack[top, F_VALUE] = abs(vals[kid])
 
 
 @_inline
@@ -357,43 +427,51 @@ def _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, 
     return uni_flag
 
 
-@_njit
-def uni_tagtree_node(io, enc, el, truth, shapes, offsets, flags, vals, mp, coef, cbook, sd, d, z, y, x,
-                     uni_skip, tgt_skip):
-    last = shapes.shape[0] - 1
-    uni_flag = _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd, d, z,
-                                   y, x, uni_skip, tgt_skip)
+@_inline
+def _uni_tag_open(stack, top, shapes, offsets, vals, mp, cbook, sd, d, z, y, x, uni_flag):
+    """After a uni-tagtree node at depth d: fill a uniform subtree (A12 shortcut) or push the node; new top."""
     here = _at(shapes, offsets, d, z, y, x)
-    if io[0][fast.S_ERROR]:
-        return
-    if d == last:
-        mp[z, y, x] = vals[here]
-        return
     child_skip = (not uni_flag) if d >= sd else False
     if child_skip and (cbook or vals[here] == 0):
         _fill(shapes, mp, d, z, y, x, vals[here], True)
-        return
-    ch, cw = shapes[d + 1, 1], shapes[d + 1, 2]
-    count = _child_count(0, ch, cw, z, y, x, True)
-    magnitude = abs(vals[here])
-    i = 0
-    any_equal = False
-    for dy in range(2):
-        for dx in range(2):
-            ky, kx = 2 * y + dy, 2 * x + dx
-            if ky < ch and kx < cw:
-                inferred = d >= sd and i == count - 1 and i > 0 and not any_equal
-                if d + 1 == last:
-                    _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd,
-                                        d + 1, z, ky, kx, child_skip, inferred)
-                    mp[z, ky, kx] = vals[_at(shapes, offsets, d + 1, z, ky, kx)]
-                else:
-                    uni_tagtree_node(io, enc, el, truth, shapes, offsets, flags, vals, mp, coef, cbook, sd,
-                                     d + 1, z, ky, kx, child_skip, inferred)
-                if io[0][fast.S_ERROR]:
-                    return
-                any_equal = any_equal or magnitude == abs(vals[_at(shapes, offsets, d + 1, z, ky, kx)])
-                i += 1
+        return top
+    top = _open(stack, top, shapes, z, y, x, True)
+    stack[top, F_VALUE] = abs(vals[here])
+    stack[top, F_SKIP] = 1 if child_skip else 0
+    return top
+
+
+@_njit
+def uni_tagtree(io, enc, el, truth, shapes, offsets, flags, vals, mp, coef, cbook, sd, stack):
+    last = shapes.shape[0] - 1
+    for z in range(shapes[0, 0]):
+        uni_flag = _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd, 0, z, 0, 0,
+                                       False, False)
+        if io[0][fast.S_ERROR]:
+            return
+        if last == 0:
+            mp[z, 0, 0] = vals[_at(shapes, offsets, 0, z, 0, 0)]
+            continue
+        top = _uni_tag_open(stack, -1, shapes, offsets, vals, mp, cbook, sd, 0, z, 0, 0, uni_flag)
+        while top >= 0:
+            d = top
+            child = _next_child(stack, top, shapes, True)
+            if child < 0:
+                top -= 1
+                continue
+            ky, kx = (child >> 20) & 0xFFFFF, child & 0xFFFFF
+            inferred = _inferred(stack, top, d >= sd)
+            kid_flag = _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd, d + 1,
+                                           z, ky, kx, stack[top, F_SKIP] != 0, inferred)
+            if io[0][fast.S_ERROR]:
+                return
+            kid = _at(shapes, offsets, d + 1, z, ky, kx)
+            if stack[top, F_VALUE] == abs(vals[kid]):
+                stack[top, F_MATCH] = 1      # eq1st
+            if d + 1 == last:
+                mp[z, ky, kx] = vals[kid]
+            else:
+                top = _uni_tag_open(stack, top, shapes, offsets, vals, mp, cbook, sd, d + 1, z, ky, kx, kid_flag)
 
 
 # ------------------------------------------------------------------------------------------------ Python side
@@ -435,19 +513,17 @@ def run_tree(io: tuple, encoding: bool, tree: str, shapes: list[tuple[int, int, 
     enc = int(encoding)
     head = (io, enc, ELEMENTS, truth, shape_array, offsets)
     cbook = int(cbook_size != 0)
+    stack = np.zeros((MAX_TREE_LEVELS, STACK_COLUMNS), dtype=np.int64)
     if tree == "octree":
-        octree_node(*head, np.ones(total, dtype=np.int8), out_map, coef, nzp, cbook, start_depth, 0, 0, 0, 0, False)
+        octree(*head, np.ones(total, dtype=np.int8), out_map, coef, nzp, cbook, start_depth, stack)
     elif tree == "unitree":
-        unitree_node(*head, np.zeros(total, dtype=np.int8), out_map, coef, nzp, np.zeros(1, dtype=np.int64), cbook,
-                     start_depth, 0, 0, 0, 0, False)
+        unitree(*head, np.zeros(total, dtype=np.int8), out_map, coef, nzp, np.zeros(1, dtype=np.int64), cbook,
+                start_depth, stack)
     elif tree == "tagtree":
-        tagtree_node(*head, np.zeros(total, dtype=np.int64), out_map, coef, cbook, start_depth, 0, 0, 0, 0, False)
+        tagtree(*head, np.zeros(total, dtype=np.int64), out_map, coef, cbook, start_depth, stack)
     else:
-        flags, vals = np.zeros(total, dtype=np.int8), np.zeros(total, dtype=np.int64)
-        for z in range(shapes[0][0]):
-            uni_tagtree_node(*head, flags, vals, out_map, coef, cbook, start_depth, 0, z, 0, 0, False, False)
-            if io[0][fast.S_ERROR]:
-                break
+        uni_tagtree(*head, np.zeros(total, dtype=np.int8), np.zeros(total, dtype=np.int64), out_map, coef, cbook,
+                    start_depth, stack)
     fast.raise_on_error(io[0], element=tree)
 
 
