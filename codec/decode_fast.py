@@ -511,6 +511,8 @@ def decode_weight_sublayer(io: tuple, header: StreamHeader, sub: Sublayer, limit
     """Decode the CTUs of a weight sublayer into ``sub.levels`` (allocated by the caller); returns the mode
     statistics of SublayerCoder. ``io`` is FastElementReader's engine tuple; raises CodecError."""
     geometries = ctu_geometries(header, sub)
+    if not geometries:                # an empty sublayer (C or K is 0) has no CTU
+        return {}
     zdepth = sub.zdepth
     max_depth = max(ctu.depth for ctu in geometries)
     ctus = np.array([(c.y_off, c.x_off, c.height, c.width, c.depth) for c in geometries], dtype=np.int64)
