@@ -133,9 +133,9 @@ def large_decode_speeds() -> dict:
             bits_by_tree[tree] = 8 * sum(info.length for info in infos) / weights
         report[f"decode_by_tree_{bitdepth}bit_mweights_per_s"] = by_tree
         report[f"bits_per_weight_by_tree_{bitdepth}bit"] = bits_by_tree
-    data, infos = encode_with_info(tensors, CodecOptions(bitdepth=LARGE_BITDEPTHS[0], progress=False))
-    report[f"decode_chosen_{LARGE_BITDEPTHS[0]}bit_mweights_per_s"] = weights / _best_decode_seconds(data) / 1e6
-    report[f"bits_per_weight_chosen_{LARGE_BITDEPTHS[0]}bit"] = 8 * sum(info.length for info in infos) / weights
+        data, infos = encode_with_info(tensors, CodecOptions(bitdepth=bitdepth, progress=False))
+        report[f"decode_chosen_{bitdepth}bit_mweights_per_s"] = weights / _best_decode_seconds(data) / 1e6
+        report[f"bits_per_weight_chosen_{bitdepth}bit"] = 8 * sum(info.length for info in infos) / weights
     return report
 
 

@@ -927,7 +927,8 @@ def code_layer_header(io: ElementIO, header: StreamHeader, sublayers: list[Subla
                 sub.step = np.float32(1.0)
             else:
                 sub.step = np.float32(0.0)
-            weights = int(np.prod(shape, dtype=object))
+            # a zero extent counts as 1: a sublayer with R·S = 0 still has a C x K grid of CTUs to parse
+            weights = int(np.prod([max(extent, 1) for extent in shape], dtype=object))
             if weights > limits.max_weights_per_sublayer or sub.zdepth > limits.max_zdepth:
                 raise CodecError(f"sublayer shape {tuple(shape)} exceeds the decoder limits "
                                  f"({limits.max_weights_per_sublayer} weights, z depth {limits.max_zdepth})",

@@ -122,7 +122,8 @@ def _stream_with_header(sublayers, header=StreamHeader(integer_input=1)) -> byte
     return encoder.finish()
 
 
-@pytest.mark.parametrize("shape", [(65535, 65535, 65535, 65535), (1, 1, 65535, 65535), (4097, 1, 8, 8)])
+@pytest.mark.parametrize("shape", [(65535, 65535, 65535, 65535), (1, 1, 65535, 65535), (4097, 1, 8, 8),
+                                   (0, 3, 65535, 65535)])
 def test_absurd_shapes_are_refused_before_allocating(shape):
     data = _stream_with_header([Sublayer(dim=4, shape=shape)])
     with pytest.raises(CodecError, match="exceeds the decoder limits") as info:
