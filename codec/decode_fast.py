@@ -71,7 +71,7 @@ STAT_KEYS = ("select_map_mode_1", "select_map_mode_2", "select_map_mode_3", "zde
 # status[] layout and the syntax errors (the CodecError reasons of codec.syntax)
 STATUS_ERROR, STATUS_ELEMENT, STATUS_CTU, STATUS_POS = 0, 1, 2, 3
 (E_NONE, E_ZDEP_OVERFLOW, E_ZDEP_ENTRY, E_ZDEP_OPEN, E_ZDEP_REVISIT, E_ZDEP_PERMUTATION, E_PREDICTED_SIZE,
- E_PREDICTED_FLAG, E_CBOOK_RANGE, E_ESCAPE_INDEX, E_ESCAPE_RANGE, E_END_FLAG) = range(12)
+ E_PREDICTED_FLAG, E_CBOOK_RANGE, E_ESCAPE_INDEX, E_ESCAPE_RANGE, E_END_FLAG, E_LEVEL_RANGE) = range(13)
 SYNTAX_ERRORS = {
     E_ZDEP_OVERFLOW: "ZdepArray cycles cover more planes than exist",
     E_ZDEP_ENTRY: "ZdepArray entry out of range or repeated",
@@ -84,6 +84,7 @@ SYNTAX_ERRORS = {
     E_ESCAPE_INDEX: "codebook index beyond codebook size",
     E_ESCAPE_RANGE: "escaped level out of range",
     E_END_FLAG: "end_of_last_layer_ctu_flag disagrees with the CTU count",
+    E_LEVEL_RANGE: "decoded level beyond the decoder limit",
 }
 
 # params[] layout: the sublayer's constants
@@ -404,6 +405,9 @@ def _leaf_cu(io, enc, el, status, params, regs, stats, truth, levels, zdep, pred
                 index = mp[z, y, x]
                 if esc_mode == 0:
                     level = index
+                    if abs(level) > params[P_MAX_LEVEL]:    # the trees check only the 32-bit bound
+                        _fail(io, status, E_LEVEL_RANGE, tree)
+                        return
                 elif index == escape_index:
                     escaped = True
                     level = 0

@@ -134,6 +134,18 @@ def test_container_layers_of_every_kind_decode_alike():
         decode_both(data[payload + info.offset: payload + info.offset + info.length])
 
 
+@pytest.mark.parametrize("tree", TREES)
+def test_a_lower_level_limit_fails_in_both(tree):
+    rng = np.random.default_rng(12)
+    levels = levels_with_structure(rng, 2, 9, 9)
+    levels[1, 8, 8] = 300
+    encoded = stream(levels, EncoderOptions(trees=(tree,), codebook="off", split="never"))
+    for reference in (False, True):
+        with pytest.raises(CodecError):
+            decode_stream(encoded.data, DecoderLimits(max_level=299), reference=reference)
+        decode_stream(encoded.data, DecoderLimits(max_level=300), reference=reference)
+
+
 def test_errors_carry_position_element_and_ctu():
     rng = np.random.default_rng(2)
     encoded = stream(levels_with_structure(rng, 4, 20, 20), EncoderOptions(trees=("tagtree",)))
