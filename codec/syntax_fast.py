@@ -501,17 +501,17 @@ def _truth(tree: str, index_map: np.ndarray) -> tuple:
     return low, high, index_map, group
 
 
-def run_tree(io: tuple, encoding: bool, tree: str, shapes: list[tuple[int, int, int]], start_depth: int,
-             cbook_size: int, out_map: np.ndarray, truth: tuple) -> None:
-    """Code one CU tree with the njit functions (decode into ``out_map``, or encode ``truth``)."""
+def encode_tree(io: tuple, tree: str, shapes: list[tuple[int, int, int]], start_depth: int, cbook_size: int,
+                out_map: np.ndarray, truth: tuple) -> None:
+    """Encode one CU tree (the encoder's ``truth``) with the njit functions; the decoder calls them from
+    codec.decode_fast."""
     shape_array = np.array(shapes, dtype=np.int64)
     sizes = shape_array.prod(axis=1)
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     total = int(sizes.sum())
     coef = np.zeros(2, dtype=np.int64)
     nzp = np.zeros(2, dtype=np.int64)
-    enc = int(encoding)
-    head = (io, enc, ELEMENTS, truth, shape_array, offsets)
+    head = (io, 1, ELEMENTS, truth, shape_array, offsets)
     cbook = int(cbook_size != 0)
     stack = np.zeros((MAX_TREE_LEVELS, STACK_COLUMNS), dtype=np.int64)
     if tree == "octree":
@@ -619,8 +619,8 @@ class FastElementWriter:
         self.engine.reserve(nodes * self._MAX_ELEMENT_BINS)
         self._dummy_state[:] = 0
         try:
-            run_tree(self._io(), True, tree, shapes, start_depth, cbook_size, out_map,
-                     _truth(tree, np.ascontiguousarray(truth_map, dtype=np.int64)))
+            encode_tree(self._io(), tree, shapes, start_depth, cbook_size, out_map,
+                        _truth(tree, np.ascontiguousarray(truth_map, dtype=np.int64)))
         except CodecError as error:
             raise ValueError(f"tree {tree}: a value cannot be coded ({error.reason})") from None
 
@@ -639,4 +639,4 @@ class FastElementWriter:
         return self.engine.finish()
 
 
-__all__ = ["FastElementReader", "FastElementWriter", "run_tree"]
+__all__ = ["FastElementReader", "FastElementWriter", "encode_tree"]
