@@ -19,7 +19,7 @@ reference counting.
 """
 from __future__ import annotations
 
-import numba
+from ._jit import njit
 import numpy as np
 
 from . import fast
@@ -30,7 +30,7 @@ from .syntax import (MAX_CBOOK_SIZE, MAX_PREDICTOR_SIZE, DecoderLimits, StreamHe
 from .syntax_fast import (ELEMENTS, MAX_TREE_LEVELS, STACK_COLUMNS, _NO_FLAT, _NO_GROUP, _NO_MAP, octree, tagtree,
                           uni_tagtree, unitree)
 
-_njit = numba.njit(cache=True, nogil=True, _nrt=False)
+_njit = njit(_nrt=False)
 
 # Elements of the sublayer syntax outside the trees, and the trees (for error messages).
 _ELEMENT_NAMES = ("select_map_mode_flag", "map_mode_flag", "enable_start_depth", "reorder_flag", "signalled_flag",

@@ -22,7 +22,7 @@ calls from Python: for tests and mixed code, not for speed).
 """
 from __future__ import annotations
 
-import numba
+from codec._jit import njit
 import numpy as np
 
 from codec.binarization import MAX_EG_VALUE, MAX_FL_LENGTH
@@ -54,7 +54,7 @@ _INC_CODES = {"0": INC_CONST, "binIdx?1:0": INC_BIN_NONZERO, "binIdx<23?binIdx+1
 # No function here allocates, so all are compiled without numba's reference counting (_nrt=False):
 # with it, every call passing arrays costs atomic incref/decref pairs, which made a bin 3-6 times slower
 # (measured: 60-80 ns against 11-26 ns per bin). An njit parser with reference counting may call them.
-_njit = numba.njit(cache=True, nogil=True, _nrt=False)
+_njit = njit(_nrt=False)
 
 
 def new_state(data: np.ndarray, bit_offset: int = 0, bound_s: int = BOUND_S) -> np.ndarray:

@@ -15,15 +15,15 @@ Tree levels live in one flat array with per-level offsets (``shapes[l] = (z, h, 
 """
 from __future__ import annotations
 
-import numba
+from ._jit import njit
 import numpy as np
 
 from . import fast
 from .contexts import element_spec
 from .errors import CodecError
 
-_njit = numba.njit(cache=True, nogil=True, _nrt=False)   # no allocation inside: no refcounting per call
-_inline = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")   # small helpers, inlined in IR
+_njit = njit(_nrt=False)   # no allocation inside: no refcounting per call
+_inline = njit(_nrt=False, inline="always")   # small helpers, inlined in IR
 
 _ELEMENT_NAMES = ("oct_nzflag", "oct_sign", "oct_index", "oct_abs_q", "uni_nzflag", "uni_map_nzflag", "uni_sign",
                   "uni_cmap_val", "uni_qmap_val", "uni_index", "uni_abs_q", "uni_map_sign", "tgtm_nzflag_index",
