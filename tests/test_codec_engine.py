@@ -14,9 +14,8 @@ from codec.errors import CodecError, error_context
 BYPASS, STUFFING = TRACE_BYPASS, TRACE_STUFFING
 
 
-def encode_ops(ops: list[tuple[int, int]], encoder: AecEncoder | None = None) -> bytes:
+def feed_ops(encoder, ops: list[tuple[int, int]]) -> None:
     """ops: (ctxIdx, bin) with ctxIdx -1 = bypass, -2 = stuffing (the trace convention)."""
-    encoder = encoder or AecEncoder()
     for ctx_idx, bin_val in ops:
         if ctx_idx == BYPASS:
             encoder.encode_bypass(bin_val)
@@ -24,6 +23,11 @@ def encode_ops(ops: list[tuple[int, int]], encoder: AecEncoder | None = None) ->
             encoder.encode_stuffing_bit(bin_val)
         else:
             encoder.encode_decision(ctx_idx, bin_val)
+
+
+def encode_ops(ops: list[tuple[int, int]], encoder: AecEncoder | None = None) -> bytes:
+    encoder = encoder or AecEncoder()
+    feed_ops(encoder, ops)
     return encoder.finish()
 
 

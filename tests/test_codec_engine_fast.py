@@ -11,7 +11,7 @@ from codec import fast
 from codec.contexts import NUM_CONTEXTS, ElementDecoder, ElementEncoder
 from codec.engine import AecDecoder, AecEncoder
 from codec.errors import CodecError
-from test_codec_engine import BYPASS, STUFFING, decode_ops, encode_ops, random_ops
+from test_codec_engine import BYPASS, STUFFING, decode_ops, encode_ops, feed_ops, random_ops
 
 
 def run_program(data: bytes, ctx_sequence: list[int], bound_s: int = 254):
@@ -174,14 +174,8 @@ def test_njit_encoder_writes_the_python_encoders_bytes():
 def test_fast_encoder_api_cost_and_fork():
     ops = random_ops(random.Random(21), 6000, num_ctx=NUM_CONTEXTS)
     quick, reference = fast.FastEncoder(), AecEncoder()
-    for ctx_idx, bin_val in ops:
-        for encoder in (quick, reference):
-            if ctx_idx == BYPASS:
-                encoder.encode_bypass(bin_val)
-            elif ctx_idx == STUFFING:
-                encoder.encode_stuffing_bit(bin_val)
-            else:
-                encoder.encode_decision(ctx_idx, bin_val)
+    for encoder in (quick, reference):
+        feed_ops(encoder, ops)
     assert quick.cost_bits == pytest.approx(reference.cost_bits, abs=1e-9)
     probe_fast, probe_ref = quick.fork(), reference.fork()
     for ctx_idx, bin_val in ops[:500]:
