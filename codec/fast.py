@@ -291,6 +291,17 @@ def decode_u(state, ctx, data, trace, ctx_start, rule, max_value):
 
 
 @_njit
+def _read_local(data, pos, count, end, error, error_pos):
+    """Register-local read for the inlined loops: (bits, pos, error, error_pos). Past the end it reads zeros,
+    leaves the position and records ERR_PAST_END at the first such read, as the state-array engine does."""
+    if pos + count > end:
+        if error == ERR_NONE:
+            return 0, pos, ERR_PAST_END, pos
+        return 0, pos, error, error_pos
+    return _peek_bits(data, pos, count), pos + count, error, error_pos
+
+
+@_njit
 def decode_uegk(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
     """UEGk with the '<' reading (binarization.decode_uegk), values up to MAX_EG_VALUE; -1 on error.
 
@@ -326,13 +337,7 @@ def decode_uegk(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
             value_s = 0
             while value_t < 0x100 and value_s < bound_s:
                 step = min(RANGE_BITS - _BIT_LENGTH[value_t], bound_s - value_s) if value_t else 1
-                bits = 0
-                if pos + step > end:
-                    if error == ERR_NONE:
-                        error, error_pos = ERR_PAST_END, pos
-                else:
-                    bits = _peek_bits(data, pos, step)
-                    pos += step
+                bits, pos, error, error_pos = _read_local(data, pos, step, end, error, error_pos)
                 value_t = (value_t << step) | bits
                 value_s += step
             b_flag = 1 if value_t < 0x100 else 0
@@ -347,23 +352,12 @@ def decode_uegk(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
             if rs2 == value_s:
                 value_t -= rt2
             else:
-                bit = 0
-                if pos + 1 > end:
-                    if error == ERR_NONE:
-                        error, error_pos = ERR_PAST_END, pos
-                else:
-                    bit = _peek_bits(data, pos, 1)
-                    pos += 1
+                bit, pos, error, error_pos = _read_local(data, pos, 1, end, error, error_pos)
                 value_t = 256 + ((value_t << 1) | bit) - rt2
             shift = RANGE_BITS - _BIT_LENGTH[t_rlps]
             bits = 0
             if shift:
-                if pos + shift > end:
-                    if error == ERR_NONE:
-                        error, error_pos = ERR_PAST_END, pos
-                else:
-                    bits = _peek_bits(data, pos, shift)
-                    pos += shift
+                bits, pos, error, error_pos = _read_local(data, pos, shift, end, error, error_pos)
             value_t = (value_t << shift) | bits
             rt1 = (t_rlps << shift) & 0xFF
             value_d = 1
