@@ -1,8 +1,15 @@
-"""Single-node quantized ONNX models run on onnxruntime, for comparing the golden model against it.
+"""Single-node quantized ONNX models run on onnxruntime, and an exact integer QLinearConv to judge both.
 
 Used by the test suite (exactness of the ONNX-compatible requant mode, error of the M/2^N mode) and by
 `aipu bench golden` (throughput next to onnxruntime on one thread). onnxruntime is a test extra: it is
 imported on first use so that the rest of the package never needs it.
+
+onnxruntime is not exact everywhere. Its uint8 x int8 kernels on x86-64 CPUs without AVX-512 VNNI
+(vpmaddubsw) add pairs of products in saturating 16-bit arithmetic: 255 * -128 * 2 = -65280 does not fit.
+It is exact on every CPU while |w| <= 64 (255 * 64 * 2 = 32640 <= 32767), so the cases compared with
+onnxruntime draw int8 weights from ``ORT_EXACT_INT8_WEIGHTS``; full-range cases are compared with
+``exact_qlinear_conv`` (int64 accumulation), which is also the arbiter when the two disagree
+(docs/arithmetic.md, "References and their limits").
 """
 from __future__ import annotations
 
@@ -15,6 +22,9 @@ from onnx import TensorProto, helper, numpy_helper
 # onnxruntime 1.31 loads models up to IR version 13; onnx 1.23 writes 14 by default.
 ORT_IR_VERSION = 9
 QLINEAR_OPSET = 13
+
+# int8 weights for which onnxruntime's u8 x s8 pair sums cannot saturate int16 on any x86-64 CPU.
+ORT_EXACT_INT8_WEIGHTS = (-64, 63)
 
 _ONNX_DTYPE = {np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8}
 
@@ -101,9 +111,13 @@ def conv_output_size(size: int, kernel: int, stride: int, dilation: int, pad_bef
     return (size + pad_before + pad_after - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def random_qlinear_conv_case(rng: np.random.Generator, *, max_channels: int = 24, max_size: int = 14) -> QLinearConvCase:
+def random_qlinear_conv_case(rng: np.random.Generator, *, max_channels: int = 24, max_size: int = 14,
+                             ort_exact: bool = False) -> QLinearConvCase:
     """A random QLinearConv covering per-tensor and per-channel scales, depthwise, grouped, strided,
-    dilated, asymmetrically padded and odd-sized problems, int8 and uint8, with large biases."""
+    dilated, asymmetrically padded and odd-sized problems, int8 and uint8, with large biases.
+
+    ``ort_exact`` draws int8 weights from ``ORT_EXACT_INT8_WEIGHTS``, where onnxruntime is exact on every CPU.
+    """
     x_dtype = np.dtype(rng.choice([np.int8, np.uint8]))
     # onnxruntime accepts u8 x with s8 or u8 w, and s8 x with s8 w.
     w_dtype = np.dtype(np.int8) if (x_dtype == np.int8 or rng.random() < 0.7) else np.dtype(np.uint8)
@@ -128,7 +142,8 @@ def random_qlinear_conv_case(rng: np.random.Generator, *, max_channels: int = 24
             break
     x_info, w_info = np.iinfo(x_dtype), np.iinfo(w_dtype)
     x = rng.integers(x_info.min, x_info.max + 1, (1, channels, height, width), dtype=np.int64).astype(x_dtype)
-    w = rng.integers(w_info.min, w_info.max + 1, (out_channels, channels // group, *kernel), dtype=np.int64).astype(w_dtype)
+    w_min, w_max = ORT_EXACT_INT8_WEIGHTS if (ort_exact and w_dtype == np.int8) else (w_info.min, w_info.max)
+    w = rng.integers(w_min, w_max + 1, (out_channels, channels // group, *kernel), dtype=np.int64).astype(w_dtype)
     per_channel = bool(rng.random() < 0.5)
     if per_channel:
         w_scale = rng.uniform(0.0005, 0.05, out_channels).astype(np.float32)
@@ -152,6 +167,55 @@ def random_qlinear_conv_case(rng: np.random.Generator, *, max_channels: int = 24
         pads=pads,  # type: ignore[arg-type]
         dilations=dilations,
         group=group,
-        description=f"{kind} {x_dtype.name}x{w_dtype.name} {'per-channel' if per_channel else 'per-tensor'} "
+        description=f"{kind} {x_dtype.name}x{w_dtype.name}{' w[' + str(w_min) + ',' + str(w_max) + ']' if w_dtype == np.int8 else ''} {'per-channel' if per_channel else 'per-tensor'} "
         f"C{channels} K{out_channels} {height}x{width} k{kernel} s{strides} d{dilations} p{pads}",
     )
+
+
+def exact_qlinear_conv(case: QLinearConvCase) -> np.ndarray:
+    """QLinearConv straight from its definition: int64 sums of (x - x_zp)(w - w_zp) over each window, then
+    the float32 requant as onnxruntime orders it (fp32(acc + bias) * scale, round half to even, + y_zp, clamp).
+
+    Deliberately written without the golden model's units so that it can judge the golden model and
+    onnxruntime alike.
+    """
+    n, _, height, width = case.x.shape
+    k, c_per_group, r_size, s_size = case.w.shape
+    top, left, bottom, right = case.pads
+    x = np.pad(case.x.astype(np.int64) - case.x_zero_point, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    w_zero_point = np.broadcast_to(np.asarray(case.w_zero_point, np.int64), (k,))
+    w = case.w.astype(np.int64) - w_zero_point.reshape(k, 1, 1, 1)
+    out_h = conv_output_size(height, r_size, case.strides[0], case.dilations[0], top, bottom)
+    out_w = conv_output_size(width, s_size, case.strides[1], case.dilations[1], left, right)
+    x_groups = x.reshape(n, case.group, c_per_group, *x.shape[2:])
+    w_groups = w.reshape(case.group, k // case.group, c_per_group, r_size, s_size)
+    acc = np.zeros((n, case.group, k // case.group, out_h, out_w), np.int64)
+    for r in range(r_size):
+        for s in range(s_size):
+            row, col = r * case.dilations[0], s * case.dilations[1]
+            window = x_groups[..., row:row + case.strides[0] * (out_h - 1) + 1:case.strides[0],
+                              col:col + case.strides[1] * (out_w - 1) + 1:case.strides[1]]
+            acc += np.einsum("ngchw,gkc->ngkhw", window, w_groups[..., r, s])
+    total = acc.reshape(n, k, out_h, out_w) + case.bias.astype(np.int64).reshape(1, k, 1, 1)
+    scaled = total.astype(np.float32) * case.requant_scale().reshape(1, k, 1, 1)
+    info = np.iinfo(case.y_dtype)
+    return np.clip(np.rint(scaled).astype(np.int64) + case.y_zero_point, info.min, info.max).astype(case.y_dtype)
+
+
+def disagreement(golden: np.ndarray, reference: np.ndarray, exact: np.ndarray, reference_name: str,
+                 *, limit: int = 5) -> str:
+    """'' when all three agree; otherwise which side is wrong, with the first differing outputs side by side."""
+    differ = (golden != exact) | (reference != exact)
+    if not differ.any():
+        return ""
+    golden_wrong, reference_wrong = int(np.count_nonzero(golden != exact)), int(np.count_nonzero(reference != exact))
+    if golden_wrong and not reference_wrong:
+        verdict = f"the golden model is wrong on {golden_wrong} outputs ({reference_name} agrees with the exact value)"
+    elif reference_wrong and not golden_wrong:
+        verdict = (f"{reference_name} is wrong on {reference_wrong} outputs, not the golden model (which agrees "
+                   f"with the exact value)")
+    else:
+        verdict = f"both are wrong: the golden model on {golden_wrong} outputs, {reference_name} on {reference_wrong}"
+    rows = [f"index {tuple(int(i) for i in index)}: golden {int(golden[index])}, {reference_name} "
+            f"{int(reference[index])}, exact {int(exact[index])}" for index in zip(*np.nonzero(differ))][:limit]
+    return f"{verdict}; " + "; ".join(rows)
