@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import IntEnum
 from pathlib import Path
 
+from sim.errors import InputError
+
 # --- Arithmetic contract constants (docs/arithmetic.md) ---------------------------------------------
 ACC_BITS = 32                 # MAC accumulator: signed int32; the golden model raises on overflow
 BIAS_BITS = 32                # per-output-channel bias, signed int32
@@ -35,9 +37,18 @@ LUT16_INDEX_BITS_MAX = 10
 # Everything below is owned by the command-format work: the configurable machine and the declarative
 # command set. Widths that depend on the configuration (addresses) are computed from it, never restated.
 
-def _key(doc: str, default: int, power_of_two: bool = False):
-    """A configuration key: default, meaning (rendered in docs/isa.md) and whether it must be 2**n."""
-    return field(default=default, metadata={"doc": doc, "power_of_two": power_of_two})
+def _key(doc: str, default: int, maximum: int, power_of_two: bool = False):
+    """A configuration key: default, meaning and legal range 1 .. maximum (rendered in docs/isa.md),
+    and whether it must be 2**n. The maxima keep a hostile configuration from allocating or looping
+    without bound; each is far above any machine this model describes."""
+    return field(default=default, metadata={"doc": doc, "maximum": maximum, "power_of_two": power_of_two})
+
+
+MAC_DIM_MAX = 4096                 # rows/cols of the MAC array: a CONV tile has at most 4095 channels
+BUFFER_BYTES_MAX = 1 << 26         # 64 MiB per on-chip buffer (the interpreter allocates every buffer)
+PORT_BYTES_MAX = 4096              # bytes per cycle of a buffer port or of the DMA
+DRAM_ADDRESS_BITS_MAX = 48
+CONFIG_FILE_BYTES_MAX = 1 << 16    # a configuration is a few hundred bytes; larger files are refused
 
 
 @dataclass(frozen=True)
@@ -45,16 +56,16 @@ class MacArrayConfig:
     """The MAC array: each cycle it reduces ``rows`` input channels of one kernel tap of one output
     pixel against ``rows x cols`` weights and adds the products into ``cols`` output channels."""
 
-    rows: int = _key("input channels reduced per cycle (one kernel tap, one output pixel)", 16)
-    cols: int = _key("output channels produced per cycle", 16)
+    rows: int = _key("input channels reduced per cycle (one kernel tap, one output pixel)", 16, MAC_DIM_MAX)
+    cols: int = _key("output channels produced per cycle", 16, MAC_DIM_MAX)
 
 
 @dataclass(frozen=True)
 class BufferConfig:
     """One on-chip SRAM: capacity and width of its port (bytes per cycle)."""
 
-    bytes: int = _key("capacity in bytes", 65536, power_of_two=True)
-    port_bytes: int = _key("port width in bytes per cycle", 16, power_of_two=True)
+    bytes: int = _key("capacity in bytes", 65536, BUFFER_BYTES_MAX, power_of_two=True)
+    port_bytes: int = _key("port width in bytes per cycle", 16, PORT_BYTES_MAX, power_of_two=True)
 
 
 def _buffer(doc: str, size: int, port_bytes: int):
@@ -76,15 +87,15 @@ class BuffersConfig:
 
 @dataclass(frozen=True)
 class DramConfig:
-    address_bits: int = _key("width of DRAM byte addresses in commands (at most 48)", 32)
-    bytes_per_cycle: int = _key("sustained DMA bandwidth", 16, power_of_two=True)
-    latency_cycles: int = _key("cycles from a DMA request to its first data", 100)
+    address_bits: int = _key("width of DRAM byte addresses in commands", 32, DRAM_ADDRESS_BITS_MAX)
+    bytes_per_cycle: int = _key("sustained DMA bandwidth", 16, PORT_BYTES_MAX, power_of_two=True)
+    latency_cycles: int = _key("cycles from a DMA request to its first data", 100, 1 << 20)
 
 
 @dataclass(frozen=True)
 class QueueConfig:
-    command_depth: int = _key("commands buffered per unit queue", 64)
-    token_depth: int = _key("tokens one dependency-token queue holds before its producer stalls", 8)
+    command_depth: int = _key("commands buffered per unit queue", 64, 1 << 16)
+    token_depth: int = _key("tokens one dependency-token queue holds before its producer stalls", 8, 1 << 16)
 
 
 @dataclass(frozen=True)
@@ -95,17 +106,16 @@ class HardwareConfig:
     buffers: BuffersConfig = BuffersConfig()
     dram: DramConfig = DramConfig()
     queues: QueueConfig = QueueConfig()
-    clock_mhz: int = _key("clock frequency in MHz", 800)
+    clock_mhz: int = _key("clock frequency in MHz", 800, 100_000)
 
     def __post_init__(self) -> None:
         _validate_dataclass(self, "")
-        if self.dram.address_bits > 48:
-            raise ValueError(f"dram.address_bits = {self.dram.address_bits}: at most 48 supported")
         if self.buffers.param.bytes < PARAM_RECORD_BYTES:
-            raise ValueError(f"buffers.param.bytes = {self.buffers.param.bytes}: "
+            raise InputError("buffers.param.bytes", self.buffers.param.bytes,
                              f"must hold at least one {PARAM_RECORD_BYTES}-byte parameter record")
         if self.buffers.acc.bytes < ACC_BITS // 8:
-            raise ValueError(f"buffers.acc.bytes = {self.buffers.acc.bytes}: smaller than one accumulator")
+            raise InputError("buffers.acc.bytes", self.buffers.acc.bytes,
+                             f"smaller than one {ACC_BITS // 8}-byte accumulator")
         for spec in COMMANDS.values():   # every command of this configuration must fit its word
             spec.layout(self)
 
@@ -142,31 +152,35 @@ class HardwareConfig:
 
 
 def _validate_dataclass(obj, prefix: str) -> None:
-    """Every leaf is a positive int (power of two where the field says so); errors name the full key."""
+    """Every leaf is an int in 1 .. its maximum (a power of two where the field says so); errors name
+    the full key."""
     for f in fields(obj):
         value = getattr(obj, f.name)
         key = prefix + f.name
         if is_dataclass(f.default):
             if type(value) is not type(f.default):
-                raise ValueError(f"{key} = {value!r}: expected a table")
+                raise InputError(key, value, "expected a table")
             _validate_dataclass(value, key + ".")
             continue
+        maximum = f.metadata["maximum"]
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{key} = {value!r}: expected an integer")
+            raise InputError(key, value, f"expected an integer 1 .. {maximum}")
         if value <= 0:
-            raise ValueError(f"{key} = {value}: must be positive")
-        if f.metadata.get("power_of_two") and value & (value - 1):
-            raise ValueError(f"{key} = {value}: must be a power of two")
+            raise InputError(key, value, "must be positive")
+        if value > maximum:
+            raise InputError(key, value, f"at most {maximum}")
+        if f.metadata["power_of_two"] and value & (value - 1):
+            raise InputError(key, value, "must be a power of two")
 
 
 def _build_dataclass(cls, data, prefix: str):
     if not isinstance(data, dict):
-        raise ValueError(f"{prefix.rstrip('.') or 'config'} = {data!r}: expected a table")
+        raise InputError(prefix.rstrip('.') or 'config', data, "expected a table")
     known = {f.name: f for f in fields(cls)}
     kwargs = {}
     for key, value in data.items():
         if key not in known:
-            raise ValueError(f"{prefix}{key} = {value!r}: unknown key (expected one of {', '.join(known)})")
+            raise InputError(f"{prefix}{key}", value, f"unknown key (expected one of {', '.join(known)})")
         default = known[key].default
         kwargs[key] = _build_dataclass(type(default), value, f"{prefix}{key}.") if is_dataclass(default) else value
     return cls(**kwargs)
@@ -177,17 +191,32 @@ def hardware_config_from_dict(data: dict) -> HardwareConfig:
     return _build_dataclass(HardwareConfig, data, "")
 
 
-def load_hardware_config(path) -> HardwareConfig:
-    """Read a ``.toml`` or ``.json`` configuration file."""
-    path = Path(path)
-    if path.suffix == ".toml":
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    elif path.suffix == ".json":
-        data = json.loads(path.read_text())
-    else:
-        raise ValueError(f"config file {path}: expected a .toml or .json file")
+def hardware_config_from_text(text: bytes, syntax: str = "json") -> HardwareConfig:
+    """Parse (``json`` or ``toml``) and validate a configuration of at most CONFIG_FILE_BYTES_MAX bytes."""
+    if len(text) > CONFIG_FILE_BYTES_MAX:
+        raise InputError("size", len(text), f"a configuration has at most {CONFIG_FILE_BYTES_MAX} bytes")
+    try:
+        decoded = text.decode()
+        data = tomllib.loads(decoded) if syntax == "toml" else json.loads(decoded)
+    except RecursionError:   # both parsers recurse per nesting level; a configuration nests 3 deep
+        raise InputError("nesting", "deeper than the parser's limit", "a configuration nests 3 levels deep") \
+            from None
+    except ValueError as exc:  # not UTF-8, a syntax error, or an integer beyond the parser's digit limit
+        raise InputError("syntax", str(exc), f"expected a {syntax.upper()} document") from None
     return hardware_config_from_dict(data)
+
+
+def load_hardware_config(path) -> HardwareConfig:
+    """Read a ``.toml`` or ``.json`` configuration file; errors name the file."""
+    path = Path(path)
+    if path.suffix not in (".toml", ".json"):
+        raise InputError("config file", str(path), "expected a .toml or .json file")
+    with path.open("rb") as handle:
+        text = handle.read(CONFIG_FILE_BYTES_MAX + 1)
+    try:
+        return hardware_config_from_text(text, path.suffix[1:])
+    except InputError as exc:
+        raise exc.within(path) from None
 
 
 # --- Command set (docs/isa.md is generated from these tables by sim/isa_doc.py) ---------------------

@@ -23,7 +23,7 @@ def _cmd_asm(args: argparse.Namespace) -> int:
     from sim.program import Program
 
     config = load_hardware_config(args.config) if args.config else DEFAULT
-    program = Program.assemble(Path(args.listing).read_text(), config)
+    program = Program.read_listing(args.listing, config)
     program.write(args.output)
     print(f"{args.output}: {len(program)} commands")
     return 0

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import fields, is_dataclass
 from enum import IntEnum
 
-from sim.arch import (BUFFER_UNIT_BYTES, COMMAND_BITS, COMMAND_BYTES, COMMANDS, DEFAULT, PARAM_RECORD,
-                      PARAM_RECORD_BYTES, Buffer, DType, EltwiseOp, HardwareConfig, LutMode, PoolMode,
+from sim.arch import (BUFFER_UNIT_BYTES, COMMAND_BITS, COMMAND_BYTES, COMMANDS, CONFIG_FILE_BYTES_MAX, DEFAULT,
+                      PARAM_RECORD, PARAM_RECORD_BYTES, Buffer, DType, EltwiseOp, HardwareConfig, LutMode, PoolMode,
                       RequantMode, Rounding, Unit)
 from sim.program import FORMAT_VERSION, MAGIC
 
@@ -108,7 +108,7 @@ def _key_rows(obj, prefix: str = "") -> list[str]:
                 rows.append(f"| `{prefix}{f.name}` | | | {doc} |")
             rows.extend(_key_rows(value, f"{prefix}{f.name}."))
         else:
-            rule = "power of two" if f.metadata.get("power_of_two") else "positive"
+            rule = f"1 .. {f.metadata['maximum']}" + (", power of two" if f.metadata["power_of_two"] else "")
             rows.append(f"| `{prefix}{f.name}` | {value} | {rule} | {f.metadata.get('doc', '')} |")
     return rows
 
@@ -139,8 +139,10 @@ def generate(config: HardwareConfig = DEFAULT) -> str:
            "`sim/program.py` (encoding, container, disassembler); semantics executed by `sim/interpreter.py`.",
            "", EXECUTION_MODEL, "## Hardware configuration", "",
            "Loaded from TOML or JSON (`sim/configs/default.toml` is the default below) by",
-           "`sim.arch.load_hardware_config`; unknown keys, non-integers, non-positive values and",
-           "non-powers-of-two where required raise `ValueError` naming the key and value.", "",
+           "`sim.arch.load_hardware_config`; unknown keys, non-integers, values outside the rule's range,",
+           f"non-powers-of-two where required, files over {CONFIG_FILE_BYTES_MAX} bytes and deeply nested",
+           "documents raise `InputError` (a `ValueError`) naming the file, the key, the value and what is",
+           "allowed.", "",
            "| key | default | rule | meaning |", "|---|---|---|---|", *_key_rows(config), "",
            "Derived widths (computed from the configuration, never restated):", "",
            "| name | default | rule |", "|---|---|---|"]

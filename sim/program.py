@@ -1,7 +1,9 @@
 """Commands, their binary encoding, the program container file and the disassembler.
 
 All field positions and widths come from the declarative tables in :mod:`sim.arch`; nothing here
-knows a particular command. A malformed word or file raises ``ValueError`` naming what is wrong.
+knows a particular command. A malformed word, file or listing raises :class:`~sim.errors.InputError`
+(a ``ValueError``) naming where (file, line or command and byte offset), the field, the value and what
+is allowed.
 """
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.arch import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, DEFAULT, OPCODE_BITS, HardwareConfig, Opcode, Unit,
-                      hardware_config_from_dict)
+from sim.arch import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, CONFIG_FILE_BYTES_MAX, DEFAULT, OPCODE_BITS,
+                      HardwareConfig, Opcode, Unit, hardware_config_from_text)
+from sim.errors import InputError
+
+_UNIT_NAMES = ", ".join(Unit.__members__)
 
 def _unit_mask(units) -> int:
     return sum(1 << int(unit) for unit in units)
@@ -41,7 +46,8 @@ class Command:
         names = {f.name for f in spec.fields}
         unknown = set(args) - names
         if unknown:
-            raise ValueError(f"{spec.opcode.name}: unknown field(s) {sorted(unknown)}")
+            raise InputError(f"{spec.opcode.name} fields", sorted(unknown),
+                             f"unknown field; {spec.opcode.name} has {', '.join(names)}")
         full = {}
         for fld in spec.fields:
             value = args.get(fld.name, fld.minimum or 0)
@@ -67,17 +73,18 @@ class Command:
         return hash((self.opcode, tuple(sorted(self.args.items())), self.pop, self.push))
 
     def validate(self, config: HardwareConfig = DEFAULT) -> None:
-        """Raise ValueError naming the first field outside its legal range."""
+        """Raise InputError naming the first field outside its legal range."""
         name = self.opcode.name
         for fld in self.spec.fields:
             if fld.name not in self.args:
-                raise ValueError(f"{name}: field {fld.name} missing")
+                raise InputError(f"{name} field {fld.name}", None, "missing; every field needs a value")
             _check_field(name, fld, self.args[fld.name], config)
         for direction, units in (("pop", self.pop), ("push", self.push)):
             if self.unit in units:
-                raise ValueError(f"{name} field {direction} names its own unit {self.unit.name}")
+                raise InputError(f"{name} field {direction}", sorted(u.name for u in units),
+                                 f"names its own unit {self.unit.name}")
         if self.opcode == Opcode.FINISH and self.push:
-            raise ValueError(f"FINISH field push = {sorted(u.name for u in self.push)}: FINISH may not push")
+            raise InputError("FINISH field push", sorted(u.name for u in self.push), "FINISH may not push")
 
     def encode(self, config: HardwareConfig = DEFAULT) -> bytes:
         self.validate(config)
@@ -95,24 +102,26 @@ class Command:
     @classmethod
     def decode(cls, data: bytes, config: HardwareConfig = DEFAULT) -> Command:
         if len(data) != COMMAND_BYTES:
-            raise ValueError(f"command word has {len(data)} bytes, expected {COMMAND_BYTES}")
+            raise InputError("command word", f"{len(data)} bytes", f"expected {COMMAND_BYTES}")
         word = int.from_bytes(data, "little")
         raw_opcode = word & ((1 << OPCODE_BITS) - 1)      # the opcode is always the lowest field
         if raw_opcode not in {int(op) for op in Opcode}:
-            raise ValueError(f"field opcode = {raw_opcode}: unknown opcode")
+            raise InputError("field opcode", raw_opcode,
+                             "unknown opcode; opcodes are " + ", ".join(f"{op.name}={int(op)}" for op in Opcode))
         spec = COMMANDS[Opcode(raw_opcode)]
         layout = spec.layout(config)
         used = layout[-1][1] + layout[-1][2]
         if word >> used:
-            raise ValueError(f"{spec.opcode.name}: reserved bits {used}..{COMMAND_BITS - 1} = "
-                             f"{hex(word >> used)}, must be zero")
+            raise InputError(f"{spec.opcode.name}: reserved bits {used}..{COMMAND_BITS - 1}", word >> used,
+                             "must be zero")
         values = {}
         for fld, offset, width in layout:
             raw = word >> offset & ((1 << width) - 1)
             values[fld.name] = raw - (1 << width) if fld.signed and raw >> (width - 1) else raw
         for direction in ("pop", "push"):
             if values[direction] >> len(Unit):
-                raise ValueError(f"{spec.opcode.name} field {direction} = {values[direction]:#x}: no such unit")
+                raise InputError(f"{spec.opcode.name} field {direction}", values[direction],
+                                 f"bit {len(Unit)} and up name no unit (units are {_UNIT_NAMES})")
         command = cls.make(spec.opcode, pop=_mask_units(values.pop("pop")), push=_mask_units(values.pop("push")),
                            **{k: v for k, v in values.items() if k != "opcode"})
         command.validate(config)
@@ -136,17 +145,17 @@ class Command:
 
 
 def _check_field(command_name: str, fld, value, config: HardwareConfig) -> None:
+    where = f"{command_name} field {fld.name}"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{command_name} field {fld.name} = {value!r}: expected an integer")
+        raise InputError(where, value, "expected an integer")
     legal = fld.legal_values()
     if legal is not None:
         if value not in [int(v) for v in legal]:
-            names = ", ".join(f"{v.name}={int(v)}" for v in legal)
-            raise ValueError(f"{command_name} field {fld.name} = {int(value)}: not one of {names}")
+            raise InputError(where, int(value), "not one of " + ", ".join(f"{v.name}={int(v)}" for v in legal))
         return
     low, high = fld.legal_range(config)
     if not low <= value <= high:
-        raise ValueError(f"{command_name} field {fld.name} = {value}: outside legal range {low}..{high}")
+        raise InputError(where, value, f"outside legal range {low}..{high}")
 
 
 # --- Program container ---------------------------------------------------------------------------
@@ -175,16 +184,20 @@ class Program:
         finishes = []
         for unit, queue in self.queues.items():
             for index, command in enumerate(queue):
-                command.validate(self.config)
+                try:
+                    command.validate(self.config)
+                except InputError as exc:
+                    raise exc.within(f"{unit.name}[{index}]") from None
                 if command.unit != unit:
-                    raise ValueError(f"{unit.name}[{index}]: {command.opcode.name} belongs to queue "
-                                     f"{command.unit.name}")
+                    raise InputError(f"{unit.name}[{index}]", command.opcode.name,
+                                     f"belongs to queue {command.unit.name}")
                 if command.opcode == Opcode.FINISH:
                     finishes.append((unit, index))
                     if index != len(queue) - 1:
-                        raise ValueError(f"{unit.name}[{index}]: FINISH is not the last command of its queue")
+                        raise InputError(f"{unit.name}[{index}]", "FINISH", "FINISH must be the last command of "
+                                         f"its queue, which has {len(queue)}")
         if len(finishes) != 1:
-            raise ValueError(f"program has {len(finishes)} FINISH commands, expected exactly 1")
+            raise InputError("FINISH commands", len(finishes), "a program has exactly 1")
 
     def to_bytes(self) -> bytes:
         self.validate()
@@ -199,45 +212,55 @@ class Program:
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "program") -> Program:
-        if len(data) < len(MAGIC) or data[:len(MAGIC)] != MAGIC:
-            raise ValueError(f"{source}: not an AIPU program (magic {data[:len(MAGIC)]!r}, expected {MAGIC!r})")
+        """Check every item of a program file before use; errors name ``source`` and the byte offset."""
+        try:
+            return cls._from_bytes(data)
+        except InputError as exc:
+            raise exc.within(source) from None
+
+    @classmethod
+    def _from_bytes(cls, data: bytes) -> Program:
+        if data[:len(MAGIC)] != MAGIC:
+            raise InputError("magic", data[:len(MAGIC)], f"expected {MAGIC!r}: not an AIPU program")
         if len(data) < _HEADER.size + _CRC.size:
-            raise ValueError(f"{source}: truncated header ({len(data)} bytes)")
+            raise InputError("size", len(data), f"truncated: header and checksum need {_HEADER.size + _CRC.size} bytes")
         _, version, n_queues, config_hash, config_len = _HEADER.unpack_from(data)
         if version != FORMAT_VERSION:
-            raise ValueError(f"{source}: format version {version}, this reader understands {FORMAT_VERSION}")
+            raise InputError("format version", version, f"this reader understands {FORMAT_VERSION}")
         if n_queues != len(Unit):
-            raise ValueError(f"{source}: {n_queues} queues, expected {len(Unit)}")
+            raise InputError("queues", n_queues, f"expected {len(Unit)} (one per unit)")
         offset = _HEADER.size
         counts_size = 4 * n_queues
+        if config_len > CONFIG_FILE_BYTES_MAX:
+            raise InputError("configuration length", config_len, f"at most {CONFIG_FILE_BYTES_MAX} bytes")
         if len(data) < offset + config_len + counts_size + _CRC.size:
-            raise ValueError(f"{source}: truncated (config of {config_len} bytes does not fit in {len(data)})")
+            raise InputError("configuration length", config_len, f"truncated: does not fit in {len(data)} bytes")
         try:
-            config = hardware_config_from_dict(json.loads(data[offset:offset + config_len]))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{source}: embedded configuration is not JSON ({exc})") from None
+            config = hardware_config_from_text(data[offset:offset + config_len])
+        except InputError as exc:
+            raise exc.within(f"embedded configuration at byte {offset}") from None
         if config.config_hash().encode() != config_hash:
-            raise ValueError(f"{source}: configuration hash {config_hash.decode(errors='replace')} does not "
-                             f"match the embedded configuration ({config.config_hash()})")
+            raise InputError("configuration hash", config_hash.decode(errors="replace"),
+                             f"the embedded configuration hashes to {config.config_hash()}")
         offset += config_len
         counts = struct.unpack_from(f"<{n_queues}I", data, offset)
         offset += counts_size
         expected = offset + COMMAND_BYTES * sum(counts) + _CRC.size
         if len(data) != expected:
-            raise ValueError(f"{source}: {len(data)} bytes, expected {expected} for {sum(counts)} commands "
+            raise InputError("size", len(data), f"expected {expected} bytes for {sum(counts)} commands "
                              f"({'truncated' if len(data) < expected else 'trailing data'})")
         (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
         if crc != zlib.crc32(data[:-_CRC.size]):
-            raise ValueError(f"{source}: checksum mismatch (file corrupted)")
+            raise InputError("checksum", f"{crc:#010x}",
+                             f"the contents give {zlib.crc32(data[:-_CRC.size]):#010x} (checksum mismatch: corrupted)")
         program = cls(config)
         for unit, count in zip(Unit, counts):
             for index in range(count):
-                word = data[offset:offset + COMMAND_BYTES]
-                offset += COMMAND_BYTES
                 try:
-                    program.queues[unit].append(Command.decode(word, config))
-                except ValueError as exc:
-                    raise ValueError(f"{source}: {unit.name}[{index}]: {exc}") from None
+                    program.queues[unit].append(Command.decode(data[offset:offset + COMMAND_BYTES], config))
+                except InputError as exc:
+                    raise exc.within(f"{unit.name}[{index}] at byte {offset}") from None
+                offset += COMMAND_BYTES
         program.validate()
         return program
 
@@ -261,51 +284,89 @@ class Program:
         return "\n".join(lines) + "\n"
 
     @classmethod
-    def assemble(cls, text: str, config: HardwareConfig = DEFAULT) -> Program:
+    def assemble(cls, text: str, config: HardwareConfig = DEFAULT, source: str = "listing") -> Program:
         """Parse a listing in the :meth:`disassemble` format back into a program (``aipu asm``).
 
         Lines: ``UNIT[index] OPCODE pop[UNITS] push[UNITS] field=value ...``; values are integers
-        (decimal or 0x hex) or enumeration names; ``;`` starts a comment."""
+        (decimal or 0x hex) or enumeration names; ``;`` starts a comment. Errors name ``source`` and
+        the line."""
         program = cls(config)
-        for number, raw in enumerate(text.splitlines(), 1):
-            line = raw.split(";", 1)[0].split()
-            if not line:
-                continue
-            try:
-                program.append(_parse_command(line, config))
-            except (ValueError, KeyError) as exc:
-                raise ValueError(f"line {number}: {exc}: {raw.strip()}") from None
-        program.validate()
+        try:
+            for number, raw in enumerate(text.splitlines(), 1):
+                line = raw.split(";", 1)[0].split()
+                if line:
+                    try:
+                        program.append(_parse_command(line, config))
+                    except InputError as exc:
+                        raise exc.within(f"line {number}") from None
+            program.validate()
+        except InputError as exc:
+            raise exc.within(source) from None
         return program
+
+    @classmethod
+    def read_listing(cls, path, config: HardwareConfig = DEFAULT) -> Program:
+        """Assemble the listing file ``path``; it must be UTF-8 text."""
+        data = Path(path).read_bytes()
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as exc:
+            raise InputError(f"byte {exc.start}", data[exc.start:exc.start + 1], "a listing is UTF-8 text") \
+                .within(path) from None
+        return cls.assemble(text, config, source=str(path))
 
 
 def _parse_units(token: str, name: str) -> list[Unit]:
     if not (token.startswith(name + "[") and token.endswith("]")):
-        raise ValueError(f"expected {name}[...], got {token!r}")
+        raise InputError(name, token, f"expected {name}[UNIT,...] (empty or units from {_UNIT_NAMES})")
     inner = token[len(name) + 1:-1]
-    return [Unit[u] for u in inner.split(",")] if inner else []
+    units = inner.split(",") if inner else []
+    for unit in units:
+        if unit not in Unit.__members__:
+            raise InputError(name, unit, f"not a unit; units are {_UNIT_NAMES}")
+    return [Unit[unit] for unit in units]
+
+
+def _parse_value(opcode: str, fld, text: str) -> int:
+    """A field value: an integer (decimal or 0x hex) or, for an enumerated field, a member name."""
+    choices = fld.legal_values()
+    if choices is not None and text not in ("", "-") and not text.lstrip("-")[0].isdigit():
+        members = type(choices[0]).__members__
+        if text not in members:
+            raise InputError(f"{opcode} field {fld.name}", text, "not one of " + ", ".join(c.name for c in choices))
+        return int(members[text])
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise InputError(f"{opcode} field {fld.name}", text, "expected an integer (decimal or 0x hex)"
+                         + (" or a name" if choices is not None else "")) from None
 
 
 def _parse_command(tokens: list[str], config: HardwareConfig) -> Command:
     queue = tokens[0].split("[", 1)[0]
     if queue not in Unit.__members__:
-        raise ValueError(f"unknown queue {queue!r}")
-    if len(tokens) < 4 or tokens[1] not in Opcode.__members__:
-        raise ValueError(f"expected QUEUE[i] OPCODE pop[..] push[..] fields, got opcode {tokens[1:2]}")
+        raise InputError("queue", queue, f"unknown queue; queues are {_UNIT_NAMES}")
+    if len(tokens) < 2 or tokens[1] not in Opcode.__members__:
+        raise InputError("opcode", tokens[1] if len(tokens) > 1 else "",
+                         "expected QUEUE[i] OPCODE pop[..] push[..] field=value ..., opcodes are "
+                         + ", ".join(Opcode.__members__))
     spec = COMMANDS[Opcode[tokens[1]]]
+    if len(tokens) < 4:
+        raise InputError("tokens", " ".join(tokens[2:]), f"expected pop[..] push[..] after {spec.opcode.name}")
     by_name = {fld.name: fld for fld in spec.fields}
     args = {}
     for item in tokens[4:]:
-        name, _, text = item.partition("=")
+        name, equals, text = item.partition("=")
         if name not in by_name:
-            raise ValueError(f"{spec.opcode.name} has no field {name!r}")
-        choices = by_name[name].legal_values()
-        args[name] = int(type(choices[0])[text]) if choices is not None and not text.lstrip("-").isdigit() \
-            else int(text, 0)
+            raise InputError(f"{spec.opcode.name} field {name}", text,
+                             f"no such field; {spec.opcode.name} has {', '.join(by_name)}")
+        if not equals or name in args:
+            raise InputError(f"{spec.opcode.name} field {name}", item,
+                             "expected field=value, each field at most once")
+        args[name] = _parse_value(spec.opcode.name, by_name[name], text)
     command = Command.make(spec.opcode, pop=_parse_units(tokens[2], "pop"), push=_parse_units(tokens[3], "push"),
                            **args)
     if command.unit.name != queue:
-        raise ValueError(f"{spec.opcode.name} executes on {command.unit.name}, not in queue {queue}")
+        raise InputError("queue", queue, f"{spec.opcode.name} executes in queue {command.unit.name}")
     command.validate(config)
     return command
-

@@ -49,7 +49,8 @@ def test_address_widths_are_derived_from_sizes():
     ({"buffers": {"act": 5}}, "buffers.act = 5: expected a table"),
     ({"queues": {"token_depth": -1}}, "queues.token_depth = -1: must be positive"),
     ({"buffers": {"param": {"bytes": 8}}}, "buffers.param.bytes = 8"),
-    ({"buffers": {"act": {"bytes": 2 ** 40}}}, "needs 2"),
+    ({"buffers": {"act": {"bytes": 2 ** 40}}}, "buffers.act.bytes = 1099511627776: at most 67108864"),
+    ({"mac": {"rows": 2 ** 20, "cols": 2 ** 20}}, "mac.rows = 1048576: at most 4096"),
 ])
 def test_bad_config_names_key_and_value(data, message):
     with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
@@ -122,8 +123,8 @@ CONV = Command.make(Opcode.CONV, in_h=3, in_w=3, in_c=8, out_c=8, k_h=3, k_w=3)
     ({"stride_h": 0}, "CONV field stride_h = 0: outside legal range 1..7"),
     ({"k_w": 0}, "CONV field k_w = 0: outside legal range 1..15"),
     ({"in_type": 3}, "CONV field in_type = 3: not one of INT8=0, UINT8=1"),
-    ({"pop": 1 << int(Unit.CONV)}, "CONV field pop names its own unit CONV"),
-    ({"push": 0x7F}, "CONV field push names its own unit CONV"),
+    ({"pop": 1 << int(Unit.CONV)}, r"CONV field pop = \['CONV'\]: names its own unit CONV"),
+    ({"push": 0x7F}, "CONV field push = .*: names its own unit CONV"),
 ])
 def test_malformed_word_names_field_and_value(raw, message):
     with pytest.raises(ValueError, match=message):
@@ -191,15 +192,15 @@ def test_program_file_round_trip(tmp_path):
 def test_program_needs_exactly_one_final_finish():
     program = _program()
     program.queues[Unit.STORE].pop()
-    with pytest.raises(ValueError, match="0 FINISH commands"):
+    with pytest.raises(ValueError, match="FINISH commands = 0: a program has exactly 1"):
         program.to_bytes()
     program = _program()
     program.queues[Unit.STORE].insert(0, program.queues[Unit.STORE].pop())
-    with pytest.raises(ValueError, match=r"STORE\[0\]: FINISH is not the last"):
+    with pytest.raises(ValueError, match=r"STORE\[0\] = 'FINISH': FINISH must be the last command of its queue"):
         program.to_bytes()
     program = _program()
     program.queues[Unit.LOAD].append(Command.make(Opcode.CONV, in_h=1, in_w=1, in_c=1, out_c=1))
-    with pytest.raises(ValueError, match=r"LOAD\[1\]: CONV belongs to queue CONV"):
+    with pytest.raises(ValueError, match=r"LOAD\[1\] = 'CONV': belongs to queue CONV"):
         program.to_bytes()
 
 
@@ -208,7 +209,7 @@ def test_program_needs_exactly_one_final_finish():
     (lambda b: b[:10], "truncated"),
     (lambda b: b[:-40], "truncated"),
     (lambda b: b + b"\0", "trailing data"),
-    (lambda b: MAGIC + struct.pack("<H", FORMAT_VERSION + 1) + b[10:], "format version 2"),
+    (lambda b: MAGIC + struct.pack("<H", FORMAT_VERSION + 1) + b[10:], "format version = 2"),
     (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "checksum mismatch"),
     (lambda b: b[:12] + b"0" * 16 + b[28:], "configuration hash"),
 ])
@@ -225,12 +226,13 @@ def test_assemble_is_the_inverse_of_disassemble():
 
 
 @pytest.mark.parametrize("line, message", [
-    ("CONV[0] CONV pop[] push[] stirde=1", "line 1: CONV has no field 'stirde'"),
-    ("LOAD[0] CONV pop[] push[] in_c=1", "CONV executes on CONV, not in queue LOAD"),
+    ("CONV[0] CONV pop[] push[] stirde=1", "listing: line 1: CONV field stirde = '1': no such field"),
+    ("LOAD[0] CONV pop[] push[] in_c=1", "queue = 'LOAD': CONV executes in queue CONV"),
     ("CONV[0] CONV pop[LOAD] push[] stride_h=9", "CONV field stride_h = 9: outside legal range 1..7"),
     ("CONV[0] CONV pop[DMA] push[]", "DMA"),
     ("CONV[0] CONV pop[] push[] in_type=FLOAT", "FLOAT"),
-    ("FOO[0] CONV pop[] push[]", "unknown queue 'FOO'"),
+    ("FOO[0] CONV pop[] push[]", "queue = 'FOO': unknown queue"),
+    ("CONV[0] CONV pop[] push[XYZ]", "line 1: push = 'XYZ': not a unit; units are LOAD, WDEC, CONV"),
 ])
 def test_assembler_errors_name_the_line_and_problem(line, message):
     with pytest.raises(ValueError, match=message):
