@@ -4,9 +4,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 JOBS   ?= auto
 
-.PHONY: demo test test-slow bench clean
+.PHONY: demo test test-slow bench lock clean
 
-$(STAMP): pyproject.toml .ci/bootstrap.sh
+$(STAMP): pyproject.toml constraints.txt .ci/bootstrap.sh
 	bash .ci/bootstrap.sh $(VENV)
 	touch $@
 
@@ -21,6 +21,10 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/aipu bench all
+
+# Re-resolve the pinned environment (constraints.txt) to the newest allowed versions; see .ci/lock.sh.
+lock:
+	bash .ci/lock.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build sim_build out

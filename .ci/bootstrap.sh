@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Creates .venv and installs the project with its test extras.
-# Works on a bare Debian Python 3.11 where `python3 -m venv` lacks ensurepip
-# (python3-venv not installed): then pip itself is fetched from PyPI as a wheel.
+# Creates .venv and installs the project with its test extras, at the versions pinned in constraints.txt
+# (refresh those with `make lock`). Works on a bare Debian Python 3.11 where `python3 -m venv` lacks
+# ensurepip (python3-venv not installed): then the pinned pip itself is fetched from PyPI as a wheel.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 venv=${1:-.venv}
+constraints=$PWD/constraints.txt
 py=${PYTHON:-}
 if [ -z "$py" ]; then
   for cand in python3.11 python3; do
@@ -15,20 +17,26 @@ fi
 import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PYEOF
 
+pinned() { sed -n "s/^$1==//p" "$constraints"; }
 if [ ! -x "$venv/bin/python" ]; then
   if ! "$py" -m venv "$venv" 2>/dev/null; then
-    echo "bootstrap: venv without ensurepip; fetching pip from PyPI" >&2
+    echo "bootstrap: venv without ensurepip; fetching pip $(pinned pip) from PyPI" >&2
     rm -rf "$venv"
     "$py" -m venv --without-pip "$venv"
-    "$venv/bin/python" - <<'PYEOF'
+    "$venv/bin/python" - "$(pinned pip)" <<'PYEOF'
 import json, subprocess, sys, tempfile, urllib.request, os
-meta = json.load(urllib.request.urlopen("https://pypi.org/pypi/pip/json", timeout=60))
-wheel = next(f for f in meta["urls"] if f["filename"].endswith(".whl"))
+index = urllib.request.Request("https://pypi.org/simple/pip/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+files = json.load(urllib.request.urlopen(index, timeout=60))["files"]
+wheel = next(f for f in files if f["filename"] == f"pip-{sys.argv[1]}-py3-none-any.whl")
 path = os.path.join(tempfile.mkdtemp(), wheel["filename"])
 urllib.request.urlretrieve(wheel["url"], path)
-subprocess.check_call([sys.executable, os.path.join(path, "pip"), "install", "--no-cache-dir", path])
+subprocess.check_call([sys.executable, os.path.join(path, "pip"), "install", "--quiet", "--no-cache-dir", path])
 PYEOF
   fi
 fi
-"$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet -e ".[test]"
+pip=("$venv/bin/python" -m pip --disable-pip-version-check --quiet)
+"${pip[@]}" install -c "$constraints" pip setuptools wheel
+# The build tools come from the pinned set too (no isolated build environment with whatever is newest).
+# setuptools' notice that an editable install maps the package folders is expected here: not shown to newcomers.
+PYTHONWARNINGS="ignore:Editable installation" \
+  "${pip[@]}" install -c "$constraints" --no-build-isolation -e ".[test]"
