@@ -17,15 +17,17 @@ queue empty (the interpreter checks that at FINISH).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from sim import golden
 from sim.arch import (BIAS_BITS, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
-                      LUT16_INDEX_BITS_MIN, MULTIPLIER_BITS, PAD_BITS, LutMode,
+                      LUT16_INDEX_BITS_MIN, KERNEL_BITS, MULTIPLIER_BITS, PAD_BITS, STEP_BITS, LutMode,
                       PARAM_RECORD_BYTES, SHIFT_MAX, Buffer, DIM_BITS, DType, HardwareConfig, Opcode,
                       RequantMode, Rounding, Unit)
+from sim.errors import InputError
 from sim.interpreter import PARAM_DTYPE, Memory
 from sim.program import Command, Program
 
@@ -147,20 +149,103 @@ def _output_size(layer: ConvLayer) -> tuple[int, int]:
     return (h + pt + pb - spans[0]) // layer.stride[0] + 1, (w + pl + pr - spans[1]) // layer.stride[1] + 1
 
 
-def _check_layer(layer: ConvLayer) -> None:
-    if layer.x.ndim != 4 or layer.x.shape[0] != 1:
-        raise ValueError(f"x shape {layer.x.shape}: expected [1, C, H, W]")
-    if layer.w.dtype != np.int8:
-        raise ValueError(f"w dtype {layer.w.dtype}: the weight buffer holds int8")
-    _, _, kh, kw = layer.w.shape
-    reach = [d * (k - 1) for d, k in zip(layer.dilation, (kh, kw))]
+MAX_LAYER_ELEMENTS = 1 << 24   # per tensor (x, w, the output): larger layers are refused before allocating
+MAX_LAYER_MACS = 1 << 32       # multiply-accumulates of the whole layer: bounds the golden model's time
+TENSOR_DTYPES = {"x": (np.dtype(np.int8), np.dtype(np.uint8)), "w": (np.dtype(np.int8),)}   # the MAC inputs
+_KERNEL_MAX = (1 << KERNEL_BITS) - 1
+_STEP_MAX = (1 << STEP_BITS) - 1
+_PARAMS = (("bias", -2 ** (BIAS_BITS - 1), 2 ** (BIAS_BITS - 1) - 1),
+           ("multiplier", 0, 2 ** MULTIPLIER_BITS - 1), ("shift", 0, SHIFT_MAX))
+
+
+def _check_int(name: str, value, low: int, high: int, why: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
+        raise InputError(name, value, f"expected an integer {low}..{high}{why}")
+
+
+def _check_ints(name: str, value, count: int, low: int, high: int, meaning: str) -> None:
+    if (not isinstance(value, tuple) or len(value) != count
+            or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and low <= v <= high
+                       for v in value)):
+        raise InputError(name, value, f"expected {count} integers {low}..{high} ({meaning})")
+
+
+def dtype_names(dtypes) -> str:
+    return " or ".join(dtype.name for dtype in dtypes)
+
+
+def _check_tensor(name: str, value, layout: str, ndim: int) -> None:
+    allowed = dtype_names(TENSOR_DTYPES[name])
+    if not isinstance(value, np.ndarray) or value.dtype not in TENSOR_DTYPES[name]:
+        raise InputError(name, value, f"expected dtype {allowed}, shape {layout}")
+    if value.ndim != ndim or 0 in value.shape:
+        raise InputError(name, value, f"expected shape {layout}, every extent at least 1")
+    if value.size > MAX_LAYER_ELEMENTS:
+        raise InputError(name, value, f"at most {MAX_LAYER_ELEMENTS} elements")
+
+
+def enum_names(enum) -> str:
+    """The members of ``enum`` as a layer file spells them (the golden model's lower-case names)."""
+    return ", ".join(member.name.lower() for member in enum)
+
+
+def check_layer(layer: ConvLayer) -> None:
+    """Raise InputError naming the first field of ``layer`` the hardware or the golden model cannot take.
+
+    Checks types, shapes and their consistency, the ranges of the command fields the layer turns into,
+    a non-empty output and the size bounds, before anything is allocated or computed."""
+    _check_tensor("x", layer.x, "[1][C][H][W]", 4)
+    if layer.x.shape[0] != 1:
+        raise InputError("x", layer.x, "expected one image: shape [1][C][H][W]")
+    _check_tensor("w", layer.w, "[K][C/groups][R][S]", 4)
+    _, c, h, w = layer.x.shape
+    k, cg, kh, kw = layer.w.shape
+    _check_int("groups", layer.groups, 1, _DIM_MAX)
+    if c % layer.groups or k % layer.groups:
+        raise InputError("groups", layer.groups, f"must divide the {c} input channels of x and the {k} "
+                         "output channels of w")
+    if cg != c // layer.groups:
+        raise InputError("w", layer.w, f"shape[1] must be C/groups = {c}/{layer.groups} = {c // layer.groups}")
+    if kh > _KERNEL_MAX or kw > _KERNEL_MAX:
+        raise InputError("w", layer.w, f"kernels up to {_KERNEL_MAX}x{_KERNEL_MAX} (CONV k_h, k_w)")
+    for name, low, high in _PARAMS:
+        values = np.asarray(getattr(layer, name))
+        if (values.dtype.kind not in "iu" or values.shape not in ([(k,)] if name == "bias" else [(k,), ()])):
+            raise InputError(name, values, f"expected an integer dtype, shape [{k}] (one per output channel)"
+                             + ("" if name == "bias" else " or a scalar"))
+        bad = values[(values < low) | (values > high)]
+        if bad.size:
+            raise InputError(name, int(bad.flat[0]), f"outside {low}..{high}")
+    _check_ints("stride", layer.stride, 2, 1, _STEP_MAX, "vertical, horizontal")
+    _check_ints("dilation", layer.dilation, 2, 1, _STEP_MAX, "vertical, horizontal")
+    _check_ints("padding", layer.padding, 4, 0, (1 << PAD_BITS) - 1, "top, left, bottom, right")
+    reach = [d * (size - 1) for d, size in zip(layer.dilation, (kh, kw))]
     for name, pad, limit in zip(("top", "left", "bottom", "right"), layer.padding, reach * 2):
         if pad > min(limit, (1 << PAD_BITS) - 1):
-            raise ValueError(f"padding {name} = {pad}: at most min(dilation*(kernel-1) = {limit}, "
+            raise InputError(f"padding {name}", pad, f"at most min(dilation*(kernel-1) = {limit}, "
                              f"{(1 << PAD_BITS) - 1}) is supported")
-    width = layer.x.shape[3] + layer.padding[1] + layer.padding[3]
+    for name, enum in (("out_type", DType), ("rounding", Rounding)):
+        if not isinstance(getattr(layer, name), enum):
+            raise InputError(name, getattr(layer, name), f"expected a {enum.__name__}: {enum_names(enum)}")
+    out_low, out_high = (int(v) for v in (np.iinfo(layer.out_dtype).min, np.iinfo(layer.out_dtype).max))
+    x_info = np.iinfo(layer.x.dtype)
+    _check_int("x_zero_point", layer.x_zero_point, int(x_info.min), int(x_info.max), f" (the range of {layer.x.dtype})")
+    _check_int("w_zero_point", layer.w_zero_point, -128, 127, " (the range of int8)")
+    _check_int("out_zero_point", layer.out_zero_point, out_low, out_high, f" (the range of {layer.out_type.name})")
+    qmin, qmax = layer.clamp
+    _check_int("qmin", qmin, out_low, out_high, f" (the range of {layer.out_type.name})")
+    _check_int("qmax", qmax, qmin, out_high, f" (qmin .. the top of {layer.out_type.name})")
+    out_h, out_w = _output_size(layer)
+    if out_h < 1 or out_w < 1:
+        raise InputError("w", layer.w, f"a {kh}x{kw} kernel with dilation {layer.dilation} on a {h}x{w} input "
+                         f"with padding {layer.padding} gives an empty output")
+    width = w + layer.padding[1] + layer.padding[3]
     if width > _DIM_MAX:
-        raise ValueError(f"padded input width {width} exceeds the CONV in_w field ({_DIM_MAX})")
+        raise InputError("x", layer.x, f"padded input width {width} exceeds the CONV in_w field ({_DIM_MAX})")
+    if k * out_h * out_w > MAX_LAYER_ELEMENTS:
+        raise InputError("output", f"{k}x{out_h}x{out_w}", f"at most {MAX_LAYER_ELEMENTS} elements")
+    if k * out_h * out_w * cg * kh * kw > MAX_LAYER_MACS:
+        raise InputError("multiply-accumulates", k * out_h * out_w * cg * kh * kw, f"at most {MAX_LAYER_MACS}")
 
 
 def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
@@ -244,13 +329,8 @@ def _lut_table(layer: ConvLayer, config: HardwareConfig) -> np.ndarray:
 def _param_records(layer: ConvLayer) -> np.ndarray:
     k = layer.w.shape[0]
     records = np.zeros(k, PARAM_DTYPE)
-    for name, values, low, high in (("bias", layer.bias, -2 ** (BIAS_BITS - 1), 2 ** (BIAS_BITS - 1) - 1),
-                                    ("multiplier", layer.multiplier, 0, 2 ** MULTIPLIER_BITS - 1),
-                                    ("shift", layer.shift, 0, SHIFT_MAX)):
-        values = np.broadcast_to(np.asarray(values, np.int64), (k,))
-        if values.min() < low or values.max() > high:
-            raise ValueError(f"{name} = {int(values[(values < low) | (values > high)][0])}: outside {low}..{high}")
-        records[name] = values
+    for name, _, _ in _PARAMS:   # shapes and ranges checked by check_layer
+        records[name] = np.broadcast_to(getattr(layer, name), (k,))
     return records
 
 
@@ -273,7 +353,7 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     if len(tiles) != len(layers):
         raise ValueError(f"tiles has {len(tiles)} entries for {len(layers)} layers")
     for layer in layers:
-        _check_layer(layer)
+        check_layer(layer)
     plans = [plan_tiles(layer, config, **t) for layer, t in zip(layers, tiles)]
     for i in range(1, len(layers)):
         shape = (1, layers[i - 1].w.shape[0], plans[i - 1].out_h, plans[i - 1].out_w)

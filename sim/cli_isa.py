@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.arch import DEFAULT, DType, Rounding, Unit, load_hardware_config
+from sim.arch import DEFAULT, Unit, load_hardware_config
 
 
 def _cmd_disasm(args: argparse.Namespace) -> int:
@@ -40,34 +40,13 @@ def _cmd_isa_doc(args: argparse.Namespace) -> int:
     return 0
 
 
-_LAYER_SCALARS = ("x_zero_point", "w_zero_point", "out_zero_point", "groups")
-_LAYER_TUPLES = ("stride", "padding", "dilation")
-
-
-def _layer_from_npz(path: str):
-    """A layer from an .npz: arrays x, w, bias, multiplier, shift; optional scalars and tuples."""
-    from compiler.tiling import ConvLayer
-
-    with np.load(path) as data:
-        missing = [k for k in ("x", "w", "bias", "multiplier", "shift") if k not in data]
-        if missing:
-            raise ValueError(f"{path}: missing arrays {missing}")
-        extra = {k: int(data[k]) for k in _LAYER_SCALARS if k in data}
-        extra.update({k: tuple(int(v) for v in data[k]) for k in _LAYER_TUPLES if k in data})
-        if "out_type" in data:
-            extra["out_type"] = DType[str(data["out_type"]).upper()]
-        if "rounding" in data:
-            extra["rounding"] = Rounding[str(data["rounding"]).upper()]
-        return ConvLayer(x=data["x"], w=data["w"], bias=data["bias"], multiplier=data["multiplier"],
-                         shift=data["shift"], **extra)
-
-
 def _cmd_run_layer(args: argparse.Namespace) -> int:
+    from compiler.layer_file import read_layer
     from compiler.tiling import lower_conv_layer, random_layer
     from sim.interpreter import run
 
     config = load_hardware_config(args.config) if args.config else DEFAULT
-    layer = (_layer_from_npz(args.layer) if args.layer else
+    layer = (read_layer(args.layer) if args.layer else
              random_layer(np.random.default_rng(args.seed), max_channels=args.max_channels, max_size=args.max_size,
                           with_lut=args.lut))
     tiles = {k: v for k, v in (("tile_k", args.tile_k), ("tile_c", args.tile_c), ("tile_rows", args.tile_rows)) if v}

@@ -6,6 +6,8 @@ line or command), so the CLI can print one line and exit with status 2.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 _SHOWN_CHARACTERS = 60   # longer values are cut: a message stays one readable line
@@ -13,12 +15,23 @@ _SHOWN_ITEMS = 8         # containers with more items (or nested ones) are descr
 _SCALARS = (int, float, str, bytes, bool, type(None))
 
 
+@dataclass(frozen=True)
+class ArrayHeader:
+    """An array known by its dtype and shape alone (e.g. from a file header, before reading its data)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.dtype} array of shape {list(self.shape)}"
+
+
 def show(value) -> str:
     """A short one-line rendering of any value: arrays by dtype and shape, long values cut."""
     if isinstance(value, np.ndarray):
         if value.ndim == 0:
             return show(value.item())
-        return f"{value.dtype} array of shape {list(value.shape)}"
+        return show(ArrayHeader(value.dtype, value.shape))
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         text = hex(value)   # Python refuses str() of integers beyond 4300 digits
         return text if len(text) <= _SHOWN_CHARACTERS else f"an integer of {value.bit_length()} bits"

@@ -114,7 +114,7 @@ def test_bad_layers_and_tiles_are_rejected():
     rng = np.random.default_rng(5)
     x = rng.integers(-128, 128, (1, 4, 6, 6)).astype(np.int8)
     w = rng.integers(-128, 128, (4, 4, 3, 3)).astype(np.int8)
-    base = dict(x=x, w=w, bias=np.zeros(4, np.int32), multiplier=np.ones(4), shift=np.zeros(4))
+    base = dict(x=x, w=w, bias=np.zeros(4, np.int32), multiplier=np.ones(4, np.int64), shift=np.zeros(4, np.int64))
     with pytest.raises(ValueError, match=r"padding top = 3: at most min\(dilation\*\(kernel-1\) = 2"):
         lower_conv_layer(ConvLayer(**base, padding=(3, 0, 0, 0)))
     with pytest.raises(ValueError, match="tile_k = 5"):
@@ -149,7 +149,7 @@ def test_dropping_a_token_queue_is_caught_as_a_hazard(producer, consumer, space)
     rng = np.random.default_rng(21)
     x = rng.integers(-128, 128, (1, 8, 12, 6)).astype(np.int8)
     w = rng.integers(-128, 128, (8, 8, 3, 3)).astype(np.int8)
-    layer = ConvLayer(x=x, w=w, bias=np.zeros(8, np.int32), multiplier=np.ones(8), shift=np.full(8, 12),
+    layer = ConvLayer(x=x, w=w, bias=np.zeros(8, np.int32), multiplier=np.ones(8, np.int64), shift=np.full(8, 12),
                       padding=(1, 1, 1, 1))
     lowered = lower_conv_layer(layer, tile_rows=2)
     queues = lowered.program.queues
