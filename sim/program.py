@@ -163,6 +163,17 @@ MAGIC = b"AIPUPROG"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sHH16sI")      # magic, version, number of queues, config hash, config JSON length
 _CRC = struct.Struct("<I")
+MAX_PROGRAM_BYTES = 1 << 26    # 2 M commands; reading stops there (a FIFO or /dev/zero never ends)
+MAX_LISTING_BYTES = 1 << 28    # about as many listing lines
+
+
+def _read_at_most(path, limit: int) -> bytes:
+    """The file's bytes, refusing (InputError) a file longer than ``limit``."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise InputError("size", f"over {limit} bytes", f"at most {limit}").within(path)
+    return data
 
 
 @dataclass
@@ -269,7 +280,7 @@ class Program:
 
     @classmethod
     def read(cls, path) -> Program:
-        return cls.from_bytes(Path(path).read_bytes(), source=str(path))
+        return cls.from_bytes(_read_at_most(path, MAX_PROGRAM_BYTES), source=str(path))
 
     def disassemble(self) -> str:
         """The listing printed by ``aipu disasm``: one command per line, grouped by queue."""
@@ -307,7 +318,7 @@ class Program:
     @classmethod
     def read_listing(cls, path, config: HardwareConfig = DEFAULT) -> Program:
         """Assemble the listing file ``path``; it must be UTF-8 text."""
-        data = Path(path).read_bytes()
+        data = _read_at_most(path, MAX_LISTING_BYTES)
         try:
             text = data.decode()
         except UnicodeDecodeError as exc:
