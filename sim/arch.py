@@ -112,10 +112,10 @@ class HardwareConfig:
         _validate_dataclass(self, "")
         if self.buffers.param.bytes < PARAM_RECORD_BYTES:
             raise InputError("buffers.param.bytes", self.buffers.param.bytes,
-                             f"must hold at least one {PARAM_RECORD_BYTES}-byte parameter record")
+                             f"at least {PARAM_RECORD_BYTES}, one parameter record")
         if self.buffers.acc.bytes < ACC_BITS // 8:
             raise InputError("buffers.acc.bytes", self.buffers.acc.bytes,
-                             f"smaller than one {ACC_BITS // 8}-byte accumulator")
+                             f"at least {ACC_BITS // 8}, one accumulator")
         for spec in COMMANDS.values():   # every command of this configuration must fit its word
             spec.layout(self)
 
@@ -191,19 +191,19 @@ def hardware_config_from_dict(data: dict) -> HardwareConfig:
     return _build_dataclass(HardwareConfig, data, "")
 
 
-def hardware_config_from_text(text: bytes, syntax: str = "json") -> HardwareConfig:
+def hardware_config_from_text(data: bytes, syntax: str = "json") -> HardwareConfig:
     """Parse (``json`` or ``toml``) and validate a configuration of at most CONFIG_FILE_BYTES_MAX bytes."""
-    if len(text) > CONFIG_FILE_BYTES_MAX:
-        raise InputError("size", len(text), f"a configuration has at most {CONFIG_FILE_BYTES_MAX} bytes")
+    if len(data) > CONFIG_FILE_BYTES_MAX:
+        raise InputError("size", len(data), f"a configuration has at most {CONFIG_FILE_BYTES_MAX} bytes")
     try:
-        decoded = text.decode()
-        data = tomllib.loads(decoded) if syntax == "toml" else json.loads(decoded)
+        text = data.decode()
+        document = tomllib.loads(text) if syntax == "toml" else json.loads(text)
     except RecursionError:   # both parsers recurse per nesting level; a configuration nests 3 deep
         raise InputError("nesting", "deeper than the parser's limit", "a configuration nests 3 levels deep") \
             from None
     except ValueError as exc:  # not UTF-8, a syntax error, or an integer beyond the parser's digit limit
         raise InputError("syntax", str(exc), f"expected a {syntax.upper()} document") from None
-    return hardware_config_from_dict(data)
+    return hardware_config_from_dict(document)
 
 
 def load_hardware_config(path) -> HardwareConfig:
@@ -212,9 +212,9 @@ def load_hardware_config(path) -> HardwareConfig:
     if path.suffix not in (".toml", ".json"):
         raise InputError("config file", str(path), "expected a .toml or .json file")
     with path.open("rb") as handle:
-        text = handle.read(CONFIG_FILE_BYTES_MAX + 1)
+        data = handle.read(CONFIG_FILE_BYTES_MAX + 1)
     try:
-        return hardware_config_from_text(text, path.suffix[1:])
+        return hardware_config_from_text(data, path.suffix[1:])
     except InputError as exc:
         raise exc.within(path) from None
 
