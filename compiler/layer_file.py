@@ -23,6 +23,8 @@ LAYER_TUPLES = ("stride", "padding", "dilation")
 LAYER_ENUMS = {"out_type": DType, "rounding": Rounding}                 # given by name, e.g. "half_up"
 _KNOWN = (*LAYER_ARRAYS, *LAYER_SCALARS, *LAYER_TUPLES, *LAYER_ENUMS)
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+# What zipfile, zlib and numpy's .npy header parser raise on corrupt data (seeks to bad offsets: OSError).
+_CORRUPT = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError)
 _MAX_ITEM_BYTES = 64      # the widest integer is 8 bytes, the longest name 19 characters of 4 bytes
 
 
@@ -43,22 +45,23 @@ def read_layer(path) -> ConvLayer:
 
 
 def _read_members(path) -> dict[str, np.ndarray]:
-    try:
-        archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
-        with open(path, "rb") as handle:
+    with open(path, "rb") as handle:
+        try:
+            archive = zipfile.ZipFile(handle)
+        except _CORRUPT:
+            handle.seek(0)
             npy = handle.read(6) == b"\x93NUMPY"
-        raise InputError("format", "a single .npy array" if npy else "not a complete zip archive",
-                         "expected an .npz of named arrays, as numpy.savez writes") from None
-    with archive:
-        members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
-        for name in members:
-            if name not in _KNOWN:
-                raise InputError("array", name, f"unknown; a layer file holds {', '.join(_KNOWN)}")
-        for name in LAYER_ARRAYS:
-            if name not in members:
-                raise InputError(name, "missing", f"a layer file needs {', '.join(LAYER_ARRAYS)}")
-        return {name: _read_member(archive, name, info) for name, info in members.items()}
+            raise InputError("format", "a single .npy array" if npy else "not a complete zip archive",
+                             "expected an .npz of named arrays, as numpy.savez writes") from None
+        with archive:
+            members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
+            for name in members:
+                if name not in _KNOWN:
+                    raise InputError("array", name, f"unknown; a layer file holds {', '.join(_KNOWN)}")
+            for name in LAYER_ARRAYS:
+                if name not in members:
+                    raise InputError(name, "missing", f"a layer file needs {', '.join(LAYER_ARRAYS)}")
+            return {name: _read_member(archive, name, info) for name, info in members.items()}
 
 
 def _read_member(archive: zipfile.ZipFile, name: str, info: zipfile.ZipInfo) -> np.ndarray:
@@ -76,8 +79,8 @@ def _read_member(archive: zipfile.ZipFile, name: str, info: zipfile.ZipInfo) -> 
             data = handle.read(nbytes)
     except InputError:
         raise
-    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:   # corrupt member or .npy header
-        raise InputError(name, " ".join(str(exc).split()), "a readable .npy member") from None
+    except _CORRUPT as exc:
+        raise InputError(name, str(exc), "expected a readable .npy member (the archive is corrupt)") from None
     if len(data) != nbytes:
         raise InputError(name, f"{len(data)} bytes", f"truncated: shape {list(shape)} of {dtype} needs {nbytes}")
     return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C").copy()

@@ -377,7 +377,7 @@ def _parse_command(tokens: list[str], config: HardwareConfig) -> Command:
         args[name] = _parse_value(spec.opcode.name, by_name[name], text)
     command = Command.make(spec.opcode, pop=_parse_units(tokens[2], "pop"), push=_parse_units(tokens[3], "push"),
                            **args)
+    command.validate(config)   # first: a FINISH's queue is its (checked) unit field
     if command.unit.name != queue:
         raise InputError("queue", queue, f"{spec.opcode.name} executes in queue {command.unit.name}")
-    command.validate(config)
     return command
