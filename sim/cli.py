@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`aipu ... | head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except (ValueError, OSError) as exc:  # user-facing errors: one line, non-zero exit
+    except (ValueError, OSError) as exc:
+        # User errors: readers raise sim.errors.InputError (a ValueError) naming file, field, value and what
+        # is allowed. Any other exception is a bug and keeps its traceback.
         print(f"aipu {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -101,7 +101,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     isa_doc.set_defaults(func=_cmd_isa_doc)
 
     run_layer = subparsers.add_parser("run-layer", help="lower a conv layer, interpret it, compare with golden")
-    run_layer.add_argument("--layer", help=".npz with x, w, bias, multiplier, shift (+ optional scalars)")
+    run_layer.add_argument("--layer", help=".npz (numpy.savez) with integer arrays x, w, bias, multiplier, shift; "
+                           "optional x/w/out_zero_point, groups, stride, padding, dilation, out_type, rounding")
     run_layer.add_argument("--seed", type=int, default=0, help="random layer seed (without --layer)")
     run_layer.add_argument("--max-channels", type=int, default=24, help="random layer: channel limit")
     run_layer.add_argument("--max-size", type=int, default=12, help="random layer: spatial size limit")
