@@ -23,7 +23,7 @@ import numpy as np
 from .encoder import EncoderOptions, encode_stream
 from .engine import AecDecoder
 from .errors import CodecError, error_context
-from .layout import from_standard, placement, to_standard
+from .layout import Placement, from_standard, placement, to_standard
 from .quantize import Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
 from .syntax_fast import FastElementReader
 from .syntax import (CTU_SIZES, SCAN_CK, DecoderLimits, DEFAULT_LIMITS, ElementReader, StreamHeader, Sublayer,
@@ -115,19 +115,21 @@ def _quantize(array: np.ndarray, options: CodecOptions, one_d: bool) -> Quantize
     return quantize_uniform(array, bitdepth=options.bitdepth)
 
 
-def _check_array(name: str, array: np.ndarray) -> np.ndarray:
+def _check_array(name: str, array: np.ndarray) -> tuple[np.ndarray, Placement]:
+    """The tensor as an array and its sublayer placement; ValueError naming the tensor if it cannot be coded."""
     array = np.asarray(array)
     if array.dtype.name not in FLOAT_DTYPES + INT_DTYPES:
-        raise ValueError(f"tensor {name}: dtype {array.dtype} is not supported")
-    return array
+        raise ValueError(f"tensor {name!r}: dtype {array.dtype} is not supported")
+    try:
+        return array, placement(array.shape)
+    except ValueError as exc:
+        raise ValueError(f"tensor {name!r}: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------------- encode
 def _layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | None, options: CodecOptions
                      ) -> tuple[StreamHeader, list[Sublayer], list[dict]]:
-    arrays = [(weight, _check_array(weight, tensors[weight]))]
-    if bias is not None:
-        arrays.append((bias, _check_array(bias, tensors[bias])))
+    arrays = [(name, *_check_array(name, tensors[name])) for name in (weight, bias) if name is not None]
     integer = _is_integer(arrays[0][1])
     header = StreamHeader(integer_input=int(integer), enable_escape_reorder=int(options.enable_escape_reorder),
                           enable_zdep_reorder=int(options.enable_zdep_reorder),
@@ -135,8 +137,7 @@ def _layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | No
                           max_ctu3d_idx=CTU_SIZES.index(options.max_ctu_size),
                           array1d_depth=options.bias_bitdepth)
     subs, described = [], []
-    for role_index, (name, array) in enumerate(arrays):
-        place = placement(array.shape)
+    for role_index, (name, array, place) in enumerate(arrays):
         quant = _quantize(array, options, place.dim == 1)
         sub = Sublayer(dim=place.dim, shape=place.shape, cmaxw=quant.cmaxw, bitdepth=quant.bitdepth,
                        scan_order=options.scan_order, levels=to_standard(quant.levels, place), step=quant.step)
@@ -262,7 +263,10 @@ def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference
         reader = ElementReader(decoder)
     else:
         reader = decoder = FastElementReader(data)
-    header, layers, stats = code_nnc(reader, limits=limits)
+    try:
+        header, layers, stats = code_nnc(reader, limits=limits)
+    except CodecError as error:       # a header or syntax check: where the engine stood when it failed
+        raise error.add_context(bit_position=decoder.bit_position)
     bins = decoder.bins_decoded          # without the terminating stuffing bin
     end = decoder.finish()
     if trace is not None:

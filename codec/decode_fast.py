@@ -293,7 +293,7 @@ def _shapes(zdepth, height, width, planar, shapes, offsets):
     """tree_shapes() into ``shapes`` (root first) with flat offsets; returns (levels, nodes)."""
     count = 1
     h, w, cd = height, width, (1 if planar else zdepth)
-    while h != 1 or w != 1 or cd != 1:
+    while h > 1 or w > 1 or cd > 1:        # bounded as in tree_shapes
         h, w, cd = (h + 1) >> 1, (w + 1) >> 1, (cd + 1) >> 1
         count += 1
     h, w, cd = height, width, zdepth
@@ -515,8 +515,6 @@ def decode_weight_sublayer(io: tuple, header: StreamHeader, sub: Sublayer, limit
     """Decode the CTUs of a weight sublayer into ``sub.levels`` (allocated by the caller); returns the mode
     statistics of SublayerCoder. ``io`` is FastElementReader's engine tuple; raises CodecError."""
     geometries = ctu_geometries(header, sub)
-    if not geometries:                # an empty sublayer (C or K is 0) has no CTU
-        return {}
     zdepth = sub.zdepth
     max_depth = max(ctu.depth for ctu in geometries)
     ctus = np.array([(c.y_off, c.x_off, c.height, c.width, c.depth) for c in geometries], dtype=np.int64)

@@ -13,6 +13,7 @@ frameworks store weights output-channel first:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from .syntax import DEFAULT_LIMITS, FIELD_BITS
 
 MAX_AXIS = (1 << FIELD_BITS["sublayer_shape"]) - 1
+MAX_TENSOR_AXES = 32
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,15 @@ class Placement:
 
 
 def placement(shape: tuple[int, ...]) -> Placement:
-    """The sublayer shape of a framework tensor of ``shape``; raises ValueError if it cannot be coded."""
+    """The sublayer shape of a framework tensor of ``shape``; raises ValueError if it cannot be coded.
+
+    An axis of length 0 cannot be coded: the decoder refuses a zero sublayer_shape (docs/codec.md §2).
+    """
     shape = tuple(int(n) for n in shape)
+    if len(shape) > MAX_TENSOR_AXES:
+        raise ValueError(f"tensor shape {shape}: more than {MAX_TENSOR_AXES} axes")
+    if any(n <= 0 for n in shape):
+        raise ValueError(f"tensor shape {shape}: an axis of length {min(shape)}, empty tensors cannot be coded")
     if len(shape) <= 1:
         dim, sub = 1, (1, 1, 1, shape[0] if shape else 1)
     elif len(shape) == 2:
@@ -41,7 +50,7 @@ def placement(shape: tuple[int, ...]) -> Placement:
     elif len(shape) == 4:
         dim, sub = 4, (shape[2], shape[3], shape[1], shape[0])
     else:
-        dim, sub = 3, (1, int(np.prod(shape[2:])), shape[1], shape[0])
+        dim, sub = 3, (1, math.prod(shape[2:]), shape[1], shape[0])
     too_big = [n for n in sub if n > MAX_AXIS]
     if too_big:
         raise ValueError(f"tensor shape {shape}: axis length {too_big[0]} exceeds the 16-bit "
@@ -49,7 +58,7 @@ def placement(shape: tuple[int, ...]) -> Placement:
     if sub[0] * sub[1] > DEFAULT_LIMITS.max_zdepth:
         raise ValueError(f"tensor shape {shape}: kernel size R*S = {sub[0] * sub[1]} exceeds the decoder "
                          f"limit {DEFAULT_LIMITS.max_zdepth}")
-    if int(np.prod(sub)) > DEFAULT_LIMITS.max_weights_per_sublayer:
+    if math.prod(sub) > DEFAULT_LIMITS.max_weights_per_sublayer:
         raise ValueError(f"tensor shape {shape}: more than {DEFAULT_LIMITS.max_weights_per_sublayer} weights, "
                          "the decoder limit per sublayer")
     return Placement(shape, dim, sub)

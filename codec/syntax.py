@@ -12,6 +12,7 @@ Where the printed text is broken the resolution of docs/codec.md is applied; the
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,6 +41,8 @@ class DecoderLimits:
     """Bounds a decoder enforces on header values so that absurd streams fail instead of exhausting memory."""
 
     max_weights_per_sublayer: int = 1 << 25   # int64 levels: 256 MiB
+    max_weights_per_stream: int = 1 << 26     # all layers of one nnc(): a container layer is a weight + its bias
+    max_weights_per_container: int = 1 << 28  # every tensor a container's index declares
     max_zdepth: int = 4096
     max_level: int = (1 << 32) - 1    # |q| of any decoded level, tree value or codebook entry
 
@@ -94,10 +97,14 @@ def ctu_size_from_idx(max_ctu3d_idx: int) -> int:
 
 
 def tree_shapes(zdepth: int, height: int, width: int, planar: bool) -> list[tuple[int, int, int]]:
-    """Level shapes of create_tree3d (Table 319), root first: halve (ceil) until 1 (planar: z kept)."""
+    """Level shapes of create_tree3d (Table 319), root first: halve (ceil) until 1 (planar: z kept).
+
+    The extents are >= 1 (code_layer_header refuses 0); the loop tests ``> 1`` so that it ends after at most
+    bit_length(max extent) halvings whatever it is given.
+    """
     shapes = [(zdepth, height, width)]
     cd = 1 if planar else zdepth
-    while height != 1 or width != 1 or cd != 1:
+    while height > 1 or width > 1 or cd > 1:
         height, width, cd = (height + 1) >> 1, (width + 1) >> 1, (cd + 1) >> 1
         shapes.append((zdepth if planar else cd, height, width))
     return shapes[::-1]
@@ -169,6 +176,10 @@ class Sublayer:
     def zdepth(self) -> int:
         return self.shape[0] * self.shape[1]
 
+    @property
+    def weights(self) -> int:
+        return math.prod(self.shape)
+
 
 # --------------------------------------------------------------------------------------------- CTU geometry
 @dataclass(frozen=True)
@@ -199,7 +210,7 @@ class CtuGeometry:
         self.min_h, self.min_w, self.index = min_h, min_w, index
         grid_h, grid_w = -(-height // min_h), -(-width // min_w)
         grids = [(grid_h, grid_w)]
-        while grid_h != 1 or grid_w != 1:
+        while grid_h > 1 or grid_w > 1:       # ends after bit_length(max grid) halvings, as tree_shapes
             grid_h, grid_w = (grid_h + 1) >> 1, (grid_w + 1) >> 1
             grids.append((grid_h, grid_w))
         self.grids = grids[::-1]          # grids[d]: CU grid at depth d (d = 0 is the whole CTU)
@@ -907,6 +918,8 @@ def code_layer_header(io: ElementIO, header: StreamHeader, sublayers: list[Subla
                 include_bias = False
                 shape[3] = result[index - 1].shape[3]
                 dim = 1
+            if 0 in shape:     # L19403-19413 are silent on 0; an empty tensor is not a coded sublayer
+                raise CodecError(f"sublayer_shape {tuple(shape)} has a zero extent", element="sublayer_shape")
             sub = Sublayer(dim=dim, shape=tuple(shape), cmaxw=cmaxw)
             if not io.decoding and sub.shape != tuple(src.shape):
                 raise CodecError(f"sublayer shape {tuple(src.shape)} cannot be signalled: the 1-D length is "
@@ -927,9 +940,7 @@ def code_layer_header(io: ElementIO, header: StreamHeader, sublayers: list[Subla
                 sub.step = np.float32(1.0)
             else:
                 sub.step = np.float32(0.0)
-            # a zero extent counts as 1: a sublayer with R·S = 0 still has a C x K grid of CTUs to parse
-            weights = int(np.prod([max(extent, 1) for extent in shape], dtype=object))
-            if weights > limits.max_weights_per_sublayer or sub.zdepth > limits.max_zdepth:
+            if sub.weights > limits.max_weights_per_sublayer or sub.zdepth > limits.max_zdepth:
                 raise CodecError(f"sublayer shape {tuple(shape)} exceeds the decoder limits "
                                  f"({limits.max_weights_per_sublayer} weights, z depth {limits.max_zdepth})",
                                  element="sublayer_shape")
@@ -989,10 +1000,15 @@ def code_nnc(io: ElementIO, header: StreamHeader | None = None, layers: list[lis
     if header.max_ctu3d_idx > 3:
         raise CodecError(f"max_ctu3d_idx {header.max_ctu3d_idx} out of range", element="max_ctu3d_idx")
     decoded_layers, layer_stats = [], []
+    weights = 0
     for layer_index in range(layer_count):
         with error_context(layer=layer_index):
             source = None if io.decoding else layers[layer_index]
             subs = code_layer_header(io, header, source, limits)
+            weights += sum(sub.weights for sub in subs)
+            if weights > limits.max_weights_per_stream:
+                raise CodecError(f"the layers claim {weights} weights, above the decoder limit of "
+                                 f"{limits.max_weights_per_stream} per stream", element="sublayer_shape")
             stats: dict[str, int] = {}
             index = 0
             while True:

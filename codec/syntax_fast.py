@@ -543,6 +543,11 @@ class FastElementReader:
     def bins_decoded(self) -> int:
         return int(self.state[fast.S_BINS])
 
+    @property
+    def bit_position(self) -> int:
+        """The next bit the engine will fetch, as AecDecoder.bit_position."""
+        return int(self.state[fast.S_POS])
+
     def code(self, name: str, value: int = 0, **inputs: int) -> int:
         spec = element_spec(name)
         if spec.binarization == "FL":

@@ -122,13 +122,40 @@ def _stream_with_header(sublayers, header=StreamHeader(integer_input=1)) -> byte
     return encoder.finish()
 
 
-@pytest.mark.parametrize("shape", [(65535, 65535, 65535, 65535), (1, 1, 65535, 65535), (4097, 1, 8, 8),
-                                   (0, 3, 65535, 65535)])
+@pytest.mark.parametrize("shape", [(65535, 65535, 65535, 65535), (1, 1, 65535, 65535), (4097, 1, 8, 8)])
 def test_absurd_shapes_are_refused_before_allocating(shape):
     data = _stream_with_header([Sublayer(dim=4, shape=shape)])
     with pytest.raises(CodecError, match="exceeds the decoder limits") as info:
         decode_stream(data)
     assert info.value.context.get("layer") == 0 and info.value.element == "sublayer_shape"
+
+
+def _zero_extent_stream(shape, header) -> bytes:
+    """A layer header claiming ``shape``, element by element (the encoder refuses a zero extent itself)."""
+    encoder = AecEncoder()
+    writer = ElementWriter(encoder)
+    code_nnc_header(writer, header, 1)
+    for name, value in [("total_sublayer", 1), ("sublayer_cmaxw", 0), ("sublayer_dim", 0), *(
+            ("sublayer_shape", extent) for extent in shape), ("sublayer_scan_order", 0), ("sublayer_bitdepth", 8)]:
+        writer.code(name, value)
+    return encoder.finish() + bytes(16)
+
+
+@pytest.mark.parametrize("max_ctu3d_size", [0, 1])
+@pytest.mark.parametrize("shape", [(0, 3, 8, 8), (3, 0, 8, 8), (3, 3, 0, 8), (3, 3, 8, 0), (0, 3, 65535, 65535)])
+def test_a_zero_extent_is_refused(shape, max_ctu3d_size):
+    """R or S = 0 looped forever in tree_shapes; with enable_max_ctu3d_size, a division by zero."""
+    data = _zero_extent_stream(shape, StreamHeader(integer_input=1, enable_max_ctu3d_size=max_ctu3d_size))
+    for reference in (False, True):
+        with pytest.raises(CodecError, match="has a zero extent") as info:
+            decode_stream(data, reference=reference)
+        assert info.value.element == "sublayer_shape" and info.value.bit_position is not None
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4, 3, 3), (2, 3, 4, 0, 5)])
+def test_the_encoder_refuses_a_zero_dimension(shape):
+    with pytest.raises(ValueError, match=r"tensor 'w': .* empty tensors cannot be coded"):
+        codec.encode({"w": np.zeros(shape, dtype=np.float32)})
 
 
 def test_bad_header_values():
