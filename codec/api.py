@@ -1,22 +1,29 @@
 """Library API of the weight codec: tensors in, bytes out, and back.
 
-Container (".nnr", docs/codec.md): the standard defines only the ``nnc()`` payload, without names or
+Container (".nnr", docs/codec.md §3): the standard defines only the ``nnc()`` payload, without names or
 framework layouts, so the codec wraps one ``nnc()`` stream *per layer* in a small index::
 
-    b"AIPUNNR1" | u32 little-endian index length | index (UTF-8 JSON) | layer streams, back to back
+    b"AIPUNNR2" | u32 LE index length | u32 LE CRC-32 of the index | index (UTF-8 JSON) | layer streams
 
-The index lists every layer with the byte ``offset`` (from the start of the stream area) and ``length``
-of its ``nnc()`` stream, the tensors it carries (name, dtype, original shape, role) and the encoder's
-statistics. Each layer stream is a complete ``nnc()`` (nnc_header, one layer, terminator) with freshly
+The index lists every layer with the byte ``offset`` (from the start of the stream area), the ``length``
+and the CRC-32 of its ``nnc()`` stream, the tensors it carries (name, dtype, original shape, role) and the
+encoder's statistics. The streams tile the stream area exactly, so the two checksums cover every byte of
+the file. Each layer stream is a complete ``nnc()`` (nnc_header, one layer, terminator) with freshly
 initialised contexts, so a layer decodes on its own: ``decode_layer`` (and the WDEC command) seeks to
 ``offset`` and decodes ``length`` bytes.
+
+Every failure on a corrupt or crafted input is a CodecError whose bit position counts from the first byte
+of the input the caller passed (the container, or the bare stream for ``decode_stream``).
 """
 from __future__ import annotations
 
 import json
+import math
+import reprlib
 import struct
 import time
-from dataclasses import asdict, dataclass, field
+import zlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,10 +36,13 @@ from .syntax_fast import FastElementReader
 from .syntax import (CTU_SIZES, SCAN_CK, DecoderLimits, DEFAULT_LIMITS, ElementReader, StreamHeader, Sublayer,
                      code_nnc)
 
-MAGIC = b"AIPUNNR1"
-_LENGTH = struct.Struct("<I")
+MAGIC = b"AIPUNNR2"
+OLD_MAGICS = (b"AIPUNNR1",)              # without checksums: refused, re-encode
+_HEADER = struct.Struct("<8sII")         # magic, index length, CRC-32 of the index
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+MAX_NAME_LENGTH = 1024
+NAME_RULE = f"a printable string of 1..{MAX_NAME_LENGTH} characters"
 
 
 @dataclass(frozen=True)
@@ -70,8 +80,8 @@ class LayerInfo:
     weights: int = 0
     bins: int = 0
     modes: dict[str, int] = field(default_factory=dict)
-    encode_seconds: float = 0.0
-    decode_seconds: float | None = None
+    crc32: int = 0                      # of the layer stream
+    decode_seconds: float | None = None  # set by the decoder, never stored (the file is reproducible)
 
     @property
     def bits_per_weight(self) -> float:
@@ -115,15 +125,27 @@ def _quantize(array: np.ndarray, options: CodecOptions, one_d: bool) -> Quantize
     return quantize_uniform(array, bitdepth=options.bitdepth)
 
 
+def _is_valid_name(name: object) -> bool:
+    """A tensor or layer name the container can store (the CLI writes the names as .npz members)."""
+    return isinstance(name, str) and 1 <= len(name) <= MAX_NAME_LENGTH and name.isprintable()
+
+
 def _check_array(name: str, array: np.ndarray) -> tuple[np.ndarray, Placement]:
     """The tensor as an array and its sublayer placement; ValueError naming the tensor if it cannot be coded."""
     array = np.asarray(array)
+    if not _is_valid_name(name):
+        raise ValueError(f"tensor {name!r}: the name must be {NAME_RULE}")
     if array.dtype.name not in FLOAT_DTYPES + INT_DTYPES:
         raise ValueError(f"tensor {name!r}: dtype {array.dtype} is not supported")
     try:
         return array, placement(array.shape)
     except ValueError as exc:
         raise ValueError(f"tensor {name!r}: {exc}") from None
+
+
+def _role(dim: int, position: int) -> str:
+    """A tensor's role in its layer: the weight, the weight's bias, or a 1-D tensor alone."""
+    return "weight" if dim != 1 else ("bias" if position else "vector")
 
 
 # --------------------------------------------------------------------------------------------- encode
@@ -137,7 +159,7 @@ def _layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | No
                           max_ctu3d_idx=CTU_SIZES.index(options.max_ctu_size),
                           array1d_depth=options.bias_bitdepth)
     subs, described = [], []
-    for role_index, (name, array, place) in enumerate(arrays):
+    for position, (name, array, place) in enumerate(arrays):
         quant = _quantize(array, options, place.dim == 1)
         sub = Sublayer(dim=place.dim, shape=place.shape, cmaxw=quant.cmaxw, bitdepth=quant.bitdepth,
                        scan_order=options.scan_order, levels=to_standard(quant.levels, place), step=quant.step)
@@ -145,8 +167,8 @@ def _layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | No
             peak = int(np.max(np.abs(quant.levels))) if quant.levels.size else 0
             header.array1d_depth = max(peak - 1, 0).bit_length()
         subs.append(sub)
-        role = "weight" if place.dim != 1 else ("bias" if role_index else "vector")
-        described.append({"name": name, "dtype": array.dtype.name, "shape": list(array.shape), "role": role})
+        described.append({"name": name, "dtype": array.dtype.name, "shape": list(array.shape),
+                          "role": _role(place.dim, position)})
     if len(subs) == 2:
         subs[0].include_bias_array1d = 1
     return header, subs, described
@@ -154,7 +176,10 @@ def _layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | No
 
 def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | None = None,
                      groups: list[tuple[str, str | None]] | None = None) -> tuple[bytes, list[LayerInfo]]:
-    """Encode tensors (one layer per weight[+bias] group); returns the container and per-layer info."""
+    """Encode tensors (one layer per weight[+bias] group); returns the container and per-layer info.
+
+    The same tensors and options always give the same bytes: the file holds no timings.
+    """
     options = options or CodecOptions()
     groups = _valid_groups(tensors, groups if groups is not None else default_groups(tensors))
     total = sum(int(np.asarray(tensors[w]).size) for w, _ in groups)
@@ -163,19 +188,24 @@ def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | Non
     bar = _progress(total, "encode", show)
     for weight, bias in groups:
         with error_context(layer=weight):
-            started = time.perf_counter()
             header, subs, described = _layer_sublayers(tensors, weight, bias, options)
             stream = encode_stream(header, [subs], options.encoder)
             weights = sum(int(np.asarray(tensors[t["name"]]).size) for t in described)
             infos.append(LayerInfo(name=weight, offset=offset, length=len(stream.data), tensors=described,
                                    weights=weights, bins=stream.bins, modes=stream.stats[0],
-                                   encode_seconds=time.perf_counter() - started))
+                                   crc32=zlib.crc32(stream.data)))
             streams.append(stream.data)
             offset += len(stream.data)
             bar.update(int(np.asarray(tensors[weight]).size))
     bar.close()
-    index = json.dumps({"version": 1, "layers": [_info_json(info) for info in infos]}).encode()
-    return MAGIC + _LENGTH.pack(len(index)) + index + b"".join(streams), infos
+    index = json.dumps({"layers": [_info_json(info) for info in infos]}).encode()
+    return pack_container(index, b"".join(streams)), infos
+
+
+def pack_container(index: bytes, streams: bytes) -> bytes:
+    """A container from its index (UTF-8 JSON) and the layer streams it describes: the header with the
+    index's length and CRC-32, the index, the streams."""
+    return _HEADER.pack(MAGIC, len(index), zlib.crc32(index)) + index + streams
 
 
 def encode(tensors: dict[str, np.ndarray], options: CodecOptions | None = None,
@@ -207,45 +237,150 @@ def _valid_groups(tensors: dict[str, np.ndarray], groups: list[tuple[str, str | 
     return result + [(name, None) for name in missing]
 
 
+_LAYER_KEYS = ("name", "offset", "length", "crc32", "tensors", "weights", "bins", "modes")
+_TENSOR_KEYS = ("name", "dtype", "shape", "role")
+
+
 def _info_json(info: LayerInfo) -> dict:
-    data = asdict(info)
-    data.pop("decode_seconds")
-    return data
+    return {key: getattr(info, key) for key in _LAYER_KEYS}
 
 
 # --------------------------------------------------------------------------------------------- decode
-def read_index(data: bytes) -> tuple[list[LayerInfo], int]:
-    """The container's layer table and the byte position of the stream area; raises CodecError."""
+def read_index(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS) -> tuple[list[LayerInfo], int]:
+    """The container's layer table and the byte position of the stream area; raises CodecError.
+
+    The header, the index's CRC-32 and every index field are checked here, before any stream is touched;
+    a layer stream's CRC-32 is checked when that layer is decoded.
+    """
     data = bytes(data)
-    if len(data) < len(MAGIC) + _LENGTH.size or not data.startswith(MAGIC):
+    if data[:len(MAGIC)] in OLD_MAGICS:
+        raise CodecError(f"container format {data[:len(MAGIC)].decode()} has no checksums and is no longer read: "
+                         "encode the weights again", bit_position=0)
+    if len(data) < _HEADER.size or not data.startswith(MAGIC):
         raise CodecError("not an AIPU weight container (bad magic or too short)", bit_position=0)
-    (length,) = _LENGTH.unpack_from(data, len(MAGIC))
-    start = len(MAGIC) + _LENGTH.size
+    _, length, checksum = _HEADER.unpack_from(data)
+    start = _HEADER.size
     if start + length > len(data):
         raise CodecError(f"index length {length} runs past the end of the {len(data)}-byte container",
                          bit_position=8 * len(MAGIC))
-    try:
-        index = json.loads(data[start:start + length].decode())
-        infos = [LayerInfo(**layer) for layer in index["layers"]]
-    except (ValueError, TypeError, KeyError) as exc:
-        raise CodecError(f"corrupt container index: {exc}", bit_position=8 * start) from None
+    raw = data[start:start + length]
+    if zlib.crc32(raw) != checksum:
+        raise CodecError("the container index fails its CRC-32 check", bit_position=8 * start)
+    index = _parse_json(raw, start)
     payload = start + length
-    for info in infos:
-        if (not isinstance(info.offset, int) or not isinstance(info.length, int) or info.offset < 0
-                or info.length <= 0 or payload + info.offset + info.length > len(data)):
-            raise CodecError(f"layer {info.name!r}: stream [{info.offset}, +{info.length}] outside the container")
-        _check_tensor_entries(info)
-    return infos, payload
+    try:
+        return _layer_table(index, payload, len(data), limits), payload
+    except CodecError as error:       # a field check: the position is the index's
+        raise error.add_context(bit_position=8 * start)
 
 
-def _check_tensor_entries(info: LayerInfo) -> None:
-    if not isinstance(info.tensors, list) or not 1 <= len(info.tensors) <= 2:
-        raise CodecError(f"layer {info.name!r}: corrupt tensor list in the index")
-    for entry in info.tensors:
-        if (not isinstance(entry, dict) or entry.get("dtype") not in FLOAT_DTYPES + INT_DTYPES
-                or not isinstance(entry.get("shape"), list)
-                or not all(isinstance(n, int) and n >= 0 for n in entry["shape"])):
-            raise CodecError(f"layer {info.name!r}: corrupt tensor entry {entry!r} in the index")
+def _parse_json(raw: bytes, start: int) -> object:
+    """The index (``raw``, at byte ``start``) as JSON; CodecError at the offending byte for anything json
+    cannot read."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CodecError(f"the container index is not UTF-8: {exc.reason}",
+                         bit_position=8 * (start + exc.start)) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CodecError(f"the container index is not JSON: {exc.msg}",
+                         bit_position=8 * (start + len(text[:exc.pos].encode()))) from None
+    except (ValueError, RecursionError) as exc:    # an integer of over 4300 digits; nesting deeper than the stack
+        raise CodecError(f"the container index cannot be read: {reprlib.repr(str(exc))}",
+                         bit_position=8 * start) from None
+
+
+def _bad_field(where: str, value: object, expected: str) -> CodecError:
+    return CodecError(f"container index: {where} = {reprlib.repr(value)}, expected {expected}")
+
+
+def _check_keys(entry: object, keys: tuple[str, ...], where: str) -> dict:
+    if not isinstance(entry, dict) or set(entry) != set(keys):
+        raise _bad_field(where, entry, "an object with exactly the keys " + ", ".join(keys))
+    return entry
+
+
+def _integer_field(entry: dict, key: str, where: str, low: int, high: int) -> int:
+    value = entry[key]
+    if type(value) is not int or not low <= value <= high:     # type(): a bool is not a count
+        raise _bad_field(f"{where}.{key}", value, f"an integer in {low}..{high}")
+    return value
+
+
+def _new_name(entry: dict, where: str, seen: set[str]) -> str:
+    name = entry["name"]
+    if not _is_valid_name(name):
+        raise _bad_field(f"{where}.name", name, NAME_RULE)
+    if name in seen:
+        raise _bad_field(f"{where}.name", name, "a name not used before in the container")
+    seen.add(name)
+    return name
+
+
+def _tensor_entry(entry: object, where: str, position: int, names: set[str]) -> tuple[dict, int]:
+    """One tensor of the index, checked field by field; returns it and its number of weights."""
+    tensor = _check_keys(entry, _TENSOR_KEYS, where)
+    _new_name(tensor, where, names)
+    if not isinstance(tensor["dtype"], str) or tensor["dtype"] not in FLOAT_DTYPES + INT_DTYPES:
+        raise _bad_field(f"{where}.dtype", tensor["dtype"], "one of " + ", ".join(FLOAT_DTYPES + INT_DTYPES))
+    shape = tensor["shape"]
+    if not isinstance(shape, list) or any(type(n) is not int for n in shape):
+        raise _bad_field(f"{where}.shape", shape, "a list of integers")
+    try:
+        place = placement(shape)
+    except ValueError as exc:
+        raise CodecError(f"container index: {where}.shape: {exc}") from None
+    if tensor["role"] != _role(place.dim, position):
+        raise _bad_field(f"{where}.role", tensor["role"], repr(_role(place.dim, position)))
+    return tensor, math.prod(shape)
+
+
+def _layer_table(index: object, payload: int, size: int, limits: DecoderLimits) -> list[LayerInfo]:
+    """The index's layers, every field checked (types, ranges, names, shapes, streams tiling the payload)."""
+    layers = _check_keys(index, ("layers",), "index")["layers"]
+    if not isinstance(layers, list):
+        raise _bad_field("layers", layers, "a list")
+    infos: list[LayerInfo] = []
+    layer_names: set[str] = set()
+    tensor_names: set[str] = set()
+    offset = total = 0
+    for i, item in enumerate(layers):
+        where = f"layers[{i}]"
+        entry = _check_keys(item, _LAYER_KEYS, where)
+        name = _new_name(entry, where, layer_names)
+        if not isinstance(entry["tensors"], list) or not 1 <= len(entry["tensors"]) <= 2:
+            raise _bad_field(f"{where}.tensors", entry["tensors"], "a list of one or two tensors")
+        tensors, weights = [], 0
+        for j, tensor in enumerate(entry["tensors"]):
+            checked, count = _tensor_entry(tensor, f"{where}.tensors[{j}]", j, tensor_names)
+            tensors.append(checked)
+            weights += count
+        if type(entry["weights"]) is not int or entry["weights"] != weights:
+            raise _bad_field(f"{where}.weights", entry["weights"], f"{weights}, the size of its tensors")
+        total += weights
+        if total > limits.max_weights_per_container:
+            raise CodecError(f"container index: the layers hold more than the decoder limit of "
+                             f"{limits.max_weights_per_container} weights")
+        if type(entry["offset"]) is not int or entry["offset"] != offset:
+            raise _bad_field(f"{where}.offset", entry["offset"], f"{offset}: the streams lie back to back")
+        length = _integer_field(entry, "length", where, 1, size)
+        if payload + offset + length > size:
+            raise CodecError(f"container index: {where}: stream [{offset}, +{length}] runs past the end of the file",
+                             bit_position=8 * (payload + offset))
+        modes = entry["modes"]
+        if not isinstance(modes, dict) or not all(_is_valid_name(key) and type(count) is int and 0 <= count < 1 << 63
+                                                  for key, count in modes.items()):
+            raise _bad_field(f"{where}.modes", modes, "an object of counts")
+        infos.append(LayerInfo(name=name, offset=offset, length=length, tensors=tensors, weights=weights,
+                               bins=_integer_field(entry, "bins", where, 0, (1 << 63) - 1), modes=modes,
+                               crc32=_integer_field(entry, "crc32", where, 0, (1 << 32) - 1)))
+        offset += length
+    if payload + offset != size:
+        raise CodecError(f"{size - payload - offset} bytes after the last layer stream",
+                         bit_position=8 * (payload + offset))
+    return infos
 
 
 def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference: bool = False,
@@ -288,39 +423,58 @@ def decode_weight_stream(stream: bytes, shape: tuple[int, ...], limits: DecoderL
     """One layer's bare nnc() stream, as the WDEC command fetches it from DRAM (a container layer's bytes at
     its index offset and length), to the integer levels (int64) of its weight tensor in the ONNX layout
     ``shape``. The levels are what the NPU computes with; a float layer's step size is the compiler's concern."""
-    _, layers, _, _ = decode_stream(stream, limits)
-    if len(layers) != 1 or not layers[0]:
-        raise CodecError(f"a weight stream holds one layer, this one holds {len(layers)}")
-    return _levels_in_layout(layers[0][0], tuple(shape), "weight")
+    with error_context(bit_position=0):     # the stream disagreeing with ``shape``: at its start
+        _, layers, _, _ = decode_stream(stream, limits)
+        if len(layers) != 1:
+            raise CodecError(f"a weight stream holds one layer, this one holds {len(layers)}")
+        return _levels_in_layout(layers[0][0], tuple(shape), "weight")
 
 
 def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: DecoderLimits,
                          levels_only: bool = False) -> dict[str, np.ndarray]:
-    stream = data[payload + info.offset: payload + info.offset + info.length]
-    with error_context(layer=info.name):
-        started = time.perf_counter()
+    start = payload + info.offset
+    stream = data[start:start + info.length]
+    started = time.perf_counter()
+    try:
+        if zlib.crc32(stream) != info.crc32:
+            raise CodecError("the layer stream fails its CRC-32 check", bit_position=0)
         header, layers, _, _ = decode_stream(stream, limits)
         if len(layers) != 1 or len(layers[0]) != len(info.tensors):
             raise CodecError("the stream's layers do not match the container index")
         result = {}
         for sub, entry in zip(layers[0], info.tensors):
             levels = _levels_in_layout(sub, tuple(entry["shape"]), entry["name"])
-            dtype = np.dtype(entry["dtype"])
             if levels_only:
                 result[entry["name"]] = levels
                 result[entry["name"] + ":step"] = np.float32(sub.step)
-            elif header.integer_input:
-                result[entry["name"]] = levels.astype(dtype)
             else:
-                result[entry["name"]] = reconstruct(levels, sub.step).astype(dtype)
-        info.decode_seconds = time.perf_counter() - started
+                result[entry["name"]] = _tensor(levels, sub.step, header.integer_input, np.dtype(entry["dtype"]),
+                                                entry["name"])
+    except CodecError as error:
+        error.context["layer"] = info.name       # the stream's layer 0 is this container layer
+        raise error.relocate(8 * start)
+    info.decode_seconds = time.perf_counter() - started
     return result
+
+
+def _tensor(levels: np.ndarray, step: np.float32, integer_input: int, dtype: np.dtype, name: str) -> np.ndarray:
+    """Decoded levels in the tensor's dtype; a value the dtype cannot hold is an error, never a silent cast."""
+    if bool(integer_input) != (dtype.kind in "iub"):
+        raise CodecError(f"tensor {name!r}: dtype {dtype} in a stream with integer_input {integer_input}")
+    values = levels if integer_input else reconstruct(levels, step)
+    if dtype.kind == "f":
+        low, high = float(np.finfo(dtype).min), float(np.finfo(dtype).max)
+    else:
+        low, high = (0, 1) if dtype.kind == "b" else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    if values.size and not low <= values.min().item() <= values.max().item() <= high:
+        raise CodecError(f"tensor {name!r}: a decoded value outside the range of {dtype}")
+    return values.astype(dtype)
 
 
 def decode_with_info(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, progress: bool | None = None
                      ) -> tuple[dict[str, np.ndarray], list[LayerInfo]]:
     """Decode every layer of a container; returns the tensors and the per-layer info (with decode time)."""
-    infos, payload = read_index(data)
+    infos, payload = read_index(data, limits)
     total = sum(info.weights for info in infos)
     bar = _progress(total, "decode", progress if progress is not None else total >= PROGRESS_WEIGHTS)
     tensors: dict[str, np.ndarray] = {}
@@ -344,7 +498,7 @@ def decode_layer(data: bytes, name_or_index: str | int, limits: DecoderLimits = 
     the float32 step of dequantw, instead of the dequantised tensors: what a hardware weight decoder
     produces before its dequantisation multiply.
     """
-    infos, payload = read_index(data)
+    infos, payload = read_index(data, limits)
     if isinstance(name_or_index, int):
         if not 0 <= name_or_index < len(infos):
             raise CodecError(f"layer index {name_or_index} outside 0..{len(infos) - 1}")

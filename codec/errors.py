@@ -35,6 +35,13 @@ class CodecError(ValueError):
             self.context.setdefault(key, value)
         return self
 
+    def relocate(self, bits: int) -> CodecError:
+        """The input that raised this starts ``bits`` into a larger one (a layer stream or the index inside a
+        container): the position then counts from the larger input's start, and an error without a
+        position points at the inner input's first bit."""
+        self.bit_position = bits + (self.bit_position or 0)
+        return self
+
     def __str__(self) -> str:
         where = []
         if self.bit_position is not None:

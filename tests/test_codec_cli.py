@@ -42,10 +42,11 @@ def test_encode_info_decode_onnx(tmp_path, capsys):
     expected = _tiny_onnx(tmp_path / "m.onnx", np.random.default_rng(1))
     assert main(["codec", "encode", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.nnr"), "--bitdepth", "6",
                  "--fast"]) == 0
-    assert "bits/weight" in capsys.readouterr().out
+    assert "bits/weight, encoded in" in capsys.readouterr().out
     assert main(["codec", "info", str(tmp_path / "m.nnr")]) == 0
     table = capsys.readouterr().out
     assert "conv_w" in table and "8x3x3x3 + 8" in table and "tree:" in table and "total: 3 layers" in table
+    assert "dec s" in table and "enc s" not in table           # the file holds no encode time
     assert main(["codec", "decode", str(tmp_path / "m.nnr"), "-o", str(tmp_path / "out.npz")]) == 0
     with np.load(tmp_path / "out.npz") as out:
         q = quantize_uniform(expected["conv_w"], bitdepth=6)

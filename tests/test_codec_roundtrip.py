@@ -1,6 +1,10 @@
 """Library round trips: decode(encode(x)) equals the quantised x exactly, for every shape class and value kind."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -139,6 +143,28 @@ def test_decode_layer_by_name_and_index():
         codec.decode_layer(data, "nope")
 
 
+REPRODUCIBLE = """
+import sys
+import numpy as np
+import codec
+rng = np.random.default_rng(9)
+tensors = {"c.weight": rng.laplace(0, 0.1, (12, 6, 3, 3)).astype(np.float32),
+           "c.bias": rng.normal(0, 1, 12).astype(np.float32), "q": rng.integers(-9, 9, (7, 5)).astype(np.int8)}
+data = codec.encode(tensors) + codec.encode(tensors, codec.CodecOptions(clusters=5))
+if __name__ == "__main__":
+    sys.stdout.buffer.write(data)
+"""
+
+
+def test_encoding_is_reproducible():
+    """The same tensors and options give the same bytes: here and in another process with another hash seed."""
+    here: dict = {"__name__": "here"}
+    exec(REPRODUCIBLE, here)
+    there = subprocess.run([sys.executable, "-c", REPRODUCIBLE], capture_output=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+    assert there == here["data"]
+
+
 def test_encoder_choice_beats_every_single_fixed_mode():
     """A trained-like tensor: Laplacian weights with per-output-channel scales, pruned channels."""
     rng = np.random.default_rng(6)
@@ -148,7 +174,7 @@ def test_encoder_choice_beats_every_single_fixed_mode():
     w[:, rng.random(40) < 0.2] = 0                                # dead input channels
     tensors = {"w": w}
 
-    def size(encoder):      # bytes of the nnc() streams (the container index holds timings and names)
+    def size(encoder):      # bytes of the nnc() streams (the container index holds names and statistics)
         _, infos = codec.encode_with_info(tensors, codec.CodecOptions(bitdepth=6, encoder=encoder))
         return sum(info.length for info in infos)
     fixed = {(tree, book, start): size(EncoderOptions(trees=(tree,), codebook=book, start_depth=start,
