@@ -38,7 +38,7 @@ from .syntax import (CTU_SIZES, SCAN_CK, DecoderLimits, DEFAULT_LIMITS, ElementR
 
 MAGIC = b"AIPUNNR2"
 OLD_MAGICS = (b"AIPUNNR1",)              # without checksums: refused, re-encode
-_HEADER = struct.Struct("<8sII")         # magic, index length, CRC-32 of the index
+HEADER = struct.Struct("<8sII")         # magic, index length, CRC-32 of the index
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 MAX_NAME_LENGTH = 1024
@@ -205,7 +205,7 @@ def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | Non
 def pack_container(index: bytes, streams: bytes) -> bytes:
     """A container from its index (UTF-8 JSON) and the layer streams it describes: the header with the
     index's length and CRC-32, the index, the streams."""
-    return _HEADER.pack(MAGIC, len(index), zlib.crc32(index)) + index + streams
+    return HEADER.pack(MAGIC, len(index), zlib.crc32(index)) + index + streams
 
 
 def encode(tensors: dict[str, np.ndarray], options: CodecOptions | None = None,
@@ -256,10 +256,10 @@ def read_index(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS) -> tuple[lis
     if data[:len(MAGIC)] in OLD_MAGICS:
         raise CodecError(f"container format {data[:len(MAGIC)].decode()} has no checksums and is no longer read: "
                          "encode the weights again", bit_position=0)
-    if len(data) < _HEADER.size or not data.startswith(MAGIC):
+    if len(data) < HEADER.size or not data.startswith(MAGIC):
         raise CodecError("not an AIPU weight container (bad magic or too short)", bit_position=0)
-    _, length, checksum = _HEADER.unpack_from(data)
-    start = _HEADER.size
+    _, length, checksum = HEADER.unpack_from(data)
+    start = HEADER.size
     if start + length > len(data):
         raise CodecError(f"index length {length} runs past the end of the {len(data)}-byte container",
                          bit_position=8 * len(MAGIC))
