@@ -3,6 +3,11 @@
 Each package contributes subcommands through a module with a ``register(subparsers)``
 function, listed in ``SUBCOMMAND_MODULES``; this keeps one entry point without one file
 that knows every option.
+
+Threads: the golden model's float32 GEMMs run on numpy's BLAS. Every command runs it on
+``--threads`` threads (default: $AIPU_THREADS, else 1), so that results are reproducible in time
+and two commands (or test workers) side by side do not oversubscribe the cores. Benchmarks that
+compare against onnxruntime pin both to one thread regardless.
 """
 from __future__ import annotations
 
@@ -19,8 +24,23 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+THREADS_VARIABLE = "AIPU_THREADS"
+
+
+def _thread_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= 1024:
+        raise argparse.ArgumentTypeError(f"threads = {text!r} (--threads or ${THREADS_VARIABLE}): expected an integer 1 .. 1024")
+    return count
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aipu", description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=_thread_count, default=os.environ.get(THREADS_VARIABLE, "1"),
+                        help=f"BLAS threads of the golden model (default: ${THREADS_VARIABLE}, else 1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
@@ -29,8 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from threadpoolctl import threadpool_limits
+
     try:
-        return int(args.func(args) or 0)
+        with threadpool_limits(limits=args.threads):
+            return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader went away (`aipu ... | head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

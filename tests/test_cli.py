@@ -1,4 +1,5 @@
 """The `aipu` entry point: every registered subcommand builds and `--help` works."""
+import os
 import subprocess
 import sys
 
@@ -38,3 +39,37 @@ def test_closed_pipe_is_not_reported_as_an_error(monkeypatch, capsys):
         monkeypatch.setattr(sys, "stdout", os.fdopen(write_end, "w"))
         code = main(["isa-doc"])
     assert code == 141
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to tell two BLAS threads from one")
+@pytest.mark.parametrize("argv, environment, expected", [
+    (["--threads", "2"], None, 2),
+    ([], "2", 2),
+    (["--threads", "1"], "2", 1),
+])
+def test_threads_option_sets_the_blas_threads_of_the_command(monkeypatch, argv, environment, expected):
+    from threadpoolctl import threadpool_info
+
+    from sim.cli import THREADS_VARIABLE, main
+
+    if environment is None:
+        monkeypatch.delenv(THREADS_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(THREADS_VARIABLE, environment)
+    seen = []
+    monkeypatch.setattr("sim.cli_isa._cmd_isa_doc",
+                        lambda args: seen.extend(pool["num_threads"] for pool in threadpool_info()
+                                                 if pool["user_api"] == "blas"))
+    assert main([*argv, "isa-doc"]) == 0
+    assert seen and set(seen) == {expected}
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-3"])
+def test_threads_option_refuses_what_is_not_a_thread_count(monkeypatch, capsys, value):
+    from sim.cli import THREADS_VARIABLE, main
+
+    monkeypatch.setenv(THREADS_VARIABLE, value)
+    with pytest.raises(SystemExit) as exc:
+        main(["isa-doc"])
+    assert exc.value.code == 2
+    assert f"threads = '{value}' (--threads or $AIPU_THREADS)" in capsys.readouterr().err
