@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,10 @@ def _cmd_encode(args: argparse.Namespace) -> int:
                                bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,
                                progress=True if args.progress else None)
     started = time.perf_counter()
-    data, infos = api.encode_with_info(tensors, options, groups)
+    try:
+        data, infos = api.encode_with_info(tensors, options, groups)
+    except ValueError as exc:           # a tensor the codec cannot take: one line naming the file and tensor
+        raise ValueError(f"{args.input}: {exc}") from None
     seconds = time.perf_counter() - started
     Path(args.output).write_bytes(data)
     weights = sum(info.weights for info in infos)
@@ -78,18 +82,34 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_decode(args: argparse.Namespace) -> int:
+def _decode_file(path: str) -> tuple[bytes, dict[str, np.ndarray], list]:
+    """The container's bytes, tensors and layer infos; a CodecError names the file."""
     from . import api
-    tensors = api.decode(Path(args.input).read_bytes())
-    np.savez(args.output, **tensors)
+    from .errors import error_context
+    data = Path(path).read_bytes()
+    with error_context(file=path):
+        tensors, infos = api.decode_with_info(data)
+    return data, tensors, infos
+
+
+def _save_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
+    """np.savez without its keyword arguments, so that every tensor name is an archive member (np.savez
+    takes a tensor named ``file`` for its own argument and one named ``allow_pickle`` for its flag)."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in tensors.items():
+            with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
+
+def _cmd_decode(args: argparse.Namespace) -> int:
+    _, tensors, _ = _decode_file(args.input)
+    _save_npz(args.output, tensors)
     print(f"{args.output}: {len(tensors)} tensors")
     return 0
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from . import api
-    data = Path(args.input).read_bytes()
-    tensors, infos = api.decode_with_info(data)
+    data, _, infos = _decode_file(args.input)
     if args.json:
         json.dump([{**vars(info), "bits_per_weight": info.bits_per_weight} for info in infos], sys.stdout, indent=2)
         sys.stdout.write("\n")

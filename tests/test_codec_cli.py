@@ -6,6 +6,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import codec
 from codec.cli import load_onnx
 from codec.quantize import quantize_uniform, reconstruct
 from sim.cli import main
@@ -66,15 +67,30 @@ def test_encode_npz_with_step_and_integer_tensors(tmp_path, capsys):
         np.testing.assert_array_equal(out["q"], ints)
 
 
+def test_any_tensor_name_survives_decode(tmp_path):
+    """np.savez would take a tensor named "file" for its own argument and "allow_pickle" for its flag."""
+    tensors = {"file": np.arange(6, dtype=np.int8), "allow_pickle": np.ones((2, 3), dtype=np.int16),
+               "a/b c": np.zeros(4, dtype=np.float32)}
+    (tmp_path / "t.nnr").write_bytes(codec.encode(tensors))
+    assert main(["codec", "decode", str(tmp_path / "t.nnr"), "-o", str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as out:
+        assert sorted(out.files) == sorted(tensors)
+        for name, array in tensors.items():
+            np.testing.assert_array_equal(out[name], array)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["codec", "encode", "missing.npz", "-o", "x.nnr"], "No such file"),
     (["codec", "encode", "model.txt", "-o", "x.nnr"], "expected an .onnx or .npz"),
     (["codec", "info", "garbage.nnr"], "bad magic"),
+    (["codec", "decode", "garbage.nnr", "-o", "x.npz"], "file garbage.nnr"),
+    (["codec", "encode", "empty.npz", "-o", "x.nnr"], "empty.npz: tensor 'w': tensor shape (0, 3)"),
 ])
 def test_user_errors_are_one_line(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model.txt").write_text("x")
     (tmp_path / "garbage.nnr").write_bytes(b"\x00" * 40)
+    np.savez(tmp_path / "empty.npz", w=np.zeros((0, 3)))
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

@@ -561,14 +561,14 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("command", ["decode", "info"])
 def test_crafted_containers_through_the_cli(sandbox, tmp_path, command):
-    """`aipu codec decode|info` print one line naming the error and exit 2, without a traceback."""
+    """`aipu codec decode|info` print one line naming the error, its position and the file, and exit 2."""
     for name, (data, words) in CRAFTED_CONTAINERS.items():
         path = tmp_path / "crafted.nnr"
         path.write_bytes(data)
         argv = ["codec", command, str(path)] + (["-o", str(tmp_path / "out.npz")] if command == "decode" else [])
         code, _, err = run_case(sandbox, run_cli, argv)
         assert code == 2 and err.count("\n") == 1 and err.startswith("aipu codec: error: "), (name, err)
-        assert words in err and "bit " in err, (name, err)
+        assert words in err and "bit " in err and f"file {path}" in err, (name, err)
 
 
 # --------------------------------------------------------------------------------------------- long runs
