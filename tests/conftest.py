@@ -1,13 +1,23 @@
 """Shared test set-up.
 
-The golden model's float32 GEMMs run on numpy's BLAS, which would otherwise start one thread per core in
-every pytest-xdist worker. The suite pins BLAS to one thread per worker, as the `aipu` CLI does by default
-(README, "Threads"), so the tests exercise the same configuration users run and never oversubscribe the cores.
+* BLAS threads: the golden model's float32 GEMMs run on numpy's BLAS, which would otherwise start one thread
+  per core in every pytest-xdist worker. The suite pins BLAS to one thread per worker, as the `aipu` CLI does
+  by default (README, "Threads"), so the tests exercise what users run and never oversubscribe the cores.
+* Hypothesis: the default suite is repeatable (``derandomize``: the same examples on every run and machine),
+  so a red CI is a real change, not a new random draw. Random exploration is the slow suite's job; run any
+  test with fresh draws by ``HYPOTHESIS_PROFILE=explore``.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 from threadpoolctl import threadpool_limits
+
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from sim.arch import MULTIPLIER_BITS
 from sim.golden import avg_pool2d, concat, eltwise, eltwise_params, global_avg_pool, max_pool2d
+from sim.golden.eltwise import MAX_ALIGN
 
 GRID = np.arange(16, dtype=np.int8).reshape(1, 1, 4, 4)   # rows 0..3, 4..7, 8..11, 12..15
 
@@ -91,14 +93,27 @@ def test_eltwise_mul_and_broadcast():
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2 ** 32 - 1), st.floats(1e-3, 1.0), st.floats(1e-3, 1.0), st.floats(1e-3, 1.0),
        st.sampled_from(["add", "sub", "mul"]))
-def test_eltwise_params_track_float_within_one_lsb(seed, sa, sb, sy, op):
+def test_eltwise_rounds_once_with_params_that_track_the_scales(seed, sa, sb, sy, op):
+    """The output is the exact value of the integer parameters rounded once, and each parameter is within the
+    quantize_multiplier bound of its real scale (unless realigned). The error against float is then at most
+    0.5 + sum |term_i| * 2**-MULTIPLIER_BITS: more than one LSB where two large terms nearly cancel."""
     rng = np.random.default_rng(seed)
-    a = rng.integers(-128, 128, 64, dtype=np.int8)
-    b = rng.integers(-128, 128, 64, dtype=np.int8)
+    a = rng.integers(-128, 128, 64, dtype=np.int8).astype(np.int64)
+    b = rng.integers(-128, 128, 64, dtype=np.int8).astype(np.int64)
     params = eltwise_params(op, sa, sb, sy)
-    got = eltwise(a, b, op, out_dtype=np.int16, **params).astype(np.int64)
-    real = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[op](a * sa, b * sb)
-    assert np.all(np.abs(got - np.clip(real / sy, -32768, 32767)) <= 1.0)
+    got = eltwise(a.astype(np.int8), b.astype(np.int8), op, out_dtype=np.int16, **params).astype(np.int64)
+    if op == "mul":
+        terms = [(a * b, params["multiplier"], params["shift"], sa * sb / sy)]
+    else:
+        sign = 1 if op == "add" else -1
+        terms = [(a, params["multiplier"][0], params["shift"][0], sa / sy),
+                 (sign * b, params["multiplier"][1], params["shift"][1], sb / sy)]
+    exact = sum(values * (multiplier / 2.0 ** shift) for values, multiplier, shift, _ in terms)
+    assert np.all(np.abs(got - np.clip(exact, -32768, 32767)) <= 0.5 + 1e-9)
+    shifts = [shift for _, _, shift, _ in terms]
+    for _, multiplier, shift, real in terms:
+        if shift < min(shifts) + MAX_ALIGN:   # a realigned input trades precision for alignment (docstring)
+            assert abs(multiplier / 2.0 ** shift / real - 1) <= 2.0 ** -MULTIPLIER_BITS
 
 
 def test_concat_rescale_and_copy():
