@@ -20,5 +20,5 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str):
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'codec' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"codec.{_EXPORTS[name]}"), name)
+        raise AttributeError(f"module 'aipu.codec' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"aipu.codec.{_EXPORTS[name]}"), name)

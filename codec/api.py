@@ -32,7 +32,7 @@ from .engine import AecDecoder
 from .errors import CodecError, error_context
 from .layout import Placement, from_standard, placement, to_standard
 from .quantize import Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
-from .syntax_fast import FastElementReader
+from .decode_fast import FastElementReader
 from .syntax import (CTU_SIZES, SCAN_CK, DecoderLimits, DEFAULT_LIMITS, ElementReader, StreamHeader, Sublayer,
                      code_nnc)
 

@@ -88,11 +88,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from codec import binarization as bz
-from codec.errors import CodecError
+from aipu.codec import binarization as bz
+from aipu.codec.errors import CodecError
 
 if TYPE_CHECKING:
-    from codec.engine import AecDecoder, AecEncoder
+    from aipu.codec.engine import AecDecoder, AecEncoder
 
 BYPASS = None   # ctx_start of a bypass element
 

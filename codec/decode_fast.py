@@ -27,7 +27,7 @@ from .contexts import element_spec
 from .errors import CodecError
 from .syntax import (MAX_CBOOK_SIZE, MAX_PREDICTOR_SIZE, DecoderLimits, StreamHeader, Sublayer, ctu_geometries,
                      tree_shapes)
-from .syntax_fast import (ELEMENTS, MAX_TREE_LEVELS, STACK_COLUMNS, _NO_FLAT, _NO_GROUP, _NO_MAP, octree, tagtree,
+from .syntax_fast import (ELEMENTS, MAX_TREE_LEVELS, STACK_COLUMNS, _NO_DATA, _NO_FLAT, _NO_GROUP, _NO_MAP, octree, tagtree,
                           uni_tagtree, unitree)
 
 _njit = njit(_nrt=False)
@@ -554,3 +554,52 @@ def decode_weight_sublayer(io: tuple, header: StreamHeader, sub: Sublayer, limit
 
 
 __all__ = ["decode_weight_sublayer"]
+
+
+class FastElementReader:
+    """ElementIO of the decoder over codec.fast's njit engine (see the module docstring)."""
+
+    decoding = True
+
+    def __init__(self, data: bytes):
+        self.data = np.frombuffer(bytes(data), dtype=np.uint8)
+        self.state = fast.new_state(self.data)
+        self.ctx = fast.new_contexts()
+        fast.raise_on_error(self.state)
+        self._io = (self.state, self.ctx, self.data, fast.NO_TRACE, fast.new_encoder_state(), _NO_DATA.copy())
+
+    @property
+    def bins_decoded(self) -> int:
+        return int(self.state[fast.S_BINS])
+
+    @property
+    def bit_position(self) -> int:
+        """The next bit the engine will fetch, as AecDecoder.bit_position."""
+        return int(self.state[fast.S_POS])
+
+    def code(self, name: str, value: int = 0, **inputs: int) -> int:
+        spec = element_spec(name)
+        if spec.binarization == "FL":
+            length = spec.fixed_length if spec.fixed_length is not None else inputs["length"]
+            if spec.bypass:
+                result = fast.decode_fl(self.state, self.ctx, self.data, fast.NO_TRACE, -1, fast.INC_CONST, length)
+            else:
+                result = fast.decode_decision(self.state, self.ctx, self.data, fast.NO_TRACE,
+                                              spec.ctx_start + spec.ctx_inc(0, inputs))
+        elif spec.binarization == "U":
+            result = fast.decode_u(self.state, self.ctx, self.data, fast.NO_TRACE, spec.ctx_start,
+                                   fast._INC_CODES[spec.inc_rule], inputs["max_value"])
+        else:
+            result = fast.decode_uegk(self.state, self.ctx, self.data, fast.NO_TRACE, spec.ctx_start,
+                                      fast._INC_CODES[spec.inc_rule], inputs.get("sign", 0), spec.c_max, spec.k)
+        fast.raise_on_error(self.state, element=name)
+        return int(result)
+
+    def decode_weight_sublayer(self, header, sub, limits) -> dict[str, int]:
+        """All CTUs of a weight sublayer in one njit call (codec.decode_fast); returns the mode statistics."""
+        return decode_weight_sublayer(self._io, header, sub, limits)
+
+    def finish(self) -> int:
+        end = fast.finish(self.state, self.data, fast.NO_TRACE)
+        fast.raise_on_error(self.state, element="terminator")
+        return int(end)

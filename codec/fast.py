@@ -22,14 +22,14 @@ calls from Python: for tests and mixed code, not for speed).
 """
 from __future__ import annotations
 
-from codec._jit import njit
+from aipu.codec._jit import njit
 import numpy as np
 
-from codec.binarization import MAX_EG_VALUE, MAX_FL_LENGTH
-from codec.contexts import NUM_CONTEXTS
-from codec.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LOW_FLUSH_BITS, LPS_INCREMENT,
+from aipu.codec.binarization import MAX_EG_VALUE, MAX_FL_LENGTH
+from aipu.codec.contexts import NUM_CONTEXTS
+from aipu.codec.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LOW_FLUSH_BITS, LPS_INCREMENT,
                           RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS, TRACE_STUFFING)
-from codec.errors import CodecError
+from aipu.codec.errors import CodecError
 
 # state[] layout
 S_RS1, S_RT1, S_VALUE_S, S_VALUE_T, S_VALUE_D, S_BFLAG = 0, 1, 2, 3, 4, 5
@@ -459,7 +459,7 @@ def decode_program(state, ctx, data, trace, ops, out):
 
 def uegk_params(name: str) -> tuple[int, int, int, int]:
     """(ctx_start, INC_* rule, cMax, k) of a UEGk element of contexts.ELEMENTS, for njit parsers."""
-    from codec.contexts import element_spec
+    from aipu.codec.contexts import element_spec
     spec = element_spec(name)
     if spec.binarization != "UEGk":
         raise ValueError(f"element {name} is {spec.binarization}, not UEGk")
@@ -764,8 +764,8 @@ def run() -> dict:
     """``aipu bench codec-engine``: bins/s of the Python and njit encoders and decoders, njit UEGk values/s."""
     import time
 
-    from codec.contexts import ElementEncoder
-    from codec.engine import AecDecoder, AecEncoder
+    from aipu.codec.contexts import ElementEncoder
+    from aipu.codec.engine import AecDecoder, AecEncoder
 
     rng = np.random.default_rng(2021)
     count = 400_000

@@ -5,7 +5,7 @@ Each tree is one njit function that decodes, or encodes the encoder's truth, and
 traversal is depth first with an explicit stack (see ``_open``), because numba cannot cache a recursive
 function that other compiled code calls, and the decoder's sublayer loop (codec.decode_fast) calls them.
 
-``FastElementReader`` is the ElementIO of codec.syntax over the njit engine arrays (state, contexts,
+``FastElementReader`` (codec.decode_fast) is the ElementIO of codec.syntax over the njit engine arrays (state, contexts,
 data): the stream and layer headers are parsed by the Python syntax element by element, and each weight
 sublayer is decoded in one call of codec.decode_fast. ``FastElementWriter`` is the encoder's ElementIO:
 ``TreeCoder`` hands it whole trees. tests/test_codec_syntax.py and tests/test_codec_fast_decode.py check
@@ -527,56 +527,6 @@ def encode_tree(io: tuple, tree: str, shapes: list[tuple[int, int, int]], start_
     fast.raise_on_error(io[0], element=tree)
 
 
-class FastElementReader:
-    """ElementIO of the decoder over codec.fast's njit engine (see the module docstring)."""
-
-    decoding = True
-
-    def __init__(self, data: bytes):
-        self.data = np.frombuffer(bytes(data), dtype=np.uint8)
-        self.state = fast.new_state(self.data)
-        self.ctx = fast.new_contexts()
-        fast.raise_on_error(self.state)
-        self._io = (self.state, self.ctx, self.data, fast.NO_TRACE, fast.new_encoder_state(), _NO_DATA.copy())
-
-    @property
-    def bins_decoded(self) -> int:
-        return int(self.state[fast.S_BINS])
-
-    @property
-    def bit_position(self) -> int:
-        """The next bit the engine will fetch, as AecDecoder.bit_position."""
-        return int(self.state[fast.S_POS])
-
-    def code(self, name: str, value: int = 0, **inputs: int) -> int:
-        spec = element_spec(name)
-        if spec.binarization == "FL":
-            length = spec.fixed_length if spec.fixed_length is not None else inputs["length"]
-            if spec.bypass:
-                result = fast.decode_fl(self.state, self.ctx, self.data, fast.NO_TRACE, -1, fast.INC_CONST, length)
-            else:
-                result = fast.decode_decision(self.state, self.ctx, self.data, fast.NO_TRACE,
-                                              spec.ctx_start + spec.ctx_inc(0, inputs))
-        elif spec.binarization == "U":
-            result = fast.decode_u(self.state, self.ctx, self.data, fast.NO_TRACE, spec.ctx_start,
-                                   fast._INC_CODES[spec.inc_rule], inputs["max_value"])
-        else:
-            result = fast.decode_uegk(self.state, self.ctx, self.data, fast.NO_TRACE, spec.ctx_start,
-                                      fast._INC_CODES[spec.inc_rule], inputs.get("sign", 0), spec.c_max, spec.k)
-        fast.raise_on_error(self.state, element=name)
-        return int(result)
-
-    def decode_weight_sublayer(self, header, sub, limits) -> dict[str, int]:
-        """All CTUs of a weight sublayer in one njit call (codec.decode_fast); returns the mode statistics."""
-        from .decode_fast import decode_weight_sublayer
-        return decode_weight_sublayer(self._io, header, sub, limits)
-
-    def finish(self) -> int:
-        end = fast.finish(self.state, self.data, fast.NO_TRACE)
-        fast.raise_on_error(self.state, element="terminator")
-        return int(end)
-
-
 class FastElementWriter:
     """ElementIO of the encoder over codec.fast's njit encoder; ``fork()`` counts bits for trial encodes."""
 
@@ -644,4 +594,4 @@ class FastElementWriter:
         return self.engine.finish()
 
 
-__all__ = ["FastElementReader", "FastElementWriter", "encode_tree"]
+__all__ = ["FastElementWriter", "encode_tree"]

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim import golden
-from sim.arch import (BIAS_BITS, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
+from aipu.sim import golden
+from aipu.sim.spec.arch import (BIAS_BITS, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
                       LUT16_INDEX_BITS_MIN, KERNEL_BITS, MULTIPLIER_BITS, PAD_BITS, STEP_BITS, LutMode,
-                      PARAM_RECORD_BYTES, SHIFT_MAX, Buffer, DIM_BITS, DType, HardwareConfig, Opcode,
+                      PARAM_DTYPE, PARAM_RECORD_BYTES, SHIFT_MAX, Buffer, DIM_BITS, DType, HardwareConfig, Opcode,
                       RequantMode, Rounding, Unit)
-from sim.errors import InputError
-from sim.interpreter import PARAM_DTYPE, Memory
-from sim.program import Command, Program
+from aipu.sim.spec.errors import InputError
+from aipu.sim.spec.memory import Memory
+from aipu.sim.spec.program import Command, Program
 
 DRAM_ALIGN = 64
 _DIM_MAX = (1 << DIM_BITS) - 1

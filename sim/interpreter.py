@@ -7,7 +7,7 @@ memory for every schedule. The interpreter detects deadlock (no unit can run), u
 FINISH, out-of-bounds accesses, and -- with vector clocks -- data races: two accesses to overlapping
 bytes, at least one a write, by commands that no token chain orders.
 
-All arithmetic is delegated to the golden model (:mod:`sim.golden`); this module only moves bytes.
+All arithmetic is delegated to the golden model (:mod:`aipu.sim.golden`); this module only moves bytes.
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim import golden
-from sim.arch import (ACC_BITS, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, PARAM_RECORD, Buffer, DType,
-                      EltwiseOp, HardwareConfig, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit)
-from sim.program import Command, Program
+from aipu.sim import golden
+from aipu.sim.spec.arch import (ACC_BITS, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType,
+                      EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit)
+from aipu.sim.spec.memory import Memory
+from aipu.sim.spec.program import Command, Program
 
-PARAM_DTYPE = np.dtype([(name, code) for name, code, _ in PARAM_RECORD])
 DRAM = "DRAM"
 
 
@@ -36,30 +36,6 @@ class DeadlockError(ExecutionError):
 
 class HazardError(ExecutionError):
     """Two commands not ordered by tokens access overlapping bytes and at least one writes."""
-
-
-@dataclass
-class Memory:
-    """DRAM image plus every on-chip buffer, all as little-endian byte arrays."""
-
-    config: HardwareConfig
-    dram: np.ndarray
-    buffers: dict[Buffer, np.ndarray]
-
-    @classmethod
-    def create(cls, config: HardwareConfig, dram: bytes | np.ndarray | int) -> Memory:
-        image = np.zeros(dram, np.uint8) if isinstance(dram, int) else np.frombuffer(bytes(dram), np.uint8).copy()
-        if image.size > 1 << config.dram.address_bits:
-            raise ValueError(f"DRAM image of {image.size} bytes exceeds dram.address_bits = "
-                             f"{config.dram.address_bits}")
-        return cls(config, image, {b: np.zeros(config.buffer(b).bytes, np.uint8) for b in Buffer})
-
-    def copy(self) -> Memory:
-        return Memory(self.config, self.dram.copy(), {b: a.copy() for b, a in self.buffers.items()})
-
-    def __eq__(self, other) -> bool:
-        return (isinstance(other, Memory) and np.array_equal(self.dram, other.dram)
-                and all(np.array_equal(self.buffers[b], other.buffers[b]) for b in Buffer))
 
 
 @dataclass
@@ -373,7 +349,7 @@ def _wrap(values: np.ndarray, bits: int) -> np.ndarray:
 def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:
     """WDEC's decoder: one layer's bare nnc() stream of an [O, I, KH, KW] weight tensor to int8 levels
     (codec.decode_weight_stream); levels outside int8 are an error, never a wrap."""
-    import codec
+    from aipu import codec
 
     try:
         levels = codec.decode_weight_stream(stream, shape)

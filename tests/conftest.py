@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -24,3 +25,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 def one_blas_thread_per_worker():
     with threadpool_limits(limits=1):
         yield
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The checkout (tests/ lies directly below it): for files the tests compare against, such as docs/isa.md."""
+    return Path(__file__).resolve().parent.parent

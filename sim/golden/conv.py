@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from sim.arch import ACC_BITS, MAC_OPERAND_BITS
-from sim.golden._checks import check_array, check_int, check_int_param, check_int_tuple, dtype_range
+from aipu.sim.spec.arch import ACC_BITS, MAC_OPERAND_BITS
+from aipu.sim.golden._checks import check_array, check_int, check_int_param, check_int_tuple, dtype_range
 
 MAC_INPUT_DTYPES = (np.int8, np.uint8)
 _FLOAT32_EXACT = 2 ** 24

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.arch import ELTWISE_SUM_BITS, MULTIPLIER_BITS, SHIFT_MAX
-from sim.golden._checks import check_array, check_int, dtype_range
-from sim.golden.requant import _check_scales, _output_stage, quantize_multiplier, requantize
-from sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
+from aipu.sim.spec.arch import ELTWISE_SUM_BITS, MULTIPLIER_BITS, SHIFT_MAX
+from aipu.sim.golden._checks import check_array, check_int, dtype_range
+from aipu.sim.golden.requant import _check_scales, _output_stage, quantize_multiplier, requantize
+from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
 
 ELTWISE_OPS = ("add", "sub", "max", "min", "mul")
 _INPUT_DTYPES = (np.int8, np.uint8)

@@ -13,9 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from sim.arch import LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT8_ENTRIES
-from sim.golden._checks import QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype, dtype_range
-from sim.golden.rounding import round_half_away, rounding_shift_right
+from aipu.sim.spec.arch import LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT8_ENTRIES
+from aipu.sim.golden._checks import QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype, dtype_range
+from aipu.sim.golden.rounding import round_half_away, rounding_shift_right
 
 _INT16_MIN, _INT16_MAX = -(2 ** 15), 2 ** 15 - 1
 _MAX_INDEX_SHIFT = 16

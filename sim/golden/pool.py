@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from sim.arch import ACC_BITS
-from sim.golden._checks import QUANT_DTYPES, check_array, check_int, check_int_tuple, dtype_range
-from sim.golden.rounding import check_rounding, rounding_divide
+from aipu.sim.spec.arch import ACC_BITS
+from aipu.sim.golden._checks import QUANT_DTYPES, check_array, check_int, check_int_tuple, dtype_range
+from aipu.sim.golden.rounding import check_rounding, rounding_divide
 
 
 def _windows(x: np.ndarray, kernel, stride, padding, dilation, fill):

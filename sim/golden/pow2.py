@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.arch import BIAS_BITS, MULTIPLIER_BITS
-from sim.golden._checks import check_int
-from sim.golden.rounding import round_half_away
+from aipu.sim.spec.arch import BIAS_BITS, MULTIPLIER_BITS
+from aipu.sim.golden._checks import check_int
+from aipu.sim.golden.rounding import round_half_away
 
 #: QUAN of the patent's embodiment: 8-bit features, 7-bit kernels (S002 [0069], L400-404).
 FEATURE_QUAN, KERNEL_QUAN = 127, 63

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.arch import BIAS_BITS, MULTIPLIER_BITS, SHIFT_MAX, TFLITE_MULTIPLIER_BITS
-from sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
+from aipu.sim.spec.arch import BIAS_BITS, MULTIPLIER_BITS, SHIFT_MAX, TFLITE_MULTIPLIER_BITS
+from aipu.sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
                                 check_int_param, dtype_range, per_channel)
-from sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
+from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
 
 MULTIPLIER_MAX = 2 ** MULTIPLIER_BITS - 1
 _INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1

@@ -1,0 +1,156 @@
+"""`aipu codec encode|decode|info`: compress a model's weights and inspect a bitstream (`aipu bench codec` times it).
+
+The codec (and numba) is imported inside the handlers: building the `aipu` parser stays cheap.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+ONNX_WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
+
+
+def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]]]:
+    """Initializers used by Conv/Gemm/MatMul nodes, grouped (weight, bias)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {init.name: init for init in model.graph.initializer}
+    tensors: dict[str, np.ndarray] = {}
+    groups: list[tuple[str, str | None]] = []
+
+    def take(name: str) -> str | None:
+        if name in inits and name not in tensors:
+            tensors[name] = numpy_helper.to_array(inits[name])
+            return name
+        return None
+
+    for node in model.graph.node:
+        if node.op_type not in ONNX_WEIGHT_OPS:
+            continue
+        inputs = list(node.input)
+        if node.op_type == "MatMul":
+            for name in inputs:
+                if take(name):
+                    groups.append((name, None))
+            continue
+        weight = take(inputs[1]) if len(inputs) > 1 else None
+        bias = take(inputs[2]) if len(inputs) > 2 and inputs[2] else None
+        if weight:
+            groups.append((weight, bias))
+        elif bias:
+            groups.append((bias, None))
+    if not tensors:
+        raise ValueError(f"{path}: no Conv/Gemm/MatMul initializers found")
+    return tensors, groups
+
+
+def load_tensors(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]] | None]:
+    if path.suffix == ".onnx":
+        return load_onnx(path)
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}, None
+    raise ValueError(f"{path}: expected an .onnx or .npz file")
+
+
+def _cmd_encode(args: argparse.Namespace) -> int:
+    from aipu.codec import api
+    from aipu.codec.encoder import FAST_OPTIONS, EncoderOptions
+    tensors, groups = load_tensors(Path(args.input))
+    encoder = FAST_OPTIONS if args.fast else EncoderOptions()
+    options = api.CodecOptions(bitdepth=args.bitdepth, step=args.step, clusters=args.clusters,
+                               bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,
+                               progress=True if args.progress else None)
+    started = time.perf_counter()
+    try:
+        data, infos = api.encode_with_info(tensors, options, groups)
+    except ValueError as exc:           # a tensor the codec cannot take: one line naming the file and tensor
+        raise ValueError(f"{args.input}: {exc}") from None
+    seconds = time.perf_counter() - started
+    Path(args.output).write_bytes(data)
+    weights = sum(info.weights for info in infos)
+    print(f"{args.output}: {len(infos)} layers, {weights} weights, {len(data)} bytes, "
+          f"{8 * len(data) / max(weights, 1):.3f} bits/weight, encoded in {seconds:.2f} s")
+    return 0
+
+
+def _decode_file(path: str) -> tuple[bytes, dict[str, np.ndarray], list]:
+    """The container's bytes, tensors and layer infos; a CodecError names the file."""
+    from aipu.codec import api
+    from aipu.codec.errors import error_context
+    data = Path(path).read_bytes()
+    with error_context(file=path):
+        tensors, infos = api.decode_with_info(data)
+    return data, tensors, infos
+
+
+def _save_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
+    """np.savez without its keyword arguments, so that every tensor name is an archive member (np.savez
+    takes a tensor named ``file`` for its own argument and one named ``allow_pickle`` for its flag)."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in tensors.items():
+            with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
+
+def _cmd_decode(args: argparse.Namespace) -> int:
+    _, tensors, _ = _decode_file(args.input)
+    _save_npz(args.output, tensors)
+    print(f"{args.output}: {len(tensors)} tensors")
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    data, _, infos = _decode_file(args.input)
+    if args.json:
+        json.dump([{**vars(info), "bits_per_weight": info.bits_per_weight} for info in infos], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{'layer':<28} {'shape':<22} {'weights':>9} {'bytes':>8} {'bits/w':>7} {'bins':>9} "
+          f"{'dec s':>7}  modes")
+    for info in infos:
+        shapes = " + ".join("x".join(map(str, t["shape"])) or "scalar" for t in info.tensors)
+        modes = ", ".join(f"{key}:{count}" for key, count in sorted(info.modes.items()))
+        print(f"{info.name[:28]:<28} {shapes[:22]:<22} {info.weights:>9} {info.length:>8} "
+              f"{info.bits_per_weight:>7.3f} {info.bins:>9} {info.decode_seconds:>7.3f}  {modes}")
+    total_bytes = sum(info.length for info in infos)
+    weights = sum(info.weights for info in infos)
+    print(f"total: {len(infos)} layers, {weights} weights, {len(data)} bytes "
+          f"({total_bytes} in layer streams), {8 * total_bytes / max(weights, 1):.3f} bits/weight")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("codec", help="T/AI 115.1 chapter-10 weight codec: encode, decode, info")
+    commands = parser.add_subparsers(dest="codec_command", metavar="ACTION", required=True)
+
+    enc = commands.add_parser("encode", help="compress the weights of an .onnx or .npz file")
+    enc.add_argument("input", help="model.onnx (Conv/Gemm/MatMul initializers) or tensors.npz")
+    enc.add_argument("-o", "--output", required=True, help="output container (.nnr)")
+    quant = enc.add_mutually_exclusive_group()
+    quant.add_argument("--bitdepth", type=int, default=8, help="uniform quantisation bit depth (default 8)")
+    quant.add_argument("--step", type=float, help="uniform quantisation step size")
+    quant.add_argument("--clusters", type=int, help="k-means codebook quantisation with this many levels")
+    enc.add_argument("--bias-bitdepth", type=int, default=16, help="bit depth of float 1-D tensors")
+    enc.add_argument("--ctu", type=int, default=64, choices=(64, 32, 16, 8), help="maximum CTU size")
+    enc.add_argument("--fast", action="store_true", help="one fixed mode (octree from the root), no search")
+    enc.add_argument("--progress", action="store_true", help="always show a progress bar")
+    enc.set_defaults(func=_cmd_encode)
+
+    dec = commands.add_parser("decode", help="decode a container to .npz")
+    dec.add_argument("input")
+    dec.add_argument("-o", "--output", required=True, help="output .npz")
+    dec.set_defaults(func=_cmd_decode)
+
+    info = commands.add_parser("info", help="per-layer shape, bits/weight, modes, bins and decode time")
+    info.add_argument("input")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.set_defaults(func=_cmd_info)

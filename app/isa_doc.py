@@ -1,0 +1,179 @@
+"""Generate docs/isa.md from the declarative tables in :mod:`aipu.sim.spec.arch` (``aipu isa-doc``).
+
+The prose explains the execution model; every number, field and table comes from the source of
+truth, so the document cannot drift from the code (a test regenerates it and compares).
+"""
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+from enum import IntEnum
+
+from aipu.sim.spec.arch import (BUFFER_UNIT_BYTES, COMMAND_BITS, COMMAND_BYTES, COMMANDS, CONFIG_FILE_BYTES_MAX, DEFAULT,
+                      PARAM_RECORD, PARAM_RECORD_BYTES, Buffer, DType, EltwiseOp, HardwareConfig, LutMode, PoolMode,
+                      RequantMode, Rounding, Unit)
+from aipu.sim.spec.program import FORMAT_VERSION, MAGIC
+
+EXECUTION_MODEL = f"""\
+## Execution model
+
+The AIPU is a decoupled access-execute machine in the style of VTA: seven units run concurrently, each
+from its own in-order command queue, and synchronise only through **dependency tokens**.
+
+| unit | does |
+|---|---|
+| LOAD | strided DMA DRAM -> ACT / WEIGHT / LUT / PARAM, writing padding (e.g. the input zero point) on the fly |
+| WDEC | decodes one layer's compressed weight stream (T/AI 115.1 chapter 10) from DRAM into WEIGHT |
+| CONV | one convolution or matmul tile on the MAC array, ACT x WEIGHT -> ACC (overwrite or accumulate) |
+| REQUANT | ACC -> OUT with per-channel bias / multiplier / shift records from PARAM |
+| LUT | table-lookup activations (8-bit direct, 16-bit interpolated) into OUT |
+| POOL | max / average pooling, element-wise add/sub/max/min/mul and concat rescale into OUT |
+| STORE | strided DMA OUT -> DRAM |
+
+**Tokens.** Between every ordered pair of distinct units there is a token queue (a counter of depth
+`queues.token_depth`). A command's `pop` mask names the producers it must receive one token from
+before it starts; its `push` mask names the consumers that get one token when it has finished. Tokens
+carry no data: they order the commands that touch the same buffer region (read-after-write: the
+producer pushes after writing; write-after-read: the consumer pushes back when a region may be
+overwritten). A command stalls while a token it pops is missing or a queue it pushes into is full.
+A full crossbar of token queues costs a few counters and lets the compiler chain any units (VTA has
+four queues for a fixed load-compute-store chain; AIPU's units form longer, configurable chains).
+
+**Correctness rule.** A program is correct when every pair of commands that access overlapping bytes,
+one of them writing, is ordered by a chain of tokens (or sits in the same queue). The interpreter
+checks this with vector clocks on every access, independent of the schedule, and executes random
+legal schedules in the tests: a correct program produces the same memory in all of them.
+
+**FINISH.** Every program ends with exactly one FINISH, the last command of one queue. It runs once
+every other queue has drained and its own pops are satisfied; all token queues must then be empty
+(balanced program). The device then reports completion.
+
+**Encoding.** Every command is one {COMMAND_BITS}-bit word ({COMMAND_BYTES} bytes, little-endian).
+Fields are packed from bit 0 upwards in the order of the tables below: `opcode`, `pop`, `push`, then
+the command's fields; the remaining high bits are reserved and must be zero. Opcode 0 is reserved so an
+erased word never decodes. Address fields are as wide as the configured buffer needs, so the layout
+depends on the hardware configuration (the offsets below are for the default configuration). A word
+is rejected (`ValueError` naming the field and value) if the opcode is unknown, a reserved bit is set,
+a field is outside its legal range, or a token mask names the command's own unit. {COMMAND_BITS} bits
+rather than VTA's 128: AIPU commands carry their complete parameters (an element-wise command has two
+multipliers, two shifts, three zero points and clamp bounds) instead of relying on hidden
+configuration registers, which keeps every command self-contained and freely reorderable.
+
+**Buffers and layouts.** Addresses in ACC count int32 entries, in PARAM {PARAM_RECORD_BYTES}-byte
+records (REQUANT `param_index`); all other on-chip addresses, and LOAD's `sram_addr` into any buffer,
+count bytes. Tensors are channel-innermost: activations `[rows][cols][channels]`, weights
+`[out_c][k_h][k_w][in_c/groups]` (int8), accumulators and outputs `[pixels][channels]`.
+
+**MAC array dataflow.** The array has `mac.rows x mac.cols` int8 multipliers. Each cycle it takes
+`rows` input channels of one input pixel for one kernel tap, multiplies them with the matching
+`rows x cols` weights and adds the `cols` dot products into the accumulators of `cols` output channels
+of one output pixel (output-stationary in ACC, weights streamed from WEIGHT). A CONV tile therefore
+takes about `out_h * out_w * k_h * k_w * ceil(in_c/groups / rows) * ceil(out_c / cols)` cycles;
+depthwise layers use one row of the array. Matmul / fully connected is CONV with a 1x1 kernel.
+Operands enter as `value - zero_point` (signed 9 bit) and products accumulate in int32; the
+arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arithmetic.md).
+
+**Typical layer.** `compiler/tiling.py` lowers conv + requant: LOAD params, weights and an input row
+tile (padded) -> CONV (input-channel chunks accumulate) -> REQUANT -> STORE, with every buffer split in
+two halves (double buffering) and the token pattern LOAD->CONV, CONV->LOAD (half free), CONV->REQUANT,
+REQUANT->CONV, LOAD->REQUANT (params), REQUANT->LOAD, REQUANT->STORE, STORE->REQUANT (with a LUT:
+REQUANT->LUT->STORE). A token is pushed only if a later command pops it. Consecutive layers are
+separated by one STORE->LOAD token: the last STORE of a layer pushes it and the first LOAD of the next
+pops it, which orders the DRAM hand-over and every on-chip buffer reuse between the layers.
+"""
+
+DECISIONS = """\
+## Decisions recorded here
+
+- Rounding of right shifts is a per-command field with the four golden-model modes; FLOOR reproduces
+  seed 002 and HALF_UP is `rshift_rnd` (seed002_003_quant.md Part 3 "S002 needs a floor mode ... so the
+  requantizer needs a `rnd_mode` field"; Part 5 item 2 "Support both with a mode bit").
+- Padding is written by LOAD with the command's `pad_value`; the compiler passes the input zero point
+  so padded taps contribute 0 (seed002_003_quant.md Part 5 item 9, Part 3.8 "Pad (constant -zp_x)").
+- Average pooling divides exactly by the window size or by the taps inside the image, chosen per
+  command (`count_include_pad`, seed002_003_quant.md Part 5 item 8, A3-8).
+- LUT tables hold signed 16-bit entries; 8-bit inputs index 256-entry tables directly, 16-bit inputs
+  use 2^k + 1 entries with interpolation (seed002_003_quant.md Part 3.6; Part 5 item 6).
+- Requant parameters are per output channel (seed002_003_quant.md Part 3.1 "Bias and requant params
+  are indexed by output channel"), stored as records in PARAM and shared by all tiles of a layer.
+"""
+
+
+def _key_rows(obj, prefix: str = "") -> list[str]:
+    rows = []
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if is_dataclass(value):
+            doc = f.metadata.get("doc")
+            if doc:
+                rows.append(f"| `{prefix}{f.name}` | | | {doc} |")
+            rows.extend(_key_rows(value, f"{prefix}{f.name}."))
+        else:
+            rule = f"1 .. {f.metadata['maximum']}" + (", power of two" if f.metadata["power_of_two"] else "")
+            rows.append(f"| `{prefix}{f.name}` | {value} | {rule} | {f.metadata.get('doc', '')} |")
+    return rows
+
+
+def _enum_section(enum: type[IntEnum]) -> str:
+    return f"- `{enum.__name__}`: " + ", ".join(f"{member.name} = {int(member)}" for member in enum)
+
+
+def _field_rows(spec, config: HardwareConfig) -> list[str]:
+    rows = []
+    for fld, offset, width in spec.layout(config):
+        width_text = str(width) if isinstance(fld.bits, int) else f"{width} (`{fld.bits}`)"
+        legal = fld.legal_values()
+        if legal is not None:
+            legal_text = ", ".join(v.name for v in legal)
+        else:
+            low, high = fld.legal_range(config)
+            legal_text = f"{low} .. {high}"
+        rows.append(f"| `{fld.name}` | {offset} | {width_text} | {'signed' if fld.signed else 'unsigned'} | "
+                    f"{legal_text} | {fld.meaning} |")
+    return rows
+
+
+def generate(config: HardwareConfig = DEFAULT) -> str:
+    out = ["# AIPU command set (ISA)", "",
+           "<!-- GENERATED by `aipu isa-doc -o docs/isa.md` from sim/spec/arch.py; do not edit by hand. -->", "",
+           "Source of truth: `sim/spec/arch.py` (hardware configuration, command tables); machinery in",
+           "`sim/spec/program.py` (encoding, container, disassembler); semantics executed by `sim/interpreter.py`.",
+           "", EXECUTION_MODEL, "## Hardware configuration", "",
+           "Loaded from TOML or JSON (`sim/spec/default.toml` is the default below) by",
+           "`aipu.sim.spec.arch.load_hardware_config`; unknown keys, non-integers, values outside the rule's range,",
+           f"non-powers-of-two where required, files over {CONFIG_FILE_BYTES_MAX} bytes and deeply nested",
+           "documents raise `InputError` (a `ValueError`) naming the file, the key, the value and what is",
+           "allowed.", "",
+           "| key | default | rule | meaning |", "|---|---|---|---|", *_key_rows(config), "",
+           "Derived widths (computed from the configuration, never restated):", "",
+           "| name | default | rule |", "|---|---|---|"]
+    for name, value in config.width_parameters.items():
+        rule = ("max over byte-addressed buffers" if name == "sram_addr_bits" else
+                "dram.address_bits" if name == "dram_addr_bits" else
+                "log2(bytes / unit), unit = " + str(BUFFER_UNIT_BYTES[Buffer[name[:-10].upper()]]) + " byte(s)")
+        out.append(f"| `{name}` | {value} | {rule} |")
+    out += ["", "## Enumerations", ""]
+    out += [_enum_section(e) for e in (Unit, Buffer, DType, Rounding, RequantMode, LutMode, PoolMode, EltwiseOp)]
+    out += ["", f"## Parameter record ({PARAM_RECORD_BYTES} bytes per output channel, little-endian)", "",
+            "| field | type | meaning |", "|---|---|---|"]
+    out += [f"| `{name}` | `{code}` | {meaning} |" for name, code, meaning in PARAM_RECORD]
+    out += ["", "## Commands", ""]
+    for spec in COMMANDS.values():
+        layout = spec.layout(config)
+        used = layout[-1][1] + layout[-1][2]
+        unit = spec.unit.name if spec.unit is not None else "any (the `unit` field)"
+        out += [f"### {spec.opcode.name} (opcode {int(spec.opcode)}, queue {unit})", "", spec.summary + ".", "",
+                "```", spec.semantics, "```", "",
+                "| field | bit | width | sign | legal | meaning |", "|---|---|---|---|---|---|",
+                *_field_rows(spec, config), "",
+                f"Bits {used} .. {COMMAND_BITS - 1} are reserved (zero).", ""]
+    out += ["## Program container", "",
+            f"A program file holds: magic `{MAGIC.decode()}`, u16 format version ({FORMAT_VERSION}), u16 number",
+            "of queues, the 16-character configuration hash, u32 length of the embedded configuration",
+            "(JSON), the configuration, one u32 command count per queue in unit order, the commands of each",
+            "queue, and a CRC-32 of everything before it. Reading checks every item and names the problem",
+            "(not a program, truncated, wrong version, hash mismatch, checksum mismatch, bad command).",
+            "`aipu disasm prog.bin` prints one command per line with every field named, e.g.", "",
+            "```", "CONV[0]      CONV     pop[LOAD] push[REQUANT]      in_addr=0x0 in_h=5 ... accumulate=0", "```",
+            "", "and `aipu asm listing.txt -o prog.bin` assembles such a listing back (comments start with `;`).",
+            "", DECISIONS]
+    return "\n".join(out).rstrip("\n") + "\n"

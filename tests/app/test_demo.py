@@ -1,0 +1,16 @@
+"""`aipu demo` on the embedded digits CNN: every promise it prints holds."""
+from __future__ import annotations
+
+from aipu.app.demo import run_demo
+from aipu.sim.spec.program import Program
+
+
+def test_demo_is_bit_exact_accurate_and_lossless(tmp_path):
+    report = run_demo(tmp_path, eval_limit=60)
+    assert report["interpreter"]["bit_exact"] and report["interpreter"]["images"] == 60
+    assert report["codec"]["lossless"]
+    accuracy = report["accuracy"]
+    assert accuracy["float"] >= 0.9, accuracy          # the embedded model is trained (95.8% on all 360)
+    assert accuracy["npu"] >= accuracy["float"] - 0.05 and accuracy["agreement"] >= 0.95, accuracy
+    program = Program.read(tmp_path / "model.aipu")
+    assert program.disassemble() == (tmp_path / "model.lst").read_text()

@@ -1,0 +1,601 @@
+"""Bad input never crashes, hangs or allocates without bound: it raises CodecError saying where.
+
+Every case runs in a ``Sandbox``: a forked child process under an address-space limit (MEMORY_LIMIT), which
+the test kills when a case takes longer than CASE_SECONDS. A hang, a runaway allocation, a crash, or any
+exception other than a CodecError with a bit position inside the input fails the test and shows the input
+in hex; the machine never notices.
+
+The inputs:
+* random bytes, truncations and bit flips of a valid stream;
+* structured streams (``RandomElements``): stream and layer headers drawn by hypothesis with their edge
+  values, then random element values that the decoder's own path through the syntax asks for, coded
+  exactly, cut off after a random number of elements and followed by random bytes; this is the class of
+  input that found the zero-extent hang of issue 6;
+* every one-byte corruption and every truncation of a container, and index mutations with a recomputed CRC;
+* the crafted inputs of issue 6, through the library and through ``aipu codec decode|info``.
+
+The default suite runs a derandomized quick subset; ``-m slow`` runs the long random versions.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import multiprocessing
+import random
+import resource
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from aipu import codec
+from aipu.codec.api import HEADER, MAGIC, decode_stream, pack_container
+from aipu.codec.contexts import element_spec
+from aipu.codec.encoder import EncoderOptions, encode_stream
+from aipu.codec.engine import AecEncoder
+from aipu.codec.errors import CodecError
+from aipu.codec.syntax import ElementWriter, StreamHeader, Sublayer, code_nnc, code_nnc_header
+from aipu.app.cli import main
+
+MEMORY_LIMIT = 2 << 30          # address space of the sandbox process (it starts at about 0.4 GiB)
+CASE_SECONDS = 30.0             # per case; the slowest legitimate case takes well under a second
+
+QUICK = settings(max_examples=100, derandomize=True, deadline=None, database=None,
+                 suppress_health_check=[HealthCheck.too_slow])
+LONG = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# --------------------------------------------------------------------------------------------- the sandbox
+def _serve(connection) -> None:
+    """The child: run each (function, argument) under the memory limit and send back the outcome."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = MEMORY_LIMIT if hard == resource.RLIM_INFINITY else min(MEMORY_LIMIT, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    while True:
+        try:
+            function, argument = connection.recv()
+        except EOFError:
+            return
+        try:
+            outcome = ("ok", function(argument))
+        except Exception as error:      # reported to the parent, which fails the test with the input
+            outcome = ("raised", f"{type(error).__name__}: {str(error)[:1000]}")
+        connection.send(outcome)
+
+
+class Sandbox:
+    """A forked child that runs test cases under MEMORY_LIMIT; it serves many cases, and is replaced after
+    one kills it or runs past its time limit."""
+
+    def __init__(self) -> None:
+        self._process = None
+        self._connection = None
+
+    def run(self, function, argument, seconds: float = CASE_SECONDS) -> tuple:
+        """('ok', result), or ('raised' | 'timeout' | 'died', what happened)."""
+        if self._process is None:
+            context = multiprocessing.get_context("fork")
+            self._connection, child = context.Pipe()
+            self._process = context.Process(target=_serve, args=(child,), daemon=True)
+            self._process.start()
+            child.close()
+        self._connection.send((function, argument))
+        if not self._connection.poll(seconds):
+            self.close()
+            return ("timeout", f"no answer within {seconds} s")
+        try:
+            return self._connection.recv()
+        except EOFError:
+            self._process.join()
+            code = self._process.exitcode
+            self.close()
+            return ("died", f"exit code {code} (the memory limit is {MEMORY_LIMIT >> 20} MiB)")
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.join()
+            self._connection.close()
+            self._process = None
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    box = Sandbox()
+    yield box
+    box.close()
+
+
+def run_case(sandbox: Sandbox, function, data) -> object:
+    """The case's result; a hang, a death or an exception escaping ``function`` fails, showing the input."""
+    outcome = sandbox.run(function, data)
+    shown = data.hex() if isinstance(data, bytes) else repr(data)
+    assert outcome[0] == "ok", f"{outcome[0]}: {outcome[1]}\ninput: {shown}"
+    return outcome[1]
+
+
+def _attempt(decode) -> tuple:
+    """('decoded', digest of the parts ``decode`` yields) or ('error', reason, bit position, message); any
+    other exception propagates. Arrays are hashed in place: a legitimate sublayer may hold 256 MiB."""
+    digest = hashlib.sha256()
+    try:
+        for part in decode():
+            digest.update(part if isinstance(part, np.ndarray) else repr(part).encode())
+    except CodecError as error:
+        return ("error", error.reason, error.bit_position, str(error))
+    return ("decoded", digest.hexdigest())
+
+
+def _stream_parts(data: bytes, reference: bool):
+    """What decode_stream returns, with the mode statistics in one order (the decoders count in their own)."""
+    header, layers, stats, bins = decode_stream(data, reference=reference)
+    yield header, [sorted(counts.items()) for counts in stats], bins
+    for sub in (sub for layer in layers for sub in layer):
+        yield sub.dim, sub.shape, sub.step
+        yield np.ascontiguousarray(sub.levels)
+
+
+def decode_stream_both(data: bytes) -> tuple:
+    """Child side: both decoders' outcomes, one after the other."""
+    return tuple(_attempt(lambda reference=reference: _stream_parts(data, reference)) for reference in (False, True))
+
+
+def _container_parts(data: bytes):
+    for name, array in sorted(codec.decode(data).items()):
+        yield name, array.dtype.name, array.shape
+        yield np.ascontiguousarray(array)
+
+
+def decode_container(data: bytes) -> tuple:
+    """Child side: the container decode's outcome."""
+    return _attempt(lambda: _container_parts(data))
+
+
+def assert_located(result: tuple, data: bytes) -> None:
+    """An error result carries a bit position inside the input."""
+    if result[0] == "error":
+        position = result[2]
+        assert position is not None and 0 <= position <= 8 * len(data), f"{result[3]}\ninput: {data.hex()}"
+
+
+def check_stream(sandbox: Sandbox, data: bytes) -> tuple:
+    """Both decoders give the same levels, or both a located CodecError (at one position for one reason)."""
+    fast, reference = run_case(sandbox, decode_stream_both, data)
+    assert fast[0] == reference[0] and (fast[0] == "error" or fast == reference), \
+        f"fast {fast[:2]}, reference {reference[:2]}\ninput: {data.hex()}"
+    if fast[0] == "error":
+        assert_located(fast, data)
+        assert_located(reference, data)
+        if fast[1] == reference[1]:
+            assert fast[2] == reference[2], f"{fast[3]} / {reference[3]}\ninput: {data.hex()}"
+    return fast
+
+
+def check_container(sandbox: Sandbox, data: bytes) -> tuple:
+    result = run_case(sandbox, decode_container, data)
+    assert_located(result, data)
+    return result
+
+
+# --------------------------------------------------------------------------------------------- seeds
+def _valid_stream() -> bytes:
+    rng = np.random.default_rng(0)
+    levels = np.round(rng.laplace(0, 4, (9, 12, 10))).astype(np.int64)
+    subs = [Sublayer(dim=4, shape=(3, 3, 12, 10), levels=levels, include_bias_array1d=1),
+            Sublayer(dim=1, shape=(1, 1, 1, 10), cmaxw=1, levels=rng.integers(-9, 9, 10))]
+    options = EncoderOptions(trees=("octree", "uni_tagtree"), split="auto", codebook="auto")
+    return encode_stream(StreamHeader(integer_input=1, array1d_depth=5), [subs], options).data
+
+
+VALID_STREAM = _valid_stream()
+
+
+def _compile_every_tree() -> None:
+    """Compile or load the numba decoder before the sandbox forks (a cold cache takes seconds per function)."""
+    levels = np.arange(-6, 6).reshape(1, 3, 4)
+    for tree in ("octree", "unitree", "tagtree", "uni_tagtree"):
+        for codebook in ("off", "on"):
+            options = EncoderOptions(trees=(tree,), codebook=codebook, split="never", start_depth="root")
+            sub = Sublayer(dim=2, shape=(1, 1, 3, 4), levels=levels)
+            decode_stream(encode_stream(StreamHeader(integer_input=1), [[sub]], options).data)
+
+
+_compile_every_tree()
+VALID_CONTAINER = codec.encode({"conv.weight": np.random.default_rng(1).normal(0, 1, (6, 4, 3, 3)),
+                                "conv.bias": np.arange(6, dtype=np.float32),
+                                "q": np.arange(-20, 20, dtype=np.int8).reshape(5, 8)},
+                               codec.CodecOptions(encoder=EncoderOptions(split="never")))
+INDEX_END = HEADER.size + HEADER.unpack_from(VALID_CONTAINER)[1]
+VALID_INDEX = json.loads(VALID_CONTAINER[HEADER.size:INDEX_END])
+VALID_STREAMS = VALID_CONTAINER[INDEX_END:]
+
+
+def container_with(index: object, streams: bytes = VALID_STREAMS) -> bytes:
+    """A container whose index is ``index`` (an object, or raw JSON text) with a correct CRC."""
+    raw = index.encode() if isinstance(index, str) else json.dumps(index).encode()
+    return pack_container(raw, streams)
+
+
+def test_the_fuzz_seeds_decode(sandbox):
+    assert check_stream(sandbox, VALID_STREAM)[0] == "decoded"
+    assert check_container(sandbox, VALID_CONTAINER)[0] == "decoded"
+    assert container_with(VALID_INDEX) == VALID_CONTAINER
+
+
+# --------------------------------------------------------------------------------------------- raw streams
+@QUICK
+@given(data=st.binary(max_size=300))
+def test_random_bytes(sandbox, data):
+    check_stream(sandbox, data)
+
+
+def test_truncations_of_a_stream(sandbox):
+    for cut in range(0, len(VALID_STREAM), 3):
+        assert check_stream(sandbox, VALID_STREAM[:cut])[0] == "error"
+
+
+@QUICK
+@given(flips=st.lists(st.integers(0, 8 * len(VALID_STREAM) - 1), min_size=1, max_size=4))
+def test_bit_flipped_stream(sandbox, flips):
+    data = bytearray(VALID_STREAM)
+    for bit in flips:
+        data[bit // 8] ^= 0x80 >> (bit % 8)
+    check_stream(sandbox, bytes(data))
+
+
+def test_empty_inputs_and_trailing_garbage(sandbox):
+    assert check_stream(sandbox, b"")[0] == "error"
+    assert check_stream(sandbox, VALID_STREAM + b"\x00")[1].endswith("after the end of the stream")
+    assert "magic" in check_container(sandbox, b"")[1]
+
+
+# --------------------------------------------------------------------------------------------- structured streams
+class _Enough(Exception):
+    """The element budget of a structured stream is spent."""
+
+
+def _random_value(rng: random.Random, name: str, inputs: dict[str, int]) -> int:
+    """A value the element can code: small mostly, the largest now and then."""
+    spec = element_spec(name)
+    if spec.binarization == "FL":
+        length = spec.fixed_length if spec.fixed_length is not None else inputs["length"]
+        if length > 1 and rng.random() < 0.7:
+            return rng.randint(0, min(12, (1 << length) - 1))
+        return rng.getrandbits(length)
+    if spec.binarization == "U":
+        return min(inputs["max_value"], int(rng.expovariate(0.7)))
+    if rng.random() < 0.03:
+        return rng.getrandbits(rng.randint(1, 32))
+    return int(rng.expovariate(0.3))
+
+
+class RandomElements:
+    """An ElementIO that takes the decoder's path through the syntax (``decoding``) but invents each value
+    (header elements from ``plan`` first) and codes it, so the stream decodes to exactly these elements.
+    After ``budget`` elements it stops."""
+
+    decoding = True
+
+    def __init__(self, plan: dict[str, list[int]], seed: int, budget: int):
+        self.plan = {name: list(values) for name, values in plan.items()}
+        self.rng = random.Random(seed)
+        self.budget = budget
+        self.writer = ElementWriter(AecEncoder())
+
+    def code(self, name: str, value: int = 0, **inputs: int) -> int:
+        if not self.budget:
+            raise _Enough
+        self.budget -= 1
+        queue = self.plan.get(name)
+        return self.writer.code(name, queue.pop(0) if queue else _random_value(self.rng, name, inputs), **inputs)
+
+
+def structured_stream(case: tuple) -> bytes:
+    """Child side: the stream of a (plan, seed, budget, tail) case; the syntax stops at its own checks."""
+    plan, seed, budget, tail = case
+    source = RandomElements(plan, seed, budget)
+    with contextlib.suppress(CodecError, _Enough):
+        code_nnc(source)
+    return source.writer.engine.finish() + tail
+
+
+# Header elements with the values worth reaching, as weighted choices: typical values (first: hypothesis
+# shrinks towards them) most of the time, the edges now and then (zero extents, the decoder limits, the
+# largest field values).
+SMALL = list(range(1, 13))
+HEADER_VALUES = {
+    "integer_input": [1, 0],
+    "total_trainable_layer": [1] * 5 + [2, 2, 0, 3],
+    "enable_escape_reorder": [1, 0],
+    "enable_zdep_reorder": [1, 0],
+    "enable_max_ctu3d_size": [0, 1],
+    "max_ctu3d_idx": [0, 1, 2, 3],
+    "array1d_depth": list(range(32)),
+    "total_sublayer": [1] * 4 + [2] * 3 + [0, 3, 15],
+    "sublayer_cmaxw": list(range(20)) + [255, 1000, 1 << 20, (1 << 32) - 1],
+    "sublayer_dim": [0, 2, 3, 1],
+    "sublayer_shape": SMALL * 4 + [0, 16, 63, 64, 65, 300, 4096, 4097, 65535],
+    "include_bias_array1d": [0, 1],
+    "sublayer_scan_order": [0, 1],
+    "sublayer_bitdepth": SMALL * 2 + [0, 31],
+}
+# One value per field and sublayer (a few spare): a field the plan runs out of gets random values.
+PLANS = st.fixed_dictionaries({name: st.lists(st.sampled_from(values), min_size=4 if name == "sublayer_shape" else 1,
+                                              max_size=12)
+                               for name, values in HEADER_VALUES.items()})
+
+
+def structured_cases(max_budget: int, max_tail: int):
+    """(plan, seed, element budget, tail bytes); the budget gets past the headers (random bytes cut them)."""
+    return st.tuples(PLANS, st.integers(0, 2**64 - 1), st.integers(30, max_budget), st.binary(max_size=max_tail))
+
+
+ONE_LAYER = {"total_trainable_layer": [1], "total_sublayer": [1], "sublayer_dim": [0], "integer_input": [1]}
+
+
+@QUICK
+@given(case=structured_cases(max_budget=300, max_tail=32))
+@example(case=({**ONE_LAYER, "sublayer_shape": [0, 3, 8, 8]}, 1, 300, b""))        # issue 6: R = 0 hung
+@example(case=({**ONE_LAYER, "sublayer_shape": [3, 0, 8, 8], "enable_max_ctu3d_size": [1]}, 2, 300, b""))
+def test_structured_streams(sandbox, case):
+    check_stream(sandbox, run_case(sandbox, structured_stream, case))
+
+
+def test_structured_streams_reach_the_trees(sandbox):
+    """The generator goes deep: some streams decode whole sublayers, others fail inside the CTUs."""
+    plan = {"total_trainable_layer": [1], "total_sublayer": [1], "sublayer_dim": [2], "sublayer_shape": [9, 20],
+            "sublayer_bitdepth": [8], "integer_input": [1]}
+    results = [check_stream(sandbox, run_case(sandbox, structured_stream, (plan, seed, 100_000, b"")))
+               for seed in range(30)]
+    assert any(r[0] == "decoded" for r in results)
+    assert any(r[0] == "error" and "ctu" in r[3] for r in results)
+
+
+# --------------------------------------------------------------------------------------------- crafted headers
+def crafted_stream(shape: tuple[int, int, int, int], header: StreamHeader = StreamHeader(integer_input=1),
+                   sublayers: int = 1, cmaxw: int = 0, bitdepth: int = 8, tail: bytes = bytes(16)) -> bytes:
+    """nnc_header and a layer of ``sublayers`` dim-4 sublayers claiming ``shape``, ``cmaxw`` and ``bitdepth``,
+    element by element (the encoder itself refuses what these claim), then ``tail``."""
+    writer = ElementWriter(AecEncoder())
+    code_nnc_header(writer, header, 1)
+    writer.code("total_sublayer", sublayers)
+    for index in range(sublayers):
+        writer.code("sublayer_cmaxw", cmaxw)
+        writer.code("sublayer_dim", 0)
+        for extent in shape:
+            writer.code("sublayer_shape", extent)
+        if index + 1 < sublayers:
+            writer.code("include_bias_array1d", 0)
+        writer.code("sublayer_scan_order", 0)
+        writer.code("sublayer_bitdepth", bitdepth)
+    return writer.engine.finish() + tail
+
+
+ZERO_EXTENTS = [(0, 3, 8, 8), (3, 0, 8, 8), (3, 3, 0, 8), (3, 3, 8, 0), (0, 0, 0, 0), (0, 3, 65535, 65535)]
+
+
+@pytest.mark.parametrize("max_ctu3d_size", [0, 1])
+@pytest.mark.parametrize("shape", ZERO_EXTENTS)
+def test_a_zero_extent_is_refused(sandbox, shape, max_ctu3d_size):
+    """Issue 6: R or S = 0 looped forever in tree_shapes; with enable_max_ctu3d_size, a division by zero."""
+    header = StreamHeader(integer_input=1, enable_max_ctu3d_size=max_ctu3d_size)
+    data = crafted_stream(shape, header)
+    result = check_stream(sandbox, data)
+    assert result[0] == "error" and result[1] == f"sublayer_shape {shape} has a zero extent"
+    assert "element sublayer_shape" in result[3] and "layer 0" in result[3]
+
+
+@pytest.mark.parametrize("shape,sublayers,limit", [
+    ((65535, 65535, 65535, 65535), 1, "exceeds the decoder limits"), ((1, 1, 65535, 65535), 1, "decoder limits"),
+    ((4097, 1, 8, 8), 1, "decoder limits"), ((1, 1, 4096, 8192), 3, "per stream")])
+def test_absurd_shapes_are_refused_before_allocating(sandbox, shape, sublayers, limit):
+    result = check_stream(sandbox, crafted_stream(shape, sublayers=sublayers))
+    assert result[0] == "error" and limit in result[1] and "element sublayer_shape" in result[3]
+
+
+def test_bad_header_values(sandbox):
+    writer = ElementWriter(AecEncoder())
+    code_nnc_header(writer, StreamHeader(), 1)
+    writer.code("total_sublayer", 0)
+    assert "total_sublayer" in check_stream(sandbox, writer.engine.finish())[1]
+    float_header = StreamHeader(integer_input=0)
+    assert "zero step" in check_stream(sandbox, crafted_stream((1, 1, 2, 2), float_header, cmaxw=5, bitdepth=0))[1]
+
+
+def encode_tensor(shape: tuple[int, ...]) -> bytes:
+    """Child side: encode one tensor of ``shape``."""
+    return codec.encode({"w": np.zeros(shape, dtype=np.float32)})
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4, 3, 3), (8, 4, 0, 3), (2, 3, 4, 0, 5)])
+def test_the_encoder_refuses_a_zero_dimension(sandbox, shape):
+    """Issue 6: the encoder ran out of memory in the same loop."""
+    outcome = sandbox.run(encode_tensor, shape)
+    assert outcome[0] == "raised" and outcome[1].startswith(f"ValueError: tensor 'w': tensor shape {shape}")
+    assert "empty tensors cannot be coded" in outcome[1]
+
+
+# --------------------------------------------------------------------------------------------- containers
+def test_every_byte_of_a_container_is_checked(sandbox):
+    """Any one-byte change, any truncation and any appended byte is a located CodecError (the CRCs)."""
+    for position in range(len(VALID_CONTAINER)):
+        for change in (0x01, 0x80, 0xFF):
+            data = bytearray(VALID_CONTAINER)
+            data[position] ^= change
+            assert check_container(sandbox, bytes(data))[0] == "error"
+    for cut in range(len(VALID_CONTAINER)):
+        assert check_container(sandbox, VALID_CONTAINER[:cut])[0] == "error"
+    assert check_container(sandbox, VALID_CONTAINER + b"\x00")[1] == "1 bytes after the last layer stream"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.sampled_from([0, -1, 1, 2**31, 2**32, 2**63, 10**40]) |
+    st.floats(allow_nan=False) | st.text(max_size=6) | st.sampled_from(["", "int8", "uint8", "float16", "conv.bias"]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
+    max_leaves=6)
+
+
+def _paths(value: object, path: tuple = ()) -> list[tuple]:
+    """Every path into a JSON value (dict keys and list indices), the root included."""
+    paths = [path]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            paths += _paths(child, path + (key,))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            paths += _paths(child, path + (index,))
+    return paths
+
+
+INDEX_PATHS = _paths(VALID_INDEX)
+
+
+@st.composite
+def mutated_indexes(draw):
+    """The valid index with one value replaced, one key removed or one key added."""
+    index = json.loads(json.dumps(VALID_INDEX))
+    path = draw(st.sampled_from(INDEX_PATHS[1:]))
+    parent = index
+    for key in path[:-1]:
+        parent = parent[key]
+    action = draw(st.sampled_from(["replace", "remove", "add"]))
+    if action == "replace":
+        parent[path[-1]] = draw(JSON_VALUES)
+    elif action == "remove":
+        del parent[path[-1]]
+    elif isinstance(parent, dict):
+        parent[draw(st.text(max_size=4))] = draw(JSON_VALUES)
+    else:
+        parent.insert(path[-1], draw(JSON_VALUES))
+    return index
+
+
+@QUICK
+@given(index=mutated_indexes())
+def test_index_mutations(sandbox, index):
+    """A crafted index with a correct CRC: every field is checked (decoding it unchanged is allowed too)."""
+    check_container(sandbox, container_with(index))
+
+
+def _layer(changes: dict, layer: int = 0, tensor: int | None = None) -> dict:
+    index = json.loads(json.dumps(VALID_INDEX))
+    target = index["layers"][layer] if tensor is None else index["layers"][layer]["tensors"][tensor]
+    for key, value in changes.items():
+        if value is None:
+            del target[key]
+        else:
+            target[key] = value
+    return index
+
+
+def _zero_extent_container(max_ctu3d_size: int) -> bytes:
+    """The index claims a valid 8x3x3x3 weight; its stream's header claims R = 0 (issue 6)."""
+    stream = crafted_stream((0, 3, 3, 8), StreamHeader(integer_input=1, enable_max_ctu3d_size=max_ctu3d_size),
+                            tail=b"")
+    index = {"layers": [{"name": "w", "offset": 0, "length": len(stream), "crc32": zlib.crc32(stream),
+                         "tensors": [{"name": "w", "dtype": "int8", "shape": [8, 3, 3, 3], "role": "weight"}],
+                         "weights": 216, "bins": 0, "modes": {}}]}
+    return container_with(index, stream)
+
+
+def _flipped(position: int) -> bytes:
+    data = bytearray(VALID_CONTAINER)
+    data[position] ^= 0x04
+    return bytes(data)
+
+
+INT_LAYER = next(i for i, layer in enumerate(VALID_INDEX["layers"]) if layer["tensors"][0]["dtype"] == "int8")
+# Issue 6's inputs, each with the words of its one-line error.
+CRAFTED_CONTAINERS = {
+    "zero R": (_zero_extent_container(0), "has a zero extent"),
+    "zero R, max CTU size": (_zero_extent_container(1), "has a zero extent"),
+    "no layer name": (container_with(_layer({"name": None})), "layers[0] = "),
+    "weights x": (container_with(_layer({"weights": "x"})), "layers[0].weights = 'x'"),
+    "huge shape": (container_with(_layer({"shape": [10**30, 3]}, tensor=0)), "exceeds the 16-bit"),
+    "zero shape": (container_with(_layer({"shape": [6, 0, 3, 3]}, tensor=0)), "empty tensors cannot be coded"),
+    "no layers": (container_with({"layers": []}), "bytes after the last layer stream"),
+    "silent cast": (container_with(_layer({"dtype": "uint8"}, INT_LAYER, 0)), "outside the range of uint8"),
+    "integer as float": (container_with(_layer({"dtype": "float32"}, INT_LAYER, 0)), "integer_input 1"),
+    "duplicate name": (container_with(_layer({"name": "conv.bias"}, INT_LAYER, 0)), "not used before"),
+    "flipped name": (_flipped(VALID_CONTAINER.index(b'"conv.bias"') + 1), "the container index fails its CRC-32"),
+    "flipped stream": (_flipped(len(VALID_CONTAINER) - 3), "the layer stream fails its CRC-32 check"),
+    "deep JSON": (container_with('{"layers": ' + "[" * 100_000 + "]" * 100_000 + "}"), "cannot be read"),
+    "huge number": (container_with('{"layers": [' + "9" * 5000 + "]}"), "cannot be read"),
+    "not JSON": (container_with('{"layers": [}'), "is not JSON"),
+    "not UTF-8": (pack_container(b'{"layers": ["\xff"]}', VALID_STREAMS), "is not UTF-8"),
+    "version 1": (b"AIPUNNR1" + VALID_CONTAINER[len(MAGIC):], "no longer read"),
+}
+
+
+@pytest.mark.parametrize("name", CRAFTED_CONTAINERS)
+def test_crafted_containers(sandbox, name):
+    data, words = CRAFTED_CONTAINERS[name]
+    result = check_container(sandbox, data)
+    assert result[0] == "error" and words in result[3], result
+
+
+def test_a_stream_error_counts_from_the_container_start(sandbox):
+    """A corrupt layer stream behind a matching CRC: the position lies inside that layer's bytes."""
+    index = json.loads(json.dumps(VALID_INDEX))
+    layer = index["layers"][-1]
+    streams = bytearray(VALID_STREAMS)
+    streams[layer["offset"] + 3] ^= 0xFF
+    layer["crc32"] = zlib.crc32(streams[layer["offset"]:layer["offset"] + layer["length"]])
+    data = container_with(index, bytes(streams))
+    result = check_container(sandbox, data)
+    assert result[0] == "error" and f"layer {layer['name']}" in result[3]
+    assert 8 * (INDEX_END + layer["offset"]) <= result[2] <= 8 * len(data)
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """Child side: ``aipu`` with its exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("command", ["decode", "info"])
+def test_crafted_containers_through_the_cli(sandbox, tmp_path, command):
+    """`aipu codec decode|info` print one line naming the error, its position and the file, and exit 2."""
+    for name, (data, words) in CRAFTED_CONTAINERS.items():
+        path = tmp_path / "crafted.nnr"
+        path.write_bytes(data)
+        argv = ["codec", command, str(path)] + (["-o", str(tmp_path / "out.npz")] if command == "decode" else [])
+        code, _, err = run_case(sandbox, run_cli, argv)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("aipu codec: error: "), (name, err)
+        assert words in err and "bit " in err and f"file {path}" in err, (name, err)
+
+
+# --------------------------------------------------------------------------------------------- long runs
+@pytest.mark.slow
+@LONG
+@given(data=st.binary(min_size=20, max_size=3000), flips=st.lists(st.integers(0, 8 * len(VALID_STREAM) - 1),
+                                                                   max_size=12))
+def test_long_random_and_flipped_streams(sandbox, data, flips):
+    check_stream(sandbox, data)
+    flipped = bytearray(VALID_STREAM)
+    for bit in flips:
+        flipped[bit // 8] ^= 0x80 >> (bit % 8)
+    check_stream(sandbox, bytes(flipped))
+
+
+@pytest.mark.slow
+@LONG
+@given(case=structured_cases(max_budget=5000, max_tail=400))
+def test_long_structured_streams(sandbox, case):
+    check_stream(sandbox, run_case(sandbox, structured_stream, case))
+
+
+@pytest.mark.slow
+@LONG
+@given(index=mutated_indexes(), position=st.integers(0, len(VALID_CONTAINER) - 1), value=st.integers(0, 255))
+def test_long_index_mutations_and_overwritten_bytes(sandbox, index, position, value):
+    check_container(sandbox, container_with(index))
+    data = bytearray(VALID_CONTAINER)
+    data[position] = value
+    check_container(sandbox, bytes(data))

@@ -1,0 +1,202 @@
+"""Lowering a conv layer to a command program: interpreted result == golden conv2d + requantize."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aipu.compiler.tiling import ConvLayer, lower_conv_layer, lower_conv_layers, plan_tiles, random_layer
+from aipu.sim.spec.arch import DEFAULT, DType, Opcode, Rounding, Unit, hardware_config_from_dict
+from aipu.sim.interpreter import HazardError, run
+from aipu.sim.spec.memory import Memory
+from aipu.sim.spec.program import Command, Program
+
+TINY = hardware_config_from_dict({"buffers": {"act": {"bytes": 2048}, "weight": {"bytes": 1024},
+                                              "acc": {"bytes": 1024}, "out": {"bytes": 512},
+                                              "param": {"bytes": 256}}})
+
+
+def _random_tiles(rng: np.random.Generator, layer: ConvLayer) -> dict:
+    out_h = layer.reference().shape[2]
+    tiles = {"tile_rows": int(rng.integers(1, out_h + 1))}
+    if layer.groups == 1:
+        tiles.update(tile_k=int(rng.integers(1, layer.w.shape[0] + 1)), tile_c=int(rng.integers(1, layer.x.shape[1] + 1)))
+    return tiles
+
+
+def _check(layer: ConvLayer, config=None, seed=None, **tiles):
+    lowered = lower_conv_layer(layer, **({"config": config} if config else {}), **tiles)
+    result = run(lowered.program, lowered.memory(), seed=seed)
+    np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference())
+    return lowered, result
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_layer_with_random_tiles_matches_golden(seed):
+    rng = np.random.default_rng(seed)
+    layer = random_layer(rng, with_lut=seed % 3 == 0)
+    lowered, result = _check(layer, **_random_tiles(rng, layer))
+    k, cg, kh, kw = layer.w.shape
+    _, _, oh, ow = layer.reference().shape
+    assert result.stats.macs == k * oh * ow * cg * kh * kw
+    assert result.stats.bytes_moved["OUT->DRAM"] == lowered.regions["0.output"][1]
+    assert result.stats.commands["CONV"] == len(lowered.program.queues[Unit.CONV])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_legal_reorderings_give_identical_memory(seed):
+    rng = np.random.default_rng(100 + seed)
+    layer = random_layer(rng)
+    lowered = lower_conv_layer(layer, **_random_tiles(rng, layer))
+    reference = run(lowered.program, lowered.memory())
+    orders = set()
+    for schedule in range(5):
+        result = run(lowered.program, lowered.memory(), seed=schedule)
+        assert result.memory == reference.memory
+        assert result.stats.to_dict() == reference.stats.to_dict()
+        orders.add(tuple(result.trace))
+    assert len(lowered.program) < 8 or len(orders) > 1     # the schedules really differ
+
+
+def test_automatic_tiling_splits_channels_rows_and_outputs_on_a_tiny_machine():
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (1, 40, 9, 11)).astype(np.int8)
+    w = rng.integers(-128, 128, (20, 40, 3, 3)).astype(np.int8)
+    layer = ConvLayer(x=x, w=w, bias=rng.integers(-999, 999, 20).astype(np.int32),
+                      multiplier=np.full(20, 40000), shift=np.full(20, 24), x_zero_point=3, w_zero_point=-2,
+                      padding=(1, 1, 1, 1), rounding=Rounding.HALF_TO_EVEN)
+    plan = plan_tiles(layer, TINY)
+    assert plan.tile_c < 40 and plan.tile_k < 20 and plan.tile_rows < 9
+    lowered, result = _check(layer, TINY)
+    accumulating = [c for c in lowered.program.queues[Unit.CONV] if c.opcode == Opcode.CONV and c.accumulate]
+    assert accumulating, "channel chunks must accumulate"
+
+
+def test_depthwise_stride2_dilated_uint8_into_int16():
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 256, (1, 12, 13, 10)).astype(np.uint8)
+    w = rng.integers(-128, 128, (24, 1, 3, 3)).astype(np.int8)
+    layer = ConvLayer(x=x, w=w, bias=rng.integers(-999, 999, 24).astype(np.int32),
+                      multiplier=rng.integers(1, 65536, 24), shift=rng.integers(8, 14, 24), x_zero_point=128,
+                      out_zero_point=-7, out_type=DType.INT16, stride=(2, 2), dilation=(2, 1),
+                      padding=(2, 1, 1, 0), groups=12, qmin=-3000, qmax=30000, rounding=Rounding.FLOOR)
+    for tiles in ({}, {"tile_k": 4, "tile_rows": 2}):
+        _check(layer, **tiles)
+
+
+@pytest.mark.parametrize("out_type", [DType.UINT8, DType.INT16])
+def test_conv_requant_lut_layer(out_type):
+    rng = np.random.default_rng(11)
+    layer = random_layer(rng, with_lut=True)
+    layer.out_type = out_type
+    if out_type == DType.INT16:
+        layer.lut = np.sort(rng.integers(-2 ** 15, 2 ** 15, 2 ** 6 + 1)).astype(np.int16)
+        layer.lut_index_shift, layer.lut_input_min = 9, -2 ** 14      # inputs below -2**14 clip to entry 0
+    else:
+        layer.lut = rng.integers(0, 256, 256).astype(np.int16)
+    lowered, result = _check(layer, tile_rows=1, seed=4)
+    luts = lowered.program.queues[Unit.LUT]
+    assert len(luts) == len(lowered.program.queues[Unit.REQUANT]) and result.stats.commands["LUT"] == len(luts)
+    with pytest.raises(ValueError, match="lut: an UINT8 output needs 256 entries"):
+        bad = random_layer(np.random.default_rng(11), with_lut=True)
+        bad.out_type, bad.lut = DType.UINT8, np.full(256, -1, np.int16)
+        lower_conv_layer(bad)
+
+
+def test_lowered_program_survives_the_file_format(tmp_path):
+    layer = random_layer(np.random.default_rng(9))
+    lowered = lower_conv_layer(layer)
+    lowered.program.write(tmp_path / "layer.bin")
+    again = Program.read(tmp_path / "layer.bin")
+    result = run(again, Memory.create(again.config, lowered.dram))
+    np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference())
+
+
+def test_bad_layers_and_tiles_are_rejected():
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (1, 4, 6, 6)).astype(np.int8)
+    w = rng.integers(-128, 128, (4, 4, 3, 3)).astype(np.int8)
+    base = dict(x=x, w=w, bias=np.zeros(4, np.int32), multiplier=np.ones(4, np.int64), shift=np.zeros(4, np.int64))
+    with pytest.raises(ValueError, match=r"padding top = 3: at most min\(dilation\*\(kernel-1\) = 2"):
+        lower_conv_layer(ConvLayer(**base, padding=(3, 0, 0, 0)))
+    with pytest.raises(ValueError, match="tile_k = 5"):
+        lower_conv_layer(ConvLayer(**base), tile_k=5)
+    with pytest.raises(ValueError, match=r"shift = 48: outside 0..47"):
+        lower_conv_layer(ConvLayer(**{**base, "shift": np.full(4, 48)}))
+    huge = ConvLayer(**{**base, "w": rng.integers(-128, 128, (4, 4, 15, 15)).astype(np.int8),
+                        "x": rng.integers(-128, 128, (1, 4, 20, 20)).astype(np.int8)})
+    with pytest.raises(ValueError, match="does not fit the buffers.*weight"):
+        lower_conv_layer(huge, hardware_config_from_dict({"buffers": {"weight": {"bytes": 256}}}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(200))
+def test_many_random_layers_and_schedules(seed):
+    rng = np.random.default_rng(10_000 + seed)
+    layer = random_layer(rng, max_channels=48, max_size=20, with_lut=seed % 4 == 1)
+    config = TINY if seed % 2 else None
+    try:
+        _check(layer, config, seed=seed)
+    except ValueError as exc:     # a layer too large for the tiny machine must say so
+        assert "does not fit the buffers" in str(exc)
+
+
+@pytest.mark.parametrize("producer, consumer, space", [
+    (Unit.CONV, Unit.LOAD, "ACT"),          # write-after-read: the next input tile overwrites a half in use
+    (Unit.REQUANT, Unit.CONV, "ACC"),       # write-after-read on the accumulator halves
+    (Unit.STORE, Unit.REQUANT, "OUT"),      # write-after-read on the output halves
+    (Unit.REQUANT, Unit.STORE, "OUT"),      # read-after-write: STORE would read before REQUANT wrote
+])
+def test_dropping_a_token_queue_is_caught_as_a_hazard(producer, consumer, space):
+    rng = np.random.default_rng(21)
+    x = rng.integers(-128, 128, (1, 8, 12, 6)).astype(np.int8)
+    w = rng.integers(-128, 128, (8, 8, 3, 3)).astype(np.int8)
+    layer = ConvLayer(x=x, w=w, bias=np.zeros(8, np.int32), multiplier=np.ones(8, np.int64), shift=np.full(8, 12),
+                      padding=(1, 1, 1, 1))
+    lowered = lower_conv_layer(layer, tile_rows=2)
+    queues = lowered.program.queues
+    for unit, drop_from in ((producer, "push"), (consumer, "pop")):
+        other = consumer if drop_from == "push" else producer
+        queues[unit] = [Command(c.opcode, c.args, c.pop - {other} if drop_from == "pop" else c.pop,
+                                c.push - {other} if drop_from == "push" else c.push) for c in queues[unit]]
+    with pytest.raises(HazardError, match=f"both access {space}"):
+        for schedule in (None, 0, 1, 2):
+            run(lowered.program, lowered.memory(), seed=schedule)
+
+
+def _random_chain(rng: np.random.Generator, depth: int) -> list[ConvLayer]:
+    eight_bit = (DType.INT8, DType.UINT8)
+    layers = [random_layer(rng, out_types=eight_bit, with_lut=bool(rng.integers(2)))]
+    for _ in range(depth - 1):
+        layers.append(random_layer(rng, x=layers[-1].reference(), out_types=eight_bit))
+    return layers
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chained_layers_match_golden_in_any_schedule(seed):
+    rng = np.random.default_rng(300 + seed)
+    layers = _random_chain(rng, 3)
+    lowered = lower_conv_layers(layers, TINY if seed % 2 else DEFAULT)
+    reference = run(lowered.program, lowered.memory())
+    np.testing.assert_array_equal(lowered.read_output(reference.memory), layers[-1].reference())
+    for schedule in range(3):
+        assert run(lowered.program, lowered.memory(), seed=schedule).memory == reference.memory
+
+
+def test_chain_without_the_layer_barrier_is_a_hazard():
+    layers = _random_chain(np.random.default_rng(8), 2)
+    lowered = lower_conv_layers(layers)
+    stores, loads = lowered.program.queues[Unit.STORE], lowered.program.queues[Unit.LOAD]
+    barrier = next(i for i, c in enumerate(loads) if Unit.STORE in c.pop)
+    loads[barrier] = Command(loads[barrier].opcode, loads[barrier].args, loads[barrier].pop - {Unit.STORE},
+                             loads[barrier].push)
+    last = max(i for i, c in enumerate(stores) if Unit.LOAD in c.push)
+    stores[last] = Command(stores[last].opcode, stores[last].args, stores[last].pop, stores[last].push - {Unit.LOAD})
+    with pytest.raises(HazardError, match="are not ordered by tokens"):
+        run(lowered.program, lowered.memory())
+
+
+def test_chain_rejects_mismatched_layers():
+    layers = _random_chain(np.random.default_rng(9), 2)
+    layers[1].x = layers[1].x[:, :, :-1]
+    with pytest.raises(ValueError, match="layer 1 input .* does not match layer 0 output"):
+        lower_conv_layers(layers)

@@ -1,0 +1,237 @@
+"""Hardware configuration, command encoding and the program container."""
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aipu.sim.spec.arch import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, DEFAULT, Buffer, HardwareConfig, Opcode, Unit,
+                      hardware_config_from_dict, load_hardware_config)
+from aipu.sim.spec.program import FORMAT_VERSION, MAGIC, Command, Program
+
+SMALL = hardware_config_from_dict({"buffers": {"act": {"bytes": 1024}, "acc": {"bytes": 256}},
+                                   "dram": {"address_bits": 20}})
+
+
+# --- configuration --------------------------------------------------------------------------------
+def test_shipped_example_config_is_the_default(repo_root):
+    assert load_hardware_config(repo_root / "sim/spec/default.toml") == DEFAULT
+
+
+def test_config_json_round_trip(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(SMALL.to_dict()))
+    assert load_hardware_config(path) == SMALL
+    assert SMALL.config_hash() != DEFAULT.config_hash()
+
+
+def test_address_widths_are_derived_from_sizes():
+    assert DEFAULT.address_bits(Buffer.ACT) == (DEFAULT.buffers.act.bytes - 1).bit_length()
+    assert SMALL.address_bits(Buffer.ACT) == 10
+    assert SMALL.address_bits(Buffer.ACC) == 6           # 256 bytes = 64 int32 entries
+    assert SMALL.width_parameters["dram_addr_bits"] == 20
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"mac": {"rows": 0}}, "mac.rows = 0"),
+    ({"buffers": {"act": {"bytes": 1000}}}, "buffers.act.bytes = 1000: must be a power of two"),
+    ({"buffers": {"out": {"port_bytes": 12}}}, "buffers.out.port_bytes = 12"),
+    ({"clock": 5}, "clock = 5: unknown key"),
+    ({"buffers": {"act": {"size": 3}}}, "buffers.act.size = 3: unknown key"),
+    ({"clock_mhz": "fast"}, "clock_mhz = 'fast': expected an integer"),
+    ({"clock_mhz": 1.5}, "clock_mhz = 1.5: expected an integer"),
+    ({"dram": {"latency_cycles": True}}, "dram.latency_cycles = True"),
+    ({"buffers": {"act": 5}}, "buffers.act = 5: expected a table"),
+    ({"queues": {"token_depth": -1}}, "queues.token_depth = -1: must be positive"),
+    ({"buffers": {"param": {"bytes": 8}}}, "buffers.param.bytes = 8"),
+    ({"buffers": {"act": {"bytes": 2 ** 40}}}, "buffers.act.bytes = 1099511627776: at most 67108864"),
+    ({"mac": {"rows": 2 ** 20, "cols": 2 ** 20}}, "mac.rows = 1048576: at most 4096"),
+])
+def test_bad_config_names_key_and_value(data, message):
+    with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        hardware_config_from_dict(data)
+
+
+def test_bad_config_file_suffix(tmp_path):
+    with pytest.raises(ValueError, match="expected a .toml or .json"):
+        load_hardware_config(tmp_path / "c.yaml")
+
+
+def test_every_command_fits_its_word():
+    for spec in COMMANDS.values():
+        fld, offset, width = spec.layout(DEFAULT)[-1]
+        assert offset + width <= COMMAND_BITS
+        assert spec.layout(DEFAULT)[0][0].name == "opcode" and spec.layout(DEFAULT)[0][1] == 0
+
+
+# --- encoding ---------------------------------------------------------------------------------------
+def _field_values(fld, config):
+    legal = fld.legal_values()
+    if legal is not None:
+        return st.sampled_from([int(v) for v in legal])
+    low, high = fld.legal_range(config)
+    return st.one_of(st.sampled_from([low, high]), st.integers(low, high))
+
+
+@st.composite
+def commands(draw, config=DEFAULT):
+    spec = COMMANDS[draw(st.sampled_from(list(Opcode)))]
+    args = {fld.name: draw(_field_values(fld, config)) for fld in spec.fields}
+    unit = spec.unit if spec.unit is not None else Unit(args["unit"])
+    others = [u for u in Unit if u != unit]
+    pop = draw(st.sets(st.sampled_from(others)))
+    push = draw(st.sets(st.sampled_from(others))) if spec.opcode != Opcode.FINISH else set()
+    return Command.make(spec.opcode, pop=pop, push=push, **args)
+
+
+@settings(max_examples=400, deadline=None)
+@given(commands())
+def test_encode_decode_is_identity(command):
+    word = command.encode()
+    assert len(word) == COMMAND_BYTES
+    assert Command.decode(word) == command
+    assert Command.decode(word).encode() == word
+
+
+@settings(max_examples=100, deadline=None)
+@given(commands(SMALL))
+def test_encode_decode_with_a_small_config(command):
+    assert Command.decode(command.encode(SMALL), SMALL) == command
+
+
+def _word(command: Command, **raw_fields) -> bytes:
+    """Encode, then overwrite raw bit fields (bypassing validation) to build malformed words."""
+    word = int.from_bytes(command.encode(), "little")
+    for fld, offset, width in command.spec.layout(DEFAULT):
+        if fld.name in raw_fields:
+            word &= ~(((1 << width) - 1) << offset)
+            word |= (raw_fields[fld.name] & ((1 << width) - 1)) << offset
+    return word.to_bytes(COMMAND_BYTES, "little")
+
+
+CONV = Command.make(Opcode.CONV, in_h=3, in_w=3, in_c=8, out_c=8, k_h=3, k_w=3)
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"opcode": 0}, "field opcode = 0: unknown opcode"),
+    ({"opcode": 15}, "field opcode = 15: unknown opcode"),
+    ({"stride_h": 0}, "CONV field stride_h = 0: outside legal range 1..7"),
+    ({"k_w": 0}, "CONV field k_w = 0: outside legal range 1..15"),
+    ({"in_type": 3}, "CONV field in_type = 3: not one of INT8=0, UINT8=1"),
+    ({"pop": 1 << int(Unit.CONV)}, r"CONV field pop = \['CONV'\]: names its own unit CONV"),
+    ({"push": 0x7F}, "CONV field push = .*: names its own unit CONV"),
+])
+def test_malformed_word_names_field_and_value(raw, message):
+    with pytest.raises(ValueError, match=message):
+        Command.decode(_word(CONV, **raw))
+
+
+def test_reserved_bits_must_be_zero():
+    word = bytearray(CONV.encode())
+    word[-1] |= 0x80
+    with pytest.raises(ValueError, match="CONV: reserved bits .* must be zero"):
+        Command.decode(bytes(word))
+
+
+def test_enum_field_outside_its_legal_subset():
+    load = Command.make(Opcode.LOAD, buffer=Buffer.ACT)
+    with pytest.raises(ValueError, match="LOAD field buffer = 2: not one of ACT=0, WEIGHT=1, LUT=4, PARAM=5"):
+        Command.decode(_word(load, buffer=int(Buffer.ACC)))
+
+
+def test_signed_field_decodes_negative_values():
+    command = Command.make(Opcode.REQUANT, out_zero_point=-5, qmin=-32768, qmax=32767)
+    assert Command.decode(command.encode()).args["qmin"] == -32768
+
+
+def test_encode_rejects_out_of_range_and_wrong_types():
+    with pytest.raises(ValueError, match="LOAD field pad_top = 16: outside legal range 0..15"):
+        Command.make(Opcode.LOAD, pad_top=16).encode()
+    with pytest.raises(ValueError, match="CONV field in_addr = 1024: outside legal range 0..1023"):
+        Command.make(Opcode.CONV, in_addr=1024).encode(SMALL)
+    with pytest.raises(ValueError, match="field stride_h = '2'"):
+        Command.make(Opcode.CONV, stride_h="2").encode()
+    with pytest.raises(ValueError, match="FINISH may not push"):
+        Command.make(Opcode.FINISH, unit=Unit.STORE, push=[Unit.LOAD]).encode()
+    with pytest.raises(ValueError, match="unknown field"):
+        Command.make(Opcode.CONV, stirde=1)
+    with pytest.raises(ValueError, match="expected 32"):
+        Command.decode(b"\x01" * 5)
+
+
+# --- program container ------------------------------------------------------------------------------
+def _program(config: HardwareConfig = DEFAULT) -> Program:
+    program = Program(config)
+    program.append(Command.make(Opcode.LOAD, push=[Unit.CONV], y_size=3, x_size=3, run=8, pad_value=-128))
+    program.append(Command.make(Opcode.CONV, pop=[Unit.LOAD], push=[Unit.REQUANT], in_h=3, in_w=3, in_c=8,
+                                out_c=8, k_h=3, k_w=3))
+    program.append(Command.make(Opcode.REQUANT, pop=[Unit.CONV], push=[Unit.STORE], pixels=1, channels=8,
+                                qmin=-128, qmax=127))
+    program.append(Command.make(Opcode.STORE, pop=[Unit.REQUANT], run=8))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    return program
+
+
+def test_program_file_round_trip(tmp_path):
+    program = _program(SMALL)
+    path = tmp_path / "p.bin"
+    program.write(path)
+    again = Program.read(path)
+    assert again.config == SMALL and again.queues == program.queues
+    listing = again.disassemble()
+    assert "CONV[0]      CONV     pop[LOAD] push[REQUANT]" in listing
+    assert "pad_value=-128" in listing and "buffer=ACT" in listing and "STORE[1]     FINISH" in listing
+    assert len(listing.splitlines()) == 1 + 4 + len(program)
+
+
+def test_program_needs_exactly_one_final_finish():
+    program = _program()
+    program.queues[Unit.STORE].pop()
+    with pytest.raises(ValueError, match="FINISH commands = 0: a program has exactly 1"):
+        program.to_bytes()
+    program = _program()
+    program.queues[Unit.STORE].insert(0, program.queues[Unit.STORE].pop())
+    with pytest.raises(ValueError, match=r"STORE\[0\] = 'FINISH': FINISH must be the last command of its queue"):
+        program.to_bytes()
+    program = _program()
+    program.queues[Unit.LOAD].append(Command.make(Opcode.CONV, in_h=1, in_w=1, in_c=1, out_c=1))
+    with pytest.raises(ValueError, match=r"LOAD\[1\] = 'CONV': belongs to queue CONV"):
+        program.to_bytes()
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda b: b"ELF\x7f" + b[4:], "not an AIPU program"),
+    (lambda b: b[:10], "truncated"),
+    (lambda b: b[:-40], "truncated"),
+    (lambda b: b + b"\0", "trailing data"),
+    (lambda b: MAGIC + struct.pack("<H", FORMAT_VERSION + 1) + b[10:], "format version = 2"),
+    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "checksum mismatch"),
+    (lambda b: b[:12] + b"0" * 16 + b[28:], "configuration hash"),
+])
+def test_bad_program_file(mutate, message):
+    data = _program().to_bytes()
+    with pytest.raises(ValueError, match=message):
+        Program.from_bytes(mutate(data))
+
+
+def test_assemble_is_the_inverse_of_disassemble():
+    program = _program(SMALL)
+    again = Program.assemble(program.disassemble(), SMALL)
+    assert again.queues == program.queues
+
+
+@pytest.mark.parametrize("line, message", [
+    ("CONV[0] CONV pop[] push[] stirde=1", "listing: line 1: CONV field stirde = '1': no such field"),
+    ("LOAD[0] CONV pop[] push[] in_c=1", "queue = 'LOAD': CONV executes in queue CONV"),
+    ("CONV[0] CONV pop[LOAD] push[] stride_h=9", "CONV field stride_h = 9: outside legal range 1..7"),
+    ("CONV[0] CONV pop[DMA] push[]", "DMA"),
+    ("CONV[0] CONV pop[] push[] in_type=FLOAT", "FLOAT"),
+    ("FOO[0] CONV pop[] push[]", "queue = 'FOO': unknown queue"),
+    ("CONV[0] CONV pop[] push[XYZ]", "line 1: push = 'XYZ': not a unit; units are LOAD, WDEC, CONV"),
+])
+def test_assembler_errors_name_the_line_and_problem(line, message):
+    with pytest.raises(ValueError, match=message):
+        Program.assemble(line + "\nSTORE[0] FINISH pop[] push[] unit=STORE")
