@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import settings
 from threadpoolctl import threadpool_limits
@@ -31,3 +32,21 @@ def one_blas_thread_per_worker():
 def repo_root() -> Path:
     """The checkout (tests/ lies directly below it): for files the tests compare against, such as docs/isa.md."""
     return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def digits_data() -> dict[str, np.ndarray]:
+    """The embedded model's images and labels (calibration_images, eval_images, eval_labels), loaded once."""
+    from aipu.app.models.train_digits import DATA_PATH
+
+    with np.load(DATA_PATH) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+@pytest.fixture(scope="session")
+def digits_float_model():
+    """The embedded digits CNN read by the compiler's front end, loaded once."""
+    from aipu.app.models.train_digits import MODEL_PATH
+    from aipu.compiler.frontend import load_float_model
+
+    return load_float_model(MODEL_PATH)
