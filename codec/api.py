@@ -28,13 +28,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .encoder import EncoderOptions, encode_stream
-from .engine import AecDecoder
+from .reference.engine import AecDecoder
 from .errors import CodecError, error_context
 from .layout import Placement, from_standard, placement, to_standard
 from .quantize import Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
 from .decode_fast import FastElementReader
-from .syntax import (CTU_SIZES, SCAN_CK, DecoderLimits, DEFAULT_LIMITS, ElementReader, StreamHeader, Sublayer,
-                     code_nnc)
+from .reference.element_coder import ElementReader
+from .reference.geometry import CTU_SIZES
+from .reference.headers import DEFAULT_LIMITS, SCAN_CK, DecoderLimits, StreamHeader, Sublayer
+from .reference.nnc import code_nnc
 
 MAGIC = b"AIPUNNR2"
 OLD_MAGICS = (b"AIPUNNR1",)              # without checksums: refused, re-encode

@@ -23,10 +23,11 @@ from ._jit import njit
 import numpy as np
 
 from . import fast
-from .contexts import element_spec
+from .reference.elements import element_spec
 from .errors import CodecError
-from .syntax import (MAX_CBOOK_SIZE, MAX_PREDICTOR_SIZE, DecoderLimits, StreamHeader, Sublayer, ctu_geometries,
-                     tree_shapes)
+from .reference.geometry import ctu_geometries, tree_shapes
+from .reference.headers import DecoderLimits, StreamHeader, Sublayer
+from .reference.sublayer_coder import MAX_CBOOK_SIZE, MAX_PREDICTOR_SIZE
 from .syntax_fast import (ELEMENTS, MAX_TREE_LEVELS, STACK_COLUMNS, _NO_DATA, _NO_FLAT, _NO_GROUP, _NO_MAP, octree, tagtree,
                           uni_tagtree, unitree)
 

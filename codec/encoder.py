@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import AecEncoder
+from .reference.element_coder import ElementWriter
+from .reference.engine import AecEncoder
+from .reference.geometry import CtuGeometry, tree_shapes
+from .reference.headers import StreamHeader, Sublayer
+from .reference.nnc import code_nnc
+from .reference.sublayer_coder import MAX_CBOOK_SIZE, TREE_MODE_BITS, CtuChoice, LeafChoice, SublayerCoder
+from .reference.tree_coder import TREES
 from .syntax_fast import FastElementWriter
-from .syntax import (MAX_CBOOK_SIZE, TREE_MODE_BITS, TREES, CtuChoice, CtuGeometry, ElementWriter, LeafChoice,
-                     StreamHeader, Sublayer, SublayerCoder, code_nnc, tree_shapes)
 
 CODEBOOK_CHOICES = ("off", "on", "auto")
 START_DEPTH_CHOICES = ("leaf", "root", "auto")

@@ -25,9 +25,9 @@ from __future__ import annotations
 from aipu.codec._jit import njit
 import numpy as np
 
-from aipu.codec.binarization import MAX_EG_VALUE, MAX_FL_LENGTH
-from aipu.codec.contexts import NUM_CONTEXTS
-from aipu.codec.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LOW_FLUSH_BITS, LPS_INCREMENT,
+from aipu.codec.reference.binarization import MAX_EG_VALUE, MAX_FL_LENGTH
+from aipu.codec.reference.elements import NUM_CONTEXTS
+from aipu.codec.reference.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LOW_FLUSH_BITS, LPS_INCREMENT,
                           RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS, TRACE_STUFFING)
 from aipu.codec.errors import CodecError
 
@@ -459,7 +459,7 @@ def decode_program(state, ctx, data, trace, ops, out):
 
 def uegk_params(name: str) -> tuple[int, int, int, int]:
     """(ctx_start, INC_* rule, cMax, k) of a UEGk element of contexts.ELEMENTS, for njit parsers."""
-    from aipu.codec.contexts import element_spec
+    from aipu.codec.reference.elements import element_spec
     spec = element_spec(name)
     if spec.binarization != "UEGk":
         raise ValueError(f"element {name} is {spec.binarization}, not UEGk")
@@ -764,8 +764,8 @@ def run() -> dict:
     """``aipu bench codec-engine``: bins/s of the Python and njit encoders and decoders, njit UEGk values/s."""
     import time
 
-    from aipu.codec.contexts import ElementEncoder
-    from aipu.codec.engine import AecDecoder, AecEncoder
+    from aipu.codec.reference.element_coder import ElementEncoder
+    from aipu.codec.reference.engine import AecDecoder, AecEncoder
 
     rng = np.random.default_rng(2021)
     count = 400_000

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .syntax import DEFAULT_LIMITS, FIELD_BITS
+from .reference.elements import element_spec
+from .reference.headers import DEFAULT_LIMITS
 
-MAX_AXIS = (1 << FIELD_BITS["sublayer_shape"]) - 1
+MAX_AXIS = (1 << element_spec("sublayer_shape").fixed_length) - 1
 MAX_TENSOR_AXES = 32
 
 

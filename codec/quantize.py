@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .syntax import FIELD_BITS, dequantw, step_size
+from .reference.elements import element_spec
+from .reference.headers import dequantw, step_size
 
-MAX_BITDEPTH = (1 << FIELD_BITS["sublayer_bitdepth"]) - 1      # 31
-MAX_CMAXW = (1 << FIELD_BITS["sublayer_cmaxw"]) - 1
+MAX_BITDEPTH = (1 << element_spec("sublayer_bitdepth").fixed_length) - 1      # 31
+MAX_CMAXW = (1 << element_spec("sublayer_cmaxw").fixed_length) - 1
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from ._jit import njit
 import numpy as np
 
 from . import fast
-from .contexts import element_spec
+from .reference.elements import element_spec
 from .errors import CodecError
 
 _njit = njit(_nrt=False)   # no allocation inside: no refcounting per call
@@ -487,7 +487,7 @@ def _flat(levels: list[np.ndarray]) -> np.ndarray:
 
 def _truth(tree: str, index_map: np.ndarray) -> tuple:
     """Encoder truth of a tree over the CU's IndexMap, as in TreeCoder (pooled per level, root first)."""
-    from .syntax import TreeCoder, pool_levels
+    from .reference.tree_coder import leaf_group_uniform, pool_levels
     planar = tree == "uni_tagtree"
     magnitude = np.abs(index_map)
     if tree == "octree":
@@ -497,7 +497,7 @@ def _truth(tree: str, index_map: np.ndarray) -> tuple:
     if tree == "tagtree":
         return low, _NO_FLAT, index_map, _NO_GROUP
     high = _flat(pool_levels(magnitude, planar, np.maximum))
-    group = TreeCoder._leaf_group_uniform(magnitude).astype(np.int8) if planar else _NO_GROUP
+    group = leaf_group_uniform(magnitude).astype(np.int8) if planar else _NO_GROUP
     return low, high, index_map, group
 
 

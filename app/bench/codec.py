@@ -16,7 +16,7 @@ import numpy as np
 from aipu.codec.api import CodecOptions, decode, decode_stream, decode_with_info, encode_with_info, read_index
 from aipu.codec.encoder import FAST_OPTIONS, EncoderOptions
 from aipu.codec.quantize import quantize_uniform
-from aipu.codec.syntax import TREES
+from aipu.codec.reference.tree_coder import TREES
 
 BITDEPTH = 6
 SHAPES = {"conv3x3": (48, 32, 3, 3), "conv1x1": (96, 48, 1, 1), "fc": (10, 384)}

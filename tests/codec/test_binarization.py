@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aipu.codec import binarization as bz
-from aipu.codec.contexts import (ALIASES, BYPASS_ELEMENTS, ELEMENTS, NUM_CONTEXTS, PROJECT_ELEMENTS, TABLE_337,
-                            ElementDecoder, ElementEncoder, element_spec)
-from aipu.codec.engine import TRACE_BYPASS, AecDecoder, AecEncoder
+from aipu.codec.reference import binarization as bz
+from aipu.codec.reference.element_coder import ElementDecoder, ElementEncoder
+from aipu.codec.reference.elements import (ALIASES, BYPASS_ELEMENTS, ELEMENTS, NUM_CONTEXTS, PROJECT_ELEMENTS,
+                                           TABLE_337, element_spec)
+from aipu.codec.reference.engine import TRACE_BYPASS, AecDecoder, AecEncoder
 from aipu.codec.errors import CodecError
 
 

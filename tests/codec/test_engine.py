@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aipu.codec.contexts import NUM_CONTEXTS
-from aipu.codec.engine import (TRACE_BYPASS, TRACE_STUFFING, AecDecoder, AecEncoder, ContextModels)
+from aipu.codec.reference.elements import NUM_CONTEXTS
+from aipu.codec.reference.engine import TRACE_BYPASS, TRACE_STUFFING, AecDecoder, AecEncoder, ContextModels
 from aipu.codec.errors import CodecError, error_context
 
 BYPASS, STUFFING = TRACE_BYPASS, TRACE_STUFFING

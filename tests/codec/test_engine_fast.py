@@ -6,10 +6,11 @@ import random
 import numpy as np
 import pytest
 
-from aipu.codec import binarization as bz
+from aipu.codec.reference import binarization as bz
 from aipu.codec import fast
-from aipu.codec.contexts import NUM_CONTEXTS, ElementDecoder, ElementEncoder
-from aipu.codec.engine import AecDecoder, AecEncoder
+from aipu.codec.reference.element_coder import ElementDecoder, ElementEncoder
+from aipu.codec.reference.elements import NUM_CONTEXTS
+from aipu.codec.reference.engine import AecDecoder, AecEncoder
 from aipu.codec.errors import CodecError
 from tests.codec.test_engine import BYPASS, STUFFING, decode_ops, encode_ops, feed_ops, random_ops
 

@@ -17,7 +17,8 @@ from aipu import codec
 from aipu.codec.api import decode_stream
 from aipu.codec.encoder import EncoderOptions, encode_stream
 from aipu.codec.errors import CodecError
-from aipu.codec.syntax import SCAN_KC, TREES, DecoderLimits, StreamHeader, Sublayer
+from aipu.codec.reference.headers import SCAN_KC, DecoderLimits, StreamHeader, Sublayer
+from aipu.codec.reference.tree_coder import TREES
 
 
 # Corrupt headers may claim large sublayers; both decoders get the same, smaller limits to keep the tests quick.

@@ -34,11 +34,13 @@ from hypothesis import strategies as st
 
 from aipu import codec
 from aipu.codec.api import HEADER, MAGIC, decode_stream, pack_container
-from aipu.codec.contexts import element_spec
+from aipu.codec.reference.elements import element_spec
 from aipu.codec.encoder import EncoderOptions, encode_stream
-from aipu.codec.engine import AecEncoder
+from aipu.codec.reference.engine import AecEncoder
 from aipu.codec.errors import CodecError
-from aipu.codec.syntax import ElementWriter, StreamHeader, Sublayer, code_nnc, code_nnc_header
+from aipu.codec.reference.element_coder import ElementWriter
+from aipu.codec.reference.headers import StreamHeader, Sublayer, code_nnc_header
+from aipu.codec.reference.nnc import code_nnc
 from aipu.app.cli import main
 
 MEMORY_LIMIT = 2 << 30          # address space of the sandbox process (it starts at about 0.4 GiB)

@@ -15,7 +15,7 @@ from aipu.codec.api import default_groups
 from aipu.codec.encoder import EncoderOptions
 from aipu.codec.layout import from_standard, placement, to_standard
 from aipu.codec.quantize import kmeans_levels, quantize_uniform, reconstruct
-from aipu.codec.syntax import TREES
+from aipu.codec.reference.tree_coder import TREES
 
 FAST = EncoderOptions(trees=("octree",), split="never", start_depth="root", zdep="off")
 SHAPES = {"1x1": (24, 13, 1, 1), "3x3": (10, 7, 3, 3), "7x7": (5, 3, 7, 7), "depthwise": (12, 1, 3, 3),

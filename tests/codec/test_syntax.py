@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from aipu.codec.encoder import EncoderOptions, build_codebook, encode_stream
-from aipu.codec.engine import AecEncoder
+from aipu.codec.reference.engine import AecEncoder
 from aipu.codec.errors import CodecError
 from aipu.codec.api import decode_stream
-from aipu.codec.syntax import (TREES, CtuGeometry, ElementWriter, StreamHeader, Sublayer, code_layer_header,
-                          code_nnc_header, ctu_geometries, dequantw, get_bitdepth, step_size, tree_shapes,
-                          zdep_from_queue, zdep_queue)
+from aipu.codec.reference.element_coder import ElementWriter
+from aipu.codec.reference.geometry import CtuGeometry, ctu_geometries, get_bitdepth, tree_shapes
+from aipu.codec.reference.headers import StreamHeader, Sublayer, code_layer_header, code_nnc_header, dequantw, step_size
+from aipu.codec.reference.sublayer_coder import zdep_from_queue, zdep_queue
+from aipu.codec.reference.tree_coder import TREES
 
 
 def weight_levels(rng, zdepth, channels, kernels, spread=40, zero_rows=4):

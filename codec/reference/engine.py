@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
-from aipu.codec.contexts import NUM_CONTEXTS
-from aipu.codec.errors import CodecError
+from ..errors import CodecError
+from .elements import NUM_CONTEXTS
 
 BOUND_S = 254                # boundS (10.4.2.2, L20100-20114): not fixed by the text; AVS2's value
 LG_PMPS_INIT = 1023          # 10.4.2.1 (L20094-20096): mps = 0, cycno = 0, lgPmps = 1023

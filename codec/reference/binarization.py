@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 
-from aipu.codec.errors import CodecError
+from ..errors import CodecError
 
 ReadBin = Callable[[int], int]
 WriteBin = Callable[[int, int], None]
