@@ -1,11 +1,12 @@
-"""Lowering a conv layer to a command program: interpreted result == golden conv2d + requantize."""
+"""Lowering a conv layer to a command program: interpreted result == golden conv2d + requantize (+ LUT)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from aipu.compiler.tiling import ConvLayer, lower_conv_layer, lower_conv_layers, plan_tiles, random_layer
-from aipu.sim.spec.arch import DEFAULT, DType, Opcode, Rounding, Unit, hardware_config_from_dict
+from aipu.sim import golden
+from aipu.sim.spec.arch import DEFAULT, DTYPE_NUMPY, DType, Opcode, Rounding, Unit, hardware_config_from_dict
 from aipu.sim.interpreter import HazardError, run
 from aipu.sim.spec.memory import Memory
 from aipu.sim.spec.program import Command, Program
@@ -15,8 +16,23 @@ TINY = hardware_config_from_dict({"buffers": {"act": {"bytes": 2048}, "weight": 
                                               "param": {"bytes": 256}}})
 
 
+def _golden(layer: ConvLayer) -> np.ndarray:
+    """The test's oracle: the layer on the golden units directly (conv2d, requantize, then the table)."""
+    acc = golden.conv2d(layer.x, layer.w, x_zero_point=layer.x_zero_point, w_zero_point=layer.w_zero_point,
+                        stride=layer.stride, padding=layer.padding, dilation=layer.dilation, groups=layer.groups)
+    out_dtype = DTYPE_NUMPY[layer.out_type]
+    y = golden.requantize(acc, bias=layer.bias, multiplier=layer.multiplier, shift=layer.shift,
+                          out_zero_point=layer.out_zero_point, qmin=layer.qmin, qmax=layer.qmax,
+                          rounding=layer.rounding.name.lower(), channel_axis=1, out_dtype=out_dtype)
+    if layer.lut is None:
+        return y
+    if layer.out_type == DType.INT16:
+        return golden.lut16(y, layer.lut, index_shift=layer.lut_index_shift, input_min=layer.lut_input_min)
+    return golden.lut8(y, layer.lut.astype(out_dtype))
+
+
 def _random_tiles(rng: np.random.Generator, layer: ConvLayer) -> dict:
-    out_h = layer.reference().shape[2]
+    out_h = _golden(layer).shape[2]
     tiles = {"tile_rows": int(rng.integers(1, out_h + 1))}
     if layer.groups == 1:
         tiles.update(tile_k=int(rng.integers(1, layer.w.shape[0] + 1)), tile_c=int(rng.integers(1, layer.x.shape[1] + 1)))
@@ -26,20 +42,29 @@ def _random_tiles(rng: np.random.Generator, layer: ConvLayer) -> dict:
 def _check(layer: ConvLayer, config=None, seed=None, **tiles):
     lowered = lower_conv_layer(layer, **({"config": config} if config else {}), **tiles)
     result = run(lowered.program, lowered.memory(), seed=seed)
-    np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference())
-    return lowered, result
+    expected = _golden(layer)
+    np.testing.assert_array_equal(lowered.read_output(result.memory), expected)
+    return lowered, result, expected
 
 
 @pytest.mark.parametrize("seed", range(24))
 def test_random_layer_with_random_tiles_matches_golden(seed):
     rng = np.random.default_rng(seed)
     layer = random_layer(rng, with_lut=seed % 3 == 0)
-    lowered, result = _check(layer, **_random_tiles(rng, layer))
+    lowered, result, expected = _check(layer, **_random_tiles(rng, layer))
     k, cg, kh, kw = layer.w.shape
-    _, _, oh, ow = layer.reference().shape
+    _, _, oh, ow = expected.shape
     assert result.stats.macs == k * oh * ow * cg * kh * kw
     assert result.stats.bytes_moved["OUT->DRAM"] == lowered.regions["0.output"][1]
     assert result.stats.commands["CONV"] == len(lowered.program.queues[Unit.CONV])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_layer_reference_is_the_golden_model(seed):
+    """ConvLayer.reference() (the run-layer comparison and the front end's calibration) is the oracle's layer."""
+    layer = random_layer(np.random.default_rng(200 + seed), with_lut=seed > 0,
+                         out_types=(DType.INT16,) if seed == 2 else (DType.INT8, DType.UINT8))
+    np.testing.assert_array_equal(layer.reference(), _golden(layer))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -66,7 +91,7 @@ def test_automatic_tiling_splits_channels_rows_and_outputs_on_a_tiny_machine():
                       padding=(1, 1, 1, 1), rounding=Rounding.HALF_TO_EVEN)
     plan = plan_tiles(layer, TINY)
     assert plan.tile_c < 40 and plan.tile_k < 20 and plan.tile_rows < 9
-    lowered, result = _check(layer, TINY)
+    lowered, _, _ = _check(layer, TINY)
     accumulating = [c for c in lowered.program.queues[Unit.CONV] if c.opcode == Opcode.CONV and c.accumulate]
     assert accumulating, "channel chunks must accumulate"
 
@@ -93,7 +118,7 @@ def test_conv_requant_lut_layer(out_type):
         layer.lut_index_shift, layer.lut_input_min = 9, -2 ** 14      # inputs below -2**14 clip to entry 0
     else:
         layer.lut = rng.integers(0, 256, 256).astype(np.int16)
-    lowered, result = _check(layer, tile_rows=1, seed=4)
+    lowered, result, _ = _check(layer, tile_rows=1, seed=4)
     luts = lowered.program.queues[Unit.LUT]
     assert len(luts) == len(lowered.program.queues[Unit.REQUANT]) and result.stats.commands["LUT"] == len(luts)
     with pytest.raises(ValueError, match="lut: an UINT8 output needs 256 entries"):
@@ -108,7 +133,7 @@ def test_lowered_program_survives_the_file_format(tmp_path):
     lowered.program.write(tmp_path / "layer.bin")
     again = Program.read(tmp_path / "layer.bin")
     result = run(again, Memory.create(again.config, lowered.dram))
-    np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference())
+    np.testing.assert_array_equal(lowered.read_output(result.memory), _golden(layer))
 
 
 def test_bad_layers_and_tiles_are_rejected():
@@ -167,7 +192,7 @@ def _random_chain(rng: np.random.Generator, depth: int) -> list[ConvLayer]:
     eight_bit = (DType.INT8, DType.UINT8)
     layers = [random_layer(rng, out_types=eight_bit, with_lut=bool(rng.integers(2)))]
     for _ in range(depth - 1):
-        layers.append(random_layer(rng, x=layers[-1].reference(), out_types=eight_bit))
+        layers.append(random_layer(rng, x=_golden(layers[-1]), out_types=eight_bit))
     return layers
 
 
@@ -177,7 +202,7 @@ def test_chained_layers_match_golden_in_any_schedule(seed):
     layers = _random_chain(rng, 3)
     lowered = lower_conv_layers(layers, TINY if seed % 2 else DEFAULT)
     reference = run(lowered.program, lowered.memory())
-    np.testing.assert_array_equal(lowered.read_output(reference.memory), layers[-1].reference())
+    np.testing.assert_array_equal(lowered.read_output(reference.memory), _golden(layers[-1]))
     for schedule in range(3):
         assert run(lowered.program, lowered.memory(), seed=schedule).memory == reference.memory
 
