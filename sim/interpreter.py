@@ -180,7 +180,7 @@ class _Executor:
         self.label = f"{unit.name}[{index}]"
         self.where = f"{self.label} {command.opcode.name}"
         try:
-            getattr(self, "_" + command.opcode.name.lower())(command)
+            self.HANDLERS[command.opcode](self, command)
         except ExecutionError:
             raise
         except (ValueError, TypeError, OverflowError) as exc:
@@ -337,7 +337,11 @@ class _Executor:
         self.stats.bytes_moved["WDEC->WEIGHT"] += weights.size
 
     def _finish(self, cmd: Command) -> None:
-        pass
+        """Nothing to execute: run() schedules FINISH last and checks that the tokens balance."""
+
+    HANDLERS = {Opcode.LOAD: _load, Opcode.STORE: _store, Opcode.CONV: _conv, Opcode.REQUANT: _requant,
+                Opcode.LUT: _lut, Opcode.POOL: _pool, Opcode.ELTWISE: _eltwise, Opcode.WDEC: _wdec,
+                Opcode.FINISH: _finish}
 
 
 def _wrap(values: np.ndarray, bits: int) -> np.ndarray:

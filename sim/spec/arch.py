@@ -140,10 +140,6 @@ class HardwareConfig:
         widths["dram_addr_bits"] = self.dram.address_bits
         return widths
 
-    @property
-    def macs_per_cycle(self) -> int:
-        return self.mac.rows * self.mac.cols
-
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -564,7 +560,5 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
         "A program has exactly one FINISH, the last command of its queue; it may not push tokens.",
         (Field("unit", 3, "the queue this FINISH sits in", choices=Unit),)),
 )}
-
-OPCODE_UNIT = {opcode: spec.unit for opcode, spec in COMMANDS.items()}
 
 DEFAULT = HardwareConfig()

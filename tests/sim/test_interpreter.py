@@ -7,7 +7,7 @@ import pytest
 from aipu.sim import golden
 from aipu.sim.spec.arch import (DEFAULT, LUT8_ENTRIES, Buffer, DType, EltwiseOp, LutMode, Opcode, PoolMode, Rounding, Unit,
                       hardware_config_from_dict)
-from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, run
+from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, _Executor, run
 from aipu.sim.spec.memory import Memory
 from aipu.sim.spec.program import Command, Program
 
@@ -44,6 +44,10 @@ def _load(buffer, dram_addr, nbytes, sram_addr=0):
 
 
 RNG = np.random.default_rng(7)
+
+
+def test_every_opcode_has_a_handler():
+    assert set(_Executor.HANDLERS) == set(Opcode)
 
 
 @pytest.mark.parametrize("out_type", [DType.INT8, DType.UINT8, DType.INT16])
