@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aipu.sim.spec.arch import DEFAULT, Unit, load_hardware_config
+from aipu.sim.spec.arch import DEFAULT, load_hardware_config
+from aipu.sim.spec.isa import Unit
 
 
 def _cmd_disasm(args: argparse.Namespace) -> int:

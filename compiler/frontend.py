@@ -15,9 +15,13 @@ import onnx
 
 from aipu.compiler.tiling import ConvLayer
 from aipu.sim import golden
-from aipu.sim.spec.arch import DType, Rounding
+from aipu.sim.spec.arch import BIAS_DTYPE, DTYPE_NUMPY, DType
+from aipu.sim.spec.isa import Rounding
 
-INPUT_LEVELS = 255          # uint8 activations with zero point 0: every tensor is an image in [0, 1] or post-ReLU
+_ACTIVATION_TYPE = DTYPE_NUMPY[DType.UINT8]   # zero point 0: every tensor is an image in [0, 1] or post-ReLU
+_SYMMETRIC_TYPE = DTYPE_NUMPY[DType.INT8]     # weights and logits, in [-_SYMMETRIC_MAX, _SYMMETRIC_MAX] (127)
+INPUT_LEVELS = int(np.iinfo(_ACTIVATION_TYPE).max)
+_SYMMETRIC_MAX = int(np.iinfo(_SYMMETRIC_TYPE).max)
 
 
 @dataclass(frozen=True)
@@ -78,12 +82,12 @@ class QuantizedModel:
     input_scale: float
     feature_scale: float         # scale of the last conv output (and of its average pool)
     fc_weight: np.ndarray        # int8 [classes, features]
-    fc_bias: np.ndarray          # int32
+    fc_bias: np.ndarray          # BIAS_DTYPE
     fc_multiplier: np.ndarray
     fc_shift: np.ndarray
 
     def quantize_input(self, images: np.ndarray) -> np.ndarray:
-        return np.clip(golden.round_half_away(images / self.input_scale), 0, INPUT_LEVELS).astype(np.uint8)
+        return np.clip(golden.round_half_away(images / self.input_scale), 0, INPUT_LEVELS).astype(_ACTIVATION_TYPE)
 
     def golden_features(self, x: np.ndarray) -> np.ndarray:
         """The conv trunk on the golden model, layer by layer."""
@@ -96,34 +100,35 @@ class QuantizedModel:
         pooled = golden.global_avg_pool(features).reshape(features.shape[0], -1)
         acc = golden.matmul(pooled, np.ascontiguousarray(self.fc_weight.T))
         return golden.requantize(acc, bias=self.fc_bias, multiplier=self.fc_multiplier, shift=self.fc_shift,
-                                 channel_axis=1, out_dtype=np.int8)
+                                 channel_axis=1, out_dtype=_SYMMETRIC_TYPE)
 
 
 def _per_channel_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    scale = np.abs(w).reshape(w.shape[0], -1).max(axis=1) / 127.0
+    scale = np.abs(w).reshape(w.shape[0], -1).max(axis=1) / _SYMMETRIC_MAX
     shape = (-1,) + (1,) * (w.ndim - 1)
-    return np.clip(golden.round_half_away(w / scale.reshape(shape)), -127, 127).astype(np.int8), scale
+    quantized = np.clip(golden.round_half_away(w / scale.reshape(shape)), -_SYMMETRIC_MAX, _SYMMETRIC_MAX)
+    return quantized.astype(_SYMMETRIC_TYPE), scale
 
 
 def quantize_model(model: FloatModel, calibration: np.ndarray) -> QuantizedModel:
     """Post-training quantization calibrated on ``calibration`` images (max of each activation)."""
     input_scale = 1.0 / INPUT_LEVELS
     x_scale = input_scale
-    x = np.clip(golden.round_half_away(calibration[:1] / input_scale), 0, INPUT_LEVELS).astype(np.uint8)
+    x = np.clip(golden.round_half_away(calibration[:1] / input_scale), 0, INPUT_LEVELS).astype(_ACTIVATION_TYPE)
     layers = []
     for conv, activation in zip(model.convs, model.activations(calibration)):
         y_scale = float(activation.max()) / INPUT_LEVELS
         w_q, w_scale = _per_channel_int8(conv.w)
         multiplier, shift = golden.quantize_multiplier(x_scale * w_scale / y_scale)
-        layers.append(ConvLayer(x=x, w=w_q, bias=golden.round_half_away(conv.bias / (x_scale * w_scale)).astype(np.int32),
-                                multiplier=multiplier, shift=shift, out_type=DType.UINT8, rounding=Rounding.HALF_UP,
-                                stride=(conv.stride,) * 2, padding=(conv.pad,) * 4))
+        bias = golden.round_half_away(conv.bias / (x_scale * w_scale)).astype(BIAS_DTYPE)
+        layers.append(ConvLayer(x=x, w=w_q, bias=bias, multiplier=multiplier, shift=shift, out_type=DType.UINT8,
+                                rounding=Rounding.HALF_UP, stride=(conv.stride,) * 2, padding=(conv.pad,) * 4))
         x, x_scale = layers[-1].reference(), y_scale
     fc_q, fc_scale = _per_channel_int8(model.fc_weight)
-    logit_scale = float(np.abs(model.logits(calibration)).max()) / 127.0
+    logit_scale = float(np.abs(model.logits(calibration)).max()) / _SYMMETRIC_MAX
     fc_multiplier, fc_shift = golden.quantize_multiplier(x_scale * fc_scale / logit_scale)
     return QuantizedModel(layers, input_scale, x_scale, fc_q,
-                          golden.round_half_away(model.fc_bias / (x_scale * fc_scale)).astype(np.int32),
+                          golden.round_half_away(model.fc_bias / (x_scale * fc_scale)).astype(BIAS_DTYPE),
                           fc_multiplier, fc_shift)
 
 

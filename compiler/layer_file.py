@@ -14,8 +14,9 @@ import zlib
 import numpy as np
 
 from aipu.compiler.tiling import MAX_LAYER_ELEMENTS, TENSOR_DTYPES, ConvLayer, check_layer, dtype_names, enum_names
-from aipu.sim.spec.arch import DType, Rounding
+from aipu.sim.spec.arch import DType
 from aipu.sim.spec.errors import ArrayHeader, InputError
+from aipu.sim.spec.isa import Rounding
 
 LAYER_ARRAYS = ("x", "w", "bias", "multiplier", "shift")             # required integer arrays
 LAYER_SCALARS = ("x_zero_point", "w_zero_point", "out_zero_point", "groups")

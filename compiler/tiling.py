@@ -23,16 +23,29 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aipu.sim import golden
-from aipu.sim.spec.arch import (BIAS_BITS, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
-                      LUT16_INDEX_BITS_MIN, KERNEL_BITS, MULTIPLIER_BITS, PAD_BITS, STEP_BITS, LutMode,
-                      PARAM_DTYPE, PARAM_RECORD_BYTES, SHIFT_MAX, Buffer, DIM_BITS, DType, HardwareConfig, Opcode,
-                      RequantMode, Rounding, Unit)
+from aipu.sim.spec.arch import (BIAS_BITS, BIAS_DTYPE, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY,
+                                LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS,
+                                LUT_ENTRY_DTYPE, MULTIPLIER_BITS, MULTIPLIER_MAX, PARAM_DTYPE, PARAM_RECORD_BYTES,
+                                SHIFT_MAX, Buffer, DType, HardwareConfig, bit_range)
 from aipu.sim.spec.errors import InputError
+from aipu.sim.spec.isa import COMMANDS, LutMode, Opcode, RequantMode, Rounding, Unit
 from aipu.sim.spec.memory import Memory
 from aipu.sim.spec.program import Command, Program
 
 DRAM_ALIGN = 64
-_DIM_MAX = (1 << DIM_BITS) - 1
+
+
+def _field_max(opcode: Opcode, name: str) -> int:
+    """The largest value a fixed-width command field takes: the compiler's limits are the ISA's."""
+    return COMMANDS[opcode].field(name).legal_range(DEFAULT)[1]
+
+
+_DIM_MAX = _field_max(Opcode.CONV, "in_w")              # tile rows, columns and channels
+_KERNEL_MAX = _field_max(Opcode.CONV, "k_h")
+_STEP_MAX = _field_max(Opcode.CONV, "stride_h")         # strides and dilations
+_PAD_MAX = _field_max(Opcode.LOAD, "pad_top")
+_PIXELS_MAX = _field_max(Opcode.REQUANT, "pixels")      # output pixels of one tile
+_LUT16_INPUT_MIN = bit_range(LUT16_INPUT_BITS, signed=True)[0]
 
 
 @dataclass
@@ -41,8 +54,8 @@ class ConvLayer:
 
     x: np.ndarray                      # int8/uint8 [1, C, H, W]
     w: np.ndarray                      # int8 [K, C/groups, KH, KW]
-    bias: np.ndarray                   # int32 [K]
-    multiplier: np.ndarray             # [K], 0 .. 2**MULTIPLIER_BITS - 1
+    bias: np.ndarray                   # [K], BIAS_BITS signed
+    multiplier: np.ndarray             # [K], 0 .. MULTIPLIER_MAX
     shift: np.ndarray                  # [K], 0 .. SHIFT_MAX
     x_zero_point: int = 0
     w_zero_point: int = 0
@@ -57,11 +70,11 @@ class ConvLayer:
     groups: int = 1
     lut: np.ndarray | None = None      # optional activation table (int16 entries) applied after requant:
     lut_index_shift: int = 0           # 8-bit outputs: 256 entries (DIRECT8); int16: 2**k + 1 (INTERP16)
-    lut_input_min: int = -2 ** 15
+    lut_input_min: int = _LUT16_INPUT_MIN
 
     @property
     def out_dtype(self) -> np.dtype:
-        return np.dtype(DTYPE_NUMPY[self.out_type])
+        return DTYPE_NUMPY[self.out_type]
 
     @property
     def clamp(self) -> tuple[int, int]:
@@ -151,11 +164,9 @@ def _output_size(layer: ConvLayer) -> tuple[int, int]:
 
 MAX_LAYER_ELEMENTS = 1 << 24   # per tensor (x, w, the output): larger layers are refused before allocating
 MAX_LAYER_MACS = 1 << 32       # multiply-accumulates of the whole layer: bounds the golden model's time
-TENSOR_DTYPES = {"x": (np.dtype(np.int8), np.dtype(np.uint8)), "w": (np.dtype(np.int8),)}   # the MAC inputs
-_KERNEL_MAX = (1 << KERNEL_BITS) - 1
-_STEP_MAX = (1 << STEP_BITS) - 1
-_PARAMS = (("bias", -2 ** (BIAS_BITS - 1), 2 ** (BIAS_BITS - 1) - 1),
-           ("multiplier", 0, 2 ** MULTIPLIER_BITS - 1), ("shift", 0, SHIFT_MAX))
+TENSOR_DTYPES = {"x": (DTYPE_NUMPY[DType.INT8], DTYPE_NUMPY[DType.UINT8]),    # the MAC inputs (CONV in_type)
+                 "w": (DTYPE_NUMPY[DType.INT8],)}
+_PARAMS = (("bias", *bit_range(BIAS_BITS, signed=True)), ("multiplier", 0, MULTIPLIER_MAX), ("shift", 0, SHIFT_MAX))
 
 
 def _check_int(name: str, value, low: int, high: int, why: str = "") -> None:
@@ -218,19 +229,20 @@ def check_layer(layer: ConvLayer) -> None:
             raise InputError(name, int(bad.flat[0]), f"outside {low}..{high}")
     _check_ints("stride", layer.stride, 2, 1, _STEP_MAX, "vertical, horizontal")
     _check_ints("dilation", layer.dilation, 2, 1, _STEP_MAX, "vertical, horizontal")
-    _check_ints("padding", layer.padding, 4, 0, (1 << PAD_BITS) - 1, "top, left, bottom, right")
+    _check_ints("padding", layer.padding, 4, 0, _PAD_MAX, "top, left, bottom, right")
     reach = [d * (size - 1) for d, size in zip(layer.dilation, (kh, kw))]
     for name, pad, limit in zip(("top", "left", "bottom", "right"), layer.padding, reach * 2):
-        if pad > min(limit, (1 << PAD_BITS) - 1):
+        if pad > min(limit, _PAD_MAX):
             raise InputError(f"padding {name}", pad, f"at most min(dilation*(kernel-1) = {limit}, "
-                             f"{(1 << PAD_BITS) - 1}) is supported")
+                             f"{_PAD_MAX}) is supported")
     for name, enum in (("out_type", DType), ("rounding", Rounding)):
         if not isinstance(getattr(layer, name), enum):
             raise InputError(name, getattr(layer, name), f"expected a {enum.__name__}: {enum_names(enum)}")
     out_low, out_high = (int(v) for v in (np.iinfo(layer.out_dtype).min, np.iinfo(layer.out_dtype).max))
     x_info = np.iinfo(layer.x.dtype)
     _check_int("x_zero_point", layer.x_zero_point, int(x_info.min), int(x_info.max), f" (the range of {layer.x.dtype})")
-    _check_int("w_zero_point", layer.w_zero_point, -128, 127, " (the range of int8)")
+    w_info = np.iinfo(layer.w.dtype)
+    _check_int("w_zero_point", layer.w_zero_point, int(w_info.min), int(w_info.max), f" (the range of {layer.w.dtype})")
     _check_int("out_zero_point", layer.out_zero_point, out_low, out_high, f" (the range of {layer.out_type.name})")
     qmin, qmax = layer.clamp
     _check_int("qmin", qmin, out_low, out_high, f" (the range of {layer.out_type.name})")
@@ -274,7 +286,7 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
                 "acc": rows * out_w * tk * BUFFER_UNIT_BYTES[Buffer.ACC] <= half[Buffer.ACC],
                 "out": rows * out_w * tk * out_bytes <= half[Buffer.OUT],
                 "act": in_rows(rows) * in_w * channels(tk, tc) <= half[Buffer.ACT],
-                "fields": max(tk, channels(tk, tc), in_rows(rows)) <= _DIM_MAX and rows * out_w < 1 << 16}
+                "fields": max(tk, channels(tk, tc), in_rows(rows)) <= _DIM_MAX and rows * out_w <= _PIXELS_MAX}
 
     step_k = kg if groups > 1 else 1
     if tile_k is not None and (tile_k % step_k or not 1 <= tile_k <= k):
@@ -314,8 +326,8 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
 
 def _lut_table(layer: ConvLayer, config: HardwareConfig) -> np.ndarray:
     table = np.asarray(layer.lut)
-    if table.dtype != np.int16 or table.ndim != 1:
-        raise ValueError(f"lut: expected a 1-D int16 table, got {table.dtype} {table.shape}")
+    if table.dtype != LUT_ENTRY_DTYPE or table.ndim != 1:
+        raise ValueError(f"lut: expected a 1-D {LUT_ENTRY_DTYPE.name} table, got {table.dtype} {table.shape}")
     if layer.lut_mode == LutMode.DIRECT8:
         info = np.iinfo(layer.out_dtype)
         if table.shape != (LUT8_ENTRIES,) or table.min() < info.min or table.max() > info.max:
@@ -412,7 +424,7 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
     pt, pl, pb, pr = layer.padding
     sh = layer.stride[0]
     span_h = layer.dilation[0] * (kh - 1) + 1
-    in_type = DType.INT8 if layer.x.dtype == np.int8 else DType.UINT8
+    in_type = next(dtype for dtype, numpy_type in DTYPE_NUMPY.items() if numpy_type == layer.x.dtype)
     out_bytes = DTYPE_BYTES[layer.out_type]
     qmin, qmax = layer.clamp
 
@@ -491,8 +503,9 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
             out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax, mode=RequantMode.NATIVE,
             rounding=layer.rounding))
         if layer.lut is not None:   # in place on the output half
+            out_info = np.iinfo(layer.out_dtype)
             table = dict(table_log2=(len(layer.lut) - 1).bit_length() - 1, index_shift=layer.lut_index_shift,
-                         input_min=layer.lut_input_min, qmin=-2 ** 15, qmax=2 ** 15 - 1) \
+                         input_min=layer.lut_input_min, qmin=int(out_info.min), qmax=int(out_info.max)) \
                 if layer.lut_mode == LutMode.INTERP16 else {}
             program.append(Command.make(
                 Opcode.LUT, pop=[Unit.REQUANT] + ([Unit.LOAD] if t == 0 else []), push=[Unit.STORE],
@@ -547,9 +560,10 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
         info = np.iinfo(x_dtype)
         x = rng.integers(info.min, info.max + 1, size=(1, c, h, w)).astype(x_dtype)
     info = np.iinfo(x.dtype)
-    wgt = rng.integers(-128, 128, size=(k, c // groups, kh, kw)).astype(np.int8)
+    w_info = np.iinfo(TENSOR_DTYPES["w"][0])
+    wgt = rng.integers(w_info.min, w_info.max + 1, size=(k, c // groups, kh, kw)).astype(TENSOR_DTYPES["w"][0])
     out_type = DType(int(rng.choice(out_types)))
-    layer = ConvLayer(x=x, w=wgt, bias=rng.integers(-5000, 5000, size=k).astype(np.int32),
+    layer = ConvLayer(x=x, w=wgt, bias=rng.integers(-5000, 5000, size=k).astype(BIAS_DTYPE),
                       multiplier=rng.integers(2 ** (MULTIPLIER_BITS - 2), 2 ** MULTIPLIER_BITS, size=k),
                       shift=np.zeros(k, np.int64), x_zero_point=int(rng.integers(info.min, info.max + 1)),
                       w_zero_point=int(rng.integers(-8, 9)), out_type=out_type,
@@ -565,9 +579,10 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
     if with_lut:
         if layer.lut_mode == LutMode.DIRECT8:
             info = np.iinfo(layer.out_dtype)
-            layer.lut = rng.integers(info.min, info.max + 1, LUT8_ENTRIES).astype(np.int16)
+            layer.lut = rng.integers(info.min, info.max + 1, LUT8_ENTRIES).astype(LUT_ENTRY_DTYPE)
         else:
             index_bits = int(rng.integers(LUT16_INDEX_BITS_MIN, LUT16_INDEX_BITS_MAX + 1))
-            layer.lut = np.sort(rng.integers(-2 ** 15, 2 ** 15, 2 ** index_bits + 1)).astype(np.int16)
-            layer.lut_index_shift = 16 - index_bits
+            entries = np.iinfo(LUT_ENTRY_DTYPE)
+            layer.lut = np.sort(rng.integers(entries.min, entries.max + 1, 2 ** index_bits + 1)).astype(LUT_ENTRY_DTYPE)
+            layer.lut_index_shift = LUT16_INPUT_BITS - index_bits
     return layer

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aipu.sim import golden
-from aipu.sim.spec.arch import (ACC_BITS, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType,
-                      EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit)
+from aipu.sim.spec.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
+                                LUT_ENTRY_DTYPE, PARAM_DTYPE, Buffer, DType)
+from aipu.sim.spec.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
 from aipu.sim.spec.memory import Memory
 from aipu.sim.spec.program import Command, Program
 
@@ -118,7 +119,7 @@ class _Executor:
                              f"the program for {program.config.config_hash()}")
         self.memory = memory.copy()
         # Exact sums beside the wrapping ACC register (D6), entry for entry; preloaded ACC content is exact.
-        self.exact_acc = self.memory.buffers[Buffer.ACC].view("<i4").astype(np.int64)
+        self.exact_acc = self.memory.buffers[Buffer.ACC].view(ACC_DTYPE).astype(np.int64)
         self.stats = Stats()
         self.races = _RaceDetector() if check_hazards else None
         self.command: Command | None = None
@@ -163,9 +164,9 @@ class _Executor:
         self._record(DRAM, int(offsets.min()), end, write, pattern)
         return offsets
 
-    def _tensor(self, space, field_name: str, address: int, shape, dtype: DType | str) -> np.ndarray:
+    def _tensor(self, space, field_name: str, address: int, shape, dtype: DType | np.dtype) -> np.ndarray:
         """A read of ``shape`` elements of ``dtype`` at ``address`` (a view into the memory image)."""
-        np_dtype = np.dtype(DTYPE_NUMPY[dtype] if isinstance(dtype, DType) else dtype)
+        np_dtype = DTYPE_NUMPY[dtype] if isinstance(dtype, DType) else np.dtype(dtype)
         nbytes = int(np.prod(shape)) * np_dtype.itemsize
         return self._span(space, field_name, address, nbytes, False).view(np_dtype).reshape(shape)
 
@@ -193,8 +194,8 @@ class _Executor:
         offsets = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=False)
         data = self.memory.dram[offsets]
         rows, cols = cmd.y_size + cmd.pad_top + cmd.pad_bottom, cmd.x_size + cmd.pad_left + cmd.pad_right
-        low, high = np.iinfo(np.dtype(DTYPE_NUMPY[elem])).min, np.iinfo(np.dtype(DTYPE_NUMPY[elem])).max
-        if not low <= cmd.pad_value <= high:
+        info = np.iinfo(DTYPE_NUMPY[elem])
+        if not info.min <= cmd.pad_value <= info.max:
             raise ExecutionError(f"{self.where}: field pad_value = {cmd.pad_value}: outside {elem.name} range")
         padded = np.empty((rows, cols, cmd.run), DTYPE_NUMPY[elem])
         padded[...] = cmd.pad_value
@@ -205,7 +206,7 @@ class _Executor:
 
     def _store(self, cmd: Command) -> None:
         run_bytes = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
-        data = self._tensor(Buffer.OUT, "sram_addr", cmd.sram_addr, (cmd.y_size, cmd.x_size, run_bytes), "u1")
+        data = self._tensor(Buffer.OUT, "sram_addr", cmd.sram_addr, (cmd.y_size, cmd.x_size, run_bytes), np.uint8)
         offsets = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=True)
         self.memory.dram[offsets] = data
         self.stats.bytes_moved["OUT->DRAM"] += data.size
@@ -223,10 +224,10 @@ class _Executor:
         exact = exact[0].transpose(1, 2, 0)                       # [out_h][out_w][out_c], exact int64
         entries = slice(cmd.acc_addr, cmd.acc_addr + exact.size)
         if cmd.accumulate:
-            self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, exact.shape, "<i4")   # bounds and hazard check
+            self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, exact.shape, ACC_DTYPE)   # bounds and hazard check
             exact = exact + self.exact_acc[entries].reshape(exact.shape)
         # The register wraps (D6); the exact sum rides along and is checked where it is consumed.
-        self._write(Buffer.ACC, "acc_addr", cmd.acc_addr, _wrap(exact, ACC_BITS).astype("<i4"))
+        self._write(Buffer.ACC, "acc_addr", cmd.acc_addr, _wrap(exact, ACC_BITS).astype(ACC_DTYPE))
         self.exact_acc[entries] = exact.reshape(-1)
         self.stats.macs += exact.size * group_c * cmd.k_h * cmd.k_w
 
@@ -238,7 +239,7 @@ class _Executor:
         return records
 
     def _requant(self, cmd: Command) -> None:
-        acc = self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (cmd.pixels, cmd.channels), "<i4")
+        acc = self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (cmd.pixels, cmd.channels), ACC_DTYPE)
         exact = self.exact_acc[cmd.acc_addr:cmd.acc_addr + acc.size]
         wrapped = exact != acc.reshape(-1)
         if wrapped.any():
@@ -246,18 +247,18 @@ class _Executor:
             raise ExecutionError(f"{self.where}: accumulator sum {worst} does not fit int{ACC_BITS}; the register "
                                  f"wrapped (docs/arithmetic.md D6: the compiler must prove the bound)")
         p = self._params(cmd)
-        out_dtype = np.dtype(DTYPE_NUMPY[DType(cmd.out_type)])
+        out_dtype = DTYPE_NUMPY[DType(cmd.out_type)]
         common = dict(bias=p["bias"].astype(np.int64), out_zero_point=cmd.out_zero_point, qmin=cmd.qmin,
                       qmax=cmd.qmax, channel_axis=1, out_dtype=out_dtype, return_saturated=True)
         if cmd.mode == RequantMode.FLOAT32:
             if cmd.leaky:
                 raise ExecutionError(f"{self.where}: field leaky = 1 is not supported in FLOAT32 mode")
-            out, saturated = golden.requantize_float32(acc.astype(np.int32), scale=p["scale"].astype(np.float32),
+            out, saturated = golden.requantize_float32(acc.copy(), scale=p["scale"].astype(np.float32),
                                                        **common)
         else:
             negative = (dict(negative_multiplier=p["negative_multiplier"].astype(np.int64),
                              negative_shift=p["negative_shift"].astype(np.int64)) if cmd.leaky else {})
-            out, saturated = golden.requantize(acc.astype(np.int32), multiplier=p["multiplier"].astype(np.int64),
+            out, saturated = golden.requantize(acc.copy(), multiplier=p["multiplier"].astype(np.int64),
                                                shift=p["shift"].astype(np.int64),
                                                rounding=Rounding(cmd.rounding).name.lower(), **negative, **common)
         self._write(Buffer.OUT, "out_addr", cmd.out_addr, out)
@@ -266,20 +267,21 @@ class _Executor:
     def _lut(self, cmd: Command) -> None:
         in_type, out_type = DType(cmd.in_type), DType(cmd.out_type)
         x = self._tensor(Buffer(cmd.src_buf), "src_addr", cmd.src_addr, (cmd.count,), in_type)
-        out_dtype = np.dtype(DTYPE_NUMPY[out_type])
+        out_dtype = DTYPE_NUMPY[out_type]
         if cmd.mode == LutMode.DIRECT8:
             if cmd.table_log2 or cmd.index_shift or cmd.input_min or cmd.qmin or cmd.qmax:
                 raise ExecutionError(f"{self.where}: DIRECT8 takes no table_log2/index_shift/input_min/qmin/qmax "
                                      "(they must be 0)")
-            entries = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, (LUT8_ENTRIES,), "<i2")
+            entries = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, (LUT8_ENTRIES,), LUT_ENTRY_DTYPE)
             info = np.iinfo(out_dtype)
             if entries.min() < info.min or entries.max() > info.max:
                 raise ExecutionError(f"{self.where}: table entries {int(entries.min())}..{int(entries.max())} "
                                      f"do not fit out_type {out_type.name}")
             out = golden.lut8(x.copy(), entries.astype(out_dtype))
         else:
-            table = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, ((1 << cmd.table_log2) + 1,), "<i2")
-            out, outside = golden.lut16(x.copy(), table.astype(np.int16), index_shift=cmd.index_shift,
+            table = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, ((1 << cmd.table_log2) + 1,),
+                                 LUT_ENTRY_DTYPE)
+            out, outside = golden.lut16(x.copy(), table.copy(), index_shift=cmd.index_shift,
                                         input_min=cmd.input_min, out_dtype=out_dtype, qmin=cmd.qmin,
                                         qmax=cmd.qmax, return_clipped=True)
             self.stats.lut_out_of_range[self.label] = outside
@@ -307,7 +309,7 @@ class _Executor:
         op = EltwiseOp(cmd.op)
         a = self._tensor(Buffer(cmd.a_buf), "a_addr", cmd.a_addr, (cmd.count,), DType(cmd.a_type))
         common = dict(out_zero_point=cmd.out_zero_point, qmin=cmd.qmin, qmax=cmd.qmax,
-                      out_dtype=np.dtype(DTYPE_NUMPY[DType(cmd.out_type)]),
+                      out_dtype=DTYPE_NUMPY[DType(cmd.out_type)],
                       rounding=Rounding(cmd.rounding).name.lower())
         unused = {EltwiseOp.MUL: ("b_multiplier", "b_shift"),
                   EltwiseOp.RESCALE: ("b_buf", "b_addr", "b_type", "b_zero_point", "b_multiplier", "b_shift")}

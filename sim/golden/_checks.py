@@ -5,8 +5,12 @@ import numbers
 
 import numpy as np
 
-#: Activation / weight storage types the NPU reads and writes.
-QUANT_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
+from aipu.sim.spec.arch import DTYPE_NUMPY
+
+#: Activation / weight storage types the NPU reads and writes (arch.DType).
+QUANT_DTYPES = tuple(DTYPE_NUMPY.values())
+#: The one-byte types: MAC, eltwise and lut8 inputs (their value - zero point is a MAC_OPERAND_BITS operand).
+BYTE_DTYPES = tuple(dtype for dtype in QUANT_DTYPES if dtype.itemsize == 1)
 
 
 def dtype_range(dtype) -> tuple[int, int]:

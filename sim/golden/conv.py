@@ -23,13 +23,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from aipu.sim.spec.arch import ACC_BITS, MAC_OPERAND_BITS
-from aipu.sim.golden._checks import check_array, check_int, check_int_param, check_int_tuple, dtype_range
+from aipu.sim.spec.arch import ACC_BITS, ACC_DTYPE, MAC_OPERAND_MAX, bit_range
+from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, check_int_param, check_int_tuple, dtype_range
 
-MAC_INPUT_DTYPES = (np.int8, np.uint8)
 _FLOAT32_EXACT = 2 ** 24
-_ACC_MIN, _ACC_MAX = -(2 ** (ACC_BITS - 1)), 2 ** (ACC_BITS - 1) - 1
-_OPERAND_MAX = 2 ** (MAC_OPERAND_BITS - 1) - 1
+_ACC_MIN, _ACC_MAX = bit_range(ACC_BITS, signed=True)
 
 
 def _operand(name: str, value: np.ndarray, zero_point, zp_channels: int | None, zp_axis: int) -> np.ndarray:
@@ -41,7 +39,7 @@ def _operand(name: str, value: np.ndarray, zero_point, zp_channels: int | None, 
         shape[zp_axis] = zp.shape[0]
         zp = zp.reshape(shape)
     operand = value.astype(np.float32) - zp.astype(np.float32)
-    assert operand.size == 0 or np.abs(operand).max() <= _OPERAND_MAX  # int8/uint8 minus an in-range zp
+    assert operand.size == 0 or np.abs(operand).max() <= MAC_OPERAND_MAX  # int8/uint8 minus an in-range zp
     return operand
 
 
@@ -69,7 +67,7 @@ def _exact_matmul(op: str, a: np.ndarray, b: np.ndarray, wide: bool = False) -> 
             worst = int(low if -low > high else high)
             raise OverflowError(f"{op}: accumulator value {worst} does not fit in int{ACC_BITS} "
                                 f"[{_ACC_MIN}, {_ACC_MAX}]")
-    return total.astype(np.int32)
+    return total.astype(ACC_DTYPE)
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stride=(1, 1),
@@ -83,8 +81,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stri
     w_zero_point scalar or one per output channel K; padding (top, left, bottom, right) taps are
     real zeros (stored value x_zero_point); depthwise is groups == C.
     """
-    check_array("x", x, MAC_INPUT_DTYPES)
-    check_array("w", w, MAC_INPUT_DTYPES)
+    check_array("x", x, BYTE_DTYPES)
+    check_array("w", w, BYTE_DTYPES)
     if x.ndim != 4:
         raise ValueError(f"x must be 4-D [N, C, H, W], got shape {x.shape}")
     if w.ndim != 4:
@@ -125,8 +123,8 @@ def matmul(a: np.ndarray, b: np.ndarray, *, a_zero_point=0, b_zero_point=0) -> n
     a: int8/uint8 [..., M, K]; b: int8/uint8 [K, N] or [..., K, N] (batch dims broadcast as in
     numpy.matmul); a_zero_point scalar; b_zero_point scalar or one per output column N.
     """
-    check_array("a", a, MAC_INPUT_DTYPES)
-    check_array("b", b, MAC_INPUT_DTYPES)
+    check_array("a", a, BYTE_DTYPES)
+    check_array("b", b, BYTE_DTYPES)
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"a and b must be at least 2-D, got shapes {a.shape} and {b.shape}")
     if a.shape[-1] != b.shape[-2]:
@@ -148,11 +146,11 @@ def accumulator_range(w: np.ndarray, *, x_dtype, x_zero_point=0, w_zero_point=0)
     [lo, hi], so border outputs stay inside the same range. Axis 0 of ``w`` is the output channel
     (conv weights [K, C/G, KH, KW]; for matmul pass b.T).
     """
-    check_array("w", w, MAC_INPUT_DTYPES)
+    check_array("w", w, BYTE_DTYPES)
     if w.ndim < 1:
         raise ValueError(f"w must have an output-channel axis, got shape {w.shape}")
     x_dtype = np.dtype(x_dtype)
-    if x_dtype not in tuple(np.dtype(d) for d in MAC_INPUT_DTYPES):
+    if x_dtype not in tuple(np.dtype(d) for d in BYTE_DTYPES):
         raise TypeError(f"x_dtype must be int8 or uint8, got {x_dtype.name}")
     type_min, type_max = dtype_range(x_dtype)
     zx = check_int("x_zero_point", x_zero_point, type_min, type_max)

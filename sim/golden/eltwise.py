@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.spec.arch import ELTWISE_SUM_BITS, MULTIPLIER_BITS, SHIFT_MAX
-from aipu.sim.golden._checks import check_array, check_int, dtype_range
+from aipu.sim.spec.arch import ACC_DTYPE, ELTWISE_SUM_BITS, MAC_OPERAND_MAX, MULTIPLIER_MAX, SHIFT_MAX
+from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, dtype_range
 from aipu.sim.golden.requant import _check_scales, _output_stage, quantize_multiplier, requantize
 from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
 
 ELTWISE_OPS = ("add", "sub", "max", "min", "mul")
-_INPUT_DTYPES = (np.int8, np.uint8)
-_OPERAND_MAX = 255
-#: largest exact alignment 2**(N - N_i) such that 255 * (2**16 - 1) * 2**align + the other term fits
-MAX_ALIGN = ELTWISE_SUM_BITS - 2 - (_OPERAND_MAX * (2 ** MULTIPLIER_BITS - 1)).bit_length()
+#: largest exact alignment 2**(N - N_i) such that MAC_OPERAND_MAX * MULTIPLIER_MAX * 2**align + the other
+#: term fits ELTWISE_SUM_BITS
+MAX_ALIGN = ELTWISE_SUM_BITS - 2 - (MAC_OPERAND_MAX * MULTIPLIER_MAX).bit_length()
 
 
 def _centred(name: str, value: np.ndarray, zero_point) -> np.ndarray:
-    check_array(name, value, _INPUT_DTYPES)
+    check_array(name, value, BYTE_DTYPES)
     return value.astype(np.int64) - check_int(f"{name}_zero_point", zero_point, *dtype_range(value.dtype))
 
 
@@ -49,12 +48,11 @@ def eltwise(a: np.ndarray, b: np.ndarray, op: str, *, multiplier, shift, a_zero_
         np.broadcast_shapes(da.shape, db.shape)
     except ValueError as exc:
         raise ValueError(f"shapes of a {a.shape} and b {b.shape} do not broadcast") from exc
-    m_max = 2 ** MULTIPLIER_BITS - 1
     if op == "mul":
-        m, n = check_int("multiplier", multiplier, 0, m_max), check_int("shift", shift, 0, SHIFT_MAX)
+        m, n = check_int("multiplier", multiplier, 0, MULTIPLIER_MAX), check_int("shift", shift, 0, SHIFT_MAX)
         scaled = rounding_shift_right(da * db * m, n, rounding)
     else:
-        (ma, mb), (na, nb) = _pair("multiplier", multiplier, 0, m_max), _pair("shift", shift, 0, SHIFT_MAX)
+        (ma, mb), (na, nb) = _pair("multiplier", multiplier, 0, MULTIPLIER_MAX), _pair("shift", shift, 0, SHIFT_MAX)
         n = max(na, nb)
         if n - min(na, nb) > MAX_ALIGN:
             raise ValueError(f"shift=({na}, {nb}) differ by {n - min(na, nb)} > {MAX_ALIGN}: the aligned "
@@ -103,7 +101,7 @@ def concat(inputs, *, axis: int = 1, zero_points, multipliers, shifts, out_zero_
             raise ValueError(f"{name} has {len(values)} entries for {len(inputs)} inputs")
     parts = []
     for i, (x, zp, m, n) in enumerate(zip(inputs, zero_points, multipliers, shifts)):
-        centred = _centred(f"inputs[{i}]", x, zp).astype(np.int32)
+        centred = _centred(f"inputs[{i}]", x, zp).astype(ACC_DTYPE)
         parts.append(requantize(centred, multiplier=m, shift=n, out_zero_point=out_zero_point, qmin=qmin,
                                 qmax=qmax, rounding=rounding, out_dtype=out_dtype, channel_axis=0))
     try:

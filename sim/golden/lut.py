@@ -13,17 +13,19 @@ from typing import Callable
 
 import numpy as np
 
-from aipu.sim.spec.arch import LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT8_ENTRIES
-from aipu.sim.golden._checks import QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype, dtype_range
+from aipu.sim.spec.arch import (LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT8_ENTRIES,
+                                LUT_ENTRY_DTYPE, bit_range, storage_dtype)
+from aipu.sim.golden._checks import (BYTE_DTYPES, QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype,
+                                     dtype_range)
 from aipu.sim.golden.rounding import round_half_away, rounding_shift_right
 
-_INT16_MIN, _INT16_MAX = -(2 ** 15), 2 ** 15 - 1
-_MAX_INDEX_SHIFT = 16
+_INPUT_DTYPE = storage_dtype(LUT16_INPUT_BITS, signed=True)          # lut16's input, int16
+_INPUT_MIN, _INPUT_MAX = bit_range(LUT16_INPUT_BITS, signed=True)
 
 
 def lut8(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     """table[raw byte of x] for int8/uint8 ``x``; output dtype = table dtype (int8, uint8 or int16)."""
-    check_array("x", x, (np.int8, np.uint8))
+    check_array("x", x, BYTE_DTYPES)
     check_array("table", table, QUANT_DTYPES)
     if table.shape != (LUT8_ENTRIES,):
         raise ValueError(f"table must have shape ({LUT8_ENTRIES},), got {table.shape}")
@@ -31,7 +33,7 @@ def lut8(x: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 
 def _table_index_bits(table: np.ndarray) -> int:
-    check_array("table", table, (np.int16,))
+    check_array("table", table, (LUT_ENTRY_DTYPE,))
     entries = table.shape[0] - 1 if table.ndim == 1 else 0
     k = entries.bit_length() - 1
     if table.ndim != 1 or entries < 1 or entries != 2 ** k or not LUT16_INDEX_BITS_MIN <= k <= LUT16_INDEX_BITS_MAX:
@@ -40,7 +42,7 @@ def _table_index_bits(table: np.ndarray) -> int:
     return k
 
 
-def lut16(x: np.ndarray, table: np.ndarray, *, index_shift: int, input_min: int = _INT16_MIN,
+def lut16(x: np.ndarray, table: np.ndarray, *, index_shift: int, input_min: int = _INPUT_MIN,
           out_dtype=np.int16, qmin=None, qmax=None, return_clipped: bool = False):
     """Interpolated lookup of int16 ``x`` in an int16 table of 2**k + 1 entries.
 
@@ -48,10 +50,10 @@ def lut16(x: np.ndarray, table: np.ndarray, *, index_shift: int, input_min: int 
     y = T[i] + round_half_up((T[i+1] - T[i]) * r / 2**f), then clamped to [qmin, qmax] of ``out_dtype``.
     ``return_clipped`` -> (out, number of inputs outside the table's range).
     """
-    check_array("x", x, (np.int16,))
+    check_array("x", x, (_INPUT_DTYPE,))
     k = _table_index_bits(table)
-    f = check_int("index_shift", index_shift, 0, _MAX_INDEX_SHIFT)
-    input_min = check_int("input_min", input_min, _INT16_MIN, _INT16_MAX)
+    f = check_int("index_shift", index_shift, 0, LUT16_INPUT_BITS)
+    input_min = check_int("input_min", input_min, _INPUT_MIN, _INPUT_MAX)
     dtype = check_out_dtype("out_dtype", out_dtype)
     lo, hi = dtype_range(dtype)
     qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
@@ -89,7 +91,7 @@ def build_lut8(func: Callable, *, in_scale: float, in_zero_point: int, in_dtype,
 
     func is evaluated in float64 on all 256 inputs; outputs round half away from zero and saturate.
     """
-    in_dtype = check_out_dtype("in_dtype", in_dtype, (np.int8, np.uint8))
+    in_dtype = check_out_dtype("in_dtype", in_dtype, BYTE_DTYPES)
     out_dtype = check_out_dtype("out_dtype", out_dtype)
     check_int("in_zero_point", in_zero_point, *dtype_range(in_dtype))
     if not (np.isfinite(in_scale) and in_scale > 0):
@@ -99,20 +101,20 @@ def build_lut8(func: Callable, *, in_scale: float, in_zero_point: int, in_dtype,
 
 
 def build_lut16(func: Callable, *, in_scale: float, in_zero_point: int, out_scale: float, out_zero_point: int,
-                index_bits: int = 9, index_shift: int | None = None, input_min: int = _INT16_MIN,
+                index_bits: int = 9, index_shift: int | None = None, input_min: int = _INPUT_MIN,
                 out_dtype=np.int16) -> np.ndarray:
     """Table for :func:`lut16`: 2**k + 1 samples at x_j = input_min + j * 2**f, j = 0 .. 2**k.
 
-    Default f = 16 - k covers the whole int16 range. Entries are quantized to ``out_dtype`` and stored
-    as int16 (LUT_ENTRY_BITS).
+    Default f = LUT16_INPUT_BITS - k covers the whole int16 input range. Entries are quantized to
+    ``out_dtype`` and stored as int16 (LUT_ENTRY_BITS).
     """
     k = check_int("index_bits", index_bits, LUT16_INDEX_BITS_MIN, LUT16_INDEX_BITS_MAX)
-    f = check_int("index_shift", 16 - k if index_shift is None else index_shift, 0, _MAX_INDEX_SHIFT)
-    input_min = check_int("input_min", input_min, _INT16_MIN, _INT16_MAX)
-    check_int("in_zero_point", in_zero_point, _INT16_MIN, _INT16_MAX)
+    f = check_int("index_shift", LUT16_INPUT_BITS - k if index_shift is None else index_shift, 0, LUT16_INPUT_BITS)
+    input_min = check_int("input_min", input_min, _INPUT_MIN, _INPUT_MAX)
+    check_int("in_zero_point", in_zero_point, _INPUT_MIN, _INPUT_MAX)
     out_dtype = check_out_dtype("out_dtype", out_dtype)
     if not (np.isfinite(in_scale) and in_scale > 0):
         raise ValueError(f"in_scale={in_scale!r} must be finite and positive")
     samples = input_min + np.arange(2 ** k + 1, dtype=np.float64) * 2.0 ** f
     table = _quantize_outputs(func, (samples - in_zero_point) * in_scale, out_scale, out_zero_point, out_dtype)
-    return table.astype(np.int16)
+    return table.astype(LUT_ENTRY_DTYPE)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from aipu.sim.spec.arch import ACC_BITS
+from aipu.sim.spec.arch import ACC_BITS, bit_range
 from aipu.sim.golden._checks import QUANT_DTYPES, check_array, check_int, check_int_tuple, dtype_range
 from aipu.sim.golden.rounding import check_rounding, rounding_divide
 
@@ -70,7 +70,7 @@ def global_avg_pool(x: np.ndarray, *, x_zero_point=0, rounding: str = "half_up")
 
 
 def _check_sum(sums: np.ndarray) -> None:
-    limit = 2 ** (ACC_BITS - 1)
-    if sums.size and (sums.min() < -limit or sums.max() > limit - 1):
+    low, high = bit_range(ACC_BITS, signed=True)
+    if sums.size and (sums.min() < low or sums.max() > high):
         worst = int(sums.min() if -sums.min() > sums.max() else sums.max())
         raise OverflowError(f"avg_pool: window sum {worst} does not fit in int{ACC_BITS}")

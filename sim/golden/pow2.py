@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.spec.arch import BIAS_BITS, MULTIPLIER_BITS
-from aipu.sim.golden._checks import check_int
+from aipu.sim.spec.arch import BIAS_BITS, BIAS_DTYPE, MULTIPLIER_BITS, bit_range
+from aipu.sim.golden._checks import QUANT_DTYPES, check_int, dtype_range
 from aipu.sim.golden.rounding import round_half_away
 
 #: QUAN of the patent's embodiment: 8-bit features, 7-bit kernels (S002 [0069], L400-404).
 FEATURE_QUAN, KERNEL_QUAN = 127, 63
+_BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
+_OUTPUT_QUAN_MAX = max(dtype_range(dtype)[1] for dtype in QUANT_DTYPES)   # [-QUAN, QUAN] fits an output type
 
 
 def pow2_scale_exponent(abs_max: float, quan: int) -> int:
@@ -34,13 +36,12 @@ def pow2_quantize(values, exponent: int, quan: int | None) -> np.ndarray:
     exponent = check_int("exponent", exponent)
     q = round_half_away(np.ldexp(np.asarray(values, dtype=np.float64), exponent))
     if quan is None:
-        limit = 2 ** (BIAS_BITS - 1)
-        if q.size and (q.min() < -limit or q.max() > limit - 1):
+        if q.size and (q.min() < _BIAS_MIN or q.max() > _BIAS_MAX):
             raise ValueError(f"quantized bias {int(q[np.abs(q).argmax()])} does not fit int{BIAS_BITS}")
     else:
-        quan = check_int("quan", quan, 1, 2 ** (BIAS_BITS - 1) - 1)
+        quan = check_int("quan", quan, 1, _BIAS_MAX)
         q = np.clip(q, -quan, quan)
-    return q.astype(np.int32)
+    return q.astype(BIAS_DTYPE)
 
 
 def pow2_requant_params(feature_in_exponent: int, kernel_exponent: int, feature_out_exponent: int, *,
@@ -52,7 +53,7 @@ def pow2_requant_params(feature_in_exponent: int, kernel_exponent: int, feature_
     """
     shift = (check_int("feature_in_exponent", feature_in_exponent) + check_int("kernel_exponent", kernel_exponent)
              - check_int("feature_out_exponent", feature_out_exponent))
-    quan = check_int("quan", quan, 1, 2 ** 15 - 1)
+    quan = check_int("quan", quan, 1, _OUTPUT_QUAN_MAX)
     if shift < -(MULTIPLIER_BITS - 1):
         raise ValueError(f"layer shift s={shift} needs a left shift by {-shift} > {MULTIPLIER_BITS - 1} bits")
     multiplier, right = (1, shift) if shift >= 0 else (2 ** -shift, 0)

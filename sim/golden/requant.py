@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.spec.arch import BIAS_BITS, MULTIPLIER_BITS, SHIFT_MAX, TFLITE_MULTIPLIER_BITS
+from aipu.sim.spec.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, SHIFT_MAX,
+                                TFLITE_MULTIPLIER_BITS, bit_range)
 from aipu.sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
                                 check_int_param, dtype_range, per_channel)
 from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
 
-MULTIPLIER_MAX = 2 ** MULTIPLIER_BITS - 1
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+_TFLITE_INT_BITS = TFLITE_MULTIPLIER_BITS + 1      # TFLite computes in int32: a Q0.31 multiplier and a sign
+_TFLITE_INT_MIN, _TFLITE_INT_MAX = bit_range(_TFLITE_INT_BITS, signed=True)
 _FLOAT_BOUND = 2.0 ** 40
 
 
@@ -27,7 +28,7 @@ class _Channels:
     """Validates the accumulator and turns scalar / per-channel parameters into broadcastable int64."""
 
     def __init__(self, acc, channel_axis: int):
-        self.acc = check_array("acc", acc, (np.int32,))
+        self.acc = check_array("acc", acc, (ACC_DTYPE,))
         self.axis = check_axis("channel_axis", channel_axis, acc.ndim) if acc.ndim else 0
         self.count = acc.shape[self.axis] if acc.ndim else None
 
@@ -39,7 +40,7 @@ class _Channels:
         """acc + bias, formed exactly in REQUANT_SUM_BITS (int64 here)."""
         total = self.acc.astype(np.int64)
         if bias is not None:
-            total = total + self.param("bias", bias, -(2 ** (BIAS_BITS - 1)), 2 ** (BIAS_BITS - 1) - 1)
+            total = total + self.param("bias", bias, *bit_range(BIAS_BITS, signed=True))
         return total
 
 
@@ -134,8 +135,8 @@ def requantize_tflite(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero
     """
     channels = _Channels(acc, channel_axis)
     total = channels.biased(bias)
-    m = channels.param("multiplier", multiplier, 0, 2 ** TFLITE_MULTIPLIER_BITS - 1)
-    s = channels.param("shift", shift, -31, 30)
+    m = channels.param("multiplier", multiplier, *bit_range(TFLITE_MULTIPLIER_BITS, signed=False))
+    s = channels.param("shift", shift, -TFLITE_MULTIPLIER_BITS, TFLITE_MULTIPLIER_BITS - 1)
     left, right = np.maximum(s, 0), np.maximum(-s, 0)
     _require_int32("requantize_tflite: acc + bias", total)
     shifted = total << left
@@ -146,9 +147,9 @@ def requantize_tflite(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero
 
 
 def _require_int32(what: str, values: np.ndarray) -> None:
-    if values.size and (values.min() < _INT32_MIN or values.max() > _INT32_MAX):
+    if values.size and (values.min() < _TFLITE_INT_MIN or values.max() > _TFLITE_INT_MAX):
         worst = int(values.min() if -values.min() > values.max() else values.max())
-        raise OverflowError(f"{what} = {worst} does not fit in int32")
+        raise OverflowError(f"{what} = {worst} does not fit in int{_TFLITE_INT_BITS}")
 
 
 def _require_positive_finite(scale: np.ndarray, name: str = "scale") -> None:

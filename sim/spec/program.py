@@ -1,6 +1,6 @@
 """Commands, their binary encoding, the program container file and the disassembler.
 
-All field positions and widths come from the declarative tables in :mod:`aipu.sim.spec.arch`; nothing here
+All field positions and widths come from the declarative tables in :mod:`aipu.sim.spec.isa`; nothing here
 knows a particular command. A malformed word, file or listing raises :class:`~aipu.sim.spec.errors.InputError`
 (a ``ValueError``) naming where (file, line or command and byte offset), the field, the value and what
 is allowed.
@@ -13,9 +13,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aipu.sim.spec.arch import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, CONFIG_FILE_BYTES_MAX, DEFAULT, OPCODE_BITS,
-                      HardwareConfig, Opcode, Unit, hardware_config_from_text)
+from aipu.sim.spec.arch import CONFIG_FILE_BYTES_MAX, DEFAULT, HardwareConfig, hardware_config_from_text
 from aipu.sim.spec.errors import InputError
+from aipu.sim.spec.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, OPCODE_BITS, Opcode, Unit
 
 _UNIT_NAMES = ", ".join(Unit.__members__)
 

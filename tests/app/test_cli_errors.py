@@ -18,8 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aipu.sim.spec.arch import COMMAND_BYTES, DEFAULT, Opcode, Unit
 from aipu.app.cli import main
+from aipu.sim.spec.arch import DEFAULT
+from aipu.sim.spec.isa import COMMAND_BYTES, Opcode, Unit
 from aipu.sim.spec.program import _CRC, _HEADER, FORMAT_VERSION, MAGIC, Command, Program
 
 QUICK = settings(derandomize=True, max_examples=100, deadline=None, database=None,

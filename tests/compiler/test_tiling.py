@@ -6,7 +6,8 @@ import pytest
 
 from aipu.compiler.tiling import ConvLayer, lower_conv_layer, lower_conv_layers, plan_tiles, random_layer
 from aipu.sim import golden
-from aipu.sim.spec.arch import DEFAULT, DTYPE_NUMPY, DType, Opcode, Rounding, Unit, hardware_config_from_dict
+from aipu.sim.spec.arch import DEFAULT, DTYPE_NUMPY, DType, hardware_config_from_dict
+from aipu.sim.spec.isa import Opcode, Rounding, Unit
 from aipu.sim.interpreter import HazardError, run
 from aipu.sim.spec.memory import Memory
 from aipu.sim.spec.program import Command, Program

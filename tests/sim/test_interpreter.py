@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from aipu.sim import golden
-from aipu.sim.spec.arch import (DEFAULT, LUT8_ENTRIES, Buffer, DType, EltwiseOp, LutMode, Opcode, PoolMode, Rounding, Unit,
-                      hardware_config_from_dict)
+from aipu.sim.spec.arch import DEFAULT, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
+from aipu.sim.spec.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
 from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, _Executor, run
 from aipu.sim.spec.memory import Memory
 from aipu.sim.spec.program import Command, Program
@@ -232,9 +232,6 @@ def test_memory_and_program_configs_must_agree():
 
 @pytest.mark.parametrize("mode", ["native", "leaky", "float32"])
 def test_requant_modes_against_golden(mode):
-    from aipu.sim.spec.arch import RequantMode
-    from aipu.sim.spec.arch import PARAM_DTYPE
-
     pixels, channels = 9, 5
     acc = RNG.integers(-2 ** 20, 2 ** 20, (pixels, channels)).astype(np.int32)
     records = np.zeros(channels, PARAM_DTYPE)
@@ -274,8 +271,6 @@ def test_requant_modes_against_golden(mode):
 
 def test_requant_rejects_nonzero_reserved_record_bits():
     memory = Memory.create(DEFAULT, 64)
-    from aipu.sim.spec.arch import PARAM_DTYPE
-
     memory.buffers[Buffer.PARAM][PARAM_DTYPE.itemsize + PARAM_DTYPE.fields["reserved"][1]] = 1   # record 1
     program = Program()
     program.append(Command.make(Opcode.REQUANT, channels=2, qmin=-128, qmax=127))
@@ -303,8 +298,6 @@ def test_strided_dram_accesses_are_compared_byte_exactly(store_offset, hazard):
 @pytest.mark.parametrize("second_half", [True, False])
 def test_accumulator_wraps_and_only_consumed_sums_must_fit(second_half):
     """D6: partial sums may leave int32 (the register wraps); a sum REQUANT consumes must fit, else an error."""
-    from aipu.sim.spec.arch import PARAM_DTYPE
-
     taps_c, kernel = 4000, 3                       # 36000 taps of 255 * 255 = 65025: 2.34e9 > 2**31
     memory = Memory.create(DEFAULT, 0x1000)
     memory.buffers[Buffer.ACT][:kernel * kernel * taps_c] = 255                          # uint8 x, zero point 0

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aipu.sim.spec.arch import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, DEFAULT, Buffer, HardwareConfig, Opcode, Unit,
-                      hardware_config_from_dict, load_hardware_config)
+from aipu.sim.spec.arch import DEFAULT, WIDEST, Buffer, HardwareConfig, hardware_config_from_dict, load_hardware_config
+from aipu.sim.spec.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, Opcode, Unit
 from aipu.sim.spec.program import FORMAT_VERSION, MAGIC, Command, Program
 
 SMALL = hardware_config_from_dict({"buffers": {"act": {"bytes": 1024}, "acc": {"bytes": 256}},
@@ -60,11 +60,12 @@ def test_bad_config_file_suffix(tmp_path):
         load_hardware_config(tmp_path / "c.yaml")
 
 
-def test_every_command_fits_its_word():
+@pytest.mark.parametrize("config", [DEFAULT, WIDEST], ids=["default", "widest"])
+def test_every_command_fits_its_word(config):
     for spec in COMMANDS.values():
-        fld, offset, width = spec.layout(DEFAULT)[-1]
+        fld, offset, width = spec.layout(config)[-1]
         assert offset + width <= COMMAND_BITS
-        assert spec.layout(DEFAULT)[0][0].name == "opcode" and spec.layout(DEFAULT)[0][1] == 0
+        assert spec.layout(config)[0][0].name == "opcode" and spec.layout(config)[0][1] == 0
 
 
 # --- encoding ---------------------------------------------------------------------------------------

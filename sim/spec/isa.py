@@ -1,0 +1,330 @@
+"""The command set: units, opcodes, every command's fields and their packing into one word.
+
+Encoding, assembler, docs/isa.md (app/isa_doc.py), interpreter and RTL are driven by these tables; field
+widths are written here or derived from :mod:`aipu.sim.spec.arch` (arithmetic widths, buffer addresses).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from enum import IntEnum
+
+from aipu.sim.spec.arch import (LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, MAC_OPERAND_BITS,
+                                MULTIPLIER_BITS, SHIFT_BITS, SHIFT_MAX, WIDEST, Buffer, DType, HardwareConfig,
+                                bit_range)
+
+COMMAND_BITS = 256            # every command is one fixed-width little-endian word; opcode in the lowest bits
+COMMAND_BYTES = COMMAND_BITS // 8
+
+
+class Unit(IntEnum):
+    """Execution units; each owns one in-order command queue."""
+
+    LOAD = 0      # DMA DRAM -> on-chip buffers (strided, with padding)
+    WDEC = 1      # weight decompression DRAM -> weight buffer
+    CONV = 2      # MAC array: convolution / matmul tiles into the accumulator buffer
+    REQUANT = 3   # accumulator -> quantized output buffer
+    LUT = 4       # table-lookup activations
+    POOL = 5      # pooling, element-wise and concat rescale
+    STORE = 6     # DMA output buffer -> DRAM
+
+
+class Opcode(IntEnum):
+    """Opcode 0 is reserved so that an all-zero (erased) word never decodes."""
+
+    LOAD = 1
+    STORE = 2
+    CONV = 3
+    REQUANT = 4
+    LUT = 5
+    POOL = 6
+    ELTWISE = 7
+    WDEC = 8
+    FINISH = 9
+
+
+LOADABLE_BUFFERS = (Buffer.ACT, Buffer.WEIGHT, Buffer.LUT, Buffer.PARAM)
+VECTOR_SOURCE_BUFFERS = (Buffer.ACT, Buffer.OUT)   # where LUT/POOL/ELTWISE read their operands
+
+
+class Rounding(IntEnum):
+    """Rounding of right shifts; names are the golden model's mode strings in upper case."""
+
+    FLOOR = 0                 # plain arithmetic shift (seed 002 mode)
+    HALF_UP = 1               # add 2^(N-1) then floor: rshift_rnd of seed002_003_quant.md Part 3
+    HALF_TO_EVEN = 2          # ties to even (ONNX / vendor float round)
+    HALF_AWAY_FROM_ZERO = 3   # ties away from zero
+
+
+class RequantMode(IntEnum):
+    NATIVE = 0        # (acc + bias) * M >> N with the command's rounding (optional leaky negative M/N)
+    FLOAT32 = 1       # ONNX-compatible: float32 scale from the parameter record, round half to even
+
+
+class LutMode(IntEnum):
+    DIRECT8 = 0       # 8-bit input indexes a 256-entry table directly
+    INTERP16 = 1      # 16-bit input: 2^t + 1 entry table with linear interpolation
+# LUT memory holds tables of signed LUT_ENTRY_BITS entries, little-endian.
+
+
+class PoolMode(IntEnum):
+    MAX = 0
+    AVG = 1
+
+
+class EltwiseOp(IntEnum):
+    """Names are the golden model's op strings in upper case (RESCALE: golden concat of one input)."""
+
+    ADD = 0
+    SUB = 1
+    MAX = 2
+    MIN = 3
+    MUL = 4           # one multiplier/shift pair (operand a's fields); b's must be 0
+    RESCALE = 5       # operand a requantized into the output scale: one concat branch
+
+
+@dataclass(frozen=True)
+class Field:
+    """One command field. ``bits`` is a width or the name of a width derived from the configuration
+    (see ``HardwareConfig.width_parameters``). The legal range defaults to everything the width holds."""
+
+    name: str
+    bits: int | str
+    meaning: str
+    signed: bool = False
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: type[IntEnum] | tuple[IntEnum, ...] | None = None
+
+    def width(self, config: HardwareConfig) -> int:
+        return self.bits if isinstance(self.bits, int) else config.width_parameters[self.bits]
+
+    def legal_range(self, config: HardwareConfig) -> tuple[int, int]:
+        low, high = bit_range(self.width(config), self.signed)
+        if self.minimum is not None:
+            low = max(low, self.minimum)
+        if self.maximum is not None:
+            high = min(high, self.maximum)
+        return low, high
+
+    def legal_values(self) -> tuple[IntEnum, ...] | None:
+        if self.choices is None:
+            return None
+        return tuple(self.choices)
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    opcode: Opcode
+    unit: Unit | None          # None: may sit in any queue (FINISH)
+    summary: str
+    semantics: str             # pseudo-code of what the command does (rendered in docs/isa.md)
+    fields: tuple[Field, ...]
+
+    def layout(self, config: HardwareConfig) -> tuple[tuple[Field, int, int], ...]:
+        """(field, bit offset, width) for the header and every field, packed upwards from bit 0."""
+        return _command_layout(self, config)
+
+    def field(self, name: str) -> Field:
+        return next(fld for fld in self.fields if fld.name == name)
+
+
+@functools.lru_cache(maxsize=None)
+def _command_layout(spec: CommandSpec, config: HardwareConfig) -> tuple[tuple[Field, int, int], ...]:
+    placed, offset = [], 0
+    for fld in HEADER_FIELDS + spec.fields:
+        width = fld.width(config)
+        placed.append((fld, offset, width))
+        offset += width
+    if offset > COMMAND_BITS:
+        raise ValueError(f"command {spec.opcode.name} needs {offset} bits with this configuration, "
+                         f"more than COMMAND_BITS = {COMMAND_BITS}")
+    return tuple(placed)
+
+
+OPCODE_BITS = 4
+HEADER_FIELDS: tuple[Field, ...] = (
+    Field("opcode", OPCODE_BITS, "which command (Opcode); 0 is reserved", choices=Opcode),
+    Field("pop", len(Unit), "bit u set: wait for and take one token from the queue unit u -> this unit"),
+    Field("push", len(Unit), "bit u set: after executing, put one token into the queue this unit -> unit u"),
+)
+
+DIM_BITS = 12                 # tile heights, widths and channel counts: 1 .. 4095
+KERNEL_BITS = 4               # kernel sizes 1 .. 15
+STEP_BITS = 3                 # strides and dilations 1 .. 7
+PAD_BITS = 4                  # DMA padding per side 0 .. 15
+RUN_BITS = 16                 # DMA element counts per dimension
+STRIDE_BYTES_BITS = 24        # DRAM strides in bytes
+COUNT_BITS = 20               # element counts of vector commands
+ZERO_POINT_BITS = 16          # signed: holds a zero point or clamp bound of every element type (DType)
+WDEC_LENGTH_BITS = 24         # compressed stream length in bytes
+
+_DTYPE = dict(bits=2, choices=DType)
+
+
+def _dims(*names_meanings: tuple[str, str], bits: int = DIM_BITS) -> tuple[Field, ...]:
+    return tuple(Field(name, bits, meaning, minimum=1) for name, meaning in names_meanings)
+
+
+def _requant_fields(prefix: str, what: str) -> tuple[Field, ...]:
+    return (Field(f"{prefix}multiplier", MULTIPLIER_BITS, f"multiplier M of {what}"),
+            Field(f"{prefix}shift", SHIFT_BITS, f"right shift N of {what}", maximum=SHIFT_MAX))
+
+
+_DMA_SHAPE = (
+    Field("elem_type", **_DTYPE, meaning="element type (its size sets the element width; pad value type)"),
+    *_dims(("y_size", "rows copied"), ("x_size", "columns per row"), ("run", "elements per column (contiguous)"),
+           bits=RUN_BITS),
+    Field("dram_y_stride", STRIDE_BYTES_BITS, "bytes between rows in DRAM"),
+    Field("dram_x_stride", STRIDE_BYTES_BITS, "bytes between columns in DRAM"),
+)
+
+COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
+    CommandSpec(
+        Opcode.LOAD, Unit.LOAD, "strided DMA from DRAM into an on-chip buffer, with padding",
+        "for y, x in (y_size+pad_top+pad_bottom) x (x_size+pad_left+pad_right):\n"
+        "    dst[y][x][0:run] = pad_value if (y, x) lies in the padding else\n"
+        "        DRAM[dram_addr + (y-pad_top)*dram_y_stride + (x-pad_left)*dram_x_stride][0:run]\n"
+        "dst is dense in `buffer` starting at byte sram_addr",
+        (Field("buffer", 3, "destination buffer", choices=LOADABLE_BUFFERS),
+         Field("sram_addr", "sram_addr_bits", "destination byte address in the buffer"),
+         Field("dram_addr", "dram_addr_bits", "source byte address in DRAM"),
+         *_DMA_SHAPE,
+         Field("pad_top", PAD_BITS, "padding rows before"), Field("pad_bottom", PAD_BITS, "padding rows after"),
+         Field("pad_left", PAD_BITS, "padding columns before"), Field("pad_right", PAD_BITS, "padding columns after"),
+         Field("pad_value", ZERO_POINT_BITS, "value written into padding (e.g. the input zero point)", signed=True))),
+    CommandSpec(
+        Opcode.STORE, Unit.STORE, "strided DMA from the output buffer to DRAM",
+        "for y, x in y_size x x_size:\n"
+        "    DRAM[dram_addr + y*dram_y_stride + x*dram_x_stride][0:run] = OUT[sram_addr + ((y*x_size)+x)*run*elem]",
+        (Field("sram_addr", "out_addr_bits", "source byte address in the output buffer"),
+         Field("dram_addr", "dram_addr_bits", "destination byte address in DRAM"),
+         *_DMA_SHAPE)),
+    CommandSpec(
+        Opcode.CONV, Unit.CONV, "one convolution (or matmul: 1x1 kernel) tile on the MAC array",
+        "x = ACT[in_addr] as [in_h][in_w][in_c] in_type (already padded by LOAD)\n"
+        "w = WEIGHT[wgt_addr] as int8 [out_c][k_h][k_w][in_c/groups]\n"
+        "out_h = (in_h - dilation_h*(k_h-1) - 1) // stride_h + 1   (same for out_w)\n"
+        "r = conv2d(x - in_zero_point, w - w_zero_point, stride, dilation, groups)  as int32 [out_h][out_w][out_c]\n"
+        "ACC[acc_addr] = r            if accumulate == 0\n"
+        "ACC[acc_addr] += r           if accumulate == 1   (int32; overflow is an error)",
+        (Field("in_addr", "act_addr_bits", "input tile byte address in the activation buffer"),
+         *_dims(("in_h", "input tile rows (incl. padding)"), ("in_w", "input tile columns (incl. padding)"),
+                ("in_c", "input tile channels")),
+         Field("in_type", 2, "input element type", choices=(DType.INT8, DType.UINT8)),
+         Field("in_zero_point", MAC_OPERAND_BITS, "input zero point", signed=True),
+         Field("wgt_addr", "weight_addr_bits", "weight byte address in the weight buffer"),
+         Field("w_zero_point", 8, "weight zero point", signed=True),
+         *_dims(("out_c", "output channels of this tile")),
+         *_dims(("k_h", "kernel rows"), ("k_w", "kernel columns"), bits=KERNEL_BITS),
+         *_dims(("stride_h", "vertical stride"), ("stride_w", "horizontal stride"),
+                ("dilation_h", "vertical dilation"), ("dilation_w", "horizontal dilation"), bits=STEP_BITS),
+         *_dims(("groups", "channel groups (in_c and out_c divisible by it; depthwise: groups = in_c)")),
+         Field("acc_addr", "acc_addr_bits", "accumulator entry address of the [out_h][out_w][out_c] result"),
+         Field("accumulate", 1, "0: overwrite the accumulators, 1: add to them"))),
+    CommandSpec(
+        Opcode.REQUANT, Unit.REQUANT, "requantize int32 accumulators into the output buffer",
+        "p = PARAM[param_index + c] for channel c\n"
+        "y = requantize(ACC[acc_addr] as [pixels][channels] + p.bias, p.multiplier, p.shift, rounding,\n"
+        "               out_zero_point, clamp to [qmin, qmax], leaky: negatives use p.negative_*)\n"
+        "    or, if mode == FLOAT32, requantize_float32(acc + p.bias, p.scale, out_zero_point, qmin, qmax)\n"
+        "OUT[out_addr] = y as [pixels][channels] out_type",
+        (Field("acc_addr", "acc_addr_bits", "accumulator entry address"),
+         Field("out_addr", "out_addr_bits", "output byte address in the output buffer"),
+         *_dims(("pixels", "pixels (rows of the [pixels][channels] tile)"), bits=RUN_BITS),
+         *_dims(("channels", "channels of the tile")),
+         Field("param_index", "param_addr_bits", "first parameter record (one per channel)"),
+         Field("out_type", **_DTYPE, meaning="output element type"),
+         Field("out_zero_point", ZERO_POINT_BITS, "output zero point", signed=True),
+         Field("qmin", ZERO_POINT_BITS, "lower clamp bound (output domain)", signed=True),
+         Field("qmax", ZERO_POINT_BITS, "upper clamp bound (output domain)", signed=True),
+         Field("mode", 2, "NATIVE: M/2^N; FLOAT32: the record's float32 scale", choices=RequantMode),
+         Field("rounding", 2, "rounding of the right shift (NATIVE mode)", choices=Rounding),
+         Field("leaky", 1, "NATIVE: 1 = negative sums use the record's negative multiplier/shift"))),
+    CommandSpec(
+        Opcode.LUT, Unit.LUT, "table-lookup activation on a vector of elements",
+        "x = src_buf[src_addr] as count elements of in_type; T = LUT[table_addr] as int16 entries\n"
+        "DIRECT8  (in_type INT8/UINT8): OUT[dst_addr] = T[raw byte of x] as out_type (256 entries)\n"
+        "INTERP16 (in_type INT16): u = clamp(x - input_min, 0, 2^(table_log2+index_shift)),\n"
+        "    i = u >> index_shift, OUT[dst_addr] = clamp(T[i] + round((T[i+1]-T[i]) * frac / 2^index_shift),\n"
+        "    qmin, qmax) as out_type   (2^table_log2 + 1 entries)",
+        (Field("src_buf", 3, "source buffer", choices=VECTOR_SOURCE_BUFFERS),
+         Field("src_addr", "sram_addr_bits", "source byte address"),
+         Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer (may equal the source)"),
+         *_dims(("count", "elements"), bits=COUNT_BITS),
+         Field("mode", 1, "lookup mode", choices=LutMode),
+         Field("in_type", **_DTYPE, meaning="input element type"),
+         Field("out_type", **_DTYPE, meaning="output element type (table entries must fit it)"),
+         Field("table_addr", "lut_addr_bits", "table byte address in the LUT memory"),
+         Field("table_log2", 4, f"INTERP16: table of 2^table_log2 + 1 entries ({LUT16_INDEX_BITS_MIN}.."
+               f"{LUT16_INDEX_BITS_MAX}); DIRECT8: 0", maximum=LUT16_INDEX_BITS_MAX),
+         Field("index_shift", 5, "INTERP16: input LSBs interpolated between entries", maximum=LUT16_INPUT_BITS),
+         Field("input_min", ZERO_POINT_BITS, "INTERP16: input value of the first entry", signed=True),
+         Field("qmin", ZERO_POINT_BITS, "INTERP16: lower clamp bound", signed=True),
+         Field("qmax", ZERO_POINT_BITS, "INTERP16: upper clamp bound", signed=True))),
+    CommandSpec(
+        Opcode.POOL, Unit.POOL, "max or average pooling of an [in_h][in_w][channels] tile",
+        "x = src_buf[src_addr] as [in_h][in_w][channels] dtype\n"
+        "OUT[dst_addr] = max_pool2d(x, kernel, stride, padding, dilation)                     if mode == MAX\n"
+        "OUT[dst_addr] = avg_pool2d(x, kernel, stride, padding, count_include_pad, zero_point, rounding)\n"
+        "                                                                                     if mode == AVG\n"
+        "output layout [out_h][out_w][channels]",
+        (Field("src_buf", 3, "source buffer", choices=VECTOR_SOURCE_BUFFERS),
+         Field("src_addr", "sram_addr_bits", "source byte address"),
+         Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer"),
+         *_dims(("in_h", "input rows"), ("in_w", "input columns"), ("channels", "channels")),
+         Field("dtype", **_DTYPE, meaning="element type of input and output"),
+         Field("mode", 1, "pooling mode", choices=PoolMode),
+         *_dims(("k_h", "window rows"), ("k_w", "window columns"), bits=KERNEL_BITS),
+         *_dims(("stride_h", "vertical stride"), ("stride_w", "horizontal stride"),
+                ("dilation_h", "vertical dilation (MAX)"), ("dilation_w", "horizontal dilation (MAX)"),
+                bits=STEP_BITS),
+         Field("pad_top", PAD_BITS, "padding rows before"), Field("pad_left", PAD_BITS, "padding columns before"),
+         Field("pad_bottom", PAD_BITS, "padding rows after"), Field("pad_right", PAD_BITS, "padding columns after"),
+         Field("count_include_pad", 1, "AVG: 1 = divide by the full window, 0 = by the taps inside"),
+         Field("zero_point", ZERO_POINT_BITS, "AVG: input (= output) zero point", signed=True),
+         Field("rounding", 2, "AVG: rounding of the division", choices=Rounding))),
+    CommandSpec(
+        Opcode.ELTWISE, Unit.POOL, "element-wise add/sub/max/min/mul of two rescaled operands, or one rescale",
+        "a = a_buf[a_addr] as count a_type; b likewise (RESCALE ignores b: its fields must be 0)\n"
+        "ADD/SUB/MAX/MIN: OUT[dst_addr] = eltwise(op, a, b, (a_multiplier, b_multiplier), (a_shift, b_shift),\n"
+        "                 zero points, rounding, out_zero_point, clamp [qmin, qmax]) as out_type\n"
+        "MUL: one multiplier/shift (a_*); RESCALE: concat branch round((a - a_zero_point) * M / 2^N) + zp_out",
+        (Field("op", 3, "operation", choices=EltwiseOp),
+         Field("a_buf", 3, "operand a buffer", choices=VECTOR_SOURCE_BUFFERS),
+         Field("a_addr", "sram_addr_bits", "operand a byte address"),
+         Field("b_buf", 3, "operand b buffer", choices=VECTOR_SOURCE_BUFFERS),
+         Field("b_addr", "sram_addr_bits", "operand b byte address"),
+         Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer"),
+         *_dims(("count", "elements"), bits=COUNT_BITS),
+         Field("a_type", 2, "operand a type", choices=(DType.INT8, DType.UINT8)),
+         Field("b_type", 2, "operand b type", choices=(DType.INT8, DType.UINT8)),
+         Field("out_type", **_DTYPE, meaning="output type"),
+         Field("a_zero_point", MAC_OPERAND_BITS, "operand a zero point", signed=True),
+         Field("b_zero_point", MAC_OPERAND_BITS, "operand b zero point", signed=True),
+         Field("out_zero_point", ZERO_POINT_BITS, "output zero point", signed=True),
+         *_requant_fields("a_", "operand a (MUL: of the product)"),
+         *_requant_fields("b_", "operand b"),
+         Field("rounding", 2, "rounding of the shift", choices=Rounding),
+         Field("qmin", ZERO_POINT_BITS, "lower clamp bound", signed=True),
+         Field("qmax", ZERO_POINT_BITS, "upper clamp bound", signed=True))),
+    CommandSpec(
+        Opcode.WDEC, Unit.WDEC, "decode one layer's compressed weight stream into the weight buffer",
+        "w = decode(DRAM[dram_addr : dram_addr + length])   one layer's bare nnc() stream (T/AI 115.1-2021\n"
+        "    chapter 10) holding the integer levels of an [out_c][in_c][k_h][k_w] tensor (codec/, per layer)\n"
+        "WEIGHT[wgt_addr] = w transposed to [out_c][k_h][k_w][in_c] as int8   (levels outside int8: error)",
+        (Field("dram_addr", "dram_addr_bits", "compressed stream byte address in DRAM"),
+         *_dims(("length", "compressed stream length in bytes"), bits=WDEC_LENGTH_BITS),
+         Field("wgt_addr", "weight_addr_bits", "destination byte address in the weight buffer"),
+         *_dims(("out_c", "output channels"), ("in_c", "input channels per group")),
+         *_dims(("k_h", "kernel rows"), ("k_w", "kernel columns"), bits=KERNEL_BITS))),
+    CommandSpec(
+        Opcode.FINISH, None, "end of program: executes once every other queue is empty",
+        "wait for the popped tokens and for all other queues to drain; then the device reports done.\n"
+        "A program has exactly one FINISH, the last command of its queue; it may not push tokens.",
+        (Field("unit", 3, "the queue this FINISH sits in", choices=Unit),)),
+)}
+
+for _spec in COMMANDS.values():   # raises if a command outgrows its word under some legal configuration
+    _spec.layout(WIDEST)
+
