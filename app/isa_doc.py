@@ -11,8 +11,8 @@ from enum import IntEnum
 
 from aipu.sim.spec.arch import (BUFFER_UNIT_BYTES, CONFIG_FILE_BYTES_MAX, DEFAULT, PARAM_RECORD, PARAM_RECORD_BYTES,
                                 Buffer, DType, HardwareConfig)
-from aipu.sim.spec.isa import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, EltwiseOp, LutMode, PoolMode, RequantMode,
-                               Rounding, Unit)
+from aipu.sim.spec.isa import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, OPCODE_BITS, TOKEN_MASK_BITS,
+                               EltwiseOp, LutMode, PoolMode, RequantMode, Rounding, Unit)
 from aipu.sim.spec.program import FORMAT_VERSION, MAGIC
 
 EXECUTION_MODEL = f"""\
@@ -50,12 +50,17 @@ every other queue has drained and its own pops are satisfied; all token queues m
 (balanced program). The device then reports completion.
 
 **Encoding.** Every command is one {COMMAND_BITS}-bit word ({COMMAND_BYTES} bytes, little-endian).
-Fields are packed from bit 0 upwards in the order of the tables below: `opcode`, `pop`, `push`, then
-the command's fields; the remaining high bits are reserved and must be zero. Opcode 0 is reserved so an
-erased word never decodes. Address fields are as wide as the configured buffer needs, so the layout
-depends on the hardware configuration (the offsets below are for the default configuration). A word
-is rejected (`ValueError` naming the field and value) if the opcode is unknown, a reserved bit is set,
-a field is outside its legal range, or a token mask names the command's own unit. {COMMAND_BITS} bits
+Fields are packed from bit 0 upwards in the order of the tables below: `opcode` ({OPCODE_BITS} bits), `pop`
+and `push` ({TOKEN_MASK_BITS} bits each, bit u for unit u: room for more units, so adding one moves no
+field), then the command's fields; the remaining high bits are reserved and must be zero. Opcode 0 is
+reserved so an erased word never decodes. Address fields are as wide as the configured buffer needs, so
+the layout depends on the hardware configuration (the offsets below are for the default configuration);
+every command fits its word under every legal configuration. A word is rejected (`ValueError` naming the
+field and value) if the opcode is unknown, a reserved bit is set, a field is outside its legal range, or
+a token mask names the command's own unit or no unit. The ISA layout hash (`{ISA_LAYOUT_HASH}`)
+fingerprints the word size, the units and every command's opcode, unit and fields (name, width or the
+width parameter it names, sign, range, enumeration members), the buffers' address units and the
+parameter record; a program file records it. {COMMAND_BITS} bits
 rather than VTA's 128: AIPU commands carry their complete parameters (an element-wise command has two
 multipliers, two shifts, three zero points and clamp bounds) instead of relying on hidden
 configuration registers, which keeps every command self-contained and freely reorderable.
@@ -172,10 +177,11 @@ def generate(config: HardwareConfig = DEFAULT) -> str:
                 f"Bits {used} .. {COMMAND_BITS - 1} are reserved (zero).", ""]
     out += ["## Program container", "",
             f"A program file holds: magic `{MAGIC.decode()}`, u16 format version ({FORMAT_VERSION}), u16 number",
-            "of queues, the 16-character configuration hash, u32 length of the embedded configuration",
-            "(JSON), the configuration, one u32 command count per queue in unit order, the commands of each",
-            "queue, and a CRC-32 of everything before it. Reading checks every item and names the problem",
-            "(not a program, truncated, wrong version, hash mismatch, checksum mismatch, bad command).",
+            "of queues, the 16-character configuration hash, the 16-character ISA layout hash, u32 length of",
+            "the embedded configuration (JSON), the configuration, one u32 command count per queue in unit",
+            "order, the commands of each queue, and a CRC-32 of everything before it. Reading checks every item",
+            "and names the problem (not a program, truncated, wrong version, another ISA layout (re-assemble",
+            "or recompile), hash mismatch, checksum mismatch, bad command).",
             "`aipu disasm prog.bin` prints one command per line with every field named, e.g.", "",
             "```", "CONV[0]      CONV     pop[LOAD] push[REQUANT]      in_addr=0x0 in_h=5 ... accumulate=0", "```",
             "", "and `aipu asm listing.txt -o prog.bin` assembles such a listing back (comments start with `;`).",

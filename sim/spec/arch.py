@@ -161,8 +161,14 @@ class HardwareConfig:
 
     def config_hash(self) -> str:
         """Stable short hash of the configuration (programs record it to refuse a mismatched machine)."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return short_hash(self.to_dict())
+
+
+def short_hash(document) -> str:
+    """16 hex digits of the SHA-256 of ``document`` as canonical JSON: a stable fingerprint that a
+    program file's header records (of the configuration, and of the command layout in isa.py)."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def _validate_dataclass(obj, prefix: str) -> None:

@@ -2,6 +2,7 @@
 
 Encoding, assembler, docs/isa.md (app/isa_doc.py), interpreter and RTL are driven by these tables; field
 widths are written here or derived from :mod:`aipu.sim.spec.arch` (arithmetic widths, buffer addresses).
+``ISA_LAYOUT_HASH`` fingerprints the packing, so a program file from another layout is refused.
 """
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import functools
 from dataclasses import dataclass
 from enum import IntEnum
 
-from aipu.sim.spec.arch import (LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, MAC_OPERAND_BITS,
-                                MULTIPLIER_BITS, SHIFT_BITS, SHIFT_MAX, WIDEST, Buffer, DType, HardwareConfig,
-                                bit_range)
+from aipu.sim.spec.arch import (BUFFER_UNIT_BYTES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS,
+                                MAC_OPERAND_BITS, MULTIPLIER_BITS, PARAM_RECORD, SHIFT_BITS, SHIFT_MAX, WIDEST,
+                                Buffer, DType, HardwareConfig, bit_range, short_hash)
 
 COMMAND_BITS = 256            # every command is one fixed-width little-endian word; opcode in the lowest bits
 COMMAND_BYTES = COMMAND_BITS // 8
@@ -143,10 +144,18 @@ def _command_layout(spec: CommandSpec, config: HardwareConfig) -> tuple[tuple[Fi
 
 
 OPCODE_BITS = 4
+# Token masks have a fixed width with room for more units, so adding a unit moves no other field. 12 leaves
+# room for five more and keeps every command within COMMAND_BITS under every legal configuration (checked
+# below; 16 would not fit ELTWISE with the largest buffers).
+TOKEN_MASK_BITS = 12
+if len(Unit) > TOKEN_MASK_BITS:
+    raise ValueError(f"{len(Unit)} units do not fit the token masks of TOKEN_MASK_BITS = {TOKEN_MASK_BITS}")
 HEADER_FIELDS: tuple[Field, ...] = (
     Field("opcode", OPCODE_BITS, "which command (Opcode); 0 is reserved", choices=Opcode),
-    Field("pop", len(Unit), "bit u set: wait for and take one token from the queue unit u -> this unit"),
-    Field("push", len(Unit), "bit u set: after executing, put one token into the queue this unit -> unit u"),
+    Field("pop", TOKEN_MASK_BITS, "bit u set: wait for and take one token from the queue unit u -> this unit "
+          "(bits of no unit must be 0)"),
+    Field("push", TOKEN_MASK_BITS, "bit u set: after executing, put one token into the queue this unit -> unit u "
+          "(bits of no unit must be 0)"),
 )
 
 DIM_BITS = 12                 # tile heights, widths and channel counts: 1 .. 4095
@@ -328,3 +337,21 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
 for _spec in COMMANDS.values():   # raises if a command outgrows its word under some legal configuration
     _spec.layout(WIDEST)
 
+
+def _layout_description() -> dict:
+    """Everything that decides how a command word is packed and read, as plain data."""
+    def members(fld: Field) -> list | None:
+        return None if fld.choices is None else [[member.name, int(member)] for member in fld.legal_values()]
+
+    return {"command_bits": COMMAND_BITS, "units": [[unit.name, int(unit)] for unit in Unit],
+            "address_units": {buffer.name: BUFFER_UNIT_BYTES[buffer] for buffer in Buffer},
+            "parameter_record": [[name, numpy_type.str] for name, numpy_type, _ in PARAM_RECORD],
+            "commands": [{"opcode": [spec.opcode.name, int(spec.opcode)],
+                          "unit": None if spec.unit is None else spec.unit.name,
+                          "fields": [[fld.name, fld.bits, fld.signed, fld.minimum, fld.maximum, members(fld)]
+                                     for fld in HEADER_FIELDS + spec.fields]}
+                         for spec in COMMANDS.values()]}
+
+
+# Recorded in every program file's header: a program packed under another layout is refused.
+ISA_LAYOUT_HASH = short_hash(_layout_description())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aipu.sim.spec.arch import CONFIG_FILE_BYTES_MAX, DEFAULT, HardwareConfig, hardware_config_from_text
 from aipu.sim.spec.errors import InputError
-from aipu.sim.spec.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, OPCODE_BITS, Opcode, Unit
+from aipu.sim.spec.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, OPCODE_BITS, Opcode, Unit
 
 _UNIT_NAMES = ", ".join(Unit.__members__)
 
@@ -160,8 +160,8 @@ def _check_field(command_name: str, fld, value, config: HardwareConfig) -> None:
 
 # --- Program container ---------------------------------------------------------------------------
 MAGIC = b"AIPUPROG"
-FORMAT_VERSION = 1
-_HEADER = struct.Struct("<8sHH16sI")      # magic, version, number of queues, config hash, config JSON length
+FORMAT_VERSION = 2     # 2: fixed-width token masks (isa.TOKEN_MASK_BITS) and the ISA layout hash
+_HEADER = struct.Struct("<8sHH16s16sI")   # magic, version, queues, config hash, ISA layout hash, config length
 _CRC = struct.Struct("<I")
 MAX_PROGRAM_BYTES = 1 << 26    # 2 M commands; reading stops there (a FIFO or /dev/zero never ends)
 MAX_LISTING_BYTES = 1 << 28    # about as many listing lines
@@ -214,7 +214,7 @@ class Program:
         self.validate()
         config_json = json.dumps(self.config.to_dict(), sort_keys=True).encode()
         parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, len(Unit), self.config.config_hash().encode(),
-                              len(config_json)), config_json]
+                              ISA_LAYOUT_HASH.encode(), len(config_json)), config_json]
         parts.append(struct.pack(f"<{len(Unit)}I", *(len(self.queues[unit]) for unit in Unit)))
         for unit in Unit:
             parts.extend(command.encode(self.config) for command in self.queues[unit])
@@ -235,9 +235,12 @@ class Program:
             raise InputError("magic", data[:len(MAGIC)], f"expected {MAGIC!r}: not an AIPU program")
         if len(data) < _HEADER.size + _CRC.size:
             raise InputError("size", len(data), f"truncated: header and checksum need {_HEADER.size + _CRC.size} bytes")
-        _, version, n_queues, config_hash, config_len = _HEADER.unpack_from(data)
+        _, version, n_queues, config_hash, layout_hash, config_len = _HEADER.unpack_from(data)
         if version != FORMAT_VERSION:
             raise InputError("format version", version, f"this reader understands {FORMAT_VERSION}")
+        if layout_hash != ISA_LAYOUT_HASH.encode():
+            raise InputError("ISA layout", layout_hash.decode(errors="replace"), f"this build's layout is "
+                             f"{ISA_LAYOUT_HASH}; re-assemble or recompile the program")
         if n_queues != len(Unit):
             raise InputError("queues", n_queues, f"expected {len(Unit)} (one per unit)")
         offset = _HEADER.size
@@ -284,7 +287,8 @@ class Program:
 
     def disassemble(self) -> str:
         """The listing printed by ``aipu disasm``: one command per line, grouped by queue."""
-        lines = [f"; AIPU program, format v{FORMAT_VERSION}, config {self.config.config_hash()}, "
+        lines = [f"; AIPU program, format v{FORMAT_VERSION}, ISA layout {ISA_LAYOUT_HASH}, "
+                 f"config {self.config.config_hash()}, "
                  f"{len(self)} commands, MAC {self.config.mac.rows}x{self.config.mac.cols}"]
         for unit in Unit:
             queue = self.queues[unit]

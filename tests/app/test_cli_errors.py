@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from aipu.app.cli import main
 from aipu.sim.spec.arch import DEFAULT
-from aipu.sim.spec.isa import COMMAND_BYTES, Opcode, Unit
+from aipu.sim.spec.isa import COMMAND_BYTES, ISA_LAYOUT_HASH, Opcode, Unit
 from aipu.sim.spec.program import _CRC, _HEADER, FORMAT_VERSION, MAGIC, Command, Program
 
 QUICK = settings(derandomize=True, max_examples=100, deadline=None, database=None,
@@ -51,8 +51,9 @@ def _small_program() -> Program:
 
 def _program_bytes(config_json: bytes, counts: list[int], words: bytes, config_hash: bytes | None = None) -> bytes:
     """A program file with a well-formed header and checksum around any configuration and commands."""
-    body = (_HEADER.pack(MAGIC, FORMAT_VERSION, len(Unit), config_hash or DEFAULT.config_hash().encode(),
-                         len(config_json)) + config_json + struct.pack(f"<{len(Unit)}I", *counts) + words)
+    config_hash = config_hash or DEFAULT.config_hash().encode()
+    body = (_HEADER.pack(MAGIC, FORMAT_VERSION, len(Unit), config_hash, ISA_LAYOUT_HASH.encode(), len(config_json))
+            + config_json + struct.pack(f"<{len(Unit)}I", *counts) + words)
     return body + _CRC.pack(zlib.crc32(body))
 
 
@@ -103,7 +104,7 @@ ISSUE_CASES = {   # argv ({path}: the file), file name, content, what the messag
                              "line 1: push = 'XYZ': not a unit; units are LOAD, WDEC, CONV"),
     "deeply nested embedded config": (("disasm", "{path}"), "prog.aipu",
                                       _program_bytes(b"[" * 5000 + b"]" * 5000, [0] * 7, b""),
-                                      "embedded configuration at byte 32: nesting"),
+                                      "embedded configuration at byte 48: nesting"),
     "1M x 1M MAC array": (("run-layer", "--config", "{path}"), "hw.json",
                           '{"mac": {"rows": 1048576, "cols": 1048576}}', "mac.rows = 1048576: at most 4096"),
 }

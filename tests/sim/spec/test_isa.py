@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import json
 import struct
+import zlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aipu.sim.spec.arch import DEFAULT, WIDEST, Buffer, HardwareConfig, hardware_config_from_dict, load_hardware_config
-from aipu.sim.spec.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, Opcode, Unit
+from aipu.sim.spec.arch import (DEFAULT, WIDEST, Buffer, DType, HardwareConfig, hardware_config_from_dict,
+                                load_hardware_config)
+from aipu.sim.spec.isa import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, TOKEN_MASK_BITS, EltwiseOp,
+                               LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit)
 from aipu.sim.spec.program import FORMAT_VERSION, MAGIC, Command, Program
 
 SMALL = hardware_config_from_dict({"buffers": {"act": {"bytes": 1024}, "acc": {"bytes": 256}},
@@ -68,6 +71,12 @@ def test_every_command_fits_its_word(config):
         assert spec.layout(config)[0][0].name == "opcode" and spec.layout(config)[0][1] == 0
 
 
+def test_token_masks_have_a_fixed_width_with_room_for_more_units():
+    for spec in COMMANDS.values():
+        header = {fld.name: width for fld, _, width in spec.layout(DEFAULT)[:3]}
+        assert header["pop"] == header["push"] == TOKEN_MASK_BITS > len(Unit)
+
+
 # --- encoding ---------------------------------------------------------------------------------------
 def _field_values(fld, config):
     legal = fld.legal_values()
@@ -124,6 +133,7 @@ CONV = Command.make(Opcode.CONV, in_h=3, in_w=3, in_c=8, out_c=8, k_h=3, k_w=3)
     ({"in_type": 3}, "CONV field in_type = 3: not one of INT8=0, UINT8=1"),
     ({"pop": 1 << int(Unit.CONV)}, r"CONV field pop = \['CONV'\]: names its own unit CONV"),
     ({"push": 0x7F}, "CONV field push = .*: names its own unit CONV"),
+    ({"pop": 1 << len(Unit)}, f"CONV field pop = {1 << len(Unit)}: bit {len(Unit)} and up name no unit"),
 ])
 def test_malformed_word_names_field_and_value(raw, message):
     with pytest.raises(ValueError, match=message):
@@ -161,6 +171,87 @@ def test_encode_rejects_out_of_range_and_wrong_types():
         Command.make(Opcode.CONV, stirde=1)
     with pytest.raises(ValueError, match="expected 32"):
         Command.decode(b"\x01" * 5)
+
+
+# --- pinned words: the encoding itself -----------------------------------------------------------------
+# Known words under the default configuration (hex of the 32 little-endian bytes), two per opcode: one with
+# every field at its smallest legal value, one with tokens and values across the ranges (negative signed
+# fields, maxima). Any change to the packing fails here and must be made deliberately, together with
+# FORMAT_VERSION and the pinned ISA layout hash.
+PINNED_WORDS = [
+    (Command.make(Opcode.LOAD, push=[Unit.CONV]),
+     "0100040000000000000008000800080000000000000000000000000000000000"),
+    (Command.make(Opcode.LOAD, pop=[Unit.STORE], push=[Unit.CONV, Unit.REQUANT], buffer=Buffer.WEIGHT,
+                  sram_addr=0x1234, dram_addr=0xDEADBEEF, elem_type=DType.INT16, y_size=3, x_size=5, run=7,
+                  dram_y_stride=1000, dram_x_stride=20, pad_top=1, pad_bottom=2, pad_left=3, pad_right=4,
+                  pad_value=-129),
+     "01040c101a09de7d5bbd1d0028003800401f00a000000819fafb070000000000"),
+    (Command.make(Opcode.STORE, pop=[Unit.REQUANT]),
+     "8200000000000000004000400040000000000000000000000000000000000000"),
+    (Command.make(Opcode.STORE, pop=[Unit.LUT], push=[Unit.LOAD], sram_addr=0xFFFF, dram_addr=0x40,
+                  elem_type=DType.UINT8, y_size=65535, x_size=2, run=16, dram_y_stride=0xFFFFFF, dram_x_stride=16),
+     "020101f0ff0f040000d0ffbf000004c0ffff3f04000000000000000000000000"),
+    (Command.make(Opcode.CONV),
+     "0300000000400004400000000000800088489200000000000000000000000000"),
+    (Command.make(Opcode.CONV, pop=[Unit.LOAD, Unit.REQUANT], push=[Unit.LOAD, Unit.REQUANT], in_addr=0x3FFFF, in_h=9,
+                  in_w=4095, in_c=3, in_type=DType.UINT8, in_zero_point=-255, wgt_addr=0x100, w_zero_point=-128,
+                  out_c=64, k_h=3, k_w=15, stride_h=2, stride_w=7, dilation_h=1, dilation_w=3, groups=1,
+                  acc_addr=0x2000, accumulate=1),
+     "930009f0ff7f02fcff0014102000402098d7b300000003000000000000000000"),
+    (Command.make(Opcode.REQUANT),
+     "0400000000000004000400000000000000000000000000000000000000000000"),
+    (Command.make(Opcode.REQUANT, pop=[Unit.CONV, Unit.LOAD], push=[Unit.STORE], acc_addr=0x3FFF, out_addr=0x8000,
+                  pixels=300, channels=17, param_index=511, out_type=DType.INT16, out_zero_point=-7, qmin=-32768,
+                  qmax=32767, mode=RequantMode.NATIVE, rounding=Rounding.HALF_AWAY_FROM_ZERO, leaky=1),
+     "540040f0ff0300b20444c07ff3ff0100ffff3800000000000000000000000000"),
+    (Command.make(Opcode.LUT),
+     "0500000000000000020000000000000000000000000000000000000000000000"),
+    (Command.make(Opcode.LUT, pop=[Unit.REQUANT], push=[Unit.STORE], src_buf=Buffer.OUT, src_addr=0x20, dst_addr=0x20,
+                  count=1 << 19, mode=LutMode.INTERP16, in_type=DType.INT16, out_type=DType.INT16, table_addr=0xFFF,
+                  table_log2=10, index_shift=16, input_min=-32768, qmin=-1000, qmax=1000),
+     "85004030100040000000b0febf4200400c7ef401000000000000000000000000"),
+    (Command.make(Opcode.POOL),
+     "0600000000000000022000020011490200000000000000000000000000000000"),
+    (Command.make(Opcode.POOL, pop=[Unit.LOAD], push=[Unit.STORE], src_addr=0x10, dst_addr=0x200, in_h=7, in_w=8,
+                  channels=32, dtype=DType.UINT8, mode=PoolMode.AVG, k_h=3, k_w=2, stride_h=2, stride_w=1,
+                  pad_top=1, pad_left=0, pad_bottom=1, pad_right=1, count_include_pad=1, zero_point=128,
+                  rounding=Rounding.HALF_TO_EVEN),
+     "16004000080000040e000140a0234a1210111040000000000000000000000000"),
+    (Command.make(Opcode.ELTWISE),
+     "0700000000000000000000020000000000000000000000000000000000000000"),
+    (Command.make(Opcode.ELTWISE, pop=[Unit.LOAD], push=[Unit.STORE, Unit.LUT], op=EltwiseOp.SUB, a_buf=Buffer.OUT,
+                  a_addr=0x100, b_buf=Buffer.ACT, b_addr=0x3FFFF, dst_addr=0x400, count=1000, a_type=DType.UINT8,
+                  b_type=DType.INT8, out_type=DType.UINT8, a_zero_point=255, b_zero_point=-128, out_zero_point=3,
+                  a_multiplier=40000, a_shift=20, b_multiplier=65535, b_shift=47, rounding=Rounding.FLOOR, qmin=0,
+                  qmax=200),
+     "17005090010480ffff0108d00720fa077800008893faff7f0100400600000000"),
+    (Command.make(Opcode.WDEC),
+     "0800000000000010000000004000044004000000000000000000000000000000"),
+    (Command.make(Opcode.WDEC, push=[Unit.CONV], dram_addr=0x1000, length=12345, wgt_addr=0x800, out_c=16, in_c=8,
+                  k_h=3, k_w=3),
+     "080004000001009003030080000420c00c000000000000000000000000000000"),
+    (Command.make(Opcode.FINISH, unit=Unit.STORE),
+     "0900006000000000000000000000000000000000000000000000000000000000"),
+    (Command.make(Opcode.FINISH, pop=[Unit.CONV, Unit.STORE], unit=Unit.LOAD),
+     "4904000000000000000000000000000000000000000000000000000000000000"),
+]
+PINNED_ISA_LAYOUT_HASH = "14645f0190bd92cd"
+
+
+@pytest.mark.parametrize("command, word", PINNED_WORDS, ids=[f"{c.opcode.name}-{i % 2}" for i, (c, _) in
+                                                             enumerate(PINNED_WORDS)])
+def test_encoding_matches_the_pinned_words(command, word):
+    assert command.encode().hex() == word
+    assert Command.decode(bytes.fromhex(word)) == command
+
+
+def test_pinned_words_cover_every_opcode():
+    assert {command.opcode for command, _ in PINNED_WORDS} == set(Opcode)
+
+
+def test_isa_layout_hash_is_pinned():
+    assert ISA_LAYOUT_HASH == PINNED_ISA_LAYOUT_HASH, "the command layout changed: update the pinned words, " \
+        "PINNED_ISA_LAYOUT_HASH and FORMAT_VERSION together"
 
 
 # --- program container ------------------------------------------------------------------------------
@@ -208,7 +299,7 @@ def test_program_needs_exactly_one_final_finish():
     (lambda b: b[:10], "truncated"),
     (lambda b: b[:-40], "truncated"),
     (lambda b: b + b"\0", "trailing data"),
-    (lambda b: MAGIC + struct.pack("<H", FORMAT_VERSION + 1) + b[10:], "format version = 2"),
+    (lambda b: MAGIC + struct.pack("<H", FORMAT_VERSION + 1) + b[10:], f"format version = {FORMAT_VERSION + 1}"),
     (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "checksum mismatch"),
     (lambda b: b[:12] + b"0" * 16 + b[28:], "configuration hash"),
 ])
@@ -216,6 +307,16 @@ def test_bad_program_file(mutate, message):
     data = _program().to_bytes()
     with pytest.raises(ValueError, match=message):
         Program.from_bytes(mutate(data))
+
+
+def test_program_from_another_isa_layout_is_refused_in_one_line():
+    data = _program().to_bytes()
+    start = data.index(ISA_LAYOUT_HASH.encode())
+    other = data[:start] + b"0123456789abcdef" + data[start + 16:-4]
+    with pytest.raises(ValueError) as caught:
+        Program.from_bytes(other + struct.pack("<I", zlib.crc32(other)), "old.aipu")
+    assert str(caught.value) == (f"old.aipu: ISA layout = '0123456789abcdef': this build's layout is "
+                                 f"{ISA_LAYOUT_HASH}; re-assemble or recompile the program")
 
 
 def test_assemble_is_the_inverse_of_disassemble():
