@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from aipu.sim import golden
+from aipu.sim.spec.arch import ACC_DTYPE
 
 _INT_TYPES = (np.int8, np.uint8, np.int16, np.uint16)
 
@@ -194,7 +195,7 @@ def clip(node: onnx.NodeProto, x, lo=None, hi=None) -> list[np.ndarray]:
     x = np.asarray(x)
     if x.dtype.type not in (np.int8, np.uint8):
         raise NotApplicable(f"{x.dtype} input: the requantizer clamps 8-bit outputs")
-    return [golden.requantize(x.astype(np.int32), multiplier=1, shift=0, qmin=None if lo is None else int(lo),
+    return [golden.requantize(x.astype(ACC_DTYPE), multiplier=1, shift=0, qmin=None if lo is None else int(lo),
                               qmax=None if hi is None else int(hi), out_dtype=x.dtype, channel_axis=0)]
 
 
