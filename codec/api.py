@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .compiled.element_io import FastElementReader
 from .encoder import EncoderOptions, encode_stream
-from .reference.engine import AecDecoder
 from .errors import CodecError, error_context
 from .layout import Placement, from_standard, placement, to_standard
 from .quantize import Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
-from .decode_fast import FastElementReader
 from .reference.element_coder import ElementReader
+from .reference.engine import AecDecoder
 from .reference.geometry import CTU_SIZES
 from .reference.headers import DEFAULT_LIMITS, SCAN_CK, DecoderLimits, StreamHeader, Sublayer
 from .reference.nnc import code_nnc
@@ -390,8 +390,8 @@ def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference
                   ) -> tuple[StreamHeader, list[list[Sublayer]], list[dict[str, int]], int]:
     """Decode one bare nnc() stream: header, layers (levels filled in), mode statistics, bins.
 
-    The trees are decoded by the numba path (codec.syntax_fast) unless ``reference`` asks for the
-    pure-Python decoder (codec.syntax over codec.engine); both give the same result. A ``trace`` list
+    The sublayers are decoded by the compiled path (codec.compiled) unless ``reference`` asks for the
+    pure-Python decoder (codec.reference); both give the same result. A ``trace`` list
     receives every bin as (ctxIdx, bin), -1 for bypass and -2 for the terminator (reference decoder),
     for comparing an RTL weight decoder bin by bin.
     """

@@ -1,8 +1,9 @@
 """Encoder decisions: split, tree type, start depth, codebook, escape mode and z reordering by actual cost.
 
-The syntax layer (codec.syntax) asks a planner for every free decision in coding order. ``TrialPlanner``
-answers by trial encodes: it codes each candidate into a bit-counting fork of the arithmetic encoder (same
-contexts, same interval), keeps the cheapest and remembers the decision, so the real pass replays it.
+The syntax (codec.reference.sublayer_coder) asks a planner for every free decision in coding order.
+``TrialPlanner`` answers by trial encodes: it codes each candidate into a bit-counting fork of the arithmetic
+encoder (same contexts, same interval), keeps the cheapest and remembers the decision, so the real pass
+replays it.
 Candidates can be restricted (``EncoderOptions``) to force one mode, which the tests use to reach every
 syntax path and the benchmark uses for the "best single fixed mode" comparison.
 """
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .compiled.element_io import FastElementWriter
 from .reference.element_coder import ElementWriter
 from .reference.engine import AecEncoder
 from .reference.geometry import CtuGeometry, tree_shapes
@@ -19,7 +21,6 @@ from .reference.headers import StreamHeader, Sublayer
 from .reference.nnc import code_nnc
 from .reference.sublayer_coder import MAX_CBOOK_SIZE, TREE_MODE_BITS, CtuChoice, LeafChoice, SublayerCoder
 from .reference.tree_coder import TREES
-from .syntax_fast import FastElementWriter
 
 CODEBOOK_CHOICES = ("off", "on", "auto")
 START_DEPTH_CHOICES = ("leaf", "root", "auto")
@@ -70,7 +71,7 @@ def build_codebook(values: np.ndarray, predictor: list[int]) -> tuple[tuple[int,
 
 @dataclass
 class TrialPlanner:
-    """The Planner of codec.syntax that decides by trial encodes (see module docstring)."""
+    """The Planner of the syntax (codec.reference.sublayer_coder) that decides by trial encodes (see module docstring)."""
 
     options: EncoderOptions = field(default_factory=EncoderOptions)
     memo: dict = field(default_factory=dict)
@@ -235,8 +236,8 @@ def encode_stream(header: StreamHeader, layers: list[list[Sublayer]], options: E
                   reference: bool = False) -> EncodedStream:
     """One nnc() bitstream for ``layers`` (sublayers with integer levels), modes chosen by trial.
 
-    The trees are coded by the numba path (codec.syntax_fast) unless ``reference`` asks for the pure-Python
-    encoder; both write the same bytes.
+    The trees are coded by the compiled path (codec.compiled) unless ``reference`` asks for the pure-Python
+    encoder (codec.reference); both write the same bytes.
     """
     writer = ElementWriter(AecEncoder()) if reference else FastElementWriter()
     planner = TrialPlanner(options or EncoderOptions())

@@ -15,7 +15,7 @@ import sys
 BENCHMARKS: dict[str, str] = {
     "golden": "aipu.app.bench.golden",
     "interpreter": "aipu.app.bench.interpreter",
-    "codec-engine": "aipu.codec.fast",
+    "codec-engine": "aipu.app.bench.codec_engine",
     "codec": "aipu.app.bench.codec",
 }
 

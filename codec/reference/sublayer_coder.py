@@ -267,7 +267,7 @@ class SublayerCoder:
         else:
             index_map = map_to_indices(truth_levels, cbook, esc_mode)
         tree_coder = TreeCoder(io, len(cbook), index_map, (zdepth, height, width), self.zdep, self.limits)
-        compiled_tree = getattr(io, "code_tree", None)     # codec.syntax_fast: the same tree, njit
+        compiled_tree = getattr(io, "code_tree", None)     # codec.compiled: the same tree, njit
         if compiled_tree is not None:
             compiled_tree(tree, planar_shapes if tree == "uni_tagtree" else cube_shapes, start_depth, len(cbook),
                           tree_coder.map, index_map)

@@ -1,4 +1,4 @@
-"""The numba path (codec/fast.py) against the plain-Python engine: same bins, traces, bit positions."""
+"""The numba path (codec/compiled/) against the plain-Python engine: same bins, traces, bit positions."""
 from __future__ import annotations
 
 import random
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from aipu.codec.reference import binarization as bz
-from aipu.codec import fast
+from aipu.codec.compiled import aec_decoder, aec_encoder, contexts
 from aipu.codec.reference.element_coder import ElementDecoder, ElementEncoder
 from aipu.codec.reference.elements import NUM_CONTEXTS
 from aipu.codec.reference.engine import AecDecoder, AecEncoder
@@ -18,12 +18,12 @@ from tests.codec.test_engine import BYPASS, STUFFING, decode_ops, encode_ops, fe
 def run_program(data: bytes, ctx_sequence: list[int], bound_s: int = 254):
     """The whole sequence in one njit call; returns (bins, trace, state)."""
     buffer = np.frombuffer(data, dtype=np.uint8)
-    state = fast.new_state(buffer, 0, bound_s)
-    ctx = fast.new_contexts()
+    state = aec_decoder.new_state(buffer, 0, bound_s)
+    ctx = contexts.new_contexts()
     trace = np.zeros((len(ctx_sequence) + 1, 2), dtype=np.int32)
     ops = np.array(ctx_sequence, dtype=np.int64)
     out = np.zeros(len(ops), dtype=np.int64)
-    done = fast.decode_program(state, ctx, buffer, trace, ops, out)
+    done = aec_decoder.decode_program(state, ctx, buffer, trace, ops, out)
     assert done == len(ops)
     return out, trace, state, ctx, buffer
 
@@ -43,7 +43,7 @@ def test_njit_equals_python_per_bin(bound_s):
     for ops in streams():
         data = encode_ops(ops)
         reference = AecDecoder(data, trace=True, bound_s=bound_s)
-        quick = fast.FastDecoder(data, trace=True, bound_s=bound_s, trace_capacity=len(ops) + 1)
+        quick = aec_decoder.FastDecoder(data, trace=True, bound_s=bound_s, trace_capacity=len(ops) + 1)
         positions_ref, positions_fast = [], []
         for ctx_idx, bin_val in ops:
             got = decode_ops(reference, [ctx_idx]) + decode_ops(quick, [ctx_idx])
@@ -63,11 +63,11 @@ def test_njit_program_equals_python():
         assert bins.tolist() == [b for _, b in ops]
         reference = AecDecoder(data)
         decode_ops(reference, [c for c, _ in ops])
-        assert int(state[fast.S_POS]) == reference.bit_position
-        assert ctx[:, fast.CTX_MPS].tolist() == reference.contexts.mps
-        assert ctx[:, fast.CTX_CYCNO].tolist() == reference.contexts.cycno
-        assert ctx[:, fast.CTX_LG_PMPS].tolist() == reference.contexts.lg_pmps
-        assert fast.finish(state, buffer, trace) == 8 * len(data)
+        assert int(state[aec_decoder.S_POS]) == reference.bit_position
+        assert ctx[:, contexts.CTX_MPS].tolist() == reference.contexts.mps
+        assert ctx[:, contexts.CTX_CYCNO].tolist() == reference.contexts.cycno
+        assert ctx[:, contexts.CTX_LG_PMPS].tolist() == reference.contexts.lg_pmps
+        assert aec_decoder.finish(state, buffer, trace) == 8 * len(data)
 
 
 UEGK_ELEMENTS = ["abs_predicted_diff", "abs_delta", "oct_index", "oct_abs_q", "uni_qmap_val", "tgtm_delta_index",
@@ -100,62 +100,62 @@ def test_njit_debinarisation_equals_element_coder():
     data = encoder.finish()
 
     buffer = np.frombuffer(data, dtype=np.uint8)
-    state, ctx = fast.new_state(buffer), fast.new_contexts()
+    state, ctx = aec_decoder.new_state(buffer), contexts.new_contexts()
     trace = np.zeros((200_000, 2), dtype=np.int32)
     for name, value, inputs in script:
         if name == "sublayer_cmaxw":
-            got = fast.decode_fl(state, ctx, buffer, trace, -1, fast.INC_CONST, 32)
+            got = aec_decoder.decode_fl(state, ctx, buffer, trace, -1, contexts.INC_CONST, 32)
         elif name == "bias_abs_q":
-            got = fast.decode_fl(state, ctx, buffer, trace, -1, fast.INC_CONST, inputs["length"])
+            got = aec_decoder.decode_fl(state, ctx, buffer, trace, -1, contexts.INC_CONST, inputs["length"])
         elif name == "oct_start_depth_delta":
-            got = fast.decode_u(state, ctx, buffer, trace, 135, fast.INC_BIN_NONZERO, 9)
+            got = aec_decoder.decode_u(state, ctx, buffer, trace, 135, contexts.INC_BIN_NONZERO, 9)
         else:
-            start, rule, c_max, k = fast.uegk_params(name)
-            got = fast.decode_uegk(state, ctx, buffer, trace, start, rule, inputs.get("sign", 0), c_max, k)
+            start, rule, c_max, k = contexts.uegk_params(name)
+            got = aec_decoder.decode_uegk(state, ctx, buffer, trace, start, rule, inputs.get("sign", 0), c_max, k)
         assert got == value, name
-    assert fast.finish(state, buffer, trace) == 8 * len(data)
+    assert aec_decoder.finish(state, buffer, trace) == 8 * len(data)
 
     reference = AecDecoder(data, trace=True)
     reader = ElementDecoder(reference)
     for name, value, inputs in script:
         reader.read(name, **inputs)
     reference.finish()
-    assert [tuple(row) for row in trace[: state[fast.S_TRACE_LEN]].tolist()] == reference.trace
+    assert [tuple(row) for row in trace[: state[aec_decoder.S_TRACE_LEN]].tolist()] == reference.trace
 
 
 def test_njit_errors_are_flagged_not_looped():
     data = encode_ops(random_ops(random.Random(4), 300))
     truncated = np.frombuffer(data[: len(data) // 2], dtype=np.uint8)
-    state, ctx = fast.new_state(truncated), fast.new_contexts()
+    state, ctx = aec_decoder.new_state(truncated), contexts.new_contexts()
     ops = np.array([c for c, _ in random_ops(random.Random(4), 300)], dtype=np.int64)
-    done = fast.decode_program(state, ctx, truncated, fast.NO_TRACE, ops, np.zeros(len(ops), dtype=np.int64))
-    assert done < len(ops) and state[fast.S_ERROR] == fast.ERR_PAST_END
-    assert state[fast.S_POS] <= 8 * len(truncated)
+    done = aec_decoder.decode_program(state, ctx, truncated, aec_decoder.NO_TRACE, ops, np.zeros(len(ops), dtype=np.int64))
+    assert done < len(ops) and state[aec_decoder.S_ERROR] == aec_decoder.ERR_PAST_END
+    assert state[aec_decoder.S_POS] <= 8 * len(truncated)
     with pytest.raises(CodecError, match="past the end"):
-        fast.raise_on_error(state, "oct_abs_q")
+        aec_decoder.raise_on_error(state, "oct_abs_q")
 
     # a stream of ones: a UEGk prefix longer than any 32-bit value
     ones = np.full(64, 0xFF, dtype=np.uint8)
-    state, ctx = fast.new_state(ones), fast.new_contexts()
-    start, rule, c_max, k = fast.uegk_params("tgtm_delta_abs_q")
+    state, ctx = aec_decoder.new_state(ones), contexts.new_contexts()
+    start, rule, c_max, k = contexts.uegk_params("tgtm_delta_abs_q")
     value = 0
     while value >= 0:
-        value = fast.decode_uegk(state, ctx, ones, fast.NO_TRACE, -1, rule, 0, c_max, k)
-    assert state[fast.S_ERROR] in (fast.ERR_PREFIX_TOO_LONG, fast.ERR_PAST_END)
+        value = aec_decoder.decode_uegk(state, ctx, ones, aec_decoder.NO_TRACE, -1, rule, 0, c_max, k)
+    assert state[aec_decoder.S_ERROR] in (aec_decoder.ERR_PREFIX_TOO_LONG, aec_decoder.ERR_PAST_END)
 
     with pytest.raises(CodecError):
-        fast.FastDecoder(b"\x00")
-    quick = fast.FastDecoder(encode_ops([(BYPASS, 1), (BYPASS, 0)]))
+        aec_decoder.FastDecoder(b"\x00")
+    quick = aec_decoder.FastDecoder(encode_ops([(BYPASS, 1), (BYPASS, 0)]))
     quick.decode_bypass()
     with pytest.raises(CodecError, match="terminat"):
         quick.finish()
 
 
 def test_uegk_params_come_from_the_table():
-    assert fast.uegk_params("oct_abs_q") == (198, fast.INC_CLAMP46, 16, 0)
-    assert fast.uegk_params("qval_minus_one") == (642, fast.INC_CLAMP23, 8, 8)
+    assert contexts.uegk_params("oct_abs_q") == (198, contexts.INC_CLAMP46, 16, 0)
+    assert contexts.uegk_params("qval_minus_one") == (642, contexts.INC_CLAMP23, 8, 8)
     with pytest.raises(ValueError):
-        fast.uegk_params("split_flag")
+        contexts.uegk_params("split_flag")
     assert bz.MAX_EG_VALUE == (1 << 32) - 1
 
 
@@ -163,18 +163,18 @@ def test_uegk_params_come_from_the_table():
 def test_njit_encoder_writes_the_python_encoders_bytes():
     for ops in streams():
         reference = encode_ops(ops)
-        state, ctx = fast.new_encoder_state(), fast.new_contexts()
-        out = np.zeros(fast.output_capacity(len(ops)), dtype=np.uint8)
-        fast.encode_program(state, ctx, out, np.array([c for c, _ in ops], dtype=np.int64),
+        state, ctx = aec_encoder.new_encoder_state(), contexts.new_contexts()
+        out = np.zeros(aec_encoder.output_capacity(len(ops)), dtype=np.uint8)
+        aec_encoder.encode_program(state, ctx, out, np.array([c for c, _ in ops], dtype=np.int64),
                             np.array([b for _, b in ops], dtype=np.int64))
-        length = fast.encoder_finish(state, out)
-        assert state[fast.E_ERROR] == fast.ERR_NONE
+        length = aec_encoder.encoder_finish(state, out)
+        assert state[aec_encoder.E_ERROR] == aec_decoder.ERR_NONE
         assert out[:length].tobytes() == reference
 
 
 def test_fast_encoder_api_cost_and_fork():
     ops = random_ops(random.Random(21), 6000, num_ctx=NUM_CONTEXTS)
-    quick, reference = fast.FastEncoder(), AecEncoder()
+    quick, reference = aec_encoder.FastEncoder(), AecEncoder()
     for encoder in (quick, reference):
         feed_ops(encoder, ops)
     assert quick.cost_bits == pytest.approx(reference.cost_bits, abs=1e-9)
@@ -191,39 +191,39 @@ def test_fast_encoder_api_cost_and_fork():
     with pytest.raises(ValueError):
         quick.encode_bypass(1)
     with pytest.raises(IndexError):
-        fast.FastEncoder().encode_decision(NUM_CONTEXTS, 0)
+        aec_encoder.FastEncoder().encode_decision(NUM_CONTEXTS, 0)
 
 
 def test_njit_binarisers_write_the_element_coders_bytes():
     rng = random.Random(339)
     reference = AecEncoder()
     writer = ElementEncoder(reference)
-    state, ctx = fast.new_encoder_state(), fast.new_contexts()
+    state, ctx = aec_encoder.new_encoder_state(), contexts.new_contexts()
     out = np.zeros(1 << 16, dtype=np.uint8)
     for _ in range(1200):
         name = rng.choice(UEGK_ELEMENTS)
         sign = rng.getrandbits(1) if name in ("abs_delta", "oct_abs_q", "esc_abs_q") else 0
         value = rng.choice([0, 1, 5, 16, 17, 31, 32, rng.randint(0, 1000), rng.getrandbits(32)])
         writer.write(name, value, **({"sign": sign} if name in ("abs_delta", "oct_abs_q", "esc_abs_q") else {}))
-        start, rule, c_max, k = fast.uegk_params(name)
-        fast.encode_uegk(state, ctx, out, start, rule, sign, c_max, k, value)
+        start, rule, c_max, k = contexts.uegk_params(name)
+        aec_encoder.encode_uegk(state, ctx, out, start, rule, sign, c_max, k, value)
         depth = rng.randint(0, 9)
         writer.write("tag_start_depth_delta", depth, max_value=9)
-        fast.encode_u(state, ctx, out, 360, fast.INC_BIN_NONZERO, depth)
+        aec_encoder.encode_u(state, ctx, out, 360, contexts.INC_BIN_NONZERO, depth)
         field = rng.getrandbits(16)
         writer.write("sublayer_shape", field)
-        fast.encode_fl(state, ctx, out, -1, fast.INC_CONST, field, 16)
-    length = fast.encoder_finish(state, out)
-    assert state[fast.E_ERROR] == fast.ERR_NONE
+        aec_encoder.encode_fl(state, ctx, out, -1, contexts.INC_CONST, field, 16)
+    length = aec_encoder.encoder_finish(state, out)
+    assert state[aec_encoder.E_ERROR] == aec_decoder.ERR_NONE
     assert out[:length].tobytes() == reference.finish()
 
 
 def test_njit_encoder_flags_a_full_buffer():
-    state, ctx = fast.new_encoder_state(), fast.new_contexts()
+    state, ctx = aec_encoder.new_encoder_state(), contexts.new_contexts()
     out = np.zeros(4, dtype=np.uint8)
     bins = np.ones(200, dtype=np.int64)
-    fast.encode_program(state, ctx, out, np.full(200, BYPASS, dtype=np.int64), bins)
-    assert state[fast.E_ERROR] == fast.ERR_OUTPUT_FULL
+    aec_encoder.encode_program(state, ctx, out, np.full(200, BYPASS, dtype=np.int64), bins)
+    assert state[aec_encoder.E_ERROR] == aec_decoder.ERR_OUTPUT_FULL
 
 
 @pytest.mark.slow
@@ -239,11 +239,11 @@ def test_long_random_streams_both_paths():
         assert bins.tolist() == [b for _, b in ops]
         reference = AecDecoder(data, trace=True, bound_s=bound_s)
         decode_ops(reference, [c for c, _ in ops])
-        assert reference.bit_position == int(state[fast.S_POS])
+        assert reference.bit_position == int(state[aec_decoder.S_POS])
         assert reference.trace == [tuple(row) for row in trace[: len(ops)].tolist()]
-        assert fast.finish(state, buffer, trace) == reference.finish() == 8 * len(data)
-        out = np.zeros(fast.output_capacity(len(ops)), dtype=np.uint8)
-        enc_state = fast.new_encoder_state()
-        fast.encode_program(enc_state, fast.new_contexts(), out, np.array([c for c, _ in ops], dtype=np.int64),
+        assert aec_decoder.finish(state, buffer, trace) == reference.finish() == 8 * len(data)
+        out = np.zeros(aec_encoder.output_capacity(len(ops)), dtype=np.uint8)
+        enc_state = aec_encoder.new_encoder_state()
+        aec_encoder.encode_program(enc_state, contexts.new_contexts(), out, np.array([c for c, _ in ops], dtype=np.int64),
                             np.array([b for _, b in ops], dtype=np.int64))
-        assert out[: fast.encoder_finish(enc_state, out)].tobytes() == data
+        assert out[: aec_encoder.encoder_finish(enc_state, out)].tobytes() == data

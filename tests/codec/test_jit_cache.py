@@ -1,34 +1,68 @@
 """The codec's numba cache is keyed by all of its njit sources, so an edit to one never leaves stale code."""
 from __future__ import annotations
 
+import ast
 import shutil
+from pathlib import Path
 
 from numba.core import config
 
-from aipu.codec import _jit
+from aipu.codec.compiled import jit_cache
 
 
 def test_cache_directory_changes_when_any_njit_source_changes(tmp_path, monkeypatch):
-    for name in _jit.NJIT_SOURCES:
-        shutil.copy(_jit._HERE / name, tmp_path / name)
-    monkeypatch.setattr(_jit, "_HERE", tmp_path)
+    copies = []
+    for path in jit_cache.source_files():
+        copy = tmp_path / str(path.relative_to(jit_cache.CODEC_DIR)).replace("/", "-")
+        shutil.copy(path, copy)
+        copies.append(copy)
+    monkeypatch.setattr(jit_cache, "source_files", lambda: copies)
+    monkeypatch.setattr(jit_cache, "CODEC_DIR", tmp_path)
     seen = set()
-    for name in (None,) + _jit.NJIT_SOURCES:
-        if name:
-            with open(tmp_path / name, "a") as source:
+    for copy in (None, *copies):
+        if copy:
+            with open(copy, "a") as source:
                 source.write("\n# edited\n")
-        _jit.cache_dir.cache_clear()
-        seen.add(_jit.cache_dir())
-    _jit.cache_dir.cache_clear()
-    assert len(seen) == 1 + len(_jit.NJIT_SOURCES)
+        jit_cache.cache_dir.cache_clear()
+        seen.add(jit_cache.cache_dir())
+    jit_cache.cache_dir.cache_clear()
+    assert len(seen) == 1 + len(copies)
+
+
+def _codec_imports(path: Path) -> set[Path]:
+    """The codec source files the module at ``path`` imports (relative imports, as the codec writes them)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            stem = base.joinpath(*node.module.split(".")) if node.module else base
+            candidates = [stem.with_suffix(".py"), stem / "__init__.py"]
+            candidates += [stem / f"{alias.name}.py" for alias in node.names]
+            found.update(candidate for candidate in candidates if candidate.is_file())
+    return found
+
+
+def test_the_key_covers_every_njit_module_and_what_it_imports():
+    """Everything an njit module reads at compile time is hashed, whichever module it comes from."""
+    njit_modules = [path for path in jit_cache.CODEC_DIR.rglob("*.py") if "@njit" in path.read_text()]
+    reached, pending = set(), list(njit_modules)
+    while pending:
+        path = pending.pop()
+        if path not in reached:
+            reached.add(path)
+            pending += _codec_imports(path)
+    assert {path.name for path in njit_modules} >= {"aec_decoder.py", "tree_coders.py", "sublayer_decoder.py"}
+    assert reached <= set(jit_cache.source_files())
 
 
 def test_compiled_functions_cache_there_and_numba_config_is_left_alone():
-    from aipu.codec import fast
+    from aipu.codec.compiled import aec_decoder
 
     before = config.CACHE_DIR
-    probe = _jit.njit()(lambda x: x + 1)
+    probe = jit_cache.njit()(lambda x: x + 1)
     assert config.CACHE_DIR == before
     assert probe(1) == 2
-    for dispatcher in (probe, fast.decode_decision):
-        assert dispatcher._cache._impl.locator.get_cache_path().startswith(_jit.cache_dir())
+    for dispatcher in (probe, aec_decoder.decode_decision):
+        assert dispatcher._cache._impl.locator.get_cache_path().startswith(jit_cache.cache_dir())

@@ -1,95 +1,69 @@
-"""The four coding trees of a CU in numba, over codec.fast's engine, for both directions.
+"""The four coding trees of a CU in numba, over the compiled engine, for both directions.
 
 Each tree is one njit function that decodes, or encodes the encoder's truth, and is a port of
-``codec.syntax.TreeCoder`` (same order of elements, same context inputs, same skips and inferences). The
-traversal is depth first with an explicit stack (see ``_open``), because numba cannot cache a recursive
-function that other compiled code calls, and the decoder's sublayer loop (codec.decode_fast) calls them.
+``codec.reference.tree_coder.TreeCoder`` (same order of elements, same context inputs, same skips and
+inferences); the tests require the same bytes and levels from both. The traversal is depth first with an
+explicit stack (see ``_open``), because numba cannot cache a recursive function that other compiled code
+calls, and the sublayer decoder (``codec.compiled.sublayer_decoder``) calls them. The encoder reaches them
+one CU at a time through ``encode_tree`` (``FastElementWriter.code_tree``).
 
-``FastElementReader`` (codec.decode_fast) is the ElementIO of codec.syntax over the njit engine arrays (state, contexts,
-data): the stream and layer headers are parsed by the Python syntax element by element, and each weight
-sublayer is decoded in one call of codec.decode_fast. ``FastElementWriter`` is the encoder's ElementIO:
-``TreeCoder`` hands it whole trees. tests/test_codec_syntax.py and tests/test_codec_fast_decode.py check
-both against the pure-Python reference.
-
-Tree levels live in one flat array with per-level offsets (``shapes[l] = (z, h, w)``, root first).
+``io`` is the tuple (decoder state, contexts, data, trace, encoder state, out) and ``enc`` the direction;
+``el`` is ``ELEMENT_ROWS`` and an element is named by its ``Element`` member. Tree levels live in one flat
+array with per-level offsets (``shapes[l] = (z, h, w)``, root first).
 """
 from __future__ import annotations
 
-from ._jit import njit
 import numpy as np
 
-from . import fast
-from .reference.elements import element_spec
-from .errors import CodecError
-
-_njit = njit(_nrt=False)   # no allocation inside: no refcounting per call
-_inline = njit(_nrt=False, inline="always")   # small helpers, inlined in IR
-
-_ELEMENT_NAMES = ("oct_nzflag", "oct_sign", "oct_index", "oct_abs_q", "uni_nzflag", "uni_map_nzflag", "uni_sign",
-                  "uni_cmap_val", "uni_qmap_val", "uni_index", "uni_abs_q", "uni_map_sign", "tgtm_nzflag_index",
-                  "tgtm_nzflag_q", "tgtm_index", "tgtm_abs_q", "tgtm_delta_index", "tgtm_delta_abs_q",
-                  "tgtm_sign_q", "uni_tgt_nzflag", "uni_tgt_nzflag_index", "uni_tgt_nzflag_q", "uni_tgt_index",
-                  "uni_tgt_abs_q", "uni_tgt_delta_index", "uni_tgt_delta_abs_q", "uni_tgt_sign_q")
-(OCT_NZFLAG, OCT_SIGN, OCT_INDEX, OCT_ABS_Q, UNI_NZFLAG, UNI_MAP_NZFLAG, UNI_SIGN, UNI_CMAP_VAL, UNI_QMAP_VAL,
- UNI_INDEX, UNI_ABS_Q, UNI_MAP_SIGN, TGTM_NZFLAG_INDEX, TGTM_NZFLAG_Q, TGTM_INDEX, TGTM_ABS_Q, TGTM_DELTA_INDEX,
- TGTM_DELTA_ABS_Q, TGTM_SIGN_Q, UT_NZFLAG, UT_NZFLAG_INDEX, UT_NZFLAG_Q, UT_INDEX, UT_ABS_Q, UT_DELTA_INDEX,
- UT_DELTA_ABS_Q, UT_SIGN_Q) = range(len(_ELEMENT_NAMES))
+from ..reference.binarization import MAX_EG_VALUE
+from ..reference.tree_coder import leaf_group_uniform, pool_levels
+from .aec_decoder import ERR_VALUE_TOO_LARGE, S_ERROR, decode_decision, decode_uegk, raise_on_error, set_error
+from .aec_encoder import encode_decision, encode_uegk
+from .contexts import (ELEMENT_ROWS, ROW_C_MAX, ROW_CTX, ROW_K, ROW_RULE, Element, inc_coef_pair, inc_coef_sign,
+                       inc_nz_neighbours)
+from .jit_cache import njit
 
 
-def _element_table() -> np.ndarray:
-    """(ctx_start, INC_* rule code, cMax, k) per element index above, from Tables 337/338 (codec.contexts)."""
-    table = np.zeros((len(_ELEMENT_NAMES), 4), dtype=np.int64)
-    for i, name in enumerate(_ELEMENT_NAMES):
-        spec = element_spec(name)
-        rule = fast._INC_CODES.get(spec.inc_rule, fast.INC_CONST)
-        table[i] = (spec.ctx_start, rule, spec.c_max, spec.k)
-    return table
-
-
-ELEMENTS = _element_table()
-MAX_LEVEL = (1 << 32) - 1
-
-
-@_inline
+@njit(inline="always")
 def _flag(io, enc, el, element, inc, truth):
     """A one-bin element: decoded, or ``truth`` encoded (io = decoder state, ctx, data, trace, encoder state, out)."""
     if enc:
-        fast.encode_decision(io[4], io[1], io[5], el[element, 0] + inc, truth)
+        encode_decision(io[4], io[1], io[5], el[element, ROW_CTX] + inc, truth)
         return truth
-    return fast.decode_decision(io[0], io[1], io[2], io[3], el[element, 0] + inc)
+    return decode_decision(io[0], io[1], io[2], io[3], el[element, ROW_CTX] + inc)
 
 
-@_inline
+@njit(inline="always")
 def _uegk(io, enc, el, element, sign, truth):
     if enc:
-        if truth < 0 or truth > MAX_LEVEL:
-            fast._fail(io[0], fast.ERR_VALUE_TOO_LARGE)
+        if truth < 0 or truth > MAX_EG_VALUE:
+            set_error(io[0], ERR_VALUE_TOO_LARGE)
             return 0
-        fast.encode_uegk(io[4], io[1], io[5], el[element, 0], el[element, 1], sign, el[element, 2], el[element, 3],
-                         truth)
+        encode_uegk(io[4], io[1], io[5], el[element, ROW_CTX], el[element, ROW_RULE], sign, el[element, ROW_C_MAX],
+                    el[element, ROW_K], truth)
         return truth
-    return fast.decode_uegk(io[0], io[1], io[2], io[3], el[element, 0], el[element, 1], sign, el[element, 2],
-                            el[element, 3])
+    return decode_uegk(io[0], io[1], io[2], io[3], el[element, ROW_CTX], el[element, ROW_RULE], sign,
+                       el[element, ROW_C_MAX], el[element, ROW_K])
 
 
-@_inline
+@njit(inline="always")
 def _tv(enc, flat, index):
     """Encoder truth at a flat tree index (0 when decoding: the truth arrays are placeholders then)."""
     return flat[index] if enc else 0
 
 
-@_inline
+@njit(inline="always")
 def _tm(enc, levels, z, y, x):
     """Encoder truth of a leaf of the CU's map (0 when decoding)."""
     return levels[z, y, x] if enc else 0
 
 
-@_inline
+@njit(inline="always")
 def _at(shapes, offsets, level, z, y, x):
     return offsets[level] + (z * shapes[level, 1] + y) * shapes[level, 2] + x
 
 
-@_inline
+@njit(inline="always")
 def _push(coef, value):
     coef[1] = coef[0]
     coef[0] = value
@@ -98,34 +72,34 @@ def _push(coef, value):
 # ------------------------------------------------------------------------------------------------ octree
 # Each tree has an inlined leaf step, used by its parent's child loop: leaves are most of the nodes and a
 # recursive call per leaf would cost more than the leaf's bins.
-@_inline
+@njit(inline="always")
 def _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, d, z, y, x, skip):
     flag = 1
     if d >= sd and not skip:
-        flag = _flag(io, enc, el, OCT_NZFLAG, fast.inc_coef_sign(coef[0]),
+        flag = _flag(io, enc, el, Element.oct_nzflag, inc_coef_sign(coef[0]),
                      _tv(enc, truth[0], _at(shapes, offsets, d, z, y, x)))
         nzp[1] = nzp[0]
         nzp[0] = flag
     flags[_at(shapes, offsets, d, z, y, x)] = flag
-    if flag == 0 or io[0][fast.S_ERROR]:
+    if flag == 0 or io[0][S_ERROR]:
         return
     leaf = _tm(enc, truth[2], z, y, x)
     if cbook:
-        value = _uegk(io, enc, el, OCT_INDEX, 0, leaf)
+        value = _uegk(io, enc, el, Element.oct_index, 0, leaf)
     else:
-        sign = _flag(io, enc, el, OCT_SIGN, fast.inc_coef_pair(coef[0], coef[1]), 1 if leaf < 0 else 0)
-        magnitude = _uegk(io, enc, el, OCT_ABS_Q, sign, abs(leaf))
+        sign = _flag(io, enc, el, Element.oct_sign, inc_coef_pair(coef[0], coef[1]), 1 if leaf < 0 else 0)
+        magnitude = _uegk(io, enc, el, Element.oct_abs_q, sign, abs(leaf))
         value = -magnitude if sign else magnitude
     mp[z, y, x] = value
     _push(coef, value)
 
 
-@_inline
+@njit(inline="always")
 def _octree_inner(io, enc, el, truth, shapes, offsets, flags, nzp, sd, d, z, y, x, skip):
     """The node part of an internal octree node (oct_nzflag unless skipped or above startDepth); its flag."""
     flag = 1
     if d >= sd and not skip:
-        flag = _flag(io, enc, el, OCT_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]),
+        flag = _flag(io, enc, el, Element.oct_nzflag, inc_nz_neighbours(nzp[0], nzp[1]),
                      _tv(enc, truth[0], _at(shapes, offsets, d, z, y, x)))
         nzp[1] = nzp[0]
         nzp[0] = flag
@@ -133,13 +107,13 @@ def _octree_inner(io, enc, el, truth, shapes, offsets, flags, nzp, sd, d, z, y, 
     return flag
 
 
-@_njit
+@njit
 def octree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, stack):
     last = shapes.shape[0] - 1
     if last == 0:
         _octree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd, 0, 0, 0, 0, False)
         return
-    if not _octree_inner(io, enc, el, truth, shapes, offsets, flags, nzp, sd, 0, 0, 0, 0, False) or io[0][fast.S_ERROR]:
+    if not _octree_inner(io, enc, el, truth, shapes, offsets, flags, nzp, sd, 0, 0, 0, 0, False) or io[0][S_ERROR]:
         return
     top = _open(stack, -1, shapes, 0, 0, 0, False)
     while top >= 0:
@@ -156,7 +130,7 @@ def octree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
             flag = flags[_at(shapes, offsets, d + 1, kz, ky, kx)]
         else:
             flag = _octree_inner(io, enc, el, truth, shapes, offsets, flags, nzp, sd, d + 1, kz, ky, kx, inferred)
-        if io[0][fast.S_ERROR]:
+        if io[0][S_ERROR]:
             return
         if flag:
             stack[top, F_MATCH] = 1          # nz1st: a non-zero child seen
@@ -164,7 +138,7 @@ def octree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, cbook, sd,
                 top = _open(stack, top, shapes, kz, ky, kx, False)
 
 
-@_inline
+@njit(inline="always")
 def _child_count(cz, ch, cw, z, y, x, planar):
     count = 0
     for dz in range(1 if planar else 2):
@@ -183,7 +157,7 @@ STACK_COLUMNS = 9
 MAX_TREE_LEVELS = 66            # a tree over 32-bit extents has at most 34 levels
 
 
-@_inline
+@njit(inline="always")
 def _open(stack, top, shapes, z, y, x, planar):
     """Push the node (z, y, x) of depth top + 1 with its child count; returns the new top."""
     row = top + 1
@@ -194,7 +168,7 @@ def _open(stack, top, shapes, z, y, x, planar):
     return row
 
 
-@_inline
+@njit(inline="always")
 def _next_child(stack, top, shapes, planar):
     """The next existing child of the node on top, packed as z << 40 | y << 20 | x; -1 when there is none."""
     cz, ch, cw = shapes[top + 1, 0], shapes[top + 1, 1], shapes[top + 1, 2]
@@ -211,7 +185,7 @@ def _next_child(stack, top, shapes, planar):
     return -1
 
 
-@_inline
+@njit(inline="always")
 def _inferred(stack, top, below_start):
     """nz1st / eq1st (A27, A28): the last existing child is inferred when no earlier sibling matched."""
     seen = stack[top, F_SEEN]
@@ -220,7 +194,7 @@ def _inferred(stack, top, below_start):
 
 
 # ------------------------------------------------------------------------------------------------ unitree
-@_njit
+@njit
 def _fill(shapes, mp, d, z, y, x, value, planar):
     shift = shapes.shape[0] - 1 - d
     z0, z1 = (z, z + 1) if planar else (z << shift, min((z + 1) << shift, mp.shape[0]))
@@ -232,29 +206,30 @@ def _fill(shapes, mp, d, z, y, x, value, planar):
     return (z1 - z0) * (y1 - (y << shift)) * (x1 - (x << shift))
 
 
-@_inline
+@njit(inline="always")
 def _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y,
                   x):
     if sd == d or flags[_at(shapes, offsets, d - 1, z >> 1, y >> 1, x >> 1)]:
         value = 0
         leaf = _tm(enc, truth[2], z, y, x)
-        if _flag(io, enc, el, UNI_MAP_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]), 1 if leaf != 0 else 0):
+        if _flag(io, enc, el, Element.uni_map_nzflag, inc_nz_neighbours(nzp[0], nzp[1]), 1 if leaf != 0 else 0):
             if cbook:
-                value = _uegk(io, enc, el, UNI_INDEX, 0, leaf)
+                value = _uegk(io, enc, el, Element.uni_index, 0, leaf)
             else:
-                sign = _flag(io, enc, el, UNI_SIGN, fast.inc_coef_sign(coef[0]), 1 if leaf < 0 else 0)
-                magnitude = _uegk(io, enc, el, UNI_ABS_Q, 0, abs(leaf))
+                sign = _flag(io, enc, el, Element.uni_sign, inc_coef_sign(coef[0]), 1 if leaf < 0 else 0)
+                magnitude = _uegk(io, enc, el, Element.uni_abs_q, 0, abs(leaf))
                 value = -magnitude if sign else magnitude
     else:
         value = map_val[0]
         if not cbook and map_val[0]:
-            if _flag(io, enc, el, UNI_MAP_SIGN, fast.inc_coef_sign(coef[0]), 1 if _tm(enc, truth[2], z, y, x) < 0 else 0):
+            negative = 1 if _tm(enc, truth[2], z, y, x) < 0 else 0
+            if _flag(io, enc, el, Element.uni_map_sign, inc_coef_sign(coef[0]), negative):
                 value = -map_val[0]
     mp[z, y, x] = value
     _push(coef, value)
 
 
-@_inline
+@njit(inline="always")
 def _unitree_inner(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d, z, y, x, skip):
     """The node part of an internal unitree node; returns -1 when its children are not visited (a uniform
     subtree filled with mapVal, or an error), else whether they are skipped (uni_nzflag = 0, A12)."""
@@ -262,16 +237,16 @@ def _unitree_inner(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, ma
     if d >= sd and not skip:
         here = _at(shapes, offsets, d, z, y, x)
         common = _tv(enc, truth[0], here)
-        flag = _flag(io, enc, el, UNI_NZFLAG, 0, 1 if common != _tv(enc, truth[1], here) else 0)
+        flag = _flag(io, enc, el, Element.uni_nzflag, 0, 1 if common != _tv(enc, truth[1], here) else 0)
         if not flag:
-            nonzero = _flag(io, enc, el, UNI_MAP_NZFLAG, fast.inc_nz_neighbours(nzp[0], nzp[1]), 1 if common else 0)
+            nonzero = _flag(io, enc, el, Element.uni_map_nzflag, inc_nz_neighbours(nzp[0], nzp[1]), 1 if common else 0)
             nzp[1] = nzp[0]
             nzp[0] = nonzero
             map_val[0] = 0
             if nonzero:
-                map_val[0] = _uegk(io, enc, el, UNI_CMAP_VAL if cbook else UNI_QMAP_VAL, 0, common)
+                map_val[0] = _uegk(io, enc, el, Element.uni_cmap_val if cbook else Element.uni_qmap_val, 0, common)
     flags[_at(shapes, offsets, d, z, y, x)] = flag
-    if io[0][fast.S_ERROR]:
+    if io[0][S_ERROR]:
         return -1
     child_skip = (not flag) if d >= sd else False
     if child_skip and (cbook or map_val[0] == 0):
@@ -282,7 +257,7 @@ def _unitree_inner(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, ma
     return 1 if child_skip else 0
 
 
-@_njit
+@njit
 def unitree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, stack):
     last = shapes.shape[0] - 1
     if last == 0:
@@ -304,12 +279,12 @@ def unitree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, 
         if d + 1 == last:
             _unitree_leaf(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d + 1, kz,
                           ky, kx)
-            if io[0][fast.S_ERROR]:
+            if io[0][S_ERROR]:
                 return
             continue
         skip = _unitree_inner(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, cbook, sd, d + 1,
                               kz, ky, kx, stack[top, F_SKIP] != 0)
-        if io[0][fast.S_ERROR]:
+        if io[0][S_ERROR]:
             return
         if skip >= 0:
             top = _open(stack, top, shapes, kz, ky, kx, False)
@@ -317,21 +292,21 @@ def unitree(io, enc, el, truth, shapes, offsets, flags, mp, coef, nzp, map_val, 
 
 
 # ------------------------------------------------------------------------------------------------ tag trees
-@_inline
+@njit(inline="always")
 def _tag_value(io, enc, el, node_truth, coef, sd, d, parent, nz_el, abs_el, delta_el, pair_inc):
     if d == sd:
-        inc = fast.inc_coef_pair(coef[0], coef[1]) if pair_inc else 0
+        inc = inc_coef_pair(coef[0], coef[1]) if pair_inc else 0
         value = 0
         if _flag(io, enc, el, nz_el, inc, 1 if node_truth else 0):
             value = _uegk(io, enc, el, abs_el, 0, node_truth)
     else:
         value = parent + _uegk(io, enc, el, delta_el, 0, node_truth - parent)
-    if value > MAX_LEVEL:
-        fast._fail(io[0], fast.ERR_VALUE_TOO_LARGE)
+    if value > MAX_EG_VALUE:
+        set_error(io[0], ERR_VALUE_TOO_LARGE)
     return value
 
 
-@_inline
+@njit(inline="always")
 def _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, d, z, y, x, skip):
     """The node part of tagtree3d (copy from the parent, value, leaf sign); returns the node's flat index."""
     here = _at(shapes, offsets, d, z, y, x)
@@ -342,24 +317,24 @@ def _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, 
     if d >= sd:
         if not skip:
             if cbook:
-                vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent, TGTM_NZFLAG_INDEX,
-                                        TGTM_INDEX, TGTM_DELTA_INDEX, True)
+                vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent,
+                                        Element.tgtm_nzflag_index, Element.tgtm_index, Element.tgtm_delta_index, True)
             else:
-                vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent, TGTM_NZFLAG_Q, TGTM_ABS_Q,
-                                        TGTM_DELTA_ABS_Q, True)
+                vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent,
+                                        Element.tgtm_nzflag_q, Element.tgtm_abs_q, Element.tgtm_delta_abs_q, True)
             _push(coef, vals[here])
         if d == shapes.shape[0] - 1 and vals[here] != 0 and not cbook:
-            if _flag(io, enc, el, TGTM_SIGN_Q, 0, 1 if _tm(enc, truth[2], z, y, x) < 0 else 0):
+            if _flag(io, enc, el, Element.tgtm_sign_q, 0, 1 if _tm(enc, truth[2], z, y, x) < 0 else 0):
                 vals[here] = -vals[here]
             coef[0] = vals[here]
     return here
 
 
-@_njit
+@njit
 def tagtree(io, enc, el, truth, shapes, offsets, vals, mp, coef, cbook, sd, stack):
     last = shapes.shape[0] - 1
     here = _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, 0, 0, 0, 0, False)
-    if io[0][fast.S_ERROR]:
+    if io[0][S_ERROR]:
         return
     if last == 0:
         mp[0, 0, 0] = vals[here]
@@ -375,7 +350,7 @@ def tagtree(io, enc, el, truth, shapes, offsets, vals, mp, coef, cbook, sd, stac
         kz, ky, kx = child >> 40, (child >> 20) & 0xFFFFF, child & 0xFFFFF
         inferred = _inferred(stack, top, d >= sd)
         kid = _tag_node_value(io, enc, el, truth, shapes, offsets, vals, coef, cbook, sd, d + 1, kz, ky, kx, inferred)
-        if io[0][fast.S_ERROR]:
+        if io[0][S_ERROR]:
             return
         if stack[top, F_VALUE] == abs(vals[kid]):
             stack[top, F_MATCH] = 1          # eq1st: a child equal to the parent seen
@@ -386,7 +361,7 @@ def tagtree(io, enc, el, truth, shapes, offsets, vals, mp, coef, cbook, sd, stac
             stack[top, F_VALUE] = abs(vals[kid])
 
 
-@_inline
+@njit(inline="always")
 def _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd, d, z, y, x,
                         uni_skip, tgt_skip):
     """The node part of uni_tagtree3d; returns the node's uni flag (its value is in vals)."""
@@ -406,7 +381,7 @@ def _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, 
                     uniform = _tm(enc, truth[3], z, y >> 1, x >> 1) if sd == last else 1
                 else:
                     uniform = 1 if _tv(enc, truth[0], here) == _tv(enc, truth[1], here) else 0
-                uni_flag = _flag(io, enc, el, UT_NZFLAG, 0, 0 if uniform else 1)
+                uni_flag = _flag(io, enc, el, Element.uni_tgt_nzflag, 0, 0 if uniform else 1)
             else:
                 corner = _at(shapes, offsets, d, z, y & ~1, x & ~1)
                 uni_flag = flags[corner]
@@ -414,20 +389,22 @@ def _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, 
             flags[here] = uni_flag
             if not tgt_skip and (sd < last or top_left or uni_flag):
                 if cbook:
-                    vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent, UT_NZFLAG_INDEX,
-                                            UT_INDEX, UT_DELTA_INDEX, False)
+                    vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent,
+                                            Element.uni_tgt_nzflag_index, Element.uni_tgt_index,
+                                            Element.uni_tgt_delta_index, False)
                 else:
-                    vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent, UT_NZFLAG_Q, UT_ABS_Q,
-                                            UT_DELTA_ABS_Q, False)
+                    vals[here] = _tag_value(io, enc, el, _tv(enc, truth[0], here), coef, sd, d, parent,
+                                            Element.uni_tgt_nzflag_q, Element.uni_tgt_abs_q,
+                                            Element.uni_tgt_delta_abs_q, False)
                 _push(coef, abs(vals[here]))
         if d == last and vals[here] != 0 and not cbook:
-            if _flag(io, enc, el, UT_SIGN_Q, 0, 1 if _tm(enc, truth[2], z, y, x) < 0 else 0):
+            if _flag(io, enc, el, Element.uni_tgt_sign_q, 0, 1 if _tm(enc, truth[2], z, y, x) < 0 else 0):
                 vals[here] = -vals[here]
             coef[0] = vals[here]
     return uni_flag
 
 
-@_inline
+@njit(inline="always")
 def _uni_tag_open(stack, top, shapes, offsets, vals, mp, cbook, sd, d, z, y, x, uni_flag):
     """After a uni-tagtree node at depth d: fill a uniform subtree (A12 shortcut) or push the node; new top."""
     here = _at(shapes, offsets, d, z, y, x)
@@ -441,13 +418,13 @@ def _uni_tag_open(stack, top, shapes, offsets, vals, mp, cbook, sd, d, z, y, x, 
     return top
 
 
-@_njit
+@njit
 def uni_tagtree(io, enc, el, truth, shapes, offsets, flags, vals, mp, coef, cbook, sd, stack):
     last = shapes.shape[0] - 1
     for z in range(shapes[0, 0]):
         uni_flag = _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd, 0, z, 0, 0,
                                        False, False)
-        if io[0][fast.S_ERROR]:
+        if io[0][S_ERROR]:
             return
         if last == 0:
             mp[z, 0, 0] = vals[_at(shapes, offsets, 0, z, 0, 0)]
@@ -463,7 +440,7 @@ def uni_tagtree(io, enc, el, truth, shapes, offsets, flags, vals, mp, coef, cboo
             inferred = _inferred(stack, top, d >= sd)
             kid_flag = _uni_tag_node_value(io, enc, el, truth, shapes, offsets, flags, vals, coef, cbook, sd, d + 1,
                                            z, ky, kx, stack[top, F_SKIP] != 0, inferred)
-            if io[0][fast.S_ERROR]:
+            if io[0][S_ERROR]:
                 return
             kid = _at(shapes, offsets, d + 1, z, ky, kx)
             if stack[top, F_VALUE] == abs(vals[kid]):
@@ -475,43 +452,43 @@ def uni_tagtree(io, enc, el, truth, shapes, offsets, flags, vals, mp, coef, cboo
 
 
 # ------------------------------------------------------------------------------------------------ Python side
-_NO_DATA = np.frombuffer(b"", dtype=np.uint8)
-_NO_FLAT = np.zeros(1, dtype=np.int64)
-_NO_MAP = np.zeros((1, 1, 1), dtype=np.int64)
-_NO_GROUP = np.zeros((1, 1, 1), dtype=np.int8)
+# The truth arrays of the decoding direction, and of the parts a tree does not use: placeholders never read.
+PLACEHOLDER_FLAT = np.zeros(1, dtype=np.int64)
+PLACEHOLDER_MAP = np.zeros((1, 1, 1), dtype=np.int64)
+PLACEHOLDER_GROUP = np.zeros((1, 1, 1), dtype=np.int8)
+DECODING_TRUTH = (PLACEHOLDER_FLAT, PLACEHOLDER_FLAT, PLACEHOLDER_MAP, PLACEHOLDER_GROUP)
 
 
 def _flat(levels: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([level.reshape(-1) for level in levels]).astype(np.int64)
 
 
-def _truth(tree: str, index_map: np.ndarray) -> tuple:
+def tree_truth(tree: str, index_map: np.ndarray) -> tuple:
     """Encoder truth of a tree over the CU's IndexMap, as in TreeCoder (pooled per level, root first)."""
-    from .reference.tree_coder import leaf_group_uniform, pool_levels
     planar = tree == "uni_tagtree"
     magnitude = np.abs(index_map)
     if tree == "octree":
-        return (_flat(pool_levels((index_map != 0).astype(np.int8), False, np.maximum)), _NO_FLAT, index_map,
-                _NO_GROUP)
+        return (_flat(pool_levels((index_map != 0).astype(np.int8), False, np.maximum)), PLACEHOLDER_FLAT,
+                index_map, PLACEHOLDER_GROUP)
     low = _flat(pool_levels(magnitude, planar, np.minimum))
     if tree == "tagtree":
-        return low, _NO_FLAT, index_map, _NO_GROUP
+        return low, PLACEHOLDER_FLAT, index_map, PLACEHOLDER_GROUP
     high = _flat(pool_levels(magnitude, planar, np.maximum))
-    group = leaf_group_uniform(magnitude).astype(np.int8) if planar else _NO_GROUP
+    group = leaf_group_uniform(magnitude).astype(np.int8) if planar else PLACEHOLDER_GROUP
     return low, high, index_map, group
 
 
 def encode_tree(io: tuple, tree: str, shapes: list[tuple[int, int, int]], start_depth: int, cbook_size: int,
                 out_map: np.ndarray, truth: tuple) -> None:
-    """Encode one CU tree (the encoder's ``truth``) with the njit functions; the decoder calls them from
-    codec.decode_fast."""
+    """Encode one CU tree (the encoder's ``truth``, from ``tree_truth``) with the njit functions; raises
+    CodecError if a value cannot be coded. The decoder calls the trees from its sublayer loop."""
     shape_array = np.array(shapes, dtype=np.int64)
     sizes = shape_array.prod(axis=1)
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     total = int(sizes.sum())
     coef = np.zeros(2, dtype=np.int64)
     nzp = np.zeros(2, dtype=np.int64)
-    head = (io, 1, ELEMENTS, truth, shape_array, offsets)
+    head = (io, 1, ELEMENT_ROWS, truth, shape_array, offsets)
     cbook = int(cbook_size != 0)
     stack = np.zeros((MAX_TREE_LEVELS, STACK_COLUMNS), dtype=np.int64)
     if tree == "octree":
@@ -524,74 +501,4 @@ def encode_tree(io: tuple, tree: str, shapes: list[tuple[int, int, int]], start_
     else:
         uni_tagtree(*head, np.zeros(total, dtype=np.int8), np.zeros(total, dtype=np.int64), out_map, coef, cbook,
                     start_depth, stack)
-    fast.raise_on_error(io[0], element=tree)
-
-
-class FastElementWriter:
-    """ElementIO of the encoder over codec.fast's njit encoder; ``fork()`` counts bits for trial encodes."""
-
-    decoding = False
-    _MAX_ELEMENT_BINS = 128        # the longest bin string: UEGk of a 32-bit value with cMax 16
-
-    def __init__(self, encoder: fast.FastEncoder | None = None):
-        self.engine = encoder or fast.FastEncoder()
-        self._dummy_state = np.zeros(fast.STATE_SIZE, dtype=np.int64)
-
-    def _io(self) -> tuple:
-        engine = self.engine
-        return (self._dummy_state, engine.ctx, _NO_DATA, fast.NO_TRACE, engine.state, engine.out)
-
-    def code(self, name: str, value: int = 0, **inputs: int) -> int:
-        spec = element_spec(name)
-        value = int(value)
-        engine = self.engine
-        if spec.binarization == "FL":
-            length = spec.fixed_length if spec.fixed_length is not None else inputs["length"]
-            if not 0 <= value < (1 << length):
-                raise ValueError(f"element {name}: FL{length} value must be in 0..{(1 << length) - 1}, got {value}")
-            engine.reserve(length)
-            if spec.bypass:
-                fast.encode_fl(engine.state, engine.ctx, engine.out, -1, fast.INC_CONST, value, length)
-            else:
-                fast.encode_decision(engine.state, engine.ctx, engine.out, spec.ctx_start + spec.ctx_inc(0, inputs),
-                                     value)
-        elif spec.binarization == "U":
-            if not 0 <= value <= inputs["max_value"]:
-                raise ValueError(f"element {name}: unary value must be in 0..{inputs['max_value']}, got {value}")
-            engine.reserve(value + 1)
-            fast.encode_u(engine.state, engine.ctx, engine.out, spec.ctx_start, fast._INC_CODES[spec.inc_rule], value)
-        else:
-            if not 0 <= value <= MAX_LEVEL:
-                raise ValueError(f"element {name}: UEGk value must be in 0..{MAX_LEVEL}, got {value}")
-            engine.reserve(self._MAX_ELEMENT_BINS)
-            fast.encode_uegk(engine.state, engine.ctx, engine.out, spec.ctx_start, fast._INC_CODES[spec.inc_rule],
-                             inputs.get("sign", 0), spec.c_max, spec.k, value)
-        return value
-
-    def code_tree(self, tree: str, shapes: list[tuple[int, int, int]], start_depth: int, cbook_size: int,
-                  out_map: np.ndarray, truth_map: np.ndarray) -> None:
-        nodes = sum(z * h * w for z, h, w in shapes)
-        self.engine.reserve(nodes * self._MAX_ELEMENT_BINS)
-        self._dummy_state[:] = 0
-        try:
-            encode_tree(self._io(), tree, shapes, start_depth, cbook_size, out_map,
-                        _truth(tree, np.ascontiguousarray(truth_map, dtype=np.int64)))
-        except CodecError as error:
-            raise ValueError(f"tree {tree}: a value cannot be coded ({error.reason})") from None
-
-    def fork(self) -> FastElementWriter:
-        return FastElementWriter(self.engine.fork())
-
-    @property
-    def cost_bits(self) -> float:
-        return self.engine.cost_bits
-
-    @property
-    def bins_encoded(self) -> int:
-        return self.engine.bins_encoded
-
-    def finish(self) -> bytes:
-        return self.engine.finish()
-
-
-__all__ = ["FastElementWriter", "encode_tree"]
+    raise_on_error(io[0], element=tree)
