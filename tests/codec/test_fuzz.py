@@ -19,6 +19,7 @@ The default suite runs a derandomized quick subset; ``-m slow`` runs the long ra
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -107,6 +108,7 @@ class Sandbox:
 
 @pytest.fixture(scope="module")
 def sandbox():
+    _compile_every_tree()
     box = Sandbox()
     yield box
     box.close()
@@ -184,7 +186,9 @@ def check_container(sandbox: Sandbox, data: bytes) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------- seeds
-def _valid_stream() -> bytes:
+# Built on first use, so that collecting the suite encodes nothing.
+@functools.cache
+def valid_stream() -> bytes:
     rng = np.random.default_rng(0)
     levels = np.round(rng.laplace(0, 4, (9, 12, 10))).astype(np.int64)
     subs = [Sublayer(dim=4, shape=(3, 3, 12, 10), levels=levels, include_bias_array1d=1),
@@ -192,8 +196,6 @@ def _valid_stream() -> bytes:
     options = EncoderOptions(trees=("octree", "uni_tagtree"), split="auto", codebook="auto")
     return encode_stream(StreamHeader(integer_input=1, array1d_depth=5), [subs], options).data
 
-
-VALID_STREAM = _valid_stream()
 
 
 def _compile_every_tree() -> None:
@@ -206,26 +208,40 @@ def _compile_every_tree() -> None:
             decode_stream(encode_stream(StreamHeader(integer_input=1), [[sub]], options).data)
 
 
-_compile_every_tree()
-VALID_CONTAINER = codec.encode({"conv.weight": np.random.default_rng(1).normal(0, 1, (6, 4, 3, 3)),
-                                "conv.bias": np.arange(6, dtype=np.float32),
-                                "q": np.arange(-20, 20, dtype=np.int8).reshape(5, 8)},
-                               codec.CodecOptions(encoder=EncoderOptions(split="never")))
-INDEX_END = HEADER.size + HEADER.unpack_from(VALID_CONTAINER)[1]
-VALID_INDEX = json.loads(VALID_CONTAINER[HEADER.size:INDEX_END])
-VALID_STREAMS = VALID_CONTAINER[INDEX_END:]
+@functools.cache
+def valid_container() -> bytes:
+    return codec.encode({"conv.weight": np.random.default_rng(1).normal(0, 1, (6, 4, 3, 3)),
+                         "conv.bias": np.arange(6, dtype=np.float32),
+                         "q": np.arange(-20, 20, dtype=np.int8).reshape(5, 8)},
+                        codec.CodecOptions(encoder=EncoderOptions(split="never")))
 
 
-def container_with(index: object, streams: bytes = VALID_STREAMS) -> bytes:
-    """A container whose index is ``index`` (an object, or raw JSON text) with a correct CRC."""
+def index_end() -> int:
+    """Where the valid container's index ends and its layer streams begin."""
+    return HEADER.size + HEADER.unpack_from(valid_container())[1]
+
+
+@functools.cache
+def valid_index() -> dict:
+    """The valid container's index; shared, so a test copies it before changing it."""
+    return json.loads(valid_container()[HEADER.size:index_end()])
+
+
+def valid_streams() -> bytes:
+    return valid_container()[index_end():]
+
+
+def container_with(index: object, streams: bytes | None = None) -> bytes:
+    """A container whose index is ``index`` (an object, or raw JSON text) with a correct CRC, and the valid
+    container's layer streams unless ``streams`` are given."""
     raw = index.encode() if isinstance(index, str) else json.dumps(index).encode()
-    return pack_container(raw, streams)
+    return pack_container(raw, valid_streams() if streams is None else streams)
 
 
 def test_the_fuzz_seeds_decode(sandbox):
-    assert check_stream(sandbox, VALID_STREAM)[0] == "decoded"
-    assert check_container(sandbox, VALID_CONTAINER)[0] == "decoded"
-    assert container_with(VALID_INDEX) == VALID_CONTAINER
+    assert check_stream(sandbox, valid_stream())[0] == "decoded"
+    assert check_container(sandbox, valid_container())[0] == "decoded"
+    assert container_with(valid_index()) == valid_container()
 
 
 # --------------------------------------------------------------------------------------------- raw streams
@@ -236,14 +252,15 @@ def test_random_bytes(sandbox, data):
 
 
 def test_truncations_of_a_stream(sandbox):
-    for cut in range(0, len(VALID_STREAM), 3):
-        assert check_stream(sandbox, VALID_STREAM[:cut])[0] == "error"
+    stream = valid_stream()
+    for cut in range(0, len(stream), 3):
+        assert check_stream(sandbox, stream[:cut])[0] == "error"
 
 
 @QUICK
-@given(flips=st.lists(st.integers(0, 8 * len(VALID_STREAM) - 1), min_size=1, max_size=4))
+@given(flips=st.deferred(lambda: st.lists(st.integers(0, 8 * len(valid_stream()) - 1), min_size=1, max_size=4)))
 def test_bit_flipped_stream(sandbox, flips):
-    data = bytearray(VALID_STREAM)
+    data = bytearray(valid_stream())
     for bit in flips:
         data[bit // 8] ^= 0x80 >> (bit % 8)
     check_stream(sandbox, bytes(data))
@@ -251,7 +268,7 @@ def test_bit_flipped_stream(sandbox, flips):
 
 def test_empty_inputs_and_trailing_garbage(sandbox):
     assert check_stream(sandbox, b"")[0] == "error"
-    assert check_stream(sandbox, VALID_STREAM + b"\x00")[1].endswith("after the end of the stream")
+    assert check_stream(sandbox, valid_stream() + b"\x00")[1].endswith("after the end of the stream")
     assert "magic" in check_container(sandbox, b"")[1]
 
 
@@ -424,14 +441,15 @@ def test_the_encoder_refuses_a_zero_dimension(sandbox, shape):
 # --------------------------------------------------------------------------------------------- containers
 def test_every_byte_of_a_container_is_checked(sandbox):
     """Any one-byte change, any truncation and any appended byte is a located CodecError (the CRCs)."""
-    for position in range(len(VALID_CONTAINER)):
+    container = valid_container()
+    for position in range(len(container)):
         for change in (0x01, 0x80, 0xFF):
-            data = bytearray(VALID_CONTAINER)
+            data = bytearray(container)
             data[position] ^= change
             assert check_container(sandbox, bytes(data))[0] == "error"
-    for cut in range(len(VALID_CONTAINER)):
-        assert check_container(sandbox, VALID_CONTAINER[:cut])[0] == "error"
-    assert check_container(sandbox, VALID_CONTAINER + b"\x00")[1] == "1 bytes after the last layer stream"
+    for cut in range(len(container)):
+        assert check_container(sandbox, container[:cut])[0] == "error"
+    assert check_container(sandbox, container + b"\x00")[1] == "1 bytes after the last layer stream"
 
 
 JSON_VALUES = st.recursive(
@@ -453,14 +471,16 @@ def _paths(value: object, path: tuple = ()) -> list[tuple]:
     return paths
 
 
-INDEX_PATHS = _paths(VALID_INDEX)
+@functools.cache
+def index_paths() -> list[tuple]:
+    return _paths(valid_index())
 
 
 @st.composite
 def mutated_indexes(draw):
     """The valid index with one value replaced, one key removed or one key added."""
-    index = json.loads(json.dumps(VALID_INDEX))
-    path = draw(st.sampled_from(INDEX_PATHS[1:]))
+    index = json.loads(json.dumps(valid_index()))
+    path = draw(st.sampled_from(index_paths()[1:]))
     parent = index
     for key in path[:-1]:
         parent = parent[key]
@@ -484,7 +504,7 @@ def test_index_mutations(sandbox, index):
 
 
 def _layer(changes: dict, layer: int = 0, tensor: int | None = None) -> dict:
-    index = json.loads(json.dumps(VALID_INDEX))
+    index = json.loads(json.dumps(valid_index()))
     target = index["layers"][layer] if tensor is None else index["layers"][layer]["tensors"][tensor]
     for key, value in changes.items():
         if value is None:
@@ -505,52 +525,56 @@ def _zero_extent_container(max_ctu3d_size: int) -> bytes:
 
 
 def _flipped(position: int) -> bytes:
-    data = bytearray(VALID_CONTAINER)
+    data = bytearray(valid_container())
     data[position] ^= 0x04
     return bytes(data)
 
 
-INT_LAYER = next(i for i, layer in enumerate(VALID_INDEX["layers"]) if layer["tensors"][0]["dtype"] == "int8")
-# Issue 6's inputs, each with the words of its one-line error.
+def _int_layer() -> int:
+    return next(i for i, layer in enumerate(valid_index()["layers"]) if layer["tensors"][0]["dtype"] == "int8")
+
+
+# Issue 6's inputs, each built on use, with the words of its one-line error.
 CRAFTED_CONTAINERS = {
-    "zero R": (_zero_extent_container(0), "has a zero extent"),
-    "zero R, max CTU size": (_zero_extent_container(1), "has a zero extent"),
-    "no layer name": (container_with(_layer({"name": None})), "layers[0] = "),
-    "weights x": (container_with(_layer({"weights": "x"})), "layers[0].weights = 'x'"),
-    "huge shape": (container_with(_layer({"shape": [10**30, 3]}, tensor=0)), "exceeds the 16-bit"),
-    "zero shape": (container_with(_layer({"shape": [6, 0, 3, 3]}, tensor=0)), "empty tensors cannot be coded"),
-    "no layers": (container_with({"layers": []}), "bytes after the last layer stream"),
-    "silent cast": (container_with(_layer({"dtype": "uint8"}, INT_LAYER, 0)), "outside the range of uint8"),
-    "integer as float": (container_with(_layer({"dtype": "float32"}, INT_LAYER, 0)), "integer_input 1"),
-    "duplicate name": (container_with(_layer({"name": "conv.bias"}, INT_LAYER, 0)), "not used before"),
-    "flipped name": (_flipped(VALID_CONTAINER.index(b'"conv.bias"') + 1), "the container index fails its CRC-32"),
-    "flipped stream": (_flipped(len(VALID_CONTAINER) - 3), "the layer stream fails its CRC-32 check"),
-    "deep JSON": (container_with('{"layers": ' + "[" * 100_000 + "]" * 100_000 + "}"), "cannot be read"),
-    "huge number": (container_with('{"layers": [' + "9" * 5000 + "]}"), "cannot be read"),
-    "not JSON": (container_with('{"layers": [}'), "is not JSON"),
-    "not UTF-8": (pack_container(b'{"layers": ["\xff"]}', VALID_STREAMS), "is not UTF-8"),
-    "version 1": (b"AIPUNNR1" + VALID_CONTAINER[len(MAGIC):], "no longer read"),
+    "zero R": (lambda: _zero_extent_container(0), "has a zero extent"),
+    "zero R, max CTU size": (lambda: _zero_extent_container(1), "has a zero extent"),
+    "no layer name": (lambda: container_with(_layer({"name": None})), "layers[0] = "),
+    "weights x": (lambda: container_with(_layer({"weights": "x"})), "layers[0].weights = 'x'"),
+    "huge shape": (lambda: container_with(_layer({"shape": [10**30, 3]}, tensor=0)), "exceeds the 16-bit"),
+    "zero shape": (lambda: container_with(_layer({"shape": [6, 0, 3, 3]}, tensor=0)), "empty tensors cannot be coded"),
+    "no layers": (lambda: container_with({"layers": []}), "bytes after the last layer stream"),
+    "silent cast": (lambda: container_with(_layer({"dtype": "uint8"}, _int_layer(), 0)), "outside the range of uint8"),
+    "integer as float": (lambda: container_with(_layer({"dtype": "float32"}, _int_layer(), 0)), "integer_input 1"),
+    "duplicate name": (lambda: container_with(_layer({"name": "conv.bias"}, _int_layer(), 0)), "not used before"),
+    "flipped name": (lambda: _flipped(valid_container().index(b'"conv.bias"') + 1),
+                     "the container index fails its CRC-32"),
+    "flipped stream": (lambda: _flipped(len(valid_container()) - 3), "the layer stream fails its CRC-32 check"),
+    "deep JSON": (lambda: container_with('{"layers": ' + "[" * 100_000 + "]" * 100_000 + "}"), "cannot be read"),
+    "huge number": (lambda: container_with('{"layers": [' + "9" * 5000 + "]}"), "cannot be read"),
+    "not JSON": (lambda: container_with('{"layers": [}'), "is not JSON"),
+    "not UTF-8": (lambda: pack_container(b'{"layers": ["\xff"]}', valid_streams()), "is not UTF-8"),
+    "version 1": (lambda: b"AIPUNNR1" + valid_container()[len(MAGIC):], "no longer read"),
 }
 
 
 @pytest.mark.parametrize("name", CRAFTED_CONTAINERS)
 def test_crafted_containers(sandbox, name):
-    data, words = CRAFTED_CONTAINERS[name]
-    result = check_container(sandbox, data)
+    build, words = CRAFTED_CONTAINERS[name]
+    result = check_container(sandbox, build())
     assert result[0] == "error" and words in result[3], result
 
 
 def test_a_stream_error_counts_from_the_container_start(sandbox):
     """A corrupt layer stream behind a matching CRC: the position lies inside that layer's bytes."""
-    index = json.loads(json.dumps(VALID_INDEX))
+    index = json.loads(json.dumps(valid_index()))
     layer = index["layers"][-1]
-    streams = bytearray(VALID_STREAMS)
+    streams = bytearray(valid_streams())
     streams[layer["offset"] + 3] ^= 0xFF
     layer["crc32"] = zlib.crc32(streams[layer["offset"]:layer["offset"] + layer["length"]])
     data = container_with(index, bytes(streams))
     result = check_container(sandbox, data)
     assert result[0] == "error" and f"layer {layer['name']}" in result[3]
-    assert 8 * (INDEX_END + layer["offset"]) <= result[2] <= 8 * len(data)
+    assert 8 * (index_end() + layer["offset"]) <= result[2] <= 8 * len(data)
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
@@ -564,9 +588,9 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 @pytest.mark.parametrize("command", ["decode", "info"])
 def test_crafted_containers_through_the_cli(sandbox, tmp_path, command):
     """`aipu codec decode|info` print one line naming the error, its position and the file, and exit 2."""
-    for name, (data, words) in CRAFTED_CONTAINERS.items():
+    for name, (build, words) in CRAFTED_CONTAINERS.items():
         path = tmp_path / "crafted.nnr"
-        path.write_bytes(data)
+        path.write_bytes(build())
         argv = ["codec", command, str(path)] + (["-o", str(tmp_path / "out.npz")] if command == "decode" else [])
         code, _, err = run_case(sandbox, run_cli, argv)
         assert code == 2 and err.count("\n") == 1 and err.startswith("aipu codec: error: "), (name, err)
@@ -576,11 +600,11 @@ def test_crafted_containers_through_the_cli(sandbox, tmp_path, command):
 # --------------------------------------------------------------------------------------------- long runs
 @pytest.mark.slow
 @LONG
-@given(data=st.binary(min_size=20, max_size=3000), flips=st.lists(st.integers(0, 8 * len(VALID_STREAM) - 1),
-                                                                   max_size=12))
+@given(data=st.binary(min_size=20, max_size=3000),
+       flips=st.deferred(lambda: st.lists(st.integers(0, 8 * len(valid_stream()) - 1), max_size=12)))
 def test_long_random_and_flipped_streams(sandbox, data, flips):
     check_stream(sandbox, data)
-    flipped = bytearray(VALID_STREAM)
+    flipped = bytearray(valid_stream())
     for bit in flips:
         flipped[bit // 8] ^= 0x80 >> (bit % 8)
     check_stream(sandbox, bytes(flipped))
@@ -595,9 +619,10 @@ def test_long_structured_streams(sandbox, case):
 
 @pytest.mark.slow
 @LONG
-@given(index=mutated_indexes(), position=st.integers(0, len(VALID_CONTAINER) - 1), value=st.integers(0, 255))
+@given(index=mutated_indexes(), position=st.deferred(lambda: st.integers(0, len(valid_container()) - 1)),
+       value=st.integers(0, 255))
 def test_long_index_mutations_and_overwritten_bytes(sandbox, index, position, value):
     check_container(sandbox, container_with(index))
-    data = bytearray(VALID_CONTAINER)
+    data = bytearray(valid_container())
     data[position] = value
     check_container(sandbox, bytes(data))

@@ -11,13 +11,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aipu import codec
-from aipu.codec.api import default_groups
-from aipu.codec.encoder import EncoderOptions
-from aipu.codec.layout import from_standard, placement, to_standard
+from aipu.codec.api import decode_stream, default_groups
+from aipu.codec.encoder import EncoderOptions, encode_stream
 from aipu.codec.quantize import kmeans_levels, quantize_uniform, reconstruct
+from aipu.codec.reference.elements import NUM_CONTEXTS
+from aipu.codec.reference.headers import StreamHeader
 from aipu.codec.reference.tree_coder import TREES
+from tests.codec.syntax_streams import conv_sublayers
+
 
 FAST = EncoderOptions(trees=("octree",), split="never", start_depth="root", zdep="off")
+
+
 SHAPES = {"1x1": (24, 13, 1, 1), "3x3": (10, 7, 3, 3), "7x7": (5, 3, 7, 7), "depthwise": (12, 1, 3, 3),
           "fc": (70, 9), "bias": (70,), "conv1d": (6, 4, 5), "conv3d": (3, 2, 2, 2, 2), "scalar": ()}
 
@@ -108,19 +113,6 @@ def test_step_option_and_kmeans_codebook():
     np.testing.assert_array_equal(codec.decode(data)["w"], quantised(array, options))
 
 
-def test_layout_matches_the_standard_order():
-    w = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)          # [K][C][R][S]
-    place = placement(w.shape)
-    levels = to_standard(w, place)
-    assert place.shape == (4, 5, 3, 2) and levels.shape == (20, 3, 2)
-    assert levels[1 * 5 + 2, 1, 0] == w[0, 1, 1, 2]              # zs = r*S + s
-    np.testing.assert_array_equal(from_standard(levels, place), w)
-    with pytest.raises(ValueError, match="16-bit"):
-        placement((70000, 3))
-    with pytest.raises(ValueError, match="kernel size"):
-        placement((1, 1, 57, 72))
-
-
 def test_decode_layer_by_name_and_index():
     rng = np.random.default_rng(4)
     tensors = {"a.weight": rng.normal(0, 1, (8, 4, 3, 3)).astype(np.float32),
@@ -165,25 +157,6 @@ def test_encoding_is_reproducible():
     assert there == here["data"]
 
 
-def test_encoder_choice_beats_every_single_fixed_mode():
-    """A trained-like tensor: Laplacian weights with per-output-channel scales, pruned channels."""
-    rng = np.random.default_rng(6)
-    scales = rng.gamma(2.0, 0.02, (24, 1, 1, 1))
-    w = (rng.laplace(0, 1, (24, 40, 3, 3)) * scales).astype(np.float32)
-    w[rng.random(24) < 0.25] = 0                                  # pruned output channels
-    w[:, rng.random(40) < 0.2] = 0                                # dead input channels
-    tensors = {"w": w}
-
-    def size(encoder):      # bytes of the nnc() streams (the container index holds names and statistics)
-        _, infos = codec.encode_with_info(tensors, codec.CodecOptions(bitdepth=6, encoder=encoder))
-        return sum(info.length for info in infos)
-    fixed = {(tree, book, start): size(EncoderOptions(trees=(tree,), codebook=book, start_depth=start,
-                                                      split="never", zdep="off"))
-             for tree in TREES for book in ("off", "on") for start in ("leaf", "root")}
-    chosen = size(EncoderOptions())
-    assert chosen < min(fixed.values()), (chosen, min(fixed.items(), key=lambda kv: kv[1]))
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=st.lists(st.integers(1, 19), min_size=1, max_size=4).filter(lambda s: np.prod(s) <= 3000),
        seed=st.integers(0, 2**32 - 1),
@@ -215,10 +188,21 @@ def test_decode_layer_reads_only_its_own_stream():
     infos, payload = codec.read_index(bytes(data))
     start = payload + infos[0].offset
     data[start:start + infos[0].length] = bytes(infos[0].length)      # wipe layer "a"
-    np.testing.assert_array_equal(codec.decode_layer(bytes(data), "b")["b"], quantised(tensors["b"], codec.CodecOptions()))
+    expected = quantised(tensors["b"], codec.CodecOptions())
+    np.testing.assert_array_equal(codec.decode_layer(bytes(data), "b")["b"], expected)
     with pytest.raises(codec.CodecError) as error:
         codec.decode_layer(bytes(data), "a")
     assert error.value.context.get("layer") == "a"
+
+
+def test_bin_trace_for_rtl_comparison():
+    rng = np.random.default_rng(9)
+    stream = encode_stream(StreamHeader(integer_input=1, array1d_depth=9), [conv_sublayers(rng)])
+    trace: list[tuple[int, int]] = []
+    _, _, _, bins = decode_stream(stream.data, trace=trace)
+    assert len(trace) == bins + 1 and trace[-1] == (-2, 1)          # the terminating stuffing bin
+    assert all(-1 <= ctx < NUM_CONTEXTS and bit in (0, 1) for ctx, bit in trace[:-1])
+    assert trace[0][0] == -1                                          # headers are bypass bins
 
 
 def test_benchmark_helpers():

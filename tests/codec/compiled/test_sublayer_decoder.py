@@ -1,4 +1,4 @@
-"""The njit sublayer decoder (codec.decode_fast) against the pure-Python reference (codec.syntax).
+"""The compiled sublayer decoder (codec/compiled/sublayer_decoder.py) against the pure-Python reference.
 
 Every stream is decoded by both. They must give the same header, levels, mode statistics and bin count
 (both also check that the stream ends exactly at its last byte), or both raise CodecError; when both
@@ -6,6 +6,7 @@ errors carry a bit position, the positions agree.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -156,8 +157,8 @@ def test_errors_carry_position_element_and_ctu():
     assert info.value.context.get("ctu") == 0 and info.value.context.get("layer") == 0
 
 
-# ----------------------------------------------------------------------------------------- corrupted streams
-def _rich_streams() -> list[bytes]:
+@functools.cache
+def rich_streams() -> tuple[bytes, ...]:
     """One stream per tree, each with codebooks (predicted and signalled), escapes, zdep reordering, splits."""
     rng = np.random.default_rng(4)
     streams = []
@@ -172,17 +173,18 @@ def _rich_streams() -> list[bytes]:
                 Sublayer(dim=1, shape=(1, 1, 1, 16), cmaxw=1, levels=rng.integers(-50, 50, 16))]
         options = EncoderOptions(trees=(tree,), codebook=codebook, zdep="on", split="always", max_split_trials=1)
         streams.append(encode_stream(header, [subs], options).data)
-    return streams
+    return tuple(streams)
 
 
-RICH = _rich_streams()
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-STREAM_INDEX = st.integers(0, len(RICH) - 1)
+
+
+STREAM_INDEX = st.integers(0, len(TREES) - 1)          # rich_streams() holds one stream per tree
 
 
 def test_the_rich_streams_reach_every_path():
     seen: dict[str, int] = {}
-    for data in RICH:
+    for data in rich_streams():
         for key, count in decode_both(data)[2][0].items():
             seen[key] = seen.get(key, 0) + count
     for key in (*TREES, "codebook", "direct", "predicted_codebook", "escapes", "escape_reorder", "zdep_reorder"):
@@ -190,7 +192,7 @@ def test_the_rich_streams_reach_every_path():
 
 
 def test_every_truncation_fails_in_both():
-    for data in RICH:
+    for data in rich_streams():
         for cut in range(0, len(data), max(1, len(data) // 40)):
             assert isinstance(decode_both(data[:cut]), CodecError)
 
@@ -198,7 +200,7 @@ def test_every_truncation_fails_in_both():
 @FUZZ
 @given(index=STREAM_INDEX, flips=st.lists(st.integers(0, 10**6), min_size=1, max_size=6))
 def test_bit_flips_give_the_same_result(index, flips):
-    data = bytearray(RICH[index])
+    data = bytearray(rich_streams()[index])
     for bit in flips:
         bit %= 8 * len(data)
         data[bit // 8] ^= 0x80 >> (bit % 8)
@@ -208,17 +210,17 @@ def test_bit_flips_give_the_same_result(index, flips):
 @FUZZ
 @given(index=STREAM_INDEX, position=st.integers(0, 10**6), value=st.binary(min_size=1, max_size=8))
 def test_overwritten_bytes_give_the_same_result(index, position, value):
-    data = bytearray(RICH[index])
+    data = bytearray(rich_streams()[index])
     position %= len(data)
     data[position:position + len(value)] = value
-    decode_both(bytes(data[:len(RICH[index])]))
+    decode_both(bytes(data[:len(rich_streams()[index])]))
 
 
 @FUZZ
 @given(index=STREAM_INDEX, prefix=st.integers(0, 40), data=st.binary(min_size=1, max_size=400))
 def test_random_tails_after_a_valid_header(index, prefix, data):
     """A real stream's first bytes and then garbage: the garbage is read by the sublayer loop."""
-    decode_both(RICH[index][:prefix] + data)
+    decode_both(rich_streams()[index][:prefix] + data)
 
 
 @pytest.mark.slow
