@@ -162,7 +162,10 @@ def _layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | No
                           array1d_depth=options.bias_bitdepth)
     subs, described = [], []
     for position, (name, array, place) in enumerate(arrays):
-        quant = _quantize(array, options, place.dim == 1)
+        try:
+            quant = _quantize(array, options, place.dim == 1)
+        except ValueError as exc:          # a value the codec cannot carry, or a bad option: name the tensor
+            raise ValueError(f"tensor {name!r}: {exc}") from None
         sub = Sublayer(dim=place.dim, shape=place.shape, cmaxw=quant.cmaxw, bitdepth=quant.bitdepth,
                        scan_order=options.scan_order, levels=to_standard(quant.levels, place), step=quant.step)
         if place.dim == 1 and integer:     # array1d_depth must hold |q| - 1 (Table 325)

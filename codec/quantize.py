@@ -107,12 +107,18 @@ def kmeans_levels(weights: np.ndarray, clusters: int, fine_bitdepth: int = 16) -
 
 
 def integer_levels(array: np.ndarray) -> Quantized:
-    """Already-quantised tensors: coded losslessly with integer_input = 1 (step 1.0)."""
-    levels = np.asarray(array).astype(np.int64)
-    peak = int(np.max(np.abs(levels))) if levels.size else 0
+    """Already-quantised tensors: coded losslessly with integer_input = 1 (step 1.0).
+
+    The range is checked on the values as they are, before the cast to int64: a uint64 of 2**63 or more
+    would wrap to a negative level, and |int64 min| to itself.
+    """
+    values = np.asarray(array)
+    low, high = (int(values.min()), int(values.max())) if values.size else (0, 0)
+    peak = max(-low, high)
     if peak > MAX_CMAXW:
-        raise ValueError(f"integer value {peak} exceeds 2**32 - 1, the largest level the codec carries")
-    return Quantized(levels, peak, min(MAX_BITDEPTH, max(1, peak.bit_length())), np.float32(1.0))
+        raise ValueError(f"integer value {low if -low > high else high} exceeds 2**32 - 1 in magnitude, "
+                         "the largest level the codec carries")
+    return Quantized(values.astype(np.int64), peak, min(MAX_BITDEPTH, max(1, peak.bit_length())), np.float32(1.0))
 
 
 def reconstruct(levels: np.ndarray, step: np.float32) -> np.ndarray:
