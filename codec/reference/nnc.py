@@ -22,8 +22,6 @@ def code_nnc(io: ElementIO, header: StreamHeader | None = None, layers: list[lis
     Returns the stream header, the layers (decoded levels filled in) and per-layer mode statistics.
     """
     header, layer_count = code_nnc_header(io, header, 0 if io.decoding else len(layers))
-    if header.max_ctu3d_idx > 3:
-        raise CodecError(f"max_ctu3d_idx {header.max_ctu3d_idx} out of range", element="max_ctu3d_idx")
     decoded_layers, layer_stats = [], []
     weights = 0
     for layer_index in range(layer_count):

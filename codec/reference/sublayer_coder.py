@@ -238,12 +238,8 @@ class SublayerCoder:
             leaf_level = (len(cube_shapes) if tag_mode else len(planar_shapes)) - 1
         start_depth = leaf_level
         if self.enable_start_depth:
-            delta = io.code(f"{prefix}_start_depth_delta", 0 if io.decoding else choice.start_depth_delta,
-                            max_value=leaf_level)
-            if delta > leaf_level:
-                raise CodecError(f"start depth delta {delta} exceeds the tree depth {leaf_level}",
-                                 element=f"{prefix}_start_depth_delta")
-            start_depth -= delta
+            start_depth -= io.code(f"{prefix}_start_depth_delta", 0 if io.decoding else choice.start_depth_delta,
+                                   max_value=leaf_level)      # a U element: never above max_value
         esc_mode = 1 if cbook else 0                       # CbookEscMode
         if self.header.enable_escape_reorder and cbook:    # A9: the override belongs inside this if
             reorder = io.code(f"{prefix}_cbook_esc_mode", 0 if io.decoding else choice.escape_reorder)
@@ -317,9 +313,6 @@ class SublayerCoder:
         signalled_size = 0
         if len(predicted) < MAX_CBOOK_SIZE:
             signalled_size = io.code("signalled_size", len(wanted), max_value=MAX_CBOOK_SIZE - len(predicted))
-            if len(predicted) + signalled_size > MAX_CBOOK_SIZE:
-                raise CodecError(f"codebook size {len(predicted) + signalled_size} exceeds {MAX_CBOOK_SIZE}",
-                                 element="signalled_size")
         prev = abs(cbook[-1]) if cbook else 0
         magnitudes = list(cbook)
         for n in range(len(predicted), len(predicted) + signalled_size):
