@@ -4,16 +4,17 @@
 for one layer; ``encode_with_info``/``decode_with_info``/``read_index`` add per-layer statistics.
 docs/codec.md describes the container, the syntax decisions and the encoder.
 
-The names are imported on first use (PEP 562), so that ``import codec.<module>`` (e.g. the CLI parser)
-does not load numba.
+The names are imported on first use (PEP 562), so that importing ``aipu.codec`` or one of its modules (e.g.
+for the CLI parser) does not load numba. ``codec.reference`` is the pure-Python reference, ``codec.compiled``
+the numba fast path; docs/codec.md §0 maps every module.
 """
 from __future__ import annotations
 
 import importlib
 
 _EXPORTS = {"CodecOptions": "api", "LayerInfo": "api", "decode": "api", "decode_layer": "api",
-            "decode_stream": "api", "decode_weight_stream": "api", "decode_with_info": "api", "encode": "api", "encode_with_info": "api",
-            "read_index": "api", "EncoderOptions": "encoder", "CodecError": "errors"}
+            "decode_stream": "api", "decode_weight_stream": "api", "decode_with_info": "api", "encode": "api",
+            "encode_with_info": "api", "read_index": "api", "EncoderOptions": "encoder", "CodecError": "errors"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -71,7 +71,7 @@ def build_codebook(values: np.ndarray, predictor: list[int]) -> tuple[tuple[int,
 
 @dataclass
 class TrialPlanner:
-    """The Planner of the syntax (codec.reference.sublayer_coder) that decides by trial encodes (see module docstring)."""
+    """The Planner of codec.reference.sublayer_coder that decides by trial encodes (see module docstring)."""
 
     options: EncoderOptions = field(default_factory=EncoderOptions)
     memo: dict = field(default_factory=dict)

@@ -170,7 +170,7 @@ def run() -> dict:
         "encode_fixed_mode_mweights_per_s": weights / fast_seconds / 1e6,
         "decode_mweights_per_s": weights / decode_seconds / 1e6,
         "decode_reference_mweights_per_s": weights / reference_seconds / 1e6,
-        "coder": "numba sublayer decoder (codec.compiled.sublayer_decoder) over the numba trees; reference: pure Python",
+        "coder": "numba sublayer decoder over the numba trees (codec.compiled); reference: codec.reference",
         "large_layers": large_decode_speeds(),
         "trained_model": trained_model_report(),
     }

@@ -113,7 +113,7 @@ def _stopped(io, status):
 # ------------------------------------------------------------------------------------------------ zdep_array
 @njit
 def _zdep_array(io, status, params, zdep, queue):
-    """zdep_array(), Table 328, and its cycle walk (syntax.zdep_from_queue, A7); False on an error."""
+    """zdep_array(), Table 328, and its cycle walk (reference.sublayer_coder.zdep_from_queue, A7); False on an error."""
     zdepth = params[P_ZDEPTH]
     for z in range(zdepth):
         zdep[z] = z

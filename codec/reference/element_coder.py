@@ -100,7 +100,10 @@ class ElementEncoder:
                 return
             inc = INC_RULES[spec.inc_rule][0]
             start = spec.ctx_start
-            write_bin = lambda bin_idx, bin_val: encoder.encode_decision(start + inc(bin_idx, values), bin_val)  # noqa: E731
+
+            def write_bin(bin_idx: int, bin_val: int) -> None:
+                encoder.encode_decision(start + inc(bin_idx, values), bin_val)
+
             if spec.binarization == "FL":
                 bz.encode_fl(write_bin, value, spec.fixed_length)
             elif spec.binarization == "U":
