@@ -241,7 +241,7 @@ def _read_local(data, pos, count, end, error, error_pos):
 
 @njit(inline="always")
 def _max_leading_ones(k, max_value):
-    """Largest EGk prefix a value <= max_value can have (reference.binarization's rule, as a loop)."""
+    """Largest EGk prefix a value <= max_value can have (reference.binarization.max_leading_ones, as a loop)."""
     ones = -1 - k
     bound = max_value + (1 << k)
     while bound:

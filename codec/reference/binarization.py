@@ -90,7 +90,7 @@ def encode_tu(write_bin: WriteBin, value: int, c_max: int) -> None:
 
 
 # --- EGk (10.4.3.4.5, Table 341) -------------------------------------------------------------------
-def _max_leading_ones(k: int, max_value: int) -> int:
+def max_leading_ones(k: int, max_value: int) -> int:
     """Largest EGk prefix (ones before the '0') that a value <= max_value can have."""
     # an EGk value v has prefix L with 2**(L+k) - 2**k <= v < 2**(L+k+1) - 2**k
     return (max_value + (1 << k)).bit_length() - 1 - k
@@ -98,7 +98,7 @@ def _max_leading_ones(k: int, max_value: int) -> int:
 
 def decode_egk(read_bin: ReadBin, k: int, *, max_value: int = MAX_EG_VALUE, first_bin_idx: int = 0) -> int:
     """k-th order Exp-Golomb: L ones, a zero, then L + k suffix bins (MSB first)."""
-    max_ones = _max_leading_ones(k, max_value)
+    max_ones = max_leading_ones(k, max_value)
     bin_idx = first_bin_idx
     ones = 0
     while read_bin(bin_idx):
@@ -120,7 +120,7 @@ def decode_egk(read_bin: ReadBin, k: int, *, max_value: int = MAX_EG_VALUE, firs
 def encode_egk(write_bin: WriteBin, value: int, k: int, *, max_value: int = MAX_EG_VALUE,
                first_bin_idx: int = 0) -> None:
     value = _check_value(value, 0, max_value, f"EG{k} value")
-    ones = _max_leading_ones(k, value)
+    ones = max_leading_ones(k, value)
     bin_idx = first_bin_idx
     for _ in range(ones):
         write_bin(bin_idx, 1)

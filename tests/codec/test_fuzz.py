@@ -1,7 +1,7 @@
 """Bad input never crashes, hangs or allocates without bound: it raises CodecError saying where.
 
-Every case runs in a ``Sandbox``: a forked child process under an address-space limit (MEMORY_LIMIT), which
-the test kills when a case takes longer than CASE_SECONDS. A hang, a runaway allocation, a crash, or any
+Every case runs in a ``Sandbox`` (tests/codec/sandbox.py): a forked child process under an address-space
+limit, which the test kills when a case takes too long. A hang, a runaway allocation, a crash, or any
 exception other than a CodecError with a bit position inside the input fails the test and shows the input
 in hex; the machine never notices.
 
@@ -23,9 +23,7 @@ import functools
 import hashlib
 import io
 import json
-import multiprocessing
 import random
-import resource
 import zlib
 
 import numpy as np
@@ -34,18 +32,16 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aipu import codec
+from aipu.app.cli import main
 from aipu.codec.api import HEADER, MAGIC, decode_stream, pack_container
-from aipu.codec.reference.elements import element_spec
 from aipu.codec.encoder import EncoderOptions, encode_stream
-from aipu.codec.reference.engine import AecEncoder
 from aipu.codec.errors import CodecError
 from aipu.codec.reference.element_coder import ElementWriter
+from aipu.codec.reference.elements import element_spec
+from aipu.codec.reference.engine import AecEncoder
 from aipu.codec.reference.headers import StreamHeader, Sublayer, code_nnc_header
 from aipu.codec.reference.nnc import code_nnc
-from aipu.app.cli import main
-
-MEMORY_LIMIT = 2 << 30          # address space of the sandbox process (it starts at about 0.4 GiB)
-CASE_SECONDS = 30.0             # per case; the slowest legitimate case takes well under a second
+from tests.codec.sandbox import Sandbox, run_case
 
 QUICK = settings(max_examples=100, derandomize=True, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.too_slow])
@@ -53,73 +49,13 @@ LONG = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthC
 
 
 # --------------------------------------------------------------------------------------------- the sandbox
-def _serve(connection) -> None:
-    """The child: run each (function, argument) under the memory limit and send back the outcome."""
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = MEMORY_LIMIT if hard == resource.RLIM_INFINITY else min(MEMORY_LIMIT, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    while True:
-        try:
-            function, argument = connection.recv()
-        except EOFError:
-            return
-        try:
-            outcome = ("ok", function(argument))
-        except Exception as error:      # reported to the parent, which fails the test with the input
-            outcome = ("raised", f"{type(error).__name__}: {str(error)[:1000]}")
-        connection.send(outcome)
-
-
-class Sandbox:
-    """A forked child that runs test cases under MEMORY_LIMIT; it serves many cases, and is replaced after
-    one kills it or runs past its time limit."""
-
-    def __init__(self) -> None:
-        self._process = None
-        self._connection = None
-
-    def run(self, function, argument, seconds: float = CASE_SECONDS) -> tuple:
-        """('ok', result), or ('raised' | 'timeout' | 'died', what happened)."""
-        if self._process is None:
-            context = multiprocessing.get_context("fork")
-            self._connection, child = context.Pipe()
-            self._process = context.Process(target=_serve, args=(child,), daemon=True)
-            self._process.start()
-            child.close()
-        self._connection.send((function, argument))
-        if not self._connection.poll(seconds):
-            self.close()
-            return ("timeout", f"no answer within {seconds} s")
-        try:
-            return self._connection.recv()
-        except EOFError:
-            self._process.join()
-            code = self._process.exitcode
-            self.close()
-            return ("died", f"exit code {code} (the memory limit is {MEMORY_LIMIT >> 20} MiB)")
-
-    def close(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.join()
-            self._connection.close()
-            self._process = None
-
-
 @pytest.fixture(scope="module")
 def sandbox():
+    """One sandbox per module, forked after the numba code is loaded (a cold cache takes seconds per function)."""
     _compile_every_tree()
     box = Sandbox()
     yield box
     box.close()
-
-
-def run_case(sandbox: Sandbox, function, data) -> object:
-    """The case's result; a hang, a death or an exception escaping ``function`` fails, showing the input."""
-    outcome = sandbox.run(function, data)
-    shown = data.hex() if isinstance(data, bytes) else repr(data)
-    assert outcome[0] == "ok", f"{outcome[0]}: {outcome[1]}\ninput: {shown}"
-    return outcome[1]
 
 
 def _attempt(decode) -> tuple:

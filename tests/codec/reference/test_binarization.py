@@ -159,7 +159,7 @@ def test_uegk_corrupt_prefix_raises(c_max, k):
     with pytest.raises(CodecError, match="prefix"):
         bz.decode_uegk(BinString([1] * 200).read, c_max, k)
     # the longest legal prefix with an all-ones suffix: above 2**32 - 1 it must raise
-    eg_ones = bz._max_leading_ones(k, bz.MAX_EG_VALUE - c_max)
+    eg_ones = bz.max_leading_ones(k, bz.MAX_EG_VALUE - c_max)
     bins = [1] * (c_max + eg_ones) + [0] + [1] * (eg_ones + k)
     largest = c_max + (1 << (eg_ones + k + 1)) - (1 << k) - 1
     if largest > bz.MAX_EG_VALUE:

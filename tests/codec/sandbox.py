@@ -1,0 +1,73 @@
+"""A forked child process that runs one test case at a time under an address-space limit, for the fuzzers.
+
+A case that hangs is killed after CASE_SECONDS, one that allocates without bound dies at MEMORY_LIMIT, and
+either way the test fails with the input instead of taking the machine down.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import resource
+
+MEMORY_LIMIT = 2 << 30          # address space of the sandbox process (it starts at about 0.4 GiB)
+CASE_SECONDS = 30.0             # per case; the slowest legitimate case takes well under a second
+
+
+def _serve(connection) -> None:
+    """The child: run each (function, argument) under the memory limit and send back the outcome."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = MEMORY_LIMIT if hard == resource.RLIM_INFINITY else min(MEMORY_LIMIT, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    while True:
+        try:
+            function, argument = connection.recv()
+        except EOFError:
+            return
+        try:
+            outcome = ("ok", function(argument))
+        except Exception as error:      # reported to the parent, which fails the test with the input
+            outcome = ("raised", f"{type(error).__name__}: {str(error)[:1000]}")
+        connection.send(outcome)
+
+
+class Sandbox:
+    """A forked child that runs test cases under MEMORY_LIMIT; it serves many cases, and is replaced after
+    one kills it or runs past its time limit."""
+
+    def __init__(self) -> None:
+        self._process = None
+        self._connection = None
+
+    def run(self, function, argument, seconds: float = CASE_SECONDS) -> tuple:
+        """('ok', result), or ('raised' | 'timeout' | 'died', what happened)."""
+        if self._process is None:
+            context = multiprocessing.get_context("fork")
+            self._connection, child = context.Pipe()
+            self._process = context.Process(target=_serve, args=(child,), daemon=True)
+            self._process.start()
+            child.close()
+        self._connection.send((function, argument))
+        if not self._connection.poll(seconds):
+            self.close()
+            return ("timeout", f"no answer within {seconds} s")
+        try:
+            return self._connection.recv()
+        except EOFError:
+            self._process.join()
+            code = self._process.exitcode
+            self.close()
+            return ("died", f"exit code {code} (the memory limit is {MEMORY_LIMIT >> 20} MiB)")
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.join()
+            self._connection.close()
+            self._process = None
+
+
+def run_case(sandbox: Sandbox, function, data) -> object:
+    """The case's result; a hang, a death or an exception escaping ``function`` fails, showing the input."""
+    outcome = sandbox.run(function, data)
+    shown = data.hex() if isinstance(data, bytes) else repr(data)
+    assert outcome[0] == "ok", f"{outcome[0]}: {outcome[1]}\ninput: {shown}"
+    return outcome[1]
