@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (ValueError, OSError) as exc:
-        # User errors: readers raise aipu.sim.spec.errors.InputError (a ValueError) naming file, field, value and what
+        # User errors: readers raise aipu.sim.machine.errors.InputError (a ValueError) naming file, field, value and what
         # is allowed. Any other exception is a bug and keeps its traceback.
         print(f"aipu {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import numpy as np
 
-from aipu.sim.spec.arch import DEFAULT, load_hardware_config
-from aipu.sim.spec.isa import Unit
+from aipu.sim.machine.arch import DEFAULT, load_hardware_config
+from aipu.sim.machine.isa import Unit
 
 
 def _cmd_disasm(args: argparse.Namespace) -> int:
-    from aipu.sim.spec.program import Program
+    from aipu.sim.machine.program import Program
 
     sys.stdout.write(Program.read(args.program).disassemble())
     return 0
 
 
 def _cmd_asm(args: argparse.Namespace) -> int:
-    from aipu.sim.spec.program import Program
+    from aipu.sim.machine.program import Program
 
     config = load_hardware_config(args.config) if args.config else DEFAULT
     program = Program.read_listing(args.listing, config)

@@ -21,7 +21,7 @@ import numpy as np
 
 from aipu.app.models.train_digits import DATA_PATH, MODEL_PATH
 from aipu.compiler.frontend import load_float_model, quantize_model
-from aipu.sim.spec.arch import DEFAULT
+from aipu.sim.machine.arch import DEFAULT
 
 
 def _display_path(path: Path) -> str:

@@ -15,8 +15,8 @@ import onnx
 
 from aipu.compiler.tiling import ConvLayer
 from aipu.sim import golden
-from aipu.sim.spec.arch import BIAS_DTYPE, DTYPE_NUMPY, DType
-from aipu.sim.spec.isa import Rounding
+from aipu.sim.machine.arch import BIAS_DTYPE, DTYPE_NUMPY, DType
+from aipu.sim.machine.isa import Rounding
 
 _ACTIVATION_TYPE = DTYPE_NUMPY[DType.UINT8]   # zero point 0: every tensor is an image in [0, 1] or post-ReLU
 _SYMMETRIC_TYPE = DTYPE_NUMPY[DType.INT8]     # weights and logits, in [-_SYMMETRIC_MAX, _SYMMETRIC_MAX] (127)

@@ -3,7 +3,7 @@
 The file is hostile until validated: the archive is opened without pickles, every member's .npy header
 (dtype, shape) is checked before its data is read, so no member can allocate more than the layer bounds
 allow, and the layer is then checked as a whole (:func:`aipu.compiler.tiling.check_layer`). Every problem is
-an :class:`~aipu.sim.spec.errors.InputError` naming the file, the array, its value and what is allowed.
+an :class:`~aipu.sim.machine.errors.InputError` naming the file, the array, its value and what is allowed.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import zlib
 import numpy as np
 
 from aipu.compiler.tiling import MAX_LAYER_ELEMENTS, TENSOR_DTYPES, ConvLayer, check_layer, dtype_names, enum_names
-from aipu.sim.spec.arch import DType
-from aipu.sim.spec.errors import ArrayHeader, InputError
-from aipu.sim.spec.isa import Rounding
+from aipu.sim.machine.arch import DType
+from aipu.sim.machine.errors import ArrayHeader, InputError
+from aipu.sim.machine.isa import Rounding
 
 LAYER_ARRAYS = ("x", "w", "bias", "multiplier", "shift")             # required integer arrays
 LAYER_SCALARS = ("x_zero_point", "w_zero_point", "out_zero_point", "groups")

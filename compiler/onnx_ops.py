@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from aipu.sim import golden
-from aipu.sim.spec.arch import ACC_DTYPE
+from aipu.sim.machine.arch import ACC_DTYPE
 
 _INT_TYPES = (np.int8, np.uint8, np.int16, np.uint16)
 

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aipu.sim import golden
-from aipu.sim.spec.arch import (BIAS_BITS, BIAS_DTYPE, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY,
+from aipu.sim.machine.arch import (BIAS_BITS, BIAS_DTYPE, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY,
                                 LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS,
                                 LUT_ENTRY_DTYPE, MULTIPLIER_BITS, MULTIPLIER_MAX, PARAM_DTYPE, PARAM_RECORD_BYTES,
                                 SHIFT_MAX, Buffer, DType, HardwareConfig, bit_range)
-from aipu.sim.spec.errors import InputError
-from aipu.sim.spec.isa import COMMANDS, LutMode, Opcode, RequantMode, Rounding, Unit
-from aipu.sim.spec.memory import Memory
-from aipu.sim.spec.program import Command, Program
+from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.isa import COMMANDS, LutMode, Opcode, RequantMode, Rounding, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
 
 DRAM_ALIGN = 64
 

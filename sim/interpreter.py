@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aipu.sim import golden
-from aipu.sim.spec.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
+from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
                                 LUT_ENTRY_DTYPE, PARAM_DTYPE, Buffer, DType)
-from aipu.sim.spec.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
-from aipu.sim.spec.memory import Memory
-from aipu.sim.spec.program import Command, Program
+from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
 
 DRAM = "DRAM"
 

@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from aipu.sim.spec.arch import DTYPE_NUMPY
+from aipu.sim.machine.arch import DTYPE_NUMPY
 
 #: Activation / weight storage types the NPU reads and writes (arch.DType).
 QUANT_DTYPES = tuple(DTYPE_NUMPY.values())

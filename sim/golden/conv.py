@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from aipu.sim.spec.arch import ACC_BITS, ACC_DTYPE, MAC_OPERAND_MAX, bit_range
+from aipu.sim.machine.arch import ACC_BITS, ACC_DTYPE, MAC_OPERAND_MAX, bit_range
 from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, check_int_param, check_int_tuple, dtype_range
 
 _FLOAT32_EXACT = 2 ** 24

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.spec.arch import ACC_DTYPE, ELTWISE_SUM_BITS, MAC_OPERAND_MAX, MULTIPLIER_MAX, SHIFT_MAX
+from aipu.sim.machine.arch import ACC_DTYPE, ELTWISE_SUM_BITS, MAC_OPERAND_MAX, MULTIPLIER_MAX, SHIFT_MAX
 from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, dtype_range
 from aipu.sim.golden.requant import _check_scales, _output_stage, quantize_multiplier, requantize
 from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right

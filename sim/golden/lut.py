@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from aipu.sim.spec.arch import (LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT8_ENTRIES,
+from aipu.sim.machine.arch import (LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT8_ENTRIES,
                                 LUT_ENTRY_DTYPE, bit_range, storage_dtype)
 from aipu.sim.golden._checks import (BYTE_DTYPES, QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype,
                                      dtype_range)

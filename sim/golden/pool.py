@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from aipu.sim.spec.arch import ACC_BITS, bit_range
+from aipu.sim.machine.arch import ACC_BITS, bit_range
 from aipu.sim.golden._checks import QUANT_DTYPES, check_array, check_int, check_int_tuple, dtype_range
 from aipu.sim.golden.rounding import check_rounding, rounding_divide
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.spec.arch import BIAS_BITS, BIAS_DTYPE, MULTIPLIER_BITS, bit_range
+from aipu.sim.machine.arch import BIAS_BITS, BIAS_DTYPE, MULTIPLIER_BITS, bit_range
 from aipu.sim.golden._checks import QUANT_DTYPES, check_int, dtype_range
 from aipu.sim.golden.rounding import round_half_away
 

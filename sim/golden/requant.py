@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.spec.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, SHIFT_MAX,
+from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, SHIFT_MAX,
                                 TFLITE_MULTIPLIER_BITS, bit_range)
 from aipu.sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
                                 check_int_param, dtype_range, per_channel)

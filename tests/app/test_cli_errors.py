@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aipu.app.cli import main
-from aipu.sim.spec.arch import DEFAULT
-from aipu.sim.spec.isa import COMMAND_BYTES, ISA_LAYOUT_HASH, Opcode, Unit
-from aipu.sim.spec.program import _CRC, _HEADER, FORMAT_VERSION, MAGIC, Command, Program
+from aipu.sim.machine.arch import DEFAULT
+from aipu.sim.machine.isa import COMMAND_BYTES, ISA_LAYOUT_HASH, Opcode, Unit
+from aipu.sim.machine.program import _CRC, _HEADER, FORMAT_VERSION, MAGIC, Command, Program
 
 QUICK = settings(derandomize=True, max_examples=100, deadline=None, database=None,
                  suppress_health_check=list(HealthCheck))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from aipu.app.demo import run_demo
-from aipu.sim.spec.program import Program
+from aipu.sim.machine.program import Program
 
 
 def test_demo_is_bit_exact_accurate_and_lossless(tmp_path):

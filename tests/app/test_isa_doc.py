@@ -6,8 +6,8 @@ import json
 import numpy as np
 
 from aipu.sim import golden
-from aipu.sim.spec.arch import DEFAULT
-from aipu.sim.spec.isa import COMMANDS, EltwiseOp, Rounding
+from aipu.sim.machine.arch import DEFAULT
+from aipu.sim.machine.isa import COMMANDS, EltwiseOp, Rounding
 from aipu.app.cli import main
 from aipu.app.isa_doc import generate
 

@@ -6,11 +6,11 @@ import pytest
 
 from aipu.compiler.tiling import ConvLayer, lower_conv_layer, lower_conv_layers, plan_tiles, random_layer
 from aipu.sim import golden
-from aipu.sim.spec.arch import DEFAULT, DTYPE_NUMPY, DType, hardware_config_from_dict
-from aipu.sim.spec.isa import Opcode, Rounding, Unit
+from aipu.sim.machine.arch import DEFAULT, DTYPE_NUMPY, DType, hardware_config_from_dict
+from aipu.sim.machine.isa import Opcode, Rounding, Unit
 from aipu.sim.interpreter import HazardError, run
-from aipu.sim.spec.memory import Memory
-from aipu.sim.spec.program import Command, Program
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
 
 TINY = hardware_config_from_dict({"buffers": {"act": {"bytes": 2048}, "weight": {"bytes": 1024},
                                               "acc": {"bytes": 1024}, "out": {"bytes": 512},

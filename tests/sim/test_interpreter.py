@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from aipu.sim import golden
-from aipu.sim.spec.arch import DEFAULT, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
-from aipu.sim.spec.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
+from aipu.sim.machine.arch import DEFAULT, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
+from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
 from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, _Executor, run
-from aipu.sim.spec.memory import Memory
-from aipu.sim.spec.program import Command, Program
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
 
 OUT_ADDR = 0x800
 

@@ -20,7 +20,7 @@ import pytest
 from onnx import numpy_helper
 
 from aipu.sim import golden
-from aipu.sim.spec.arch import MULTIPLIER_BITS
+from aipu.sim.machine.arch import MULTIPLIER_BITS
 from aipu.compiler.onnx_ops import run_node
 from aipu.app.ort_compare import (
     ORT_EXACT_INT8_WEIGHTS,

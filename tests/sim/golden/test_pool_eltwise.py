@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from aipu.sim.spec.arch import MULTIPLIER_BITS
+from aipu.sim.machine.arch import MULTIPLIER_BITS
 from aipu.sim.golden import avg_pool2d, concat, eltwise, eltwise_params, global_avg_pool, max_pool2d
 from aipu.sim.golden.eltwise import MAX_ALIGN
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from aipu.sim.spec.arch import MULTIPLIER_BITS, SHIFT_MAX
+from aipu.sim.machine.arch import MULTIPLIER_BITS, SHIFT_MAX
 from aipu.sim.golden import (conv2d, leaky_relu_multipliers, onnx_requant_scale, quantize_multiplier,
                         quantize_multiplier_tflite, rounding_shift_right,
                         requantize, requantize_float32, requantize_tflite)

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aipu.sim.spec.arch import (DEFAULT, WIDEST, Buffer, DType, HardwareConfig, hardware_config_from_dict,
+from aipu.sim.machine.arch import (DEFAULT, WIDEST, Buffer, DType, HardwareConfig, hardware_config_from_dict,
                                 load_hardware_config)
-from aipu.sim.spec.isa import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, TOKEN_MASK_BITS, EltwiseOp,
+from aipu.sim.machine.isa import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, TOKEN_MASK_BITS, EltwiseOp,
                                LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit)
-from aipu.sim.spec.program import FORMAT_VERSION, MAGIC, Command, Program
+from aipu.sim.machine.program import FORMAT_VERSION, MAGIC, Command, Program
 
 SMALL = hardware_config_from_dict({"buffers": {"act": {"bytes": 1024}, "acc": {"bytes": 256}},
                                    "dram": {"address_bits": 20}})
@@ -21,7 +21,7 @@ SMALL = hardware_config_from_dict({"buffers": {"act": {"bytes": 1024}, "acc": {"
 
 # --- configuration --------------------------------------------------------------------------------
 def test_shipped_example_config_is_the_default(repo_root):
-    assert load_hardware_config(repo_root / "sim/spec/default.toml") == DEFAULT
+    assert load_hardware_config(repo_root / "sim/machine/default.toml") == DEFAULT
 
 
 def test_config_json_round_trip(tmp_path):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aipu.sim.spec.arch import Buffer, HardwareConfig
+from aipu.sim.machine.arch import Buffer, HardwareConfig
 
 
 @dataclass

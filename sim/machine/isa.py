@@ -1,7 +1,7 @@
 """The command set: units, opcodes, every command's fields and their packing into one word.
 
 Encoding, assembler, docs/isa.md (app/isa_doc.py), interpreter and RTL are driven by these tables; field
-widths are written here or derived from :mod:`aipu.sim.spec.arch` (arithmetic widths, buffer addresses).
+widths are written here or derived from :mod:`aipu.sim.machine.arch` (arithmetic widths, buffer addresses).
 ``ISA_LAYOUT_HASH`` fingerprints the packing, so a program file from another layout is refused.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass
 from enum import IntEnum
 
-from aipu.sim.spec.arch import (BUFFER_UNIT_BYTES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS,
+from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS,
                                 MAC_OPERAND_BITS, MULTIPLIER_BITS, PARAM_RECORD, SHIFT_BITS, SHIFT_MAX, WIDEST,
                                 Buffer, DType, HardwareConfig, bit_range, short_hash)
 

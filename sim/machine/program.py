@@ -1,7 +1,7 @@
 """Commands, their binary encoding, the program container file and the disassembler.
 
-All field positions and widths come from the declarative tables in :mod:`aipu.sim.spec.isa`; nothing here
-knows a particular command. A malformed word, file or listing raises :class:`~aipu.sim.spec.errors.InputError`
+All field positions and widths come from the declarative tables in :mod:`aipu.sim.machine.isa`; nothing here
+knows a particular command. A malformed word, file or listing raises :class:`~aipu.sim.machine.errors.InputError`
 (a ``ValueError``) naming where (file, line or command and byte offset), the field, the value and what
 is allowed.
 """
@@ -13,9 +13,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aipu.sim.spec.arch import CONFIG_FILE_BYTES_MAX, DEFAULT, HardwareConfig, hardware_config_from_text
-from aipu.sim.spec.errors import InputError
-from aipu.sim.spec.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, OPCODE_BITS, Opcode, Unit
+from aipu.sim.machine.arch import CONFIG_FILE_BYTES_MAX, DEFAULT, HardwareConfig, hardware_config_from_text
+from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, OPCODE_BITS, Opcode, Unit
 
 _UNIT_NAMES = ", ".join(Unit.__members__)
 

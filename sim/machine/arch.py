@@ -1,5 +1,5 @@
 """The single source of truth for the AIPU's numbers: arithmetic widths, element and record types, buffers
-and the hardware configuration. The command set built on them is :mod:`aipu.sim.spec.isa`.
+and the hardware configuration. The command set built on them is :mod:`aipu.sim.machine.isa`.
 
 Golden model, interpreter, cycle model, RTL and compiler import their numbers from here and never
 restate them; a numpy type that stores a width is derived from it here. docs/arithmetic.md explains the
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aipu.sim.spec.errors import InputError
+from aipu.sim.machine.errors import InputError
 
 # --- Arithmetic contract constants (docs/arithmetic.md) ---------------------------------------------
 ACC_BITS = 32                 # MAC accumulator: signed int32; the golden model raises on overflow
