@@ -203,11 +203,3 @@ def test_bin_trace_for_rtl_comparison():
     assert len(trace) == bins + 1 and trace[-1] == (-2, 1)          # the terminating stuffing bin
     assert all(-1 <= ctx < NUM_CONTEXTS and bit in (0, 1) for ctx, bit in trace[:-1])
     assert trace[0][0] == -1                                          # headers are bypass bins
-
-
-def test_benchmark_helpers():
-    from aipu.app.bench.codec import SHAPES, order0_entropy_bits, trained_like_weights
-    assert order0_entropy_bits(np.array([0, 0, 1, 1])) == 4.0
-    weights = trained_like_weights()
-    assert {name: w.shape for name, w in weights.items()} == SHAPES
-    assert all((np.abs(w).reshape(w.shape[0], -1).max(axis=1) == 0).any() for w in weights.values())
