@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import fields, is_dataclass
 from enum import IntEnum
 
-from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, CONFIG_FILE_BYTES_MAX, DEFAULT, PARAM_RECORD, PARAM_RECORD_BYTES,
+from aipu.sim.machine.arch import (ACC_BITS, BUFFER_UNIT_BYTES, CONFIG_FILE_BYTES_MAX, DEFAULT, MAC_OPERAND_BITS,
+                                PARAM_RECORD, PARAM_RECORD_BYTES,
                                 Buffer, DType, HardwareConfig)
 from aipu.sim.machine.isa import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, OPCODE_BITS, TOKEN_MASK_BITS,
                                EltwiseOp, LutMode, PoolMode, RequantMode, Rounding, Unit)
@@ -18,7 +19,7 @@ from aipu.sim.machine.program import FORMAT_VERSION, MAGIC
 EXECUTION_MODEL = f"""\
 ## Execution model
 
-The AIPU is a decoupled access-execute machine in the style of VTA: seven units run concurrently, each
+The AIPU is a decoupled access-execute machine in the style of VTA: {len(Unit)} units run concurrently, each
 from its own in-order command queue, and synchronise only through **dependency tokens**.
 
 | unit | does |
@@ -65,7 +66,7 @@ rather than VTA's 128: AIPU commands carry their complete parameters (an element
 multipliers, two shifts, three zero points and clamp bounds) instead of relying on hidden
 configuration registers, which keeps every command self-contained and freely reorderable.
 
-**Buffers and layouts.** Addresses in ACC count int32 entries, in PARAM {PARAM_RECORD_BYTES}-byte
+**Buffers and layouts.** Addresses in ACC count int{ACC_BITS} entries, in PARAM {PARAM_RECORD_BYTES}-byte
 records (REQUANT `param_index`); all other on-chip addresses, and LOAD's `sram_addr` into any buffer,
 count bytes. Tensors are channel-innermost: activations `[rows][cols][channels]`, weights
 `[out_c][k_h][k_w][in_c/groups]` (int8), accumulators and outputs `[pixels][channels]`.
@@ -76,7 +77,7 @@ count bytes. Tensors are channel-innermost: activations `[rows][cols][channels]`
 of one output pixel (output-stationary in ACC, weights streamed from WEIGHT). A CONV tile therefore
 takes about `out_h * out_w * k_h * k_w * ceil(in_c/groups / rows) * ceil(out_c / cols)` cycles;
 depthwise layers use one row of the array. Matmul / fully connected is CONV with a 1x1 kernel.
-Operands enter as `value - zero_point` (signed 9 bit) and products accumulate in int32; the
+Operands enter as `value - zero_point` (signed {MAC_OPERAND_BITS} bit) and products accumulate in int{ACC_BITS}; the
 arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arithmetic.md).
 
 **Typical layer.** `compiler/tiling.py` lowers conv + requant: LOAD params, weights and an input row
