@@ -1,7 +1,8 @@
 """`aipu bench golden`: golden conv2d (accumulate + requant) throughput next to onnxruntime's QLinearConv.
 
 Both run on one thread in the same process (OpenBLAS limited with threadpoolctl; ORT with
-intra/inter-op threads = 1) on ResNet-18 layer shapes, batch 1, int8 activations and weights.
+intra/inter-op threads = 1) on ResNet-18 dense layer shapes and the MobileNetV2/V3 layer kinds
+(depthwise 3x3 and 5x5 at stride 1 and 2, grouped, dilated), batch 1, int8 activations and weights.
 Each measurement is the best of several repetitions; the outputs are checked to be identical
 (the golden float32 requant mode is bit-exact to ORT), so the timing compares equal work. The weights
 stay in ORT_EXACT_INT8_WEIGHTS, where onnxruntime is exact on every CPU; the values do not change the timing.
@@ -13,15 +14,24 @@ import time
 
 import numpy as np
 
-# (name, C, H, K, kernel, stride, pad): input [1, C, H, H], weights [K, C, kernel, kernel]
-RESNET18_SHAPES = (
-    ("stem7x7_224", 3, 224, 64, 7, 2, 3),
-    ("conv3x3_56x56x64", 64, 56, 64, 3, 1, 1),
-    ("conv3x3_s2_56to28x128", 64, 56, 128, 3, 2, 1),
-    ("conv3x3_28x28x128", 128, 28, 128, 3, 1, 1),
-    ("down1x1_s2_28to14x256", 128, 28, 256, 1, 2, 0),
-    ("conv3x3_14x14x256", 256, 14, 256, 3, 1, 1),
-    ("conv3x3_7x7x512", 512, 7, 512, 3, 1, 1),
+# (name, C, H, K, kernel, stride, pad, groups, dilation):
+# input [1, C, H, H], weights [K, C/groups, kernel, kernel]
+LAYERS = (
+    ("stem7x7_224", 3, 224, 64, 7, 2, 3, 1, 1),
+    ("conv3x3_56x56x64", 64, 56, 64, 3, 1, 1, 1, 1),
+    ("conv3x3_s2_56to28x128", 64, 56, 128, 3, 2, 1, 1, 1),
+    ("conv3x3_28x28x128", 128, 28, 128, 3, 1, 1, 1, 1),
+    ("down1x1_s2_28to14x256", 128, 28, 256, 1, 2, 0, 1, 1),
+    ("conv3x3_14x14x256", 256, 14, 256, 3, 1, 1, 1, 1),
+    ("conv3x3_7x7x512", 512, 7, 512, 3, 1, 1, 1, 1),
+    ("dw3x3_112x112x32", 32, 112, 32, 3, 1, 1, 32, 1),
+    ("dw3x3_28x28x128", 128, 28, 128, 3, 1, 1, 128, 1),
+    ("dw3x3_s2_56to28x144", 144, 56, 144, 3, 2, 1, 144, 1),
+    ("dw5x5_14x14x672", 672, 14, 672, 5, 1, 2, 672, 1),
+    ("dw5x5_s2_28to14x240", 240, 28, 240, 5, 2, 2, 240, 1),
+    ("group3x3_28x28x128_g32", 128, 28, 128, 3, 1, 1, 32, 1),
+    ("dw3x3_dil2_28x28x384", 384, 28, 384, 3, 1, 2, 384, 2),
+    ("conv3x3_dil2_14x14x256", 256, 14, 256, 3, 1, 2, 1, 2),
 )
 X_SCALE, Y_SCALE, X_ZP, Y_ZP = 0.05, 0.1, 3, -2
 
@@ -53,19 +63,21 @@ def run() -> dict:
     rng = np.random.default_rng(0)
     rows, ratios = [], []
     with threadpool_limits(limits=1):
-        for name, c, h, k, kernel, stride, pad in RESNET18_SHAPES:
+        for name, c, h, k, kernel, stride, pad, groups, dilation in LAYERS:
             x = rng.integers(-128, 128, (1, c, h, h), dtype=np.int8)
-            w = rng.integers(ORT_EXACT_INT8_WEIGHTS[0], ORT_EXACT_INT8_WEIGHTS[1] + 1, (k, c, kernel, kernel),
+            w = rng.integers(ORT_EXACT_INT8_WEIGHTS[0], ORT_EXACT_INT8_WEIGHTS[1] + 1, (k, c // groups, kernel, kernel),
                              dtype=np.int8)
             w_scale = rng.uniform(1e-3, 4e-3, k).astype(np.float32)
             bias = rng.integers(-5000, 5000, k).astype(np.int32)
             case = QLinearConvCase(x=x, w=w, bias=bias, x_scale=np.float32(X_SCALE), x_zero_point=X_ZP,
                                    w_scale=w_scale, w_zero_point=np.zeros(k, np.int8), y_scale=np.float32(Y_SCALE),
-                                   y_zero_point=Y_ZP, strides=(stride, stride), pads=(pad,) * 4)
+                                   y_zero_point=Y_ZP, strides=(stride, stride), pads=(pad,) * 4,
+                                   dilations=(dilation, dilation), group=groups)
             scale = case.requant_scale()
 
             def golden():
-                acc = conv2d(x, w, x_zero_point=X_ZP, stride=(stride, stride), padding=(pad,) * 4)
+                acc = conv2d(x, w, x_zero_point=X_ZP, stride=(stride, stride), padding=(pad,) * 4,
+                             dilation=(dilation, dilation), groups=groups)
                 return requantize_float32(acc, bias=bias, scale=scale, out_zero_point=Y_ZP)
 
             session = single_thread_session(qlinear_conv_model(case))
@@ -76,7 +88,7 @@ def run() -> dict:
             y_golden, y_ort = golden(), onnxruntime()
             if not np.array_equal(y_golden, y_ort):
                 raise AssertionError(f"{name}: {disagreement(y_golden, y_ort, exact_qlinear_conv(case), 'onnxruntime')}")
-            macs = k * c * kernel * kernel * y_ort.shape[2] * y_ort.shape[3]
+            macs = k * (c // groups) * kernel * kernel * y_ort.shape[2] * y_ort.shape[3]
             t_golden, t_ort = _best_seconds(golden), _best_seconds(onnxruntime)
             ratios.append(t_golden / t_ort)
             rows.append({"shape": name, "macs": macs, "golden_ms": round(t_golden * 1e3, 3),

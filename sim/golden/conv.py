@@ -17,6 +17,12 @@ which float32 represents exactly; so every float32 operation is exact (no roundi
 Chunk results (exact integers <= 2**24) are summed in float64, exact while the running total stays
 below 2**53, i.e. for fewer than 2**29 chunks -- far beyond any tensor that fits in memory.
 (OpenBLAS uses classical, not Strassen-like, multiplication.)
+
+Grouped and depthwise convs with few channels per group (C/G <= 16) skip the GEMM, whose per-group
+calls would be tiny: a numba kernel multiply-adds the kernel taps into float32 output planes. It is
+taken only when the whole reduction is one chunk, C/G * KH * KW * max|a| * max|b| <= 2**24, so every
+partial sum is again an integer of magnitude <= 2**24 and exact, in any order, and the final sum
+fits ACC_BITS without a check (a larger reduction takes the GEMM path and its check).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from aipu.sim.machine.arch import ACC_BITS, ACC_DTYPE, MAC_OPERAND_MAX, bit_rang
 from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, check_int_param, check_int_tuple, dtype_range
 
 _FLOAT32_EXACT = 2 ** 24
+_DIRECT_MAX_GROUP_CHANNELS = 16  # grouped convs with at most this many channels per group skip the GEMM
 _ACC_MIN, _ACC_MAX = bit_range(ACC_BITS, signed=True)
 
 
@@ -103,10 +110,12 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stri
         raise ValueError(f"kernel {kh}x{kw} (dilation {dh}x{dw}) does not fit padded input "
                          f"{h + pt + pb}x{wd + pl + pr}")
 
-    xs = _operand("x", x, x_zero_point, None, 0)
+    xs = _padded(_operand("x", x, x_zero_point, None, 0), (pt, pl, pb, pr))
     ws = _operand("w", w, w_zero_point, k, 0)
-    if pt or pl or pb or pr:
-        xs = np.pad(xs, ((0, 0), (0, 0), (pt, pb), (pl, pr)))  # zeros = the zero point, subtracted
+    worst_sum = cg * kh * kw * float(np.abs(xs).max(initial=0.0)) * float(np.abs(ws).max(initial=0.0))
+    if groups > 1 and cg <= _DIRECT_MAX_GROUP_CHANNELS and worst_sum <= _FLOAT32_EXACT:
+        sums = _direct_grouped_conv(xs, ws, (sh, sw), (dh, dw), groups, (oh, ow))
+        return sums.astype(np.int64 if wide else ACC_DTYPE)  # |sum| <= 2**24: fits ACC_BITS
     kg = k // groups
     # windows[n, c, oh, ow, i, j] = xs[n, c, oh*sh + i*dh, ow*sw + j*dw]
     windows = sliding_window_view(xs, (span_h, span_w), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
@@ -115,6 +124,34 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stri
     weights = ws.reshape(groups, kg, cg * kh * kw)
     out = _exact_matmul("conv2d", weights, cols, wide)  # [N, G, Kg, OH*OW]
     return out.reshape(n, k, oh, ow)
+
+
+def _padded(xs: np.ndarray, padding: tuple[int, int, int, int]) -> np.ndarray:
+    """xs with zero rows/columns around H, W: padded taps hold the zero point, whose operand is 0."""
+    pt, pl, pb, pr = padding
+    return np.pad(xs, ((0, 0), (0, 0), (pt, pb), (pl, pr))) if any(padding) else xs
+
+
+def _direct_grouped_conv(xs: np.ndarray, ws: np.ndarray, stride, dilation, groups: int, out_hw) -> np.ndarray:
+    """Grouped/depthwise conv with few channels per group, where a per-group GEMM is mostly overhead.
+
+    xs: padded float32 operands [N, C, Hp, Wp]; ws: [K, C/G, KH, KW]. Multiply-adds over the kernel
+    taps (numba, float32, exact under the caller's bound); returns the exact sums as float32 [N, K, OH, OW].
+    """
+    from aipu.sim.golden._grouped_conv import grouped_conv_taps
+
+    n, c, hp, wp = xs.shape
+    (sh, sw), (oh, ow) = stride, out_hw
+    # Split rows and columns by stride phase so that every tap reads contiguous runs (see the kernel).
+    if hp % sh or wp % sw:
+        xs = np.pad(xs, ((0, 0), (0, 0), (0, -hp % sh), (0, -wp % sw)))
+    phase_h, phase_w = -(-hp // sh), -(-wp // sw)
+    phases = xs.reshape(n, groups, c // groups, phase_h, sh, phase_w, sw)
+    phases = np.ascontiguousarray(phases.transpose(0, 1, 2, 4, 6, 3, 5))
+    k = ws.shape[0]
+    out = np.zeros((n, groups, k // groups, oh, phase_w), np.float32)
+    grouped_conv_taps(phases, ws.reshape(groups, k // groups, *ws.shape[1:]), sh, sw, *dilation, ow, out)
+    return out.reshape(n, k, oh, phase_w)[..., :ow]
 
 
 def matmul(a: np.ndarray, b: np.ndarray, *, a_zero_point=0, b_zero_point=0) -> np.ndarray:

@@ -255,3 +255,65 @@ def test_accumulator_range_is_exact_and_attained():
     assert conv2d(worst, w, x_zero_point=10, w_zero_point=1).item() == -570
     with pytest.raises(TypeError, match="x_dtype must be int8 or uint8"):
         accumulator_range(w, x_dtype=np.int16)
+
+
+@pytest.fixture
+def direct_path_calls(monkeypatch):
+    """Counts calls of the numba grouped/depthwise kernel, to prove which path conv2d took."""
+    import aipu.sim.golden._grouped_conv as kernel_module
+
+    calls = []
+    kernel = kernel_module.grouped_conv_taps
+    monkeypatch.setattr(kernel_module, "grouped_conv_taps", lambda *args: calls.append(1) or kernel(*args))
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_grouped_and_depthwise_direct_path_matches_int64_reference(seed, direct_path_calls):
+    rng = np.random.default_rng(seed)
+    groups = int(rng.choice([2, 3, 8]))
+    depthwise = seed % 2 == 0
+    cg, kg = (1, int(rng.integers(1, 3))) if depthwise else (int(rng.integers(1, 5)), int(rng.integers(1, 4)))
+    kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    stride, dilation = tuple(int(v) for v in rng.integers(1, 4, 2)), tuple(int(v) for v in rng.integers(1, 4, 2))
+    padding = tuple(int(v) for v in rng.integers(0, 4, 4))
+    h = int(rng.integers(max(1, dilation[0] * (kh - 1) + 1 - padding[0] - padding[2]), 24))
+    wd = int(rng.integers(max(1, dilation[1] * (kw - 1) + 1 - padding[1] - padding[3]), 24))
+    x_dtype, w_dtype = (np.uint8, np.int8) if seed % 4 < 2 else (np.int8, np.uint8)
+    xi, wi = np.iinfo(x_dtype), np.iinfo(w_dtype)
+    x = rng.integers(xi.min, xi.max + 1, (int(rng.integers(1, 3)), cg * groups, h, wd), dtype=x_dtype)
+    w = rng.integers(wi.min, wi.max + 1, (kg * groups, cg, kh, kw), dtype=w_dtype)
+    zx = int(rng.integers(xi.min, xi.max + 1))
+    zw = rng.integers(wi.min, wi.max + 1, kg * groups) if seed % 3 else int(rng.integers(wi.min, wi.max + 1))
+    args = (zx, zw, stride, padding, dilation, groups)
+    got = conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation,
+                 groups=groups)
+    assert direct_path_calls and got.dtype == np.int32
+    np.testing.assert_array_equal(got, reference_conv(x, w, *args))
+    wide = conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation,
+                  groups=groups, wide=True)
+    assert wide.dtype == np.int64
+    np.testing.assert_array_equal(wide, got)
+
+
+def test_grouped_paths_agree_across_the_float32_bound(direct_path_calls):
+    # 16 channels per group, 5x5: 400 taps. Operands of at most 200 * 200 keep every sum <= 2**24 (direct
+    # path); full-range uint8 extremes (255 * 255 * 400 > 2**24) fall back to the chunked GEMM.
+    rng = np.random.default_rng(7)
+    w = rng.integers(-128, 128, (8, 16, 5, 5), dtype=np.int8)
+    small = rng.integers(-100, 101, (1, 32, 9, 9), dtype=np.int8)
+    extreme = rng.choice(np.array([0, 255], np.uint8), (1, 32, 9, 9))
+    for x, zx, zw, direct in ((small, 100, 72, True), (extreme, 255, 127, False)):
+        direct_path_calls.clear()
+        got = conv2d(x, w, x_zero_point=zx, w_zero_point=zw, padding=(2, 2, 2, 2), groups=2)
+        assert bool(direct_path_calls) == direct
+        np.testing.assert_array_equal(got, tapwise_int64_conv(x, w, zx, zw, (1, 1), (2, 2, 2, 2), (1, 1), 2))
+
+
+def test_grouped_conv_overflow_names_worst_value():
+    # 2 groups of 4000 channels, 3x3: 36000 taps of 255 * 255 = 2340900000 > 2**31 - 1 in every output.
+    x = np.full((1, 8000, 3, 3), 255, dtype=np.uint8)
+    w = np.full((2, 4000, 3, 3), 255, dtype=np.uint8)
+    with pytest.raises(OverflowError, match="conv2d: accumulator value 2340900000"):
+        conv2d(x, w, groups=2)
+    assert conv2d(x, w, groups=2, wide=True)[0, :, 0, 0].tolist() == [2340900000] * 2
