@@ -2,32 +2,53 @@
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def grouped_conv_taps(phases, ws, stride_h, stride_w, dilation_h, dilation_w, out_width, out):
-    """out[n, g, o, y, x] = sum over c, i, j of ws[g, o, c, i, j] * x[n, g, c, y*sh + i*dh, x*sw + j*dw].
+def grouped_conv_taps(x, x_zero_point, ws, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w, out):
+    """out[n, g*Kg + o, y, x'] = sum over c, i, j of ws[g, o, c, i, j] * (x - zp)[n, g*Cg + c, y*sh + i*dh - pt,
+    x'*sw + j*dw - pl], taps outside x being 0.
 
-    ``phases[n, g, c, a, b, p, q] = x[n, g, c, p*sh + a, q*sw + b]`` is the input split by stride phase and
-    ``out`` (zeros) is [N, G, Kg, OH, Q], as wide as a phase: then every tap is one multiply-add over a long
-    contiguous run (SIMD), and only columns x < out_width are meaningful. Float32 arithmetic, exact only
-    under the bound conv2d checks (module docstring of conv.py).
+    Per input channel, x - zp and its padding are written into a small float32 buffer split by stride phase,
+    ``phases[a, b, p, q] = padded[p*sh + a, q*sw + b]``; the output planes of the group accumulate in float32
+    buffers as wide as a phase, so every tap is one multiply-add over a long contiguous run (SIMD). Only the
+    first OW columns are stored in ``out`` (int32). Float32 arithmetic: exact only under the bound conv2d
+    checks (module docstring of conv.py).
     """
-    batch, groups, kg, oh, width = out.shape
-    cg, kh, kw = ws.shape[2], ws.shape[3], ws.shape[4]
-    phase_size = phases.shape[5] * width
-    run = (oh - 1) * width + out_width  # ends at the last wanted column: never reads past the phase
+    batch, channels, height, width_in = x.shape
+    groups, kg, cg, kh, kw = ws.shape
+    oh, ow = out.shape[2], out.shape[3]
+    phase_h = (oh - 1) + ((kh - 1) * dilation_h) // stride_h + 1
+    width = (ow - 1) + ((kw - 1) * dilation_w) // stride_w + 1
+    run = (oh - 1) * width + ow  # ends at the last wanted column: never reads past a phase
+    phases = np.empty((stride_h, stride_w, phase_h * width), np.float32)
+    planes = np.empty((kg, run), np.float32)
     for n in range(batch):
         for g in range(groups):
-            for o in range(kg):
-                plane = out[n, g, o].reshape(oh * width)
-                for c in range(cg):
+            planes[:] = 0.0
+            for c in range(cg):
+                channel = g * cg + c
+                for a in range(stride_h):
+                    for b in range(stride_w):
+                        for p in range(phase_h):
+                            row = p * stride_h + a - pad_top
+                            for q in range(width):
+                                column = q * stride_w + b - pad_left
+                                inside = 0 <= row < height and 0 <= column < width_in
+                                value = x[n, channel, row, column] - x_zero_point if inside else 0
+                                phases[a, b, p * width + q] = value
+                for o in range(kg):
                     for i in range(kh):
-                        row_offset, phase_h = divmod(i * dilation_h, stride_h)
+                        row_offset, phase_row = divmod(i * dilation_h, stride_h)
                         for j in range(kw):
-                            column_offset, phase_w = divmod(j * dilation_w, stride_w)
+                            column_offset, phase_column = divmod(j * dilation_w, stride_w)
                             start = row_offset * width + column_offset
-                            source = phases[n, g, c, phase_h, phase_w].reshape(phase_size)[start:start + run]
+                            source = phases[phase_row, phase_column, start:start + run]
                             weight = ws[g, o, c, i, j]
                             for t in range(run):
-                                plane[t] += weight * source[t]
+                                planes[o, t] += weight * source[t]
+            for o in range(kg):
+                for y in range(oh):
+                    for x_out in range(ow):
+                        out[n, g * kg + o, y, x_out] = np.int32(planes[o, y * width + x_out])

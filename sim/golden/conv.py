@@ -110,12 +110,16 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stri
         raise ValueError(f"kernel {kh}x{kw} (dilation {dh}x{dw}) does not fit padded input "
                          f"{h + pt + pb}x{wd + pl + pr}")
 
-    xs = _padded(_operand("x", x, x_zero_point, None, 0), (pt, pl, pb, pr))
+    zx = int(check_int_param("x_zero_point", x_zero_point, *dtype_range(x.dtype), None))
     ws = _operand("w", w, w_zero_point, k, 0)
-    worst_sum = cg * kh * kw * float(np.abs(xs).max(initial=0.0)) * float(np.abs(ws).max(initial=0.0))
+    x_operand_max = max(int(x.max(initial=zx)) - zx, zx - int(x.min(initial=zx)))  # padding contributes 0
+    worst_sum = cg * kh * kw * x_operand_max * float(np.abs(ws).max(initial=0.0))
     if groups > 1 and cg <= _DIRECT_MAX_GROUP_CHANNELS and worst_sum <= _FLOAT32_EXACT:
-        sums = _direct_grouped_conv(xs, ws, (sh, sw), (dh, dw), groups, (oh, ow))
-        return sums.astype(np.int64 if wide else ACC_DTYPE)  # |sum| <= 2**24: fits ACC_BITS
+        sums = _direct_grouped_conv(x, zx, ws, (sh, sw), (pt, pl, pb, pr), (dh, dw), groups, (oh, ow))
+        return sums.astype(np.int64) if wide else sums  # |sum| <= 2**24: fits ACC_BITS
+    xs = _operand("x", x, zx, None, 0)
+    if pt or pl or pb or pr:
+        xs = np.pad(xs, ((0, 0), (0, 0), (pt, pb), (pl, pr)))  # zeros = the zero point, subtracted
     kg = k // groups
     # windows[n, c, oh, ow, i, j] = xs[n, c, oh*sh + i*dh, ow*sw + j*dw]
     windows = sliding_window_view(xs, (span_h, span_w), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
@@ -126,32 +130,20 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stri
     return out.reshape(n, k, oh, ow)
 
 
-def _padded(xs: np.ndarray, padding: tuple[int, int, int, int]) -> np.ndarray:
-    """xs with zero rows/columns around H, W: padded taps hold the zero point, whose operand is 0."""
-    pt, pl, pb, pr = padding
-    return np.pad(xs, ((0, 0), (0, 0), (pt, pb), (pl, pr))) if any(padding) else xs
-
-
-def _direct_grouped_conv(xs: np.ndarray, ws: np.ndarray, stride, dilation, groups: int, out_hw) -> np.ndarray:
+def _direct_grouped_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, stride, padding, dilation,
+                         groups: int, out_hw) -> np.ndarray:
     """Grouped/depthwise conv with few channels per group, where a per-group GEMM is mostly overhead.
 
-    xs: padded float32 operands [N, C, Hp, Wp]; ws: [K, C/G, KH, KW]. Multiply-adds over the kernel
-    taps (numba, float32, exact under the caller's bound); returns the exact sums as float32 [N, K, OH, OW].
+    x: int8/uint8 [N, C, H, W]; ws: float32 operands [K, C/G, KH, KW]. Multiply-adds over the kernel taps
+    (numba, float32, exact under the caller's bound) with no tensor-sized temporaries; returns int32 sums.
     """
     from aipu.sim.golden._grouped_conv import grouped_conv_taps
 
-    n, c, hp, wp = xs.shape
-    (sh, sw), (oh, ow) = stride, out_hw
-    # Split rows and columns by stride phase so that every tap reads contiguous runs (see the kernel).
-    if hp % sh or wp % sw:
-        xs = np.pad(xs, ((0, 0), (0, 0), (0, -hp % sh), (0, -wp % sw)))
-    phase_h, phase_w = -(-hp // sh), -(-wp // sw)
-    phases = xs.reshape(n, groups, c // groups, phase_h, sh, phase_w, sw)
-    phases = np.ascontiguousarray(phases.transpose(0, 1, 2, 4, 6, 3, 5))
-    k = ws.shape[0]
-    out = np.zeros((n, groups, k // groups, oh, phase_w), np.float32)
-    grouped_conv_taps(phases, ws.reshape(groups, k // groups, *ws.shape[1:]), sh, sw, *dilation, ow, out)
-    return out.reshape(n, k, oh, phase_w)[..., :ow]
+    k, cg, kh, kw = ws.shape
+    out = np.empty((x.shape[0], k, *out_hw), ACC_DTYPE)
+    grouped_conv_taps(x, x_zero_point, ws.reshape(groups, k // groups, cg, kh, kw), *stride, *padding[:2],
+                      *dilation, out)
+    return out
 
 
 def matmul(a: np.ndarray, b: np.ndarray, *, a_zero_point=0, b_zero_point=0) -> np.ndarray:
