@@ -40,7 +40,7 @@ class _Channels:
         """acc + bias, formed exactly in REQUANT_SUM_BITS (int64 here)."""
         total = self.acc.astype(np.int64)
         if bias is not None:
-            total = total + self.param("bias", bias, *bit_range(BIAS_BITS, signed=True))
+            total += self.param("bias", bias, *bit_range(BIAS_BITS, signed=True))
         return total
 
 
@@ -51,10 +51,9 @@ def _output_stage(value: np.ndarray, out_zero_point, qmin, qmax, out_dtype, retu
     qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
     zp = check_int_param("out_zero_point", out_zero_point, lo, hi, None)
     shifted = value + zp
-    out = np.clip(shifted, qmin, qmax).astype(dtype)
-    if return_saturated:
-        return out, int(np.count_nonzero((shifted < qmin) | (shifted > qmax)))
-    return out
+    saturated = int(np.count_nonzero((shifted < qmin) | (shifted > qmax))) if return_saturated else None
+    out = np.clip(shifted, qmin, qmax, out=shifted).astype(dtype)  # in place: fewer tensor-sized temporaries
+    return (out, saturated) if return_saturated else out
 
 
 def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=0, qmin=None, qmax=None,
@@ -112,12 +111,17 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
     total = channels.biased(bias)
     dtype = check_out_dtype("out_dtype", out_dtype)
     zp = check_int_param("out_zero_point", out_zero_point, *dtype_range(dtype), None)
+    # In-place steps (the same IEEE operations): tensor-sized temporaries cost more than the arithmetic.
     if product == "float32":
-        scaled = total.astype(np.float32) * scale
+        scaled = total.astype(np.float32)
+        scaled *= scale
     else:
-        scaled = total.astype(np.float64) * scale.astype(np.float64) + zp
+        scaled = total.astype(np.float64)
+        scaled *= scale.astype(np.float64)
+        scaled += zp
     # Beyond +-2**40 every output saturates; bounding first keeps the int64 conversion defined.
-    rounded = np.rint(np.clip(scaled, -_FLOAT_BOUND, _FLOAT_BOUND)).astype(np.int64)
+    np.clip(scaled, -_FLOAT_BOUND, _FLOAT_BOUND, out=scaled)
+    rounded = np.rint(scaled, out=scaled).astype(np.int64)
     if product == "float64":
         rounded = rounded - zp
     return _output_stage(rounded, zp, qmin, qmax, dtype, return_saturated)
