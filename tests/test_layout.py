@@ -19,7 +19,7 @@ FLOORS = {
     "aipu.sim.machine": 0,
     "aipu.sim.golden": 1, "aipu.codec": 1,
     "aipu.compiler": 2, "aipu.sim.interpreter": 2, "aipu.rtl": 2,
-    "aipu.app": 3,
+    "aipu.app": 3, "aipu.sim.cosim": 3,
 }
 NAMESPACE_ROOT = {"aipu.sim"}      # package __init__ files above the rooms: docstrings only, no imports
 

@@ -133,6 +133,11 @@ class HardwareConfig:
         if self.buffers.param.bytes < PARAM_RECORD_BYTES:
             raise InputError("buffers.param.bytes", self.buffers.param.bytes,
                              f"at least {PARAM_RECORD_BYTES}, one parameter record")
+        for buffer in Buffer:   # a port delivers whole words of the buffer
+            if self.buffer(buffer).port_bytes > self.buffer(buffer).bytes:
+                key = f"buffers.{buffer.name.lower()}.port_bytes"
+                raise InputError(key, self.buffer(buffer).port_bytes,
+                                 f"at most the buffer's {self.buffer(buffer).bytes} bytes")
         if self.buffers.acc.bytes < ACC_DTYPE.itemsize:
             raise InputError("buffers.acc.bytes", self.buffers.acc.bytes,
                              f"at least {ACC_DTYPE.itemsize}, one accumulator")

@@ -1,0 +1,68 @@
+"""The shared sequencer and the System around it: token handshake, FINISH, cycle log, error stop."""
+from __future__ import annotations
+
+from amaranth.hdl import Signal
+
+from aipu.rtl.unit import UnitComponent
+from aipu.sim.cosim.amaranth_run import run_amaranth
+from aipu.sim.machine.arch import DEFAULT, DType
+from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
+
+ENGINE_CYCLES = 5
+
+
+def _timed(unit: Unit):
+    """A unit whose engine takes ENGINE_CYCLES per command and touches nothing: exercises the sequencer only."""
+
+    class Timed(UnitComponent):
+        UNIT = unit
+
+        def elaborate_engine(self, m, word, start, done, fault, fault_field):
+            left = Signal(range(ENGINE_CYCLES + 1))
+            with m.If(start):
+                m.d.sync += left.eq(ENGINE_CYCLES)
+            with m.Elif(left != 0):
+                m.d.sync += left.eq(left - 1)
+                m.d.comb += done.eq(left == 1)
+
+    return Timed
+
+
+def _store(**tokens) -> Command:
+    return Command.make(Opcode.STORE, sram_addr=0, dram_addr=0, elem_type=DType.INT8, y_size=1, x_size=1, run=1,
+                        dram_y_stride=0, dram_x_stride=0, **tokens)
+
+
+def _load(**tokens) -> Command:
+    return Command.make(Opcode.LOAD, buffer=0, sram_addr=0, dram_addr=0, elem_type=DType.INT8, y_size=1,
+                        x_size=1, run=1, dram_y_stride=0, dram_x_stride=0, pad_top=0, pad_bottom=0,
+                        pad_left=0, pad_right=0, pad_value=0, **tokens)
+
+
+def test_tokens_order_two_units_and_finish_waits_for_both():
+    program = Program(DEFAULT)
+    program.append(_load(push={Unit.STORE}))
+    program.append(_load(push={Unit.STORE}))
+    program.append(_store(pop={Unit.LOAD}))
+    program.append(_store(pop={Unit.LOAD}))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    result = run_amaranth(program, Memory.create(DEFAULT, 64), [_timed(Unit.LOAD), _timed(Unit.STORE)],
+                          max_cycles=200)
+    assert result.done and not result.errors and not result.token_error
+    assert result.command_cycles(Unit.LOAD) == [ENGINE_CYCLES] * 2
+    assert result.command_cycles(Unit.STORE) == [ENGINE_CYCLES] * 2 + [0]
+    loads, stores = result.cycles[Unit.LOAD], result.cycles[Unit.STORE]
+    for (_, load_retire), (store_start, _) in zip(loads, stores[:2]):
+        assert store_start > load_retire       # each STORE starts only after the LOAD that feeds it retired
+    assert stores[2][0] >= max(end for _, end in loads + stores[:2])
+
+
+def test_finish_with_a_token_left_reports_it():
+    program = Program(DEFAULT)
+    program.append(_load(push={Unit.STORE}))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    result = run_amaranth(program, Memory.create(DEFAULT, 64), [_timed(Unit.LOAD), _timed(Unit.STORE)],
+                          max_cycles=200)
+    assert result.done and result.token_error
