@@ -11,15 +11,12 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from aipu.rtl.commands import RESERVED, CommandChecker, command_layout, unit_opcodes
-from aipu.sim.machine.arch import DEFAULT, bit_range, hardware_config_from_dict
+from tests.rtl.configs import EVERY_CONFIG
+from aipu.sim.machine.arch import DEFAULT, bit_range
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, HEADER_FIELDS, Opcode, Unit
 from aipu.sim.machine.program import Command
 
-SMALL = hardware_config_from_dict({"mac": {"rows": 4, "cols": 4}, "buffers": {
-    name: {"bytes": 1024, "port_bytes": 4} for name in ("act", "weight", "acc", "out", "lut", "param")}})
-NON_SQUARE = hardware_config_from_dict({"mac": {"rows": 8, "cols": 16}})
-CONFIGS = pytest.mark.parametrize("config", [DEFAULT, SMALL, NON_SQUARE], ids=["default", "small", "mac8x16"])
 PER_OPCODE = 4   # commands of each opcode per simulation: one simulator run checks many words, so the file stays fast
 # One simulation per example: shrinking would re-run it thousands of times; a failure names its word instead.
 SIMULATED = settings(max_examples=2, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
@@ -127,7 +124,7 @@ def _assert_verdicts(config, cases, expected) -> None:
         assert got == wanted, f"{unit.name} checker on {word:#066x}: (legal, error) {got}, software {wanted}"
 
 
-@CONFIGS
+@EVERY_CONFIG
 @settings(max_examples=3, deadline=None)
 @given(data=st.data())
 def test_layout_packs_like_the_encoder(config, data):
@@ -143,7 +140,7 @@ def test_layout_packs_like_the_encoder(config, data):
         assert command_layout(config, command.opcode).const(fields).as_bits() == _word(command, config)
 
 
-@CONFIGS
+@EVERY_CONFIG
 @SIMULATED
 @given(data=st.data())
 def test_checker_accepts_legal_commands(config, data):
@@ -152,7 +149,7 @@ def test_checker_accepts_legal_commands(config, data):
     _assert_verdicts(config, cases, [(1, None)] * len(cases))
 
 
-@CONFIGS
+@EVERY_CONFIG
 @SIMULATED
 @given(data=st.data())
 def test_checker_refuses_what_the_decoder_refuses(config, data):

@@ -1,0 +1,13 @@
+"""The configurations every RTL comparison runs on: the default, a small one and a non-square array."""
+from __future__ import annotations
+
+import pytest
+
+from aipu.sim.machine.arch import DEFAULT, hardware_config_from_dict
+
+SMALL = hardware_config_from_dict({"mac": {"rows": 4, "cols": 4}, "buffers": {
+    name: {"bytes": 1024, "port_bytes": 4} for name in ("act", "weight", "acc", "out", "lut", "param")},
+    "dram": {"bytes_per_cycle": 4, "latency_cycles": 7}})
+NON_SQUARE = hardware_config_from_dict({"mac": {"rows": 8, "cols": 16}})
+CONFIGS = {"default": DEFAULT, "small": SMALL, "mac8x16": NON_SQUARE}
+EVERY_CONFIG = pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
