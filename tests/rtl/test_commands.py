@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from amaranth.back import verilog
 from amaranth.hdl import Module
 from amaranth.sim import Simulator
