@@ -20,7 +20,6 @@ from aipu.rtl.unit import UNITS, UnitComponent
 from aipu.sim.machine import memory as machine_memory
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import COMMAND_BITS, COMMAND_BYTES, Unit
-from aipu.sim.machine.program import Program
 
 CYCLE_BITS = 32
 
@@ -35,17 +34,17 @@ class System(wiring.Component):
     """Units behind per-unit command queues, a token crossbar, shared buffers and DRAM.
 
     ``units``: the :class:`UnitComponent` classes to instantiate (queues of absent units must stay empty).
-    ``image`` / ``program``: initial memory contents for Amaranth's simulator (Verilog: leave None and
-    preload by backdoor).
+    ``image`` / ``queues``: initial memory contents and command words per unit for Amaranth's simulator
+    (Verilog: leave None and preload by backdoor). Words are raw, so a test can queue an illegal one.
     """
 
     def __init__(self, config: HardwareConfig, units, *, program_depth: int, dram_bytes: int,
-                 image: machine_memory.Memory | None = None, program: Program | None = None):
+                 image: machine_memory.Memory | None = None, queues: dict[Unit, list[bytes]] | None = None):
         self.config = config
         self.units: dict[Unit, UnitComponent] = {cls.UNIT: cls(config) for cls in units}
         self.program_depth = max(1, program_depth)
         self.dram_bytes = dram_bytes
-        self._image, self._program = image, program
+        self._image, self._queues = image, queues
         index_bits = unsigned(self.program_depth.bit_length())
         field_bits = unsigned(max(max(len(u.error_names) for u in self.units.values()) - 1, 1).bit_length())
         super().__init__({
@@ -77,10 +76,9 @@ class System(wiring.Component):
                       word_count(self.config, buffer))
 
     def _queue_init(self, unit: Unit) -> list[int]:
-        if self._program is None:
+        if self._queues is None:
             return []
-        words = b"".join(command.encode(self.config) for command in self._program.queues[unit])
-        return _words(words, COMMAND_BYTES, self.program_depth)
+        return _words(b"".join(self._queues.get(unit, ())), COMMAND_BYTES, self.program_depth)
 
     def elaborate(self, platform) -> Module:
         m = Module()

@@ -26,18 +26,25 @@ def run_amaranth(program: Program, memory: Memory, units, *, max_cycles: int,
                  vcd: str | None = None) -> RtlResult:
     """Execute ``program`` from ``memory`` on a System of ``units``; stop at done, an error or ``max_cycles``."""
     program.validate()
-    config = program.config
+    queues = {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
+    return run_words_amaranth(queues, memory, units, max_cycles=max_cycles, vcd=vcd)
+
+
+def run_words_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, units, *, max_cycles: int,
+                       vcd: str | None = None) -> RtlResult:
+    """Like :func:`run_amaranth` on raw command words (which may be illegal: the units must refuse them)."""
+    config = memory.config
     present = {cls.UNIT for cls in units}
-    for unit, queue in program.queues.items():
+    for unit, queue in queues.items():
         if queue and unit not in present:
             raise ValueError(f"the program has {len(queue)} commands for {unit.name}, which this System lacks")
-    depth = max(len(queue) for queue in program.queues.values())
-    system = System(config, units, program_depth=depth, dram_bytes=memory.dram.size, image=memory, program=program)
+    depth = max(len(queue) for queue in queues.values())
+    system = System(config, units, program_depth=depth, dram_bytes=memory.dram.size, image=memory, queues=queues)
     outcome = {}
 
     async def testbench(ctx):
         for unit in Unit:
-            ctx.set(system.queue_lengths[unit], len(program.queues[unit]))
+            ctx.set(system.queue_lengths[unit], len(queues.get(unit, ())))
         ctx.set(system.run, 1)
         cycles = 0
         while cycles < max_cycles:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from amaranth.hdl import Signal
 
 from aipu.rtl.unit import UnitComponent
-from aipu.sim.cosim.amaranth_run import run_amaranth
+from aipu.sim.cosim.amaranth_run import run_amaranth, run_words_amaranth
 from aipu.sim.machine.arch import DEFAULT, DType
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
@@ -66,3 +66,17 @@ def test_finish_with_a_token_left_reports_it():
     result = run_amaranth(program, Memory.create(DEFAULT, 64), [_timed(Unit.LOAD), _timed(Unit.STORE)],
                           max_cycles=200)
     assert result.done and result.token_error
+
+
+def test_an_illegal_word_stops_its_unit_by_field_name_before_executing():
+    good = _load(push={Unit.STORE})
+    placed = {fld.name: (offset, width) for fld, offset, width in good.spec.layout(DEFAULT)}
+    offset, _ = placed["y_size"]
+    word = int.from_bytes(good.encode(DEFAULT), "little") & ~(((1 << 16) - 1) << offset)   # y_size = 0: illegal
+    queues = {Unit.LOAD: [_load().encode(DEFAULT), word.to_bytes(32, "little")],
+              Unit.STORE: [Command.make(Opcode.FINISH, unit=Unit.STORE, pop={Unit.LOAD}).encode(DEFAULT)]}
+    result = run_words_amaranth(queues, Memory.create(DEFAULT, 64), [_timed(Unit.LOAD), _timed(Unit.STORE)],
+                                max_cycles=100)
+    assert not result.done
+    assert [str(error) for error in result.errors] == ["LOAD[1] stopped on field y_size"]
+    assert result.command_cycles(Unit.LOAD) == [ENGINE_CYCLES]     # the first LOAD ran, the illegal one never started
