@@ -80,11 +80,17 @@ class System(wiring.Component):
             return []
         return _words(b"".join(self._queues.get(unit, ())), COMMAND_BYTES, self.program_depth)
 
+    def memories(self) -> dict[str, Memory]:
+        """Every memory a testbench preloads or reads back, by its name in the design (in Verilog, the name of
+        its ``reg`` array in the top module, which a cocotb testbench writes and reads by backdoor)."""
+        return {**{f"buffer_{buffer.name.lower()}": mem for buffer, mem in self.buffers.items()}, "dram": self.dram,
+                **{f"queue_{unit.name.lower()}": mem for unit, mem in self.command_memories.items()},
+                **{f"cycle_log_{unit.name.lower()}": mem for unit, mem in self.cycle_logs.items()}}
+
     def elaborate(self, platform) -> Module:
         m = Module()
-        for buffer, mem in self.buffers.items():
-            m.submodules[f"buffer_{buffer.name.lower()}"] = mem
-        m.submodules.dram = self.dram
+        for name, mem in self.memories().items():
+            m.submodules[name] = mem
         m.d.sync += self.cycle.eq(self.cycle + 1)
 
         for unit, component in self.units.items():
@@ -103,7 +109,6 @@ class System(wiring.Component):
 
     def _fetch(self, m: Module, unit: Unit, component: UnitComponent) -> None:
         mem = self.command_memories[unit]
-        m.submodules[f"queue_{unit.name.lower()}"] = mem
         port = mem.read_port(domain="comb")
         pointer = Signal(range(self.program_depth + 1), name=f"fetch_{unit.name.lower()}")
         m.d.comb += [port.addr.eq(pointer), component.command.payload.eq(port.data),
@@ -113,7 +118,6 @@ class System(wiring.Component):
 
     def _log_cycles(self, m: Module, unit: Unit, component: UnitComponent) -> None:
         mem = self.cycle_logs[unit]
-        m.submodules[f"cycle_log_{unit.name.lower()}"] = mem
         port = mem.write_port(granularity=CYCLE_BITS)
         m.d.comb += [port.addr.eq(self.retired[unit]), port.data.eq(Cat(self.cycle, self.cycle)),
                      port.en.eq(Cat(component.start, component.retire))]
