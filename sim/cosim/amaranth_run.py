@@ -74,10 +74,12 @@ def run_words_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, units, *
             sim.run()
     else:
         sim.run()
-    return _result(system, memory, outcome)
+    return result_from_outcome(system, memory, outcome)
 
 
-def _result(system: System, memory: Memory, outcome: dict) -> RtlResult:
+def result_from_outcome(system: System, memory: Memory, outcome: dict) -> RtlResult:
+    """The RtlResult of what a testbench read back (the same ``outcome`` keys on every simulator): memory words
+    per buffer and DRAM, the cycle-log entries of every retired command, the status outputs and the cycle count."""
     config = system.config
     image = Memory(config, _unpack(outcome["dram"], config.dram.bytes_per_cycle, memory.dram.size),
                    {b: _unpack(outcome["buffers"][b], word_bytes(config, b), config.buffer(b).bytes) for b in Buffer})
