@@ -1,0 +1,142 @@
+"""REQUANT in RTL: the shared arithmetic of rtl/arith.py against the golden model and numpy, and the unit
+against the interpreter byte for byte and cycle for cycle (docs/rtl-requant.md)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.sim import Simulator
+
+from aipu.rtl import arith
+from aipu.sim.golden.rounding import rounding_shift_right
+from aipu.sim.machine.arch import REQUANT_PRODUCT_BITS, SHIFT_BITS, SHIFT_MAX
+from aipu.sim.machine.isa import Rounding
+
+RNG_SEED = 2026
+
+
+def evaluate(build, shapes, rows) -> list[int]:
+    """build(*inputs) for every row of input values, in Amaranth's simulator (outputs as Python ints)."""
+    inputs = [Signal(shape) for shape in shapes]
+    expression = build(*inputs)
+    output = Signal(expression.shape())
+    m = Module()
+    m.d.comb += output.eq(expression)
+    results = []
+
+    async def testbench(ctx):
+        for row in rows:
+            for signal, value in zip(inputs, row):
+                ctx.set(signal, int(value))
+            results.append(ctx.get(output))
+
+    sim = Simulator(m)
+    sim.add_testbench(testbench)
+    sim.run()
+    return results
+
+
+def _edge_and_random(rng, bits: int, count: int) -> np.ndarray:
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    edges = [low, low + 1, -1, 0, 1, high - 1, high]
+    return np.concatenate([edges, rng.integers(low, high, count, endpoint=True, dtype=np.int64)])
+
+
+@pytest.mark.parametrize("rounding", list(Rounding), ids=[r.name for r in Rounding])
+def test_rounding_shift_right_matches_golden(rounding):
+    rng = np.random.default_rng(RNG_SEED + rounding)
+    values = _edge_and_random(rng, REQUANT_PRODUCT_BITS, 300)
+    shifts = rng.integers(0, SHIFT_MAX, values.size, endpoint=True)
+    # Exact ties and one either side of them: the cases that tell the modes apart.
+    tie_shifts = rng.integers(1, SHIFT_MAX, 60, endpoint=True)
+    room = np.int64(1) << (REQUANT_PRODUCT_BITS - 2 - tie_shifts)   # keeps every tie inside the product width
+    tie_values = (rng.integers(-room, room) << tie_shifts) + (np.int64(1) << (tie_shifts - 1))
+    tie_values = np.concatenate([tie_values + delta for delta in (-1, 0, 1)])
+    values = np.concatenate([values, tie_values])
+    shifts = np.concatenate([shifts, np.tile(tie_shifts, 3)])
+    got = evaluate(lambda v, n: arith.rounding_shift_right(v, n, rounding),
+                   [signed(REQUANT_PRODUCT_BITS), unsigned(SHIFT_BITS)], zip(values, shifts))
+    expected = rounding_shift_right(values.astype(np.int64), shifts, rounding.name.lower())
+    assert got == expected.tolist()
+
+
+def test_rounding_shift_right_takes_the_mode_as_a_signal():
+    rows = [(v, 1, mode) for v in (-3, -1, 1, 3) for mode in Rounding]
+    got = evaluate(arith.rounding_shift_right, [signed(4), unsigned(2), unsigned(2)], rows)
+    expected = [int(rounding_shift_right(np.int64(v), n, Rounding(mode).name.lower())) for v, n, mode in rows]
+    assert got == expected
+
+
+def test_clamp():
+    rows = [(v, lo, hi) for v in range(-5, 6) for lo, hi in ((-2, 3), (0, 0), (-5, -5))]
+    got = evaluate(arith.clamp, [signed(5), signed(5), signed(5)], rows)
+    assert got == [min(max(v, lo), hi) for v, lo, hi in rows]
+
+
+def test_leading_zeros():
+    rows = [(0,)] + [(1 << bit,) for bit in range(12)] + [((1 << bit) | 1,) for bit in range(12)]
+    got = evaluate(arith.leading_zeros, [unsigned(12)], rows)
+    assert got == [12] + [11 - bit for bit in range(12)] * 2
+
+
+def _f32(bits: np.ndarray) -> np.ndarray:
+    return np.asarray(bits, dtype=np.uint32).view(np.float32)
+
+
+def _bits(values: np.ndarray) -> list[int]:
+    return np.asarray(values, dtype=np.float32).view(np.uint32).tolist()
+
+
+def _finite_fp32_bits(rng, count: int) -> np.ndarray:
+    """Random finite float32 patterns weighted towards the hard ones: subnormals, zeros, extreme exponents."""
+    signs = rng.integers(0, 2, count, dtype=np.uint32) << 31
+    fractions = rng.integers(0, 1 << 23, count, dtype=np.uint32)
+    exponents = rng.choice(np.array([0, 0, 1, 2, 100, 127, 150, 200, 253, 254], dtype=np.uint32), count)
+    exponents = np.where(rng.random(count) < 0.5, rng.integers(0, 255, count, dtype=np.uint32), exponents)
+    fractions = np.where(rng.random(count) < 0.1, 0, fractions)
+    return signs | (exponents << 23) | fractions
+
+
+def _fp32_multiply_cases(rng) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _finite_fp32_bits(rng, 1500), _finite_fp32_bits(rng, 1500)
+    # Products on a rounding tie: a = 1 + 2**-23 * k, b = 1 + 2**-1 etc. give exact halves of the last place.
+    tie_a = _bits(np.float32(1) + np.float32(2.0 ** -23) * rng.integers(1, 1 << 10, 100).astype(np.float32))
+    tie_b = _bits(np.full(100, 1.5, dtype=np.float32))
+    # Results near the subnormal and overflow boundaries.
+    tiny = _bits(np.float32(2.0 ** -75) * (1 + rng.random(100)).astype(np.float32))
+    huge = _bits(np.float32(2.0 ** 64) * (1 + rng.random(100)).astype(np.float32))
+    a = np.concatenate([a, tie_a, tiny, huge, [0x00000001, 0x007FFFFF, 0x7F7FFFFF, 0x3F800000, 0x80000000]])
+    b = np.concatenate([b, tie_b, tiny, huge, [0x3F000000, 0x3F800001, 0x3F800001, 0x00000001, 0x3F800000]])
+    return a.astype(np.uint32), b.astype(np.uint32)
+
+
+def test_fp32_multiply_matches_numpy():
+    a, b = _fp32_multiply_cases(np.random.default_rng(RNG_SEED))
+    got = evaluate(arith.fp32_multiply, [unsigned(32), unsigned(32)], zip(a, b))
+    with np.errstate(over="ignore", under="ignore"):
+        expected = _bits(_f32(a) * _f32(b))
+    mismatches = [(hex(x), hex(y), hex(g), hex(e)) for x, y, g, e in zip(a, b, got, expected) if g != e]
+    assert not mismatches, mismatches[:5]
+
+
+def test_int_to_fp32_matches_numpy():
+    rng = np.random.default_rng(RNG_SEED)
+    bits = REQUANT_PRODUCT_BITS - 16      # the REQUANT sum width
+    values = _edge_and_random(rng, bits, 500)
+    # Integers on float32 rounding ties: odd multiples of 2**(k - 1) above 2**24 * 2**(k - 1).
+    ties = ((rng.integers(1 << 23, 1 << 24, 100) * 2 + 1) << rng.integers(0, 8, 100))
+    values = np.concatenate([values, ties, -ties])
+    got = evaluate(arith.int_to_fp32, [signed(bits)], ((v,) for v in values))
+    assert got == _bits(values.astype(np.int64).astype(np.float32))
+
+
+def test_fp32_round_to_int_matches_rint():
+    rng = np.random.default_rng(RNG_SEED)
+    magnitude_bits = 17
+    bits = _finite_fp32_bits(rng, 800)
+    halves = _bits(rng.integers(-(1 << 18), 1 << 18, 200) + np.float32(0.5))
+    bits = np.concatenate([bits, halves]).astype(np.uint32)
+    got = evaluate(lambda x: arith.fp32_round_to_int(x, magnitude_bits), [unsigned(32)], ((b,) for b in bits))
+    limit = 2.0 ** magnitude_bits
+    expected = np.rint(np.clip(_f32(bits).astype(np.float64), -limit, limit)).astype(np.int64)
+    assert got == expected.tolist()
