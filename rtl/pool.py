@@ -1,0 +1,378 @@
+"""The POOL unit: max/average pooling (POOL) and the element-wise operations (ELTWISE) of one queue.
+
+Both commands share the unit's ports and its back end (docs/rtl-pool.md):
+
+  CHECK   register the command's geometry (window extents, output size, region sizes)
+  VERIFY  refuse, naming the field, everything the interpreter refuses; nothing is written before this
+  RUN     one read per cycle: a window tap (POOL) or an operand pair (ELTWISE), through a fixed pipeline
+  FLUSH   the last partly filled output word is written; ``done``
+
+Output elements stream through :func:`_pack_output`, which gathers bytes into whole OUT words and writes
+each word once it is complete, so the unit needs one write port at any element width and alignment.
+
+Average pooling divides exactly by multiplying with a reciprocal (:func:`reciprocal_table`, checked at
+elaboration to give the exact floor quotient for every window count and every window sum); the
+eltwise engine lives in :mod:`aipu.rtl.eltwise`; the rounding both share is :func:`round_up`.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import Out
+
+from aipu.rtl.ports import read_port, word_bytes, write_port
+from aipu.rtl.unit import UnitComponent
+from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.isa import COMMANDS, Opcode, PoolMode, Rounding, Unit
+from aipu.sim.machine.program import Command
+
+SOURCE_BUFFERS = (Buffer.ACT, Buffer.OUT)
+CHECK_CYCLES = 2          # CHECK and VERIFY
+FLUSH_CYCLES = 1          # the last output word
+PIPELINE_LATENCY = 3      # item issued -> element read -> registered result -> output to the packer
+MAX_WINDOW = COMMANDS[Opcode.POOL].field("k_h").legal_range(HardwareConfig())[1] * \
+    COMMANDS[Opcode.POOL].field("k_w").legal_range(HardwareConfig())[1]
+#: widest |x - zero point| of a pooled element: the span of the widest element type
+MAX_CENTRED = max((1 << 8 * numpy_type.itemsize) - 1 for numpy_type in DTYPE_NUMPY.values())
+WINDOW_SUM_BITS = (MAX_WINDOW * MAX_CENTRED).bit_length()           # |window sum| < 2**WINDOW_SUM_BITS
+RECIPROCAL_SHIFT = WINDOW_SUM_BITS + (MAX_WINDOW - 1).bit_length()  # s = N + ceil(log2(largest divisor))
+
+
+def reciprocal_table() -> list[int]:
+    """ceil(2**s / d) for every window count d (index 0 unused).
+
+    floor(n * m / 2**s) == floor(n / d) for all 0 <= n < 2**N when 0 <= m * d - 2**s <= 2**(s - N): the
+    product is n/d + n * (m*d - 2**s) / (d * 2**s) and that error is below 1/d, too little to reach the next
+    integer (the remainder of n/d is at most (d-1)/d). With s = N + ceil(log2 225) the condition holds for
+    every d (m*d - 2**s < d <= 2**(s-N)); it is asserted here, so a change of widths cannot break it silently.
+    """
+    table = [0]
+    for divisor in range(1, MAX_WINDOW + 1):
+        reciprocal = -(-(1 << RECIPROCAL_SHIFT) // divisor)
+        assert 0 <= reciprocal * divisor - (1 << RECIPROCAL_SHIFT) <= 1 << (RECIPROCAL_SHIFT - WINDOW_SUM_BITS)
+        table.append(reciprocal)
+    return table
+
+
+def pool_output_size(command: Command) -> tuple[int, int]:
+    """(out_h, out_w) of a POOL command whose window fits its padded input."""
+    span_h, span_w = command.dilation_h * (command.k_h - 1) + 1, command.dilation_w * (command.k_w - 1) + 1
+    return ((command.in_h + command.pad_top + command.pad_bottom - span_h) // command.stride_h + 1,
+            (command.in_w + command.pad_left + command.pad_right - span_w) // command.stride_w + 1)
+
+
+def command_cycles(config: HardwareConfig, command: Command) -> int:
+    """Cycles from start to retire of a legal POOL or ELTWISE command (docs/rtl-pool.md, "Cycles")."""
+    if command.opcode == Opcode.POOL:
+        out_h, out_w = pool_output_size(command)
+        items = out_h * out_w * command.channels * command.k_h * command.k_w
+    else:
+        items = command.count
+    return CHECK_CYCLES + items + PIPELINE_LATENCY + FLUSH_CYCLES
+
+
+def round_up(mode, above, tie, odd, negative):
+    """Whether a floor quotient goes up by one (golden rounding._round_floor_quotient): ``above``/``tie``
+    compare the remainder with half the divisor, ``odd`` is the quotient's lowest bit, ``negative`` x < 0."""
+    return Array([Const(0), above | tie, above | (tie & odd), above | (tie & ~negative)])[mode]
+
+
+def wire(m: Module, expression, name: str) -> Signal:
+    """``expression`` as a named signal: a shared result computed once (and readable in waveforms)."""
+    signal = Signal(Value.cast(expression).shape(), name=name)
+    m.d.comb += signal.eq(expression)
+    return signal
+
+
+def dtype_bounds(dtype, types=tuple(DType)):
+    """(lowest, highest) value of the element type ``dtype`` (a DType-valued signal) as constant muxes."""
+    lows = {t: int(-(1 << (8 * DTYPE_NUMPY[t].itemsize - 1))) if DTYPE_NUMPY[t].kind == "i" else 0 for t in types}
+    highs = {t: (1 << (8 * DTYPE_NUMPY[t].itemsize - (DTYPE_NUMPY[t].kind == "i"))) - 1 for t in types}
+    low, high = Const(0, signed(18)), Const(0, signed(18))
+    for t in types:
+        low, high = Mux(dtype == t, lows[t], low), Mux(dtype == t, highs[t], high)
+    return low, high
+
+
+def element_value(dtype, low_byte, high_byte):
+    """The value of an element of ``dtype`` from its (little-endian) bytes, as a signed 17-bit value."""
+    return Mux(dtype == DType.INT16, Cat(low_byte, high_byte).as_signed(),
+               Mux(dtype == DType.INT8, low_byte.as_signed(), low_byte))
+
+
+def is_wide(dtype):
+    """1 for the two-byte element type."""
+    return dtype == DType.INT16
+
+
+class SourceReads:
+    """The unit's two read ports per source buffer, one element each per cycle.
+
+    POOL (``straddle`` = 1) reads the word holding its element's first byte through the first port and the
+    next word through the second, so a two-byte element may cross a word boundary. ELTWISE reads operand a
+    through the first port of ``a_buffer`` and operand b through the second port of ``b_buffer``. An engine
+    drives ``address``/``enable`` pairs; the element's bytes are in ``first`` / ``second`` the next cycle.
+    """
+
+    def __init__(self, m: Module, unit: UnitComponent, straddle, a_buffer, b_buffer):
+        width = unit.config.width_parameters["sram_addr_bits"]
+        self.a_address, self.b_address = Signal(width), Signal(width)
+        self.a_enable, self.b_enable = Signal(), Signal()
+        self.lanes = []
+        for buffer in SOURCE_BUFFERS:
+            name = buffer.name.lower()
+            first, second = getattr(unit, f"{name}_read"), getattr(unit, f"{name}_read_b")
+            shift = (word_bytes(unit.config, buffer) - 1).bit_length()
+            a_offset = Signal(shift, name=f"{name}_a_offset")
+            b_offset = Signal(shift, name=f"{name}_b_offset")
+            a_here, b_here = self.a_enable & (a_buffer == buffer), self.b_enable & (b_buffer == buffer)
+            a_word, b_word = self.a_address >> shift, self.b_address >> shift
+            m.d.comb += [first.addr.eq(a_word), first.en.eq(a_here),
+                         second.addr.eq(Mux(straddle, a_word + 1, b_word)),
+                         second.en.eq(Mux(straddle, a_here, b_here))]
+            with m.If(a_here):
+                m.d.sync += a_offset.eq(self.a_address)
+            with m.If(b_here):
+                m.d.sync += b_offset.eq(self.b_address)
+            self.lanes.append((buffer, first, second, a_offset, b_offset))
+
+        first = [Const(0, 8), Const(0, 8)]
+        second = Const(0, 8)
+        for buffer, first_port, second_port, a_offset, b_offset in self.lanes:
+            words = Cat(first_port.data, second_port.data)
+            first = [Mux(a_buffer == buffer, words.word_select(a_offset + index, 8), first[index]) for index in (0, 1)]
+            second = Mux(b_buffer == buffer, second_port.data.word_select(b_offset, 8), second)
+        #: bytes 0 and 1 of the element read through the first port(s) in the previous cycle
+        self.first = [wire(m, value, f"first_byte{index}") for index, value in enumerate(first)]
+        #: the byte read through the second port (ELTWISE operand b) in the previous cycle
+        self.second = wire(m, second, "second_byte")
+
+
+def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, valid, value, flush) -> None:
+    """Write a contiguous stream of output elements (from ``dst_addr``, one per ``valid``) to OUT, a word at a
+    time: bytes gather in a pending word that is written when its last byte arrives; ``flush`` writes it
+    as it is. An element straddling two words completes the first and starts the second, so at most one
+    word is written per cycle (this needs OUT words of at least two bytes)."""
+    nbytes = word_bytes(config, Buffer.OUT)
+    if nbytes < 2:
+        raise ValueError("the POOL unit needs OUT port_bytes >= 2 to write an int16 element per cycle")
+    shift = (nbytes - 1).bit_length()
+    address = Signal(len(dst_addr) + 1)
+    pending_data, pending_mask = Signal(8 * nbytes), Signal(nbytes)
+    offset = address[:shift]
+    placed_data = Cat(value[:8], Mux(wide, value[8:16], 0)) << (offset * 8)
+    placed_mask = Cat(Const(1), wide) << offset
+    merged_data = pending_data | placed_data[:8 * nbytes]
+    merged_mask = pending_mask | placed_mask[:nbytes]
+    full = merged_mask[-1]
+    m.d.comb += port.addr.eq(address >> shift)
+    with m.If(begin):
+        m.d.sync += [address.eq(dst_addr), pending_data.eq(0), pending_mask.eq(0)]
+    with m.Elif(valid):
+        m.d.sync += address.eq(address + 1 + wide)
+        with m.If(full):
+            m.d.comb += [port.en.eq(1), port.data.eq(merged_data), port.mask.eq(merged_mask)]
+            m.d.sync += [pending_data.eq(placed_data[8 * nbytes:]), pending_mask.eq(placed_mask[nbytes:])]
+        with m.Else():
+            m.d.sync += [pending_data.eq(merged_data), pending_mask.eq(merged_mask)]
+    with m.Elif(flush):
+        m.d.comb += [port.en.eq(1), port.data.eq(pending_data), port.mask.eq(pending_mask)]
+
+
+def region_beyond(config: HardwareConfig, buffer_select, address, nbytes):
+    """The byte region [address, address + nbytes) ends beyond the selected buffer."""
+    end = address + nbytes
+    beyond = Const(0)
+    for buffer in SOURCE_BUFFERS:
+        beyond = Mux(buffer_select == buffer, end > config.buffer(buffer).bytes, beyond)
+    return beyond
+
+
+class PoolUnit(UnitComponent):
+    """POOL and ELTWISE (docs/rtl-pool.md). Ports: per source buffer two read ports (POOL reads a word and
+    the next, so a two-byte element may straddle them; ELTWISE reads operand a and operand b), one OUT write."""
+
+    UNIT = Unit.POOL
+
+    def ports(self, config: HardwareConfig) -> dict:
+        reads = {f"{buffer.name.lower()}_read{suffix}": Out(read_port(config, buffer))
+                 for buffer in SOURCE_BUFFERS for suffix in ("", "_b")}
+        return {**reads, "out_write": Out(write_port(config, Buffer.OUT))}
+
+    def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
+        from aipu.rtl.eltwise import EltwiseEngine
+
+        is_pool = self.view(word, Opcode.FINISH).opcode == Opcode.POOL
+        pool, eltwise = self.view(word, Opcode.POOL), self.view(word, Opcode.ELTWISE)
+        phase = {name: Signal(name=name) for name in ("check", "verify", "begin", "run", "flush")}
+        reads = SourceReads(m, self, is_pool, Mux(is_pool, pool.src_buf, eltwise.a_buf), eltwise.b_buf)
+        engines = ((PoolEngine(self, m, pool, phase, reads, enabled=is_pool), is_pool),
+                   (EltwiseEngine(self, m, eltwise, phase, reads, enabled=~is_pool), ~is_pool))
+        valid, value, last = Signal(), Signal(signed(17)), Signal()
+        for engine, selected in engines:
+            with m.If(selected):
+                m.d.comb += [valid.eq(engine.out_valid), value.eq(engine.out_value), last.eq(engine.out_last)]
+        pack_output(m, self.config, self.out_write, phase["begin"], Mux(is_pool, pool.dst_addr, eltwise.dst_addr),
+                    Mux(is_pool, is_wide(pool.dtype), is_wide(eltwise.out_type)), valid, value, phase["flush"])
+
+        refusals = [[(wire(m, condition, f"refuse_{name}"), name) for condition, name in engine.faults]
+                    for engine, _ in engines]
+        with m.FSM(name="pool_engine"):
+            with m.State("IDLE"):
+                with m.If(start):
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += phase["check"].eq(1)
+                m.next = "VERIFY"
+            with m.State("VERIFY"):
+                m.d.comb += phase["verify"].eq(1)
+                for (engine, selected), refusals in zip(engines, refusals):  # the first, in the interpreter's order
+                    with m.If(selected):
+                        for index, (condition, name) in enumerate(refusals):
+                            with (m.Elif if index else m.If)(condition):
+                                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index(name))]
+                with m.If(fault):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += phase["begin"].eq(1)
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += phase["run"].eq(1)
+                with m.If(valid & last):
+                    m.next = "FLUSH"
+            with m.State("FLUSH"):
+                m.d.comb += [phase["flush"].eq(1), done.eq(1)]
+                m.next = "IDLE"
+
+
+class PoolEngine:
+    """One window tap per cycle, output order [out_h][out_w][channels], taps row by row inside a window."""
+
+    def __init__(self, unit: PoolUnit, m: Module, command, phase: dict, reads: SourceReads, enabled):
+        self.unit, self.m, self.command, self.phase, self.enabled = unit, m, command, phase, enabled
+        self.out_valid, self.out_last = Signal(), Signal()
+        self.out_value = Signal(signed(17))
+        self.faults: list[tuple] = []     # (condition, field name) in the interpreter's order
+        self._geometry()
+        self._datapath(reads)
+
+    def _geometry(self) -> None:
+        """CHECK registers the window extents, output size and region sizes; VERIFY's fault conditions."""
+        m, c, config = self.m, self.command, self.unit.config
+        self.element_bytes = 1 + is_wide(c.dtype)
+        span_h, span_w = Signal(8), Signal(8)          # dilation * (k - 1) + 1
+        padded_h, padded_w = Signal(13), Signal(13)
+        self.out_h, self.out_w = Signal(13), Signal(13)
+        in_bytes, out_bytes = Signal(40), Signal(56)
+        with m.If(self.phase["check"]):
+            m.d.sync += [span_h.eq(c.dilation_h * (c.k_h - 1) + 1), span_w.eq(c.dilation_w * (c.k_w - 1) + 1),
+                         padded_h.eq(c.in_h + c.pad_top + c.pad_bottom),
+                         padded_w.eq(c.in_w + c.pad_left + c.pad_right),
+                         in_bytes.eq(c.in_h * c.in_w * c.channels * self.element_bytes)]
+        # out_h/out_w follow from the registered spans one cycle later (VERIFY uses them only if the window fits)
+        m.d.comb += [self.out_h.eq((padded_h - span_h) // c.stride_h + 1),
+                     self.out_w.eq((padded_w - span_w) // c.stride_w + 1)]
+        m.d.comb += out_bytes.eq(self.out_h * self.out_w * c.channels * self.element_bytes)
+        zero_low, zero_high = dtype_bounds(c.dtype)
+        is_max = c.mode == PoolMode.MAX
+        self.faults += [
+            (region_beyond(config, c.src_buf, c.src_addr, in_bytes), "src_addr"),
+            (is_max & (c.count_include_pad != 0), "count_include_pad"),
+            (is_max & (c.zero_point != 0), "zero_point"),
+            (~is_max & (c.dilation_h != 1), "dilation_h"),
+            (~is_max & (c.dilation_w != 1), "dilation_w"),
+            (~is_max & ((c.zero_point < zero_low) | (c.zero_point > zero_high)), "zero_point"),
+            *(((getattr(c, name) >= span), name) for name, span in
+              (("pad_top", span_h), ("pad_left", span_w), ("pad_bottom", span_h), ("pad_right", span_w))),
+            (span_h > padded_h, "k_h"),
+            (span_w > padded_w, "k_w"),
+            (out_bytes + c.dst_addr > config.buffer(Buffer.OUT).bytes, "dst_addr"),
+        ]
+
+    def _datapath(self, reads: SourceReads) -> None:
+        """The tap counters, the window accumulator and the divider."""
+        m, c = self.m, self.command
+        begin, run = self.phase["begin"], self.phase["run"] & self.enabled
+        oy, ox, channel = Signal(12), Signal(12), Signal(12)
+        ky, kx = Signal(4), Signal(4)
+        top, left = Signal(signed(14)), Signal(signed(14))            # first window row/column of (oy, ox)
+        row_step, column_step = Signal(8), Signal(8)                  # ky * dilation_h, kx * dilation_w
+        finished = Signal()
+        row, column = wire(m, top + row_step, "tap_row"), wire(m, left + column_step, "tap_column")
+        inside = (row >= 0) & (row < c.in_h) & (column >= 0) & (column < c.in_w)
+        last_tap_column, last_tap_row = kx == c.k_w - 1, ky == c.k_h - 1
+        last_channel = channel == c.channels - 1
+        last_column, last_row = ox == self.out_w - 1, oy == self.out_h - 1
+        window_done = last_tap_row & last_tap_column
+        all_done = window_done & last_channel & last_column & last_row
+        issuing = run & ~finished
+        pixel = wire(m, row * c.in_w + column, "tap_pixel")
+        with m.If(self.enabled):
+            m.d.comb += [reads.a_address.eq(c.src_addr + (pixel * c.channels + channel) * self.element_bytes),
+                         reads.a_enable.eq(issuing & inside)]
+
+        with m.If(begin):
+            m.d.sync += [oy.eq(0), ox.eq(0), channel.eq(0), ky.eq(0), kx.eq(0), row_step.eq(0),
+                         column_step.eq(0), top.eq(-c.pad_top), left.eq(-c.pad_left), finished.eq(0)]
+        with m.Elif(issuing):
+            m.d.sync += [kx.eq(kx + 1), column_step.eq(column_step + c.dilation_w)]
+            with m.If(last_tap_column):
+                m.d.sync += [kx.eq(0), column_step.eq(0), ky.eq(ky + 1), row_step.eq(row_step + c.dilation_h)]
+                with m.If(last_tap_row):
+                    m.d.sync += [ky.eq(0), row_step.eq(0), channel.eq(channel + 1)]
+                    with m.If(last_channel):
+                        m.d.sync += [channel.eq(0), ox.eq(ox + 1), left.eq(left + c.stride_w)]
+                        with m.If(last_column):
+                            m.d.sync += [ox.eq(0), left.eq(-c.pad_left), oy.eq(oy + 1),
+                                         top.eq(top + c.stride_h)]
+            with m.If(all_done):
+                m.d.sync += finished.eq(1)
+
+        # stage 1: the tap's element arrives; fold it into the window
+        tap_valid, tap_inside, tap_first, tap_last, tap_all = Signal(), Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [tap_valid.eq(issuing), tap_inside.eq(inside), tap_first.eq((ky == 0) & (kx == 0)),
+                     tap_last.eq(window_done), tap_all.eq(all_done)]
+        element = wire(m, element_value(c.dtype, *reads.first), "tap_element")
+        is_max = c.mode == PoolMode.MAX
+        dtype_low, _ = dtype_bounds(c.dtype)
+        best, total, count = Signal(signed(17)), Signal(signed(WINDOW_SUM_BITS + 1)), Signal(range(MAX_WINDOW + 1))
+        best_in = Mux(tap_first, dtype_low, best)
+        total_in, count_in = Mux(tap_first, 0, total), Mux(tap_first, 0, count)
+        best_next = Mux(tap_inside & (element > best_in), element, best_in)
+        total_next = total_in + Mux(tap_inside, element - c.zero_point, 0)
+        count_next = count_in + tap_inside
+        with m.If(tap_valid):
+            m.d.sync += [best.eq(best_next), total.eq(total_next), count.eq(count_next)]
+
+        # stage 2: the window's result; AVG multiplies |sum| by the divisor's reciprocal
+        window_valid, window_last = Signal(), Signal()
+        window_max, window_sum = Signal(signed(17)), Signal(signed(WINDOW_SUM_BITS + 1))
+        divisor = Signal(range(MAX_WINDOW + 1))
+        m.d.sync += [window_valid.eq(tap_valid & tap_last), window_last.eq(tap_all),
+                     window_max.eq(best_next), window_sum.eq(total_next),
+                     divisor.eq(Mux(c.count_include_pad, c.k_h * c.k_w, count_next))]
+        m.submodules.reciprocals = reciprocals = Memory(shape=unsigned(RECIPROCAL_SHIFT + 1), depth=MAX_WINDOW + 1,
+                                                        init=reciprocal_table())
+        reciprocal = reciprocals.read_port(domain="comb")
+        m.d.comb += reciprocal.addr.eq(divisor)
+        magnitude = Mux(window_sum < 0, -window_sum, window_sum)[:WINDOW_SUM_BITS]
+
+        # stage 3: floor quotient and remainder of the signed division, rounding, + zero point
+        quotient_valid, quotient_last = Signal(), Signal()
+        product = Signal(RECIPROCAL_SHIFT + 1 + WINDOW_SUM_BITS)
+        held_max, held_sum, held_divisor = Signal(signed(17)), Signal.like(window_sum), Signal.like(divisor)
+        m.d.sync += [quotient_valid.eq(window_valid), quotient_last.eq(window_last), held_max.eq(window_max),
+                     held_sum.eq(window_sum), held_divisor.eq(divisor),
+                     product.eq(magnitude * reciprocal.data)]
+        magnitude_quotient = wire(m, product >> RECIPROCAL_SHIFT, "magnitude_quotient")
+        magnitude_remainder = wire(m, Mux(held_sum < 0, -held_sum, held_sum) - magnitude_quotient * held_divisor,
+                                   "magnitude_remainder")
+        negative, exact = held_sum < 0, magnitude_remainder == 0
+        quotient = wire(m, Mux(negative, -magnitude_quotient - ~exact, magnitude_quotient), "floor_quotient")
+        remainder = wire(m, Mux(negative & ~exact, held_divisor - magnitude_remainder, magnitude_remainder),
+                         "floor_remainder")
+        twice = remainder * 2
+        average = quotient + round_up(c.rounding, twice > held_divisor, twice == held_divisor, quotient[0],
+                                      negative) + c.zero_point
+        m.d.comb += [self.out_valid.eq(quotient_valid & self.enabled), self.out_last.eq(quotient_last),
+                     self.out_value.eq(Mux(is_max, held_max, average))]
