@@ -47,8 +47,12 @@ class System(wiring.Component):
         self._image, self._queues = image, queues
         index_bits = unsigned(self.program_depth.bit_length())
         field_bits = unsigned(max(max(len(u.error_names) for u in self.units.values()) - 1, 1).bit_length())
+        dram_words = -(-max(dram_bytes, 1) // config.dram.bytes_per_cycle)
         super().__init__({
             "run": In(1),
+            # DRAM words a program may address: the whole model unless a Verilog build shared by programs with
+            # smaller images (its DRAM rounded up) sets the image's size, so the fault fires where it would
+            "dram_words": In(range(dram_words + 1), init=dram_words),
             "queue_lengths": In(data.ArrayLayout(index_bits, UNITS)),
             "done": Out(1),                                        # FINISH has executed
             "failed": Out(UNITS),                                  # bit u: unit u stopped on an error
@@ -58,7 +62,6 @@ class System(wiring.Component):
             "dram_fault": Out(UNITS),                              # bit u: unit u addressed beyond the DRAM model
             "cycle": Out(CYCLE_BITS),
         })
-        dram_words = -(-max(dram_bytes, 1) // config.dram.bytes_per_cycle)
         self.buffers = {b: Memory(shape=unsigned(8 * word_bytes(config, b)), depth=word_count(config, b),
                                   init=self._buffer_init(b)) for b in Buffer}
         self.dram = Memory(shape=unsigned(8 * config.dram.bytes_per_cycle), depth=dram_words,
@@ -140,8 +143,7 @@ class System(wiring.Component):
                              write.en.eq(port.mask & port.en.replicate(len(port.mask)))]
 
     def _attach_dram(self, m: Module, unit: Unit, name: str, kind: str, port) -> None:
-        depth = self.dram.depth
-        with m.If(port.valid & (port.addr >= depth)):
+        with m.If(port.valid & (port.addr >= self.dram_words)):
             m.d.sync += self.dram_fault[unit].eq(1)
         m.d.comb += port.ready.eq(1)
         if kind == "write":
