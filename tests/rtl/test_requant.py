@@ -8,19 +8,29 @@ from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
 
 from aipu.rtl import arith
+from aipu.rtl.requant import RequantUnit, command_cycles
+from aipu.sim import interpreter
+from aipu.sim.cosim.amaranth_run import run_amaranth
+from aipu.sim.cosim.result import first_difference
+from aipu.sim.golden._checks import dtype_range
 from aipu.sim.golden.rounding import rounding_shift_right
-from aipu.sim.machine.arch import REQUANT_PRODUCT_BITS, SHIFT_BITS, SHIFT_MAX
-from aipu.sim.machine.isa import Rounding
+from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BIAS_BITS, DTYPE_BYTES, DTYPE_NUMPY, MULTIPLIER_MAX,
+                                   PARAM_DTYPE, REQUANT_PRODUCT_BITS, SHIFT_BITS, SHIFT_MAX, Buffer, DType,
+                                   bit_range)
+from aipu.sim.machine.isa import Opcode, RequantMode, Rounding, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
+from tests.rtl.configs import EVERY_CONFIG
 
 RNG_SEED = 2026
 
 
 def evaluate(build, shapes, rows) -> list[int]:
-    """build(*inputs) for every row of input values, in Amaranth's simulator (outputs as Python ints)."""
+    """build(m, *inputs) for every row of input values, in Amaranth's simulator (outputs as Python ints)."""
     inputs = [Signal(shape) for shape in shapes]
-    expression = build(*inputs)
-    output = Signal(expression.shape())
     m = Module()
+    expression = build(m, *inputs)
+    output = Signal(expression.shape())
     m.d.comb += output.eq(expression)
     results = []
 
@@ -54,7 +64,7 @@ def test_rounding_shift_right_matches_golden(rounding):
     tie_values = np.concatenate([tie_values + delta for delta in (-1, 0, 1)])
     values = np.concatenate([values, tie_values])
     shifts = np.concatenate([shifts, np.tile(tie_shifts, 3)])
-    got = evaluate(lambda v, n: arith.rounding_shift_right(v, n, rounding),
+    got = evaluate(lambda m, v, n: arith.rounding_shift_right(v, n, rounding),
                    [signed(REQUANT_PRODUCT_BITS), unsigned(SHIFT_BITS)], zip(values, shifts))
     expected = rounding_shift_right(values.astype(np.int64), shifts, rounding.name.lower())
     assert got == expected.tolist()
@@ -62,20 +72,20 @@ def test_rounding_shift_right_matches_golden(rounding):
 
 def test_rounding_shift_right_takes_the_mode_as_a_signal():
     rows = [(v, 1, mode) for v in (-3, -1, 1, 3) for mode in Rounding]
-    got = evaluate(arith.rounding_shift_right, [signed(4), unsigned(2), unsigned(2)], rows)
+    got = evaluate(lambda m, v, n, mode: arith.rounding_shift_right(v, n, mode), [signed(4), unsigned(2), unsigned(2)], rows)
     expected = [int(rounding_shift_right(np.int64(v), n, Rounding(mode).name.lower())) for v, n, mode in rows]
     assert got == expected
 
 
 def test_clamp():
     rows = [(v, lo, hi) for v in range(-5, 6) for lo, hi in ((-2, 3), (0, 0), (-5, -5))]
-    got = evaluate(arith.clamp, [signed(5), signed(5), signed(5)], rows)
+    got = evaluate(lambda m, v, lo, hi: arith.clamp(v, lo, hi), [signed(5), signed(5), signed(5)], rows)
     assert got == [min(max(v, lo), hi) for v, lo, hi in rows]
 
 
 def test_leading_zeros():
     rows = [(0,)] + [(1 << bit,) for bit in range(12)] + [((1 << bit) | 1,) for bit in range(12)]
-    got = evaluate(arith.leading_zeros, [unsigned(12)], rows)
+    got = evaluate(lambda m, v: arith.leading_zeros(v), [unsigned(12)], rows)
     assert got == [12] + [11 - bit for bit in range(12)] * 2
 
 
@@ -136,7 +146,90 @@ def test_fp32_round_to_int_matches_rint():
     bits = _finite_fp32_bits(rng, 800)
     halves = _bits(rng.integers(-(1 << 18), 1 << 18, 200) + np.float32(0.5))
     bits = np.concatenate([bits, halves]).astype(np.uint32)
-    got = evaluate(lambda x: arith.fp32_round_to_int(x, magnitude_bits), [unsigned(32)], ((b,) for b in bits))
+    got = evaluate(lambda m, x: arith.fp32_round_to_int(m, x, magnitude_bits), [unsigned(32)], ((b,) for b in bits))
     limit = 2.0 ** magnitude_bits
     expected = np.rint(np.clip(_f32(bits).astype(np.float64), -limit, limit)).astype(np.int64)
     assert got == expected.tolist()
+
+
+# --- the unit against the interpreter ------------------------------------------------------------------
+
+def _random_records(rng, count: int) -> np.ndarray:
+    """Legal parameter records for every mode: extreme and typical biases, multipliers, shifts and scales
+    (normal, subnormal and huge float32 scales)."""
+    records = np.zeros(count, dtype=PARAM_DTYPE)
+    bias_low, bias_high = bit_range(BIAS_BITS, signed=True)
+    records["bias"] = np.where(rng.random(count) < 0.2, rng.choice([bias_low, bias_high, 0, -1], count),
+                               rng.integers(-(1 << 20), 1 << 20, count))
+    for name in ("multiplier", "negative_multiplier"):
+        records[name] = np.where(rng.random(count) < 0.2, rng.choice([0, 1, MULTIPLIER_MAX], count),
+                                 rng.integers(0, MULTIPLIER_MAX, count, endpoint=True))
+    for name in ("shift", "negative_shift"):
+        records[name] = rng.integers(0, SHIFT_MAX, count, endpoint=True)
+    exponents = rng.choice([-149, -130, -126, -60, -40, -20, -12, -8, -4, 0, 8, 60, 127], count)
+    scales = np.ldexp(1 + rng.random(count), exponents).astype(np.float32)
+    records["scale"] = np.where(scales > 0, scales, np.float32(2.0 ** -149))
+    return records
+
+
+def _random_accumulators(rng, count: int) -> np.ndarray:
+    low, high = bit_range(ACC_BITS, signed=True)
+    magnitude = rng.choice([1 << 8, 1 << 16, 1 << 24, 1 << 31], count)
+    values = rng.integers(-magnitude, magnitude)
+    return np.where(rng.random(count) < 0.05, rng.choice([low, high, 0, -1], count), values).astype(ACC_DTYPE)
+
+
+def _random_command(rng, config, out_addr: int, max_elements: int) -> Command:
+    channels = int(rng.integers(1, min(24, config.buffer_units(Buffer.PARAM)), endpoint=True))
+    pixels = int(rng.integers(1, max(1, max_elements // channels), endpoint=True))
+    out_type = DType(rng.choice(list(DType)))
+    low, high = dtype_range(DTYPE_NUMPY[out_type])
+    qmin, qmax = sorted(rng.integers(low, high, 2, endpoint=True)) if rng.random() < 0.5 else (low, high)
+    mode = RequantMode(rng.choice(list(RequantMode)))
+    leaky = int(mode == RequantMode.NATIVE and rng.random() < 0.4)
+    return Command.make(Opcode.REQUANT, acc_addr=int(rng.integers(0, config.buffer_units(Buffer.ACC) - pixels * channels,
+                                                                  endpoint=True)),
+                        out_addr=out_addr, pixels=pixels, channels=channels,
+                        param_index=int(rng.integers(0, config.buffer_units(Buffer.PARAM) - channels, endpoint=True)),
+                        out_type=out_type, out_zero_point=int(rng.integers(low, high, endpoint=True)),
+                        qmin=int(qmin), qmax=int(qmax), mode=mode, rounding=Rounding(rng.choice(list(Rounding))),
+                        leaky=leaky)
+
+
+def random_program(rng, config, commands: int, max_elements: int) -> tuple[Program, Memory]:
+    """``commands`` random legal REQUANTs writing disjoint, unaligned OUT regions; ACC and PARAM random."""
+    memory = Memory.create(config, 64)
+    memory.buffers[Buffer.ACC][:] = _random_accumulators(rng, config.buffer_units(Buffer.ACC)).view(np.uint8)
+    memory.buffers[Buffer.PARAM][:] = _random_records(rng, config.buffer_units(Buffer.PARAM)).view(np.uint8)
+    program = Program(config)
+    out_addr = 0
+    for _ in range(commands):
+        out_addr += int(rng.integers(0, 4))
+        command = _random_command(rng, config, out_addr, max_elements)
+        size = command.pixels * command.channels * DTYPE_BYTES[DType(command.out_type)]
+        if out_addr + size > config.buffer_units(Buffer.OUT):
+            break
+        program.append(command)
+        out_addr += size
+    program.append(Command.make(Opcode.FINISH, unit=Unit.REQUANT))
+    return program, memory
+
+
+def compare_with_interpreter(program: Program, memory: Memory) -> int:
+    """Run on the interpreter and the RTL; assert equal buffers and per-command cycles. Returns the command count."""
+    config = program.config
+    expected = interpreter.run(program, memory).memory
+    commands = program.queues[Unit.REQUANT][:-1]
+    budget = sum(command_cycles(config, command) + 8 for command in commands) + 50
+    result = run_amaranth(program, memory, [RequantUnit], max_cycles=budget)
+    assert result.done and not result.errors, result.errors
+    assert first_difference(expected, result.memory) is None, first_difference(expected, result.memory)
+    assert result.command_cycles(Unit.REQUANT) == [command_cycles(config, c) for c in commands] + [0]
+    return len(commands)
+
+
+@EVERY_CONFIG
+def test_random_requants_match_the_interpreter(config):
+    rng = np.random.default_rng(RNG_SEED)
+    program, memory = random_program(rng, config, commands=12, max_elements=40)
+    assert compare_with_interpreter(program, memory) >= 8
