@@ -43,7 +43,7 @@ def random_pool(rng, config: HardwareConfig, largest_kernel: int = 4) -> Command
     dtype = DType(int(rng.integers(len(DType))))
     k_h, k_w = (int(k) for k in rng.integers(1, largest_kernel + 1, 2))
     large = k_h * k_w > 16        # one channel and long strides keep the tap count (= cycles) modest
-    dilation_h, dilation_w = (1, 1) if mode == PoolMode.AVG else (int(d) for d in rng.integers(1, 4, 2))
+    dilation_h, dilation_w = (1, 1) if mode == PoolMode.AVG or large else (int(d) for d in rng.integers(1, 4, 2))
     span_h, span_w = dilation_h * (k_h - 1) + 1, dilation_w * (k_w - 1) + 1
     pads = [int(rng.integers(0, min(span, 16))) if rng.random() < 0.6 else 0
             for span in (span_h, span_w, span_h, span_w)]
@@ -60,8 +60,10 @@ def random_pool(rng, config: HardwareConfig, largest_kernel: int = 4) -> Command
         fields.update(count_include_pad=int(rng.integers(2)), rounding=Rounding(int(rng.integers(len(Rounding)))),
                       zero_point=int(rng.integers(low, high + 1)) if rng.random() < 0.7 else 0)
     out_h, out_w = pool_output_size(Command.make(Opcode.POOL, **fields))
-    src_buf = SOURCES[int(rng.integers(2))]
     in_bytes = in_h * in_w * channels * DTYPE_BYTES[dtype]
+    if 2 * (in_bytes + out_h * out_w * channels * DTYPE_BYTES[dtype]) > config.buffer(Buffer.OUT).bytes:
+        return random_pool(rng, config, largest_kernel)
+    src_buf = SOURCES[int(rng.integers(2))]
     src_addr = _place(rng, config, src_buf, in_bytes)
     dst_addr = _place(rng, config, Buffer.OUT, out_h * out_w * channels * DTYPE_BYTES[dtype],
                       [(src_buf, src_addr, in_bytes)])
@@ -163,9 +165,9 @@ def test_widest_windows_divide_exactly():
 
 @pytest.mark.slow
 def test_every_window_count_divides_exactly():
-    """Stride 2 reaches every count r x c (r, c in 1 .. 15) in one command, for every rounding."""
+    """Stride 2 reaches every count r x c (r, c in 1 .. 15) in one command."""
     rng = np.random.default_rng(8)
-    for rounding, value in zip(Rounding, (32767, -32768, None, None)):
+    for rounding, value in ((Rounding.HALF_UP, 32767), (Rounding.HALF_TO_EVEN, None)):
         command, memory = _widest_windows(2, rounding, value, rng)
         check_program(SMALL, [command], memory)
 
