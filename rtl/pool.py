@@ -7,26 +7,25 @@ Both commands share the unit's ports and its back end (docs/rtl-pool.md):
   RUN     one read per cycle: a window tap (POOL) or an operand pair (ELTWISE), through a fixed pipeline
   FLUSH   the last partly filled output word is written; ``done``
 
-Output elements stream through :func:`_pack_output`, which gathers bytes into whole OUT words and writes
-each word once it is complete, so the unit needs one write port at any element width and alignment.
-
-Average pooling divides exactly by multiplying with a reciprocal (:func:`reciprocal_table`, checked at
-elaboration to give the exact floor quotient for every window count and every window sum); the
-eltwise engine lives in :mod:`aipu.rtl.eltwise`; the rounding both share is :func:`round_up`.
+The ELTWISE engine and the element plumbing both engines share (source reads, the output packer that
+writes whole OUT words, type bounds) live in :mod:`aipu.rtl.eltwise`. Average pooling divides exactly by
+multiplying with a reciprocal (:func:`reciprocal_table`, checked at elaboration to give the exact floor
+quotient for every window count and every window sum).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
-from aipu.rtl.ports import read_port, word_bytes, write_port
+from aipu.rtl.eltwise import (SOURCE_BUFFERS, EltwiseEngine, SourceReads, dtype_bounds, element_value, is_wide,
+                              pack_output, region_beyond, wire)
+from aipu.rtl.ports import read_port, write_port
 from aipu.rtl.unit import UnitComponent
-from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, HardwareConfig
 from aipu.sim.machine.isa import COMMANDS, Opcode, PoolMode, Rounding, Unit
 from aipu.sim.machine.program import Command
 
-SOURCE_BUFFERS = (Buffer.ACT, Buffer.OUT)
 CHECK_CYCLES = 2          # CHECK and VERIFY
 FLUSH_CYCLES = 1          # the last output word
 PIPELINE_LATENCY = 3      # item issued -> element read -> registered result -> output to the packer
@@ -71,121 +70,13 @@ def command_cycles(config: HardwareConfig, command: Command) -> int:
     return CHECK_CYCLES + items + PIPELINE_LATENCY + FLUSH_CYCLES
 
 
-def round_up(mode, above, tie, odd, negative):
-    """Whether a floor quotient goes up by one (golden rounding._round_floor_quotient): ``above``/``tie``
-    compare the remainder with half the divisor, ``odd`` is the quotient's lowest bit, ``negative`` x < 0."""
-    return Array([Const(0), above | tie, above | (tie & odd), above | (tie & ~negative)])[mode]
-
-
-def wire(m: Module, expression, name: str) -> Signal:
-    """``expression`` as a named signal: a shared result computed once (and readable in waveforms)."""
-    signal = Signal(Value.cast(expression).shape(), name=name)
-    m.d.comb += signal.eq(expression)
-    return signal
-
-
-def dtype_bounds(dtype, types=tuple(DType)):
-    """(lowest, highest) value of the element type ``dtype`` (a DType-valued signal) as constant muxes."""
-    lows = {t: int(-(1 << (8 * DTYPE_NUMPY[t].itemsize - 1))) if DTYPE_NUMPY[t].kind == "i" else 0 for t in types}
-    highs = {t: (1 << (8 * DTYPE_NUMPY[t].itemsize - (DTYPE_NUMPY[t].kind == "i"))) - 1 for t in types}
-    low, high = Const(0, signed(18)), Const(0, signed(18))
-    for t in types:
-        low, high = Mux(dtype == t, lows[t], low), Mux(dtype == t, highs[t], high)
-    return low, high
-
-
-def element_value(dtype, low_byte, high_byte):
-    """The value of an element of ``dtype`` from its (little-endian) bytes, as a signed 17-bit value."""
-    return Mux(dtype == DType.INT16, Cat(low_byte, high_byte).as_signed(),
-               Mux(dtype == DType.INT8, low_byte.as_signed(), low_byte))
-
-
-def is_wide(dtype):
-    """1 for the two-byte element type."""
-    return dtype == DType.INT16
-
-
-class SourceReads:
-    """The unit's two read ports per source buffer, one element each per cycle.
-
-    POOL (``straddle`` = 1) reads the word holding its element's first byte through the first port and the
-    next word through the second, so a two-byte element may cross a word boundary. ELTWISE reads operand a
-    through the first port of ``a_buffer`` and operand b through the second port of ``b_buffer``. An engine
-    drives ``address``/``enable`` pairs; the element's bytes are in ``first`` / ``second`` the next cycle.
-    """
-
-    def __init__(self, m: Module, unit: UnitComponent, straddle, a_buffer, b_buffer):
-        width = unit.config.width_parameters["sram_addr_bits"]
-        self.a_address, self.b_address = Signal(width), Signal(width)
-        self.a_enable, self.b_enable = Signal(), Signal()
-        self.lanes = []
-        for buffer in SOURCE_BUFFERS:
-            name = buffer.name.lower()
-            first, second = getattr(unit, f"{name}_read"), getattr(unit, f"{name}_read_b")
-            shift = (word_bytes(unit.config, buffer) - 1).bit_length()
-            a_offset = Signal(shift, name=f"{name}_a_offset")
-            b_offset = Signal(shift, name=f"{name}_b_offset")
-            a_here, b_here = self.a_enable & (a_buffer == buffer), self.b_enable & (b_buffer == buffer)
-            a_word, b_word = self.a_address >> shift, self.b_address >> shift
-            m.d.comb += [first.addr.eq(a_word), first.en.eq(a_here),
-                         second.addr.eq(Mux(straddle, a_word + 1, b_word)),
-                         second.en.eq(Mux(straddle, a_here, b_here))]
-            with m.If(a_here):
-                m.d.sync += a_offset.eq(self.a_address)
-            with m.If(b_here):
-                m.d.sync += b_offset.eq(self.b_address)
-            self.lanes.append((buffer, first, second, a_offset, b_offset))
-
-        first = [Const(0, 8), Const(0, 8)]
-        second = Const(0, 8)
-        for buffer, first_port, second_port, a_offset, b_offset in self.lanes:
-            words = Cat(first_port.data, second_port.data)
-            first = [Mux(a_buffer == buffer, words.word_select(a_offset + index, 8), first[index]) for index in (0, 1)]
-            second = Mux(b_buffer == buffer, second_port.data.word_select(b_offset, 8), second)
-        #: bytes 0 and 1 of the element read through the first port(s) in the previous cycle
-        self.first = [wire(m, value, f"first_byte{index}") for index, value in enumerate(first)]
-        #: the byte read through the second port (ELTWISE operand b) in the previous cycle
-        self.second = wire(m, second, "second_byte")
-
-
-def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, valid, value, flush) -> None:
-    """Write a contiguous stream of output elements (from ``dst_addr``, one per ``valid``) to OUT, a word at a
-    time: bytes gather in a pending word that is written when its last byte arrives; ``flush`` writes it
-    as it is. An element straddling two words completes the first and starts the second, so at most one
-    word is written per cycle (this needs OUT words of at least two bytes)."""
-    nbytes = word_bytes(config, Buffer.OUT)
-    if nbytes < 2:
-        raise ValueError("the POOL unit needs OUT port_bytes >= 2 to write an int16 element per cycle")
-    shift = (nbytes - 1).bit_length()
-    address = Signal(len(dst_addr) + 1)
-    pending_data, pending_mask = Signal(8 * nbytes), Signal(nbytes)
-    offset = address[:shift]
-    placed_data = Cat(value[:8], Mux(wide, value[8:16], 0)) << (offset * 8)
-    placed_mask = Cat(Const(1), wide) << offset
-    merged_data = pending_data | placed_data[:8 * nbytes]
-    merged_mask = pending_mask | placed_mask[:nbytes]
-    full = merged_mask[-1]
-    m.d.comb += port.addr.eq(address >> shift)
-    with m.If(begin):
-        m.d.sync += [address.eq(dst_addr), pending_data.eq(0), pending_mask.eq(0)]
-    with m.Elif(valid):
-        m.d.sync += address.eq(address + 1 + wide)
-        with m.If(full):
-            m.d.comb += [port.en.eq(1), port.data.eq(merged_data), port.mask.eq(merged_mask)]
-            m.d.sync += [pending_data.eq(placed_data[8 * nbytes:]), pending_mask.eq(placed_mask[nbytes:])]
-        with m.Else():
-            m.d.sync += [pending_data.eq(merged_data), pending_mask.eq(merged_mask)]
-    with m.Elif(flush):
-        m.d.comb += [port.en.eq(1), port.data.eq(pending_data), port.mask.eq(pending_mask)]
-
-
-def region_beyond(config: HardwareConfig, buffer_select, address, nbytes):
-    """The byte region [address, address + nbytes) ends beyond the selected buffer."""
-    end = address + nbytes
-    beyond = Const(0)
-    for buffer in SOURCE_BUFFERS:
-        beyond = Mux(buffer_select == buffer, end > config.buffer(buffer).bytes, beyond)
-    return beyond
+def round_up(rounding, above, tie, odd, negative):
+    """Whether a floor quotient goes up by one in ``rounding`` (golden rounding._round_floor_quotient):
+    ``above``/``tie`` compare the remainder with half the divisor, ``odd`` is the quotient's lowest bit,
+    ``negative`` says the dividend is below zero."""
+    when = {Rounding.FLOOR: Const(0), Rounding.HALF_UP: above | tie, Rounding.HALF_TO_EVEN: above | (tie & odd),
+            Rounding.HALF_AWAY_FROM_ZERO: above | (tie & ~negative)}
+    return Cat(*((rounding == mode) & condition for mode, condition in when.items())).any()
 
 
 class PoolUnit(UnitComponent):
@@ -200,11 +91,9 @@ class PoolUnit(UnitComponent):
         return {**reads, "out_write": Out(write_port(config, Buffer.OUT))}
 
     def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
-        from aipu.rtl.eltwise import EltwiseEngine
-
         is_pool = self.view(word, Opcode.FINISH).opcode == Opcode.POOL
         pool, eltwise = self.view(word, Opcode.POOL), self.view(word, Opcode.ELTWISE)
-        phase = {name: Signal(name=name) for name in ("check", "verify", "begin", "run", "flush")}
+        phase = {name: Signal(name=name) for name in ("check", "begin", "run", "flush")}
         reads = SourceReads(m, self, is_pool, Mux(is_pool, pool.src_buf, eltwise.a_buf), eltwise.b_buf)
         engines = ((PoolEngine(self, m, pool, phase, reads, enabled=is_pool), is_pool),
                    (EltwiseEngine(self, m, eltwise, phase, reads, enabled=~is_pool), ~is_pool))
@@ -225,7 +114,6 @@ class PoolUnit(UnitComponent):
                 m.d.comb += phase["check"].eq(1)
                 m.next = "VERIFY"
             with m.State("VERIFY"):
-                m.d.comb += phase["verify"].eq(1)
                 for (engine, selected), refusals in zip(engines, refusals):  # the first, in the interpreter's order
                     with m.If(selected):
                         for index, (condition, name) in enumerate(refusals):
