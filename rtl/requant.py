@@ -85,10 +85,19 @@ def _by_type(out_type, values: dict):
     return result
 
 
-def _remainder(value, divisor, value_bits: int):
+def _barrel_shift_left(m, value, amount, unit_bits: int, name: str):
+    """``value`` << (amount * unit_bits), keeping the width: one constant-shift stage per bit of ``amount``
+    (a variable shift of a wide value makes every output bit depend on every input bit)."""
+    for bit in range(len(amount)):
+        shifted = Cat(Const(0, unit_bits << bit), value)[:len(value)]
+        value = arith.net(m, Mux(amount[bit], shifted, value), f"{name}_{bit}")
+    return value
+
+
+def _remainder(m, value, divisor, value_bits: int, name: str):
     """value mod divisor for value < 2**value_bits (restoring division, one compare-subtract per bit)."""
     for step in reversed(range(value_bits)):
-        value = Mux(value >= (divisor << step), value - (divisor << step), value)
+        value = arith.net(m, Mux(value >= (divisor << step), value - (divisor << step), value), f"{name}_{step}")
     return value
 
 
@@ -191,8 +200,10 @@ class RequantUnit(UnitComponent):
         offset = Signal(range(out_bytes + 2 * bias))
         m.d.comb += offset.eq(b_group_byte - window_base + bias)
         reach = bias + window_bytes                                # zero-extended so every slice exists
-        placed_data = (Cat(lane_data, Const(0, 8 * reach)) << Cat(Const(0, 3), offset))[8 * bias:8 * reach]
-        placed_mask = Mux(b_valid, (Cat(lane_mask, Const(0, reach)) << offset)[bias:reach], 0)
+        placed_data = _barrel_shift_left(m, Cat(lane_data, Const(0, 8 * reach)), offset, 8, "placed_data")
+        placed_data = placed_data[8 * bias:8 * reach]
+        placed_mask = _barrel_shift_left(m, Cat(lane_mask, Const(0, reach)), offset, 1, "placed_mask")
+        placed_mask = Mux(b_valid, placed_mask[bias:reach], 0)
         merged_data = Cat(Mux(placed_mask[i], placed_data[8 * i:8 * i + 8], window_data[8 * i:8 * i + 8])
                           for i in range(window_bytes))
         merged_mask = window_mask | placed_mask
@@ -247,10 +258,10 @@ class RequantUnit(UnitComponent):
         """Channel of each lane in the first group: (j - first_lane) mod channels, formed as
         ((j - first_lane + lanes) mod channels - lanes mod channels) mod channels (all operands >= 0)."""
         lanes = len(lane_channels)
-        step = _remainder(Const(lanes), cmd.channels, lanes.bit_length())
+        step = _remainder(m, Const(lanes), cmd.channels, lanes.bit_length(), "lanes_mod_channels")
         m.d.sync += channel_step.eq(step)
         for j, channel in enumerate(lane_channels):
-            ahead = _remainder(j + lanes - first_lane, cmd.channels, (2 * lanes).bit_length())
+            ahead = _remainder(m, j + lanes - first_lane, cmd.channels, (2 * lanes).bit_length(), f"lane{j}_ahead")
             m.d.sync += channel.eq(Mux(ahead >= step, ahead - step, ahead + cmd.channels - step))
 
     def _fault_first(self, m, refusals, fault, fault_field, *, otherwise: str):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from amaranth.back import verilog
 from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
 
@@ -11,16 +12,17 @@ from aipu.rtl import arith
 from aipu.rtl.requant import RequantUnit, command_cycles
 from aipu.sim import interpreter
 from aipu.sim.cosim.amaranth_run import run_amaranth
-from aipu.sim.cosim.result import first_difference
+from aipu.sim.cosim.result import RtlError, first_difference
 from aipu.sim.golden._checks import dtype_range
 from aipu.sim.golden.rounding import rounding_shift_right
 from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BIAS_BITS, DTYPE_BYTES, DTYPE_NUMPY, MULTIPLIER_MAX,
                                    PARAM_DTYPE, REQUANT_PRODUCT_BITS, SHIFT_BITS, SHIFT_MAX, Buffer, DType,
-                                   bit_range)
+                                   DEFAULT, bit_range)
 from aipu.sim.machine.isa import Opcode, RequantMode, Rounding, Unit
+from aipu.sim.interpreter import ExecutionError
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
-from tests.rtl.configs import EVERY_CONFIG
+from tests.rtl.configs import EVERY_CONFIG, NON_SQUARE, SMALL
 
 RNG_SEED = 2026
 
@@ -233,3 +235,105 @@ def test_random_requants_match_the_interpreter(config):
     rng = np.random.default_rng(RNG_SEED)
     program, memory = random_program(rng, config, commands=12, max_elements=40)
     assert compare_with_interpreter(program, memory) >= 8
+
+
+@pytest.mark.parametrize("config", [SMALL, NON_SQUARE], ids=["small", "mac8x16"])
+def test_many_requants_on_long_tiles(config):
+    """Tiles long enough for the lanes' steady state, and records loaded in several reads (SMALL's 4-byte port)."""
+    rng = np.random.default_rng(RNG_SEED + 1)
+    program, memory = random_program(rng, config, commands=20, max_elements=200)
+    assert compare_with_interpreter(program, memory) >= 4
+
+
+@pytest.mark.slow
+@EVERY_CONFIG
+def test_random_requants_at_length(config):
+    """At least 1000 random REQUANT commands over the three configurations (a few hundred per program)."""
+    compared = 0
+    for seed in range(3):
+        rng = np.random.default_rng(RNG_SEED + 100 + seed)
+        program, memory = random_program(rng, config, commands=400, max_elements=24)
+        compared += compare_with_interpreter(program, memory)
+    assert compared >= 340
+
+
+# --- faults: every refusal of the interpreter, named, before anything is written ----------------------
+
+LEGAL = dict(acc_addr=0, out_addr=0, pixels=2, channels=3, param_index=0, out_type=DType.INT8, out_zero_point=0,
+             qmin=-128, qmax=127, mode=RequantMode.NATIVE, rounding=Rounding.HALF_UP, leaky=0)
+FAULTY_PARAM_INDEX = 4      # the faulting command's records: 4, 5, 6
+FAULTY_OUT_ADDR = 32
+
+
+def _record_change(field: str, value):
+    def change(records):
+        records[FAULTY_PARAM_INDEX + 1][field] = value
+    return change
+
+
+FAULTS = {   # id: (command changes, record change, expected name)
+    "acc_beyond": (dict(acc_addr=SMALL.buffer_units(Buffer.ACC) - 5), None, "acc_addr"),
+    "param_beyond": (dict(param_index=SMALL.buffer_units(Buffer.PARAM) - 2), None, "param_index"),
+    "reserved_bits": ({}, _record_change("reserved", 1), "param_reserved"),
+    "reserved_before_out": (dict(out_addr=SMALL.buffer_units(Buffer.OUT) - 2), _record_change("reserved", 4),
+                            "param_reserved"),
+    "leaky_float": (dict(mode=RequantMode.FLOAT32, leaky=1), None, "leaky"),
+    "shift": ({}, _record_change("shift", SHIFT_MAX + 1), "param_shift"),
+    "negative_shift": (dict(leaky=1), _record_change("negative_shift", 63), "param_negative_shift"),
+    "scale_zero": (dict(mode=RequantMode.FLOAT32), _record_change("scale", 0.0), "param_scale"),
+    "scale_negative": (dict(mode=RequantMode.FLOAT32), _record_change("scale", -0.5), "param_scale"),
+    "scale_infinite": (dict(mode=RequantMode.FLOAT32), _record_change("scale", np.inf), "param_scale"),
+    "scale_nan": (dict(mode=RequantMode.FLOAT32), _record_change("scale", np.nan), "param_scale"),
+    "qmin_type": (dict(qmin=-129), None, "qmin"),
+    "qmax_type": (dict(out_type=DType.UINT8, qmin=0, qmax=256), None, "qmax"),
+    "qmin_above_qmax": (dict(qmin=5, qmax=4), None, "qmin"),
+    "zero_point_type": (dict(out_type=DType.UINT8, qmin=0, qmax=255, out_zero_point=-1), None, "out_zero_point"),
+    "native_clamp_before_zero_point": (dict(qmin=-200, out_zero_point=300), None, "qmin"),
+    "float_zero_point_before_clamp": (dict(mode=RequantMode.FLOAT32, qmin=-200, out_zero_point=300), None,
+                                      "out_zero_point"),
+    "out_beyond": (dict(out_addr=SMALL.buffer_units(Buffer.OUT) - 5), None, "out_addr"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAULTS))
+def test_faults_are_named_before_writing(case):
+    changes, record_change, name = FAULTS[case]
+    config = SMALL
+    rng = np.random.default_rng(RNG_SEED)
+    memory = Memory.create(config, 64)
+    memory.buffers[Buffer.ACC][:] = _random_accumulators(rng, config.buffer_units(Buffer.ACC)).view(np.uint8)
+    records = _random_records(rng, config.buffer_units(Buffer.PARAM))
+    if record_change:
+        record_change(records)
+    memory.buffers[Buffer.PARAM][:] = records.view(np.uint8)
+    legal = Command.make(Opcode.REQUANT, **LEGAL)
+    faulty = Command.make(Opcode.REQUANT, **{**LEGAL, "param_index": FAULTY_PARAM_INDEX,
+                                             "out_addr": FAULTY_OUT_ADDR, **changes})
+    programs = []
+    for commands in ([legal, faulty], [legal]):
+        program = Program(config)
+        for command in commands + [Command.make(Opcode.FINISH, unit=Unit.REQUANT)]:
+            program.append(command)
+        programs.append(program)
+    with pytest.raises(ExecutionError):
+        interpreter.run(programs[0], memory)
+    expected = interpreter.run(programs[1], memory).memory      # the legal command's bytes, nothing more
+    result = run_amaranth(programs[0], memory, [RequantUnit], max_cycles=400)
+    assert result.errors == [RtlError(Unit.REQUANT, 1, name)]
+    assert first_difference(expected, result.memory) is None
+
+
+def test_negative_shift_is_free_without_leaky():
+    """golden checks the negative side only when it is used: a record with an illegal negative_shift runs."""
+    rng = np.random.default_rng(RNG_SEED)
+    drawn, memory = random_program(rng, SMALL, commands=3, max_elements=12)
+    memory.buffers[Buffer.PARAM].view(PARAM_DTYPE)["negative_shift"] = SHIFT_MAX + 1
+    program = Program(SMALL)
+    for command in drawn.queues[Unit.REQUANT]:
+        program.append(Command.make(command.opcode, **{**command.args, "leaky": 0})
+                       if command.opcode == Opcode.REQUANT else command)
+    assert compare_with_interpreter(program, memory) == 3
+
+
+def test_converts_to_verilog():
+    assert "module requant" in verilog.convert(RequantUnit(DEFAULT), name="requant")
