@@ -1,17 +1,18 @@
 """ELTWISE in the POOL unit, and the element plumbing POOL shares with it (docs/rtl-pool.md).
 
-:class:`SourceReads` reads one element (or operand pair) per cycle from ACT or OUT, :func:`pack_output`
-writes a stream of output elements as whole OUT words, :func:`dtype_bounds` / :func:`element_value` read
-the element types. :class:`EltwiseEngine` takes one element pair per cycle through three stages:
+:class:`SourceReads` reads a run of bytes at any address of ACT or OUT per cycle, :func:`pack_output`
+writes groups of output elements as whole OUT words, :func:`dtype_bounds` / :func:`element_value` read
+the element types. :class:`EltwiseEngine` takes a group of :func:`lanes` element pairs per cycle through
+three stages, each lane:
 
-  issue   read a[i] (first port of a_buf) and b[i] (second port of b_buf)
+  issue   read a[i : i + lanes] (two words of a_buf) and b[i : i + lanes] (two words of b_buf)
   scale   d = value - zero point; ADD/SUB/MAX/MIN: t_a = d_a * (M_a << (N - N_a)), t_b likewise, with
           N = max(N_a, N_b) (golden eltwise: the terms are aligned exactly); MUL: t_a = d_a * d_b * M_a;
           RESCALE: t_a = d_a * M_a (golden concat's requantize), t_b = 0
   output  combine, round(. / 2**N) in the command's rounding, + out_zero_point, clamp to [qmin, qmax]
 
-The aligned multipliers and N are registered once per command (CHECK), so the pipeline has one multiplier
-per operand and one barrel shifter.
+The aligned multipliers and N are registered once per command (CHECK), so each lane has one multiplier per
+operand and one barrel shifter.
 """
 from __future__ import annotations
 
@@ -60,72 +61,71 @@ def is_wide(dtype):
     return dtype == DType.INT16
 
 
-class SourceReads:
-    """The unit's two read ports per source buffer, one element each per cycle.
+def lanes(config: HardwareConfig) -> int:
+    """ELTWISE elements per cycle: a group of int16 results fills at most one OUT word, and a group of
+    operand bytes at most one source word (so each group touches two words of each)."""
+    return max(1, min(word_bytes(config, Buffer.OUT) // 2, *(word_bytes(config, b) for b in SOURCE_BUFFERS)))
 
-    POOL (``straddle`` = 1) reads the word holding its element's first byte through the first port and the
-    next word through the second, so a two-byte element may cross a word boundary. ELTWISE reads operand a
-    through the first port of ``a_buffer`` and operand b through the second port of ``b_buffer``. An engine
-    drives ``address``/``enable`` pairs; the element's bytes are in ``first`` / ``second`` the next cycle.
+
+class SourceReads:
+    """Reads a run of bytes at any byte address of ACT or OUT per cycle, for two streams.
+
+    Stream a (POOL's taps, ELTWISE's operand a) reads through ``<buffer>_read`` and ``<buffer>_read_b``,
+    stream b (operand b) through ``_read_c`` and ``_read_d``: the word holding the run's first byte and the
+    next one, so a run of up to a word's bytes may start anywhere. An engine drives ``a_address``/``a_enable``
+    (and b's); the run's bytes are in ``a_bytes`` / ``b_bytes`` the next cycle.
     """
 
-    def __init__(self, m: Module, unit: UnitComponent, straddle, a_buffer, b_buffer):
+    PORTS = {"a": ("", "_b"), "b": ("_c", "_d")}
+
+    def __init__(self, m: Module, unit: UnitComponent, a_buffer, b_buffer, run_bytes: int):
         width = unit.config.width_parameters["sram_addr_bits"]
-        self.a_address, self.b_address = Signal(width), Signal(width)
-        self.a_enable, self.b_enable = Signal(), Signal()
-        self.lanes = []
-        for buffer in SOURCE_BUFFERS:
-            name = buffer.name.lower()
-            first, second = getattr(unit, f"{name}_read"), getattr(unit, f"{name}_read_b")
-            shift = (word_bytes(unit.config, buffer) - 1).bit_length()
-            a_offset = Signal(shift, name=f"{name}_a_offset")
-            b_offset = Signal(shift, name=f"{name}_b_offset")
-            a_here, b_here = self.a_enable & (a_buffer == buffer), self.b_enable & (b_buffer == buffer)
-            a_word, b_word = self.a_address >> shift, self.b_address >> shift
-            m.d.comb += [first.addr.eq(a_word), first.en.eq(a_here),
-                         second.addr.eq(Mux(straddle, a_word + 1, b_word)),
-                         second.en.eq(Mux(straddle, a_here, b_here))]
-            with m.If(a_here):
-                m.d.sync += a_offset.eq(self.a_address)
-            with m.If(b_here):
-                m.d.sync += b_offset.eq(self.b_address)
-            self.lanes.append((buffer, first, second, a_offset, b_offset))
-
-        first = [Const(0, 8), Const(0, 8)]
-        second = Const(0, 8)
-        for buffer, first_port, second_port, a_offset, b_offset in self.lanes:
-            words = Cat(first_port.data, second_port.data)
-            first = [Mux(a_buffer == buffer, words.word_select(a_offset + index, 8), first[index]) for index in (0, 1)]
-            second = Mux(b_buffer == buffer, second_port.data.word_select(b_offset, 8), second)
-        #: bytes 0 and 1 of the element read through the first port(s) in the previous cycle
-        self.first = [wire(m, value, f"first_byte{index}") for index, value in enumerate(first)]
-        #: the byte read through the second port (ELTWISE operand b) in the previous cycle
-        self.second = wire(m, second, "second_byte")
+        for stream, buffer_select in (("a", a_buffer), ("b", b_buffer)):
+            address, enable = Signal(width, name=f"{stream}_address"), Signal(name=f"{stream}_enable")
+            run = [Const(0, 8)] * run_bytes
+            for buffer in SOURCE_BUFFERS:
+                name = buffer.name.lower()
+                ports = [getattr(unit, f"{name}_read{suffix}") for suffix in self.PORTS[stream]]
+                shift = (word_bytes(unit.config, buffer) - 1).bit_length()
+                offset = Signal(shift, name=f"{name}_{stream}_offset")
+                here = enable & (buffer_select == buffer)
+                for index, port in enumerate(ports):
+                    m.d.comb += [port.addr.eq((address >> shift) + index), port.en.eq(here)]
+                with m.If(here):
+                    m.d.sync += offset.eq(address)
+                window = Cat(*(port.data for port in ports))
+                run = [Mux(buffer_select == buffer, window.word_select(offset + index, 8), run[index])
+                       for index in range(run_bytes)]
+            setattr(self, f"{stream}_address", address)
+            setattr(self, f"{stream}_enable", enable)
+            setattr(self, f"{stream}_bytes", [wire(m, value, f"{stream}_byte{index}") for index, value in enumerate(run)])
 
 
-def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, valid, value, flush) -> None:
-    """Write a contiguous stream of output elements (from ``dst_addr``, one per ``valid``) to OUT, a word at a
-    time: bytes gather in a pending word that is written when its last byte arrives; ``flush`` writes it
-    as it is. An element straddling two words completes the first and starts the second, so at most one
-    word is written per cycle (this needs OUT words of at least two bytes)."""
+def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, valid, values, count, flush) -> None:
+    """Write a contiguous stream of output elements (from ``dst_addr``; when ``valid``, the first ``count`` of
+    ``values``) to OUT, a word at a time: bytes gather in a pending word that is written when its last byte
+    arrives; ``flush`` writes it as it is. A group is at most one word (:func:`lanes`), so one that crosses
+    a word boundary completes the first word and starts the second: at most one write per cycle."""
     nbytes = word_bytes(config, Buffer.OUT)
     if nbytes < 2:
         raise ValueError("the POOL unit needs OUT port_bytes >= 2 to write an int16 element per cycle")
     shift = (nbytes - 1).bit_length()
     address = Signal(len(dst_addr) + 1)
     pending_data, pending_mask = Signal(8 * nbytes), Signal(nbytes)
+    present = [index < count for index in range(len(values))]
+    group_data = Mux(wide, Cat(*(value[:16] for value in values)), Cat(*(value[:8] for value in values)))
+    group_mask = Mux(wide, Cat(*(bit.replicate(2) for bit in present)), Cat(*present))
     offset = address[:shift]
-    placed_data = Cat(value[:8], Mux(wide, value[8:16], 0)) << (offset * 8)
-    placed_mask = Cat(Const(1), wide) << offset
+    placed_data = wire(m, group_data << (offset * 8), "placed_data")
+    placed_mask = wire(m, group_mask << offset, "placed_mask")
     merged_data = pending_data | placed_data[:8 * nbytes]
     merged_mask = pending_mask | placed_mask[:nbytes]
-    full = merged_mask[-1]
     m.d.comb += port.addr.eq(address >> shift)
     with m.If(begin):
         m.d.sync += [address.eq(dst_addr), pending_data.eq(0), pending_mask.eq(0)]
     with m.Elif(valid):
-        m.d.sync += address.eq(address + 1 + wide)
-        with m.If(full):
+        m.d.sync += address.eq(address + (count << wide))
+        with m.If(merged_mask[-1]):      # the word's last byte has arrived
             m.d.comb += [port.en.eq(1), port.data.eq(merged_data), port.mask.eq(merged_mask)]
             m.d.sync += [pending_data.eq(placed_data[8 * nbytes:]), pending_mask.eq(placed_mask[nbytes:])]
         with m.Else():
@@ -148,8 +148,9 @@ class EltwiseEngine:
 
     def __init__(self, unit, m: Module, command, phase: dict, reads: SourceReads, enabled):
         self.unit, self.m, self.command, self.phase, self.enabled = unit, m, command, phase, enabled
-        self.out_valid, self.out_last = Signal(), Signal()
-        self.out_value = Signal(signed(17))
+        width = lanes(unit.config)
+        self.out_valid, self.out_last, self.out_count = Signal(), Signal(), Signal(range(width + 1))
+        self.out_values = [Signal(signed(17), name=f"eltwise_out{lane}") for lane in range(width)]
         c = command
         self.two_operands = (c.op == EltwiseOp.ADD) | (c.op == EltwiseOp.SUB) | (c.op == EltwiseOp.MAX) | \
             (c.op == EltwiseOp.MIN)
@@ -183,7 +184,7 @@ class EltwiseEngine:
         ]
 
     def _datapath(self, reads: SourceReads) -> None:
-        m, c = self.m, self.command
+        m, c, width = self.m, self.command, lanes(self.unit.config)
         # per command: N and the aligned multipliers (b's is 0 where b takes no part)
         shift, a_scale, b_scale = Signal(SHIFT_BITS), Signal(ALIGNED_BITS), Signal(ALIGNED_BITS)
         common = Mux(self.two_operands & (c.b_shift > c.a_shift), c.b_shift, c.a_shift)
@@ -191,31 +192,42 @@ class EltwiseEngine:
             m.d.sync += [shift.eq(common), a_scale.eq(c.a_multiplier << (common - c.a_shift)[:SHIFT_BITS]),
                          b_scale.eq(Mux(self.two_operands, c.b_multiplier << (common - c.b_shift)[:SHIFT_BITS], 0))]
 
-        # issue: element i of both operands
-        index, finished = Signal(len(c.count)), Signal()
+        # issue: the group of ``width`` elements from ``first`` of both operands
+        first, finished = Signal(len(c.count) + 1), Signal()
         issuing = self.phase["run"] & self.enabled & ~finished
-        last = index == c.count - 1
+        left = c.count - first
+        last = left <= width
         with m.If(self.enabled):
-            m.d.comb += [reads.a_address.eq(c.a_addr + index), reads.a_enable.eq(issuing),
-                         reads.b_address.eq(c.b_addr + index), reads.b_enable.eq(issuing & (c.op != EltwiseOp.RESCALE))]
+            m.d.comb += [reads.a_address.eq(c.a_addr + first), reads.a_enable.eq(issuing),
+                         reads.b_address.eq(c.b_addr + first), reads.b_enable.eq(issuing & (c.op != EltwiseOp.RESCALE))]
         with m.If(self.phase["begin"]):
-            m.d.sync += [index.eq(0), finished.eq(0)]
+            m.d.sync += [first.eq(0), finished.eq(0)]
         with m.Elif(issuing):
-            m.d.sync += [index.eq(index + 1), finished.eq(last)]
+            m.d.sync += [first.eq(first + width), finished.eq(last)]
 
-        # scale: the centred operands times their multipliers
-        read_valid, read_last = Signal(), Signal()
-        m.d.sync += [read_valid.eq(issuing), read_last.eq(last)]
-        a_centred = wire(m, element_value(c.a_type, reads.first[0], 0) - c.a_zero_point, "a_centred")
-        b_centred = wire(m, element_value(c.b_type, reads.second, 0) - c.b_zero_point, "b_centred")
+        # scale: the centred operands times their multipliers, per lane
+        read_valid, read_last, read_count = Signal(), Signal(), Signal(range(width + 1))
+        m.d.sync += [read_valid.eq(issuing), read_last.eq(last), read_count.eq(Mux(last, left, width))]
         term_bits = signed(max(ELTWISE_SUM_BITS, PRODUCT_BITS))
-        scaled_valid, scaled_last, a_term, b_term = Signal(), Signal(), Signal(term_bits), Signal(term_bits)
-        m.d.sync += [scaled_valid.eq(read_valid), scaled_last.eq(read_last),
-                     a_term.eq(Mux(c.op == EltwiseOp.MUL, a_centred * b_centred, a_centred) * a_scale),
-                     b_term.eq(b_centred * b_scale)]
+        scaled_valid, scaled_last, scaled_count = Signal(), Signal(), Signal.like(read_count)
+        m.d.sync += [scaled_valid.eq(read_valid), scaled_last.eq(read_last), scaled_count.eq(read_count)]
+        results = []
+        for lane in range(width):
+            a_centred = wire(m, element_value(c.a_type, reads.a_bytes[lane], 0) - c.a_zero_point, f"a_centred{lane}")
+            b_centred = wire(m, element_value(c.b_type, reads.b_bytes[lane], 0) - c.b_zero_point, f"b_centred{lane}")
+            a_term, b_term = Signal(term_bits, name=f"a_term{lane}"), Signal(term_bits, name=f"b_term{lane}")
+            m.d.sync += [a_term.eq(Mux(c.op == EltwiseOp.MUL, a_centred * b_centred, a_centred) * a_scale),
+                         b_term.eq(b_centred * b_scale)]
+            results.append(self._output(a_term, b_term, shift, lane))
 
-        # output: combine, round once, zero point, clamp
-        combined = Signal(signed(len(a_term) + 1))
+        # output: registered results of the group
+        m.d.sync += [self.out_valid.eq(scaled_valid & self.enabled), self.out_last.eq(scaled_last),
+                     self.out_count.eq(scaled_count), *(out.eq(result) for out, result in zip(self.out_values, results))]
+
+    def _output(self, a_term, b_term, shift, lane: int):
+        """Combine one lane's terms, round once, add the zero point, clamp."""
+        m, c = self.m, self.command
+        combined = Signal(signed(len(a_term) + 1), name=f"combined{lane}")
         with m.Switch(c.op):
             with m.Case(EltwiseOp.SUB):
                 m.d.comb += combined.eq(a_term - b_term)
@@ -225,6 +237,5 @@ class EltwiseEngine:
                 m.d.comb += combined.eq(Mux(a_term < b_term, a_term, b_term))
             with m.Default():       # ADD; MUL and RESCALE have b_term = 0
                 m.d.comb += combined.eq(a_term + b_term)
-        shifted = wire(m, rounding_shift_right(combined, shift, c.rounding) + c.out_zero_point, "shifted")
-        m.d.sync += [self.out_valid.eq(scaled_valid & self.enabled), self.out_last.eq(scaled_last),
-                     self.out_value.eq(clamp(shifted, c.qmin, c.qmax))]
+        shifted = wire(m, rounding_shift_right(combined, shift, c.rounding) + c.out_zero_point, f"shifted{lane}")
+        return clamp(shifted, c.qmin, c.qmax)

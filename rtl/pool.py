@@ -19,7 +19,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
 from aipu.rtl.eltwise import (SOURCE_BUFFERS, EltwiseEngine, SourceReads, dtype_bounds, element_value, is_wide,
-                              pack_output, region_beyond, wire)
+                              lanes, pack_output, region_beyond, wire)
 from aipu.rtl.ports import read_port, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, HardwareConfig
@@ -66,7 +66,7 @@ def command_cycles(config: HardwareConfig, command: Command) -> int:
         out_h, out_w = pool_output_size(command)
         items = out_h * out_w * command.channels * command.k_h * command.k_w
     else:
-        items = command.count
+        items = -(-command.count // lanes(config))
     return CHECK_CYCLES + items + PIPELINE_LATENCY + FLUSH_CYCLES
 
 
@@ -80,29 +80,33 @@ def round_up(rounding, above, tie, odd, negative):
 
 
 class PoolUnit(UnitComponent):
-    """POOL and ELTWISE (docs/rtl-pool.md). Ports: per source buffer two read ports (POOL reads a word and
-    the next, so a two-byte element may straddle them; ELTWISE reads operand a and operand b), one OUT write."""
+    """POOL and ELTWISE (docs/rtl-pool.md). Ports: per source buffer four read ports, two per stream
+    (:class:`SourceReads`: POOL's taps and ELTWISE's operand a, ELTWISE's operand b), one OUT write."""
 
     UNIT = Unit.POOL
 
     def ports(self, config: HardwareConfig) -> dict:
         reads = {f"{buffer.name.lower()}_read{suffix}": Out(read_port(config, buffer))
-                 for buffer in SOURCE_BUFFERS for suffix in ("", "_b")}
+                 for buffer in SOURCE_BUFFERS for suffixes in SourceReads.PORTS.values() for suffix in suffixes}
         return {**reads, "out_write": Out(write_port(config, Buffer.OUT))}
 
     def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
         is_pool = self.view(word, Opcode.FINISH).opcode == Opcode.POOL
         pool, eltwise = self.view(word, Opcode.POOL), self.view(word, Opcode.ELTWISE)
         phase = {name: Signal(name=name) for name in ("check", "begin", "run", "flush")}
-        reads = SourceReads(m, self, is_pool, Mux(is_pool, pool.src_buf, eltwise.a_buf), eltwise.b_buf)
+        width = lanes(self.config)
+        reads = SourceReads(m, self, Mux(is_pool, pool.src_buf, eltwise.a_buf), eltwise.b_buf, max(2, width))
         engines = ((PoolEngine(self, m, pool, phase, reads, enabled=is_pool), is_pool),
                    (EltwiseEngine(self, m, eltwise, phase, reads, enabled=~is_pool), ~is_pool))
-        valid, value, last = Signal(), Signal(signed(17)), Signal()
+        valid, last, count = Signal(), Signal(), Signal(range(width + 1))
+        values = [Signal(signed(17), name=f"result{lane}") for lane in range(width)]
         for engine, selected in engines:
             with m.If(selected):
-                m.d.comb += [valid.eq(engine.out_valid), value.eq(engine.out_value), last.eq(engine.out_last)]
+                m.d.comb += [valid.eq(engine.out_valid), last.eq(engine.out_last), count.eq(engine.out_count),
+                             *(value.eq(result) for value, result in zip(values, engine.out_values))]
         pack_output(m, self.config, self.out_write, phase["begin"], Mux(is_pool, pool.dst_addr, eltwise.dst_addr),
-                    Mux(is_pool, is_wide(pool.dtype), is_wide(eltwise.out_type)), valid, value, phase["flush"])
+                    Mux(is_pool, is_wide(pool.dtype), is_wide(eltwise.out_type)), valid, values, count,
+                    phase["flush"])
 
         refusals = [[(wire(m, condition, f"refuse_{name}"), name) for condition, name in engine.faults]
                     for engine, _ in engines]
@@ -138,8 +142,8 @@ class PoolEngine:
 
     def __init__(self, unit: PoolUnit, m: Module, command, phase: dict, reads: SourceReads, enabled):
         self.unit, self.m, self.command, self.phase, self.enabled = unit, m, command, phase, enabled
-        self.out_valid, self.out_last = Signal(), Signal()
-        self.out_value = Signal(signed(17))
+        self.out_valid, self.out_last, self.out_count = Signal(), Signal(), Const(1)
+        self.out_values = [Signal(signed(17), name="pool_out")]      # one element per window
         self.faults: list[tuple] = []     # (condition, field name) in the interpreter's order
         self._geometry()
         self._datapath(reads)
@@ -220,7 +224,7 @@ class PoolEngine:
         tap_valid, tap_inside, tap_first, tap_last, tap_all = Signal(), Signal(), Signal(), Signal(), Signal()
         m.d.sync += [tap_valid.eq(issuing), tap_inside.eq(inside), tap_first.eq((ky == 0) & (kx == 0)),
                      tap_last.eq(window_done), tap_all.eq(all_done)]
-        element = wire(m, element_value(c.dtype, *reads.first), "tap_element")
+        element = wire(m, element_value(c.dtype, *reads.a_bytes[:2]), "tap_element")
         is_max = c.mode == PoolMode.MAX
         dtype_low, _ = dtype_bounds(c.dtype)
         best, total, count = Signal(signed(17)), Signal(signed(WINDOW_SUM_BITS + 1)), Signal(range(MAX_WINDOW + 1))
@@ -263,4 +267,4 @@ class PoolEngine:
         average = quotient + round_up(c.rounding, twice > held_divisor, twice == held_divisor, quotient[0],
                                       negative) + c.zero_point
         m.d.comb += [self.out_valid.eq(quotient_valid & self.enabled), self.out_last.eq(quotient_last),
-                     self.out_value.eq(Mux(is_max, held_max, average))]
+                     self.out_values[0].eq(Mux(is_max, held_max, average))]
