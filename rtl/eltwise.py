@@ -23,11 +23,12 @@ from aipu.rtl.arith import clamp, rounding_shift_right
 from aipu.rtl.ports import word_bytes
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.golden.eltwise import MAX_ALIGN
-from aipu.sim.machine.arch import (DTYPE_NUMPY, ELTWISE_SUM_BITS, MAC_OPERAND_BITS, MULTIPLIER_BITS, SHIFT_BITS,
-                                   Buffer, DType, HardwareConfig)
+from aipu.sim.machine.arch import (DTYPE_BYTES, DTYPE_NUMPY, ELTWISE_SUM_BITS, MAC_OPERAND_BITS, MULTIPLIER_BITS,
+                                   SHIFT_BITS, Buffer, DType, HardwareConfig)
 from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, EltwiseOp
 
 SOURCE_BUFFERS = VECTOR_SOURCE_BUFFERS       # where POOL and ELTWISE read
+ELEMENT = signed(8 * max(DTYPE_BYTES.values()) + 1)   # holds a value of every element type
 
 OPERAND_TYPES = (DType.INT8, DType.UINT8)
 ALIGNED_BITS = MULTIPLIER_BITS + MAX_ALIGN        # M << (N - N_i) of an operand that passed the alignment check
@@ -43,7 +44,7 @@ def wire(m: Module, expression, name: str) -> Signal:
 
 def dtype_bounds(dtype, types=tuple(DType)):
     """(lowest, highest) value of the element type ``dtype`` (a DType-valued signal), one of ``types``."""
-    low, high = Const(0, signed(18)), Const(0, signed(18))
+    low, high = Const(0, ELEMENT), Const(0, ELEMENT)
     for member in types:
         info = np.iinfo(DTYPE_NUMPY[member])
         low, high = Mux(dtype == member, int(info.min), low), Mux(dtype == member, int(info.max), high)
@@ -51,7 +52,7 @@ def dtype_bounds(dtype, types=tuple(DType)):
 
 
 def element_value(dtype, low_byte, high_byte):
-    """The value of an element of ``dtype`` from its (little-endian) bytes, as a signed 17-bit value."""
+    """The value of an element of ``dtype`` from its (little-endian) bytes, as an ``ELEMENT``."""
     return Mux(dtype == DType.INT16, Cat(low_byte, high_byte).as_signed(),
                Mux(dtype == DType.INT8, low_byte.as_signed(), low_byte))
 
@@ -79,26 +80,28 @@ class SourceReads:
     PORTS = {"a": ("", "_b"), "b": ("_c", "_d")}
 
     def __init__(self, m: Module, unit: UnitComponent, a_buffer, b_buffer, run_bytes: int):
-        width = unit.config.width_parameters["sram_addr_bits"]
-        for stream, buffer_select in (("a", a_buffer), ("b", b_buffer)):
-            address, enable = Signal(width, name=f"{stream}_address"), Signal(name=f"{stream}_enable")
-            run = [Const(0, 8)] * run_bytes
-            for buffer in SOURCE_BUFFERS:
-                name = buffer.name.lower()
-                ports = [getattr(unit, f"{name}_read{suffix}") for suffix in self.PORTS[stream]]
-                shift = (word_bytes(unit.config, buffer) - 1).bit_length()
-                offset = Signal(shift, name=f"{name}_{stream}_offset")
-                here = enable & (buffer_select == buffer)
-                for index, port in enumerate(ports):
-                    m.d.comb += [port.addr.eq((address >> shift) + index), port.en.eq(here)]
-                with m.If(here):
-                    m.d.sync += offset.eq(address)
-                window = Cat(*(port.data for port in ports))
-                run = [Mux(buffer_select == buffer, window.word_select(offset + index, 8), run[index])
-                       for index in range(run_bytes)]
-            setattr(self, f"{stream}_address", address)
-            setattr(self, f"{stream}_enable", enable)
-            setattr(self, f"{stream}_bytes", [wire(m, value, f"{stream}_byte{index}") for index, value in enumerate(run)])
+        self.a_address, self.a_enable, self.a_bytes = self._stream(m, unit, "a", a_buffer, run_bytes)
+        self.b_address, self.b_enable, self.b_bytes = self._stream(m, unit, "b", b_buffer, run_bytes)
+
+    def _stream(self, m: Module, unit: UnitComponent, stream: str, buffer_select, run_bytes: int):
+        """(address, enable, the run's bytes one cycle later) of one stream over both source buffers."""
+        address = Signal(unit.config.width_parameters["sram_addr_bits"], name=f"{stream}_address")
+        enable = Signal(name=f"{stream}_enable")
+        run = [Const(0, 8)] * run_bytes
+        for buffer in SOURCE_BUFFERS:
+            name = buffer.name.lower()
+            ports = [getattr(unit, f"{name}_read{suffix}") for suffix in self.PORTS[stream]]
+            shift = (word_bytes(unit.config, buffer) - 1).bit_length()
+            offset = Signal(shift, name=f"{name}_{stream}_offset")
+            here = enable & (buffer_select == buffer)
+            for index, port in enumerate(ports):
+                m.d.comb += [port.addr.eq((address >> shift) + index), port.en.eq(here)]
+            with m.If(here):
+                m.d.sync += offset.eq(address)
+            window = Cat(*(port.data for port in ports))
+            run = [Mux(buffer_select == buffer, window.word_select(offset + index, 8), run[index])
+                   for index in range(run_bytes)]
+        return address, enable, [wire(m, value, f"{stream}_byte{index}") for index, value in enumerate(run)]
 
 
 def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, valid, values, count, flush) -> None:
@@ -150,7 +153,7 @@ class EltwiseEngine:
         self.unit, self.m, self.command, self.phase, self.enabled = unit, m, command, phase, enabled
         width = lanes(unit.config)
         self.out_valid, self.out_last, self.out_count = Signal(), Signal(), Signal(range(width + 1))
-        self.out_values = [Signal(signed(17), name=f"eltwise_out{lane}") for lane in range(width)]
+        self.out_values = [Signal(ELEMENT, name=f"eltwise_out{lane}") for lane in range(width)]
         c = command
         self.two_operands = (c.op == EltwiseOp.ADD) | (c.op == EltwiseOp.SUB) | (c.op == EltwiseOp.MAX) | \
             (c.op == EltwiseOp.MIN)
@@ -222,7 +225,8 @@ class EltwiseEngine:
 
         # output: registered results of the group
         m.d.sync += [self.out_valid.eq(scaled_valid & self.enabled), self.out_last.eq(scaled_last),
-                     self.out_count.eq(scaled_count), *(out.eq(result) for out, result in zip(self.out_values, results))]
+                     self.out_count.eq(scaled_count),
+                     *(out.eq(result) for out, result in zip(self.out_values, results))]
 
     def _output(self, a_term, b_term, shift, lane: int):
         """Combine one lane's terms, round once, add the zero point, clamp."""

@@ -4,7 +4,7 @@ Both commands share the unit's ports and its back end (docs/rtl-pool.md):
 
   CHECK   register the command's geometry (window extents, output size, region sizes)
   VERIFY  refuse, naming the field, everything the interpreter refuses; nothing is written before this
-  RUN     one read per cycle: a window tap (POOL) or an operand pair (ELTWISE), through a fixed pipeline
+  RUN     one item per cycle: a window tap (POOL) or a group of operand pairs (ELTWISE), no stall
   FLUSH   the last partly filled output word is written; ``done``
 
 The ELTWISE engine and the element plumbing both engines share (source reads, the output packer that
@@ -14,12 +14,12 @@ quotient for every window count and every window sum).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
-from aipu.rtl.eltwise import (SOURCE_BUFFERS, EltwiseEngine, SourceReads, dtype_bounds, element_value, is_wide,
-                              lanes, pack_output, region_beyond, wire)
+from aipu.rtl.eltwise import (ELEMENT, SOURCE_BUFFERS, EltwiseEngine, SourceReads, dtype_bounds, element_value,
+                              is_wide, lanes, pack_output, region_beyond, wire)
 from aipu.rtl.ports import read_port, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, HardwareConfig
@@ -99,7 +99,7 @@ class PoolUnit(UnitComponent):
         engines = ((PoolEngine(self, m, pool, phase, reads, enabled=is_pool), is_pool),
                    (EltwiseEngine(self, m, eltwise, phase, reads, enabled=~is_pool), ~is_pool))
         valid, last, count = Signal(), Signal(), Signal(range(width + 1))
-        values = [Signal(signed(17), name=f"result{lane}") for lane in range(width)]
+        values = [Signal(ELEMENT, name=f"result{lane}") for lane in range(width)]
         for engine, selected in engines:
             with m.If(selected):
                 m.d.comb += [valid.eq(engine.out_valid), last.eq(engine.out_last), count.eq(engine.out_count),
@@ -143,7 +143,7 @@ class PoolEngine:
     def __init__(self, unit: PoolUnit, m: Module, command, phase: dict, reads: SourceReads, enabled):
         self.unit, self.m, self.command, self.phase, self.enabled = unit, m, command, phase, enabled
         self.out_valid, self.out_last, self.out_count = Signal(), Signal(), Const(1)
-        self.out_values = [Signal(signed(17), name="pool_out")]      # one element per window
+        self.out_values = [Signal(ELEMENT, name="pool_out")]      # one element per window
         self.faults: list[tuple] = []     # (condition, field name) in the interpreter's order
         self._geometry()
         self._datapath(reads)
@@ -152,19 +152,20 @@ class PoolEngine:
         """CHECK registers the window extents, output size and region sizes; VERIFY's fault conditions."""
         m, c, config = self.m, self.command, self.unit.config
         self.element_bytes = 1 + is_wide(c.dtype)
-        span_h, span_w = Signal(8), Signal(8)          # dilation * (k - 1) + 1
-        padded_h, padded_w = Signal(13), Signal(13)
-        self.out_h, self.out_w = Signal(13), Signal(13)
-        in_bytes, out_bytes = Signal(40), Signal(56)
-        with m.If(self.phase["check"]):
-            m.d.sync += [span_h.eq(c.dilation_h * (c.k_h - 1) + 1), span_w.eq(c.dilation_w * (c.k_w - 1) + 1),
-                         padded_h.eq(c.in_h + c.pad_top + c.pad_bottom),
-                         padded_w.eq(c.in_w + c.pad_left + c.pad_right),
-                         in_bytes.eq(c.in_h * c.in_w * c.channels * self.element_bytes)]
+        registered = {    # dilation * (k - 1) + 1, the padded input and the source bytes, in CHECK
+            "span_h": c.dilation_h * (c.k_h - 1) + 1, "span_w": c.dilation_w * (c.k_w - 1) + 1,
+            "padded_h": c.in_h + c.pad_top + c.pad_bottom, "padded_w": c.in_w + c.pad_left + c.pad_right,
+            "in_bytes": c.in_h * c.in_w * c.channels * self.element_bytes}
+        for name, expression in registered.items():
+            registered[name] = Signal(Value.cast(expression).shape(), name=name)
+            with m.If(self.phase["check"]):
+                m.d.sync += registered[name].eq(expression)
+        span_h, span_w, padded_h, padded_w, in_bytes = registered.values()
+        self.span_h, self.span_w = span_h, span_w
         # out_h/out_w follow from the registered spans one cycle later (VERIFY uses them only if the window fits)
-        m.d.comb += [self.out_h.eq((padded_h - span_h) // c.stride_h + 1),
-                     self.out_w.eq((padded_w - span_w) // c.stride_w + 1)]
-        m.d.comb += out_bytes.eq(self.out_h * self.out_w * c.channels * self.element_bytes)
+        self.out_h = wire(m, ((padded_h - span_h) // c.stride_h + 1)[:len(padded_h)], "out_h")
+        self.out_w = wire(m, ((padded_w - span_w) // c.stride_w + 1)[:len(padded_w)], "out_w")
+        out_bytes = self.out_h * self.out_w * c.channels * self.element_bytes
         zero_low, zero_high = dtype_bounds(c.dtype)
         is_max = c.mode == PoolMode.MAX
         self.faults += [
@@ -185,10 +186,11 @@ class PoolEngine:
         """The tap counters, the window accumulator and the divider."""
         m, c = self.m, self.command
         begin, run = self.phase["begin"], self.phase["run"] & self.enabled
-        oy, ox, channel = Signal(12), Signal(12), Signal(12)
-        ky, kx = Signal(4), Signal(4)
-        top, left = Signal(signed(14)), Signal(signed(14))            # first window row/column of (oy, ox)
-        row_step, column_step = Signal(8), Signal(8)                  # ky * dilation_h, kx * dilation_w
+        oy, ox, channel = Signal.like(self.out_h), Signal.like(self.out_w), Signal.like(c.channels)
+        ky, kx = Signal.like(c.k_h), Signal.like(c.k_w)
+        # first window row/column of (oy, ox): from -pad up to below in_h / in_w
+        top, left = Signal(signed(len(c.in_h) + 2)), Signal(signed(len(c.in_w) + 2))
+        row_step, column_step = Signal.like(self.span_h), Signal.like(self.span_w)   # ky * dilation_h, ...
         finished = Signal()
         row, column = wire(m, top + row_step, "tap_row"), wire(m, left + column_step, "tap_column")
         inside = (row >= 0) & (row < c.in_h) & (column >= 0) & (column < c.in_w)
@@ -227,7 +229,7 @@ class PoolEngine:
         element = wire(m, element_value(c.dtype, *reads.a_bytes[:2]), "tap_element")
         is_max = c.mode == PoolMode.MAX
         dtype_low, _ = dtype_bounds(c.dtype)
-        best, total, count = Signal(signed(17)), Signal(signed(WINDOW_SUM_BITS + 1)), Signal(range(MAX_WINDOW + 1))
+        best, total, count = Signal(ELEMENT), Signal(signed(WINDOW_SUM_BITS + 1)), Signal(range(MAX_WINDOW + 1))
         best_in = Mux(tap_first, dtype_low, best)
         total_in, count_in = Mux(tap_first, 0, total), Mux(tap_first, 0, count)
         best_next = Mux(tap_inside & (element > best_in), element, best_in)
@@ -238,7 +240,7 @@ class PoolEngine:
 
         # stage 2: the window's result; AVG multiplies |sum| by the divisor's reciprocal
         window_valid, window_last = Signal(), Signal()
-        window_max, window_sum = Signal(signed(17)), Signal(signed(WINDOW_SUM_BITS + 1))
+        window_max, window_sum = Signal(ELEMENT), Signal(signed(WINDOW_SUM_BITS + 1))
         divisor = Signal(range(MAX_WINDOW + 1))
         m.d.sync += [window_valid.eq(tap_valid & tap_last), window_last.eq(tap_all),
                      window_max.eq(best_next), window_sum.eq(total_next),
@@ -252,7 +254,7 @@ class PoolEngine:
         # stage 3: floor quotient and remainder of the signed division, rounding, + zero point
         quotient_valid, quotient_last = Signal(), Signal()
         product = Signal(RECIPROCAL_SHIFT + 1 + WINDOW_SUM_BITS)
-        held_max, held_sum, held_divisor = Signal(signed(17)), Signal.like(window_sum), Signal.like(divisor)
+        held_max, held_sum, held_divisor = Signal(ELEMENT), Signal.like(window_sum), Signal.like(divisor)
         m.d.sync += [quotient_valid.eq(window_valid), quotient_last.eq(window_last), held_max.eq(window_max),
                      held_sum.eq(window_sum), held_divisor.eq(divisor),
                      product.eq(magnitude * reciprocal.data)]
