@@ -69,6 +69,9 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     options = api.CodecOptions(bitdepth=args.bitdepth, step=args.step, clusters=args.clusters,
                                bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,
                                progress=True if args.progress else None)
+    if args.profile == "npu":        # what the NPU's WDEC decodes: every tensor a layer of its own
+        from aipu.codec.npu_profile import with_profile
+        options, groups = with_profile(options), [(name, None) for name in tensors]
     started = time.perf_counter()
     try:
         data, infos = api.encode_with_info(tensors, options, groups)
@@ -141,7 +144,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     quant.add_argument("--clusters", type=int, help="k-means codebook quantisation with this many levels")
     enc.add_argument("--bias-bitdepth", type=int, default=16, help="bit depth of float 1-D tensors")
     enc.add_argument("--ctu", type=int, default=64, choices=(64, 32, 16, 8), help="maximum CTU size")
-    enc.add_argument("--fast", action="store_true", help="one fixed mode (octree from the root), no search")
+    mode = enc.add_mutually_exclusive_group()
+    mode.add_argument("--fast", action="store_true", help="one fixed mode (octree from the root), no search")
+    mode.add_argument("--profile", choices=("npu",), help="npu: the subset the NPU's weight decoder (WDEC) "
+                      "executes (docs/codec.md §11); every tensor is a layer of its own")
     enc.add_argument("--progress", action="store_true", help="always show a progress bar")
     enc.set_defaults(func=_cmd_encode)
 

@@ -1,0 +1,188 @@
+"""The NPU hardware profile: the subset of the chapter-10 syntax the on-chip weight decoder (WDEC) executes.
+
+A profile stream is what ``encode(..., NPU_OPTIONS)`` emits for one 4-D weight tensor without a bias: one
+layer of one sublayer (dim 4, scan order 0), no z reordering, no kernel-adapted CTUs, and every CTU a
+single CU (no split) coded as a unitree whose start depth is the leaf level (no start-depth signalling)
+without a codebook. Each leaf is then coded alone, in the tree's depth-first (Morton) order:
+``uni_map_nzflag``, and for a non-zero level ``uni_sign`` and ``uni_abs_q``. docs/codec.md §11 lists the
+profile; ``decode_profile_stream`` decodes it the way the hardware does and refuses, at the element that
+leaves the profile, every stream outside it (``CodecError`` with ``element`` naming it).
+
+The walk here uses the reference engine and the element table, so its bins are the general decoder's bins
+(the tests compare the traces). It also counts what the hardware's cycle formula needs (rtl/wdec.py):
+the Morton candidates outside the CU that the leaf walk steps over, and the engine cycles spent on runs of
+zero bits longer than the engine's one-cycle renormalisation window.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .errors import CodecError, error_context
+from .reference.element_coder import ElementDecoder
+from .reference.engine import AecDecoder
+from .reference.geometry import ctu_size_from_idx
+from .reference.headers import step_size
+from .reference.sublayer_coder import MAX_CBOOK_SIZE
+
+ZERO_RUN_BITS = 8           # the hardware renormalises past at most this many leading zero bits per cycle
+PROFILE_CTU_FLAGS = (("select_map_mode_flag", 0), ("map_mode_flag", 1), ("enable_start_depth", 0))
+PROFILE_CU_FLAGS = (("signalled_size", 0), ("uni_mode", 1))     # after split_flag: no codebook, a unitree
+SPLIT_FLAG_MIN_CU = 8       # MIN_CU3D_SIZE: a CTU wider or taller than one minimum CU codes split_flag
+
+
+def with_profile(options):
+    """``options`` (CodecOptions) restricted so that the encoder emits the profile; quantisation is kept."""
+    from .encoder import EncoderOptions
+
+    return replace(options, enable_zdep_reorder=False, enable_max_ctu3d_size=False, scan_order=0,
+                   encoder=EncoderOptions(trees=("unitree",), codebook="off", start_depth="leaf", split="never",
+                                          zdep="off"))
+
+
+def encoder_options(max_ctu_size: int = 64):
+    """CodecOptions for integer weights in the profile (``aipu codec encode --profile npu``)."""
+    from .api import CodecOptions
+
+    return with_profile(CodecOptions(max_ctu_size=max_ctu_size))
+
+
+@dataclass
+class ProfileDecode:
+    """A decoded profile stream: levels in the tensor's [O][I][KH][KW] layout and the cycle model's counts."""
+
+    levels: np.ndarray
+    bins: int = 0                    # every bin, the terminating stuffing bin included
+    morton_skips: int = 0            # leaf-walk candidates outside their CU
+    zero_run_cycles: int = 0         # extra engine cycles on long zero runs
+
+
+class _CountingDecoder(AecDecoder):
+    """The reference engine, counting the cycles the hardware spends on zero runs before a bin."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data, trace=True)
+        self.zero_run_cycles = 0
+
+    def _decode(self, pred_mps: int, lg_pmps_full: int) -> int:
+        if (self._value_d or (self._bflag == 1 and self._rs1 == self._bound_s)) and self._value_t == 0:
+            value_s = 0
+            while self._bound_s - value_s > ZERO_RUN_BITS and self._zero_bits_at(self._pos + value_s):
+                value_s += ZERO_RUN_BITS
+                self.zero_run_cycles += 1
+        return super()._decode(pred_mps, lg_pmps_full)
+
+    def _zero_bits_at(self, position: int) -> bool:
+        """The ZERO_RUN_BITS stream bits from ``position`` are all 0 (bits past the end read as 0)."""
+        for bit in range(position, position + ZERO_RUN_BITS):
+            if bit < self._end and (self._data[bit >> 3] >> (7 - (bit & 7))) & 1:
+                return False
+        return True
+
+
+def _outside(element: str, value: int, wanted: int) -> CodecError:
+    return CodecError(f"{element} = {value} is outside the npu profile (needs {wanted})", element=element)
+
+
+def morton_leaves(zdepth: int, height: int, width: int):
+    """The unitree's leaf order (its depth-first walk of 10.3.11, as the tests check): Morton order with the z
+    bit above y above x at every level. Yields (z, y, x) per leaf and None per candidate outside the CU; the
+    hardware steps over a whole out-of-range subtree per such candidate, as here."""
+    levels = max(int(zdepth - 1).bit_length(), int(height - 1).bit_length(), int(width - 1).bit_length())
+    extents = (zdepth, height, width)
+    index = 0
+    while index < 1 << (3 * levels):
+        coords = tuple(sum(((index >> (3 * bit + 2 - axis)) & 1) << bit for bit in range(levels)) for axis in range(3))
+        outside = [(coord ^ (extent - 1)).bit_length() - 1
+                   for coord, extent in zip(coords, extents) if coord >= extent]
+        if outside:
+            yield None
+            index = (index | ((1 << (3 * max(outside))) - 1)) + 1
+        else:
+            yield coords
+            index += 1
+
+
+# nnc_header() and layer_header() of a profile stream: element -> the value the profile needs (None: any)
+PROFILE_HEADER = (("integer_input", None), ("total_trainable_layer", 1), ("enable_escape_reorder", None),
+                  ("enable_zdep_reorder", 0), ("enable_max_ctu3d_size", 0), ("max_ctu3d_idx", None),
+                  ("array1d_depth", None), ("total_sublayer", 1), ("sublayer_cmaxw", None), ("sublayer_dim", 0),
+                  ("sublayer_shape", "R"), ("sublayer_shape", "S"), ("sublayer_shape", "C"), ("sublayer_shape", "K"),
+                  ("sublayer_scan_order", 0), ("sublayer_bitdepth", None))
+SHAPE_AXES = "RSCK"
+
+
+def read_header(reader: ElementDecoder, sublayer_shape: tuple[int, int, int, int]) -> dict[str, int]:
+    """The stream and layer headers, each field checked as soon as it is read: the profile's values, the
+    sublayer shape (R, S, C, K) the caller expects, and the step size's zero bit depth (codec.md §2, A13)."""
+    header: dict[str, int] = {}
+    for name, wanted in PROFILE_HEADER:
+        value = reader.read(name)
+        if isinstance(wanted, str):
+            expected = sublayer_shape[SHAPE_AXES.index(wanted)]
+            if value != expected:
+                raise CodecError(f"sublayer_shape {wanted} = {value}, the command expects {expected}",
+                                 element="sublayer_shape")
+        elif wanted is not None and value != wanted:
+            raise _outside(name, value, wanted)
+        header[name] = value
+    if header["integer_input"] == 0 and header["sublayer_cmaxw"]:
+        step_size(header["sublayer_cmaxw"], header["sublayer_bitdepth"], 0, one_d=False)
+    return header
+
+
+def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
+                          trace: list | None = None) -> ProfileDecode:
+    """Decode a profile stream of an [O][I][KH][KW] tensor; CodecError outside the profile or on corruption.
+    ``trace`` receives the (ctxIdx, bin) of every bin decoded, also those before an error."""
+    out_c, in_c, k_h, k_w = (int(n) for n in shape)
+    decoder = _CountingDecoder(stream)
+    reader = ElementDecoder(decoder)
+    result = ProfileDecode(levels=np.zeros((out_c, in_c, k_h, k_w), dtype=np.int64))
+    try:
+        header = read_header(reader, (k_h, k_w, in_c, out_c))
+        zdepth = k_h * k_w
+        size = ctu_size_from_idx(header["max_ctu3d_idx"])
+        origins = [(c, k) for c in range(0, in_c, size) for k in range(0, out_c, size)]
+        for index, (c0, k0) in enumerate(origins):
+            with error_context(ctu=index):
+                height, width = min(size, in_c - c0), min(size, out_c - k0)
+                for name, wanted in PROFILE_CTU_FLAGS:
+                    if (value := reader.read(name)) != wanted:
+                        raise _outside(name, value, wanted)
+                if height > SPLIT_FLAG_MIN_CU or width > SPLIT_FLAG_MIN_CU:
+                    if (value := reader.read("split_flag")) != 0:
+                        raise _outside("split_flag", value, 0)
+                for name, wanted in PROFILE_CU_FLAGS:
+                    inputs = {"max_value": MAX_CBOOK_SIZE} if name == "signalled_size" else {}
+                    if (value := reader.read(name, **inputs)) != wanted:
+                        raise _outside(name, value, wanted)
+                previous = 0
+                for leaf in morton_leaves(zdepth, height, width):
+                    if leaf is None:
+                        result.morton_skips += 1
+                        continue
+                    z, y, x = leaf
+                    value = 0
+                    if reader.read("uni_map_nzflag", n0=0, n1=0):
+                        sign = reader.read("uni_sign", c0=previous)
+                        magnitude = reader.read("uni_abs_q")
+                        value = -magnitude if sign else magnitude
+                    result.levels[k0 + x, c0 + y, z // k_w, z % k_w] = value
+                    previous = value
+                last = int(index == len(origins) - 1)
+                if reader.read("end_of_last_layer_ctu_flag") != last:
+                    raise CodecError("end_of_last_layer_ctu_flag disagrees with the CTU count",
+                                     element="end_of_last_layer_ctu_flag")
+        result.bins = decoder.bins_decoded + 1
+        end = decoder.finish()
+    except CodecError as error:
+        raise error.add_context(bit_position=decoder.bit_position)
+    finally:
+        if trace is not None:
+            trace.extend(decoder.trace)
+    if end != 8 * len(stream):
+        raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
+    result.zero_run_cycles = decoder.zero_run_cycles
+    return result

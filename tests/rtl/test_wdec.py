@@ -1,0 +1,274 @@
+"""WDEC in the System against the interpreter (every WEIGHT byte, every command's cycles) and against the
+codec's profile decoder bin by bin (valid streams, corrupted streams, random bytes); its faults by name."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from amaranth.back import verilog
+from amaranth.sim import Simulator
+
+from aipu.codec import CodecError
+from aipu.codec.api import encode, read_index
+from aipu.codec.npu_profile import decode_profile_stream, encoder_options
+from aipu.codec.reference.geometry import CTU_SIZES
+from aipu.rtl.system import System
+from aipu.rtl.wdec import Wdec, command_cycles
+from aipu.sim.cosim.amaranth_run import run_amaranth
+from aipu.sim.cosim.result import first_difference
+from aipu.sim.interpreter import ExecutionError, run
+from aipu.sim.machine.arch import DEFAULT, Buffer
+from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
+from tests.rtl.configs import CONFIGS, EVERY_CONFIG, SMALL
+
+
+def layer_stream(weights: np.ndarray, max_ctu_size: int = 64, options=None) -> bytes:
+    """One layer's bare stream, as the compiler places it in DRAM for WDEC."""
+    container = encode({"w": weights}, options or encoder_options(max_ctu_size))
+    (info,), payload = read_index(container)
+    return container[payload + info.offset:payload + info.offset + info.length]
+
+
+def random_weights(rng: np.random.Generator, shape) -> np.ndarray:
+    """Laplacian levels of a random scale with a random share of zeros, clipped to int8."""
+    levels = np.round(rng.laplace(0, rng.choice([0.3, 2, 8, 40]), size=shape))
+    levels[rng.random(shape) < rng.random()] = 0
+    return np.clip(levels, -128, 127).astype(np.int8)
+
+
+MAX_WEIGHTS = 256     # per command: a layer of the simulated size costs about a second
+
+
+def random_shape(rng: np.random.Generator, weight_bytes: int) -> tuple[int, int, int, int]:
+    """[O, I, KH, KW] of at most a quarter of the buffer; sometimes a channel count above a CTU."""
+    while True:
+        k_h, k_w = (int(n) for n in rng.choice([1, 1, 2, 3, 5], size=2))
+        out_c, in_c = (int(n) for n in rng.integers(1, 12, size=2))
+        if rng.random() < 0.2:
+            out_c, in_c = (int(rng.integers(9, 80)), 1) if rng.random() < 0.5 else (1, int(rng.integers(9, 80)))
+        if out_c * in_c * k_h * k_w <= min(weight_bytes // 4, MAX_WEIGHTS):
+            return out_c, in_c, k_h, k_w
+
+
+class Case:
+    """A program of WDEC commands over streams placed back to back (at odd byte offsets) in DRAM."""
+
+    def __init__(self, config, streams: list[tuple[bytes, tuple[int, int, int, int]]], rng: np.random.Generator):
+        self.config, self.program = config, Program(config)
+        dram = bytearray()
+        weight_bytes = config.buffer(Buffer.WEIGHT).bytes
+        self.commands = []
+        for stream, (out_c, in_c, k_h, k_w) in streams:
+            dram += bytes(int(rng.integers(0, 4)))
+            size = out_c * in_c * k_h * k_w
+            command = Command.make(Opcode.WDEC, dram_addr=len(dram), length=len(stream),
+                                   wgt_addr=int(rng.integers(0, weight_bytes - size + 1)),
+                                   out_c=out_c, in_c=in_c, k_h=k_h, k_w=k_w)
+            dram += stream
+            self.program.append(command)
+            self.commands.append((command, stream))
+        self.program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
+        self.memory = Memory.create(config, len(dram) + 64)
+        self.memory.dram[:len(dram)] = np.frombuffer(bytes(dram), np.uint8)
+
+    def run_rtl(self):
+        budget = sum(40 * len(stream) + 100 * len(stream) + 2000 for _, stream in self.commands)
+        return run_amaranth(self.program, self.memory, [Wdec], max_cycles=budget)
+
+
+def _valid_case(config, rng: np.random.Generator, commands: int) -> Case:
+    streams = []
+    for _ in range(commands):
+        shape = random_shape(rng, config.buffer(Buffer.WEIGHT).bytes)
+        streams.append((layer_stream(random_weights(rng, shape), int(rng.choice(CTU_SIZES))), shape))
+    return Case(config, streams, rng)
+
+
+def _compare(case: Case) -> None:
+    expected = run(case.program, case.memory)
+    result = case.run_rtl()
+    assert result.done and not result.errors, result.errors
+    assert first_difference(expected.memory, result.memory) is None
+    assert result.command_cycles(Unit.WDEC)[:-1] == [command_cycles(case.config, command, stream)
+                                                      for command, stream in case.commands]
+
+
+@EVERY_CONFIG
+def test_random_layers_decode_byte_exact_with_the_interpreter_in_the_predicted_cycles(config):
+    _compare(_valid_case(config, np.random.default_rng(list(CONFIGS.values()).index(config)), commands=6))
+
+
+@pytest.mark.slow
+def test_a_thousand_random_layers():
+    rng = np.random.default_rng(1000)
+    for _ in range(1000 // 20):
+        _compare(_valid_case(SMALL if rng.random() < 0.5 else DEFAULT, rng, commands=20))
+
+
+def demo_conv_layers() -> list[tuple[bytes, tuple[int, ...]]]:
+    """The embedded digits CNN's conv kernels, quantised to int8 per layer and encoded in the profile."""
+    import onnx
+    from onnx import numpy_helper
+
+    from aipu.app.models.train_digits import MODEL_PATH
+
+    model = onnx.load(MODEL_PATH)
+    initializers = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    streams = []
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            weights = initializers[node.input[1]]
+            levels = np.clip(np.round(weights / np.abs(weights).max() * 127), -128, 127).astype(np.int8)
+            streams.append((layer_stream(levels), levels.shape))
+    return streams
+
+
+def test_the_demo_models_first_conv_layer():
+    _compare(Case(DEFAULT, demo_conv_layers()[:1], np.random.default_rng(7)))
+
+
+@pytest.mark.slow
+def test_the_demo_models_conv_layers():
+    _compare(Case(DEFAULT, demo_conv_layers(), np.random.default_rng(7)))
+
+
+# --- bin by bin ------------------------------------------------------------------------------------------------
+def rtl_bins(config, stream: bytes, shape) -> tuple[list[tuple[int, int]], str | None]:
+    """Every (ctxIdx, bin) the hardware decodes for one WDEC command, and the error field it stops on."""
+    case = Case(config, [(stream, shape)], np.random.default_rng(0))
+    queues = {unit: [command.encode(config) for command in queue] for unit, queue in case.program.queues.items()}
+    system = System(config, [Wdec], program_depth=2, dram_bytes=case.memory.dram.size, image=case.memory,
+                    queues=queues)
+    unit = system.units[Unit.WDEC]
+    bins: list[tuple[int, int]] = []
+    outcome = {}
+
+    async def testbench(ctx):
+        ctx.set(system.queue_lengths[Unit.WDEC], len(queues[Unit.WDEC]))
+        ctx.set(system.run, 1)
+        for _ in range(200 * len(stream) + 2000):
+            if ctx.get(unit.debug_bin_valid):
+                bins.append((ctx.get(unit.debug_bin_ctx), ctx.get(unit.debug_bin)))
+            await ctx.tick()
+            if ctx.get(system.done) or ctx.get(system.failed):
+                break
+        outcome["error"] = unit.error_names[ctx.get(unit.error_field)] if ctx.get(unit.error) else None
+        outcome["done"] = ctx.get(system.done)
+
+    sim = Simulator(system)
+    sim.add_clock(1e-9)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert outcome["done"] or outcome["error"], "WDEC neither finished nor stopped"
+    return bins, outcome["error"]
+
+
+def software_bins(stream: bytes, shape) -> tuple[list[tuple[int, int]], bool]:
+    trace: list[tuple[int, int]] = []
+    try:
+        decode_profile_stream(stream, shape, trace)
+    except CodecError:
+        return trace, False
+    return trace, True
+
+
+def _agree_bin_by_bin(config, stream: bytes, shape) -> str | None:
+    """The hardware decodes the software's bins; it stops where the software refuses (a bin or an element
+    earlier where it refuses a level outside int8 or a profile element before the software has read it all)."""
+    hardware, error = rtl_bins(config, stream, shape)
+    software, decodes = software_bins(stream, shape)
+    if decodes:
+        assert error is None and hardware == software
+    else:
+        assert error is not None and hardware == software[:len(hardware)]
+        if error not in ("levels", "profile"):
+            assert hardware == software
+    return error
+
+
+@EVERY_CONFIG
+def test_bins_equal_the_softwares_trace(config):
+    rng = np.random.default_rng(5)
+    shape = (3, 2, 3, 3)
+    assert _agree_bin_by_bin(config, layer_stream(random_weights(rng, shape)), shape) is None
+
+
+def test_corrupted_and_random_streams_stop_where_the_software_stops():
+    rng = np.random.default_rng(11)
+    errors = set()
+    for index in range(24):
+        shape = (int(rng.integers(1, 5)), int(rng.integers(1, 5)), 3, 1)
+        stream = bytearray(layer_stream(random_weights(rng, shape)))
+        if index % 3 == 0:
+            stream = bytearray(rng.integers(0, 256, size=int(rng.integers(1, 40)), dtype=np.uint8).tobytes())
+        else:       # keep the header, corrupt the CTUs: the context-coded paths run on garbage
+            start = int(rng.integers(18, len(stream)))
+            stream[start:] = rng.integers(0, 256, size=len(stream) - start, dtype=np.uint8).tobytes()
+        errors.add(_agree_bin_by_bin(SMALL, bytes(stream), shape))
+    assert {"stream", "profile"} <= errors
+
+
+def test_a_stream_of_ones_and_long_zero_runs():
+    shape = (1, 1, 1, 1)
+    for stream in (b"\xff" * 12, b"\xff\x80" + bytes(30), bytes(40), b"\x00\x01" * 20):
+        _agree_bin_by_bin(SMALL, stream, shape)
+
+
+# --- faults ----------------------------------------------------------------------------------------------------
+def _fault(config, stream: bytes, **fields) -> tuple[str, np.ndarray]:
+    command = Command.make(Opcode.WDEC, dram_addr=8, length=len(stream), **fields)
+    program = Program(config)
+    program.append(command)
+    program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
+    memory = Memory.create(config, len(stream) + 64)
+    memory.dram[8:8 + len(stream)] = np.frombuffer(stream, np.uint8)
+    with pytest.raises(ExecutionError):
+        run(program, memory)
+    result = run_amaranth(program, memory, [Wdec], max_cycles=100 * len(stream) + 2000)
+    (error,) = result.errors
+    return error.field, result.memory.buffers[Buffer.WEIGHT]
+
+
+@EVERY_CONFIG
+def test_faults_name_the_field(config):
+    rng = np.random.default_rng(3)
+    weights = random_weights(rng, (4, 3, 2, 2))
+    stream = layer_stream(weights)
+    shape = dict(out_c=4, in_c=3, k_h=2, k_w=2)
+    weight_bytes = config.buffer(Buffer.WEIGHT).bytes
+    field, buffer = _fault(config, stream, wgt_addr=weight_bytes - 47, **shape)
+    assert field == "wgt_addr" and not buffer.any()      # refused before anything is written
+    assert _fault(config, stream, wgt_addr=0, **{**shape, "k_w": 1})[0] == "k_w"
+    assert _fault(config, stream, wgt_addr=0, **{**shape, "out_c": 5})[0] == "out_c"
+    assert _fault(config, stream[:-1], wgt_addr=0, **shape)[0] == "stream"
+    assert _fault(config, stream + b"\0", wgt_addr=0, **shape)[0] == "stream"
+    wide = weights.astype(np.int16)
+    wide[1, 2, 1, 0] = 200
+    field, buffer = _fault(config, layer_stream(wide), wgt_addr=0, **shape)
+    assert field == "levels"
+    assert buffer.any()           # the levels before the one outside int8 have been written (docs/rtl-wdec.md)
+
+
+def test_dram_addr_beyond_the_address_space_is_refused():
+    config = SMALL
+    command = Command.make(Opcode.WDEC, dram_addr=(1 << config.dram.address_bits) - 4, length=8, wgt_addr=0,
+                           out_c=1, in_c=1, k_h=1, k_w=1)
+    program = Program(config)
+    program.append(command)
+    program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
+    result = run_amaranth(program, Memory.create(config, 64), [Wdec], max_cycles=100)
+    assert [error.field for error in result.errors] == ["dram_addr"]
+
+
+def test_a_stream_outside_the_profile_is_refused_by_both_decoders():
+    rng = np.random.default_rng(4)
+    weights = random_weights(rng, (6, 5, 3, 3))
+    stream = layer_stream(weights, options=encoder_options().__class__())      # the full syntax's defaults
+    with pytest.raises(CodecError, match="npu profile"):
+        decode_profile_stream(stream, weights.shape)
+    assert _agree_bin_by_bin(SMALL, stream, weights.shape) == "profile"
+
+
+def test_converts_to_verilog():
+    assert "module wdec" in verilog.convert(Wdec(DEFAULT), name="wdec")
