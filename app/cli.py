@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "aipu.app.bench",
     "aipu.app.cli_program",
     "aipu.app.cli_codec",
+    "aipu.app.cli_rtl",
 )
 
 

@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "interpreter": "aipu.app.bench.interpreter",
     "codec-engine": "aipu.app.bench.codec_engine",
     "codec": "aipu.app.bench.codec",
+    "rtl": "aipu.app.bench.rtl",
 }
 
 

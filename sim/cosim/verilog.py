@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib
 import importlib.metadata
 import inspect
 import json
 import os
+import pkgutil
 import re
 import shutil
 import subprocess
@@ -27,7 +29,9 @@ from pathlib import Path
 from amaranth.back import verilog as amaranth_verilog
 
 from aipu.rtl.system import System
+from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import HardwareConfig
+from aipu.sim.machine.isa import Unit
 
 TOPLEVEL = "aipu_system"          # not the name of any of its ports (cocotb and Verilator would confuse the two)
 SIMULATORS = ("verilator", "icarus")
@@ -57,6 +61,21 @@ def build_shape(program_depth: int, dram_bytes: int) -> tuple[int, int]:
     """(command depth, DRAM bytes) of the build that runs a program of that longest queue and image size."""
     return (power_of_two_at_least(max(MIN_PROGRAM_DEPTH, program_depth)),
             power_of_two_at_least(max(MIN_DRAM_BYTES, dram_bytes)))
+
+
+def available_units() -> dict[Unit, type[UnitComponent]]:
+    """Every unit class ``aipu.rtl`` defines (a :class:`UnitComponent` with a ``UNIT``), found by importing its
+    modules: a unit that lands is compared, exported and benchmarked without being listed anywhere."""
+    import aipu.rtl
+
+    found = {}
+    for info in pkgutil.iter_modules(aipu.rtl.__path__):
+        module = importlib.import_module(f"aipu.rtl.{info.name}")
+        for value in vars(module).values():
+            if (inspect.isclass(value) and issubclass(value, UnitComponent) and value.__module__ == module.__name__
+                    and "UNIT" in vars(value)):
+                found[value.UNIT] = value
+    return dict(sorted(found.items()))
 
 
 def unit_verilog(unit_class, config: HardwareConfig) -> str:

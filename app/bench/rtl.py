@@ -1,0 +1,100 @@
+"""`aipu bench rtl`: the RTL System on each simulator: simulated cycles per wall second, and what the units
+achieve on test layers (MAC utilisation of the array, WDEC bins per cycle when a layer decodes weights).
+
+Each workload is a program with its memory image; it runs on the interpreter (the expected bytes) and on
+every backend. A workload is a function returning (program, memory, interpreter result) and a unit's figure is
+a function of (workload, RTL result): adding a unit's measurement is adding one entry to ``FIGURES``.
+Verilog builds are cached, so their compile time is reported once and excluded from the rates.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+# (name, channels in, size, channels out, kernel, groups): small enough for Amaranth's simulator.
+LAYERS = (("conv3x3_16x8", 16, 8, 16, 3, 1), ("conv1x1_32x8", 32, 8, 32, 1, 1), ("dw3x3_16x8", 16, 8, 16, 3, 16))
+BACKENDS_VARIABLE = "AIPU_BENCH_RTL_BACKENDS"   # e.g. "verilator" to skip the slow ones
+MAX_CYCLES = 2_000_000
+
+
+def _layer(name: str, channels: int, size: int, out_channels: int, kernel: int, groups: int):
+    from aipu.compiler.tiling import ConvLayer, lower_conv_layer
+    from aipu.sim.interpreter import run as interpret
+
+    rng = np.random.default_rng(0)
+    layer = ConvLayer(x=rng.integers(-128, 128, (1, channels, size, size)).astype(np.int8),
+                      w=rng.integers(-128, 128, (out_channels, channels // groups, kernel, kernel)).astype(np.int8),
+                      bias=np.zeros(out_channels, np.int32), multiplier=np.full(out_channels, 30000),
+                      shift=np.full(out_channels, 30), padding=(kernel // 2,) * 4, groups=groups)
+    lowered = lower_conv_layer(layer)
+    memory = lowered.memory()
+    return lowered.program, memory, interpret(lowered.program, memory.copy())
+
+
+def mac_utilisation(program, expected, result) -> dict:
+    """MACs done over what the array could do in the CONV unit's busy cycles and in the whole run."""
+    from aipu.sim.machine.isa import Unit
+
+    config = program.config
+    per_cycle = config.mac.rows * config.mac.cols
+    busy = sum(result.command_cycles(Unit.CONV))
+    macs = expected.stats.macs
+    return {"macs": macs, "conv_cycles": busy,
+            "of_conv_cycles": round(macs / (busy * per_cycle), 4) if busy else None,
+            "of_all_cycles": round(macs / (result.total_cycles * per_cycle), 4) if result.total_cycles else None}
+
+
+def wdec_bins_per_cycle(program, expected, result) -> dict | None:
+    """Decoded weight bytes (one bin each) per WDEC busy cycle, for workloads that decode weights."""
+    from aipu.sim.machine.isa import Unit
+
+    busy = sum(result.command_cycles(Unit.WDEC))
+    moved = sum(count for path, count in expected.stats.bytes_moved.items() if path.startswith("WDEC"))
+    return {"bins": moved, "wdec_cycles": busy, "bins_per_cycle": round(moved / busy, 3)} if busy else None
+
+
+FIGURES = {"mac_utilisation": mac_utilisation, "wdec_bins_per_cycle": wdec_bins_per_cycle}
+
+
+def _backends() -> list[str]:
+    from aipu.sim.cosim.cocotb_run import BACKENDS
+
+    chosen = os.environ.get(BACKENDS_VARIABLE)
+    return [name for name in chosen.split(",") if name] if chosen else list(BACKENDS)
+
+
+def run() -> dict:
+    from aipu.sim.cosim.cocotb_run import run_on
+    from aipu.sim.cosim.result import first_difference
+    from aipu.sim.cosim.verilog import available_units, get_build
+
+    units = list(available_units().values())
+    workloads = {spec[0]: _layer(*spec) for spec in LAYERS}
+    report = {"units": sorted(cls.UNIT.name for cls in units), "layers": {}, "builds": {}}
+    for backend in _backends():
+        if backend != "amaranth":   # compile (or find) the build first: not part of the rates
+            program, memory, _ = next(iter(workloads.values()))
+            started = time.perf_counter()
+            get_build(program.config, units, program_depth=max(len(q) for q in program.queues.values()),
+                      dram_bytes=memory.dram.size, simulator=backend)
+            report["builds"][backend] = {"seconds": round(time.perf_counter() - started, 1)}
+    for name, (program, memory, expected) in workloads.items():
+        entry = report["layers"].setdefault(name, {"commands": len(program), "macs": expected.stats.macs})
+        for backend in _backends():
+            started = time.perf_counter()
+            try:
+                result = run_on(backend, program, memory, units, max_cycles=MAX_CYCLES)
+            except Exception as exc:    # a unit still in progress must not hide the other backends' numbers
+                entry[backend] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+                continue
+            seconds = time.perf_counter() - started
+            entry[backend] = {
+                "cycles": result.total_cycles, "wall_s": round(seconds, 3),
+                "cycles_per_s": round(result.total_cycles / seconds), "done": result.done,
+                "errors": [str(error) for error in result.errors],
+                "first_difference": first_difference(expected.memory, result.memory),
+                **{figure: measure(program, expected, result) for figure, measure in FIGURES.items()},
+            }
+    return report

@@ -1,0 +1,56 @@
+"""Every RTL unit that exists, together in one System, against the interpreter: random conv layers lowered by
+the compiler (LOAD, CONV, REQUANT, LUT, STORE and whatever else it emits) must leave every buffer and DRAM
+byte as the interpreter leaves them, on Amaranth's simulator and on the Verilog simulators ($AIPU_SIM)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aipu.compiler.tiling import lower_conv_layer, random_layer
+from aipu.sim.cosim.cocotb_run import run_on, verilog_backends
+from aipu.sim.cosim.result import first_difference
+from aipu.sim.cosim.verilog import available_units
+from aipu.sim.interpreter import run as interpret
+from aipu.sim.machine.isa import Unit
+from tests.rtl.configs import CONFIGS, SMALL
+
+MAX_CYCLES = 1_000_000
+BACKENDS = pytest.mark.parametrize("backend", ["amaranth", *verilog_backends()])
+# A Verilog build of the System with every real unit takes many minutes: Verilog runs of real layers are slow tests.
+
+
+def check_layers(config, backend: str, seeds, **limits) -> int:
+    """Lower one random layer per seed, run it on the RTL and the interpreter; return the commands compared."""
+    units = available_units()
+    compared = 0
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        lowered = lower_conv_layer(random_layer(rng, with_lut=bool(seed % 2), **limits), config)
+        used = {unit for unit, queue in lowered.program.queues.items() if queue}
+        missing = used - set(units)
+        assert not missing, f"the compiler emits commands for {sorted(u.name for u in missing)}, which have no RTL"
+        expected = interpret(lowered.program, lowered.memory())
+        got = run_on(backend, lowered.program, lowered.memory(), list(units.values()), max_cycles=MAX_CYCLES)
+        context = f"seed {seed} on {backend}: {got.errors or ''}"
+        assert got.done and not got.errors and not got.token_error and not got.dram_faults, context
+        assert first_difference(expected.memory, got.memory) is None, f"{context} {first_difference(expected.memory, got.memory)}"
+        assert all(len(got.cycles[unit]) == len(lowered.program.queues[unit]) for unit in Unit), context
+        compared += len(lowered.program)
+    return compared
+
+
+def test_a_small_layer_is_bit_exact_on_amaranth():
+    assert check_layers(SMALL, "amaranth", seeds=[0, 1], max_channels=6, max_size=5) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", verilog_backends())
+def test_a_small_layer_is_bit_exact_on_verilog(backend):
+    assert check_layers(SMALL, backend, seeds=[0, 1], max_channels=6, max_size=5) > 0
+
+
+@pytest.mark.slow
+@BACKENDS
+@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+def test_random_layers_are_bit_exact(config, backend):
+    assert check_layers(config, backend, seeds=range(2, 12), max_channels=24, max_size=10) > 0
