@@ -1,0 +1,590 @@
+"""The DMA units: LOAD (strided DRAM pattern -> dense padded tile in ACT, WEIGHT, LUT or PARAM) and STORE
+(dense tile in OUT -> strided DRAM pattern), executing exactly what ``sim/interpreter.py`` ``_load`` and
+``_store`` define (docs/rtl-dma.md).
+
+Both walk the DRAM pattern one DRAM word at a time with a :class:`PatternWalker`: each step is one DRAM word
+of one run, the bytes of the run it holds and where those bytes sit in the dense tile. LOAD runs two
+walkers over the same pattern: one issues the read requests, the other replays the sequence to place the
+responses (they come back in order, ``dram.latency_cycles`` later), so requests never wait for responses.
+Runs that touch end to end in DRAM (and in the tile) are walked as one run. Every step is given a fixed
+number of cycles (its *slot*) so the buffer port keeps up; that makes each command's cycles a pure function
+of its fields, :func:`command_cycles`.
+
+Before anything is written the engines check what the interpreter checks, and ask the DRAM model for the
+pattern's last word (a *probe*: the System raises ``dram_fault`` if it lies beyond the model).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from amaranth.hdl import C, Cat, Elaboratable, Module, Mux, Signal
+from amaranth.lib.wiring import Out
+
+from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
+from aipu.rtl.unit import UnitComponent
+from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.isa import LOADABLE_BUFFERS, STRIDE_BYTES_BITS, Opcode, Unit
+from aipu.sim.machine.program import Command
+
+CHECK_CYCLES = 1          # the cycle after start: faults are raised or the probe goes out
+STORE_TAIL_CYCLES = 1     # after the last slot: its DRAM word is composed and written
+
+
+def _log2(value: int) -> int:
+    return value.bit_length() - 1
+
+
+def _byte_mask(low, high, nbytes: int):
+    """``nbytes`` mask bits, bit i set for low <= i < high."""
+    return ((C(1, 1) << high) - (C(1, 1) << low))[:nbytes]
+
+
+def _bytes_to_bits(mask):
+    return Cat(*(bit.replicate(8) for bit in mask))
+
+
+def _shift_bytes_up(value, nbytes_shift, nbytes: int):
+    """``value`` moved up by ``nbytes_shift`` bytes, truncated to ``nbytes`` bytes."""
+    return (value << Cat(C(0, 3), nbytes_shift))[:8 * nbytes]
+
+
+def _select_word(value, index, width: int):
+    """Word ``index`` of ``value`` as a mux over its words (a variable ``word_select`` makes every output
+    bit depend on every input bit, which slows the netlist checks down for wide windows)."""
+    words = [value[i * width:(i + 1) * width] for i in range(len(value) // width)]
+    selected = words[-1]
+    for number in reversed(range(len(words) - 1)):
+        selected = Mux(index == number, words[number], selected)
+    return selected
+
+
+def _low_bits(value, bits: int):
+    return value[:bits] if bits else C(0, 1)
+
+
+def window_words(config: HardwareConfig, port_bytes: int) -> int:
+    """Words of ``port_bytes`` that one DRAM word's bytes can touch, with a partial word before them."""
+    return -(-(port_bytes - 1 + config.dram.bytes_per_cycle) // port_bytes)
+
+
+# --- the pattern, shared by hardware and the cycle formula ----------------------------------------------
+
+def _run_shape(cmd, dense_gap: int) -> tuple[int, int, int]:
+    """(rows, runs per row, bytes per run) walked: runs adjacent in DRAM merge into one when they are
+    adjacent in the tile too (always within a row; across rows only with no padding between rows)."""
+    run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
+    rows, runs = cmd.y_size, cmd.x_size
+    if runs == 1 or cmd.dram_x_stride == run:
+        run, runs = run * runs, 1
+        if dense_gap == 0 and (rows == 1 or cmd.dram_y_stride == run):
+            run, rows = run * rows, 1
+    return rows, runs, run
+
+
+def _pattern_steps(config: HardwareConfig, cmd, dense_start: int, dense_gap: int):
+    """Per step of the walk (one DRAM word of one run): tile byte address, byte count, last step of a row."""
+    dram_bytes = config.dram.bytes_per_cycle
+    rows, runs, run = _run_shape(cmd, dense_gap)
+    starts = (cmd.dram_addr + np.arange(rows, dtype=np.int64)[:, None] * cmd.dram_y_stride
+              + np.arange(runs, dtype=np.int64)[None, :] * cmd.dram_x_stride).reshape(-1)
+    first_word, last_word = starts // dram_bytes, (starts + run - 1) // dram_bytes
+    words = last_word - first_word + 1
+    step_run = np.repeat(np.arange(starts.size), words)
+    word = first_word[step_run] + np.arange(step_run.size) - np.repeat(np.cumsum(words) - words, words)
+    low = np.maximum(word * dram_bytes, starts[step_run])
+    count = np.minimum((word + 1) * dram_bytes, starts[step_run] + run) - low
+    row = step_run // runs
+    dense = dense_start + row * dense_gap + np.cumsum(count) - count
+    row_end = np.zeros(step_run.size, bool)
+    row_end[np.cumsum(words)[runs - 1::runs] - 1] = True
+    return dense, count, row_end
+
+
+def _load_dense(cmd) -> tuple[int, int, int, int]:
+    """(bytes per tile row, tile rows, first data byte, padding bytes between data rows) of a LOAD."""
+    run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
+    row_bytes = (cmd.x_size + cmd.pad_left + cmd.pad_right) * run
+    rows = cmd.y_size + cmd.pad_top + cmd.pad_bottom
+    return row_bytes, rows, cmd.sram_addr + cmd.pad_top * row_bytes + cmd.pad_left * run, \
+        (cmd.pad_left + cmd.pad_right) * run
+
+
+def _words_touched(start, length, port_bytes: int):
+    return np.where(length > 0, (start + length - 1) // port_bytes - start // port_bytes + 1, 0)
+
+
+def _load_cycles(config: HardwareConfig, cmd) -> int:
+    port = word_bytes(config, Buffer(cmd.buffer))
+    row_bytes, rows, data_start, gap = _load_dense(cmd)
+    dense, count, row_end = _pattern_steps(config, cmd, data_start, gap)
+    ends = dense + count
+    written = ends // port - dense // port + (row_end & (ends % port != 0))
+    run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
+    data_bytes = cmd.x_size * run
+    inner = data_start + np.arange(cmd.y_size - 1, dtype=np.int64) * row_bytes + data_bytes
+    first_len, last_len = data_start - cmd.sram_addr, cmd.pad_right * run + cmd.pad_bottom * row_bytes
+    pad_words = (int(_words_touched(inner, gap, port).sum()) + int(_words_touched(cmd.sram_addr, first_len, port))
+                 + int(_words_touched(cmd.sram_addr + rows * row_bytes - last_len, last_len, port)))
+    return CHECK_CYCLES + int(np.maximum(written, 1).sum()) + config.dram.latency_cycles + max(pad_words, 1)
+
+
+def _overlap_scan_cycles(cmd) -> int:
+    """Cycles of STORE's check that no two runs share a byte: one per row distance that could overlap."""
+    if cmd.y_size == 1:
+        return 1
+    run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
+    extent = (cmd.x_size - 1) * cmd.dram_x_stride + run
+    return min(cmd.y_size - 1, -(-extent // cmd.dram_y_stride))
+
+
+def _store_cycles(config: HardwareConfig, cmd) -> int:
+    port = word_bytes(config, Buffer.OUT)
+    dense, count, _ = _pattern_steps(config, cmd, cmd.sram_addr, 0)
+    last_read = (dense + count - 1) // port
+    reads = np.diff(last_read, prepend=cmd.sram_addr // port - 1)
+    return CHECK_CYCLES + _overlap_scan_cycles(cmd) + int(np.maximum(reads, 1).sum()) + STORE_TAIL_CYCLES
+
+
+def command_cycles(config: HardwareConfig, command: Command) -> int:
+    """Cycles from start to retire of a legal LOAD or STORE (docs/rtl-dma.md, "Cycles")."""
+    if command.opcode == Opcode.LOAD:
+        return _load_cycles(config, command)
+    if command.opcode == Opcode.STORE:
+        return _store_cycles(config, command)
+    raise ValueError(f"{command.opcode.name} is not a DMA command")
+
+
+# --- hardware ----------------------------------------------------------------------------------------------
+
+class PatternWalker(Elaboratable):
+    """Steps through a strided DRAM pattern one DRAM word at a time (``restart``, then ``advance``).
+
+    Parameters (stable during a command): ``base`` (first byte), ``y_stride``, ``x_stride``, ``run_bytes``,
+    ``runs`` per row, ``rows``, and the tile side: ``dense_start`` (tile byte of the first run) and
+    ``dense_gap`` (tile bytes skipped after each row). Outputs for the current step: ``word_address``,
+    ``first_byte`` in that word, ``byte_count``, ``dense`` (tile byte of the first one), ``row_end``
+    (last step of a row) and ``final`` (last step).
+    """
+
+    def __init__(self, config: HardwareConfig, address_width: int, dense_width: int):
+        self.word_bytes = config.dram.bytes_per_cycle
+        self.base, self.run_bytes = Signal(address_width), Signal(address_width)
+        self.y_stride, self.x_stride = Signal(STRIDE_BYTES_BITS), Signal(STRIDE_BYTES_BITS)
+        self.runs, self.rows = Signal(address_width), Signal(address_width)
+        self.dense_start, self.dense_gap = Signal(dense_width), Signal(dense_width)
+        self.restart, self.advance = Signal(), Signal()
+        self.word_address = Signal(address_width)
+        self.first_byte = Signal(range(self.word_bytes))
+        self.byte_count = Signal(range(self.word_bytes + 1))
+        self.dense = Signal(dense_width)
+        self.row_end, self.final = Signal(), Signal()
+        self._address_width = address_width
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        shift = _log2(self.word_bytes)
+        row_address, run_address, address = (Signal(self._address_width) for _ in range(3))
+        column, row = Signal.like(self.runs), Signal.like(self.rows)
+        run_end, next_word = Signal(self._address_width + 1), Signal(self._address_width + 1)
+        last_in_run = Signal()
+        m.d.comb += [
+            self.word_address.eq(address >> shift),
+            self.first_byte.eq(_low_bits(address, shift)),
+            run_end.eq(run_address + self.run_bytes),
+            next_word.eq((self.word_address + 1) << shift),
+            last_in_run.eq(run_end <= next_word),
+            self.byte_count.eq(Mux(last_in_run, run_end, next_word) - address),
+            self.row_end.eq(last_in_run & (column == self.runs - 1)),
+            self.final.eq(self.row_end & (row == self.rows - 1)),
+        ]
+        with m.If(self.restart):
+            m.d.sync += [row_address.eq(self.base), run_address.eq(self.base), address.eq(self.base),
+                         column.eq(0), row.eq(0), self.dense.eq(self.dense_start)]
+        with m.Elif(self.advance):
+            with m.If(~last_in_run):
+                m.d.sync += [address.eq(next_word), self.dense.eq(self.dense + self.byte_count)]
+            with m.Elif(~self.row_end):
+                m.d.sync += [column.eq(column + 1), run_address.eq(run_address + self.x_stride),
+                             address.eq(run_address + self.x_stride),
+                             self.dense.eq(self.dense + self.byte_count)]
+            with m.Else():
+                m.d.sync += [column.eq(0), row.eq(row + 1), row_address.eq(row_address + self.y_stride),
+                             run_address.eq(row_address + self.y_stride), address.eq(row_address + self.y_stride),
+                             self.dense.eq(self.dense + self.byte_count + self.dense_gap)]
+        return m
+
+
+def _pattern(m: Module, config: HardwareConfig, cmd, dense_gap_zero) -> SimpleNamespace:
+    """What both engines derive from the command: the merged run shape (as :func:`_run_shape`), the
+    pattern's last byte and whether it lies beyond the DRAM address space."""
+    width = config.dram.address_bits + 2 * STRIDE_BYTES_BITS
+    run = Signal(width)
+    m.d.comb += run.eq(Mux(cmd.elem_type == DType.INT16, cmd.run << 1, cmd.run))
+    row_data = Signal(width)
+    m.d.comb += row_data.eq(cmd.x_size * run)
+    merge_x = (cmd.x_size == 1) | (cmd.dram_x_stride == run)
+    merge_y = merge_x & dense_gap_zero & ((cmd.y_size == 1) | (cmd.dram_y_stride == row_data))
+    shape = SimpleNamespace(run=run, row_data=row_data, width=width,
+                            run_bytes=Signal(width), runs=Signal(width), rows=Signal(width),
+                            last_byte=Signal(width + 1), beyond=Signal(), last_word=Signal(width))
+    m.d.comb += [
+        shape.run_bytes.eq(Mux(merge_y, cmd.y_size * row_data, Mux(merge_x, row_data, run))),
+        shape.runs.eq(Mux(merge_x, 1, cmd.x_size)),
+        shape.rows.eq(Mux(merge_y, 1, cmd.y_size)),
+        shape.last_byte.eq(cmd.dram_addr + (cmd.y_size - 1) * cmd.dram_y_stride
+                           + (cmd.x_size - 1) * cmd.dram_x_stride + run - 1),
+        shape.beyond.eq((shape.last_byte >> config.dram.address_bits) != 0),
+        shape.last_word.eq(shape.last_byte >> _log2(config.dram.bytes_per_cycle)),
+    ]
+    return shape
+
+
+def _walker(m: Module, name: str, config: HardwareConfig, cmd, shape, dense_start, dense_gap) -> PatternWalker:
+    walker = PatternWalker(config, shape.width, len(dense_start))
+    m.submodules[name] = walker
+    m.d.comb += [walker.base.eq(cmd.dram_addr), walker.y_stride.eq(cmd.dram_y_stride),
+                 walker.x_stride.eq(cmd.dram_x_stride), walker.run_bytes.eq(shape.run_bytes),
+                 walker.runs.eq(shape.runs), walker.rows.eq(shape.rows),
+                 walker.dense_start.eq(dense_start), walker.dense_gap.eq(dense_gap)]
+    return walker
+
+
+def _words_written(m: Module, config: HardwareConfig, walker: PatternWalker, port_bytes: int):
+    """(full words completed, words written) by a LOAD step: its tile bytes end ``full`` words and, at a
+    row end, the partial word they stop in."""
+    shift = _log2(port_bytes)
+    end = walker.dense + walker.byte_count
+    full, written = Signal(range(window_words(config, port_bytes) + 1)), Signal(range(window_words(config, port_bytes) + 1))
+    m.d.comb += [full.eq((end >> shift) - (walker.dense >> shift)),
+                 written.eq(full + (walker.row_end & (_low_bits(end, shift) != 0)))]
+    return full, written
+
+
+class _LoadChannel(Elaboratable):
+    """The LOAD datapath into one buffer: request walker, response walker, the realigning writer (one
+    buffer word per cycle) and the padding writer. ``go``: the probe goes out and the walk begins."""
+
+    def __init__(self, config: HardwareConfig, buffer: Buffer, cmd, shape, dense):
+        self.config, self.buffer, self.cmd, self.shape, self.dense = config, buffer, cmd, shape, dense
+        self.port_bytes = word_bytes(config, buffer)
+        self.go = Signal()
+        self.request_valid, self.request_addr = Signal(), Signal(shape.width)
+        self.response_data = Signal(8 * config.dram.bytes_per_cycle)
+        self.response_valid = Signal()
+        self.write = SimpleNamespace(addr=Signal(shape.width), en=Signal(), data=Signal(8 * self.port_bytes),
+                                     mask=Signal(self.port_bytes))
+        self.done = Signal()
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        config, cmd, shape, dense = self.config, self.cmd, self.shape, self.dense
+        port, shift = self.port_bytes, _log2(self.port_bytes)
+        requests = _walker(m, "requests", config, cmd, shape, dense.data_start, dense.gap)
+        responses = _walker(m, "responses", config, cmd, shape, dense.data_start, dense.gap)
+        m.d.comb += [requests.restart.eq(self.go), responses.restart.eq(self.go)]
+
+        # Requests: one per slot; a slot lasts as many cycles as the step writes buffer words (at least one).
+        wait = Signal(range(window_words(config, port) + 1))
+        requesting, probe_pending, receiving = Signal(), Signal(), Signal()
+        _, request_writes = _words_written(m, config, requests, port)
+        with m.If(self.go):
+            m.d.comb += [self.request_valid.eq(1), self.request_addr.eq(shape.last_word)]
+            m.d.sync += [requesting.eq(1), probe_pending.eq(1), receiving.eq(1), wait.eq(0)]
+        with m.Elif(requesting & (wait == 0)):
+            m.d.comb += [self.request_valid.eq(1), self.request_addr.eq(requests.word_address),
+                         requests.advance.eq(1)]
+            m.d.sync += wait.eq(Mux(request_writes == 0, 0, request_writes - 1))
+            with m.If(requests.final):
+                m.d.sync += requesting.eq(0)
+        with m.Elif(wait != 0):
+            m.d.sync += wait.eq(wait - 1)
+
+        # Responses: realign into buffer words; the partial last word of a step waits in `residual`.
+        words = window_words(config, port)
+        residual, residual_mask = Signal(8 * port), Signal(port)
+        window, window_mask = Signal(8 * port * words), Signal(port * words)
+        emit_index, emit_left = Signal(range(words + 1)), Signal(range(words + 1))
+        emit_addr = Signal(shape.width)
+        offset = _low_bits(responses.dense, shift)
+        incoming = self.response_data >> Cat(C(0, 3), responses.first_byte)
+        placed_mask = _byte_mask(offset, offset + responses.byte_count, port * words)
+        placed = _shift_bytes_up(incoming[:8 * config.dram.bytes_per_cycle], offset, port * words)
+        merged = Signal.like(window)
+        merged_mask = Signal.like(window_mask)
+        m.d.comb += [merged.eq(residual | (placed & _bytes_to_bits(placed_mask))),
+                     merged_mask.eq(residual_mask | placed_mask)]
+        full, written = _words_written(m, config, responses, port)
+        arrival = self.response_valid & receiving & ~probe_pending
+        with m.If(self.response_valid & probe_pending):
+            m.d.sync += probe_pending.eq(0)
+        with m.If(arrival):
+            m.d.comb += [responses.advance.eq(1), self.write.en.eq(written != 0),
+                         self.write.addr.eq(responses.dense >> shift),
+                         self.write.data.eq(merged[:8 * port]), self.write.mask.eq(merged_mask[:port])]
+            m.d.sync += [window.eq(merged), window_mask.eq(merged_mask), emit_index.eq(1),
+                         emit_left.eq(Mux(written == 0, 0, written - 1)),
+                         emit_addr.eq((responses.dense >> shift) + 1),
+                         residual.eq(Mux(responses.row_end, 0, _select_word(merged, full, 8 * port))),
+                         residual_mask.eq(Mux(responses.row_end, 0, _select_word(merged_mask, full, port)))]
+            with m.If(responses.final):
+                m.d.sync += receiving.eq(0)
+        with m.Elif(emit_left != 0):
+            m.d.comb += [self.write.en.eq(1), self.write.addr.eq(emit_addr),
+                         self.write.data.eq(_select_word(window, emit_index, 8 * port)),
+                         self.write.mask.eq(_select_word(window_mask, emit_index, port))]
+            m.d.sync += [emit_index.eq(emit_index + 1), emit_left.eq(emit_left - 1), emit_addr.eq(emit_addr + 1)]
+
+        self._padding(m, draining=~self.go & ~requesting & ~receiving & (emit_left == 0))
+        return m
+
+    def _padding(self, m: Module, draining) -> None:
+        """After the data: the padding gaps (before the first data row, between rows, after the last),
+        one buffer word per cycle with its byte mask; ``done`` with the last word (or alone: no padding)."""
+        cmd, dense = self.cmd, self.dense
+        port, shift = self.port_bytes, _log2(self.port_bytes)
+        cursor, gap_end = Signal(self.shape.width), Signal(self.shape.width)
+        inner_left = Signal.like(cmd.y_size)
+        kind = Signal(range(4))          # the gap being written: 1 before the data, 2 between rows, 3 after
+        pending = Signal()
+        gaps = [(1, dense.first_len != 0, dense.sram_addr, dense.data_start),
+                (2, (dense.gap != 0) & (cmd.y_size > 1), dense.data_start + dense.data_bytes,
+                 dense.data_start + dense.data_bytes + dense.gap),
+                (3, dense.last_len != 0, dense.end - dense.last_len, dense.end)]
+
+        def enter_gap_after(current: int) -> None:
+            """Move to the first non-empty gap of a kind after ``current`` (kind 0: none left)."""
+            for index, (following, present, start, end) in enumerate(gaps[current:]):
+                with (m.Elif if index else m.If)(present):
+                    m.d.sync += [kind.eq(following), cursor.eq(start), gap_end.eq(end)]
+                    if following == 2:
+                        m.d.sync += inner_left.eq(cmd.y_size - 2)
+            with (m.Else() if current < len(gaps) else m.If(1)):
+                m.d.sync += kind.eq(0)
+
+        with m.If(self.go):
+            m.d.sync += pending.eq(1)
+            enter_gap_after(0)
+        later = C(0, 1)
+        for following, present, _, _ in reversed(gaps):
+            later = Mux(kind < following, present | later, later)
+        word = cursor >> shift
+        word_end = (word + 1) << shift
+        last_word = gap_end <= word_end
+        high = Signal(range(port + 1))
+        m.d.comb += high.eq(Mux(last_word, gap_end - (word << shift), port))
+        with m.If(draining & pending):
+            with m.If(kind != 0):
+                m.d.comb += [self.write.en.eq(1), self.write.addr.eq(word), self.write.data.eq(self._pad_word(word)),
+                             self.write.mask.eq(_byte_mask(_low_bits(cursor, shift), high, port))]
+            with m.If(kind == 0):
+                m.d.comb += self.done.eq(1)
+                m.d.sync += pending.eq(0)
+            with m.Elif(~last_word):
+                m.d.sync += cursor.eq(word_end)
+            with m.Elif((kind == 2) & (inner_left != 0)):
+                m.d.sync += [inner_left.eq(inner_left - 1), cursor.eq(gap_end + dense.data_bytes),
+                             gap_end.eq(gap_end + dense.data_bytes + dense.gap)]
+            with m.Else():
+                for current in (1, 2, 3):
+                    with m.If(kind == current):
+                        enter_gap_after(current)
+                with m.If(~later):
+                    m.d.comb += self.done.eq(1)
+                    m.d.sync += pending.eq(0)
+
+    def _pad_word(self, word):
+        """Buffer word ``word`` filled with pad_value: byte i holds element byte (address - sram_addr) mod size."""
+        cmd, port = self.cmd, self.port_bytes
+        low, high = cmd.pad_value.as_unsigned()[:8], cmd.pad_value.as_unsigned()[8:16]
+        wide = cmd.elem_type == DType.INT16
+        phase = ((word << _log2(port)) - cmd.sram_addr)[0]
+        return Cat(*(Mux(wide & (phase ^ (i & 1)), high, low) for i in range(port)))
+
+
+def _pad_value_fits(cmd):
+    """pad_value lies in the range of elem_type."""
+    return Cat(*((cmd.elem_type == dtype) & (cmd.pad_value >= int(np.iinfo(DTYPE_NUMPY[dtype]).min))
+                 & (cmd.pad_value <= int(np.iinfo(DTYPE_NUMPY[dtype]).max)) for dtype in DType)).any()
+
+
+def _load_dense_signals(m: Module, cmd) -> SimpleNamespace:
+    """The tile of a LOAD in its buffer, as :func:`_load_dense` (byte addresses)."""
+    width = 64
+    dense = SimpleNamespace(**{name: Signal(width, name=f"tile_{name}") for name in (
+        "sram_addr", "run", "row_bytes", "data_start", "gap", "data_bytes", "first_len", "last_len", "end")})
+    columns = cmd.x_size + cmd.pad_left + cmd.pad_right
+    m.d.comb += [
+        dense.sram_addr.eq(cmd.sram_addr),
+        dense.run.eq(Mux(cmd.elem_type == DType.INT16, cmd.run << 1, cmd.run)),
+        dense.row_bytes.eq(columns * dense.run),
+        dense.data_start.eq(cmd.sram_addr + cmd.pad_top * dense.row_bytes + cmd.pad_left * dense.run),
+        dense.gap.eq((cmd.pad_left + cmd.pad_right) * dense.run),
+        dense.data_bytes.eq(cmd.x_size * dense.run),
+        dense.first_len.eq(dense.data_start - cmd.sram_addr),
+        dense.last_len.eq(cmd.pad_right * dense.run + cmd.pad_bottom * dense.row_bytes),
+        dense.end.eq(cmd.sram_addr + (cmd.y_size + cmd.pad_top + cmd.pad_bottom) * dense.row_bytes),
+    ]
+    return dense
+
+
+class LoadUnit(UnitComponent):
+    """LOAD: DRAM pattern -> padded dense tile at byte ``sram_addr`` of ``buffer`` (one datapath per buffer,
+    each realigning DRAM words into that buffer's words)."""
+
+    UNIT = Unit.LOAD
+
+    def ports(self, config: HardwareConfig) -> dict:
+        return {"dram_read": Out(dram_read_port(config)),
+                **{f"{buffer.name.lower()}_write": Out(write_port(config, buffer)) for buffer in LOADABLE_BUFFERS}}
+
+    def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
+        config, cmd = self.config, self.view(word, Opcode.LOAD)
+        dense = _load_dense_signals(m, cmd)
+        shape = _pattern(m, config, cmd, dense.gap == 0)
+        checking = Signal()
+        m.d.sync += checking.eq(start)
+        beyond_buffer = Cat(*((cmd.buffer == buffer) & (dense.end > config.buffer(buffer).bytes)
+                              for buffer in LOADABLE_BUFFERS)).any()
+        go = Signal()
+        with m.If(checking):
+            with m.If(shape.beyond):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("dram_addr"))]
+            with m.Elif(~_pad_value_fits(cmd)):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("pad_value"))]
+            with m.Elif(beyond_buffer):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("sram_addr"))]
+            with m.Else():
+                m.d.comb += go.eq(1)
+        request_valid, request_addr, finished = [], [], []
+        for buffer in LOADABLE_BUFFERS:
+            channel = _LoadChannel(config, buffer, cmd, shape, dense)
+            m.submodules[f"to_{buffer.name.lower()}"] = channel
+            port = getattr(self, f"{buffer.name.lower()}_write")
+            m.d.comb += [channel.go.eq(go & (cmd.buffer == buffer)),
+                         channel.response_data.eq(self.dram_read.data),
+                         channel.response_valid.eq(self.dram_read.data_valid),
+                         port.addr.eq(channel.write.addr), port.en.eq(channel.write.en),
+                         port.data.eq(channel.write.data), port.mask.eq(channel.write.mask)]
+            request_valid.append(channel.request_valid)
+            request_addr.append(Mux(channel.request_valid, channel.request_addr, 0))
+            finished.append(channel.done)
+        m.d.comb += [self.dram_read.valid.eq(Cat(*request_valid).any()),
+                     self.dram_read.addr.eq(_or_all(request_addr)), done.eq(Cat(*finished).any())]
+
+
+def _or_all(values):
+    result = values[0]
+    for value in values[1:]:
+        result = result | value
+    return result
+
+
+class StoreUnit(UnitComponent):
+    """STORE: dense tile at byte ``sram_addr`` of OUT -> DRAM pattern, after checking in hardware that the
+    pattern writes no byte twice."""
+
+    UNIT = Unit.STORE
+
+    def ports(self, config: HardwareConfig) -> dict:
+        return {"out_read": Out(read_port(config, Buffer.OUT)), "dram_write": Out(dram_write_port(config))}
+
+    def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
+        config, cmd = self.config, self.view(word, Opcode.STORE)
+        shape = _pattern(m, config, cmd, C(1, 1))
+        checking, scanning, streaming = Signal(), Signal(), Signal()
+        m.d.sync += checking.eq(start)
+        walker = _walker(m, "walker", config, cmd, shape, cmd.sram_addr.as_unsigned() + C(0, 64), C(0, 1))
+        m.d.comb += walker.restart.eq(checking)
+        with m.If(checking):
+            with m.If(cmd.sram_addr + cmd.y_size * shape.row_data > config.buffer(Buffer.OUT).bytes):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("sram_addr"))]
+            with m.Elif(shape.beyond):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("dram_addr"))]
+            with m.Else():   # the probe: a write of no byte to the pattern's last word
+                m.d.comb += [self.dram_write.valid.eq(1), self.dram_write.addr.eq(shape.last_word)]
+                m.d.sync += scanning.eq(1)
+        self._overlap_scan(m, cmd, shape, checking, scanning, streaming, fault, fault_field)
+        self._stream(m, cmd, walker, checking, streaming, done)
+
+    def _overlap_scan(self, m, cmd, shape, checking, scanning, streaming, fault, fault_field) -> None:
+        """One cycle per row distance dy = 1, 2, ...: is some run of row y + dy closer than a run's length
+        to a run of row y? Row y + dy sits dy * y_stride = q * x_stride + r after row y; only the runs
+        -q and -q-1 columns away can come that close. Stops once dy * y_stride passes a row's extent."""
+        run, columns, rows = shape.run, cmd.x_size, cmd.y_size
+        x_step = Signal(STRIDE_BYTES_BITS + 18)
+        m.d.comb += x_step.eq(Mux(columns > 1, cmd.dram_x_stride, run))   # one column: any step >= run
+        step_q, step_r = Signal.like(cmd.dram_y_stride), Signal.like(x_step)
+        m.d.comb += [step_q.eq(cmd.dram_y_stride // x_step), step_r.eq(cmd.dram_y_stride % x_step)]
+        extent = Signal(shape.width)
+        m.d.comb += extent.eq((columns - 1) * cmd.dram_x_stride + run)
+        distance, offset = Signal.like(rows), Signal(shape.width)
+        quotient, remainder = Signal(shape.width), Signal.like(x_step)
+        with m.If(checking):
+            m.d.sync += [distance.eq(1), offset.eq(cmd.dram_y_stride), quotient.eq(step_q), remainder.eq(step_r)]
+        overlap = (((quotient <= columns - 1) & (remainder < run))
+                   | ((quotient + 1 <= columns - 1) & (x_step - remainder < run)))
+        next_remainder = remainder + step_r
+        wrap = next_remainder >= x_step
+        with m.If(scanning):
+            with m.If((columns > 1) & (cmd.dram_x_stride < run)):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("dram_y_stride"))]
+            with m.Elif((rows == 1) | (offset >= extent)):
+                m.d.sync += [scanning.eq(0), streaming.eq(1)]
+            with m.Elif(overlap):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("dram_y_stride"))]
+            with m.Elif(distance == rows - 1):
+                m.d.sync += [scanning.eq(0), streaming.eq(1)]
+            with m.Else():
+                m.d.sync += [distance.eq(distance + 1), offset.eq(offset + cmd.dram_y_stride),
+                             remainder.eq(Mux(wrap, next_remainder - x_step, next_remainder)),
+                             quotient.eq(quotient + step_q + wrap)]
+
+    def _stream(self, m, cmd, walker, checking, streaming, done) -> None:
+        """Per DRAM word: read the OUT words it still needs (one per cycle, its slot), then compose it
+        from the window of OUT words one cycle later, when the last of them has arrived."""
+        config = self.config
+        port, shift = word_bytes(config, Buffer.OUT), _log2(word_bytes(config, Buffer.OUT))
+        dram_bytes = config.dram.bytes_per_cycle
+        words = window_words(config, port)
+        next_read = Signal(len(walker.dense))
+        slot_cycle = Signal(range(words + 1))
+        need_last = (walker.dense + walker.byte_count - 1) >> shift
+        reads = Signal(range(words + 2))
+        m.d.comb += reads.eq(need_last + 1 - next_read)
+        last_cycle = slot_cycle + 1 >= reads
+        read_valid, compose = Signal(), Signal()
+        held = SimpleNamespace(dense=Signal.like(walker.dense), count=Signal.like(walker.byte_count),
+                               first=Signal.like(walker.first_byte), address=Signal.like(walker.word_address),
+                               final=Signal())
+        m.d.sync += [read_valid.eq(self.out_read.en), compose.eq(0)]
+        with m.If(checking):
+            m.d.sync += [next_read.eq(cmd.sram_addr >> shift), slot_cycle.eq(0)]
+        with m.If(streaming):
+            m.d.comb += [self.out_read.en.eq(slot_cycle < reads), self.out_read.addr.eq(next_read + slot_cycle)]
+            with m.If(last_cycle):
+                m.d.comb += walker.advance.eq(1)
+                m.d.sync += [compose.eq(1), held.dense.eq(walker.dense), held.count.eq(walker.byte_count),
+                             held.first.eq(walker.first_byte), held.address.eq(walker.word_address),
+                             held.final.eq(walker.final), next_read.eq(need_last + 1), slot_cycle.eq(0)]
+                with m.If(walker.final):
+                    m.d.sync += streaming.eq(0)
+            with m.Else():
+                m.d.sync += slot_cycle.eq(slot_cycle + 1)
+
+        window, fill = Signal(8 * port * words), Signal(range(words + 1))
+        merged = Signal.like(window)
+        m.d.comb += merged.eq(window | Mux(read_valid, self.out_read.data << Cat(C(0, 3 + shift), fill), 0))
+        filled = fill + read_valid
+        consumed = ((held.dense + held.count) >> shift) - (held.dense >> shift)
+        source = merged >> Cat(C(0, 3), _low_bits(held.dense, shift))
+        with m.If(checking):
+            m.d.sync += [window.eq(0), fill.eq(0)]
+        with m.Elif(compose):
+            m.d.comb += [self.dram_write.valid.eq(1), self.dram_write.addr.eq(held.address),
+                         self.dram_write.data.eq(_shift_bytes_up(source[:8 * dram_bytes], held.first, dram_bytes)),
+                         self.dram_write.mask.eq(_byte_mask(held.first, held.first + held.count, dram_bytes)),
+                         done.eq(held.final)]
+            m.d.sync += [window.eq(merged >> Cat(C(0, 3 + shift), consumed)), fill.eq(filled - consumed)]
+        with m.Else():
+            m.d.sync += [window.eq(merged), fill.eq(filled)]
