@@ -285,6 +285,12 @@ class _Executor:
                                         input_min=cmd.input_min, out_dtype=out_dtype, qmin=cmd.qmin,
                                         qmax=cmd.qmax, return_clipped=True)
             self.stats.lut_out_of_range[self.label] = outside
+        # The LUT unit streams in one pass: a destination overlapping the source must not run ahead of it.
+        overlaps = (cmd.src_buf == Buffer.OUT and cmd.src_addr < cmd.dst_addr + out.nbytes
+                    and cmd.dst_addr < cmd.src_addr + x.nbytes)
+        if overlaps and (cmd.dst_addr > cmd.src_addr or out.itemsize > x.itemsize):
+            raise ExecutionError(f"{self.where}: field dst_addr = {cmd.dst_addr:#x} overlaps the source at "
+                                 f"{cmd.src_addr:#x} ahead of it or with wider elements (docs/rtl-lut.md)")
         self._write(Buffer.OUT, "dst_addr", cmd.dst_addr, out)
 
     def _pool(self, cmd: Command) -> None:

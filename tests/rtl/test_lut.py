@@ -1,0 +1,231 @@
+"""The LUT unit against the interpreter: every OUT byte and the cycles of every command, on every configuration.
+
+Programs hold many LUT commands (one simulation each); the memories start random, with one table region per
+program whose DIRECT8 entries fit a chosen byte type, so DIRECT8 to INT8/UINT8 gets legal tables at odd and
+even addresses. Sources in OUT chain one command's results into the next and include in-place runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from amaranth.back import verilog
+
+from aipu.rtl.lut import LutUnit, command_cycles
+from aipu.sim.cosim.amaranth_run import run_amaranth
+from aipu.sim.cosim.result import first_difference
+from aipu.sim.interpreter import ExecutionError, run
+from aipu.sim.machine.arch import (DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
+                                   LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, Buffer, DType)
+from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, LutMode, Opcode, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
+from tests.rtl.configs import EVERY_CONFIG, SMALL
+
+BYTE_TYPES = [dtype for dtype in DType if DTYPE_BYTES[dtype] == 1]
+INTERP16_INPUT = DType.INT16
+
+
+def _range(dtype: DType) -> tuple[int, int]:
+    info = np.iinfo(DTYPE_NUMPY[dtype])
+    return int(info.min), int(info.max)
+
+
+def refused_overlap(src_buf, src_addr, dst_addr, count, in_type, out_type) -> bool:
+    """docs/rtl-lut.md: an overlapping destination must start at or before the source, elements no wider."""
+    in_bytes, out_bytes = DTYPE_BYTES[in_type], DTYPE_BYTES[out_type]
+    overlaps = (src_buf == Buffer.OUT and src_addr < dst_addr + count * out_bytes
+                and dst_addr < src_addr + count * in_bytes)
+    return overlaps and (dst_addr > src_addr or out_bytes > in_bytes)
+
+
+class Workload:
+    """A random memory image and random legal LUT commands for it."""
+
+    def __init__(self, config, rng: np.random.Generator, max_count: int):
+        self.config, self.rng, self.max_count = config, rng, max_count
+        self.memory = Memory.create(config, 64)
+        for buffer in (*VECTOR_SOURCE_BUFFERS, Buffer.LUT):
+            self.memory.buffers[buffer][:] = rng.integers(0, 256, config.buffer(buffer).bytes)
+        lut_bytes = config.buffer(Buffer.LUT).bytes
+        self.direct8_type = BYTE_TYPES[rng.integers(len(BYTE_TYPES))]   # the type the DIRECT8 region fits
+        self.direct8_addr = int(rng.integers(0, lut_bytes - LUT8_ENTRIES * 2 + 1))
+        region = rng.integers(*_range(self.direct8_type), LUT8_ENTRIES, endpoint=True).astype(LUT_ENTRY_DTYPE)
+        self.memory.buffers[Buffer.LUT][self.direct8_addr:self.direct8_addr + region.nbytes] = region.view(np.uint8)
+
+    def command(self, **overrides) -> Command:
+        rng, config = self.rng, self.config
+        lut_bytes = config.buffer(Buffer.LUT).bytes
+        mode = LutMode(rng.integers(len(LutMode)))
+        if mode == LutMode.DIRECT8:
+            in_type = BYTE_TYPES[rng.integers(len(BYTE_TYPES))]
+            out_type = DType.INT16 if rng.random() < 0.3 else self.direct8_type
+            table_addr = (self.direct8_addr if out_type != DType.INT16 or rng.random() < 0.5
+                          else int(rng.integers(0, lut_bytes - LUT8_ENTRIES * 2 + 1)))
+            table = dict(table_addr=table_addr)
+        else:
+            in_type, out_type = INTERP16_INPUT, DType(rng.integers(len(DType)))
+            largest = min(LUT16_INDEX_BITS_MAX, ((lut_bytes // 2) - 1).bit_length() - 1)
+            table_log2 = int(rng.integers(LUT16_INDEX_BITS_MIN, largest + 1))
+            index_shift = int(rng.integers(0, LUT16_INPUT_BITS + 1))
+            low, high = _range(out_type)
+            qmin, qmax = sorted(int(q) for q in rng.integers(low, high, 2, endpoint=True))
+            if rng.random() < 0.3:
+                qmin, qmax = low, high
+            table = dict(table_addr=int(rng.integers(0, lut_bytes - ((1 << table_log2) + 1) * 2 + 1)),
+                         table_log2=table_log2, index_shift=index_shift, qmin=qmin, qmax=qmax,
+                         input_min=int(rng.integers(*_range(INTERP16_INPUT), endpoint=True)))
+        in_bytes, out_bytes = DTYPE_BYTES[in_type], DTYPE_BYTES[out_type]
+        src_buf = VECTOR_SOURCE_BUFFERS[rng.integers(len(VECTOR_SOURCE_BUFFERS))]
+        src_size, out_size = config.buffer(src_buf).bytes, config.buffer(Buffer.OUT).bytes
+        count = int(rng.integers(1, min(self.max_count, src_size // in_bytes, out_size // out_bytes) + 1))
+        src_addr = int(rng.integers(0, src_size - count * in_bytes + 1))
+        if src_buf == Buffer.OUT and out_bytes <= in_bytes and rng.random() < 0.5:   # in place, or behind
+            behind = int(rng.integers(0, min(src_addr, 2 * count * out_bytes) + 1)) if rng.random() < 0.5 else 0
+            dst_addr = src_addr - behind
+        else:
+            dst_addr = int(rng.integers(0, out_size - count * out_bytes + 1))
+            while refused_overlap(src_buf, src_addr, dst_addr, count, in_type, out_type):
+                dst_addr = int(rng.integers(0, out_size - count * out_bytes + 1))
+        fields = dict(src_buf=src_buf, src_addr=src_addr, dst_addr=dst_addr, count=count, mode=mode,
+                      in_type=in_type, out_type=out_type, **table)
+        return Command.make(Opcode.LUT, **{**fields, **overrides})
+
+
+def _program(config, commands) -> Program:
+    program = Program(config)
+    for command in commands:
+        program.append(command)
+    program.append(Command.make(Opcode.FINISH, unit=Unit.LUT))
+    return program
+
+
+def _run_both(config, memory: Memory, commands):
+    program = _program(config, commands)
+    budget = sum(command_cycles(config, command) + 8 for command in commands) + 100
+    return run(program, memory), run_amaranth(program, memory, [LutUnit], max_cycles=budget)
+
+
+def _assert_matches(config, memory: Memory, commands) -> None:
+    expected, got = _run_both(config, memory, commands)
+    assert got.done and not got.errors, got.errors
+    assert first_difference(expected.memory, got.memory) is None, first_difference(expected.memory, got.memory)
+    assert got.command_cycles(Unit.LUT)[:-1] == [command_cycles(config, command) for command in commands]
+
+
+@EVERY_CONFIG
+def test_random_commands_match_the_interpreter(config):
+    workload = Workload(config, np.random.default_rng(7), max_count=80)
+    _assert_matches(config, workload.memory, [workload.command() for _ in range(14)])
+
+
+@EVERY_CONFIG
+def test_in_place_and_behind_the_source(config):
+    """Destination on the source, or before it with equal or narrower elements: each byte is read first."""
+    workload = Workload(config, np.random.default_rng(11), max_count=70)
+    full_table = dict(mode=LutMode.INTERP16, table_addr=0, table_log2=1, index_shift=LUT16_INPUT_BITS,
+                      input_min=_range(INTERP16_INPUT)[0])
+    direct8 = dict(mode=LutMode.DIRECT8, table_addr=workload.direct8_addr, table_log2=0, index_shift=0,
+                   input_min=0, qmin=0, qmax=0)
+    commands = []
+    for back in (0, 1, 3, 17):
+        place = dict(src_buf=Buffer.OUT, src_addr=21 + back, dst_addr=21, count=61)
+        for in_type in BYTE_TYPES:
+            commands.append(workload.command(**place, **direct8, in_type=in_type, out_type=workload.direct8_type))
+        for out_type in DType:
+            low, high = _range(out_type)
+            commands.append(workload.command(**place, **full_table, in_type=INTERP16_INPUT, out_type=out_type,
+                                             qmin=low, qmax=high))
+    _assert_matches(config, workload.memory, commands)
+
+
+def test_cycles_formula_counts_the_table_load_lanes_and_the_spill():
+    """DEFAULT: the 4-byte LUT port loads 2 entries a cycle, 16-byte ports give 16 int8 lanes."""
+    def lut(**fields):
+        return Command.make(Opcode.LUT, src_buf=Buffer.ACT, mode=LutMode.DIRECT8, in_type=DType.INT8,
+                            out_type=DType.INT8, **fields)
+    assert command_cycles(DEFAULT, lut(count=16, dst_addr=0)) == 3 + 128 + 1
+    assert command_cycles(DEFAULT, lut(count=16, dst_addr=1)) == 3 + 128 + 1 + 1
+    assert command_cycles(DEFAULT, lut(count=17, dst_addr=0)) == 3 + 128 + 2
+    interp = Command.make(Opcode.LUT, src_buf=Buffer.ACT, mode=LutMode.INTERP16, in_type=DType.INT16,
+                          out_type=DType.INT8, count=64, table_log2=10, qmax=1)
+    assert command_cycles(DEFAULT, interp) == 3 + 513 + 8
+
+
+def _fault_cases():
+    """(command fields over a legal DIRECT8 / INTERP16 command, the field the interpreter and RTL must name)."""
+    lut_bytes = SMALL.buffer(Buffer.LUT).bytes
+    out_bytes = SMALL.buffer(Buffer.OUT).bytes
+    direct = dict(mode=LutMode.DIRECT8, in_type=DType.INT8, out_type=DType.INT16, table_addr=0)
+    interp = dict(mode=LutMode.INTERP16, in_type=DType.INT16, out_type=DType.INT16, table_addr=0, table_log2=4,
+                  index_shift=3, input_min=-100, qmin=-1000, qmax=1000)
+    cases = [(dict(direct, src_addr=SMALL.buffer(Buffer.ACT).bytes - 7), "src_addr"),
+             (dict(interp, src_buf=Buffer.OUT, src_addr=out_bytes - 15), "src_addr"),
+             *[(dict(direct, **{name: 1}), name) for name in ("table_log2", "index_shift", "input_min", "qmin",
+                                                               "qmax")],
+             (dict(direct, qmin=-1, qmax=0), "qmin"),
+             (dict(direct, table_addr=lut_bytes - LUT8_ENTRIES * 2 + 1), "table_addr"),
+             (dict(interp, table_addr=lut_bytes - 33), "table_addr"),
+             (dict(direct, out_type=DType.INT8), "out_type"),          # the random table does not fit int8
+             (dict(direct, out_type=DType.UINT8, in_type=DType.INT16), "out_type"),   # the data check comes first
+             (dict(direct, in_type=DType.INT16), "in_type"),
+             (dict(interp, in_type=DType.UINT8), "in_type"),
+             (dict(interp, in_type=DType.INT8, table_log2=0), "in_type"),
+             (dict(interp, table_log2=0), "table_log2"),
+             (dict(interp, out_type=DType.INT8, qmin=-129, qmax=0), "qmin"),
+             (dict(interp, out_type=DType.UINT8, qmin=0, qmax=256), "qmax"),
+             (dict(interp, qmin=5, qmax=4), "qmin"),
+             (dict(direct, dst_addr=out_bytes - 9), "dst_addr"),
+             (dict(interp, out_type=DType.INT8, qmin=-5, qmax=5, dst_addr=out_bytes - 7), "dst_addr"),
+             (dict(direct, src_buf=Buffer.OUT, src_addr=40, dst_addr=41), "dst_addr"),     # ahead of the source
+             (dict(direct, src_buf=Buffer.OUT, src_addr=40, dst_addr=40), "dst_addr"),     # in place, wider
+             (dict(interp, src_buf=Buffer.OUT, src_addr=40, dst_addr=42), "dst_addr")]
+    return [pytest.param(fields, name, id=f"{name}-{i}") for i, (fields, name) in enumerate(cases)]
+
+
+@pytest.mark.parametrize("fields, field_name", _fault_cases())
+def test_faults_name_the_field_and_write_nothing(fields, field_name):
+    """After a legal command, the refused one stops the unit naming the field; the interpreter refuses it too.
+    The LUT memory starts with a DIRECT8 table of 300s at 0 (fits INT16 only), random bytes after it."""
+    rng = np.random.default_rng(3)
+    memory = Memory.create(SMALL, 64)
+    for buffer in (*VECTOR_SOURCE_BUFFERS, Buffer.LUT):
+        memory.buffers[buffer][:] = rng.integers(0, 256, SMALL.buffer(buffer).bytes)
+    memory.buffers[Buffer.LUT][:LUT8_ENTRIES * 2] = np.full(LUT8_ENTRIES, 300, LUT_ENTRY_DTYPE).view(np.uint8)
+    legal = Command.make(Opcode.LUT, src_buf=Buffer.ACT, src_addr=5, dst_addr=100, count=9, mode=LutMode.INTERP16,
+                         in_type=INTERP16_INPUT, out_type=DType.INT16, table_addr=0x101, table_log2=3,
+                         index_shift=13, input_min=-32768, qmin=-32768, qmax=32767)
+    refused = Command.make(Opcode.LUT, **{"src_buf": Buffer.ACT, "src_addr": 0, "dst_addr": 0, "count": 8, **fields})
+    with pytest.raises(ExecutionError):
+        run(_program(SMALL, [legal, refused]), memory)
+    before = run(_program(SMALL, [legal]), memory)
+    got = run_amaranth(_program(SMALL, [legal, refused]), memory, [LutUnit], max_cycles=2000)
+    assert [(error.index, error.field) for error in got.errors] == [(1, field_name)]
+    assert first_difference(before.memory, got.memory) is None
+
+
+def test_interpreter_refuses_what_the_unit_cannot_stream():
+    """The rule is the interpreter's too (docs/rtl-lut.md): ahead of the source, or wider in place."""
+    memory = Memory.create(SMALL, 64)
+    lut = dict(src_buf=Buffer.OUT, count=4, mode=LutMode.DIRECT8, in_type=DType.INT8, out_type=DType.INT16)
+    for src_addr, dst_addr in [(8, 8), (8, 9), (8, 2)]:
+        with pytest.raises(ExecutionError, match="field dst_addr"):
+            run(_program(SMALL, [Command.make(Opcode.LUT, src_addr=src_addr, dst_addr=dst_addr, **lut)]), memory)
+    run(_program(SMALL, [Command.make(Opcode.LUT, src_addr=8, dst_addr=0, **{**lut, "count": 3})]), memory)
+    narrow = {**lut, "out_type": DType.INT8}
+    run(_program(SMALL, [Command.make(Opcode.LUT, src_addr=8, dst_addr=8, **narrow)]), memory)
+    with pytest.raises(ExecutionError, match="field dst_addr"):
+        run(_program(SMALL, [Command.make(Opcode.LUT, src_addr=8, dst_addr=11, **narrow)]), memory)
+
+
+def test_converts_to_verilog():
+    assert "module lut_unit" in verilog.convert(LutUnit(DEFAULT), name="lut_unit")
+
+
+@pytest.mark.slow
+@EVERY_CONFIG
+def test_many_random_commands(config):
+    """400 random LUT commands per configuration (1200 in all), counts up to 300, in programs of 40."""
+    rng = np.random.default_rng(2024)
+    for _ in range(10):
+        workload = Workload(config, rng, max_count=300)
+        _assert_matches(config, workload.memory, [workload.command() for _ in range(40)])
