@@ -86,7 +86,7 @@ def _cmd_run_layer(args: argparse.Namespace) -> int:
     return 0 if mismatches == 0 else 1
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -116,12 +116,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_layer.add_argument("--layer", help=".npz (numpy.savez) with integer arrays x, w, bias, multiplier, shift; "
                            "optional x/w/out_zero_point, groups, stride, padding, dilation, out_type, rounding")
     run_layer.add_argument("--seed", type=int, default=0, help="random layer seed (without --layer)")
-    run_layer.add_argument("--max-channels", type=_positive_int, default=24, help="random layer: channel limit")
-    run_layer.add_argument("--max-size", type=_positive_int, default=12, help="random layer: spatial size limit")
+    run_layer.add_argument("--max-channels", type=positive_int, default=24, help="random layer: channel limit")
+    run_layer.add_argument("--max-size", type=positive_int, default=12, help="random layer: spatial size limit")
     run_layer.add_argument("--lut", action="store_true", help="random layer: add a random activation table")
     run_layer.add_argument("--config", help="hardware configuration (.toml/.json)")
     for name in ("tile-k", "tile-c", "tile-rows"):
-        run_layer.add_argument(f"--{name}", type=_positive_int, help=f"force {name.replace('-', '_')}")
+        run_layer.add_argument(f"--{name}", type=positive_int, help=f"force {name.replace('-', '_')}")
     run_layer.add_argument("--schedule-seed", type=int, help="random legal unit schedule instead of unit order")
     run_layer.add_argument("-o", "--output", help="also write the program file here")
     run_layer.add_argument("--json", action="store_true", help="print the report as JSON")

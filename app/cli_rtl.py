@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from aipu.app.cli_program import positive_int
 from aipu.sim.machine.arch import DEFAULT, load_hardware_config
 
 DEFAULT_DRAM_BYTES = 1 << 16
@@ -13,16 +14,6 @@ DEFAULT_DRAM_BYTES = 1 << 16
 
 def _config(args: argparse.Namespace):
     return load_hardware_config(args.config) if args.config else DEFAULT
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
-    return value
 
 
 def _cmd_verilog(args: argparse.Namespace) -> int:
@@ -75,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verilog = commands.add_parser("verilog", help="write the Verilog of every unit and of the System top")
     verilog.add_argument("-o", "--output", required=True, help="directory for <unit>.v and aipu_system.v")
     verilog.add_argument("--config", help="hardware configuration (.toml/.json); default: the built-in one")
-    verilog.add_argument("--dram-bytes", type=_positive_int, default=DEFAULT_DRAM_BYTES,
+    verilog.add_argument("--dram-bytes", type=positive_int, default=DEFAULT_DRAM_BYTES,
                          help=f"size of the System's DRAM model (default {DEFAULT_DRAM_BYTES})")
     verilog.set_defaults(func=_cmd_verilog)
 

@@ -1,33 +1,13 @@
 """The shared sequencer and the System around it: token handshake, FINISH, cycle log, error stop."""
 from __future__ import annotations
 
-from amaranth.hdl import Signal
-
-from aipu.rtl.unit import UnitComponent
 from aipu.sim.cosim.amaranth_run import run_amaranth, run_words_amaranth
 from aipu.sim.machine.arch import DEFAULT, DType
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from tests.sim.cosim.toy_units import ENGINE_CYCLES, timed_unit
 
-ENGINE_CYCLES = 5
-
-
-def _timed(unit: Unit):
-    """A unit whose engine takes ENGINE_CYCLES per command and touches nothing: exercises the sequencer only."""
-
-    class Timed(UnitComponent):
-        UNIT = unit
-
-        def elaborate_engine(self, m, word, start, done, fault, fault_field):
-            left = Signal(range(ENGINE_CYCLES + 1))
-            with m.If(start):
-                m.d.sync += left.eq(ENGINE_CYCLES)
-            with m.Elif(left != 0):
-                m.d.sync += left.eq(left - 1)
-                m.d.comb += done.eq(left == 1)
-
-    return Timed
 
 
 def _store(**tokens) -> Command:
@@ -48,7 +28,7 @@ def test_tokens_order_two_units_and_finish_waits_for_both():
     program.append(_store(pop={Unit.LOAD}))
     program.append(_store(pop={Unit.LOAD}))
     program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
-    result = run_amaranth(program, Memory.create(DEFAULT, 64), [_timed(Unit.LOAD), _timed(Unit.STORE)],
+    result = run_amaranth(program, Memory.create(DEFAULT, 64), [timed_unit(Unit.LOAD), timed_unit(Unit.STORE)],
                           max_cycles=200)
     assert result.done and not result.errors and not result.token_error
     assert result.command_cycles(Unit.LOAD) == [ENGINE_CYCLES] * 2
@@ -63,7 +43,7 @@ def test_finish_with_a_token_left_reports_it():
     program = Program(DEFAULT)
     program.append(_load(push={Unit.STORE}))
     program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
-    result = run_amaranth(program, Memory.create(DEFAULT, 64), [_timed(Unit.LOAD), _timed(Unit.STORE)],
+    result = run_amaranth(program, Memory.create(DEFAULT, 64), [timed_unit(Unit.LOAD), timed_unit(Unit.STORE)],
                           max_cycles=200)
     assert result.done and result.token_error
 
@@ -75,7 +55,7 @@ def test_an_illegal_word_stops_its_unit_by_field_name_before_executing():
     word = int.from_bytes(good.encode(DEFAULT), "little") & ~(((1 << 16) - 1) << offset)   # y_size = 0: illegal
     queues = {Unit.LOAD: [_load().encode(DEFAULT), word.to_bytes(32, "little")],
               Unit.STORE: [Command.make(Opcode.FINISH, unit=Unit.STORE, pop={Unit.LOAD}).encode(DEFAULT)]}
-    result = run_words_amaranth(queues, Memory.create(DEFAULT, 64), [_timed(Unit.LOAD), _timed(Unit.STORE)],
+    result = run_words_amaranth(queues, Memory.create(DEFAULT, 64), [timed_unit(Unit.LOAD), timed_unit(Unit.STORE)],
                                 max_cycles=100)
     assert not result.done
     assert [str(error) for error in result.errors] == ["LOAD[1] stopped on field y_size"]
