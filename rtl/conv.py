@@ -17,6 +17,7 @@ import numpy as np
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib.wiring import Out
 
+from aipu.rtl.lanes import select_word, shift_down, shift_up
 from aipu.rtl.ports import read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_NUMPY, MAC_OPERAND_BITS, Buffer,
@@ -92,6 +93,7 @@ class _Window:
 
     def __init__(self, m: Module, name: str, beats: int, port_a, port_b, valid, beat):
         width = len(port_a.data)
+        self.m, self.name = m, name
         self.held = [Signal(width, name=f"{name}_held{i}") for i in range(2 * beats - 2)]
         for i in range(beats - 1):
             with m.If(valid & (beat == i)):
@@ -100,7 +102,7 @@ class _Window:
 
     def run(self, byte_offset, nbytes: int):
         """``nbytes`` bytes starting at ``byte_offset`` in the window."""
-        return (self.words >> (byte_offset * 8))[:nbytes * 8]
+        return shift_down(self.m, f"{self.name}_run", self.words, byte_offset, 8, nbytes)
 
 
 class ConvUnit(UnitComponent):
@@ -325,16 +327,16 @@ class ConvUnit(UnitComponent):
         writing, write_beat, write_word = Signal(), register("write_beat", beats), Signal.like(acc_word)
         with m.If(pixel_valid & (pixel_beat == beats - 1)):
             m.d.sync += [writing.eq(1), write_beat.eq(0), write_word.eq(pixel_acc_word),
-                         write_data.eq(Cat(*sums) << (pixel_acc_offset * 8)),
-                         write_mask.eq(entry_mask << pixel_acc_offset)]
+                         write_data.eq(shift_up(m, "write_data_placed", Cat(*sums), pixel_acc_offset, 8, window_bytes)),
+                         write_mask.eq(shift_up(m, "write_mask_placed", entry_mask, pixel_acc_offset, 1, window_bytes))]
         with m.Elif(writing):
             m.d.sync += write_beat.eq(write_beat + 1)
             with m.If(write_beat == beats - 1):
                 m.d.sync += writing.eq(0)
         for half, port in enumerate((self.acc_write, self.acc_write_b)):
             m.d.comb += [port.addr.eq(write_word + 2 * write_beat + half), port.en.eq(writing),
-                         port.data.eq(write_data.word_select(2 * write_beat + half, 8 * acc_port)),
-                         port.mask.eq(write_mask.word_select(2 * write_beat + half, acc_port))]
+                         port.data.eq(select_word(m, f"write_data{half}", write_data, 2 * write_beat + half, 8 * acc_port)),
+                         port.mask.eq(select_word(m, f"write_mask{half}", write_mask, 2 * write_beat + half, acc_port))]
 
         # --- phase boundary (last, so it wins over the stages' own updates): the loaded block streams next -
         with m.If(running & phase_ends):

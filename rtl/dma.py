@@ -21,6 +21,7 @@ import numpy as np
 from amaranth.hdl import C, Cat, Elaboratable, Module, Mux, Signal
 from amaranth.lib.wiring import Out
 
+from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, shift_up
 from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType, HardwareConfig
@@ -33,30 +34,6 @@ STORE_TAIL_CYCLES = 1     # after the last slot: its DRAM word is composed and w
 
 def _log2(value: int) -> int:
     return value.bit_length() - 1
-
-
-def _byte_mask(low, high, nbytes: int):
-    """``nbytes`` mask bits, bit i set for low <= i < high."""
-    return ((C(1, 1) << high) - (C(1, 1) << low))[:nbytes]
-
-
-def _bytes_to_bits(mask):
-    return Cat(*(bit.replicate(8) for bit in mask))
-
-
-def _shift_bytes_up(value, nbytes_shift, nbytes: int):
-    """``value`` moved up by ``nbytes_shift`` bytes, truncated to ``nbytes`` bytes."""
-    return (value << Cat(C(0, 3), nbytes_shift))[:8 * nbytes]
-
-
-def _select_word(value, index, width: int):
-    """Word ``index`` of ``value`` as a mux over its words (a variable ``word_select`` makes every output
-    bit depend on every input bit, which slows the netlist checks down for wide windows)."""
-    words = [value[i * width:(i + 1) * width] for i in range(len(value) // width)]
-    selected = words[-1]
-    for number in reversed(range(len(words) - 1)):
-        selected = Mux(index == number, words[number], selected)
-    return selected
 
 
 def _low_bits(value, bits: int):
@@ -307,12 +284,12 @@ class _LoadChannel(Elaboratable):
         emit_index, emit_left = Signal(range(words + 1)), Signal(range(words + 1))
         emit_addr = Signal(shape.width)
         offset = _low_bits(responses.dense, shift)
-        incoming = self.response_data >> Cat(C(0, 3), responses.first_byte)
-        placed_mask = _byte_mask(offset, offset + responses.byte_count, port * words)
-        placed = _shift_bytes_up(incoming[:8 * config.dram.bytes_per_cycle], offset, port * words)
+        incoming = shift_down(m, "incoming", self.response_data, responses.first_byte, 8, config.dram.bytes_per_cycle)
+        placed_mask = byte_mask(m, "placed_mask", offset, offset + responses.byte_count, port * words)
+        placed = shift_up(m, "placed", incoming, offset, 8, port * words)
         merged = Signal.like(window)
         merged_mask = Signal.like(window_mask)
-        m.d.comb += [merged.eq(residual | (placed & _bytes_to_bits(placed_mask))),
+        m.d.comb += [merged.eq(residual | (placed & bytes_to_bits(placed_mask))),
                      merged_mask.eq(residual_mask | placed_mask)]
         full, written = _words_written(m, config, responses, port)
         arrival = self.response_valid & receiving & ~probe_pending
@@ -325,14 +302,14 @@ class _LoadChannel(Elaboratable):
             m.d.sync += [window.eq(merged), window_mask.eq(merged_mask), emit_index.eq(1),
                          emit_left.eq(Mux(written == 0, 0, written - 1)),
                          emit_addr.eq((responses.dense >> shift) + 1),
-                         residual.eq(Mux(responses.row_end, 0, _select_word(merged, full, 8 * port))),
-                         residual_mask.eq(Mux(responses.row_end, 0, _select_word(merged_mask, full, port)))]
+                         residual.eq(Mux(responses.row_end, 0, select_word(m, "residual_next", merged, full, 8 * port))),
+                         residual_mask.eq(Mux(responses.row_end, 0, select_word(m, "residual_mask_next", merged_mask, full, port)))]
             with m.If(responses.final):
                 m.d.sync += receiving.eq(0)
         with m.Elif(emit_left != 0):
             m.d.comb += [self.write.en.eq(1), self.write.addr.eq(emit_addr),
-                         self.write.data.eq(_select_word(window, emit_index, 8 * port)),
-                         self.write.mask.eq(_select_word(window_mask, emit_index, port))]
+                         self.write.data.eq(select_word(m, "emit_data", window, emit_index, 8 * port)),
+                         self.write.mask.eq(select_word(m, "emit_mask", window_mask, emit_index, port))]
             m.d.sync += [emit_index.eq(emit_index + 1), emit_left.eq(emit_left - 1), emit_addr.eq(emit_addr + 1)]
 
         self._padding(m, draining=~self.go & ~requesting & ~receiving & (emit_left == 0))
@@ -376,7 +353,7 @@ class _LoadChannel(Elaboratable):
         with m.If(draining & pending):
             with m.If(kind != 0):
                 m.d.comb += [self.write.en.eq(1), self.write.addr.eq(word), self.write.data.eq(self._pad_word(word)),
-                             self.write.mask.eq(_byte_mask(_low_bits(cursor, shift), high, port))]
+                             self.write.mask.eq(byte_mask(m, "pad_mask", _low_bits(cursor, shift), high, port))]
             with m.If(kind == 0):
                 m.d.comb += self.done.eq(1)
                 m.d.sync += pending.eq(0)
@@ -574,17 +551,17 @@ class StoreUnit(UnitComponent):
 
         window, fill = Signal(8 * port * words), Signal(range(words + 1))
         merged = Signal.like(window)
-        m.d.comb += merged.eq(window | Mux(read_valid, self.out_read.data << Cat(C(0, 3 + shift), fill), 0))
+        m.d.comb += merged.eq(window | Mux(read_valid, shift_up(m, "arriving", self.out_read.data, fill, 8 * port, words), 0))
         filled = fill + read_valid
         consumed = ((held.dense + held.count) >> shift) - (held.dense >> shift)
-        source = merged >> Cat(C(0, 3), _low_bits(held.dense, shift))
+        source = shift_down(m, "source", merged, _low_bits(held.dense, shift), 8, dram_bytes)
         with m.If(checking):
             m.d.sync += [window.eq(0), fill.eq(0)]
         with m.Elif(compose):
             m.d.comb += [self.dram_write.valid.eq(1), self.dram_write.addr.eq(held.address),
-                         self.dram_write.data.eq(_shift_bytes_up(source[:8 * dram_bytes], held.first, dram_bytes)),
-                         self.dram_write.mask.eq(_byte_mask(held.first, held.first + held.count, dram_bytes)),
+                         self.dram_write.data.eq(shift_up(m, "composed", source, held.first, 8, dram_bytes)),
+                         self.dram_write.mask.eq(byte_mask(m, "composed_mask", held.first, held.first + held.count, dram_bytes)),
                          done.eq(held.final)]
-            m.d.sync += [window.eq(merged >> Cat(C(0, 3 + shift), consumed)), fill.eq(filled - consumed)]
+            m.d.sync += [window.eq(shift_down(m, "window_next", merged, consumed, 8 * port, words)), fill.eq(filled - consumed)]
         with m.Else():
             m.d.sync += [window.eq(merged), fill.eq(filled)]

@@ -17,9 +17,10 @@ operand and one barrel shifter.
 from __future__ import annotations
 
 import numpy as np
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 
-from aipu.rtl.arith import clamp, rounding_shift_right
+from aipu.rtl.arith import clamp, net, rounding_shift_right
+from aipu.rtl.lanes import shift_down, shift_up
 from aipu.rtl.ports import word_bytes
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.golden.eltwise import MAX_ALIGN
@@ -33,13 +34,6 @@ ELEMENT = signed(8 * max(DTYPE_BYTES.values()) + 1)   # holds a value of every e
 OPERAND_TYPES = (DType.INT8, DType.UINT8)
 ALIGNED_BITS = MULTIPLIER_BITS + MAX_ALIGN        # M << (N - N_i) of an operand that passed the alignment check
 PRODUCT_BITS = 2 * MAC_OPERAND_BITS + MULTIPLIER_BITS   # MUL: d_a * d_b * M
-
-
-def wire(m: Module, expression, name: str) -> Signal:
-    """``expression`` as a named signal: a shared result computed once (and readable in waveforms)."""
-    signal = Signal(Value.cast(expression).shape(), name=name)
-    m.d.comb += signal.eq(expression)
-    return signal
 
 
 def dtype_bounds(dtype, types=tuple(DType)):
@@ -98,10 +92,10 @@ class SourceReads:
                 m.d.comb += [port.addr.eq((address >> shift) + index), port.en.eq(here)]
             with m.If(here):
                 m.d.sync += offset.eq(address)
-            window = Cat(*(port.data for port in ports))
-            run = [Mux(buffer_select == buffer, window.word_select(offset + index, 8), run[index])
+            window = shift_down(m, f"{name}_{stream}_run", Cat(*(port.data for port in ports)), offset, 8, run_bytes)
+            run = [Mux(buffer_select == buffer, window[8 * index:8 * (index + 1)], run[index])
                    for index in range(run_bytes)]
-        return address, enable, [wire(m, value, f"{stream}_byte{index}") for index, value in enumerate(run)]
+        return address, enable, [net(m, value, f"{stream}_byte{index}") for index, value in enumerate(run)]
 
 
 def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, valid, values, count, flush) -> None:
@@ -119,8 +113,8 @@ def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, 
     group_data = Mux(wide, Cat(*(value[:16] for value in values)), Cat(*(value[:8] for value in values)))
     group_mask = Mux(wide, Cat(*(bit.replicate(2) for bit in present)), Cat(*present))
     offset = address[:shift]
-    placed_data = wire(m, group_data << (offset * 8), "placed_data")
-    placed_mask = wire(m, group_mask << offset, "placed_mask")
+    placed_data = shift_up(m, "placed_data", group_data, offset, 8, 2 * nbytes)
+    placed_mask = shift_up(m, "placed_mask", group_mask, offset, 1, 2 * nbytes)
     merged_data = pending_data | placed_data[:8 * nbytes]
     merged_mask = pending_mask | placed_mask[:nbytes]
     m.d.comb += port.addr.eq(address >> shift)
@@ -216,8 +210,8 @@ class EltwiseEngine:
         m.d.sync += [scaled_valid.eq(read_valid), scaled_last.eq(read_last), scaled_count.eq(read_count)]
         results = []
         for lane in range(width):
-            a_centred = wire(m, element_value(c.a_type, reads.a_bytes[lane], 0) - c.a_zero_point, f"a_centred{lane}")
-            b_centred = wire(m, element_value(c.b_type, reads.b_bytes[lane], 0) - c.b_zero_point, f"b_centred{lane}")
+            a_centred = net(m, element_value(c.a_type, reads.a_bytes[lane], 0) - c.a_zero_point, f"a_centred{lane}")
+            b_centred = net(m, element_value(c.b_type, reads.b_bytes[lane], 0) - c.b_zero_point, f"b_centred{lane}")
             a_term, b_term = Signal(term_bits, name=f"a_term{lane}"), Signal(term_bits, name=f"b_term{lane}")
             m.d.sync += [a_term.eq(Mux(c.op == EltwiseOp.MUL, a_centred * b_centred, a_centred) * a_scale),
                          b_term.eq(b_centred * b_scale)]
@@ -241,5 +235,5 @@ class EltwiseEngine:
                 m.d.comb += combined.eq(Mux(a_term < b_term, a_term, b_term))
             with m.Default():       # ADD; MUL and RESCALE have b_term = 0
                 m.d.comb += combined.eq(a_term + b_term)
-        shifted = wire(m, rounding_shift_right(combined, shift, c.rounding) + c.out_zero_point, f"shifted{lane}")
+        shifted = net(m, rounding_shift_right(combined, shift, c.rounding) + c.out_zero_point, f"shifted{lane}")
         return clamp(shifted, c.qmin, c.qmax)

@@ -18,8 +18,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
+from aipu.rtl.arith import net
 from aipu.rtl.eltwise import (ELEMENT, SOURCE_BUFFERS, EltwiseEngine, SourceReads, dtype_bounds, element_value,
-                              is_wide, lanes, pack_output, region_beyond, wire)
+                              is_wide, lanes, pack_output, region_beyond)
 from aipu.rtl.ports import read_port, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, HardwareConfig
@@ -108,7 +109,7 @@ class PoolUnit(UnitComponent):
                     Mux(is_pool, is_wide(pool.dtype), is_wide(eltwise.out_type)), valid, values, count,
                     phase["flush"])
 
-        refusals = [[(wire(m, condition, f"refuse_{name}"), name) for condition, name in engine.faults]
+        refusals = [[(net(m, condition, f"refuse_{name}"), name) for condition, name in engine.faults]
                     for engine, _ in engines]
         with m.FSM(name="pool_engine"):
             with m.State("IDLE"):
@@ -163,8 +164,8 @@ class PoolEngine:
         span_h, span_w, padded_h, padded_w, in_bytes = registered.values()
         self.span_h, self.span_w = span_h, span_w
         # out_h/out_w follow from the registered spans one cycle later (VERIFY uses them only if the window fits)
-        self.out_h = wire(m, ((padded_h - span_h) // c.stride_h + 1)[:len(padded_h)], "out_h")
-        self.out_w = wire(m, ((padded_w - span_w) // c.stride_w + 1)[:len(padded_w)], "out_w")
+        self.out_h = net(m, ((padded_h - span_h) // c.stride_h + 1)[:len(padded_h)], "out_h")
+        self.out_w = net(m, ((padded_w - span_w) // c.stride_w + 1)[:len(padded_w)], "out_w")
         out_bytes = self.out_h * self.out_w * c.channels * self.element_bytes
         zero_low, zero_high = dtype_bounds(c.dtype)
         is_max = c.mode == PoolMode.MAX
@@ -192,7 +193,7 @@ class PoolEngine:
         top, left = Signal(signed(len(c.in_h) + 2)), Signal(signed(len(c.in_w) + 2))
         row_step, column_step = Signal.like(self.span_h), Signal.like(self.span_w)   # ky * dilation_h, ...
         finished = Signal()
-        row, column = wire(m, top + row_step, "tap_row"), wire(m, left + column_step, "tap_column")
+        row, column = net(m, top + row_step, "tap_row"), net(m, left + column_step, "tap_column")
         inside = (row >= 0) & (row < c.in_h) & (column >= 0) & (column < c.in_w)
         last_tap_column, last_tap_row = kx == c.k_w - 1, ky == c.k_h - 1
         last_channel = channel == c.channels - 1
@@ -200,7 +201,7 @@ class PoolEngine:
         window_done = last_tap_row & last_tap_column
         all_done = window_done & last_channel & last_column & last_row
         issuing = run & ~finished
-        pixel = wire(m, row * c.in_w + column, "tap_pixel")
+        pixel = net(m, row * c.in_w + column, "tap_pixel")
         with m.If(self.enabled):
             m.d.comb += [reads.a_address.eq(c.src_addr + (pixel * c.channels + channel) * self.element_bytes),
                          reads.a_enable.eq(issuing & inside)]
@@ -226,7 +227,7 @@ class PoolEngine:
         tap_valid, tap_inside, tap_first, tap_last, tap_all = Signal(), Signal(), Signal(), Signal(), Signal()
         m.d.sync += [tap_valid.eq(issuing), tap_inside.eq(inside), tap_first.eq((ky == 0) & (kx == 0)),
                      tap_last.eq(window_done), tap_all.eq(all_done)]
-        element = wire(m, element_value(c.dtype, *reads.a_bytes[:2]), "tap_element")
+        element = net(m, element_value(c.dtype, *reads.a_bytes[:2]), "tap_element")
         is_max = c.mode == PoolMode.MAX
         dtype_low, _ = dtype_bounds(c.dtype)
         best, total, count = Signal(ELEMENT), Signal(signed(WINDOW_SUM_BITS + 1)), Signal(range(MAX_WINDOW + 1))
@@ -258,12 +259,12 @@ class PoolEngine:
         m.d.sync += [quotient_valid.eq(window_valid), quotient_last.eq(window_last), held_max.eq(window_max),
                      held_sum.eq(window_sum), held_divisor.eq(divisor),
                      product.eq(magnitude * reciprocal.data)]
-        magnitude_quotient = wire(m, product >> RECIPROCAL_SHIFT, "magnitude_quotient")
-        magnitude_remainder = wire(m, Mux(held_sum < 0, -held_sum, held_sum) - magnitude_quotient * held_divisor,
+        magnitude_quotient = net(m, product >> RECIPROCAL_SHIFT, "magnitude_quotient")
+        magnitude_remainder = net(m, Mux(held_sum < 0, -held_sum, held_sum) - magnitude_quotient * held_divisor,
                                    "magnitude_remainder")
         negative, exact = held_sum < 0, magnitude_remainder == 0
-        quotient = wire(m, Mux(negative, -magnitude_quotient - ~exact, magnitude_quotient), "floor_quotient")
-        remainder = wire(m, Mux(negative & ~exact, held_divisor - magnitude_remainder, magnitude_remainder),
+        quotient = net(m, Mux(negative, -magnitude_quotient - ~exact, magnitude_quotient), "floor_quotient")
+        remainder = net(m, Mux(negative & ~exact, held_divisor - magnitude_remainder, magnitude_remainder),
                          "floor_remainder")
         twice = remainder * 2
         average = quotient + round_up(c.rounding, twice > held_divisor, twice == held_divisor, quotient[0],

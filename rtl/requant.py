@@ -20,10 +20,10 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
 from aipu.rtl import arith
-from aipu.rtl.ports import read_port, word_bytes, word_count, write_port
+from aipu.rtl.ports import read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, DTYPE_BYTES, DTYPE_NUMPY, PARAM_RECORD,
-                                   PARAM_RECORD_BYTES, SHIFT_BITS, SHIFT_MAX, Buffer, DType,
+                                   PARAM_RECORD_BYTES, SHIFT_BITS, SHIFT_MAX, Buffer,
                                    HardwareConfig)
 from aipu.sim.machine.isa import COMMANDS, ZERO_POINT_BITS, Opcode, RequantMode, Unit
 from aipu.sim.machine.program import Command
