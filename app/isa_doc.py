@@ -25,7 +25,7 @@ from its own in-order command queue, and synchronise only through **dependency t
 | unit | does |
 |---|---|
 | LOAD | strided DMA DRAM -> ACT / WEIGHT / LUT / PARAM, writing padding (e.g. the input zero point) on the fly |
-| WDEC | decodes one layer's compressed weight stream (T/AI 115.1 chapter 10) from DRAM into WEIGHT |
+| WDEC | decodes one layer's compressed weight stream (T/AI 115.1 chapter 10, npu profile) from DRAM into WEIGHT |
 | CONV | one convolution or matmul tile on the MAC array, ACT x WEIGHT -> ACC (overwrite or accumulate) |
 | REQUANT | ACC -> OUT with per-channel bias / multiplier / shift records from PARAM |
 | LUT | table-lookup activations (8-bit direct, 16-bit interpolated) into OUT |

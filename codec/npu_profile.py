@@ -48,6 +48,16 @@ def encoder_options(max_ctu_size: int = 64):
     return with_profile(CodecOptions(max_ctu_size=max_ctu_size))
 
 
+def encode_profile_stream(weights: np.ndarray, max_ctu_size: int = 64) -> bytes:
+    """One layer's bare stream of integer weights [O, I, KH, KW] in the profile: the bytes the compiler places
+    in DRAM for a WDEC command (a container layer's payload, without the container)."""
+    from .api import encode, read_index
+
+    container = encode({"weight": np.asarray(weights)}, encoder_options(max_ctu_size))
+    (info,), payload = read_index(container)
+    return container[payload + info.offset:payload + info.offset + info.length]
+
+
 @dataclass
 class ProfileDecode:
     """A decoded profile stream: levels in the tensor's [O][I][KH][KW] layout and the cycle model's counts."""

@@ -359,14 +359,15 @@ def _wrap(values: np.ndarray, bits: int) -> np.ndarray:
 
 
 def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:
-    """WDEC's decoder: one layer's bare nnc() stream of an [O, I, KH, KW] weight tensor to int8 levels
-    (codec.decode_weight_stream); levels outside int8 are an error, never a wrap."""
+    """WDEC's decoder: one layer's bare nnc() stream of an [O, I, KH, KW] weight tensor in the npu profile
+    (what rtl/wdec.py executes; the full chapter-10 syntax is refused as the hardware refuses it) to int8
+    levels; levels outside int8 are an error, never a wrap."""
     from aipu import codec
 
     try:
-        levels = codec.decode_weight_stream(stream, shape)
+        levels = codec.decode_profile_stream(stream, shape).levels
     except codec.CodecError as exc:
-        raise ValueError(f"weight stream does not decode: {exc}") from None
+        raise ValueError(f"weight stream does not decode in the npu profile: {exc}") from None
     info8 = np.iinfo(np.int8)
     if levels.size and (levels.min() < info8.min or levels.max() > info8.max):
         raise ValueError(f"decoded weight levels {levels.min()}..{levels.max()} do not fit int8")

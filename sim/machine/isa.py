@@ -320,7 +320,9 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
     CommandSpec(
         Opcode.WDEC, Unit.WDEC, "decode one layer's compressed weight stream into the weight buffer",
         "w = decode(DRAM[dram_addr : dram_addr + length])   one layer's bare nnc() stream (T/AI 115.1-2021\n"
-        "    chapter 10) holding the integer levels of an [out_c][in_c][k_h][k_w] tensor (codec/, per layer)\n"
+        "    chapter 10) in the npu profile (docs/codec.md section 11; `aipu codec encode --profile npu`)\n"
+        "    holding the integer levels of an [out_c][in_c][k_h][k_w] tensor; a stream outside the\n"
+        "    profile or corrupt is an error, at the element where it leaves the profile\n"
         "WEIGHT[wgt_addr] = w transposed to [out_c][k_h][k_w][in_c] as int8   (levels outside int8: error)",
         (Field("dram_addr", "dram_addr_bits", "compressed stream byte address in DRAM"),
          *_dims(("length", "compressed stream length in bytes"), bits=WDEC_LENGTH_BITS),

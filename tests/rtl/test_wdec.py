@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from aipu.codec import CodecError
 from aipu.codec.api import encode, read_index
-from aipu.codec.npu_profile import decode_profile_stream, encoder_options
+from aipu.codec.npu_profile import decode_profile_stream, encode_profile_stream, encoder_options
 from aipu.codec.reference.geometry import CTU_SIZES
 from aipu.rtl.system import System
 from aipu.rtl.wdec import Wdec, command_cycles
@@ -24,8 +24,10 @@ from tests.rtl.configs import CONFIGS, EVERY_CONFIG, SMALL
 
 
 def layer_stream(weights: np.ndarray, max_ctu_size: int = 64, options=None) -> bytes:
-    """One layer's bare stream, as the compiler places it in DRAM for WDEC."""
-    container = encode({"w": weights}, options or encoder_options(max_ctu_size))
+    """One layer's bare stream, as the compiler places it in DRAM for WDEC (``options``: another syntax)."""
+    if options is None:
+        return encode_profile_stream(weights, max_ctu_size)
+    container = encode({"w": weights}, options)
     (info,), payload = read_index(container)
     return container[payload + info.offset:payload + info.offset + info.length]
 

@@ -141,13 +141,18 @@ def test_eltwise_rescale_rejects_b_fields():
         _result(_vector_program(_dram(), cmd, out_bytes=4), _dram(), np.int8, 4)
 
 
-def test_wdec_decodes_a_codec_stream_into_the_weight_buffer():
-    from aipu.codec.api import encode, read_index
+def _bare_stream(container: bytes) -> np.ndarray:
+    from aipu.codec.api import read_index
+
+    (info,), payload = read_index(container)
+    return np.frombuffer(container[payload + info.offset:payload + info.offset + info.length], np.uint8)
+
+
+def test_wdec_decodes_a_profile_stream_into_the_weight_buffer():
+    from aipu.codec import encode_profile_stream
 
     w = RNG.integers(-40, 40, size=(6, 3, 3, 2)).astype(np.int8)       # [O, I, KH, KW]
-    container = encode({"w": w})
-    (info,), payload = read_index(container)
-    stream = np.frombuffer(container[payload + info.offset:payload + info.offset + info.length], np.uint8)
+    stream = np.frombuffer(encode_profile_stream(w), np.uint8)
     program = Program()
     program.append(Command.make(Opcode.WDEC, dram_addr=0x100, length=stream.size, wgt_addr=0x20, out_c=6, in_c=3,
                                 k_h=3, k_w=2))
@@ -160,6 +165,21 @@ def test_wdec_decodes_a_codec_stream_into_the_weight_buffer():
     bad[3:] = 0xFF
     with pytest.raises(ExecutionError, match=r"WDEC\[0\] WDEC: "):
         run(program, Memory.create(DEFAULT, _dram((0x100, bad))))
+
+
+def test_wdec_refuses_the_full_syntax_as_the_hardware_does():
+    """A stream of the general encoder (here with start-depth signalling) decodes in codec/ but is outside
+    the profile WDEC executes: the interpreter refuses it at the element, as rtl/wdec.py does."""
+    from aipu.codec import encode
+
+    w = RNG.integers(-40, 40, size=(6, 3, 3, 2)).astype(np.int8)
+    stream = _bare_stream(encode({"w": w}))
+    program = Program()
+    program.append(Command.make(Opcode.WDEC, dram_addr=0x100, length=stream.size, wgt_addr=0, out_c=6, in_c=3,
+                                k_h=3, k_w=2))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
+    with pytest.raises(ExecutionError, match=r"WDEC\[0\] WDEC: .*outside the npu profile"):
+        run(program, Memory.create(DEFAULT, _dram((0x100, stream))))
 
 
 # --- scheduling, tokens, hazards, bounds -----------------------------------------------------------------
