@@ -6,6 +6,8 @@ schedule (in unit order, or at random from a seed): a correctly synchronised pro
 memory for every schedule. The interpreter detects deadlock (no unit can run), unbalanced tokens at
 FINISH, out-of-bounds accesses, and -- with vector clocks -- data races: two accesses to overlapping
 bytes, at least one a write, by commands that no token chain orders.
+The result logs every write (command, space, byte range or strided pattern, element type) so that a byte
+another executor gets wrong can be traced to the command that should have written it.
 
 All arithmetic is delegated to the golden model (:mod:`aipu.sim.golden`); this module only moves bytes.
 """
@@ -55,11 +57,30 @@ class Stats:
                 "lut_out_of_range": dict(self.lut_out_of_range)}
 
 
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write call of one command, kept so that a wrong byte can be traced back to the command that wrote it
+    (one record per call, never per byte, so the log leaves the interpreter's speed alone)."""
+
+    unit: Unit
+    index: int
+    space: str
+    low: int
+    high: int          # exclusive
+    dtype: np.dtype    # the element type written
+    pattern: tuple[int, ...] | None = None   # strided DMA (base, y_size, y_stride, x_size, x_stride, run)
+
+    def bytes(self) -> np.ndarray:
+        """The byte addresses written, in the order of the data written."""
+        return _region_bytes(self.low, self.high, self.pattern)
+
+
 @dataclass
 class Result:
     memory: Memory
     stats: Stats
     trace: list[tuple[Unit, int]]          # (unit, index in its queue) in execution order
+    writes: list[Write] = field(default_factory=list)   # every write, in execution order
 
 
 @dataclass
@@ -75,9 +96,14 @@ class _Access:
 
     def bytes(self) -> np.ndarray:
         """The exact byte addresses touched (only computed when a conflict must be confirmed)."""
-        if self.pattern is None:
-            return np.arange(self.low, self.high, dtype=np.int64)
-        return _pattern_offsets(*self.pattern).reshape(-1)
+        return _region_bytes(self.low, self.high, self.pattern)
+
+
+def _region_bytes(low: int, high: int, pattern: tuple[int, ...] | None) -> np.ndarray:
+    """The byte addresses of a contiguous range or of a strided pattern, in access order."""
+    if pattern is None:
+        return np.arange(low, high, dtype=np.int64)
+    return _pattern_offsets(*pattern).reshape(-1)
 
 
 def _pattern_offsets(base: int, y_size: int, y_stride: int, x_size: int, x_stride: int, run: int) -> np.ndarray:
@@ -122,16 +148,18 @@ class _Executor:
         self.exact_acc = self.memory.buffers[Buffer.ACC].view(ACC_DTYPE).astype(np.int64)
         self.stats = Stats()
         self.races = _RaceDetector() if check_hazards else None
+        self.writes: list[Write] = []
         self.command: Command | None = None
         self.index = 0
         self.label = self.where = ""
         self.clock: tuple[int, ...] = ()
 
     # --- memory access: every read and write of the interpreter goes through these two ------------------
-    def _span(self, space, field_name: str, address: int, nbytes: int, write: bool,
+    def _span(self, space, field_name: str, address: int, nbytes: int, written: np.dtype | None,
               byte_address: bool = False) -> np.ndarray:
         """Bounds-check and race-check a contiguous byte range; return a view of it. Addresses count the
-        buffer's units (int32 entries, parameter records) unless ``byte_address`` (DMA) says bytes."""
+        buffer's units (int32 entries, parameter records) unless ``byte_address`` (DMA) says bytes.
+        ``written``: the element type of a write, None for a read."""
         if space == DRAM:
             array, start = self.memory.dram, address
         else:
@@ -141,18 +169,24 @@ class _Executor:
             raise ExecutionError(f"{self.where}: field {field_name} = {address:#x}: access of {nbytes} bytes "
                                  f"ends at byte {start + nbytes:#x}, beyond {_space_name(space)} "
                                  f"({array.size:#x} bytes)")
-        self._record(space, start, start + nbytes, write)
+        self._record(space, start, start + nbytes, written)
         return array[start:start + nbytes]
 
-    def _record(self, space, low: int, high: int, write: bool, pattern: tuple[int, ...] | None = None) -> None:
-        if self.races is not None and high > low:
-            self.races.access(_Access(_space_name(space), low, high, write, self.command.unit,
+    def _record(self, space, low: int, high: int, written: np.dtype | None,
+                pattern: tuple[int, ...] | None = None) -> None:
+        """Log a write (for tracing a mismatch to its command) and race-check any access."""
+        if high <= low:
+            return
+        if written is not None:
+            self.writes.append(Write(self.command.unit, self.index, _space_name(space), low, high, written, pattern))
+        if self.races is not None:
+            self.races.access(_Access(_space_name(space), low, high, written is not None, self.command.unit,
                                       self.index, self.clock, pattern))
 
     def _strided_dram(self, field_name: str, address: int, cmd: Command, write: bool) -> np.ndarray:
         """Byte offsets [y][x][run bytes] of a strided DMA pattern in DRAM, bounds- and race-checked."""
-        pattern = (address, cmd.y_size, cmd.dram_y_stride, cmd.x_size, cmd.dram_x_stride,
-                   cmd.run * DTYPE_BYTES[DType(cmd.elem_type)])
+        elem = DType(cmd.elem_type)
+        pattern = (address, cmd.y_size, cmd.dram_y_stride, cmd.x_size, cmd.dram_x_stride, cmd.run * DTYPE_BYTES[elem])
         offsets = _pattern_offsets(*pattern)
         end = int(offsets.max()) + 1
         if end > self.memory.dram.size:
@@ -161,18 +195,18 @@ class _Executor:
         if write and np.unique(offsets).size != offsets.size:
             raise ExecutionError(f"{self.where}: dram_y_stride = {cmd.dram_y_stride}, dram_x_stride = "
                                  f"{cmd.dram_x_stride}: the store pattern writes some bytes twice")
-        self._record(DRAM, int(offsets.min()), end, write, pattern)
+        self._record(DRAM, int(offsets.min()), end, DTYPE_NUMPY[elem] if write else None, pattern)
         return offsets
 
     def _tensor(self, space, field_name: str, address: int, shape, dtype: DType | np.dtype) -> np.ndarray:
         """A read of ``shape`` elements of ``dtype`` at ``address`` (a view into the memory image)."""
         np_dtype = DTYPE_NUMPY[dtype] if isinstance(dtype, DType) else np.dtype(dtype)
         nbytes = int(np.prod(shape)) * np_dtype.itemsize
-        return self._span(space, field_name, address, nbytes, False).view(np_dtype).reshape(shape)
+        return self._span(space, field_name, address, nbytes, None).view(np_dtype).reshape(shape)
 
     def _write(self, space, field_name: str, address: int, values: np.ndarray, byte_address: bool = False) -> None:
         data = np.ascontiguousarray(values)
-        span = self._span(space, field_name, address, data.nbytes, True, byte_address)
+        span = self._span(space, field_name, address, data.nbytes, data.dtype, byte_address)
         span[:] = data.reshape(-1).view(np.uint8)
 
     # --- commands -----------------------------------------------------------------------------------
@@ -337,7 +371,7 @@ class _Executor:
             self.stats.saturations[self.label] = saturated
 
     def _wdec(self, cmd: Command) -> None:
-        stream = self._span(DRAM, "dram_addr", cmd.dram_addr, cmd.length, False).tobytes()
+        stream = self._span(DRAM, "dram_addr", cmd.dram_addr, cmd.length, None).tobytes()
         shape = (cmd.out_c, cmd.in_c, cmd.k_h, cmd.k_w)
         weights = decode_weight_stream(stream, shape)
         self._write(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, weights.transpose(0, 2, 3, 1), byte_address=True)
@@ -436,4 +470,4 @@ def run(program: Program, memory: Memory, *, seed: int | None = None, check_haza
             left = {f"{a.name}->{b.name}": len(q) for (a, b), q in tokens.items() if q}
             if left:
                 raise ExecutionError(f"{unit.name}[{index}] FINISH: unbalanced tokens left in queues {left}")
-    return Result(executor.memory, executor.stats, trace)
+    return Result(executor.memory, executor.stats, trace, executor.writes)

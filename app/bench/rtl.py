@@ -67,7 +67,7 @@ def _backends() -> list[str]:
 
 def run() -> dict:
     from aipu.sim.cosim.cocotb_run import run_on
-    from aipu.sim.cosim.result import first_difference
+    from aipu.sim.cosim.result import first_mismatch
     from aipu.sim.cosim.verilog import available_units, get_build
 
     units = list(available_units().values())
@@ -94,7 +94,7 @@ def run() -> dict:
                 "cycles": result.total_cycles, "wall_s": round(seconds, 3),
                 "cycles_per_s": round(result.total_cycles / seconds), "done": result.done,
                 "errors": [str(error) for error in result.errors],
-                "first_difference": first_difference(expected.memory, result.memory),
+                "first_mismatch": str(mismatch) if (mismatch := first_mismatch(program, expected, result)) else None,
                 **{figure: measure(program, expected, result) for figure, measure in FIGURES.items()},
             }
     return report

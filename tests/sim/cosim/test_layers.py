@@ -8,7 +8,7 @@ import pytest
 
 from aipu.compiler.tiling import lower_conv_layer, random_layer
 from aipu.sim.cosim.cocotb_run import run_on, verilog_backends
-from aipu.sim.cosim.result import first_difference
+from aipu.sim.cosim.result import first_mismatch
 from aipu.sim.cosim.verilog import available_units
 from aipu.sim.interpreter import run as interpret
 from aipu.sim.machine.isa import Unit
@@ -34,7 +34,8 @@ def check_layers(config, backend: str, seeds, **limits) -> int:
         got = run_on(backend, lowered.program, lowered.memory(), list(units.values()), max_cycles=MAX_CYCLES)
         context = f"seed {seed} on {backend}: {got.errors or ''}"
         assert got.done and not got.errors and not got.token_error and not got.dram_faults, context
-        assert first_difference(expected.memory, got.memory) is None, f"{context} {first_difference(expected.memory, got.memory)}"
+        mismatch = first_mismatch(lowered.program, expected, got)
+        assert mismatch is None, f"{context}\n{mismatch}"
         assert all(len(got.cycles[unit]) == len(lowered.program.queues[unit]) for unit in Unit), context
         compared += len(lowered.program)
     return compared
