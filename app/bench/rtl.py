@@ -15,6 +15,9 @@ import numpy as np
 
 # (name, channels in, size, channels out, kernel, groups): small enough for Amaranth's simulator.
 LAYERS = (("conv3x3_16x8", 16, 8, 16, 3, 1), ("conv1x1_32x8", 32, 8, 32, 1, 1), ("dw3x3_16x8", 16, 8, 16, 3, 16))
+# Real network layers, on the Verilog simulators only: ResNet-18's layer2 3x3 conv and a MobileNet depthwise one.
+VERILOG_LAYERS = (("resnet18_l2_3x3_128x28", 128, 28, 128, 3, 1), ("mobilenet_dw3x3_128x28", 128, 28, 128, 3, 128))
+VERILOG_ONLY = {spec[0] for spec in VERILOG_LAYERS}
 BACKENDS_VARIABLE = "AIPU_BENCH_RTL_BACKENDS"   # e.g. "verilator" to skip the slow ones
 MAX_CYCLES = 2_000_000
 
@@ -71,18 +74,22 @@ def run() -> dict:
     from aipu.sim.cosim.verilog import available_units, get_build
 
     units = list(available_units().values())
-    workloads = {spec[0]: _layer(*spec) for spec in LAYERS}
+    backends = _backends()
+    verilog = [backend for backend in backends if backend != "amaranth"]
+    workloads = {spec[0]: _layer(*spec) for spec in LAYERS + (VERILOG_LAYERS if verilog else ())}
     report = {"units": sorted(cls.UNIT.name for cls in units), "layers": {}, "builds": {}}
-    for backend in _backends():
-        if backend != "amaranth":   # compile (or find) the build first: not part of the rates
-            program, memory, _ = next(iter(workloads.values()))
-            started = time.perf_counter()
-            get_build(program.config, units, program_depth=max(len(q) for q in program.queues.values()),
-                      dram_bytes=memory.dram.size, simulator=backend)
-            report["builds"][backend] = {"seconds": round(time.perf_counter() - started, 1)}
+    for backend in verilog:       # compile (or find) the one build every layer runs on first: not part of the rates
+        started = time.perf_counter()
+        build = get_build(next(iter(workloads.values()))[0].config, units,
+                          program_depth=max(len(q) for program, _, _ in workloads.values() for q in program.queues.values()),
+                          dram_bytes=max(memory.dram.size for _, memory, _ in workloads.values()), simulator=backend)
+        report["builds"][backend] = {"seconds": round(time.perf_counter() - started, 1),
+                                     "program_depth": build.program_depth, "dram_bytes": build.dram_bytes}
     for name, (program, memory, expected) in workloads.items():
         entry = report["layers"].setdefault(name, {"commands": len(program), "macs": expected.stats.macs})
-        for backend in _backends():
+        for backend in backends:
+            if backend == "amaranth" and name in VERILOG_ONLY:
+                continue
             started = time.perf_counter()
             try:
                 result = run_on(backend, program, memory, units, max_cycles=MAX_CYCLES)
@@ -91,8 +98,9 @@ def run() -> dict:
                 continue
             seconds = time.perf_counter() - started
             entry[backend] = {
-                "cycles": result.total_cycles, "wall_s": round(seconds, 3),
-                "cycles_per_s": round(result.total_cycles / seconds), "done": result.done,
+                "cycles": result.total_cycles, "wall_s": round(seconds, 3), "run_s": round(result.run_seconds, 3),
+                "cycles_per_s": round(result.total_cycles / result.run_seconds) if result.run_seconds else None,
+                "cycles_per_wall_s": round(result.total_cycles / seconds), "done": result.done,
                 "errors": [str(error) for error in result.errors],
                 "first_mismatch": str(mismatch) if (mismatch := first_mismatch(program, expected, result)) else None,
                 **{figure: measure(program, expected, result) for figure, measure in FIGURES.items()},

@@ -3,6 +3,8 @@ testbench only raises ``run`` and watches ``done`` and the error outputs. Quick 
 :class:`System` runs as Verilog under cocotb for speed."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from amaranth.sim import Simulator
 
@@ -46,12 +48,13 @@ def run_words_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, units, *
         for unit in Unit:
             ctx.set(system.queue_lengths[unit], len(queues.get(unit, ())))
         ctx.set(system.run, 1)
-        cycles = 0
+        cycles, started = 0, time.perf_counter()
         while cycles < max_cycles:
             await ctx.tick()
             cycles += 1
             if ctx.get(system.done) or ctx.get(system.failed) or ctx.get(system.dram_fault):
                 break
+        outcome["run_seconds"] = time.perf_counter() - started
         await ctx.tick().repeat(SETTLE_CYCLES)
         outcome["cycles"] = cycles
         outcome["done"] = bool(ctx.get(system.done))
@@ -88,4 +91,4 @@ def result_from_outcome(system: System, memory: Memory, outcome: dict) -> RtlRes
     errors = [RtlError(u, outcome["retired"][u], system.units[u].error_names[outcome["fields"][u]])
               for u in system.units if outcome["failed"] >> u & 1]
     return RtlResult(image, cycles, outcome["cycles"], outcome["done"], errors, outcome["token_error"],
-                     [u for u in Unit if outcome["dram_fault"] >> u & 1])
+                     [u for u in Unit if outcome["dram_fault"] >> u & 1], outcome["run_seconds"])

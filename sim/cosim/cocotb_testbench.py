@@ -11,6 +11,7 @@ It imports nothing of aipu (every constant comes in the request): the simulator 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import cocotb
@@ -66,7 +67,9 @@ async def run_program(dut):
     dut.queue_lengths.value = _pack(request["queue_lengths"], request["index_bits"])
     dut.run.value = 1
     first_cycle = _status(dut.cycle)
+    started = time.perf_counter()
     cycles = await _wait_for_stop(dut, request["max_cycles"], first_cycle)
+    run_seconds = time.perf_counter() - started
     await ClockCycles(dut.clk, request["settle_cycles"])
     await ReadOnly()
 
@@ -86,7 +89,7 @@ async def run_program(dut):
         return [int(memory[i].value) for i in range(count)]
 
     outcome = {
-        "cycles": cycles, "done": bool(_status(dut.done)), "failed": _status(dut.failed),
+        "cycles": cycles, "run_seconds": run_seconds, "done": bool(_status(dut.done)), "failed": _status(dut.failed),
         "fields": {name: fields[u] for u, name in units}, "retired": {name: retired[u] for u, name in units},
         "token_error": bool(_status(dut.token_error)), "dram_fault": _status(dut.dram_fault),
         "memories": {name: read(name, depth) for name, depth in request["read_back"].items()},

@@ -34,6 +34,7 @@ class RtlResult:
     errors: list[RtlError] = field(default_factory=list)
     token_error: bool = False                       # FINISH found a token queue not empty
     dram_faults: list[Unit] = field(default_factory=list)
+    run_seconds: float = 0.0    # wall time the simulator ran free, from run to the stop (no build, load, read-back)
 
     def command_cycles(self, unit: Unit) -> list[int]:
         """Cycles of each retired command of ``unit``, from its start pulse to its retire pulse."""

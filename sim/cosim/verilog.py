@@ -47,10 +47,12 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "aipu" / "rtl")
 
 
-# Builds are shared by every program up to these sizes (and then by powers of two): a test module's programs
-# of a few commands and a few KiB of DRAM all run on one build per configuration.
-MIN_PROGRAM_DEPTH = 16
-MIN_DRAM_BYTES = 4096
+# Builds are shared by every program up to these sizes (and then by powers of two): a Verilator build of the
+# default configuration's units takes minutes, so the tests' programs, the benchmark's layers and a ResNet-18
+# tile program (a few hundred commands, under a MiB of DRAM) all run on one build per configuration. A bigger
+# memory costs the simulators little: it is preloaded and read back only as far as the program's image goes.
+MIN_PROGRAM_DEPTH = 1024
+MIN_DRAM_BYTES = 1 << 20
 
 
 def power_of_two_at_least(value: int) -> int:
