@@ -198,9 +198,9 @@ def test_utilisation_of_a_large_tile_on_the_default_array():
     assert utilisation >= 0.95
 
 
-def test_converts_to_verilog():
-    """SMALL only: converting the DEFAULT 16x16 array does not finish in minutes yet (docs/rtl-conv.md)."""
-    assert "module conv" in verilog.convert(ConvUnit(SMALL), name="conv")
+@EVERY_CONFIG
+def test_converts_to_verilog(config):
+    assert "module conv" in verilog.convert(ConvUnit(config), name="conv")
 
 
 @pytest.mark.slow

@@ -198,15 +198,11 @@ def test_interleaved_rows_that_never_touch_are_legal():
     compare(SMALL, [store], _random_memory(SMALL, np.random.default_rng(2)))
 
 
-@pytest.mark.parametrize("unit, config", [(StoreUnit, DEFAULT), (LoadUnit, SMALL)], ids=["store", "load-small"])
+@pytest.mark.parametrize("unit, config", [(StoreUnit, DEFAULT), (LoadUnit, DEFAULT), (LoadUnit, SMALL)],
+                         ids=["store", "load", "load-small"])
 def test_converts_to_verilog(unit, config):
+    """LOAD with DEFAULT's 256-byte WEIGHT port too (its realigning shifters are rtl/lanes.py's, ~10 s)."""
     assert "module" in verilog.convert(unit(config), name=unit.__name__.lower())
-
-
-@pytest.mark.slow
-def test_load_converts_to_verilog_with_the_default_configuration():
-    """Slow: the 256-byte WEIGHT port makes Amaranth's netlist checks take minutes."""
-    assert "module" in verilog.convert(LoadUnit(DEFAULT), name="loadunit")
 
 
 @pytest.mark.slow
