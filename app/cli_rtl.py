@@ -17,8 +17,8 @@ def _config(args: argparse.Namespace):
 
 
 def _cmd_verilog(args: argparse.Namespace) -> int:
-    from aipu.sim.cosim.verilog import (TOPLEVEL, available_units, compact_zero_init, system_verilog,
-                                        unit_verilog)
+    from aipu.sim.cosim.verilog import (TOPLEVEL, available_units, compact_zero_init, preloaded_memories,
+                                        system_verilog, unit_verilog)
 
     config = _config(args)
     units = available_units()
@@ -31,9 +31,10 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
     path = output / f"{TOPLEVEL}.v"
     path.write_text(compact_zero_init(system_verilog(config, list(units.values()),
                                                      program_depth=config.queues.command_depth,
-                                                     dram_bytes=args.dram_bytes)))
+                                                     dram_bytes=args.dram_bytes),
+                                      preloaded_memories(units.values())))
     print(f"{path}: System top with {len(units)} units, {config.queues.command_depth} commands per queue, "
-          f"{args.dram_bytes} bytes of DRAM model")
+          f"{args.dram_bytes} bytes of DRAM model; +aipu_preload_<memory>=<file> loads a memory ($readmemh)")
     return 0
 
 

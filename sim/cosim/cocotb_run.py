@@ -18,7 +18,7 @@ from aipu.rtl.ports import word_bytes, word_count
 from aipu.rtl.system import CYCLE_BITS, System
 from aipu.sim.cosim.amaranth_run import SETTLE_CYCLES, result_from_outcome, run_amaranth, run_words_amaranth
 from aipu.sim.cosim.result import RtlResult
-from aipu.sim.cosim.verilog import TOPLEVEL, get_build
+from aipu.sim.cosim.verilog import PRELOAD_PLUSARG, TOPLEVEL, get_build
 from aipu.sim.machine.arch import Buffer
 from aipu.sim.machine.isa import COMMAND_BYTES, Unit
 from aipu.sim.machine.memory import Memory
@@ -61,7 +61,7 @@ def run_words_verilog(queues: dict[Unit, list[bytes]], memory: Memory, units, *,
     directory.mkdir(parents=True, exist_ok=True)
     try:
         (directory / "request.json").write_text(json.dumps(_request(system, queues, memory, max_cycles)))
-        _simulate(build, directory)
+        _simulate(build, directory, _write_preload(directory, system, queues, memory))
         outcome = _outcome(system, json.loads((directory / "outcome.json").read_text()))
     finally:
         if keep:
@@ -78,22 +78,35 @@ def _never_elaborated(system: System) -> None:
         elaboratable._MustUse__used = True
 
 
-def _nonzero_words(data: bytes, nbytes: int) -> dict[str, int]:
-    """``data`` as little-endian words of ``nbytes`` (as the System packs a memory), only those not zero."""
+def _hex_image(data: bytes, nbytes: int) -> str:
+    """``data`` as ``$readmemh`` text of little-endian words of ``nbytes`` (as the System packs a memory): only the
+    words not zero, each after its ``@address``."""
     rows = np.frombuffer(data.ljust(-(-len(data) // nbytes) * nbytes, b"\0"), np.uint8).reshape(-1, nbytes)
-    return {str(i): int.from_bytes(rows[i].tobytes(), "little") for i in np.flatnonzero(rows.any(axis=1))}
+    return "".join(f"@{i:x} {rows[i][::-1].tobytes().hex()}\n" for i in np.flatnonzero(rows.any(axis=1)))
+
+
+def _write_preload(directory: Path, system: System, queues: dict[Unit, list[bytes]], memory: Memory) -> list[str]:
+    """One ``$readmemh`` file per memory the run preloads; the plusargs that point the System's memories at them."""
+    config = system.config
+    images = {f"buffer_{b.name.lower()}": (memory.buffers[b].tobytes(), word_bytes(config, b)) for b in Buffer}
+    images["dram"] = (memory.dram.tobytes(), config.dram.bytes_per_cycle)
+    images.update({f"queue_{unit.name.lower()}": (b"".join(queues.get(unit, ())), COMMAND_BYTES)
+                   for unit in system.units})
+    plusargs = []
+    for name, (data, nbytes) in images.items():
+        text = _hex_image(data, nbytes)
+        if text:
+            path = directory / f"{name}.hex"
+            path.write_text(text)
+            plusargs.append(f"+{PRELOAD_PLUSARG.format(memory=name)}={path}")
+    return plusargs
 
 
 def _request(system: System, queues: dict[Unit, list[bytes]], memory: Memory, max_cycles: int) -> dict:
     config, names = system.config, {unit: unit.name.lower() for unit in system.units}
     dram_words = -(-memory.dram.size // config.dram.bytes_per_cycle)
-    preload = {f"buffer_{b.name.lower()}": _nonzero_words(memory.buffers[b].tobytes(), word_bytes(config, b))
-               for b in Buffer}
-    preload["dram"] = _nonzero_words(memory.dram.tobytes(), config.dram.bytes_per_cycle)
-    preload.update({f"queue_{name}": _nonzero_words(b"".join(queues.get(unit, ())), COMMAND_BYTES)
-                    for unit, name in names.items()})
     return {
-        "preload": preload, "max_cycles": max_cycles, "dram_words": dram_words,
+        "max_cycles": max_cycles, "dram_words": dram_words,
         "queue_lengths": [len(queues.get(unit, ())) for unit in Unit],
         "index_bits": len(system.queue_lengths.as_value()) // len(Unit),
         "field_bits": len(system.error_fields.as_value()) // len(Unit), "unit_count": len(Unit),
@@ -113,12 +126,13 @@ def _outcome(system: System, raw: dict) -> dict:
             "buffers": {b: memories[f"buffer_{b.name.lower()}"] for b in Buffer}, "dram": memories["dram"]}
 
 
-def _simulate(build, directory: Path) -> None:
+def _simulate(build, directory: Path, plusargs: list[str]) -> None:
     from cocotb_tools.runner import get_runner
 
     runner = get_runner(build.simulator)
     log = directory / "simulation.log"
-    plusargs = [f"+dumpfile_path={directory / (TOPLEVEL + '.fst')}"] if build.simulator == "icarus" else []
+    if build.simulator == "icarus":
+        plusargs = [*plusargs, f"+dumpfile_path={directory / (TOPLEVEL + '.fst')}"]
     try:
         runner.test(test_module=TESTBENCH_MODULE, hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",
                     build_dir=build.directory,

@@ -1,8 +1,8 @@
 """The cocotb test that runs one program on the Verilog System (loaded by the simulator, not by pytest).
 
-It reads ``request.json`` from its run directory (the simulator's working directory): the non-zero words to preload into
-each memory, the queue lengths and the cycle bound. It preloads the memories by backdoor (they start at
-zero), raises ``run`` and lets the RTL run free: Python wakes only when ``done``, ``failed`` or
+It reads ``request.json`` from its run directory (the simulator's working directory): the queue lengths and the
+cycle bound. The memories are already loaded by then, at time 0 by the System's own ``$readmemh`` from the files
+the plusargs name (:func:`aipu.sim.cosim.verilog.compact_zero_init`). It raises ``run`` and lets the RTL run free: Python wakes only when ``done``, ``failed`` or
 ``dram_fault`` changes or the bound is reached, never per cycle. After the same settling cycles as the
 Amaranth run it reads every buffer, the DRAM, the status outputs and the cycle logs into ``outcome.json``
 (the ``outcome`` of :func:`aipu.sim.cosim.amaranth_run.result_from_outcome`, cycles counted from ``run``).
@@ -57,11 +57,7 @@ async def run_program(dut):
     Clock(dut.clk, CLOCK_NS, unit="ns").start()
     dut.rst.value = 0
     dut.run.value = 0
-    await ClockCycles(dut.clk, 2)            # the zero-initialising initial blocks have run
-    for name, words in request["preload"].items():
-        memory = getattr(dut, name)
-        for index, word in words.items():
-            memory[int(index)].value = word
+    await ClockCycles(dut.clk, 2)            # the initial blocks have zeroed and preloaded the memories
     await FallingEdge(dut.clk)
     dut.dram_words.value = request["dram_words"]
     dut.queue_lengths.value = _pack(request["queue_lengths"], request["index_bits"])

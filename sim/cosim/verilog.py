@@ -30,7 +30,7 @@ from amaranth.back import verilog as amaranth_verilog
 
 from aipu.rtl.system import System
 from aipu.rtl.unit import UnitComponent
-from aipu.sim.machine.arch import HardwareConfig
+from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import Unit
 
 TOPLEVEL = "aipu_system"          # not the name of any of its ports (cocotb and Verilator would confuse the two)
@@ -109,12 +109,31 @@ _ZERO_INIT = re.compile(r"^(\s*)(reg \[\d+:0\] ([A-Za-z_]\w*) \[(\d+):0\];)\n\s*
                         r"(?:\s*\3\[\d+\] = \d+'[dh]0+;\n)+\s*end$", re.M)
 
 
-def compact_zero_init(text: str) -> str:
-    """Each all-zero memory initialisation as a loop (same contents, a few lines)."""
+PRELOAD_PLUSARG = "aipu_preload_{memory}"
+FILE_NAME_BYTES = 4096
+
+
+def preloaded_memories(units) -> list[str]:
+    """The System memories a run preloads (as the top names them): every buffer, the DRAM, each unit's queue."""
+    return ([f"buffer_{buffer.name.lower()}" for buffer in Buffer] + ["dram"]
+            + [f"queue_{cls.UNIT.name.lower()}" for cls in units])
+
+
+def compact_zero_init(text: str, preload=()) -> str:
+    """Each all-zero memory initialisation as a loop (same contents, a few lines). A memory named in ``preload``
+    then reads ``$readmemh`` from the file that the plusarg ``+aipu_preload_<memory>=<path>`` names, if given:
+    a testbench loads a whole image at time 0 instead of writing word after word over VPI, each write of which
+    makes Verilator evaluate the design (minutes for the DEFAULT configuration's images)."""
     def loop(match: re.Match) -> str:
         indent, declaration, name, last = match.groups()
-        return (f"{indent}{declaration}\n{indent}initial begin : {name}_zero\n{indent}  integer i;\n"
-                f"{indent}  for (i = 0; i <= {last}; i = i + 1) {name}[i] = 0;\n{indent}end")
+        lines = [f"{indent}{declaration}", f"{indent}initial begin : {name}_zero", f"{indent}  integer i;"]
+        if name in preload:
+            lines.append(f"{indent}  reg [{8 * FILE_NAME_BYTES - 1}:0] path;")
+        lines.append(f"{indent}  for (i = 0; i <= {last}; i = i + 1) {name}[i] = 0;")
+        if name in preload:
+            plusarg = PRELOAD_PLUSARG.format(memory=name)
+            lines.append(f'{indent}  if ($value$plusargs("{plusarg}=%s", path)) $readmemh(path, {name});')
+        return "\n".join(lines + [f"{indent}end"])
     return _ZERO_INIT.sub(loop, text)
 
 
@@ -230,7 +249,7 @@ def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: i
 
     source = directory / f"{TOPLEVEL}.v"
     text = system_verilog(config, units, program_depth=depth, dram_bytes=dram)
-    text = compact_zero_init(text)
+    text = compact_zero_init(text, preloaded_memories(units))
     source.write_text(settle_at_time_zero(text) if simulator == "icarus" else text)
     runner = get_runner(simulator)
     log = directory / "build.log"

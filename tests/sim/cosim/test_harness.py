@@ -8,7 +8,8 @@ import pytest
 
 from aipu.sim.cosim.cocotb_run import run_on, run_verilog, run_words_on, verilog_backends
 from aipu.sim.cosim.result import first_difference
-from aipu.sim.cosim.verilog import build_shape, compact_zero_init, get_build, settle_at_time_zero
+from aipu.sim.cosim.verilog import (MIN_DRAM_BYTES, MIN_PROGRAM_DEPTH, build_shape, compact_zero_init, get_build,
+                                   settle_at_time_zero)
 from aipu.sim.machine.arch import Buffer
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
@@ -111,8 +112,8 @@ def test_a_dram_address_beyond_the_image_faults_on_both(simulator):
 
 
 def test_builds_are_shared_by_programs_up_to_a_power_of_two():
-    assert build_shape(1, 100) == build_shape(16, 4096)
-    assert build_shape(17, 4097) == (32, 8192)
+    assert build_shape(1, 100) == build_shape(MIN_PROGRAM_DEPTH, MIN_DRAM_BYTES) == (MIN_PROGRAM_DEPTH, MIN_DRAM_BYTES)
+    assert build_shape(MIN_PROGRAM_DEPTH + 1, MIN_DRAM_BYTES + 1) == (2 * MIN_PROGRAM_DEPTH, 2 * MIN_DRAM_BYTES)
 
 
 @VERILOG
@@ -131,6 +132,9 @@ def test_verilog_rewrites_keep_the_design():
     assert "initial #0 \\$auto$verilog_backend.cc:2355:dump_module$1  = 1;" in settle_at_time_zero(compact)
     initialised = "  reg [7:0] mem [1:0];\n  initial begin\n    mem[0] = 8'h05;\n    mem[1] = 8'h00;\n  end\n"
     assert compact_zero_init(initialised) == initialised
+    preloaded = compact_zero_init(text, preload=["mem"])
+    assert '$value$plusargs("aipu_preload_mem=%s", path)) $readmemh(path, mem);' in preloaded
+    assert compact_zero_init(text, preload=["other"]) == compact
 
 
 @pytest.mark.slow
