@@ -47,12 +47,11 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "aipu" / "rtl")
 
 
-# Builds are shared by every program up to these sizes (and then by powers of two): a Verilator build of the
-# default configuration's units takes minutes, so the tests' programs, the benchmark's layers and a ResNet-18
-# tile program (a few hundred commands, under a MiB of DRAM) all run on one build per configuration. A bigger
-# memory costs the simulators little: it is preloaded and read back only as far as the program's image goes.
-MIN_PROGRAM_DEPTH = 1024
-MIN_DRAM_BYTES = 1 << 20
+# Builds are shared by every program up to these sizes (and then by powers of two): the tests' programs (tens of
+# commands, a few KiB) share one build per configuration. Not larger: the memories' size costs conversion time
+# (the System of SMALL's real units converts in 17 s at 16 commands and 4 KiB, 42 s at 1024 and 1 MiB).
+MIN_PROGRAM_DEPTH = 64
+MIN_DRAM_BYTES = 1 << 16
 
 
 def power_of_two_at_least(value: int) -> int:
