@@ -33,18 +33,21 @@ def waves_requested(waves: bool) -> bool:
 
 
 def run_verilog(program: Program, memory: Memory, units, *, simulator: str = "verilator", max_cycles: int,
-                waves: bool = False, run_dir: str | Path | None = None) -> RtlResult:
+                waves: bool = False, run_dir: str | Path | None = None,
+                build_at_least: tuple[int, int] = (0, 0)) -> RtlResult:
     """Execute ``program`` from ``memory`` on a Verilog System of ``units``; stop at done, an error or
     ``max_cycles``. With waves (or ``WAVES=1``) the run directory is kept and holds the waveform; its path is
-    printed on stderr."""
+    printed on stderr. ``build_at_least`` (commands, DRAM bytes): run on a build at least that large, so that
+    programs of different sizes (a benchmark's layers) share one."""
     program.validate()
     queues = {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
     return run_words_verilog(queues, memory, units, simulator=simulator, max_cycles=max_cycles, waves=waves,
-                             run_dir=run_dir)
+                             run_dir=run_dir, build_at_least=build_at_least)
 
 
 def run_words_verilog(queues: dict[Unit, list[bytes]], memory: Memory, units, *, simulator: str = "verilator",
-                      max_cycles: int, waves: bool = False, run_dir: str | Path | None = None) -> RtlResult:
+                      max_cycles: int, waves: bool = False, run_dir: str | Path | None = None,
+                      build_at_least: tuple[int, int] = (0, 0)) -> RtlResult:
     """Like :func:`run_verilog` on raw command words (which may be illegal: the units must refuse them)."""
     config = memory.config
     present = {cls.UNIT for cls in units}
@@ -52,8 +55,8 @@ def run_words_verilog(queues: dict[Unit, list[bytes]], memory: Memory, units, *,
         if queue and unit not in present:
             raise ValueError(f"the program has {len(queue)} commands for {unit.name}, which this System lacks")
     waves = waves_requested(waves)
-    build = get_build(config, units, program_depth=max(len(queue) for queue in queues.values()),
-                      dram_bytes=memory.dram.size, simulator=simulator, waves=waves)
+    build = get_build(config, units, program_depth=max(build_at_least[0], *(len(queue) for queue in queues.values())),
+                      dram_bytes=max(build_at_least[1], memory.dram.size), simulator=simulator, waves=waves)
     system = System(config, units, program_depth=build.program_depth, dram_bytes=build.dram_bytes)
     _never_elaborated(system)
     keep = waves or run_dir is not None
@@ -162,11 +165,13 @@ def verilog_backends() -> list[str]:
     return names
 
 
-def run_on(backend: str, program: Program, memory: Memory, units, *, max_cycles: int) -> RtlResult:
+def run_on(backend: str, program: Program, memory: Memory, units, *, max_cycles: int,
+           build_at_least: tuple[int, int] = (0, 0)) -> RtlResult:
     """``program`` on ``backend`` (one of BACKENDS): the one entry point tests and benches parametrize over."""
     if backend == "amaranth":
         return run_amaranth(program, memory, units, max_cycles=max_cycles)
-    return run_verilog(program, memory, units, simulator=backend, max_cycles=max_cycles)
+    return run_verilog(program, memory, units, simulator=backend, max_cycles=max_cycles,
+                       build_at_least=build_at_least)
 
 
 def run_words_on(backend: str, queues: dict[Unit, list[bytes]], memory: Memory, units, *,
