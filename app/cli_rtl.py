@@ -17,6 +17,7 @@ def _config(args: argparse.Namespace):
 
 
 def _cmd_verilog(args: argparse.Namespace) -> int:
+    from aipu.rtl.system import System
     from aipu.sim.cosim.verilog import (TOPLEVEL, available_units, compact_zero_init, preloaded_memories,
                                         system_verilog, unit_verilog)
 
@@ -29,10 +30,9 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
         path.write_text(unit_verilog(unit_class, config))
         print(f"{path}: {unit.name} ({unit_class.__module__}.{unit_class.__qualname__})")
     path = output / f"{TOPLEVEL}.v"
-    path.write_text(compact_zero_init(system_verilog(config, list(units.values()),
-                                                     program_depth=config.queues.command_depth,
-                                                     dram_bytes=args.dram_bytes),
-                                      preloaded_memories(units.values())))
+    system = System(config, list(units.values()), program_depth=config.queues.command_depth,
+                    dram_bytes=args.dram_bytes)
+    path.write_text(compact_zero_init(system_verilog(system), preloaded_memories(units.values())))
     print(f"{path}: System top with {len(units)} units, {config.queues.command_depth} commands per queue, "
           f"{args.dram_bytes} bytes of DRAM model; +aipu_preload_<memory>=<file> loads a memory ($readmemh)")
     return 0

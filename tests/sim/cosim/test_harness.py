@@ -3,6 +3,8 @@ buffer and DRAM byte, every command's cycles, errors, token and DRAM faults, the
 Verilator, or on the simulators named in $AIPU_SIM (``icarus``, ``verilator,icarus``)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -145,3 +147,20 @@ def test_waves_are_written_on_request(simulator, tmp_path):
     run_verilog(program, random_image(SMALL, rng), UNITS, simulator=simulator, max_cycles=500, waves=True,
                 run_dir=tmp_path)
     assert [path for path in tmp_path.iterdir() if path.suffix in (".vcd", ".fst") and path.stat().st_size]
+
+
+def test_aipu_rtl_verilog_writes_every_unit_and_a_resettable_top(tmp_path):
+    """The exported System keeps its reset port (the co-simulation builds drop it) and its preload hook."""
+    from aipu.app.cli import main
+    from aipu.sim.cosim.verilog import available_units
+
+    config = tmp_path / "small.json"
+    config.write_text(json.dumps(SMALL.to_dict()))
+    assert main(["rtl", "verilog", "--config", str(config), "--dram-bytes", "4096", "-o", str(tmp_path / "v")]) == 0
+    for unit in available_units():
+        name = unit.name.lower()
+        assert f"module aipu_{name}(" in (tmp_path / "v" / f"{name}.v").read_text()
+    top = (tmp_path / "v" / "aipu_system.v").read_text()
+    assert "input rst;" in top and '$value$plusargs("aipu_preload_dram=%s", path)) $readmemh(path, dram);' in top
+    build = get_build(SMALL, UNITS, program_depth=1, dram_bytes=DRAM_BYTES)       # Verilator's
+    assert "input rst;" not in (build.directory / "aipu_system.v").read_text()
