@@ -1,13 +1,15 @@
 """CONV: the MAC array executing CONV commands exactly as ``sim/interpreter.py`` and ``sim/golden/conv.py`` do.
 
-Weight-stationary schedule (docs/rtl-conv.md): the command is cut into blocks (group, out-channel chunk of
+Weight-stationary schedule (docs/rtl-conv.md): the command is cut into blocks (groups, out-channel chunk of
 ``cols``, kernel tap, in-channel chunk of ``rows``), visited in that order with the in-channel chunk
 innermost. A block's ``rows x cols`` weight operands sit in one of two register banks while every output
 pixel streams through the array (``beats`` cycles per pixel: two ACT and two ACC words per cycle, so any
 byte alignment works); the loader fills the other bank with the next block meanwhile. Each pixel is a
 read-add-write of its ``cols`` accumulators; the first block of an out-channel chunk overwrites them when
 ``accumulate`` is 0. A block lasts at least ``2 * beats + 1`` cycles, so a pixel's accumulators are written
-back before the next block of the same chunk reads them, however few pixels the tile has.
+back before the next block of the same chunk reads them, however few pixels the tile has. Groups that fit
+share a block on the array's diagonal (``groups_per_block``): a depthwise layer runs ``min(rows, cols)``
+channels at once.
 """
 from __future__ import annotations
 
@@ -63,6 +65,12 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def groups_per_block(config: HardwareConfig, group_in: int, group_out: int) -> int:
+    """Groups a block puts side by side on the array's diagonal: as many as fit both its rows (``group_in``
+    each) and its columns (``group_out`` each), at least one (whose channels are then cut into chunks)."""
+    return max(1, min(config.mac.rows // group_in, config.mac.cols // group_out))
+
+
 def command_cycles(config: HardwareConfig, command: Command) -> int:
     """Cycles from start to retire of a legal CONV command (docs/rtl-conv.md, "Cycles")."""
     timing = ConvTiming.of(config)
@@ -71,8 +79,8 @@ def command_cycles(config: HardwareConfig, command: Command) -> int:
     out_h = (c["in_h"] - c["dilation_h"] * (c["k_h"] - 1) - 1) // c["stride_h"] + 1
     out_w = (c["in_w"] - c["dilation_w"] * (c["k_w"] - 1) - 1) // c["stride_w"] + 1
     pixels = out_h * out_w
-    blocks = (c["groups"] * _ceil_div(group_out, config.mac.cols) * c["k_h"] * c["k_w"]
-              * _ceil_div(group_in, config.mac.rows))
+    blocks = (_ceil_div(c["groups"], groups_per_block(config, group_in, group_out))
+              * _ceil_div(group_out, config.mac.cols) * c["k_h"] * c["k_w"] * _ceil_div(group_in, config.mac.rows))
     return (SETUP_CYCLES + config.mac.cols * timing.weight_beats
             + (blocks - 1) * timing.block_cycles(config, pixels) + (pixels + 1) * timing.beats + 1)
 
@@ -149,6 +157,9 @@ class ConvUnit(UnitComponent):
         step_x, step_y = register("step_x", 1 << 32), register("step_y", 1 << 40)
         tap_x, tap_y = register("tap_x", 1 << 32), register("tap_y", 1 << 40)
         in_chunks_last, out_chunks_last = register("in_chunks_last", dim), register("out_chunks_last", dim)
+        diagonal = min(rows, cols)
+        block_groups = register("groups_per_block", diagonal + 1)         # groups_per_block() of the command
+        block_group_cols = register("block_group_cols", dim * diagonal)  # ... times group_out
 
         zp = cmd.in_zero_point
         int8, uint8 = (np.iinfo(DTYPE_NUMPY[dtype]) for dtype in (DType.INT8, DType.UINT8))
@@ -171,7 +182,7 @@ class ConvUnit(UnitComponent):
         block_in = register("block_in_chunk", dim)
         last_in, last_kx = block_in == in_chunks_last, block_kx == cmd.k_w - 1
         last_ky, last_out = block_ky == cmd.k_h - 1, block_out == out_chunks_last
-        last_group = block_group == cmd.groups - 1
+        last_group = block_group + block_groups >= cmd.groups
         block_is_last = last_in & last_kx & last_ky & last_out & last_group
         out_channel = block_group * group_out + block_out * cols
         in_channel = block_group * group_in + block_in * rows
@@ -179,18 +190,20 @@ class ConvUnit(UnitComponent):
         block_acc = cmd.acc_addr + out_channel
         block_weights = (cmd.wgt_addr + out_channel * taps_x_group_in
                          + (block_ky * cmd.k_w + block_kx) * group_in + block_in * rows)
-        in_left, out_left = group_in - block_in * rows, group_out - block_out * cols
+        groups_left_cols = cmd.out_c - block_group * group_out
+        in_left = group_in - block_in * rows
+        out_left = Mux(groups_left_cols < block_group_cols, groups_left_cols, block_group_cols) - block_out * cols
         block_rows = Mux(in_left < rows, in_left, rows)
         block_cols = Mux(out_left < cols, out_left, cols)
         block_overwrites = ~cmd.accumulate & (block_ky == 0) & (block_kx == 0) & (block_in == 0)
 
         def advance_block():
-            nested = [(block_in, last_in), (block_kx, last_kx), (block_ky, last_ky), (block_out, last_out),
-                      (block_group, last_group)]
+            nested = [(block_in, last_in, 1), (block_kx, last_kx, 1), (block_ky, last_ky, 1),
+                      (block_out, last_out, 1), (block_group, last_group, block_groups)]
             carry = 1
-            for counter, at_last in nested:
+            for counter, at_last, step in nested:
                 with m.If(carry):
-                    m.d.sync += counter.eq(Mux(at_last, 0, counter + 1))
+                    m.d.sync += counter.eq(Mux(at_last, 0, counter + step))
                 carry = carry & at_last
 
         # --- phases: -1 loads block 0; phase b streams block b's pixels and loads block b + 1 --------------
@@ -209,6 +222,15 @@ class ConvUnit(UnitComponent):
 
         load_col, load_beat = register("load_col", cols), register("load_beat", weight_beats)
         load_offset = register("load_offset", 2 * weight_bytes)
+        # the column's group within the block: its weights sit in rows [load_row_lo, load_row_lo + group_in)
+        load_group_col, load_row_lo = register("load_group_col", dim), register("load_row_lo", dim * cols)
+
+        def fitting(value):
+            """``value(k)`` for k = groups_per_block(): the most groups whose channels fit rows and columns."""
+            chosen = value(1)
+            for k in range(2, diagonal + 1):
+                chosen = Mux((k * group_in <= rows) & (k * group_out <= cols), value(k), chosen)
+            return chosen
 
         with m.FSM(name="conv_engine") as engine:
             with m.State("IDLE"):
@@ -237,9 +259,10 @@ class ConvUnit(UnitComponent):
                     step_x.eq(cmd.stride_w * cmd.in_c), step_y.eq(cmd.stride_h * row_bytes),
                     tap_x.eq(cmd.dilation_w * cmd.in_c), tap_y.eq(cmd.dilation_h * row_bytes),
                     in_chunks_last.eq((group_in - 1) // rows), out_chunks_last.eq((group_out - 1) // cols),
+                    block_groups.eq(fitting(lambda k: k)), block_group_cols.eq(fitting(lambda k: k * group_out)),
                     block_group.eq(0), block_out.eq(0), block_ky.eq(0), block_kx.eq(0), block_in.eq(0),
                     phase_cycle.eq(0), loading_phase.eq(1), last_phase.eq(0), bank.eq(0),
-                    load_col.eq(0), load_beat.eq(0), load_offset.eq(0)]
+                    load_col.eq(0), load_beat.eq(0), load_offset.eq(0), load_group_col.eq(0), load_row_lo.eq(0)]
                 m.next = "RUN"
                 with m.If(refused):
                     m.next = "IDLE"
@@ -253,7 +276,7 @@ class ConvUnit(UnitComponent):
 
         # --- loader: the next block's weight columns into the bank not streaming ---------------------------
         loading = running & ~last_phase & (phase_cycle < cols * weight_beats)
-        load_byte = block_weights + load_offset
+        load_byte = block_weights + load_offset - load_row_lo      # byte r of the run is row r's weight
         load_word = load_byte >> (weight_port.bit_length() - 1)
         ports_w = (self.weight_read, self.weight_read_b)
         m.d.comb += [ports_w[0].addr.eq(load_word + 2 * load_beat), ports_w[1].addr.eq(load_word + 2 * load_beat + 1),
@@ -261,18 +284,25 @@ class ConvUnit(UnitComponent):
         with m.If(loading):
             with m.If(load_beat == weight_beats - 1):
                 m.d.sync += [load_beat.eq(0), load_col.eq(load_col + 1), load_offset.eq(load_offset + taps_x_group_in)]
+                with m.If(load_group_col == group_out - 1):
+                    m.d.sync += [load_group_col.eq(0), load_row_lo.eq(load_row_lo + group_in)]
+                with m.Else():
+                    m.d.sync += load_group_col.eq(load_group_col + 1)
             with m.Else():
                 m.d.sync += load_beat.eq(load_beat + 1)
         # the read's data cycle
         got_weights, got_beat = Signal(), register("weights_beat", weight_beats)
         got_col, got_bank = register("weights_col", cols), Signal()
-        got_offset, got_rows = register("weights_offset", weight_port), register("weights_rows", rows + 1)
+        got_offset = register("weights_offset", weight_port)
+        got_row_lo, got_row_hi = register("weights_row_lo", dim * cols), register("weights_row_hi", dim * cols + rows)
         m.d.sync += [got_weights.eq(loading), got_beat.eq(load_beat), got_col.eq(load_col), got_bank.eq(~bank),
-                     got_offset.eq(load_byte[:len(got_offset)]), got_rows.eq(block_rows)]
+                     got_offset.eq(load_byte[:len(got_offset)]), got_row_lo.eq(load_row_lo),
+                     got_row_hi.eq(load_row_lo + block_rows)]
         weight_window = _Window(m, "weight_window", weight_beats, *ports_w, got_weights, got_beat)
         column = weight_window.run(got_offset, rows)
         w_zp = cmd.w_zero_point
-        operands = [Mux(r < got_rows, column[8 * r:8 * r + 8].as_signed() - w_zp, 0) for r in range(rows)]
+        operands = [Mux((r >= got_row_lo) & (r < got_row_hi), column[8 * r:8 * r + 8].as_signed() - w_zp, 0)
+                    for r in range(rows)]
         weights = [[[Signal(signed(MAC_OPERAND_BITS), name=f"weight_b{b}_c{j}_r{r}") for r in range(rows)]
                     for j in range(cols)] for b in range(2)]
         with m.If(got_weights & (got_beat == weight_beats - 1)):
@@ -343,5 +373,5 @@ class ConvUnit(UnitComponent):
             m.d.sync += [phase_cycle.eq(0), loading_phase.eq(0), last_phase.eq(block_is_last), bank.eq(~bank),
                          act_row.eq(block_act), act_pixel.eq(block_act), acc_pixel.eq(block_acc), out_x.eq(0),
                          beat.eq(0), stream_cols.eq(block_cols), stream_overwrites.eq(block_overwrites),
-                         load_col.eq(0), load_beat.eq(0), load_offset.eq(0)]
+                         load_col.eq(0), load_beat.eq(0), load_offset.eq(0), load_group_col.eq(0), load_row_lo.eq(0)]
             advance_block()
