@@ -569,13 +569,7 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
                       w_zero_point=int(rng.integers(-8, 9)), out_type=out_type,
                       rounding=Rounding(int(rng.integers(len(Rounding)))), stride=stride, padding=padding,
                       dilation=dilation, groups=groups)
-    # Shifts that map each channel's largest |acc + bias| to about half the output range, so outputs
-    # spread over the range and only the tails saturate.
-    total = np.abs(layer.conv_golden()[0].astype(np.int64) + layer.bias[:, None, None]).reshape(k, -1).max(axis=1)
-    half_range = (np.iinfo(layer.out_dtype).max - np.iinfo(layer.out_dtype).min) // 4
-    wanted = np.log2(np.maximum(total, 1) * layer.multiplier / half_range)
-    layer.shift = np.clip(np.ceil(wanted), 0, SHIFT_MAX).astype(np.int64)
-    layer.out_zero_point = int(rng.integers(0, 50)) if out_type == DType.UINT8 else int(rng.integers(-10, 11))
+    _spread_outputs(layer, rng)
     if with_lut:
         if layer.lut_mode == LutMode.DIRECT8:
             info = np.iinfo(layer.out_dtype)
@@ -585,4 +579,33 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
             entries = np.iinfo(LUT_ENTRY_DTYPE)
             layer.lut = np.sort(rng.integers(entries.min, entries.max + 1, 2 ** index_bits + 1)).astype(LUT_ENTRY_DTYPE)
             layer.lut_index_shift = LUT16_INPUT_BITS - index_bits
+    return layer
+
+
+def _spread_outputs(layer: ConvLayer, rng: np.random.Generator) -> None:
+    """Shifts that map each channel's largest |acc + bias| to about half the output range, so outputs spread
+    over the range and only the tails saturate; a small random output zero point."""
+    total = np.abs(layer.conv_golden()[0].astype(np.int64) + layer.bias[:, None, None])
+    total = total.reshape(layer.w.shape[0], -1).max(axis=1)
+    half_range = (np.iinfo(layer.out_dtype).max - np.iinfo(layer.out_dtype).min) // 4
+    wanted = np.log2(np.maximum(total, 1) * layer.multiplier / half_range)
+    layer.shift = np.clip(np.ceil(wanted), 0, SHIFT_MAX).astype(np.int64)
+    layer.out_zero_point = (int(rng.integers(0, 50)) if layer.out_type == DType.UINT8
+                            else int(rng.integers(-10, 11)))
+
+
+def shaped_layer(rng: np.random.Generator, channels: int, size: int, out_channels: int, kernel: int, *,
+                 stride: int = 1, groups: int = 1) -> ConvLayer:
+    """A layer of a real network's shape (square ``size`` input, "same" padding, int8 in and out) with random
+    data: the shapes of ResNet-18's and MobileNet's layers for tests and benchmarks."""
+    w_info = np.iinfo(TENSOR_DTYPES["w"][0])
+    layer = ConvLayer(x=rng.integers(-128, 128, (1, channels, size, size)).astype(np.int8),
+                      w=rng.integers(w_info.min, w_info.max + 1,
+                                     (out_channels, channels // groups, kernel, kernel)).astype(TENSOR_DTYPES["w"][0]),
+                      bias=rng.integers(-5000, 5000, size=out_channels).astype(BIAS_DTYPE),
+                      multiplier=rng.integers(2 ** (MULTIPLIER_BITS - 2), 2 ** MULTIPLIER_BITS, size=out_channels),
+                      shift=np.zeros(out_channels, np.int64), x_zero_point=int(rng.integers(-8, 9)),
+                      w_zero_point=int(rng.integers(-4, 5)), stride=(stride, stride), padding=(kernel // 2,) * 4,
+                      groups=groups)
+    _spread_outputs(layer, rng)
     return layer

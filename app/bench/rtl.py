@@ -24,15 +24,11 @@ MAX_CYCLES = 2_000_000
 
 
 def _layer(name: str, channels: int, size: int, out_channels: int, kernel: int, groups: int):
-    from aipu.compiler.tiling import ConvLayer, lower_conv_layer
+    from aipu.compiler.tiling import lower_conv_layer, shaped_layer
     from aipu.sim.interpreter import run as interpret
 
-    rng = np.random.default_rng(0)
-    layer = ConvLayer(x=rng.integers(-128, 128, (1, channels, size, size)).astype(np.int8),
-                      w=rng.integers(-128, 128, (out_channels, channels // groups, kernel, kernel)).astype(np.int8),
-                      bias=np.zeros(out_channels, np.int32), multiplier=np.full(out_channels, 30000),
-                      shift=np.full(out_channels, 30), padding=(kernel // 2,) * 4, groups=groups)
-    lowered = lower_conv_layer(layer)
+    lowered = lower_conv_layer(shaped_layer(np.random.default_rng(0), channels, size, out_channels, kernel,
+                                            groups=groups))
     memory = lowered.memory()
     return lowered.program, memory, interpret(lowered.program, memory.copy())
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, First, ReadOnly, RisingEdge, Timer, ValueChange
-from cocotb.utils import get_sim_time
+from cocotb.utils import get_sim_steps, get_sim_time
 
 CLOCK_NS = 2
 
@@ -64,6 +64,7 @@ async def run_program(dut):
     dut.queue_lengths.value = _pack(request["queue_lengths"], request["index_bits"])
     dut.run.value = 1
     first_cycle = _status(dut.cycle)
+    run_step = get_sim_time("step")
     started = time.perf_counter()
     cycles = await _wait_for_stop(dut, request["max_cycles"], first_cycle)
     run_seconds = time.perf_counter() - started
@@ -86,7 +87,8 @@ async def run_program(dut):
         return [int(memory[i].value) for i in range(count)]
 
     outcome = {
-        "cycles": cycles, "run_seconds": run_seconds, "done": bool(_status(dut.done)), "failed": _status(dut.failed),
+        "cycles": cycles, "run_seconds": run_seconds, "run_step": run_step,
+        "clock_steps": get_sim_steps(CLOCK_NS, "ns"), "done": bool(_status(dut.done)), "failed": _status(dut.failed),
         "fields": {name: fields[u] for u, name in units}, "retired": {name: retired[u] for u, name in units},
         "token_error": bool(_status(dut.token_error)), "dram_fault": _status(dut.dram_fault),
         "memories": {name: read(name, depth) for name, depth in request["read_back"].items()},

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aipu.compiler.tiling import lower_conv_layer, random_layer
+from aipu.compiler.tiling import lower_conv_layer, random_layer, shaped_layer
 from aipu.sim.cosim.cocotb_run import run_on, verilog_backends
-from aipu.sim.cosim.result import first_mismatch
 from aipu.sim.cosim.verilog import available_units
+from aipu.sim.cosim.waves import mismatch_report
 from aipu.sim.interpreter import run as interpret
+from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import Unit
 from tests.rtl.configs import CONFIGS, SMALL
 
@@ -35,8 +36,9 @@ def check_layers(config, backend: str, seeds, **limits) -> dict:
         got = run_on(backend, lowered.program, lowered.memory(), list(units.values()), max_cycles=MAX_CYCLES)
         context = f"seed {seed} on {backend}: {got.errors or ''}"
         assert got.done and not got.errors and not got.token_error and not got.dram_faults, context
-        mismatch = first_mismatch(lowered.program, expected, got)
-        assert mismatch is None, f"{context}\n{mismatch}"
+        report = mismatch_report(lowered.program, lowered.memory(), list(units.values()), expected, got,
+                                 simulator=backend)
+        assert report is None, f"{context}\n{report}"
         assert all(len(got.cycles[unit]) == len(lowered.program.queues[unit]) for unit in Unit), context
         results[seed] = got
     return results
@@ -63,3 +65,41 @@ def test_a_small_layer_is_bit_exact_on_verilog_cycle_for_cycle(backend):
 @pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
 def test_random_layers_are_bit_exact(config, backend):
     assert check_layers(config, backend, seeds=range(2, 12), max_channels=24, max_size=10)
+
+
+# Shapes of real networks' layers: stride 2, 7x7 and 1x1 kernels, depthwise, channel counts that are not
+# multiples of the array (edge tiles). Scaled down to SMALL's 1 KiB buffers for the default suite; the slow test
+# runs the real sizes on DEFAULT.
+NETWORK_SHAPES = {   # name: (channels, size, out_channels, kernel, stride, groups) on SMALL / on DEFAULT
+    "resnet18_conv1_7x7_s2": ((3, 12, 6, 7, 2, 1), (3, 56, 64, 7, 2, 1)),
+    "resnet18_down_3x3_s2": ((6, 8, 10, 3, 2, 1), (64, 28, 128, 3, 2, 1)),
+    "resnet18_shortcut_1x1_s2": ((6, 8, 10, 1, 2, 1), (64, 28, 128, 1, 2, 1)),
+    "mobilenet_dw_3x3_s2": ((10, 8, 10, 3, 2, 10), (40, 28, 40, 3, 2, 40)),
+    "mobilenet_pw_1x1": ((10, 6, 6, 1, 1, 1), (40, 14, 24, 1, 1, 1)),
+}
+
+
+def check_shaped(config, backend: str, shape) -> None:
+    channels, size, out_channels, kernel, stride, groups = shape
+    layer = shaped_layer(np.random.default_rng(size), channels, size, out_channels, kernel, stride=stride,
+                         groups=groups)
+    lowered = lower_conv_layer(layer, config)
+    expected = interpret(lowered.program, lowered.memory())
+    assert np.array_equal(lowered.read_output(expected.memory), layer.reference())
+    units = list(available_units().values())
+    got = run_on(backend, lowered.program, lowered.memory(), units, max_cycles=MAX_CYCLES)
+    assert got.done and not got.errors and not got.dram_faults, got.errors
+    report = mismatch_report(lowered.program, lowered.memory(), units, expected, got, simulator=backend)
+    assert report is None, report
+
+
+@pytest.mark.parametrize("name", list(NETWORK_SHAPES))
+def test_network_layer_shapes_are_bit_exact_on_verilog(name):
+    for backend in verilog_backends():
+        check_shaped(SMALL, backend, NETWORK_SHAPES[name][0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(NETWORK_SHAPES))
+def test_network_layers_at_their_real_size_are_bit_exact_on_verilator(name):
+    check_shaped(DEFAULT, "verilator", NETWORK_SHAPES[name][1])
