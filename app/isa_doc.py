@@ -75,8 +75,10 @@ count bytes. Tensors are channel-innermost: activations `[rows][cols][channels]`
 `rows` input channels of one input pixel for one kernel tap, multiplies them with the matching
 `rows x cols` weights and adds the `cols` dot products into the accumulators of `cols` output channels
 of one output pixel (output-stationary in ACC, weights streamed from WEIGHT). A CONV tile therefore
-takes about `out_h * out_w * k_h * k_w * ceil(in_c/groups / rows) * ceil(out_c / cols)` cycles;
-depthwise layers use one row of the array. Matmul / fully connected is CONV with a 1x1 kernel.
+takes about `out_h * out_w * k_h * k_w * ceil(groups / G) * ceil(in_c/groups / rows) * ceil(out_c/groups / cols)`
+cycles, where `G = max(1, min(rows // (in_c/groups), cols // (out_c/groups)))` groups share the array on its
+diagonal (a depthwise layer runs `min(rows, cols)` channels at once; docs/rtl-conv.md has the exact count).
+Matmul / fully connected is CONV with a 1x1 kernel.
 Operands enter as `value - zero_point` (signed {MAC_OPERAND_BITS} bit) and products accumulate in int{ACC_BITS}; the
 arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arithmetic.md).
 
