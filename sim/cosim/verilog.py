@@ -114,8 +114,8 @@ def verilator_control(system: System) -> str:
     """A Verilator configuration file that makes public exactly what the testbench touches: the ports (inputs
     writable) and, read-only, the memories. The cocotb runner asks for ``--public-flat-rw`` on every signal,
     which VERILATOR_ARGS turns off again: Verilator must assume VPI writes a public writable signal at any
-    time, so the logic reading each register landed in the region it re-evaluates on every clock edge (the
-    SMALL System ran 4.6x slower)."""
+    time, so the logic reading each register landed in the region it re-evaluates on every clock edge
+    (docs/rtl-cosim.md has the rates before and after)."""
     lines = ["`verilator_config"]
     for name, (_, direction) in resetless_ports(system).items():
         access = "rw" if direction is PortDirection.Input else "rd"

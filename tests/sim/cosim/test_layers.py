@@ -32,16 +32,22 @@ def check_layers(config, backend: str, seeds, **limits) -> dict:
         missing = used - set(units)
         if missing:     # only while a unit has not landed yet
             pytest.skip(f"no RTL yet for {sorted(u.name for u in missing)}, which the compiler emits")
-        expected = interpret(lowered.program, lowered.memory())
-        got = run_on(backend, lowered.program, lowered.memory(), list(units.values()), max_cycles=MAX_CYCLES)
-        context = f"seed {seed} on {backend}: {got.errors or ''}"
-        assert got.done and not got.errors and not got.token_error and not got.dram_faults, context
-        report = mismatch_report(lowered.program, lowered.memory(), list(units.values()), expected, got,
-                                 simulator=backend)
-        assert report is None, f"{context}\n{report}"
-        assert all(len(got.cycles[unit]) == len(lowered.program.queues[unit]) for unit in Unit), context
-        results[seed] = got
+        results[seed] = check_lowered(lowered, backend, f"seed {seed}")
     return results
+
+
+def check_lowered(lowered, backend: str, name: str):
+    """Run a lowered layer on ``backend`` with every unit and on the interpreter: the RTL must finish cleanly,
+    retire every command and leave every byte as the interpreter does. Returns the RTL result."""
+    units = list(available_units().values())
+    expected = interpret(lowered.program, lowered.memory())
+    got = run_on(backend, lowered.program, lowered.memory(), units, max_cycles=MAX_CYCLES)
+    context = f"{name} on {backend}: {got.errors or ''}"
+    assert got.done and not got.errors and not got.token_error and not got.dram_faults, context
+    report = mismatch_report(lowered.program, lowered.memory(), units, expected, got, simulator=backend)
+    assert report is None, f"{context}\n{report}"
+    assert all(len(got.cycles[unit]) == len(lowered.program.queues[unit]) for unit in Unit), context
+    return got
 
 
 SMALL_LAYERS = {"seeds": [0, 1], "max_channels": 6, "max_size": 5}
@@ -79,27 +85,22 @@ NETWORK_SHAPES = {   # name: (channels, size, out_channels, kernel, stride, grou
 }
 
 
-def check_shaped(config, backend: str, shape) -> None:
+def check_shaped(config, backend: str, name: str, shape) -> None:
     channels, size, out_channels, kernel, stride, groups = shape
     layer = shaped_layer(np.random.default_rng(size), channels, size, out_channels, kernel, stride=stride,
                          groups=groups)
     lowered = lower_conv_layer(layer, config)
-    expected = interpret(lowered.program, lowered.memory())
-    assert np.array_equal(lowered.read_output(expected.memory), layer.reference())
-    units = list(available_units().values())
-    got = run_on(backend, lowered.program, lowered.memory(), units, max_cycles=MAX_CYCLES)
-    assert got.done and not got.errors and not got.dram_faults, got.errors
-    report = mismatch_report(lowered.program, lowered.memory(), units, expected, got, simulator=backend)
-    assert report is None, report
+    got = check_lowered(lowered, backend, name)
+    assert np.array_equal(lowered.read_output(got.memory), layer.reference())
 
 
 @pytest.mark.parametrize("name", list(NETWORK_SHAPES))
 def test_network_layer_shapes_are_bit_exact_on_verilog(name):
     for backend in verilog_backends():
-        check_shaped(SMALL, backend, NETWORK_SHAPES[name][0])
+        check_shaped(SMALL, backend, name, NETWORK_SHAPES[name][0])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(NETWORK_SHAPES))
 def test_network_layers_at_their_real_size_are_bit_exact_on_verilator(name):
-    check_shaped(DEFAULT, "verilator", NETWORK_SHAPES[name][1])
+    check_shaped(DEFAULT, "verilator", name, NETWORK_SHAPES[name][1])
