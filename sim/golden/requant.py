@@ -114,7 +114,8 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
     # In-place steps (the same IEEE operations): tensor-sized temporaries cost more than the arithmetic.
     if product == "float32":
         scaled = total.astype(np.float32)
-        scaled *= scale
+        with np.errstate(over="ignore"):     # IEEE overflow to +-inf is the defined result: it saturates below
+            scaled *= scale
     else:
         scaled = total.astype(np.float64)
         scaled *= scale.astype(np.float64)

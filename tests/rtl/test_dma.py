@@ -11,112 +11,25 @@ from amaranth.back import verilog
 from aipu.rtl.dma import LoadUnit, StoreUnit, command_cycles
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import first_difference
+from aipu.sim.cosim.stimulus import Stimulus
+from aipu.sim.cosim.stimulus.dma import UNITS, chained_program, random_commands, random_memory
 from aipu.sim.interpreter import ExecutionError, run
-from aipu.sim.machine.arch import DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType, HardwareConfig
-from aipu.sim.machine.isa import LOADABLE_BUFFERS, Opcode, Unit
+from aipu.sim.machine.arch import DEFAULT, Buffer, DType, HardwareConfig
+from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from tests.rtl.checks import assert_matches
 from tests.rtl.configs import EVERY_CONFIG, SMALL
-
-UNITS = [LoadUnit, StoreUnit]
-DRAM_BYTES = 4096
-
-
-def _random_memory(config: HardwareConfig, rng: np.random.Generator) -> Memory:
-    memory = Memory.create(config, rng.integers(0, 256, DRAM_BYTES, dtype=np.uint8).tobytes())
-    for array in memory.buffers.values():
-        array[:] = rng.integers(0, 256, array.size, dtype=np.uint8)
-    return memory
-
-
-def _pattern_end(fields: dict) -> int:
-    run = fields["run"] * DTYPE_BYTES[fields["elem_type"]]
-    return ((fields["y_size"] - 1) * fields["dram_y_stride"] + (fields["x_size"] - 1) * fields["dram_x_stride"]
-            + run)
-
-
-def _writes_a_byte_twice(fields: dict) -> bool:
-    run = fields["run"] * DTYPE_BYTES[fields["elem_type"]]
-    offsets = (np.arange(fields["y_size"])[:, None, None] * fields["dram_y_stride"]
-               + np.arange(fields["x_size"])[None, :, None] * fields["dram_x_stride"] + np.arange(run))
-    return np.unique(offsets).size != offsets.size
-
-
-def _random_shape(rng: np.random.Generator, size: int) -> dict:
-    """Element type, sizes and strides: strides below, at and above the run's bytes (and zero)."""
-    elem = DType(int(rng.integers(len(DType))))
-    fields = dict(elem_type=elem, y_size=int(rng.integers(1, size + 1)), x_size=int(rng.integers(1, size + 1)),
-                  run=int(rng.integers(1, 2 * size + 1)))
-    run = fields["run"] * DTYPE_BYTES[elem]
-    for name, span in (("dram_x_stride", run), ("dram_y_stride", run * fields["x_size"])):
-        fields[name] = int(rng.choice([0, span, int(rng.integers(0, span + 1)), int(rng.integers(span, 3 * span + 9))]))
-    return fields
-
-
-def random_load(config: HardwareConfig, rng: np.random.Generator, size: int = 4) -> Command:
-    while True:
-        fields = _random_shape(rng, size)
-        buffer = LOADABLE_BUFFERS[int(rng.integers(len(LOADABLE_BUFFERS)))]
-        pads = {name: int(rng.integers(0, 3)) for name in ("pad_top", "pad_bottom", "pad_left", "pad_right")}
-        run = fields["run"] * DTYPE_BYTES[fields["elem_type"]]
-        tile = ((fields["y_size"] + pads["pad_top"] + pads["pad_bottom"])
-                * (fields["x_size"] + pads["pad_left"] + pads["pad_right"]) * run)
-        end = _pattern_end(fields)
-        if tile <= config.buffer(buffer).bytes and end <= DRAM_BYTES:
-            break
-    info = np.iinfo(DTYPE_NUMPY[fields["elem_type"]])
-    return Command.make(Opcode.LOAD, buffer=buffer, sram_addr=int(rng.integers(0, config.buffer(buffer).bytes - tile + 1)),
-                        dram_addr=int(rng.integers(0, DRAM_BYTES - end + 1)),
-                        pad_value=int(rng.integers(info.min, int(info.max) + 1)), **pads, **fields)
-
-
-def random_store(config: HardwareConfig, rng: np.random.Generator, size: int = 4) -> Command:
-    while True:
-        fields = _random_shape(rng, size)
-        source = fields["y_size"] * fields["x_size"] * fields["run"] * DTYPE_BYTES[fields["elem_type"]]
-        end = _pattern_end(fields)
-        if source <= config.buffer(Buffer.OUT).bytes and end <= DRAM_BYTES and not _writes_a_byte_twice(fields):
-            break
-    return Command.make(Opcode.STORE, sram_addr=int(rng.integers(0, config.buffer(Buffer.OUT).bytes - source + 1)),
-                        dram_addr=int(rng.integers(0, DRAM_BYTES - end + 1)), **fields)
-
-
-def chained_program(config: HardwareConfig, commands: list[Command]) -> Program:
-    """The commands in this order: each one that follows a command of the other unit pops its token."""
-    program = Program(config)
-    for index, command in enumerate(commands):
-        unit = command.unit
-        before = commands[index - 1].unit if index else unit
-        after = commands[index + 1].unit if index + 1 < len(commands) else unit
-        program.append(Command(command.opcode, command.args, pop=frozenset({before} - {unit}),
-                               push=frozenset({after} - {unit})))
-    last = commands[-1].unit
-    program.append(Command.make(Opcode.FINISH, unit=last))
-    return program
-
 
 def compare(config: HardwareConfig, commands: list[Command], memory: Memory) -> None:
     """Run on the RTL and the interpreter: same bytes everywhere, each command's cycles as the formula."""
-    program = chained_program(config, commands)
-    expected = run(program, memory).memory
-    budget = sum(command_cycles(config, command) + 8 for command in commands) + 100
-    result = run_amaranth(program, memory, UNITS, max_cycles=budget)
-    assert result.done and not result.errors and not result.dram_faults, (result.errors, result.dram_faults)
-    assert first_difference(expected, result.memory) is None, first_difference(expected, result.memory)
-    for unit in (Unit.LOAD, Unit.STORE):
-        mine = [command for command in program.queues[unit] if command.opcode != Opcode.FINISH]
-        cycles = result.command_cycles(unit)[:len(mine)]
-        assert cycles == [command_cycles(config, command) for command in mine], (unit, mine)
-
-
-def random_commands(config: HardwareConfig, rng: np.random.Generator, count: int) -> list[Command]:
-    return [(random_load if rng.random() < 0.5 else random_store)(config, rng) for _ in range(count)]
+    assert_matches(Stimulus(chained_program(config, commands), memory, UNITS))
 
 
 @EVERY_CONFIG
 def test_random_loads_and_stores_match_the_interpreter(config):
     rng = np.random.default_rng(7)
-    compare(config, random_commands(config, rng, 40), _random_memory(config, rng))
+    compare(config, random_commands(config, rng, 40), random_memory(config, rng))
 
 
 def test_store_then_load_round_trip_ordered_by_tokens():
@@ -128,7 +41,7 @@ def test_store_then_load_round_trip_ordered_by_tokens():
     load = Command.make(Opcode.LOAD, buffer=Buffer.ACT, sram_addr=17, dram_addr=101, elem_type=DType.INT8,
                         y_size=3, x_size=4, run=6, dram_y_stride=70, dram_x_stride=13, pad_top=1, pad_bottom=2,
                         pad_left=2, pad_right=1, pad_value=-7)
-    compare(config, [store, load, store, load], _random_memory(config, rng))
+    compare(config, [store, load, store, load], random_memory(config, rng))
 
 
 @pytest.mark.parametrize("config", [DEFAULT, SMALL], ids=["default", "small"])
@@ -140,7 +53,7 @@ def test_long_runs_approach_the_dram_bandwidth(config):
                         y_size=1, x_size=1, run=size)
     store = Command.make(Opcode.STORE, sram_addr=9, dram_addr=2001, elem_type=DType.INT8, y_size=1, x_size=1,
                          run=size)
-    compare(config, [load, store], _random_memory(config, rng))
+    compare(config, [load, store], random_memory(config, rng))
     latency = config.dram.latency_cycles
     for command, fixed in ((load, latency), (store, 0)):
         assert size / (command_cycles(config, command) - fixed) >= 0.9 * config.dram.bytes_per_cycle
@@ -175,7 +88,7 @@ def test_faults_name_the_field_and_write_nothing(case):
     opcode = fields.pop("opcode")
     defaults = dict(elem_type=DType.INT8, y_size=1, x_size=1, run=1)
     command = Command.make(opcode, **{**defaults, **fields})
-    memory = _random_memory(config, np.random.default_rng(11))
+    memory = random_memory(config, np.random.default_rng(11))
     program = chained_program(config, [command])
     expected = _interpreter_field(program, memory)
     result = run_amaranth(program, memory, UNITS, max_cycles=200)
@@ -195,7 +108,7 @@ def test_interleaved_rows_that_never_touch_are_legal():
     """Rows may interleave between each other's runs: the overlap check must not refuse that."""
     store = Command.make(Opcode.STORE, sram_addr=0, dram_addr=10, elem_type=DType.INT8, y_size=3, x_size=4,
                          run=2, dram_x_stride=6, dram_y_stride=2)
-    compare(SMALL, [store], _random_memory(SMALL, np.random.default_rng(2)))
+    compare(SMALL, [store], random_memory(SMALL, np.random.default_rng(2)))
 
 
 @pytest.mark.parametrize("unit, config", [(StoreUnit, DEFAULT), (LoadUnit, DEFAULT), (LoadUnit, SMALL)],
@@ -211,4 +124,4 @@ def test_many_random_commands(config):
     """At least 1000 random commands over the three configurations (plus random overlap checks)."""
     rng = np.random.default_rng(2024)
     for _ in range(4):
-        compare(config, random_commands(config, rng, 90), _random_memory(config, rng))
+        compare(config, random_commands(config, rng, 90), random_memory(config, rng))

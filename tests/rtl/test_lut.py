@@ -1,8 +1,7 @@
 """The LUT unit against the interpreter: every OUT byte and the cycles of every command, on every configuration.
 
-Programs hold many LUT commands (one simulation each); the memories start random, with one table region per
-program whose DIRECT8 entries fit a chosen byte type, so DIRECT8 to INT8/UINT8 gets legal tables at odd and
-even addresses. Sources in OUT chain one command's results into the next and include in-place runs.
+Programs hold many random LUT commands (aipu.sim.cosim.stimulus.lut; one simulation each). Sources in OUT chain
+one command's results into the next and include in-place runs.
 """
 from __future__ import annotations
 
@@ -13,103 +12,23 @@ from amaranth.back import verilog
 from aipu.rtl.lut import LutUnit, command_cycles
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import first_difference
+from aipu.sim.cosim.stimulus import Stimulus, unit_program
+from aipu.sim.cosim.stimulus.base import dtype_limits
+from aipu.sim.cosim.stimulus.lut import BYTE_TYPES, INTERP16_INPUT, Workload
 from aipu.sim.interpreter import ExecutionError, run
-from aipu.sim.machine.arch import (DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
-                                   LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, Buffer, DType)
+from aipu.sim.machine.arch import DEFAULT, LUT8_ENTRIES, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, Buffer, DType
 from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, LutMode, Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from tests.rtl.checks import assert_matches
 from tests.rtl.configs import EVERY_CONFIG, SMALL
 
-BYTE_TYPES = [dtype for dtype in DType if DTYPE_BYTES[dtype] == 1]
-INTERP16_INPUT = DType.INT16
-
-
-def _range(dtype: DType) -> tuple[int, int]:
-    info = np.iinfo(DTYPE_NUMPY[dtype])
-    return int(info.min), int(info.max)
-
-
-def refused_overlap(src_buf, src_addr, dst_addr, count, in_type, out_type) -> bool:
-    """docs/rtl-lut.md: an overlapping destination must start at or before the source, elements no wider."""
-    in_bytes, out_bytes = DTYPE_BYTES[in_type], DTYPE_BYTES[out_type]
-    overlaps = (src_buf == Buffer.OUT and src_addr < dst_addr + count * out_bytes
-                and dst_addr < src_addr + count * in_bytes)
-    return overlaps and (dst_addr > src_addr or out_bytes > in_bytes)
-
-
-class Workload:
-    """A random memory image and random legal LUT commands for it."""
-
-    def __init__(self, config, rng: np.random.Generator, max_count: int):
-        self.config, self.rng, self.max_count = config, rng, max_count
-        self.memory = Memory.create(config, 64)
-        for buffer in (*VECTOR_SOURCE_BUFFERS, Buffer.LUT):
-            self.memory.buffers[buffer][:] = rng.integers(0, 256, config.buffer(buffer).bytes)
-        lut_bytes = config.buffer(Buffer.LUT).bytes
-        self.direct8_type = BYTE_TYPES[rng.integers(len(BYTE_TYPES))]   # the type the DIRECT8 region fits
-        self.direct8_addr = int(rng.integers(0, lut_bytes - LUT8_ENTRIES * 2 + 1))
-        region = rng.integers(*_range(self.direct8_type), LUT8_ENTRIES, endpoint=True).astype(LUT_ENTRY_DTYPE)
-        self.memory.buffers[Buffer.LUT][self.direct8_addr:self.direct8_addr + region.nbytes] = region.view(np.uint8)
-
-    def command(self, **overrides) -> Command:
-        rng, config = self.rng, self.config
-        lut_bytes = config.buffer(Buffer.LUT).bytes
-        mode = LutMode(rng.integers(len(LutMode)))
-        if mode == LutMode.DIRECT8:
-            in_type = BYTE_TYPES[rng.integers(len(BYTE_TYPES))]
-            out_type = DType.INT16 if rng.random() < 0.3 else self.direct8_type
-            table_addr = (self.direct8_addr if out_type != DType.INT16 or rng.random() < 0.5
-                          else int(rng.integers(0, lut_bytes - LUT8_ENTRIES * 2 + 1)))
-            table = dict(table_addr=table_addr)
-        else:
-            in_type, out_type = INTERP16_INPUT, DType(rng.integers(len(DType)))
-            largest = min(LUT16_INDEX_BITS_MAX, ((lut_bytes // 2) - 1).bit_length() - 1)
-            table_log2 = int(rng.integers(LUT16_INDEX_BITS_MIN, largest + 1))
-            index_shift = int(rng.integers(0, LUT16_INPUT_BITS + 1))
-            low, high = _range(out_type)
-            qmin, qmax = sorted(int(q) for q in rng.integers(low, high, 2, endpoint=True))
-            if rng.random() < 0.3:
-                qmin, qmax = low, high
-            table = dict(table_addr=int(rng.integers(0, lut_bytes - ((1 << table_log2) + 1) * 2 + 1)),
-                         table_log2=table_log2, index_shift=index_shift, qmin=qmin, qmax=qmax,
-                         input_min=int(rng.integers(*_range(INTERP16_INPUT), endpoint=True)))
-        in_bytes, out_bytes = DTYPE_BYTES[in_type], DTYPE_BYTES[out_type]
-        src_buf = VECTOR_SOURCE_BUFFERS[rng.integers(len(VECTOR_SOURCE_BUFFERS))]
-        src_size, out_size = config.buffer(src_buf).bytes, config.buffer(Buffer.OUT).bytes
-        count = int(rng.integers(1, min(self.max_count, src_size // in_bytes, out_size // out_bytes) + 1))
-        src_addr = int(rng.integers(0, src_size - count * in_bytes + 1))
-        if src_buf == Buffer.OUT and out_bytes <= in_bytes and rng.random() < 0.5:   # in place, or behind
-            behind = int(rng.integers(0, min(src_addr, 2 * count * out_bytes) + 1)) if rng.random() < 0.5 else 0
-            dst_addr = src_addr - behind
-        else:
-            dst_addr = int(rng.integers(0, out_size - count * out_bytes + 1))
-            while refused_overlap(src_buf, src_addr, dst_addr, count, in_type, out_type):
-                dst_addr = int(rng.integers(0, out_size - count * out_bytes + 1))
-        fields = dict(src_buf=src_buf, src_addr=src_addr, dst_addr=dst_addr, count=count, mode=mode,
-                      in_type=in_type, out_type=out_type, **table)
-        return Command.make(Opcode.LUT, **{**fields, **overrides})
-
-
 def _program(config, commands) -> Program:
-    program = Program(config)
-    for command in commands:
-        program.append(command)
-    program.append(Command.make(Opcode.FINISH, unit=Unit.LUT))
-    return program
-
-
-def _run_both(config, memory: Memory, commands):
-    program = _program(config, commands)
-    budget = sum(command_cycles(config, command) + 8 for command in commands) + 100
-    return run(program, memory), run_amaranth(program, memory, [LutUnit], max_cycles=budget)
+    return unit_program(config, commands, Unit.LUT)
 
 
 def _assert_matches(config, memory: Memory, commands) -> None:
-    expected, got = _run_both(config, memory, commands)
-    assert got.done and not got.errors, got.errors
-    assert first_difference(expected.memory, got.memory) is None, first_difference(expected.memory, got.memory)
-    assert got.command_cycles(Unit.LUT)[:-1] == [command_cycles(config, command) for command in commands]
+    assert_matches(Stimulus(_program(config, commands), memory, (LutUnit,)))
 
 
 @EVERY_CONFIG
@@ -123,7 +42,7 @@ def test_in_place_and_behind_the_source(config):
     """Destination on the source, or before it with equal or narrower elements: each byte is read first."""
     workload = Workload(config, np.random.default_rng(11), max_count=70)
     full_table = dict(mode=LutMode.INTERP16, table_addr=0, table_log2=1, index_shift=LUT16_INPUT_BITS,
-                      input_min=_range(INTERP16_INPUT)[0])
+                      input_min=dtype_limits(INTERP16_INPUT)[0])
     direct8 = dict(mode=LutMode.DIRECT8, table_addr=workload.direct8_addr, table_log2=0, index_shift=0,
                    input_min=0, qmin=0, qmax=0)
     commands = []
@@ -132,7 +51,7 @@ def test_in_place_and_behind_the_source(config):
         for in_type in BYTE_TYPES:
             commands.append(workload.command(**place, **direct8, in_type=in_type, out_type=workload.direct8_type))
         for out_type in DType:
-            low, high = _range(out_type)
+            low, high = dtype_limits(out_type)
             commands.append(workload.command(**place, **full_table, in_type=INTERP16_INPUT, out_type=out_type,
                                              qmin=low, qmax=high))
     _assert_matches(config, workload.memory, commands)

@@ -9,19 +9,20 @@ from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
 
 from aipu.rtl import arith
-from aipu.rtl.requant import RequantUnit, command_cycles
+from aipu.rtl.requant import RequantUnit
 from aipu.sim import interpreter
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import RtlError, first_difference
-from aipu.sim.golden._checks import dtype_range
+from aipu.sim.cosim.stimulus import Stimulus
+from aipu.sim.cosim.stimulus.requant import random_accumulators, random_records, random_stimulus
 from aipu.sim.golden.rounding import rounding_shift_right
-from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BIAS_BITS, DTYPE_BYTES, DTYPE_NUMPY, MULTIPLIER_MAX,
-                                   PARAM_DTYPE, REQUANT_PRODUCT_BITS, SHIFT_BITS, SHIFT_MAX, Buffer, DType,
-                                   DEFAULT, bit_range)
+from aipu.sim.machine.arch import (PARAM_DTYPE, REQUANT_PRODUCT_BITS, SHIFT_BITS, SHIFT_MAX, Buffer, DType,
+                                   DEFAULT)
 from aipu.sim.machine.isa import Opcode, RequantMode, Rounding, Unit
 from aipu.sim.interpreter import ExecutionError
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from tests.rtl.checks import assert_matches
 from tests.rtl.configs import EVERY_CONFIG, NON_SQUARE, SMALL
 
 RNG_SEED = 2026
@@ -156,93 +157,23 @@ def test_fp32_round_to_int_matches_rint():
 
 # --- the unit against the interpreter ------------------------------------------------------------------
 
-def _random_records(rng, count: int) -> np.ndarray:
-    """Legal parameter records for every mode: extreme and typical biases, multipliers, shifts and scales
-    (normal, subnormal and huge float32 scales)."""
-    records = np.zeros(count, dtype=PARAM_DTYPE)
-    bias_low, bias_high = bit_range(BIAS_BITS, signed=True)
-    records["bias"] = np.where(rng.random(count) < 0.2, rng.choice([bias_low, bias_high, 0, -1], count),
-                               rng.integers(-(1 << 20), 1 << 20, count))
-    for name in ("multiplier", "negative_multiplier"):
-        records[name] = np.where(rng.random(count) < 0.2, rng.choice([0, 1, MULTIPLIER_MAX], count),
-                                 rng.integers(0, MULTIPLIER_MAX, count, endpoint=True))
-    for name in ("shift", "negative_shift"):
-        records[name] = rng.integers(0, SHIFT_MAX, count, endpoint=True)
-    exponents = rng.choice([-149, -130, -126, -60, -40, -20, -12, -8, -4, 0, 8, 60, 127], count)
-    scales = np.ldexp(1 + rng.random(count), exponents).astype(np.float32)
-    records["scale"] = np.where(scales > 0, scales, np.float32(2.0 ** -149))
-    return records
-
-
-def _random_accumulators(rng, count: int) -> np.ndarray:
-    low, high = bit_range(ACC_BITS, signed=True)
-    magnitude = rng.choice([1 << 8, 1 << 16, 1 << 24, 1 << 31], count)
-    values = rng.integers(-magnitude, magnitude)
-    return np.where(rng.random(count) < 0.05, rng.choice([low, high, 0, -1], count), values).astype(ACC_DTYPE)
-
-
-def _random_command(rng, config, out_addr: int, max_elements: int) -> Command:
-    channels = int(rng.integers(1, min(24, config.buffer_units(Buffer.PARAM)), endpoint=True))
-    pixels = int(rng.integers(1, max(1, max_elements // channels), endpoint=True))
-    out_type = DType(rng.choice(list(DType)))
-    low, high = dtype_range(DTYPE_NUMPY[out_type])
-    qmin, qmax = sorted(rng.integers(low, high, 2, endpoint=True)) if rng.random() < 0.5 else (low, high)
-    mode = RequantMode(rng.choice(list(RequantMode)))
-    leaky = int(mode == RequantMode.NATIVE and rng.random() < 0.4)
-    return Command.make(Opcode.REQUANT, acc_addr=int(rng.integers(0, config.buffer_units(Buffer.ACC) - pixels * channels,
-                                                                  endpoint=True)),
-                        out_addr=out_addr, pixels=pixels, channels=channels,
-                        param_index=int(rng.integers(0, config.buffer_units(Buffer.PARAM) - channels, endpoint=True)),
-                        out_type=out_type, out_zero_point=int(rng.integers(low, high, endpoint=True)),
-                        qmin=int(qmin), qmax=int(qmax), mode=mode, rounding=Rounding(rng.choice(list(Rounding))),
-                        leaky=leaky)
-
-
-def random_program(rng, config, commands: int, max_elements: int) -> tuple[Program, Memory]:
-    """``commands`` random legal REQUANTs writing disjoint, unaligned OUT regions; ACC and PARAM random."""
-    memory = Memory.create(config, 64)
-    memory.buffers[Buffer.ACC][:] = _random_accumulators(rng, config.buffer_units(Buffer.ACC)).view(np.uint8)
-    memory.buffers[Buffer.PARAM][:] = _random_records(rng, config.buffer_units(Buffer.PARAM)).view(np.uint8)
-    program = Program(config)
-    out_addr = 0
-    for _ in range(commands):
-        out_addr += int(rng.integers(0, 4))
-        command = _random_command(rng, config, out_addr, max_elements)
-        size = command.pixels * command.channels * DTYPE_BYTES[DType(command.out_type)]
-        if out_addr + size > config.buffer_units(Buffer.OUT):
-            break
-        program.append(command)
-        out_addr += size
-    program.append(Command.make(Opcode.FINISH, unit=Unit.REQUANT))
-    return program, memory
-
-
-def compare_with_interpreter(program: Program, memory: Memory) -> int:
+def compare_with_interpreter(stimulus: Stimulus) -> int:
     """Run on the interpreter and the RTL; assert equal buffers and per-command cycles. Returns the command count."""
-    config = program.config
-    expected = interpreter.run(program, memory).memory
-    commands = program.queues[Unit.REQUANT][:-1]
-    budget = sum(command_cycles(config, command) + 8 for command in commands) + 50
-    result = run_amaranth(program, memory, [RequantUnit], max_cycles=budget)
-    assert result.done and not result.errors, result.errors
-    assert first_difference(expected, result.memory) is None, first_difference(expected, result.memory)
-    assert result.command_cycles(Unit.REQUANT) == [command_cycles(config, c) for c in commands] + [0]
-    return len(commands)
+    assert_matches(stimulus)
+    return stimulus.commands
 
 
 @EVERY_CONFIG
 def test_random_requants_match_the_interpreter(config):
     rng = np.random.default_rng(RNG_SEED)
-    program, memory = random_program(rng, config, commands=12, max_elements=40)
-    assert compare_with_interpreter(program, memory) >= 8
+    assert compare_with_interpreter(random_stimulus(config, rng, commands=12, max_elements=40)) >= 8
 
 
 @pytest.mark.parametrize("config", [SMALL, NON_SQUARE], ids=["small", "mac8x16"])
 def test_many_requants_on_long_tiles(config):
     """Tiles long enough for the lanes' steady state, and records loaded in several reads (SMALL's 4-byte port)."""
     rng = np.random.default_rng(RNG_SEED + 1)
-    program, memory = random_program(rng, config, commands=20, max_elements=200)
-    assert compare_with_interpreter(program, memory) >= 4
+    assert compare_with_interpreter(random_stimulus(config, rng, commands=20, max_elements=200)) >= 4
 
 
 @pytest.mark.slow
@@ -252,8 +183,7 @@ def test_random_requants_at_length(config):
     compared, seed = 0, 0
     while compared < 400:
         rng = np.random.default_rng(RNG_SEED + 100 + seed)
-        program, memory = random_program(rng, config, commands=400 - compared, max_elements=24)
-        compared += compare_with_interpreter(program, memory)
+        compared += compare_with_interpreter(random_stimulus(config, rng, commands=400 - compared, max_elements=24))
         seed += 1
 
 
@@ -301,8 +231,8 @@ def test_faults_are_named_before_writing(case):
     config = SMALL
     rng = np.random.default_rng(RNG_SEED)
     memory = Memory.create(config, 64)
-    memory.buffers[Buffer.ACC][:] = _random_accumulators(rng, config.buffer_units(Buffer.ACC)).view(np.uint8)
-    records = _random_records(rng, config.buffer_units(Buffer.PARAM))
+    memory.buffers[Buffer.ACC][:] = random_accumulators(rng, config.buffer_units(Buffer.ACC)).view(np.uint8)
+    records = random_records(rng, config.buffer_units(Buffer.PARAM))
     if record_change:
         record_change(records)
     memory.buffers[Buffer.PARAM][:] = records.view(np.uint8)
@@ -326,13 +256,14 @@ def test_faults_are_named_before_writing(case):
 def test_negative_shift_is_free_without_leaky():
     """golden checks the negative side only when it is used: a record with an illegal negative_shift runs."""
     rng = np.random.default_rng(RNG_SEED)
-    drawn, memory = random_program(rng, SMALL, commands=3, max_elements=12)
+    drawn = random_stimulus(rng=rng, config=SMALL, commands=3, max_elements=12)
+    memory = drawn.memory
     memory.buffers[Buffer.PARAM].view(PARAM_DTYPE)["negative_shift"] = SHIFT_MAX + 1
     program = Program(SMALL)
-    for command in drawn.queues[Unit.REQUANT]:
+    for command in drawn.program.queues[Unit.REQUANT]:
         program.append(Command.make(command.opcode, **{**command.args, "leaky": 0})
                        if command.opcode == Opcode.REQUANT else command)
-    assert compare_with_interpreter(program, memory) == 3
+    assert compare_with_interpreter(Stimulus(program, memory, (RequantUnit,))) == 3
 
 
 def test_converts_to_verilog():

@@ -8,104 +8,30 @@ from amaranth.back import verilog
 from amaranth.sim import Simulator
 
 from aipu.codec import CodecError
-from aipu.codec.api import encode, read_index
-from aipu.codec.npu_profile import decode_profile_stream, encode_profile_stream, encoder_options
-from aipu.codec.reference.geometry import CTU_SIZES
+from aipu.codec.npu_profile import decode_profile_stream, encoder_options
 from aipu.rtl.system import System
-from aipu.rtl.wdec import Wdec, command_cycles
+from aipu.rtl.wdec import Wdec
 from aipu.sim.cosim.amaranth_run import run_amaranth
-from aipu.sim.cosim.result import first_difference
+from aipu.sim.cosim.stimulus.wdec import layer_stream, random_stimulus, random_weights, streams_stimulus
 from aipu.sim.interpreter import ExecutionError, run
 from aipu.sim.machine.arch import DEFAULT, Buffer
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from tests.rtl.checks import assert_matches
 from tests.rtl.configs import CONFIGS, EVERY_CONFIG, SMALL
-
-
-def layer_stream(weights: np.ndarray, max_ctu_size: int = 64, options=None) -> bytes:
-    """One layer's bare stream, as the compiler places it in DRAM for WDEC (``options``: another syntax)."""
-    if options is None:
-        return encode_profile_stream(weights, max_ctu_size)
-    container = encode({"w": weights}, options)
-    (info,), payload = read_index(container)
-    return container[payload + info.offset:payload + info.offset + info.length]
-
-
-def random_weights(rng: np.random.Generator, shape) -> np.ndarray:
-    """Laplacian levels of a random scale with a random share of zeros, clipped to int8."""
-    levels = np.round(rng.laplace(0, rng.choice([0.3, 2, 8, 40]), size=shape))
-    levels[rng.random(shape) < rng.random()] = 0
-    return np.clip(levels, -128, 127).astype(np.int8)
-
-
-MAX_WEIGHTS = 256     # per command: a layer of the simulated size costs about a second
-
-
-def random_shape(rng: np.random.Generator, weight_bytes: int) -> tuple[int, int, int, int]:
-    """[O, I, KH, KW] of at most a quarter of the buffer; sometimes a channel count above a CTU."""
-    while True:
-        k_h, k_w = (int(n) for n in rng.choice([1, 1, 2, 3, 5], size=2))
-        out_c, in_c = (int(n) for n in rng.integers(1, 12, size=2))
-        if rng.random() < 0.2:
-            out_c, in_c = (int(rng.integers(9, 80)), 1) if rng.random() < 0.5 else (1, int(rng.integers(9, 80)))
-        if out_c * in_c * k_h * k_w <= min(weight_bytes // 4, MAX_WEIGHTS):
-            return out_c, in_c, k_h, k_w
-
-
-class Case:
-    """A program of WDEC commands over streams placed back to back (at odd byte offsets) in DRAM."""
-
-    def __init__(self, config, streams: list[tuple[bytes, tuple[int, int, int, int]]], rng: np.random.Generator):
-        self.config, self.program = config, Program(config)
-        dram = bytearray()
-        weight_bytes = config.buffer(Buffer.WEIGHT).bytes
-        self.commands = []
-        for stream, (out_c, in_c, k_h, k_w) in streams:
-            dram += bytes(int(rng.integers(0, 4)))
-            size = out_c * in_c * k_h * k_w
-            command = Command.make(Opcode.WDEC, dram_addr=len(dram), length=len(stream),
-                                   wgt_addr=int(rng.integers(0, weight_bytes - size + 1)),
-                                   out_c=out_c, in_c=in_c, k_h=k_h, k_w=k_w)
-            dram += stream
-            self.program.append(command)
-            self.commands.append((command, stream))
-        self.program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
-        self.memory = Memory.create(config, len(dram) + 64)
-        self.memory.dram[:len(dram)] = np.frombuffer(bytes(dram), np.uint8)
-
-    def run_rtl(self):
-        budget = sum(40 * len(stream) + 100 * len(stream) + 2000 for _, stream in self.commands)
-        return run_amaranth(self.program, self.memory, [Wdec], max_cycles=budget)
-
-
-def _valid_case(config, rng: np.random.Generator, commands: int) -> Case:
-    streams = []
-    for _ in range(commands):
-        shape = random_shape(rng, config.buffer(Buffer.WEIGHT).bytes)
-        streams.append((layer_stream(random_weights(rng, shape), int(rng.choice(CTU_SIZES))), shape))
-    return Case(config, streams, rng)
-
-
-def _compare(case: Case) -> None:
-    expected = run(case.program, case.memory)
-    result = case.run_rtl()
-    assert result.done and not result.errors, result.errors
-    assert first_difference(expected.memory, result.memory) is None
-    assert result.command_cycles(Unit.WDEC)[:-1] == [command_cycles(case.config, command, stream)
-                                                      for command, stream in case.commands]
 
 
 @EVERY_CONFIG
 def test_random_layers_decode_byte_exact_with_the_interpreter_in_the_predicted_cycles(config):
-    _compare(_valid_case(config, np.random.default_rng(list(CONFIGS.values()).index(config)), commands=4))
+    assert_matches(random_stimulus(config, np.random.default_rng(list(CONFIGS.values()).index(config)), 4))
 
 
 @pytest.mark.slow
 def test_a_thousand_random_layers():
     rng = np.random.default_rng(1000)
     for _ in range(1000 // 20):
-        _compare(_valid_case(SMALL if rng.random() < 0.5 else DEFAULT, rng, commands=20))
+        assert_matches(random_stimulus(SMALL if rng.random() < 0.5 else DEFAULT, rng, 20))
 
 
 def demo_conv_layers() -> list[tuple[bytes, tuple[int, ...]]]:
@@ -128,13 +54,13 @@ def demo_conv_layers() -> list[tuple[bytes, tuple[int, ...]]]:
 
 @pytest.mark.slow
 def test_the_demo_models_conv_layers():
-    _compare(Case(DEFAULT, demo_conv_layers(), np.random.default_rng(7)))
+    assert_matches(streams_stimulus(DEFAULT, demo_conv_layers(), np.random.default_rng(7)))
 
 
 # --- bin by bin ------------------------------------------------------------------------------------------------
 def rtl_bins(config, stream: bytes, shape) -> tuple[list[tuple[int, int]], str | None]:
     """Every (ctxIdx, bin) the hardware decodes for one WDEC command, and the error field it stops on."""
-    case = Case(config, [(stream, shape)], np.random.default_rng(0))
+    case = streams_stimulus(config, [(stream, shape)], np.random.default_rng(0))
     queues = {unit: [command.encode(config) for command in queue] for unit, queue in case.program.queues.items()}
     system = System(config, [Wdec], program_depth=2, dram_bytes=case.memory.dram.size, image=case.memory,
                     queues=queues)

@@ -1,0 +1,102 @@
+"""Random CONVs: regular, strided, dilated, grouped, depthwise and 1x1 (matmul), accumulate chains, channel
+counts off the array's multiples, unaligned addresses, over buffers of random bytes."""
+from __future__ import annotations
+
+import numpy as np
+
+from aipu.rtl.conv import ConvUnit, command_cycles
+from aipu.sim.cosim.stimulus.base import Stimulus
+from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
+
+KINDS = ("regular", "strided", "dilated", "grouped", "depthwise", "matmul")
+MAX_COMMAND_CYCLES = 3000     # keeps one command, and so a simulation, short on the default array
+
+
+def _out_size(size: int, kernel: int, stride: int, dilation: int) -> int:
+    return (size - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def random_memory(config: HardwareConfig, rng: np.random.Generator) -> Memory:
+    memory = Memory.create(config, 16)
+    for buffer in (Buffer.ACT, Buffer.WEIGHT, Buffer.ACC):
+        memory.buffers[buffer][:] = rng.integers(0, 256, memory.buffers[buffer].size, dtype=np.uint8)
+    return memory
+
+
+def _operands(rng: np.random.Generator) -> dict:
+    in_type = DType(rng.choice([DType.INT8, DType.UINT8]))
+    info = np.iinfo(DTYPE_NUMPY[in_type])
+    return dict(in_type=in_type, in_zero_point=int(rng.integers(info.min, info.max + 1)),
+                w_zero_point=int(rng.integers(-128, 128)))
+
+
+def _place(config: HardwareConfig, rng: np.random.Generator, fields: dict, **keep) -> dict | None:
+    """Random addresses for the tile's three regions, or None if one does not fit its buffer."""
+    out_h = _out_size(fields["in_h"], fields["k_h"], fields["stride_h"], fields["dilation_h"])
+    out_w = _out_size(fields["in_w"], fields["k_w"], fields["stride_w"], fields["dilation_w"])
+    sizes = {"in_addr": (Buffer.ACT, fields["in_h"] * fields["in_w"] * fields["in_c"]),
+             "wgt_addr": (Buffer.WEIGHT, fields["out_c"] * fields["k_h"] * fields["k_w"]
+                          * fields["in_c"] // fields["groups"]),
+             "acc_addr": (Buffer.ACC, out_h * out_w * fields["out_c"])}
+    placed = dict(fields)
+    for name, (buffer, size) in sizes.items():
+        room = config.buffer_units(buffer) - size
+        if room < 0:
+            return None
+        placed[name] = keep.get(name, int(rng.integers(0, room + 1)))
+    return placed
+
+
+def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Command | None = None) -> Command:
+    """A legal CONV of a random kind; with ``previous``, sometimes one accumulating onto its result."""
+    rows, cols = config.mac.rows, config.mac.cols
+    if previous is not None and rng.random() < 0.3:   # another input-channel slice onto the same outputs
+        fields = dict(previous.args)
+        group_in = int(rng.integers(1, rows + 3))
+        fields.update(in_c=group_in * fields["groups"], accumulate=1, **_operands(rng))
+        placed = _place(config, rng, fields, acc_addr=fields["acc_addr"])
+        if placed is not None:
+            return Command.make(Opcode.CONV, **placed)
+    while True:
+        kind = KINDS[rng.integers(len(KINDS))]
+        groups, group_in, group_out = 1, int(rng.integers(1, 2 * rows + 3)), int(rng.integers(1, 2 * cols + 3))
+        if kind == "grouped":
+            groups, group_in, group_out = int(rng.integers(2, 5)), int(rng.integers(1, rows + 2)), \
+                int(rng.integers(1, cols + 2))
+        elif kind == "depthwise":
+            groups, group_in, group_out = int(rng.integers(1, 2 * rows + 1)), 1, int(rng.integers(1, 3))
+        kernel = (1, 1) if kind == "matmul" else tuple(int(k) for k in rng.integers(1, 4, 2))
+        stride = tuple(int(s) for s in rng.integers(2, 4, 2)) if kind == "strided" else (1, 1)
+        dilation = tuple(int(d) for d in rng.integers(2, 4, 2)) if kind == "dilated" else (1, 1)
+        out = rng.integers(1, 6, 2)
+        in_h, in_w = (int(o - 1) * s + d * (k - 1) + 1 + int(rng.integers(0, s))
+                      for o, s, d, k in zip(out, stride, dilation, kernel))
+        fields = dict(in_h=in_h, in_w=in_w, in_c=groups * group_in, out_c=groups * group_out, groups=groups,
+                      k_h=kernel[0], k_w=kernel[1], stride_h=stride[0], stride_w=stride[1],
+                      dilation_h=dilation[0], dilation_w=dilation[1], accumulate=int(rng.integers(0, 2)),
+                      **_operands(rng))
+        placed = _place(config, rng, fields)
+        if placed is not None:
+            return Command.make(Opcode.CONV, **placed)
+
+
+def random_program(config: HardwareConfig, rng: np.random.Generator, commands: int,
+                   max_command_cycles: int = MAX_COMMAND_CYCLES) -> Program:
+    """``commands`` random CONVs, each at most ``max_command_cycles`` long (keeps a simulation's time bounded)."""
+    program = Program(config)
+    previous = None
+    while len(program) < commands:
+        conv = random_conv(config, rng, previous)
+        if command_cycles(config, conv) <= max_command_cycles:
+            previous = program.append(conv)
+    program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
+    return program
+
+
+def random_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int,
+                    max_command_cycles: int = MAX_COMMAND_CYCLES) -> Stimulus:
+    return Stimulus(random_program(config, rng, commands, max_command_cycles), random_memory(config, rng),
+                    (ConvUnit,))
