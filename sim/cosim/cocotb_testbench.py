@@ -55,8 +55,6 @@ async def _wait_for_stop(dut, max_cycles: int, first_cycle: int) -> int:
 async def run_program(dut):
     request = json.loads(Path("request.json").read_text())
     Clock(dut.clk, CLOCK_NS, unit="ns").start()
-    if hasattr(dut, "rst"):                  # Icarus builds only (aipu.sim.cosim.verilog._compile)
-        dut.rst.value = 0
     dut.run.value = 0
     await ClockCycles(dut.clk, 2)            # the initial blocks have zeroed and preloaded the memories
     await FallingEdge(dut.clk)

@@ -127,12 +127,19 @@ def verilator_control(system: System) -> str:
 # Yosys's Verilog names a register ``\$auto$verilog_backend.cc:<line>:dump_module$<n>`` (initialised to 0) in
 # every ``always @*`` block's sensitivity, meaning to run each block once at time 0.
 _TIME_ZERO_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$", re.M)
+# A connection into part of a ``reg`` (one a process also assigns) comes out as a one-statement ``always @*``
+# without that trigger: ``always @*`` alone on its line, the assignment on the next.
+_BARE_CONNECTION = re.compile(r"^([ \t]*)always @\*\n[ \t]*(\S.*;)$", re.M)
 
 
 def settle_at_time_zero(text: str) -> str:
     """Icarus starts ``always @*`` blocks waiting for a change, and a declaration's initial value is none: the
     combinational logic would stay X until an input moves (``done`` until FINISH, say). Flip each module's
-    trigger register once at time 0 so every block evaluates, as in Amaranth's simulator and Verilator."""
+    trigger register once at time 0 so every block evaluates, as in Amaranth's simulator and Verilator, and
+    run each bare connection (``_BARE_CONNECTION``) once at time 0 too: one that copies a register which never
+    changes stayed X for good (the toy System's ``retired`` bits of absent units: X after the first clock
+    edge, and STORE's FINISH waited forever for ``others_drained``)."""
+    text = _BARE_CONNECTION.sub(r"\g<0>\n\1initial #0 \2", text)
     return _TIME_ZERO_TRIGGER.sub(r"\g<0>\n\1initial #0 \2 = 1;", text)
 
 
@@ -285,9 +292,7 @@ def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: i
 
     source = directory / f"{TOPLEVEL}.v"
     system = System(config, units, program_depth=depth, dram_bytes=dram)
-    # Icarus keeps the reset port, which the testbench writes 0 once: without it the toy copy test's last
-    # STORE command never retired on Icarus (not understood yet; Icarus has no per-edge cost to avoid).
-    text = system_verilog(system, reset_port=simulator == "icarus")
+    text = system_verilog(system, reset_port=False)
     text = compact_zero_init(text, preloaded_memories(units))
     source.write_text(settle_at_time_zero(text) if simulator == "icarus" else text)
     runner = get_runner(simulator)

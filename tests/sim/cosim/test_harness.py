@@ -126,12 +126,14 @@ def test_a_build_is_cached(simulator):
 
 
 def test_verilog_rewrites_keep_the_design():
-    """Zero initialisation as a loop, and Icarus's time-0 trigger, on the text Yosys writes."""
+    """Zero initialisation as a loop, and Icarus's time-0 trigger and bare connections, on the text Yosys writes."""
     text = ("  reg [7:0] mem [2:0];\n  initial begin\n    mem[0] = 8'h00;\n    mem[1] = 8'h00;\n    mem[2] = 8'h00;\n"
             "  end\n  reg \\$auto$verilog_backend.cc:2355:dump_module$1  = 0;\n")
     compact = compact_zero_init(text)
     assert "for (i = 0; i <= 2; i = i + 1) mem[i] = 0;" in compact and "8'h00" not in compact
     assert "initial #0 \\$auto$verilog_backend.cc:2355:dump_module$1  = 1;" in settle_at_time_zero(compact)
+    bare = "  always @*\n    \\$225 [41:7] = retired[41:7];\n"        # a connection into part of a reg
+    assert settle_at_time_zero(bare) == bare + "  initial #0 \\$225 [41:7] = retired[41:7];\n"
     initialised = "  reg [7:0] mem [1:0];\n  initial begin\n    mem[0] = 8'h05;\n    mem[1] = 8'h00;\n  end\n"
     assert compact_zero_init(initialised) == initialised
     preloaded = compact_zero_init(text, preload=["mem"])
