@@ -1,10 +1,15 @@
-"""`aipu bench rtl`: the RTL System on each simulator: simulated cycles per wall second, and what the units
-achieve on test layers (MAC utilisation of the array, WDEC bins per cycle when a layer decodes weights).
+"""`aipu bench rtl`: the RTL on each simulator: simulated cycles per wall second of each unit alone and of the
+whole System on lowered layers, and what the units achieve on those layers (MAC utilisation of the array, WDEC
+bins per cycle when a layer decodes weights).
 
-Each workload is a program with its memory image; it runs on the interpreter (the expected bytes) and on
-every backend. A workload is a function returning (program, memory, interpreter result) and a unit's figure is
-a function of (workload, RTL result): adding a unit's measurement is adding one entry to ``FIGURES``.
-Verilog builds are cached, so their compile time is reported once and excluded from the rates.
+Per unit: each unit family (``aipu.sim.cosim.stimulus.RANDOM``) runs ``UNIT_COMMANDS`` random commands on a
+System of only its own units, on the Verilog simulators (Amaranth's simulator is timed by the layers); every run
+is also compared with the interpreter and the cycle formulas, so a rate never comes from a wrong run unnoticed.
+
+Each layer workload is a program with its memory image; it runs on the interpreter (the expected bytes) and on
+every backend. A figure is a function of (program, initial memory, interpreter result, RTL result) returning
+None where it does not apply: adding a unit's measurement is adding one entry to ``FIGURES``, and it is taken on
+the layers and on the unit runs. Verilog builds are cached; their compile time is reported apart from the rates.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ VERILATOR_LAYERS = (("resnet18_l2_3x3_128x28", 128, 28, 128, 3, 1), ("mobilenet_
 VERILATOR_ONLY = {spec[0] for spec in VERILATOR_LAYERS}
 BACKENDS_VARIABLE = "AIPU_BENCH_RTL_BACKENDS"   # e.g. "verilator" to skip the slow ones
 MAX_CYCLES = 2_000_000
+UNIT_COMMANDS = 250       # per unit family: long enough that the simulator's start and stop do not set the rate
+# (the slow test_a_thousand_random_commands_per_unit_on_verilog uses the same builds)
 
 
 def _layer(name: str, channels: int, size: int, out_channels: int, kernel: int, groups: int):
@@ -33,7 +40,27 @@ def _layer(name: str, channels: int, size: int, out_channels: int, kernel: int, 
     return lowered.program, memory, interpret(lowered.program, memory.copy())
 
 
-def mac_utilisation(program, expected, result) -> dict:
+def demo_model_streams() -> list[tuple[bytes, tuple[int, ...]]]:
+    """The embedded digits CNN's conv kernels, quantised to int8 per layer and encoded in the npu profile: WDEC's
+    workload of real weights."""
+    import onnx
+    from onnx import numpy_helper
+
+    from aipu.app.models.train_digits import MODEL_PATH
+    from aipu.sim.cosim.stimulus.wdec import layer_stream
+
+    model = onnx.load(MODEL_PATH)
+    initializers = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    streams = []
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            weights = initializers[node.input[1]]
+            levels = np.clip(np.round(weights / np.abs(weights).max() * 127), -128, 127).astype(np.int8)
+            streams.append((layer_stream(levels), levels.shape))
+    return streams
+
+
+def mac_utilisation(program, memory, expected, result) -> dict | None:
     """MACs done over what the array could do in the CONV unit's busy cycles and in the whole run."""
     from aipu.sim.machine.isa import Unit
 
@@ -41,21 +68,33 @@ def mac_utilisation(program, expected, result) -> dict:
     per_cycle = config.mac.rows * config.mac.cols
     busy = sum(result.command_cycles(Unit.CONV))
     macs = expected.stats.macs
-    return {"macs": macs, "conv_cycles": busy,
-            "of_conv_cycles": round(macs / (busy * per_cycle), 4) if busy else None,
-            "of_all_cycles": round(macs / (result.total_cycles * per_cycle), 4) if result.total_cycles else None}
+    if not busy:
+        return None
+    return {"macs": macs, "conv_cycles": busy, "of_conv_cycles": round(macs / (busy * per_cycle), 4),
+            "of_all_cycles": round(macs / (result.total_cycles * per_cycle), 4)}
 
 
-def wdec_bins_per_cycle(program, expected, result) -> dict | None:
-    """Decoded weight bytes (one bin each) per WDEC busy cycle, for workloads that decode weights."""
-    from aipu.sim.machine.isa import Unit
+def wdec_throughput(program, memory, expected, result) -> dict | None:
+    """Bins (the codec's count for each stream, the terminating bin included) and decoded weights per WDEC busy
+    cycle."""
+    from aipu.codec.npu_profile import decode_profile_stream
+    from aipu.sim.machine.isa import Opcode, Unit
 
     busy = sum(result.command_cycles(Unit.WDEC))
-    moved = sum(count for path, count in expected.stats.bytes_moved.items() if path.startswith("WDEC"))
-    return {"bins": moved, "wdec_cycles": busy, "bins_per_cycle": round(moved / busy, 3)} if busy else None
+    if not busy:
+        return None
+    bins = weights = 0
+    for command in program.queues[Unit.WDEC]:
+        if command.opcode == Opcode.WDEC:
+            stream = memory.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
+            shape = (command.out_c, command.in_c, command.k_h, command.k_w)
+            bins += decode_profile_stream(stream, shape).bins
+            weights += int(np.prod(shape))
+    return {"bins": bins, "weights": weights, "wdec_cycles": busy, "bins_per_cycle": round(bins / busy, 3),
+            "weights_per_cycle": round(weights / busy, 3)}
 
 
-FIGURES = {"mac_utilisation": mac_utilisation, "wdec_bins_per_cycle": wdec_bins_per_cycle}
+FIGURES = {"mac_utilisation": mac_utilisation, "wdec": wdec_throughput}
 
 
 def _backends() -> list[str]:
@@ -63,6 +102,49 @@ def _backends() -> list[str]:
 
     chosen = os.environ.get(BACKENDS_VARIABLE)
     return [name for name in chosen.split(",") if name] if chosen else list(BACKENDS)
+
+
+def _rate(cycles: int, seconds: float) -> int | None:
+    return round(cycles / seconds) if seconds else None
+
+
+def unit_rates(backends: list[str], config=None, commands: int = UNIT_COMMANDS) -> dict:
+    """Each unit family alone (default configuration unless ``config``), and WDEC on the demo model's weights
+    where they fit the WEIGHT buffer:
+    build time, then simulated cycles per second of the free-running RTL (``run_s``) and per second of the whole
+    call (``wall_s``: interpreter, preload and read-back included), what the comparison found (empty:
+    bit-exact, every command on its formula) and the unit's figures."""
+    from aipu.sim.cosim.stimulus import RANDOM, compare
+    from aipu.sim.cosim.stimulus.wdec import streams_stimulus
+    from aipu.sim.cosim.verilog import get_build
+    from aipu.sim.machine.arch import DEFAULT, Buffer
+
+    config = config or DEFAULT
+    workloads = {family: draw(config, np.random.default_rng(0), commands) for family, draw in RANDOM.items()}
+    demo = demo_model_streams()
+    if max(int(np.prod(shape)) for _, shape in demo) <= config.buffer(Buffer.WEIGHT).bytes:
+        workloads["wdec_demo_model"] = streams_stimulus(config, demo, np.random.default_rng(0))
+    depth = commands + 1       # one build per family, whatever share of the queues a program takes
+    rates = {}
+    for name, stimulus in workloads.items():
+        entry = rates[name] = {"units": [cls.UNIT.name for cls in stimulus.units], "commands": stimulus.commands}
+        for backend in backends:
+            started = time.perf_counter()
+            if backend != "amaranth":
+                get_build(config, stimulus.units, program_depth=depth, dram_bytes=stimulus.memory.dram.size,
+                          simulator=backend)
+            built = time.perf_counter()
+            comparison = compare(stimulus, backend, build_at_least=(depth, 0))
+            seconds, result = time.perf_counter() - built, comparison.result
+            entry[backend] = {"build_s": round(built - started, 1), "cycles": result.total_cycles,
+                              "run_s": round(result.run_seconds, 3), "wall_s": round(seconds, 3),
+                              "cycles_per_s": _rate(result.total_cycles, result.run_seconds),
+                              "cycles_per_wall_s": _rate(result.total_cycles, seconds),
+                              "problems": comparison.problems,
+                              **{figure: value for figure, measure in FIGURES.items()
+                                 if (value := measure(stimulus.program, stimulus.memory, comparison.expected,
+                                                      result)) is not None}}
+    return rates
 
 
 def run() -> dict:
@@ -73,8 +155,9 @@ def run() -> dict:
     units = list(available_units().values())
     backends = _backends()
     verilog = [backend for backend in backends if backend != "amaranth"]
+    report = {"unit_rates": unit_rates(verilog)}
     workloads = {spec[0]: _layer(*spec) for spec in LAYERS + (VERILATOR_LAYERS if "verilator" in backends else ())}
-    report = {"units": sorted(cls.UNIT.name for cls in units), "layers": {}, "builds": {}}
+    report.update({"units": sorted(cls.UNIT.name for cls in units), "layers": {}, "builds": {}})
     shape = (max(len(q) for program, _, _ in workloads.values() for q in program.queues.values()),
              max(memory.dram.size for _, memory, _ in workloads.values()))
     for backend in verilog:       # compile (or find) the one build every layer runs on first: not part of the rates
@@ -97,10 +180,11 @@ def run() -> dict:
             seconds = time.perf_counter() - started
             entry[backend] = {
                 "cycles": result.total_cycles, "wall_s": round(seconds, 3), "run_s": round(result.run_seconds, 3),
-                "cycles_per_s": round(result.total_cycles / result.run_seconds) if result.run_seconds else None,
-                "cycles_per_wall_s": round(result.total_cycles / seconds), "done": result.done,
+                "cycles_per_s": _rate(result.total_cycles, result.run_seconds),
+                "cycles_per_wall_s": _rate(result.total_cycles, seconds), "done": result.done,
                 "errors": [str(error) for error in result.errors],
                 "first_mismatch": str(mismatch) if (mismatch := first_mismatch(program, expected, result)) else None,
-                **{figure: measure(program, expected, result) for figure, measure in FIGURES.items()},
+                **{figure: value for figure, measure in FIGURES.items()
+                   if (value := measure(program, memory, expected, result)) is not None},
             }
     return report

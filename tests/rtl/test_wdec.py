@@ -7,6 +7,7 @@ import pytest
 from amaranth.back import verilog
 from amaranth.sim import Simulator
 
+from aipu.app.bench.rtl import demo_model_streams
 from aipu.codec import CodecError
 from aipu.codec.npu_profile import decode_profile_stream, encoder_options
 from aipu.rtl.system import System
@@ -34,27 +35,9 @@ def test_a_thousand_random_layers():
         assert_matches(random_stimulus(SMALL if rng.random() < 0.5 else DEFAULT, rng, 20))
 
 
-def demo_conv_layers() -> list[tuple[bytes, tuple[int, ...]]]:
-    """The embedded digits CNN's conv kernels, quantised to int8 per layer and encoded in the profile."""
-    import onnx
-    from onnx import numpy_helper
-
-    from aipu.app.models.train_digits import MODEL_PATH
-
-    model = onnx.load(MODEL_PATH)
-    initializers = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    streams = []
-    for node in model.graph.node:
-        if node.op_type == "Conv":
-            weights = initializers[node.input[1]]
-            levels = np.clip(np.round(weights / np.abs(weights).max() * 127), -128, 127).astype(np.int8)
-            streams.append((layer_stream(levels), levels.shape))
-    return streams
-
-
 @pytest.mark.slow
 def test_the_demo_models_conv_layers():
-    assert_matches(streams_stimulus(DEFAULT, demo_conv_layers(), np.random.default_rng(7)))
+    assert_matches(streams_stimulus(DEFAULT, demo_model_streams(), np.random.default_rng(7)))
 
 
 # --- bin by bin ------------------------------------------------------------------------------------------------

