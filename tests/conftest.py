@@ -6,6 +6,8 @@
 * Hypothesis: the default suite is repeatable (``derandomize``: the same examples on every run and machine),
   so a red CI is a real change, not a new random draw. Random exploration is the slow suite's job; run any
   test with fresh draws by ``HYPOTHESIS_PROFILE=explore``.
+* ``--sim icarus`` (or ``--sim verilator,icarus``): the Verilog simulators the co-simulation tests run on; the
+  same as ``AIPU_SIM`` in the environment (default: Verilator).
 """
 from __future__ import annotations
 
@@ -20,6 +22,24 @@ from threadpoolctl import threadpool_limits
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--sim", default=None, metavar="SIMULATORS",
+                     help="Verilog simulators for the co-simulation tests: verilator, icarus or both, comma-separated "
+                          "(default: $AIPU_SIM, else verilator)")
+
+
+def pytest_configure(config):
+    """Before collection (which parametrizes over the simulators), in the controller and every xdist worker."""
+    from aipu.sim.cosim.cocotb_run import BACKEND_VARIABLE, verilog_backends
+
+    if config.getoption("--sim"):
+        os.environ[BACKEND_VARIABLE] = config.getoption("--sim")
+    try:
+        verilog_backends()
+    except ValueError as error:     # once, with the known names, instead of at every parametrization
+        raise pytest.UsageError(str(error)) from None
 
 
 @pytest.fixture(autouse=True, scope="session")
