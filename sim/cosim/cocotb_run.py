@@ -65,7 +65,11 @@ def run_words_verilog(queues: dict[Unit, list[bytes]], memory: Memory, units, *,
     try:
         (directory / "request.json").write_text(json.dumps(_request(system, queues, memory, max_cycles)))
         _simulate(build, directory, _write_preload(directory, system, queues, memory))
-        outcome = _outcome(system, json.loads((directory / "outcome.json").read_text()))
+        raw = json.loads((directory / "outcome.json").read_text())
+        if raw["unresolved"]:
+            raise RuntimeError(f"{simulator}: the System's outputs {', '.join(raw['unresolved'])} hold X or Z bits "
+                               f"after the run (WAVES=1 keeps the run and its waveform)")
+        outcome = _outcome(system, raw)
     finally:
         if keep:
             print(f"aipu cosim: {simulator} run kept in {directory}", file=sys.stderr)

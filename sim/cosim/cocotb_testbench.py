@@ -23,9 +23,18 @@ CLOCK_NS = 2
 
 
 def _status(handle) -> int:
-    """An output of the top as an integer. Icarus leaves a combinational output X until one of its inputs first
-    changes (``done`` before FINISH, say), where Amaranth's simulator shows its settled 0."""
+    """An output of the top as an integer while the run goes on, X and Z bits read as 0 (``cycle`` is X in
+    Icarus before its first clock edge). The outcome reads them strictly (:func:`_final`)."""
     return int(handle.value.resolve("zeros"))
+
+
+def _final(handle, unresolved: list[str]) -> int:
+    """An output after the run: its X or Z bits as 0, and its name in ``unresolved`` if it has any (an X that
+    the lenient read would hide, such as a status bit no logic drives)."""
+    value = handle.value
+    if not value.is_resolvable:
+        unresolved.append(handle._name)
+    return int(value.resolve("zeros"))
 
 
 def _pack(values: list[int], bits: int) -> int:
@@ -70,8 +79,11 @@ async def run_program(dut):
     await ReadOnly()
 
     units = request["units"]                 # [unit number, lower-case name] of every unit in the System
-    retired = _unpack(_status(dut.retired), request["index_bits"], request["unit_count"])
-    fields = _unpack(_status(dut.error_fields), request["field_bits"], request["unit_count"])
+    unresolved: list[str] = []
+    status = {name: _final(getattr(dut, name), unresolved)
+              for name in ("done", "failed", "token_error", "dram_fault", "retired", "error_fields")}
+    retired = _unpack(status["retired"], request["index_bits"], request["unit_count"])
+    fields = _unpack(status["error_fields"], request["field_bits"], request["unit_count"])
     cycle_bits = request["cycle_bits"]
     mask = (1 << cycle_bits) - 1
 
@@ -86,9 +98,9 @@ async def run_program(dut):
 
     outcome = {
         "cycles": cycles, "run_seconds": run_seconds, "run_step": run_step,
-        "clock_steps": get_sim_steps(CLOCK_NS, "ns"), "done": bool(_status(dut.done)), "failed": _status(dut.failed),
+        "clock_steps": get_sim_steps(CLOCK_NS, "ns"), "done": bool(status["done"]), "failed": status["failed"],
         "fields": {name: fields[u] for u, name in units}, "retired": {name: retired[u] for u, name in units},
-        "token_error": bool(_status(dut.token_error)), "dram_fault": _status(dut.dram_fault),
+        "token_error": bool(status["token_error"]), "dram_fault": status["dram_fault"], "unresolved": unresolved,
         "memories": {name: read(name, depth) for name, depth in request["read_back"].items()},
         "logs": {name: [rebased(entry) for entry in read(f"cycle_log_{name}", retired[u])] for u, name in units},
     }

@@ -4,6 +4,7 @@ Verilator, or on the simulators named in $AIPU_SIM (``icarus``, ``verilator,icar
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -166,3 +167,18 @@ def test_aipu_rtl_verilog_writes_every_unit_and_a_resettable_top(tmp_path):
     assert "input rst;" in top and '$value$plusargs("aipu_preload_dram=%s", path)) $readmemh(path, dram);' in top
     build = get_build(SMALL, UNITS, program_depth=1, dram_bytes=DRAM_BYTES)       # Verilator's
     assert "input rst;" not in (build.directory / "aipu_system.v").read_text()
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs Icarus Verilog (apt-get install iverilog)")
+def test_an_output_left_x_is_an_error_not_a_zero(monkeypatch, tmp_path):
+    """Without the bare-connection rewrite Icarus leaves the toy System's dram_fault bits of absent units X; the
+    testbench reads outputs strictly at the end, so the run fails naming them instead of reading 0."""
+    from aipu.sim.cosim import verilog
+
+    trigger_only = verilog._TIME_ZERO_TRIGGER
+    monkeypatch.setattr(verilog, "settle_at_time_zero",
+                        lambda text: trigger_only.sub(r"\g<0>\n\1initial #0 \2 = 1;", text))
+    monkeypatch.setenv("AIPU_RTL_CACHE", str(tmp_path))        # the broken build must not enter the shared cache
+    rng = np.random.default_rng(0)
+    with pytest.raises(RuntimeError, match="outputs .*dram_fault.* hold X or Z bits"):
+        run_on("icarus", copy_program(SMALL, rng, 2), random_image(SMALL, rng), UNITS, max_cycles=200)
