@@ -26,6 +26,7 @@ VERILATOR_LAYERS = (("resnet18_l2_3x3_128x28", 128, 28, 128, 3, 1), ("mobilenet_
 VERILATOR_ONLY = {spec[0] for spec in VERILATOR_LAYERS}
 BACKENDS_VARIABLE = "AIPU_BENCH_RTL_BACKENDS"   # e.g. "verilator" to skip the slow ones
 MAX_CYCLES = 2_000_000
+CONV_TILES = "conv_resnet18_l2_tiles"     # the MAC array alone on the first Verilator layer's CONV commands
 UNIT_COMMANDS = 250       # per unit family: long enough that the simulator's start and stop do not set the rate
 # (the slow test_a_thousand_random_commands_per_unit_on_verilog uses the same builds)
 
@@ -109,12 +110,13 @@ def _rate(cycles: int, seconds: float) -> int | None:
 
 
 def unit_rates(backends: list[str], config=None, commands: int = UNIT_COMMANDS) -> dict:
-    """Each unit family alone (default configuration unless ``config``), and WDEC on the demo model's weights
-    where they fit the WEIGHT buffer:
+    """Each unit family alone (default configuration unless ``config``), WDEC on the demo model's weights
+    where they fit the WEIGHT buffer, and on Verilator CONV on the ResNet-18 layer's tiles:
     build time, then simulated cycles per second of the free-running RTL (``run_s``) and per second of the whole
     call (``wall_s``: interpreter, preload and read-back included), what the comparison found (empty:
     bit-exact, every command on its formula) and the unit's figures."""
     from aipu.sim.cosim.stimulus import RANDOM, compare
+    from aipu.sim.cosim.stimulus.conv import tiles_alone
     from aipu.sim.cosim.stimulus.wdec import streams_stimulus
     from aipu.sim.cosim.verilog import get_build
     from aipu.sim.machine.arch import DEFAULT, Buffer
@@ -124,11 +126,15 @@ def unit_rates(backends: list[str], config=None, commands: int = UNIT_COMMANDS) 
     demo = demo_model_streams()
     if max(int(np.prod(shape)) for _, shape in demo) <= config.buffer(Buffer.WEIGHT).bytes:
         workloads["wdec_demo_model"] = streams_stimulus(config, demo, np.random.default_rng(0))
+    if "verilator" in backends:    # a real layer's tiles: about 460k cycles, hours on Icarus
+        workloads[CONV_TILES] = tiles_alone(_layer(*VERILATOR_LAYERS[0])[0], np.random.default_rng(0))
     depth = commands + 1       # one build per family, whatever share of the queues a program takes
     rates = {}
     for name, stimulus in workloads.items():
         entry = rates[name] = {"units": [cls.UNIT.name for cls in stimulus.units], "commands": stimulus.commands}
         for backend in backends:
+            if name == CONV_TILES and backend != "verilator":
+                continue
             started = time.perf_counter()
             if backend != "amaranth":
                 get_build(config, stimulus.units, program_depth=depth, dram_bytes=stimulus.memory.dram.size,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from aipu.rtl.conv import ConvUnit, command_cycles
-from aipu.sim.cosim.stimulus.base import Stimulus
+from aipu.sim.cosim.stimulus.base import Stimulus, unit_program
 from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
@@ -99,4 +99,13 @@ def random_program(config: HardwareConfig, rng: np.random.Generator, commands: i
 def random_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int,
                     max_command_cycles: int = MAX_COMMAND_CYCLES) -> Stimulus:
     return Stimulus(random_program(config, rng, commands, max_command_cycles), random_memory(config, rng),
+                    (ConvUnit,))
+
+
+def tiles_alone(program: Program, rng: np.random.Generator) -> Stimulus:
+    """The CONV commands of a lowered program by themselves (their tokens dropped: no other unit runs) over
+    random ACT, WEIGHT and ACC: the MAC array on a real layer's tiles, at the array's own speed."""
+    convs = [Command(command.opcode, command.args) for command in program.queues[Unit.CONV]
+             if command.opcode == Opcode.CONV]
+    return Stimulus(unit_program(program.config, convs, Unit.CONV), random_memory(program.config, rng),
                     (ConvUnit,))
