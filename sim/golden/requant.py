@@ -43,13 +43,46 @@ class _Channels:
             total += self.param("bias", bias, *bit_range(BIAS_BITS, signed=True))
         return total
 
+    def vector(self, name: str, value, lo: int, hi: int) -> np.ndarray:
+        """A checked scalar or per-channel integer parameter as int64, one entry per channel."""
+        return self.spread(check_int_param(name, value, lo, hi, self.count))
 
-def _output_stage(value: np.ndarray, out_zero_point, qmin, qmax, out_dtype, return_saturated: bool):
-    """+ zero point, clamp to [qmin, qmax] (default: the dtype range), cast; count clamped values."""
+    def spread(self, value: np.ndarray) -> np.ndarray:
+        """A scalar or per-channel parameter as one entry per channel (the kernels' layout)."""
+        return np.ascontiguousarray(np.broadcast_to(value, (self.count or 1,)))
+
+    def blocks(self) -> np.ndarray:
+        """The accumulator as [outer, channels, inner], the channel axis in the middle."""
+        acc = np.ascontiguousarray(self.acc)
+        if not acc.ndim:
+            return acc.reshape(1, 1, 1)
+        shape = acc.shape
+        return acc.reshape(int(np.prod(shape[:self.axis])), shape[self.axis], int(np.prod(shape[self.axis + 1:])))
+
+
+def _output_checks(out_zero_point, qmin, qmax, out_dtype) -> tuple[np.dtype, int, int, int]:
+    """The output type, the clamp bounds (default: the type's range) and the zero point, checked."""
     dtype = check_out_dtype("out_dtype", out_dtype)
     lo, hi = dtype_range(dtype)
     qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
-    zp = check_int_param("out_zero_point", out_zero_point, lo, hi, None)
+    zp = int(check_int_param("out_zero_point", out_zero_point, lo, hi, None))
+    return dtype, qmin, qmax, zp
+
+
+def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, qmin, qmax, out_dtype,
+                return_saturated: bool):
+    """One of sim/golden/_requant_kernels.py over the accumulator, with the output stage's checks."""
+    dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
+    blocks = channels.blocks()
+    out = np.empty(blocks.shape, dtype)
+    saturated = int(kernel(blocks, *parameters, np.int64(zp), np.int64(qmin), np.int64(qmax), out))
+    out = out.reshape(channels.acc.shape)
+    return (out, saturated) if return_saturated else out
+
+
+def _output_stage(value: np.ndarray, out_zero_point, qmin, qmax, out_dtype, return_saturated: bool):
+    """+ zero point, clamp to [qmin, qmax] (default: the dtype range), cast; count clamped values."""
+    dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
     shifted = value + zp
     saturated = int(np.count_nonzero((shifted < qmin) | (shifted > qmax))) if return_saturated else None
     out = np.clip(shifted, qmin, qmax, out=shifted).astype(dtype)  # in place: fewer tensor-sized temporaries
@@ -65,20 +98,25 @@ def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=
     channel of ``channel_axis``. If ``negative_multiplier``/``negative_shift`` are given, sums < 0 use
     them instead (Leaky ReLU / PReLU with a single rounding). ``return_saturated`` -> (out, count).
     """
+    from aipu.sim.golden._requant_kernels import ROUNDING_CODES, native_requant
+
     channels = _Channels(acc, channel_axis)
     check_rounding(rounding)
-    total = channels.biased(bias)
-    m = channels.param("multiplier", multiplier, 0, MULTIPLIER_MAX)
-    n = channels.param("shift", shift, 0, SHIFT_MAX)
+    bias = channels.vector("bias", 0 if bias is None else bias, *bit_range(BIAS_BITS, signed=True))
+    m = channels.vector("multiplier", multiplier, 0, MULTIPLIER_MAX)
+    n = channels.vector("shift", shift, 0, SHIFT_MAX)
     if (negative_multiplier is None) != (negative_shift is None):
         raise ValueError("negative_multiplier and negative_shift must be given together "
                          f"(got {negative_multiplier!r} and {negative_shift!r})")
-    if negative_multiplier is not None:
-        negative = total < 0
-        m = np.where(negative, channels.param("negative_multiplier", negative_multiplier, 0, MULTIPLIER_MAX), m)
-        n = np.where(negative, channels.param("negative_shift", negative_shift, 0, SHIFT_MAX), n)
-    scaled = rounding_shift_right(total * m, n, rounding)  # |total * m| < 2**48: REQUANT_PRODUCT_BITS
-    return _output_stage(scaled, out_zero_point, qmin, qmax, out_dtype, return_saturated)
+    leaky = negative_multiplier is not None
+    if leaky:
+        negative = (channels.vector("negative_multiplier", negative_multiplier, 0, MULTIPLIER_MAX),
+                    channels.vector("negative_shift", negative_shift, 0, SHIFT_MAX))
+    else:
+        negative = (m, n)
+    # |(acc + bias) * M| < 2**48 (REQUANT_PRODUCT_BITS): exact in the kernel's int64
+    return _run_kernel(native_requant, channels, (bias, m, n, *negative, leaky, ROUNDING_CODES[rounding]),
+                       out_zero_point, qmin, qmax, out_dtype, return_saturated)
 
 
 def onnx_requant_scale(x_scale, w_scale, y_scale) -> np.ndarray:
@@ -107,24 +145,22 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
         raise ValueError(f"scale must be a scalar or have one entry per channel ({channels.count}), "
                          f"got shape {scale.shape}")
     _require_positive_finite(scale)
-    scale = per_channel(scale, acc.ndim, channels.axis)
+    if product == "float32":      # the hardware mode: one fused pass (an overflow to +-inf saturates)
+        from aipu.sim.golden._requant_kernels import float32_requant
+
+        bias = channels.vector("bias", 0 if bias is None else bias, *bit_range(BIAS_BITS, signed=True))
+        return _run_kernel(float32_requant, channels, (bias, channels.spread(scale),
+                                                       _FLOAT_BOUND), out_zero_point, qmin, qmax, out_dtype,
+                           return_saturated)
     total = channels.biased(bias)
     dtype = check_out_dtype("out_dtype", out_dtype)
     zp = check_int_param("out_zero_point", out_zero_point, *dtype_range(dtype), None)
-    # In-place steps (the same IEEE operations): tensor-sized temporaries cost more than the arithmetic.
-    if product == "float32":
-        scaled = total.astype(np.float32)
-        with np.errstate(over="ignore"):     # IEEE overflow to +-inf is the defined result: it saturates below
-            scaled *= scale
-    else:
-        scaled = total.astype(np.float64)
-        scaled *= scale.astype(np.float64)
-        scaled += zp
+    scaled = total.astype(np.float64)       # in place: tensor-sized temporaries cost more than the arithmetic
+    scaled *= per_channel(scale, acc.ndim, channels.axis).astype(np.float64)
+    scaled += zp
     # Beyond +-2**40 every output saturates; bounding first keeps the int64 conversion defined.
     np.clip(scaled, -_FLOAT_BOUND, _FLOAT_BOUND, out=scaled)
-    rounded = np.rint(scaled, out=scaled).astype(np.int64)
-    if product == "float64":
-        rounded = rounded - zp
+    rounded = np.rint(scaled, out=scaled).astype(np.int64) - zp
     return _output_stage(rounded, zp, qmin, qmax, dtype, return_saturated)
 
 

@@ -1,0 +1,87 @@
+"""numba kernels of the requantizer (kept apart so that importing the golden model stays cheap).
+
+One pass per element instead of numpy's chain of tensor-sized temporaries (int64 sum, product, quotient,
+remainder, masks, clip, cast): the output stage of a depthwise layer otherwise costs several times its
+convolution. The arithmetic is docs/arithmetic.md §4 step for step; tests/sim/golden/test_requant_kernels.py
+checks every mode against the straightforward numpy form.
+
+Layout: the accumulator as [outer, channels, inner] (any tensor with its channel axis in the middle), the
+per-channel parameters as arrays of ``channels`` entries, ``out`` preallocated in the output type. Each
+kernel returns how many values the clamp changed.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+ROUNDING_CODES = {"floor": 0, "half_up": 1, "half_to_even": 2, "half_away_from_zero": 3}
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _shift_right(value, shift, rounding):
+    """rounding_shift_right of one int64 (sim/golden/rounding.py): floor quotient, then the tie rule."""
+    quotient = value >> shift
+    if rounding == 0 or shift == 0:
+        return quotient
+    remainder = value - (quotient << shift)
+    half = np.int64(1) << (shift - 1)
+    if remainder > half:
+        return quotient + 1
+    if remainder < half:
+        return quotient
+    if rounding == 1:
+        return quotient + 1
+    if rounding == 2:
+        return quotient + (quotient & 1)
+    return quotient + (value >= 0)          # half away from zero: a tie of a negative value stays at the floor
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _store(value, zero_point, qmin, qmax, out, o, c, i):
+    """+ zero point, clamp, store; 1 if the clamp changed the value."""
+    shifted = value + zero_point
+    if shifted < qmin:
+        out[o, c, i] = qmin
+        return 1
+    if shifted > qmax:
+        out[o, c, i] = qmax
+        return 1
+    out[o, c, i] = shifted
+    return 0
+
+
+@numba.njit(cache=True, nogil=True)
+def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_shift, leaky, rounding,
+                   zero_point, qmin, qmax, out):
+    """clamp(round((acc + bias) * M >> N) + zp); sums below 0 take the negative pair when ``leaky``."""
+    outer, channels, inner = acc.shape
+    saturated = 0
+    for o in range(outer):
+        for c in range(channels):
+            for i in range(inner):
+                total = np.int64(acc[o, c, i]) + bias[c]
+                if leaky and total < 0:
+                    scaled = _shift_right(total * negative_multiplier[c], negative_shift[c], rounding)
+                else:
+                    scaled = _shift_right(total * multiplier[c], shift[c], rounding)
+                saturated += _store(scaled, zero_point, qmin, qmax, out, o, c, i)
+    return saturated
+
+
+@numba.njit(cache=True, nogil=True)
+def float32_requant(acc, bias, scale, bound, zero_point, qmin, qmax, out):
+    """clamp(round_half_even(fp32(fp32(acc + bias) * scale)) + zp): both roundings to float32 are IEEE RNE,
+    the product bounded to +-``bound`` (saturates either way) before it becomes an integer."""
+    outer, channels, inner = acc.shape
+    saturated = 0
+    for o in range(outer):
+        for c in range(channels):
+            for i in range(inner):
+                product = np.float32(np.int64(acc[o, c, i]) + bias[c]) * scale[c]
+                value = min(max(np.float64(product), -bound), bound)
+                floor = np.floor(value)
+                fraction = value - floor               # exact: |value| <= bound < 2**52
+                if fraction > 0.5 or (fraction == 0.5 and floor % 2 != 0):
+                    floor += 1.0
+                saturated += _store(np.int64(floor), zero_point, qmin, qmax, out, o, c, i)
+    return saturated

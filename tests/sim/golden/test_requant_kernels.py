@@ -1,0 +1,111 @@
+"""The requantizer's fused kernels (sim/golden/_requant_kernels.py) against the straightforward numpy form of
+docs/arithmetic.md §4: every rounding, Leaky, per-channel and scalar parameters, every channel axis and output
+type, clamps, saturation counts, extreme accumulators, biases and float32 scales."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aipu.sim.golden import requantize, requantize_float32
+from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_shift_right
+from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
+
+OUT_DTYPES = (np.int8, np.uint8, np.int16)
+FLOAT_BOUND = 2.0 ** 40
+
+
+def _broadcast(param, ndim: int, axis: int):
+    param = np.asarray(param)
+    if param.ndim == 0:
+        return param
+    shape = [1] * ndim
+    shape[axis] = param.size
+    return param.reshape(shape)
+
+
+def _finish(value, zp, qmin, qmax, dtype):
+    shifted = value + zp
+    saturated = int(np.count_nonzero((shifted < qmin) | (shifted > qmax)))
+    return np.clip(shifted, qmin, qmax).astype(dtype), saturated
+
+
+def native_reference(acc, bias, m, n, neg, rounding, zp, qmin, qmax, dtype, axis):
+    total = acc.astype(np.int64) + _broadcast(bias, acc.ndim, axis)
+    m, n = _broadcast(m, acc.ndim, axis), _broadcast(n, acc.ndim, axis)
+    if neg is not None:
+        m = np.where(total < 0, _broadcast(neg[0], acc.ndim, axis), m)
+        n = np.where(total < 0, _broadcast(neg[1], acc.ndim, axis), n)
+    return _finish(rounding_shift_right(total * m, n, rounding), zp, qmin, qmax, dtype)
+
+
+def float32_reference(acc, bias, scale, zp, qmin, qmax, dtype, axis):
+    total = acc.astype(np.int64) + _broadcast(bias, acc.ndim, axis)
+    with np.errstate(over="ignore"):
+        product = total.astype(np.float32) * _broadcast(scale, acc.ndim, axis)
+    rounded = np.rint(np.clip(product.astype(np.float64), -FLOAT_BOUND, FLOAT_BOUND)).astype(np.int64)
+    return _finish(rounded, zp, qmin, qmax, dtype)
+
+
+@st.composite
+def cases(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=0, max_size=4)))
+    axis = draw(st.integers(0, len(shape) - 1)) if shape else 0
+    channels = shape[axis] if shape else None
+    low, high = bit_range(ACC_BITS, signed=True)
+    acc = np.where(rng.random(shape) < 0.1, rng.choice([low, high, 0, -1], shape),
+                   rng.integers(-(1 << rng.integers(4, 32)), 1 << 30, shape)).astype(np.int32)
+
+    def param(lo, hi, extremes):
+        size = None if channels is None or draw(st.booleans()) else channels
+        values = rng.integers(lo, hi, size, endpoint=True)
+        return np.where(rng.random(size) < 0.3, rng.choice(extremes, size), values)
+
+    dtype = draw(st.sampled_from(OUT_DTYPES))
+    info = np.iinfo(dtype)
+    qmin, qmax = sorted(int(q) for q in rng.integers(info.min, info.max, 2, endpoint=True))
+    if draw(st.booleans()):
+        qmin, qmax = int(info.min), int(info.max)
+    bias_low, bias_high = bit_range(BIAS_BITS, signed=True)
+    return dict(acc=acc, axis=axis, dtype=dtype, qmin=qmin, qmax=qmax, zp=int(rng.integers(info.min, info.max)),
+                bias=param(bias_low, bias_high, [bias_low, bias_high, 0]) if draw(st.booleans()) else None,
+                m=param(0, MULTIPLIER_MAX, [0, 1, MULTIPLIER_MAX]), n=param(0, SHIFT_MAX, [0, 1, SHIFT_MAX]),
+                neg=(param(0, MULTIPLIER_MAX, [0, MULTIPLIER_MAX]), param(0, SHIFT_MAX, [0, SHIFT_MAX]))
+                if draw(st.booleans()) else None,
+                scale=np.ldexp(1 + rng.random(), int(rng.choice([-149, -126, -40, -20, -8, 0, 20, 127]))
+                               ).astype(np.float32) if channels is None or draw(st.booleans())
+                else np.ldexp(1 + rng.random(channels), rng.integers(-30, 10, channels)).astype(np.float32))
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases(), st.sampled_from(ROUNDING_MODES))
+def test_native_kernel_equals_the_numpy_form(case, rounding):
+    got = requantize(case["acc"], bias=case["bias"], multiplier=case["m"], shift=case["n"],
+                     out_zero_point=case["zp"], qmin=case["qmin"], qmax=case["qmax"], rounding=rounding,
+                     channel_axis=case["axis"], out_dtype=case["dtype"], return_saturated=True,
+                     **(dict(negative_multiplier=case["neg"][0], negative_shift=case["neg"][1]) if case["neg"] else {}))
+    want = native_reference(case["acc"], 0 if case["bias"] is None else case["bias"], case["m"], case["n"],
+                            case["neg"], rounding, case["zp"], case["qmin"], case["qmax"], case["dtype"], case["axis"])
+    assert got[0].dtype == want[0].dtype and got[0].shape == want[0].shape
+    assert np.array_equal(got[0], want[0]) and got[1] == want[1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_float32_kernel_equals_the_numpy_form(case):
+    got = requantize_float32(case["acc"], bias=case["bias"], scale=case["scale"], out_zero_point=case["zp"],
+                             qmin=case["qmin"], qmax=case["qmax"], channel_axis=case["axis"],
+                             out_dtype=case["dtype"], return_saturated=True)
+    want = float32_reference(case["acc"], 0 if case["bias"] is None else case["bias"], case["scale"], case["zp"],
+                             case["qmin"], case["qmax"], case["dtype"], case["axis"])
+    assert np.array_equal(got[0], want[0]) and got[1] == want[1]
+
+
+@pytest.mark.parametrize("value", [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -127.5])
+def test_float32_ties_round_to_even(value):
+    """acc * 0.5 lands exactly on the tie: the kernel's floor-and-fraction rounding is round half to even."""
+    acc = np.array([int(value * 2)], np.int32)
+    out = requantize_float32(acc, scale=np.float32(0.5), channel_axis=0)
+    assert int(out[0]) == int(np.rint(value))
