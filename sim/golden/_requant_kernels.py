@@ -36,18 +36,15 @@ def _shift_right(value, shift, rounding):
     return quotient + (value >= 0)          # half away from zero: a tie of a negative value stays at the floor
 
 
+ROUND_HALF_EVEN_BIAS = 1.5 * 2.0 ** 52   # (v + this) - this rounds a float64 |v| < 2**51 half to even, exactly
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _store(value, zero_point, qmin, qmax, out, o, c, i):
-    """+ zero point, clamp, store; 1 if the clamp changed the value."""
+    """+ zero point, clamp, store (no branches: the loops vectorise); 1 if the clamp changed the value."""
     shifted = value + zero_point
-    if shifted < qmin:
-        out[o, c, i] = qmin
-        return 1
-    if shifted > qmax:
-        out[o, c, i] = qmax
-        return 1
-    out[o, c, i] = shifted
-    return 0
+    out[o, c, i] = min(max(shifted, qmin), qmax)
+    return (shifted < qmin) | (shifted > qmax)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -69,19 +66,22 @@ def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_s
 
 
 @numba.njit(cache=True, nogil=True)
-def float32_requant(acc, bias, scale, bound, zero_point, qmin, qmax, out):
-    """clamp(round_half_even(fp32(fp32(acc + bias) * scale)) + zp): both roundings to float32 are IEEE RNE,
-    the product bounded to +-``bound`` (saturates either way) before it becomes an integer."""
+def float32_requant(acc, bias, scale, zero_point, qmin, qmax, out):
+    """clamp(round_half_even(fp32(fp32(acc + bias) * scale)) + zp, qmin, qmax), in float64 throughout so that
+    every step has a packed instruction on AVX2 (it has none for int64 <-> float): acc + bias is an exact
+    float64 (|.| < 2**34), its conversion to float32 the same single RNE rounding as from the integer; the
+    product is clamped to one beyond the output range *before* rounding (rounding is monotonic, so the
+    clamped result and the saturation count are unchanged), which also keeps it where ``ROUND_HALF_EVEN_BIAS``
+    rounds exactly; ``bias`` comes as float64."""
     outer, channels, inner = acc.shape
+    low, high = np.float64(qmin - zero_point), np.float64(qmax - zero_point)
     saturated = 0
     for o in range(outer):
         for c in range(channels):
             for i in range(inner):
-                product = np.float32(np.int64(acc[o, c, i]) + bias[c]) * scale[c]
-                value = min(max(np.float64(product), -bound), bound)
-                floor = np.floor(value)
-                fraction = value - floor               # exact: |value| <= bound < 2**52
-                if fraction > 0.5 or (fraction == 0.5 and floor % 2 != 0):
-                    floor += 1.0
-                saturated += _store(np.int64(floor), zero_point, qmin, qmax, out, o, c, i)
+                product = np.float32(np.float64(acc[o, c, i]) + bias[c]) * scale[c]
+                value = min(max(np.float64(product), low - 1.0), high + 1.0)
+                rounded = (value + ROUND_HALF_EVEN_BIAS) - ROUND_HALF_EVEN_BIAS
+                saturated += (rounded < low) | (rounded > high)
+                out[o, c, i] = np.int32(min(max(rounded, low), high)) + zero_point
     return saturated

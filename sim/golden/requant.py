@@ -149,9 +149,8 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
         from aipu.sim.golden._requant_kernels import float32_requant
 
         bias = channels.vector("bias", 0 if bias is None else bias, *bit_range(BIAS_BITS, signed=True))
-        return _run_kernel(float32_requant, channels, (bias, channels.spread(scale),
-                                                       _FLOAT_BOUND), out_zero_point, qmin, qmax, out_dtype,
-                           return_saturated)
+        return _run_kernel(float32_requant, channels, (bias.astype(np.float64), channels.spread(scale)),
+                           out_zero_point, qmin, qmax, out_dtype, return_saturated)
     total = channels.biased(bias)
     dtype = check_out_dtype("out_dtype", out_dtype)
     zp = check_int_param("out_zero_point", out_zero_point, *dtype_range(dtype), None)

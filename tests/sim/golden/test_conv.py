@@ -317,3 +317,24 @@ def test_grouped_conv_overflow_names_worst_value():
     with pytest.raises(OverflowError, match="conv2d: accumulator value 2340900000"):
         conv2d(x, w, groups=2)
     assert conv2d(x, w, groups=2, wide=True)[0, :, 0, 0].tolist() == [2340900000] * 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1), st.sampled_from([np.int8, np.uint8]))
+def test_wide_depthwise_runs_channels_last_exactly(seed, x_dtype):
+    """Depthwise with 64+ channels takes the channels-last kernel: stride, dilation, asymmetric padding,
+    per-channel weight zero points, every byte value."""
+    rng = np.random.default_rng(seed)
+    channels, kernel = int(rng.integers(64, 100)), tuple(int(k) for k in rng.integers(1, 6, 2))
+    stride, dilation = tuple(int(s) for s in rng.integers(1, 3, 2)), tuple(int(d) for d in rng.integers(1, 3, 2))
+    padding = tuple(int(p) for p in rng.integers(0, 3, 4))
+    size = [int(rng.integers(max(1, d * (k - 1) + 1 - lo - hi), 12))
+            for d, k, lo, hi in zip(dilation, kernel, padding[:2], padding[2:])]
+    info = np.iinfo(x_dtype)
+    x = rng.integers(info.min, info.max + 1, (int(rng.integers(1, 3)), channels, *size), dtype=x_dtype)
+    w = rng.integers(-128, 128, (channels, 1, *kernel), dtype=np.int8)
+    zx, zw = int(rng.integers(info.min, info.max + 1)), rng.integers(-128, 128, channels)
+    got = conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation,
+                 groups=channels)
+    want = tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, channels)
+    np.testing.assert_array_equal(got, want)
