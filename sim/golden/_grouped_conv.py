@@ -56,14 +56,14 @@ def grouped_conv_taps(x, x_zero_point, ws, stride_h, stride_w, pad_top, pad_left
 
 @numba.njit(cache=True, nogil=True)
 def depthwise_taps(padded, x_zero_point, taps, stride_h, stride_w, dilation_h, dilation_w, out):
-    """out[n, y, x', c] = sum over i, j of taps[i, j, c] * (padded[n, y*sh + i*dh, x'*sw + j*dw, c] - zp).
+    """out[n, c, y, x'] = sum over i, j of taps[i, j, c] * (padded[n, y*sh + i*dh, x'*sw + j*dw, c] - zp).
 
     Depthwise (one input and one output channel per group) in channels-last order: every tap is one
     multiply-add over the contiguous channels of a pixel (SIMD across channels), so no per-channel set-up is
     repeated and strides cost nothing. ``padded`` holds the zero point in its padding; float32 arithmetic,
     exact under the bound conv2d checks (module docstring of conv.py).
     """
-    batch, oh, ow, channels = out.shape
+    batch, channels, oh, ow = out.shape
     kh, kw = taps.shape[0], taps.shape[1]
     zero_point = np.float32(x_zero_point)
     acc = np.empty(channels, np.float32)
@@ -78,6 +78,6 @@ def depthwise_taps(padded, x_zero_point, taps, stride_h, stride_w, dilation_h, d
                         weights = taps[i, j]
                         for c in range(channels):
                             acc[c] += weights[c] * (np.float32(pixel[c]) - zero_point)
-                for c in range(channels):
-                    out[n, y, x_out, c] = np.int32(acc[c])
+                for c in range(channels):       # NCHW: consecutive pixels share the lines these writes touch
+                    out[n, c, y, x_out] = np.int32(acc[c])
 

@@ -163,10 +163,10 @@ def _depthwise_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, stride, pa
     n, c, h, w = x.shape
     padded = np.full((n, h + pt + pb, w + pl + pr, c), x_zero_point, x.dtype)
     padded[:, pt:pt + h, pl:pl + w] = x.transpose(0, 2, 3, 1)
-    out = np.empty((x.shape[0], *out_hw, x.shape[1]), ACC_DTYPE)
+    out = np.empty((n, c, *out_hw), ACC_DTYPE)
     depthwise_taps(padded, x_zero_point, np.ascontiguousarray(ws[:, 0].transpose(1, 2, 0)), *stride, *dilation,
                    out)
-    return out.transpose(0, 3, 1, 2)
+    return out
 
 
 def matmul(a: np.ndarray, b: np.ndarray, *, a_zero_point=0, b_zero_point=0) -> np.ndarray:
