@@ -12,6 +12,7 @@ import json
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import IntEnum
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -153,7 +154,7 @@ class HardwareConfig:
     def address_bits(self, buffer: Buffer) -> int:
         return (self.buffer_units(buffer) - 1).bit_length()
 
-    @property
+    @cached_property       # every field check of every command asks; the configuration is frozen
     def width_parameters(self) -> dict[str, int]:
         """Named widths that command fields refer to (``Field.bits`` given as a string)."""
         widths = {f"{b.name.lower()}_addr_bits": self.address_bits(b) for b in Buffer}

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
-from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, _Executor, run
+from aipu.sim.interpreter import (DeadlockError, ExecutionError, HazardError, _Executor, _pattern_offsets,
+                                  _writes_a_byte_twice, run)
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 
@@ -343,3 +346,13 @@ def test_accumulator_wraps_and_only_consumed_sums_must_fit(second_half):
     else:
         with pytest.raises(ExecutionError, match=r"REQUANT\[0\] REQUANT: accumulator sum 2340900000 does not fit"):
             run(program, memory)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 40), st.integers(1, 6), st.integers(0, 12), st.integers(1, 10))
+def test_repeated_store_bytes_are_found_without_sorting(y_size, y_stride, x_size, x_stride, run):
+    """The overlap check of a STORE pattern (a shortcut for rows laid out apart, else marks) agrees with
+    np.unique on every small pattern."""
+    pattern = (7, y_size, y_stride, x_size, x_stride, run)
+    offsets = _pattern_offsets(*pattern)
+    assert _writes_a_byte_twice(offsets, pattern) == (np.unique(offsets).size != offsets.size)
