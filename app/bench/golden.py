@@ -36,7 +36,7 @@ LAYERS = (
 X_SCALE, Y_SCALE, X_ZP, Y_ZP = 0.05, 0.1, 3, -2
 
 
-def _best_seconds(func, budget: float = 0.6, max_reps: int = 20) -> float:
+def best_seconds(func, budget: float = 0.6, max_reps: int = 20) -> float:
     func()  # warm-up
     best, spent, reps = math.inf, 0.0, 0
     while reps < 3 or (spent < budget and reps < max_reps):
@@ -89,7 +89,7 @@ def run() -> dict:
             if not np.array_equal(y_golden, y_ort):
                 raise AssertionError(f"{name}: {disagreement(y_golden, y_ort, exact_qlinear_conv(case), 'onnxruntime')}")
             macs = k * (c // groups) * kernel * kernel * y_ort.shape[2] * y_ort.shape[3]
-            t_golden, t_ort = _best_seconds(golden), _best_seconds(onnxruntime)
+            t_golden, t_ort = best_seconds(golden), best_seconds(onnxruntime)
             ratios.append(t_golden / t_ort)
             rows.append({"shape": name, "macs": macs, "golden_ms": round(t_golden * 1e3, 3),
                          "ort_ms": round(t_ort * 1e3, 3), "golden_gmacs": round(macs / t_golden / 1e9, 2),

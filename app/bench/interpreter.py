@@ -1,38 +1,55 @@
-"""`aipu bench interpreter`: lower ResNet-like conv layers, interpret them, check against the golden model."""
+"""`aipu bench interpreter`: lower each layer kind of `aipu bench golden` (ResNet-18 dense, strided and 1x1
+layers, the 3-channel stem, MobileNet depthwise 3x3/5x5 at stride 1 and 2, grouped, dilated), interpret it with
+hazard checking on, check it against the golden model, and time the golden model on the same layer in the same
+run (one BLAS thread for both). Goal: the interpreter at no less than half the golden model's speed
+(``interpreter_over_golden`` at most 2).
+"""
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 
-# (name, channels in, size, channels out, kernel, groups)
-LAYERS = (("conv3x3_64x56", 64, 56, 64, 3, 1), ("conv3x3_256x14", 256, 14, 256, 3, 1),
-          ("dw3x3_128x28", 128, 28, 128, 3, 128), ("conv1x1_512x7", 512, 7, 2048, 1, 1))
+
+def _layer(rng, c: int, h: int, k: int, kernel: int, stride: int, pad: int, groups: int, dilation: int):
+    from aipu.compiler.tiling import ConvLayer
+
+    return ConvLayer(x=rng.integers(-128, 128, (1, c, h, h)).astype(np.int8),
+                     w=rng.integers(-128, 128, (k, c // groups, kernel, kernel)).astype(np.int8),
+                     bias=rng.integers(-5000, 5000, k).astype(np.int32), multiplier=np.full(k, 30000),
+                     shift=np.full(k, 30), x_zero_point=3, stride=(stride, stride), padding=(pad,) * 4,
+                     dilation=(dilation, dilation), groups=groups)
 
 
 def run() -> dict:
-    from aipu.compiler.tiling import ConvLayer, lower_conv_layer
+    from threadpoolctl import threadpool_limits
+
+    from aipu.app.bench.golden import LAYERS, best_seconds
+    from aipu.compiler.tiling import lower_conv_layer
     from aipu.sim.interpreter import run as interpret
 
     rng = np.random.default_rng(0)
-    results = {}
-    for name, c, size, k, kernel, groups in LAYERS:
-        layer = ConvLayer(x=rng.integers(-128, 128, (1, c, size, size)).astype(np.int8),
-                          w=rng.integers(-128, 128, (k, c // groups, kernel, kernel)).astype(np.int8),
-                          bias=np.zeros(k, np.int32), multiplier=np.full(k, 30000), shift=np.full(k, 30),
-                          padding=(kernel // 2,) * 4, groups=groups)
-        started = time.perf_counter()
-        lowered = lower_conv_layer(layer)
-        lowered_s = time.perf_counter() - started
-        timings = {}
-        for hazards in (True, False):
+    results, ratios = {}, []
+    with threadpool_limits(limits=1):
+        for name, *shape in LAYERS:
+            layer = _layer(rng, *shape)
             started = time.perf_counter()
-            result = interpret(lowered.program, lowered.memory(), check_hazards=hazards)
-            timings[hazards] = time.perf_counter() - started
-        exact = bool(np.array_equal(lowered.read_output(result.memory), layer.reference()))
-        results[name] = {"commands": len(lowered.program), "macs": result.stats.macs,
-                         "dram_bytes": sum(result.stats.bytes_moved.values()),
-                         "lower_s": round(lowered_s, 4), "interpret_s": round(timings[True], 4),
-                         "interpret_no_hazard_check_s": round(timings[False], 4),
-                         "mmacs_per_s": round(result.stats.macs / timings[True] / 1e6, 1), "bit_exact": exact}
-    return {"layers": results}
+            lowered = lower_conv_layer(layer)
+            lowered_s = time.perf_counter() - started
+            memory = lowered.memory()
+            result = interpret(lowered.program, memory)
+            exact = bool(np.array_equal(lowered.read_output(result.memory), layer.reference()))
+            interpret_s = best_seconds(lambda: interpret(lowered.program, memory), budget=2.0, max_reps=5)
+            unchecked_s = best_seconds(lambda: interpret(lowered.program, memory, check_hazards=False),
+                                        budget=2.0, max_reps=5)
+            golden_s = best_seconds(layer.reference, budget=1.0, max_reps=10)
+            ratios.append(interpret_s / golden_s)
+            results[name] = {"commands": len(lowered.program), "macs": result.stats.macs,
+                             "dram_bytes": sum(result.stats.bytes_moved.values()), "lower_s": round(lowered_s, 4),
+                             "interpret_s": round(interpret_s, 4), "interpret_no_hazard_check_s": round(unchecked_s, 4),
+                             "golden_s": round(golden_s, 4), "interpreter_over_golden": round(interpret_s / golden_s, 2),
+                             "mmacs_per_s": round(result.stats.macs / interpret_s / 1e6, 1), "bit_exact": exact}
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return {"threads": 1, "layers": results, "geomean_interpreter_over_golden": round(geomean, 2),
+            "goal_max_ratio": 2.0}
