@@ -113,6 +113,11 @@ class Field:
             return None
         return tuple(self.choices)
 
+    @functools.cached_property       # asked for every field of every command a program validates
+    def legal_ints(self) -> frozenset[int] | None:
+        """The legal values of an enumerated field as plain integers (None: the field has a range)."""
+        return None if self.choices is None else frozenset(int(value) for value in self.choices)
+
 
 @dataclass(frozen=True)
 class CommandSpec:

@@ -145,17 +145,16 @@ class Command:
 
 
 def _check_field(command_name: str, fld, value, config: HardwareConfig) -> None:
-    where = f"{command_name} field {fld.name}"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(where, value, "expected an integer")
-    legal = fld.legal_values()
-    if legal is not None:
-        if value not in [int(v) for v in legal]:
-            raise InputError(where, int(value), "not one of " + ", ".join(f"{v.name}={int(v)}" for v in legal))
+        raise InputError(f"{command_name} field {fld.name}", value, "expected an integer")
+    if fld.legal_ints is not None:
+        if value not in fld.legal_ints:
+            raise InputError(f"{command_name} field {fld.name}", int(value),
+                             "not one of " + ", ".join(f"{v.name}={int(v)}" for v in fld.legal_values()))
         return
     low, high = fld.legal_range(config)
     if not low <= value <= high:
-        raise InputError(where, value, f"outside legal range {low}..{high}")
+        raise InputError(f"{command_name} field {fld.name}", value, f"outside legal range {low}..{high}")
 
 
 # --- Program container ---------------------------------------------------------------------------
