@@ -80,4 +80,3 @@ def depthwise_taps(padded, x_zero_point, taps, stride_h, stride_w, dilation_h, d
                             acc[c] += weights[c] * (np.float32(pixel[c]) - zero_point)
                 for c in range(channels):       # NCHW: consecutive pixels share the lines these writes touch
                     out[n, c, y, x_out] = np.int32(acc[c])
-

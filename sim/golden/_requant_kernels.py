@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 ROUNDING_CODES = {"floor": 0, "half_up": 1, "half_to_even": 2, "half_away_from_zero": 3}
+ROUND_HALF_EVEN_BIAS = 1.5 * 2.0 ** 52   # (v + this) - this rounds a float64 |v| < 2**51 half to even, exactly
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -34,9 +35,6 @@ def _shift_right(value, shift, rounding):
     if rounding == 2:
         return quotient + (quotient & 1)
     return quotient + (value >= 0)          # half away from zero: a tie of a negative value stays at the floor
-
-
-ROUND_HALF_EVEN_BIAS = 1.5 * 2.0 ** 52   # (v + this) - this rounds a float64 |v| < 2**51 half to even, exactly
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
