@@ -32,10 +32,11 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     """Before collection (which parametrizes over the simulators), in the controller and every xdist worker."""
+    if not config.getoption("--sim"):
+        return
     from aipu.sim.cosim.cocotb_run import BACKEND_VARIABLE, verilog_backends
 
-    if config.getoption("--sim"):
-        os.environ[BACKEND_VARIABLE] = config.getoption("--sim")
+    os.environ[BACKEND_VARIABLE] = config.getoption("--sim")
     try:
         verilog_backends()
     except ValueError as error:     # once, with the known names, instead of at every parametrization

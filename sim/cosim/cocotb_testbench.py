@@ -28,12 +28,12 @@ def _status(handle) -> int:
     return int(handle.value.resolve("zeros"))
 
 
-def _final(handle, unresolved: list[str]) -> int:
-    """An output after the run: its X or Z bits as 0, and its name in ``unresolved`` if it has any (an X that
-    the lenient read would hide, such as a status bit no logic drives)."""
-    value = handle.value
+def _final(dut, name: str, unresolved: list[str]) -> int:
+    """The output ``name`` after the run: its X or Z bits as 0, and ``name`` in ``unresolved`` if it has any (an
+    X that the lenient read would hide, such as a status bit no logic drives)."""
+    value = getattr(dut, name).value
     if not value.is_resolvable:
-        unresolved.append(handle._name)
+        unresolved.append(name)
     return int(value.resolve("zeros"))
 
 
@@ -80,7 +80,7 @@ async def run_program(dut):
 
     units = request["units"]                 # [unit number, lower-case name] of every unit in the System
     unresolved: list[str] = []
-    status = {name: _final(getattr(dut, name), unresolved)
+    status = {name: _final(dut, name, unresolved)
               for name in ("done", "failed", "token_error", "dram_fault", "retired", "error_fields")}
     retired = _unpack(status["retired"], request["index_bits"], request["unit_count"])
     fields = _unpack(status["error_fields"], request["field_bits"], request["unit_count"])

@@ -14,7 +14,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-ROUNDING_CODES = {"floor": 0, "half_up": 1, "half_to_even": 2, "half_away_from_zero": 3}
+from aipu.sim.golden.rounding import ROUNDING_MODES
+
+# The kernels branch on a mode's position in ROUNDING_MODES: 0 floor, 1 half up, 2 half to even, 3 half away.
+ROUNDING_CODES = {mode: code for code, mode in enumerate(ROUNDING_MODES)}
 ROUND_HALF_EVEN_BIAS = 1.5 * 2.0 ** 52   # (v + this) - this rounds a float64 |v| < 2**51 half to even, exactly
 
 

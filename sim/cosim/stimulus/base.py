@@ -89,4 +89,3 @@ def compare(stimulus: Stimulus, backend: str = "amaranth", *, build_at_least: tu
             problems.append(f"{unit.name}[{index}] took {measured[index]} cycles, its formula says {queue[index]} "
                             f"({len(late)} commands off): {program.queues[unit][index].opcode.name}")
     return Comparison(expected, result, problems)
-
