@@ -1,6 +1,7 @@
 """Input validation shared by the golden units: every bad parameter raises naming the field and value."""
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -13,9 +14,14 @@ QUANT_DTYPES = tuple(DTYPE_NUMPY.values())
 BYTE_DTYPES = tuple(dtype for dtype in QUANT_DTYPES if dtype.itemsize == 1)
 
 
-def dtype_range(dtype) -> tuple[int, int]:
-    info = np.iinfo(np.dtype(dtype))
+@functools.lru_cache(maxsize=None)
+def _integer_range(dtype: np.dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
     return int(info.min), int(info.max)
+
+
+def dtype_range(dtype) -> tuple[int, int]:
+    return _integer_range(np.dtype(dtype))
 
 
 def check_array(name: str, value, dtypes) -> np.ndarray:
@@ -41,7 +47,9 @@ def check_out_dtype(name: str, dtype, allowed=QUANT_DTYPES) -> np.dtype:
 
 def check_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
     """A Python/numpy integer scalar within [lo, hi]."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+    if type(value) is int:      # the common case, without the slow abstract-class checks below
+        pass
+    elif isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         if isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.integer):
             value = value.item()
         else:
@@ -53,7 +61,7 @@ def check_int(name: str, value, lo: int | None = None, hi: int | None = None) ->
 
 
 def check_int_tuple(name: str, value, length: int, lo: int) -> tuple[int, ...]:
-    if isinstance(value, numbers.Integral):
+    if isinstance(value, (int, np.integer)):
         value = (value,) * length
     value = tuple(value)
     if len(value) != length:
@@ -66,6 +74,10 @@ def check_int_param(name: str, value, lo: int, hi: int, channels: int | None) ->
 
     ``channels`` is the required length of a 1-D parameter (None: scalar only).
     """
+    if type(value) is int:      # the common case, checked without numpy's reductions
+        if not lo <= value <= hi:
+            raise ValueError(f"{name}={value} is outside [{lo}, {hi}]")
+        return np.asarray(value, np.int64)
     arr = np.asarray(value)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer or an integer array, got dtype {arr.dtype.name}")

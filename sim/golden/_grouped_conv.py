@@ -1,82 +1,107 @@
-"""numba kernel of conv2d's grouped/depthwise path (kept apart so that importing the golden model stays cheap)."""
+"""numba kernel of conv2d's grouped/depthwise path (kept apart so that importing the golden model stays cheap).
+
+Every array index in the loops is an unsigned integer: numba wraps a negative signed index around (Python
+semantics), and that check on an index it cannot prove non-negative (``start + t``) keeps LLVM from
+vectorising the loop, at a cost of 10-15x (measured). Mixing uint64 with a signed integer gives a float in
+numba, hence ``_U`` around every constant that meets one.
+"""
 from __future__ import annotations
 
 import numba
 import numpy as np
 
+_U = np.uint64
+_LANES = 16   # runs are rounded up to this many floats, so no tap loop ends in a scalar remainder
 
-@numba.njit(cache=True, nogil=True)
-def grouped_conv_taps(x, x_zero_point, ws, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w, out):
-    """out[n, g*Kg + o, y, x'] = sum over c, i, j of ws[g, o, c, i, j] * (x - zp)[n, g*Cg + c, y*sh + i*dh - pt,
-    x'*sw + j*dw - pl], taps outside x being 0.
 
-    Per input channel, x - zp and its padding are written into a small float32 buffer split by stride phase,
-    ``phases[a, b, p, q] = padded[p*sh + a, q*sw + b]``; the output planes of the group accumulate in float32
-    buffers as wide as a phase, so every tap is one multiply-add over a long contiguous run (SIMD). Only the
-    first OW columns are stored in ``out`` (int32). Float32 arithmetic: exact only under the bound conv2d
-    checks (module docstring of conv.py).
+@numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def grouped_conv_taps(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w,
+                      out):
+    """out[n, g*Kg + o, y, x'] = sum over c, i, j of ws[g*Kg + o, (c*KH + i)*KW + j] * (x - zp)[n, g*Cg + c,
+    y*sh + i*dh - pt, x'*sw + j*dw - pl], taps outside x being 0.
+
+    x: int8/uint8 [N, C, H, W] C-contiguous; ws: float32 [K, Cg*KH*KW] (weights minus their zero point);
+    out: int32 [N, K, OH, OW] C-contiguous. Per input channel, x - zp and its padding are written into a
+    float32 buffer split by stride phase, ``phases[a, b, p, q] = padded[p*sh + a, q*sw + b]``; the output
+    planes of the group accumulate in float32 buffers as wide as a phase, so every tap is one multiply-add
+    over a long contiguous run (SIMD), for any stride and dilation. Only the first OW columns of each row
+    are stored in ``out``. Float32 arithmetic with fastmath: every partial sum is an integer the caller has
+    bounded by 2**24 (module docstring of conv.py), so no order of the additions and no fused multiply-add
+    can round; the phases start as zeros and the padding is never written, so it stays 0.
     """
     batch, channels, height, width_in = x.shape
-    groups, kg, cg, kh, kw = ws.shape
-    oh, ow = out.shape[2], out.shape[3]
+    k_total, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    taps = kh * kw
+    cg = ws.shape[1] // taps
+    groups = channels // cg
+    kg = k_total // groups
     phase_h = (oh - 1) + ((kh - 1) * dilation_h) // stride_h + 1
     width = (ow - 1) + ((kw - 1) * dilation_w) // stride_w + 1
-    run = (oh - 1) * width + ow  # ends at the last wanted column: never reads past a phase
-    phases = np.empty((stride_h, stride_w, phase_h * width), np.float32)
-    planes = np.empty((kg, run), np.float32)
+    phase_size = phase_h * width
+    run = _U(((oh - 1) * width + ow + _LANES - 1) // _LANES * _LANES)  # ends at or after the last wanted column
+    phases = np.zeros(stride_h * stride_w * phase_size + _LANES, np.float32)  # a rounded run stays inside
+    planes = np.empty(kg * run, np.float32)
+    zero_point = np.float32(x_zero_point)
+    starts = np.empty(taps, np.uint64)      # where each tap's run begins in ``phases``
+    for i in range(kh):
+        row_offset, phase_row = divmod(i * dilation_h, stride_h)
+        for j in range(kw):
+            column_offset, phase_column = divmod(j * dilation_w, stride_w)
+            starts[i * kw + j] = ((phase_row * stride_w + phase_column) * phase_size + row_offset * width
+                                  + column_offset)
+    # Per column phase b: the first phase column inside x, the input column it reads, and how many follow.
+    first_q = np.empty(stride_w, np.uint64)
+    first_column = np.empty(stride_w, np.uint64)
+    columns = np.empty(stride_w, np.uint64)
+    for b in range(stride_w):
+        first = max(0, -((b - pad_left) // stride_w))
+        last = max(first, min(width, (width_in - 1 - b + pad_left) // stride_w + 1))
+        first_q[b], first_column[b], columns[b] = first, first * stride_w + b - pad_left, last - first
+    flat_x, flat_out = x.ravel(), out.ravel()
+    step = _U(stride_w)
+    x_plane, out_plane = _U(height * width_in), _U(oh * ow)
     for n in range(batch):
         for g in range(groups):
             planes[:] = 0.0
             for c in range(cg):
-                channel = g * cg + c
+                x_base = _U(n * channels + g * cg + c) * x_plane
                 for a in range(stride_h):
-                    for b in range(stride_w):
-                        for p in range(phase_h):
-                            row = p * stride_h + a - pad_top
-                            for q in range(width):
-                                column = q * stride_w + b - pad_left
-                                inside = 0 <= row < height and 0 <= column < width_in
-                                value = x[n, channel, row, column] - x_zero_point if inside else 0
-                                phases[a, b, p * width + q] = value
+                    for p in range(phase_h):
+                        row = p * stride_h + a - pad_top
+                        if row < 0 or row >= height:
+                            continue
+                        row_base = x_base + _U(row * width_in)
+                        for b in range(stride_w):
+                            target = _U((a * stride_w + b) * phase_size + p * width) + first_q[b]
+                            source = row_base + first_column[b]
+                            if stride_w == 1:      # constant strides let LLVM vectorise the copy
+                                for q in range(columns[b]):
+                                    phases[target + q] = np.float32(flat_x[source + q]) - zero_point
+                            elif stride_w == 2:
+                                for q in range(columns[b]):
+                                    phases[target + q] = np.float32(flat_x[source + _U(2) * q]) - zero_point
+                            else:
+                                for q in range(columns[b]):
+                                    phases[target + q] = np.float32(flat_x[source + step * q]) - zero_point
                 for o in range(kg):
-                    for i in range(kh):
-                        row_offset, phase_row = divmod(i * dilation_h, stride_h)
-                        for j in range(kw):
-                            column_offset, phase_column = divmod(j * dilation_w, stride_w)
-                            start = row_offset * width + column_offset
-                            source = phases[phase_row, phase_column, start:start + run]
-                            weight = ws[g, o, c, i, j]
-                            for t in range(run):
-                                planes[o, t] += weight * source[t]
+                    plane = _U(o) * run
+                    weights = ws[g * kg + o, c * taps:(c + 1) * taps]
+                    tap = 0
+                    while tap + 3 <= taps:    # three taps per pass: a third of the loads and stores of the plane
+                        w0, w1, w2 = weights[tap], weights[tap + 1], weights[tap + 2]
+                        s0, s1, s2 = starts[tap], starts[tap + 1], starts[tap + 2]
+                        for t in range(run):
+                            planes[plane + t] += w0 * phases[s0 + t] + w1 * phases[s1 + t] + w2 * phases[s2 + t]
+                        tap += 3
+                    for rest in range(tap, taps):
+                        weight, start = weights[rest], starts[rest]
+                        for t in range(run):
+                            planes[plane + t] += weight * phases[start + t]
             for o in range(kg):
+                plane = _U(o) * run
+                out_base = _U(n * k_total + g * kg + o) * out_plane
                 for y in range(oh):
-                    for x_out in range(ow):
-                        out[n, g * kg + o, y, x_out] = np.int32(planes[o, y * width + x_out])
-
-
-@numba.njit(cache=True, nogil=True)
-def depthwise_taps(padded, x_zero_point, taps, stride_h, stride_w, dilation_h, dilation_w, out):
-    """out[n, c, y, x'] = sum over i, j of taps[i, j, c] * (padded[n, y*sh + i*dh, x'*sw + j*dw, c] - zp).
-
-    Depthwise (one input and one output channel per group) in channels-last order: every tap is one
-    multiply-add over the contiguous channels of a pixel (SIMD across channels), so no per-channel set-up is
-    repeated and strides cost nothing. ``padded`` holds the zero point in its padding; float32 arithmetic,
-    exact under the bound conv2d checks (module docstring of conv.py).
-    """
-    batch, channels, oh, ow = out.shape
-    kh, kw = taps.shape[0], taps.shape[1]
-    zero_point = np.float32(x_zero_point)
-    acc = np.empty(channels, np.float32)
-    for n in range(batch):
-        for y in range(oh):
-            for x_out in range(ow):
-                acc[:] = 0.0
-                for i in range(kh):
-                    row = y * stride_h + i * dilation_h
-                    for j in range(kw):
-                        pixel = padded[n, row, x_out * stride_w + j * dilation_w]
-                        weights = taps[i, j]
-                        for c in range(channels):
-                            acc[c] += weights[c] * (np.float32(pixel[c]) - zero_point)
-                for c in range(channels):       # NCHW: consecutive pixels share the lines these writes touch
-                    out[n, c, y, x_out] = np.int32(acc[c])
+                    source = plane + _U(y * width)
+                    target = out_base + _U(y * ow)
+                    for q in range(_U(ow)):
+                        flat_out[target + q] = np.int32(planes[source + q])

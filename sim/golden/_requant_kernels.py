@@ -19,6 +19,8 @@ from aipu.sim.golden.rounding import ROUNDING_MODES
 # The kernels branch on a mode's position in ROUNDING_MODES: 0 floor, 1 half up, 2 half to even, 3 half away.
 ROUNDING_CODES = {mode: code for code, mode in enumerate(ROUNDING_MODES)}
 ROUND_HALF_EVEN_BIAS = 1.5 * 2.0 ** 52   # (v + this) - this rounds a float64 |v| < 2**51 half to even, exactly
+_COUNT_RUN = 1 << 22                     # values counted in one float32 sum (exact below 2**24)
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -66,21 +68,56 @@ def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_s
     return saturated
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"nnan", "nsz", "reassoc"})
 def float32_requant(acc, bias, scale, zero_point, qmin, qmax, out):
-    """clamp(round_half_even(fp32(fp32(acc + bias) * scale)) + zp, qmin, qmax), in float64 throughout so that
-    every step has a packed instruction on AVX2 (it has none for int64 <-> float): acc + bias is an exact
-    float64 (|.| < 2**34), its conversion to float32 the same single RNE rounding as from the integer; the
-    product is clamped to one beyond the output range *before* rounding (rounding is monotonic, so the
-    clamped result and the saturation count are unchanged), which also keeps it where ``ROUND_HALF_EVEN_BIAS``
-    rounds exactly; ``bias`` comes as float64."""
+    """clamp(round_half_even(fp32(fp32(acc + bias) * scale)) + zp, qmin, qmax) in 32-bit lanes, or -1 (``out``
+    then unspecified) if some acc + bias does not fit int32: the caller then runs ``float32_requant_wide``.
+
+    acc + bias is formed in int32 (a sum outside it is found from the channel's extreme values), its conversion to float32 is the one
+    RNE rounding of the exact sum, and the product is clamped to one beyond the output range *before*
+    rounding (rounding is monotonic, so the clamped result and the saturation count are unchanged). The
+    saturated values are counted as the float sum of |rounded - clamped|, each 0 or 1: integers, exact in
+    any order (hence ``reassoc``) while a run of one channel stays below 2**24, which ``_COUNT_RUN`` keeps.
+    No NaN arises (finite sums times a positive finite scale), hence ``nnan``; an overflow to +-inf clamps.
+    """
+    outer, channels, inner = acc.shape
+    low, high = np.float32(qmin - zero_point), np.float32(qmax - zero_point)
+    below, above = low - np.float32(1.0), high + np.float32(1.0)
+    zp = np.int32(zero_point)
+    saturated = 0
+    for o in range(outer):
+        for c in range(channels):
+            b, s = bias[c], scale[c]
+            values, results = acc[o, c], out[o, c]
+            smallest, largest = np.int32(0), np.int32(0)   # the sum for 0 fits int32: a neutral start
+            for begin in range(0, inner, _COUNT_RUN):
+                clamped_away = np.float32(0.0)
+                for i in range(np.uint64(begin), np.uint64(min(inner, begin + _COUNT_RUN))):  # unsigned: SIMD
+                    value = values[i]
+                    smallest, largest = min(smallest, value), max(largest, value)
+                    rounded = np.rint(min(max(np.float32(np.int32(value + b)) * s, below), above))
+                    kept = min(max(rounded, low), high)
+                    clamped_away += np.abs(rounded - kept)
+                    results[i] = np.int32(kept) + zp
+                saturated += np.int64(clamped_away)
+            if not (_INT32_MIN <= np.int64(smallest) + b and np.int64(largest) + b <= _INT32_MAX):
+                return -1
+    return saturated
+
+
+@numba.njit(cache=True, nogil=True)
+def float32_requant_wide(acc, bias, scale, zero_point, qmin, qmax, out):
+    """float32_requant for any acc + bias (|.| < 2**33), in float64 throughout so that every step has a
+    packed instruction on AVX2 (it has none for int64 <-> float): acc + bias is an exact float64, its
+    conversion to float32 the same single RNE rounding as from the integer; the product is clamped before
+    rounding as there, which also keeps it where ``ROUND_HALF_EVEN_BIAS`` rounds exactly; ``bias`` int32."""
     outer, channels, inner = acc.shape
     low, high = np.float64(qmin - zero_point), np.float64(qmax - zero_point)
     saturated = 0
     for o in range(outer):
         for c in range(channels):
             for i in range(inner):
-                product = np.float32(np.float64(acc[o, c, i]) + bias[c]) * scale[c]
+                product = np.float32(np.float64(acc[o, c, i]) + np.float64(bias[c])) * scale[c]
                 value = min(max(np.float64(product), low - 1.0), high + 1.0)
                 rounded = (value + ROUND_HALF_EVEN_BIAS) - ROUND_HALF_EVEN_BIAS
                 saturated += (rounded < low) | (rounded > high)

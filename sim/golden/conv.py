@@ -19,8 +19,7 @@ below 2**53, i.e. for fewer than 2**29 chunks -- far beyond any tensor that fits
 (OpenBLAS uses classical, not Strassen-like, multiplication.)
 
 Grouped and depthwise convs with few channels per group (C/G <= 16) skip the GEMM, whose per-group
-calls would be tiny: a numba kernel multiply-adds the kernel taps into float32 output planes (depthwise
-convs of 64 channels or more: channels-last, each tap a multiply-add over a pixel's channels). It is
+calls would be tiny: a numba kernel multiply-adds the kernel taps into float32 output planes. It is
 taken only when the whole reduction is one chunk, C/G * KH * KW * max|a| * max|b| <= 2**24, so every
 partial sum is again an integer of magnitude <= 2**24 and exact, in any order, and the final sum
 fits ACC_BITS without a check (a larger reduction takes the GEMM path and its check).
@@ -30,27 +29,27 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from aipu.sim.machine.arch import ACC_BITS, ACC_DTYPE, MAC_OPERAND_MAX, bit_range
+from aipu.sim.machine.arch import ACC_BITS, ACC_DTYPE, bit_range
 from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, check_int_param, check_int_tuple, dtype_range
 
 _FLOAT32_EXACT = 2 ** 24
 _DIRECT_MAX_GROUP_CHANNELS = 16  # grouped convs with at most this many channels per group skip the GEMM
-# Depthwise convs with at least this many channels run channels-last (SIMD across a pixel's channels); with
-# fewer the per-pixel loop is not amortised and the per-channel kernel is faster (measured: 32 vs 128+).
-_CHANNELS_LAST_MIN = 64
 _ACC_MIN, _ACC_MAX = bit_range(ACC_BITS, signed=True)
 
 
 def _operand(name: str, value: np.ndarray, zero_point, zp_channels: int | None, zp_axis: int) -> np.ndarray:
-    """value - zero_point as float32 (exact: |v| <= 255), zero point scalar or per ``zp_axis`` channel."""
+    """value - zero_point as float32, zero point scalar or per ``zp_axis`` channel.
+
+    Exact: a byte minus a zero point in the byte's own range is at most MAC_OPERAND_MAX in magnitude."""
     lo, hi = dtype_range(value.dtype)
     zp = check_int_param(f"{name}_zero_point", zero_point, lo, hi, zp_channels)
+    operand = value.astype(np.float32)
     if zp.ndim == 1:
         shape = [1] * value.ndim
         shape[zp_axis] = zp.shape[0]
-        zp = zp.reshape(shape)
-    operand = value.astype(np.float32) - zp.astype(np.float32)
-    assert operand.size == 0 or np.abs(operand).max() <= MAC_OPERAND_MAX  # int8/uint8 minus an in-range zp
+        operand -= zp.reshape(shape).astype(np.float32)
+    elif zp:
+        operand -= np.float32(zp)
     return operand
 
 
@@ -116,12 +115,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stri
 
     zx = int(check_int_param("x_zero_point", x_zero_point, *dtype_range(x.dtype), None))
     ws = _operand("w", w, w_zero_point, k, 0)
-    x_operand_max = max(int(x.max(initial=zx)) - zx, zx - int(x.min(initial=zx)))  # padding contributes 0
-    worst_sum = cg * kh * kw * x_operand_max * float(np.abs(ws).max(initial=0.0))
-    if groups == c == k >= _CHANNELS_LAST_MIN and worst_sum <= _FLOAT32_EXACT:
-        sums = _depthwise_conv(x, zx, ws, (sh, sw), (pt, pl, pb, pr), (dh, dw), (oh, ow))
-        return sums.astype(np.int64) if wide else sums  # |sum| <= 2**24: fits ACC_BITS
-    if groups > 1 and cg <= _DIRECT_MAX_GROUP_CHANNELS and worst_sum <= _FLOAT32_EXACT:
+    if groups > 1 and cg <= _DIRECT_MAX_GROUP_CHANNELS and _direct_sums_exact(x, zx, ws, cg * kh * kw):
         sums = _direct_grouped_conv(x, zx, ws, (sh, sw), (pt, pl, pb, pr), (dh, dw), groups, (oh, ow))
         return sums.astype(np.int64) if wide else sums  # |sum| <= 2**24: fits ACC_BITS
     xs = _operand("x", x, zx, None, 0)
@@ -137,6 +131,17 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stri
     return out.reshape(n, k, oh, ow)
 
 
+def _direct_sums_exact(x: np.ndarray, zx: int, ws: np.ndarray, reduction: int) -> bool:
+    """Whether every partial sum of a ``reduction``-term output is within 2**24 (exact in float32): first
+    under the bound of x's type, which needs no pass over x, else under x's actual values."""
+    w_operand_max = float(np.abs(ws).max(initial=0.0))
+    lo, hi = dtype_range(x.dtype)
+    if reduction * max(hi - zx, zx - lo) * w_operand_max <= _FLOAT32_EXACT:
+        return True
+    x_operand_max = max(int(x.max(initial=zx)) - zx, zx - int(x.min(initial=zx)))  # padding contributes 0
+    return reduction * x_operand_max * w_operand_max <= _FLOAT32_EXACT
+
+
 def _direct_grouped_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, stride, padding, dilation,
                          groups: int, out_hw) -> np.ndarray:
     """Grouped/depthwise conv with few channels per group, where a per-group GEMM is mostly overhead.
@@ -148,24 +153,8 @@ def _direct_grouped_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, strid
 
     k, cg, kh, kw = ws.shape
     out = np.empty((x.shape[0], k, *out_hw), ACC_DTYPE)
-    grouped_conv_taps(x, x_zero_point, ws.reshape(groups, k // groups, cg, kh, kw), *stride, *padding[:2],
-                      *dilation, out)
-    return out
-
-
-def _depthwise_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, stride, padding, dilation,
-                    out_hw) -> np.ndarray:
-    """Depthwise conv (groups = C = K) channels-last: x padded with its zero point, then the taps as
-    multiply-adds of x - zp over each pixel's channels (numba); returns int32 sums [N, K, OH, OW]."""
-    from aipu.sim.golden._grouped_conv import depthwise_taps
-
-    pt, pl, pb, pr = padding
-    n, c, h, w = x.shape
-    padded = np.full((n, h + pt + pb, w + pl + pr, c), x_zero_point, x.dtype)
-    padded[:, pt:pt + h, pl:pl + w] = x.transpose(0, 2, 3, 1)
-    out = np.empty((n, c, *out_hw), ACC_DTYPE)
-    depthwise_taps(padded, x_zero_point, np.ascontiguousarray(ws[:, 0].transpose(1, 2, 0)), *stride, *dilation,
-                   out)
+    grouped_conv_taps(np.ascontiguousarray(x), x_zero_point, ws.reshape(k, cg * kh * kw), kh, kw, *stride,
+                      *padding[:2], *dilation, out)
     return out
 
 

@@ -11,6 +11,8 @@ which also implements fused ReLU/ReLU6/Clip):
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, SHIFT_MAX,
@@ -22,6 +24,10 @@ from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_s
 _TFLITE_INT_BITS = TFLITE_MULTIPLIER_BITS + 1      # TFLite computes in int32: a Q0.31 multiplier and a sign
 _TFLITE_INT_MIN, _TFLITE_INT_MAX = bit_range(_TFLITE_INT_BITS, signed=True)
 _FLOAT_BOUND = 2.0 ** 40
+
+
+class _SumOutsideInt32(Exception):
+    """A 32-bit kernel met an acc + bias beyond int32 (its result is void; the wide kernel takes over)."""
 
 
 class _Channels:
@@ -49,7 +55,10 @@ class _Channels:
 
     def spread(self, value: np.ndarray) -> np.ndarray:
         """A scalar or per-channel parameter as one entry per channel (the kernels' layout)."""
-        return np.ascontiguousarray(np.broadcast_to(value, (self.count or 1,)))
+        count = self.count or 1
+        if value.ndim == 1:      # checked to hold one entry per channel
+            return np.ascontiguousarray(value)
+        return np.full(count, value, value.dtype)
 
     def blocks(self) -> np.ndarray:
         """The accumulator as [outer, channels, inner], the channel axis in the middle."""
@@ -57,7 +66,7 @@ class _Channels:
         if not acc.ndim:
             return acc.reshape(1, 1, 1)
         shape = acc.shape
-        return acc.reshape(int(np.prod(shape[:self.axis])), shape[self.axis], int(np.prod(shape[self.axis + 1:])))
+        return acc.reshape(math.prod(shape[:self.axis]), shape[self.axis], math.prod(shape[self.axis + 1:]))
 
 
 def _output_checks(out_zero_point, qmin, qmax, out_dtype) -> tuple[np.dtype, int, int, int]:
@@ -76,6 +85,8 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
     blocks = channels.blocks()
     out = np.empty(blocks.shape, dtype)
     saturated = int(kernel(blocks, *parameters, np.int64(zp), np.int64(qmin), np.int64(qmax), out))
+    if saturated < 0:
+        raise _SumOutsideInt32
     out = out.reshape(channels.acc.shape)
     return (out, saturated) if return_saturated else out
 
@@ -146,11 +157,16 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
                          f"got shape {scale.shape}")
     _require_positive_finite(scale)
     if product == "float32":      # the hardware mode: one fused pass (an overflow to +-inf saturates)
-        from aipu.sim.golden._requant_kernels import float32_requant
+        from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide
 
         bias = channels.vector("bias", 0 if bias is None else bias, *bit_range(BIAS_BITS, signed=True))
-        return _run_kernel(float32_requant, channels, (bias.astype(np.float64), channels.spread(scale)),
-                           out_zero_point, qmin, qmax, out_dtype, return_saturated)
+        parameters = (bias.astype(np.int32), channels.spread(scale))
+        try:
+            return _run_kernel(float32_requant, channels, parameters, out_zero_point, qmin, qmax, out_dtype,
+                               return_saturated)
+        except _SumOutsideInt32:
+            return _run_kernel(float32_requant_wide, channels, parameters, out_zero_point, qmin, qmax, out_dtype,
+                               return_saturated)
     total = channels.biased(bias)
     dtype = check_out_dtype("out_dtype", out_dtype)
     zp = check_int_param("out_zero_point", out_zero_point, *dtype_range(dtype), None)
@@ -193,6 +209,8 @@ def _require_int32(what: str, values: np.ndarray) -> None:
 
 
 def _require_positive_finite(scale: np.ndarray, name: str = "scale") -> None:
+    if scale.size and 0 < scale.min() and scale.max() < np.inf:     # NaN fails both comparisons
+        return
     bad = ~(np.isfinite(scale) & (scale > 0))
     if np.any(bad):
         raise ValueError(f"{name}={float(np.atleast_1d(scale)[np.atleast_1d(bad)][0])!r} must be finite and positive")

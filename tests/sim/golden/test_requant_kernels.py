@@ -109,3 +109,24 @@ def test_float32_ties_round_to_even(value):
     acc = np.array([int(value * 2)], np.int32)
     out = requantize_float32(acc, scale=np.float32(0.5), channel_axis=0)
     assert int(out[0]) == int(np.rint(value))
+
+
+def test_float32_sums_beyond_int32_take_the_wide_kernel():
+    """acc + bias outside int32 (one bit wider, REQUANT_SUM_BITS) voids the 32-bit kernel's result; the wide one
+    gives the exact answer, here a sum of 2**31 whose float32 is exact and lands on 1 << 20 after scaling."""
+    low, high = bit_range(ACC_BITS, signed=True)
+    acc = np.array([[high, low, 5]], np.int32)
+    bias = np.array([1], np.int64)
+    scale = np.float32(2.0 ** -11)
+    got, saturated = requantize_float32(acc, bias=bias, scale=scale, out_zero_point=0, out_dtype=np.int16,
+                                        channel_axis=0, return_saturated=True)
+    want = float32_reference(acc, bias[:, None], scale, 0, -32768, 32767, np.int16, 0)
+    assert got.tolist() == want[0].tolist() == [[32767, -32768, 0]] and saturated == want[1] == 2
+
+
+def test_float32_counts_saturation_over_runs_longer_than_one_float_sum():
+    """More values in one channel than the kernel counts in one float32 sum: the count stays exact."""
+    acc = np.full((1, (1 << 22) + 3), 1000, np.int32)
+    acc[0, ::7] = -1000
+    got, saturated = requantize_float32(acc, scale=np.float32(1.0), channel_axis=0, return_saturated=True)
+    assert saturated == acc.size and got.min() == -128 and got.max() == 127
