@@ -18,6 +18,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
@@ -112,12 +113,13 @@ def _pattern_offsets(base: int, y_size: int, y_stride: int, x_size: int, x_strid
             + np.arange(run, dtype=np.int64)[None, None, :])
 
 
-def _writes_a_byte_twice(offsets: np.ndarray, pattern: tuple[int, ...]) -> bool:
+def _writes_a_byte_twice(pattern: tuple[int, ...]) -> bool:
     """Whether a DMA pattern's byte offsets repeat. Rows laid out one after another (each run within its
     x stride, each row within its y stride) never do; otherwise every byte is marked once, no sort."""
     _, y_size, y_stride, x_size, x_stride, run = pattern
     if (x_size == 1 or x_stride >= run) and (y_size == 1 or y_stride >= (x_size - 1) * x_stride + run):
         return False
+    offsets = _pattern_offsets(*pattern)
     low = int(offsets.min())
     marks = np.zeros(int(offsets.max()) - low + 1, np.bool_)
     marks[offsets.reshape(-1) - low] = True
@@ -196,19 +198,21 @@ class _Executor:
                                       self.index, self.clock, pattern))
 
     def _strided_dram(self, field_name: str, address: int, cmd: Command, write: bool) -> np.ndarray:
-        """Byte offsets [y][x][run bytes] of a strided DMA pattern in DRAM, bounds- and race-checked."""
+        """A view [y][x][run bytes] of DRAM through a strided DMA pattern (strides are unsigned), bounds- and
+        race-checked."""
         elem = DType(cmd.elem_type)
-        pattern = (address, cmd.y_size, cmd.dram_y_stride, cmd.x_size, cmd.dram_x_stride, cmd.run * DTYPE_BYTES[elem])
-        offsets = _pattern_offsets(*pattern)
-        end = int(offsets.max()) + 1
+        run = cmd.run * DTYPE_BYTES[elem]
+        pattern = (address, cmd.y_size, cmd.dram_y_stride, cmd.x_size, cmd.dram_x_stride, run)
+        end = address + (cmd.y_size - 1) * cmd.dram_y_stride + (cmd.x_size - 1) * cmd.dram_x_stride + run
         if end > self.memory.dram.size:
             raise ExecutionError(f"{self.where}: field {field_name} = {address:#x}: strided access reaches byte "
                                  f"{end - 1:#x}, beyond DRAM ({self.memory.dram.size:#x} bytes)")
-        if write and _writes_a_byte_twice(offsets, pattern):
+        if write and _writes_a_byte_twice(pattern):
             raise ExecutionError(f"{self.where}: dram_y_stride = {cmd.dram_y_stride}, dram_x_stride = "
                                  f"{cmd.dram_x_stride}: the store pattern writes some bytes twice")
-        self._record(DRAM, int(offsets.min()), end, DTYPE_NUMPY[elem] if write else None, pattern)
-        return offsets
+        self._record(DRAM, address, end, DTYPE_NUMPY[elem] if write else None, pattern)
+        return as_strided(self.memory.dram[address:end], shape=(cmd.y_size, cmd.x_size, run),
+                          strides=(cmd.dram_y_stride, cmd.dram_x_stride, 1))
 
     def _tensor(self, space, field_name: str, address: int, shape, dtype: DType | np.dtype) -> np.ndarray:
         """A read of ``shape`` elements of ``dtype`` at ``address`` (a view into the memory image)."""
@@ -237,8 +241,7 @@ class _Executor:
     def _load(self, cmd: Command) -> None:
         buffer = Buffer(cmd.buffer)
         elem = DType(cmd.elem_type)
-        offsets = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=False)
-        data = self.memory.dram[offsets]
+        data = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=False)
         rows, cols = cmd.y_size + cmd.pad_top + cmd.pad_bottom, cmd.x_size + cmd.pad_left + cmd.pad_right
         info = np.iinfo(DTYPE_NUMPY[elem])
         if not info.min <= cmd.pad_value <= info.max:
@@ -253,8 +256,7 @@ class _Executor:
     def _store(self, cmd: Command) -> None:
         run_bytes = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
         data = self._tensor(Buffer.OUT, "sram_addr", cmd.sram_addr, (cmd.y_size, cmd.x_size, run_bytes), np.uint8)
-        offsets = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=True)
-        self.memory.dram[offsets] = data
+        self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=True)[...] = data
         self.stats.bytes_moved["OUT->DRAM"] += data.size
 
     def _conv(self, cmd: Command) -> None:
@@ -458,8 +460,13 @@ def run(program: Program, memory: Memory, *, seed: int | None = None, check_haza
                 return f"FINISH waits for queues {', '.join(busy)} to drain"
         return None
 
-    while any(remaining(unit) for unit in Unit):
-        ready = [unit for unit in Unit if remaining(unit) and blocker(unit) is None]
+    units = tuple(Unit)
+    left = sum(len(queues[unit]) for unit in units)
+    while left:
+        if rng is None:       # the fixed schedule needs only the first ready unit
+            ready = next(([unit] for unit in units if remaining(unit) and blocker(unit) is None), [])
+        else:
+            ready = [unit for unit in units if remaining(unit) and blocker(unit) is None]
         if not ready:
             stuck = "; ".join(f"{u.name}[{heads[u]}] {queues[u][heads[u]].opcode.name} {blocker(u)}"
                               for u in Unit if remaining(u))
@@ -477,6 +484,7 @@ def run(program: Program, memory: Memory, *, seed: int | None = None, check_haza
         for target in command.push:
             tokens[(unit, target)].append(clock)
         heads[unit] += 1
+        left -= 1
         trace.append((unit, index))
         if command.opcode == Opcode.FINISH:
             left = {f"{a.name}->{b.name}": len(q) for (a, b), q in tokens.items() if q}

@@ -63,6 +63,14 @@ class Command:
         """The unit that executes this command (FINISH: the queue named in its ``unit`` field)."""
         return self.spec.unit if self.spec.unit is not None else Unit(self.args["unit"])
 
+    def __post_init__(self) -> None:
+        # Fields as plain attributes: the interpreter reads several per command, and a lookup that falls
+        # through to __getattr__ costs more than the arithmetic it feeds. (A field named like a class
+        # attribute, FINISH's ``unit``, stays in ``args`` only.)
+        for name, value in self.args.items():
+            if not hasattr(type(self), name):
+                object.__setattr__(self, name, value)
+
     def __getattr__(self, name: str) -> int:
         args = self.__dict__.get("args", {})
         if name in args:
@@ -72,13 +80,15 @@ class Command:
     def __hash__(self) -> int:
         return hash((self.opcode, tuple(sorted(self.args.items())), self.pop, self.push))
 
-    def validate(self, config: HardwareConfig = DEFAULT) -> None:
-        """Raise InputError naming the first field outside its legal range."""
+    def validate(self, config: HardwareConfig = DEFAULT, ranges: dict | None = None) -> None:
+        """Raise InputError naming the first field outside its legal range. ``ranges``: a dict the caller
+        keeps for one configuration, where the legal ranges are remembered from command to command."""
         name = self.opcode.name
+        ranges = {} if ranges is None else ranges
         for fld in self.spec.fields:
             if fld.name not in self.args:
                 raise InputError(f"{name} field {fld.name}", None, "missing; every field needs a value")
-            _check_field(name, fld, self.args[fld.name], config)
+            _check_field(name, fld, self.args[fld.name], config, ranges)
         for direction, units in (("pop", self.pop), ("push", self.push)):
             if self.unit in units:
                 raise InputError(f"{name} field {direction}", sorted(u.name for u in units),
@@ -144,7 +154,7 @@ class Command:
         return f"{self.opcode.name:<8} {tokens:<28} {' '.join(parts)}"
 
 
-def _check_field(command_name: str, fld, value, config: HardwareConfig) -> None:
+def _check_field(command_name: str, fld, value, config: HardwareConfig, ranges: dict) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"{command_name} field {fld.name}", value, "expected an integer")
     if fld.legal_ints is not None:
@@ -152,7 +162,10 @@ def _check_field(command_name: str, fld, value, config: HardwareConfig) -> None:
             raise InputError(f"{command_name} field {fld.name}", int(value),
                              "not one of " + ", ".join(f"{v.name}={int(v)}" for v in fld.legal_values()))
         return
-    low, high = fld.legal_range(config)
+    bounds = ranges.get(id(fld))       # the ISA's fields live as long as the module: ids are stable
+    if bounds is None:
+        bounds = ranges[id(fld)] = fld.legal_range(config)
+    low, high = bounds
     if not low <= value <= high:
         raise InputError(f"{command_name} field {fld.name}", value, f"outside legal range {low}..{high}")
 
@@ -192,10 +205,11 @@ class Program:
     def validate(self) -> None:
         """Every command legal and in its unit's queue; exactly one FINISH, last in its queue."""
         finishes = []
+        ranges: dict = {}
         for unit, queue in self.queues.items():
             for index, command in enumerate(queue):
                 try:
-                    command.validate(self.config)
+                    command.validate(self.config, ranges)
                 except InputError as exc:
                     raise exc.within(f"{unit.name}[{index}]") from None
                 if command.unit != unit:

@@ -355,4 +355,4 @@ def test_repeated_store_bytes_are_found_without_sorting(y_size, y_stride, x_size
     np.unique on every small pattern."""
     pattern = (7, y_size, y_stride, x_size, x_stride, run)
     offsets = _pattern_offsets(*pattern)
-    assert _writes_a_byte_twice(offsets, pattern) == (np.unique(offsets).size != offsets.size)
+    assert _writes_a_byte_twice(pattern) == (np.unique(offsets).size != offsets.size)
