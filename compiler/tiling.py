@@ -301,17 +301,22 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
             sizes.append(-(-sizes[-1] // 2))
         return sizes
 
+    def even_splits(full: int) -> list[int]:
+        """Every tile size that splits ``full`` into n tiles as evenly as possible (ceil(full / n))."""
+        return sorted({-(-full // n) for n in range(1, full + 1)}, reverse=True)
+
     def dram_traffic(tk: int, tc: int, rows: int) -> int:
-        """Bytes LOAD reads plus a per-command cost: inputs are re-read per k-tile (groups == 1), weights
-        per row tile when the input channels are split (the weight half then changes every step)."""
+        """Bytes LOAD reads plus a per-command cost: inputs are re-read per k-tile (groups == 1; a grouped
+        tile reads only its own groups' channels), weights per row tile when the input channels are split
+        (the weight half then changes every step)."""
         k_tiles, row_tiles, chunks = -(-k // tk), -(-out_h // rows), -(-c // tc) if groups == 1 else 1
-        inputs = k_tiles * row_tiles * in_rows(rows) * in_w * (c if groups == 1 else c // k_tiles)
+        inputs = row_tiles * in_rows(rows) * in_w * c * (k_tiles if groups == 1 else 1)
         weights = k * kh * kw * cg * (row_tiles if chunks > 1 else 1)
         commands = k_tiles * row_tiles * (2 * chunks + 2)
         return inputs + weights + 64 * commands
 
     candidates = [(dram_traffic(tk, tc, rows), -rows, tk, tc, rows)
-                  for tk in ([tile_k] if tile_k else [n * step_k for n in halvings(k // step_k)])
+                  for tk in ([tile_k] if tile_k else [n * step_k for n in even_splits(k // step_k)])
                   for tc in (([tile_c] if tile_c else halvings(c)) if groups == 1 else [cg])
                   for rows in ([tile_rows] if tile_rows else halvings(out_h))
                   if all(fits(tk, tc, rows).values())]
