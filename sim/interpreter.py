@@ -9,25 +9,33 @@ bytes, at least one a write, by commands that no token chain orders.
 The result logs every write (command, space, byte range or strided pattern, element type) so that a byte
 another executor gets wrong can be traced to the command that should have written it.
 
+Everything that does not depend on the data -- field combinations, bounds, store patterns, races, deadlock --
+is checked once per program by :func:`prepare`; a :class:`PreparedProgram` then runs on any number of memory
+images doing only the data work, which is what makes many runs of one program (accuracy over a data set,
+randomised tests) cost little more than the golden model on the same layers.
+
 All arithmetic is delegated to the golden model (:mod:`aipu.sim.golden`); this module only moves bytes.
 """
 from __future__ import annotations
 
+import functools
+import math
 import random
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
-                                LUT_ENTRY_DTYPE, PARAM_DTYPE, Buffer, DType)
+                                LUT_ENTRY_DTYPE, PARAM_DTYPE, Buffer, DType, HardwareConfig, bit_range)
 from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 
 DRAM = "DRAM"
+_ACC_MIN, _ACC_MAX = bit_range(ACC_BITS, signed=True)
 
 
 class ExecutionError(ValueError):
@@ -128,16 +136,18 @@ def _writes_a_byte_twice(pattern: tuple[int, ...]) -> bool:
 
 class _RaceDetector:
     """Vector-clock happens-before check over byte ranges. Strided DMA accesses are first compared by
-    their bounding intervals; an unordered pair that overlaps there is confirmed on the exact bytes."""
+    their bounding intervals; an unordered pair that overlaps there is confirmed on the exact bytes.
+    Reads and writes are kept apart, so that a read is compared with the writes only."""
 
     def __init__(self) -> None:
-        self.records: dict[str, list[_Access]] = {}
+        self.records: dict[tuple[str, bool], list[_Access]] = {}    # (space, write) -> accesses
 
     def access(self, access: _Access) -> None:
-        records = self.records.setdefault(access.space, [])
-        for old in records:
-            if (old.unit != access.unit and (old.write or access.write) and old.low < access.high
-                    and access.low < old.high and old.clock[old.unit] > access.clock[old.unit]
+        writes = self.records.setdefault((access.space, True), [])
+        reads = self.records.setdefault((access.space, False), [])
+        for old in (writes + reads if access.write else writes):
+            if (old.unit != access.unit and old.low < access.high and access.low < old.high
+                    and old.clock[old.unit] > access.clock[old.unit]
                     and (old.pattern is None and access.pattern is None
                          or np.intersect1d(old.bytes(), access.bytes()).size)):
                 raise HazardError(
@@ -146,45 +156,90 @@ class _RaceDetector:
                     f"by tokens but both access {access.space} [{max(old.low, access.low):#x}, "
                     f"{min(old.high, access.high):#x})")
         if access.write:   # accesses this write covers and follows can no longer race with anything new
-            records[:] = [old for old in records
-                          if not (old.clock[old.unit] <= access.clock[old.unit]
-                                  and access.low <= old.low and old.high <= access.high)]
-        records.append(access)
+            for records in (writes, reads):
+                records[:] = [old for old in records
+                              if not (old.clock[old.unit] <= access.clock[old.unit]
+                                      and access.low <= old.low and old.high <= access.high)]
+        (writes if access.write else reads).append(access)
 
 
-class _Executor:
-    def __init__(self, program: Program, memory: Memory, check_hazards: bool) -> None:
-        if memory.config != program.config:
-            raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
-                             f"the program for {program.config.config_hash()}")
-        self.memory = memory.copy()
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One command made ready to run: its checks done, its accesses race-checked, its writes listed."""
+
+    unit: Unit
+    index: int
+    where: str                                   # "CONV[3] CONV": how errors name the command
+    execute: Callable[[_State], None] | None     # the data work (None: FINISH has none)
+    writes: tuple[Write, ...]
+
+
+class _State:
+    """The memory of one run, as the steps see it."""
+
+    __slots__ = ("spaces", "acc", "exact_acc", "stats")
+
+    def __init__(self, memory: Memory, stats: Stats) -> None:
+        self.spaces = {DRAM: memory.dram, **memory.buffers}
+        self.acc = memory.buffers[Buffer.ACC].view(ACC_DTYPE)
         # Exact sums beside the wrapping ACC register (D6), entry for entry; preloaded ACC content is exact.
-        self.exact_acc = self.memory.buffers[Buffer.ACC].view(ACC_DTYPE).astype(np.int64)
-        self.stats = Stats()
-        self.races = _RaceDetector() if check_hazards else None
-        self.writes: list[Write] = []
-        self.command: Command | None = None
-        self.index = 0
-        self.label = self.where = ""
-        self.clock: tuple[int, ...] = ()
+        self.exact_acc = self.acc.astype(np.int64)
+        self.stats = stats
 
-    # --- memory access: every read and write of the interpreter goes through these two ------------------
+
+_View = tuple   # (space, first byte, end byte, numpy type, shape): a typed view of one run's memory
+
+
+def _view(state: _State, view: _View) -> np.ndarray:
+    space, start, stop, dtype, shape = view
+    return state.spaces[space][start:stop].view(dtype).reshape(shape)
+
+
+def _strided_view(state: _State, pattern: tuple) -> np.ndarray:
+    """DRAM through a DMA pattern (base, shape [y][x][run bytes], byte strides)."""
+    base, shape, strides = pattern
+    return np.ndarray(shape, np.uint8, state.spaces[DRAM], base, strides)
+
+
+class _Preparer:
+    """Turns each command into a :class:`_Step`, once per program: every check that does not depend on the data
+    (field combinations, bounds, store patterns, races between accesses), and the counts the run reports
+    that do not depend on it either (MACs, bytes moved). What remains for the run is the data work."""
+
+    def __init__(self, config: HardwareConfig, dram_bytes: int, check_hazards: bool) -> None:
+        self.sizes = {DRAM: dram_bytes, **{buffer: config.buffer(buffer).bytes for buffer in Buffer}}
+        self.races = _RaceDetector() if check_hazards else None
+        self.stats = Stats()
+        self.unit, self.index, self.clock = Unit.LOAD, 0, ()
+        self.label = self.where = ""
+        self.writes: list[Write] = []
+
+    def step(self, unit: Unit, index: int, command: Command, clock: tuple[int, ...]) -> _Step:
+        self.unit, self.index, self.clock, self.writes = unit, index, clock, []
+        self.label = f"{unit.name}[{index}]"
+        self.where = f"{self.label} {command.opcode.name}"
+        try:
+            execute = self.HANDLERS[command.opcode](self, command)
+        except ExecutionError:
+            raise
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ExecutionError(f"{self.where}: {exc}") from exc
+        self.stats.commands[unit.name] += 1
+        return _Step(unit, index, self.where, execute, tuple(self.writes))
+
+    # --- accesses: every byte a command touches is declared through these ---------------------------
     def _span(self, space, field_name: str, address: int, nbytes: int, written: np.dtype | None,
-              byte_address: bool = False) -> np.ndarray:
-        """Bounds-check and race-check a contiguous byte range; return a view of it. Addresses count the
-        buffer's units (int32 entries, parameter records) unless ``byte_address`` (DMA) says bytes.
+              byte_address: bool = False) -> tuple[int, int]:
+        """Bounds-check and race-check a contiguous byte range; return its (first, end) byte. Addresses count
+        the buffer's units (int32 entries, parameter records) unless ``byte_address`` (DMA) says bytes.
         ``written``: the element type of a write, None for a read."""
-        if space == DRAM:
-            array, start = self.memory.dram, address
-        else:
-            unit = 1 if byte_address else BUFFER_UNIT_BYTES[space]
-            array, start = self.memory.buffers[space], address * unit
-        if address < 0 or start + nbytes > array.size:
+        start = address * (1 if space == DRAM or byte_address else BUFFER_UNIT_BYTES[space])
+        if address < 0 or start + nbytes > self.sizes[space]:
             raise ExecutionError(f"{self.where}: field {field_name} = {address:#x}: access of {nbytes} bytes "
                                  f"ends at byte {start + nbytes:#x}, beyond {_space_name(space)} "
-                                 f"({array.size:#x} bytes)")
+                                 f"({self.sizes[space]:#x} bytes)")
         self._record(space, start, start + nbytes, written)
-        return array[start:start + nbytes]
+        return start, start + nbytes
 
     def _record(self, space, low: int, high: int, written: np.dtype | None,
                 pattern: tuple[int, ...] | None = None) -> None:
@@ -192,218 +247,241 @@ class _Executor:
         if high <= low:
             return
         if written is not None:
-            self.writes.append(Write(self.command.unit, self.index, _space_name(space), low, high, written, pattern))
+            self.writes.append(Write(self.unit, self.index, _space_name(space), low, high, written, pattern))
         if self.races is not None:
-            self.races.access(_Access(_space_name(space), low, high, written is not None, self.command.unit,
-                                      self.index, self.clock, pattern))
+            self.races.access(_Access(_space_name(space), low, high, written is not None, self.unit, self.index,
+                                      self.clock, pattern))
 
-    def _strided_dram(self, field_name: str, address: int, cmd: Command, write: bool) -> np.ndarray:
-        """A view [y][x][run bytes] of DRAM through a strided DMA pattern (strides are unsigned), bounds- and
-        race-checked."""
+    def _tensor(self, space, field_name: str, address: int, shape, dtype, written: bool = False) -> _View:
+        """``shape`` elements of ``dtype`` at ``address``, read (or written)."""
+        np_dtype = DTYPE_NUMPY[dtype] if isinstance(dtype, DType) else np.dtype(dtype)
+        start, stop = self._span(space, field_name, address, math.prod(shape) * np_dtype.itemsize,
+                                 np_dtype if written else None)
+        return space, start, stop, np_dtype, tuple(shape)
+
+    def _strided_dram(self, field_name: str, address: int, cmd: Command, write: bool) -> tuple:
+        """A DMA pattern [y][x][run bytes] over DRAM (strides are unsigned), bounds- and race-checked."""
         elem = DType(cmd.elem_type)
         run = cmd.run * DTYPE_BYTES[elem]
         pattern = (address, cmd.y_size, cmd.dram_y_stride, cmd.x_size, cmd.dram_x_stride, run)
         end = address + (cmd.y_size - 1) * cmd.dram_y_stride + (cmd.x_size - 1) * cmd.dram_x_stride + run
-        if end > self.memory.dram.size:
+        if end > self.sizes[DRAM]:
             raise ExecutionError(f"{self.where}: field {field_name} = {address:#x}: strided access reaches byte "
-                                 f"{end - 1:#x}, beyond DRAM ({self.memory.dram.size:#x} bytes)")
+                                 f"{end - 1:#x}, beyond DRAM ({self.sizes[DRAM]:#x} bytes)")
         if write and _writes_a_byte_twice(pattern):
             raise ExecutionError(f"{self.where}: dram_y_stride = {cmd.dram_y_stride}, dram_x_stride = "
                                  f"{cmd.dram_x_stride}: the store pattern writes some bytes twice")
         self._record(DRAM, address, end, DTYPE_NUMPY[elem] if write else None, pattern)
-        return as_strided(self.memory.dram[address:end], shape=(cmd.y_size, cmd.x_size, run),
-                          strides=(cmd.dram_y_stride, cmd.dram_x_stride, 1))
+        return address, (cmd.y_size, cmd.x_size, run), (cmd.dram_y_stride, cmd.dram_x_stride, 1)
 
-    def _tensor(self, space, field_name: str, address: int, shape, dtype: DType | np.dtype) -> np.ndarray:
-        """A read of ``shape`` elements of ``dtype`` at ``address`` (a view into the memory image)."""
-        np_dtype = DTYPE_NUMPY[dtype] if isinstance(dtype, DType) else np.dtype(dtype)
-        nbytes = int(np.prod(shape)) * np_dtype.itemsize
-        return self._span(space, field_name, address, nbytes, None).view(np_dtype).reshape(shape)
-
-    def _write(self, space, field_name: str, address: int, values: np.ndarray, byte_address: bool = False) -> None:
-        data = np.ascontiguousarray(values)
-        span = self._span(space, field_name, address, data.nbytes, data.dtype, byte_address)
-        span[:] = data.reshape(-1).view(np.uint8)
-
-    # --- commands -----------------------------------------------------------------------------------
-    def execute(self, unit: Unit, index: int, command: Command, clock: tuple[int, ...]) -> None:
-        self.command, self.index, self.clock = command, index, clock
-        self.label = f"{unit.name}[{index}]"
-        self.where = f"{self.label} {command.opcode.name}"
-        try:
-            self.HANDLERS[command.opcode](self, command)
-        except ExecutionError:
-            raise
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise ExecutionError(f"{self.where}: {exc}") from exc
-        self.stats.commands[unit.name] += 1
-
-    def _load(self, cmd: Command) -> None:
-        buffer = Buffer(cmd.buffer)
-        elem = DType(cmd.elem_type)
-        data = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=False)
+    # --- commands: each returns the run-time part -----------------------------------------------------
+    def _load(self, cmd: Command):
+        buffer, elem = Buffer(cmd.buffer), DType(cmd.elem_type)
+        source = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=False)
         rows, cols = cmd.y_size + cmd.pad_top + cmd.pad_bottom, cmd.x_size + cmd.pad_left + cmd.pad_right
         info = np.iinfo(DTYPE_NUMPY[elem])
         if not info.min <= cmd.pad_value <= info.max:
             raise ExecutionError(f"{self.where}: field pad_value = {cmd.pad_value}: outside {elem.name} range")
-        padded = np.empty((rows, cols, cmd.run), DTYPE_NUMPY[elem])
-        padded[...] = cmd.pad_value
-        padded.view(np.uint8).reshape(rows, cols, -1)[
-            cmd.pad_top:cmd.pad_top + cmd.y_size, cmd.pad_left:cmd.pad_left + cmd.x_size] = data
-        self._write(buffer, "sram_addr", cmd.sram_addr, padded, byte_address=True)
-        self.stats.bytes_moved[f"DRAM->{buffer.name}"] += data.size
+        run_bytes = source[1][2]
+        start, stop = self._span(buffer, "sram_addr", cmd.sram_addr, rows * cols * run_bytes, DTYPE_NUMPY[elem],
+                                 byte_address=True)
+        self.stats.bytes_moved[f"DRAM->{buffer.name}"] += cmd.y_size * cmd.x_size * run_bytes
+        top, left, bottom, right, pad_value = cmd.pad_top, cmd.pad_left, cmd.pad_bottom, cmd.pad_right, cmd.pad_value
+        inside = (slice(top, top + cmd.y_size), slice(left, left + cmd.x_size))
+        padded = top or left or bottom or right
 
-    def _store(self, cmd: Command) -> None:
+        def execute(state: _State) -> None:
+            target = state.spaces[buffer][start:stop]
+            if padded:       # the border, element by element, then the data inside it
+                elements = target.view(DTYPE_NUMPY[elem]).reshape(rows, cols, cmd.run)
+                elements[:top] = elements[rows - bottom:] = pad_value
+                elements[inside[0], :left] = elements[inside[0], cols - right:] = pad_value
+            target.reshape(rows, cols, run_bytes)[inside] = _strided_view(state, source)
+        return execute
+
+    def _store(self, cmd: Command):
         run_bytes = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
-        data = self._tensor(Buffer.OUT, "sram_addr", cmd.sram_addr, (cmd.y_size, cmd.x_size, run_bytes), np.uint8)
-        self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=True)[...] = data
-        self.stats.bytes_moved["OUT->DRAM"] += data.size
+        source = self._tensor(Buffer.OUT, "sram_addr", cmd.sram_addr, (cmd.y_size, cmd.x_size, run_bytes), np.uint8)
+        target = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=True)
+        self.stats.bytes_moved["OUT->DRAM"] += cmd.y_size * cmd.x_size * run_bytes
 
-    def _conv(self, cmd: Command) -> None:
+        def execute(state: _State) -> None:
+            _strided_view(state, target)[...] = _view(state, source)
+        return execute
+
+    def _conv(self, cmd: Command):
         if cmd.in_c % cmd.groups or cmd.out_c % cmd.groups:
             raise ExecutionError(f"{self.where}: field groups = {cmd.groups} must divide in_c = {cmd.in_c} "
                                  f"and out_c = {cmd.out_c}")
         group_c = cmd.in_c // cmd.groups
-        x = self._tensor(Buffer.ACT, "in_addr", cmd.in_addr, (cmd.in_h, cmd.in_w, cmd.in_c), DType(cmd.in_type))
-        w = self._tensor(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, (cmd.out_c, cmd.k_h, cmd.k_w, group_c), DType.INT8)
-        exact = golden.conv2d(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), x_zero_point=cmd.in_zero_point,
-                              w_zero_point=cmd.w_zero_point, stride=(cmd.stride_h, cmd.stride_w),
-                              dilation=(cmd.dilation_h, cmd.dilation_w), groups=cmd.groups, wide=True)
-        exact = exact[0].transpose(1, 2, 0)                       # [out_h][out_w][out_c], exact int64
-        entries = slice(cmd.acc_addr, cmd.acc_addr + exact.size)
+        in_dtype = DTYPE_NUMPY[DType(cmd.in_type)]
+        x = self._tensor(Buffer.ACT, "in_addr", cmd.in_addr, (cmd.in_h, cmd.in_w, cmd.in_c), in_dtype)
+        w = self._tensor(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, (cmd.out_c, cmd.k_h, cmd.k_w, group_c), np.int8)
+        geometry = golden.conv_geometry((1, cmd.in_c, cmd.in_h, cmd.in_w), in_dtype,
+                                        (cmd.out_c, group_c, cmd.k_h, cmd.k_w), np.int8,
+                                        x_zero_point=cmd.in_zero_point, w_zero_point=cmd.w_zero_point,
+                                        stride=(cmd.stride_h, cmd.stride_w), dilation=(cmd.dilation_h, cmd.dilation_w),
+                                        groups=cmd.groups)
+        shape = (*geometry.out_hw, cmd.out_c)          # [out_h][out_w][out_c]
+        entries = math.prod(shape)
         if cmd.accumulate:
-            self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, exact.shape, ACC_DTYPE)   # bounds and hazard check
-            exact = exact + self.exact_acc[entries].reshape(exact.shape)
-        # The register wraps (D6); the exact sum rides along and is checked where it is consumed.
-        self._write(Buffer.ACC, "acc_addr", cmd.acc_addr, _wrap(exact, ACC_BITS).astype(ACC_DTYPE))
-        self.exact_acc[entries] = exact.reshape(-1)
-        self.stats.macs += exact.size * group_c * cmd.k_h * cmd.k_w
+            self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (entries,), ACC_DTYPE)
+        self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (entries,), ACC_DTYPE, written=True)
+        self.stats.macs += entries * group_c * cmd.k_h * cmd.k_w
+        first, accumulate = cmd.acc_addr, cmd.accumulate
 
-    def _params(self, cmd: Command) -> np.ndarray:
-        records = self._tensor(Buffer.PARAM, "param_index", cmd.param_index, (cmd.channels,), PARAM_DTYPE)
-        if np.any(records["reserved"]):
-            raise ExecutionError(f"{self.where}: parameter record {cmd.param_index + int(np.argmax(records['reserved'] != 0))}"
-                                 " has non-zero reserved bits")
-        return records
+        def execute(state: _State) -> None:
+            sums = golden.conv_sums_channels_last(_view(state, x)[None], _view(state, w), geometry, wide=True)[0]
+            exact = state.exact_acc[first:first + entries]
+            if accumulate:
+                exact.reshape(shape)[...] += sums
+            else:
+                exact.reshape(shape)[...] = sums
+            # The register wraps (D6: numpy's int64 -> int32 assignment keeps the low 32 bits); the exact
+            # sum rides along and is checked where it is consumed.
+            state.acc[first:first + entries] = exact
+        return execute
 
-    def _requant(self, cmd: Command) -> None:
+    def _requant(self, cmd: Command):
         acc = self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (cmd.pixels, cmd.channels), ACC_DTYPE)
-        exact = self.exact_acc[cmd.acc_addr:cmd.acc_addr + acc.size]
-        wrapped = exact != acc.reshape(-1)
-        if wrapped.any():
-            worst = int(exact[wrapped][np.argmax(np.abs(exact[wrapped]))])
-            raise ExecutionError(f"{self.where}: accumulator sum {worst} does not fit int{ACC_BITS}; the register "
-                                 f"wrapped (docs/arithmetic.md D6: the compiler must prove the bound)")
-        p = self._params(cmd)
+        params = self._tensor(Buffer.PARAM, "param_index", cmd.param_index, (cmd.channels,), PARAM_DTYPE)
+        float32_scale = cmd.mode == RequantMode.FLOAT32
+        if float32_scale and cmd.leaky:
+            raise ExecutionError(f"{self.where}: field leaky = 1 is not supported in FLOAT32 mode")
         out_dtype = DTYPE_NUMPY[DType(cmd.out_type)]
-        common = dict(bias=p["bias"].astype(np.int64), out_zero_point=cmd.out_zero_point, qmin=cmd.qmin,
-                      qmax=cmd.qmax, channel_axis=1, out_dtype=out_dtype, return_saturated=True)
-        if cmd.mode == RequantMode.FLOAT32:
-            if cmd.leaky:
-                raise ExecutionError(f"{self.where}: field leaky = 1 is not supported in FLOAT32 mode")
-            out, saturated = golden.requantize_float32(acc.copy(), scale=p["scale"].astype(np.float32),
-                                                       **common)
-        else:
-            negative = (dict(negative_multiplier=p["negative_multiplier"].astype(np.int64),
-                             negative_shift=p["negative_shift"].astype(np.int64)) if cmd.leaky else {})
-            out, saturated = golden.requantize(acc.copy(), multiplier=p["multiplier"].astype(np.int64),
-                                               shift=p["shift"].astype(np.int64),
-                                               rounding=Rounding(cmd.rounding).name.lower(), **negative, **common)
-        self._write(Buffer.OUT, "out_addr", cmd.out_addr, out)
-        self.stats.saturations[self.label] = saturated
+        out = self._tensor(Buffer.OUT, "out_addr", cmd.out_addr, (cmd.pixels, cmd.channels), out_dtype, written=True)
+        first, last = cmd.acc_addr, cmd.acc_addr + cmd.pixels * cmd.channels
+        stage = golden.requant_stage(float32_scale=float32_scale, leaky=bool(cmd.leaky),
+                                     rounding=Rounding(cmd.rounding).name.lower(), out_zero_point=cmd.out_zero_point,
+                                     qmin=cmd.qmin, qmax=cmd.qmax, out_dtype=out_dtype)
+        where, label = self.where, self.label
 
-    def _lut(self, cmd: Command) -> None:
+        def execute(state: _State) -> None:
+            exact = state.exact_acc[first:last]
+            low, high = exact.min(), exact.max()
+            if low < _ACC_MIN or high > _ACC_MAX:
+                worst = int(high if high > _ACC_MAX and (low >= _ACC_MIN or high > -low) else low)
+                raise ExecutionError(f"{where}: accumulator sum {worst} does not fit int{ACC_BITS}; the register "
+                                     f"wrapped (docs/arithmetic.md D6: the compiler must prove the bound)")
+            records = _view(state, params)
+            reserved = records["reserved"]
+            if np.count_nonzero(reserved):
+                raise ExecutionError(f"{where}: parameter record {cmd.param_index + int(np.argmax(reserved != 0))} "
+                                     "has non-zero reserved bits")
+            _view(state, out)[...], state.stats.saturations[label] = golden.requantize_records(
+                _view(state, acc), records, stage)
+        return execute
+
+    def _lut(self, cmd: Command):
         in_type, out_type = DType(cmd.in_type), DType(cmd.out_type)
         x = self._tensor(Buffer(cmd.src_buf), "src_addr", cmd.src_addr, (cmd.count,), in_type)
         out_dtype = DTYPE_NUMPY[out_type]
-        if cmd.mode == LutMode.DIRECT8:
+        direct = cmd.mode == LutMode.DIRECT8
+        if direct:
             if cmd.table_log2 or cmd.index_shift or cmd.input_min or cmd.qmin or cmd.qmax:
                 raise ExecutionError(f"{self.where}: DIRECT8 takes no table_log2/index_shift/input_min/qmin/qmax "
                                      "(they must be 0)")
-            entries = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, (LUT8_ENTRIES,), LUT_ENTRY_DTYPE)
-            info = np.iinfo(out_dtype)
-            if entries.min() < info.min or entries.max() > info.max:
-                raise ExecutionError(f"{self.where}: table entries {int(entries.min())}..{int(entries.max())} "
-                                     f"do not fit out_type {out_type.name}")
-            out = golden.lut8(x.copy(), entries.astype(out_dtype))
+            table = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, (LUT8_ENTRIES,), LUT_ENTRY_DTYPE)
         else:
             table = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, ((1 << cmd.table_log2) + 1,),
                                  LUT_ENTRY_DTYPE)
-            out, outside = golden.lut16(x.copy(), table.copy(), index_shift=cmd.index_shift,
-                                        input_min=cmd.input_min, out_dtype=out_dtype, qmin=cmd.qmin,
-                                        qmax=cmd.qmax, return_clipped=True)
-            self.stats.lut_out_of_range[self.label] = outside
         # The LUT unit streams in one pass: a destination overlapping the source must not run ahead of it.
-        overlaps = (cmd.src_buf == Buffer.OUT and cmd.src_addr < cmd.dst_addr + out.nbytes
-                    and cmd.dst_addr < cmd.src_addr + x.nbytes)
-        if overlaps and (cmd.dst_addr > cmd.src_addr or out.itemsize > x.itemsize):
+        out_bytes, in_bytes = cmd.count * out_dtype.itemsize, cmd.count * DTYPE_BYTES[in_type]
+        overlaps = (cmd.src_buf == Buffer.OUT and cmd.src_addr < cmd.dst_addr + out_bytes
+                    and cmd.dst_addr < cmd.src_addr + in_bytes)
+        if overlaps and (cmd.dst_addr > cmd.src_addr or out_bytes > in_bytes):
             raise ExecutionError(f"{self.where}: field dst_addr = {cmd.dst_addr:#x} overlaps the source at "
                                  f"{cmd.src_addr:#x} ahead of it or with wider elements (docs/rtl-lut.md)")
-        self._write(Buffer.OUT, "dst_addr", cmd.dst_addr, out)
+        out = self._tensor(Buffer.OUT, "dst_addr", cmd.dst_addr, (cmd.count,), out_dtype, written=True)
+        info = np.iinfo(out_dtype)
+        where, label = self.where, self.label
 
-    def _pool(self, cmd: Command) -> None:
-        dtype = DType(cmd.dtype)
+        def execute(state: _State) -> None:
+            values = _view(state, x).copy()
+            entries = _view(state, table)
+            if direct:
+                if entries.min() < info.min or entries.max() > info.max:
+                    raise ExecutionError(f"{where}: table entries {int(entries.min())}..{int(entries.max())} "
+                                         f"do not fit out_type {out_type.name}")
+                _view(state, out)[...] = golden.lut8(values, entries.astype(out_dtype))
+            else:
+                _view(state, out)[...], state.stats.lut_out_of_range[label] = golden.lut16(
+                    values, entries.copy(), index_shift=cmd.index_shift, input_min=cmd.input_min, out_dtype=out_dtype,
+                    qmin=cmd.qmin, qmax=cmd.qmax, return_clipped=True)
+        return execute
+
+    def _pool(self, cmd: Command):
+        dtype = DTYPE_NUMPY[DType(cmd.dtype)]
         x = self._tensor(Buffer(cmd.src_buf), "src_addr", cmd.src_addr, (cmd.in_h, cmd.in_w, cmd.channels), dtype)
-        nchw = x.transpose(2, 0, 1)[None]
-        geometry = dict(stride=(cmd.stride_h, cmd.stride_w),
+        geometry = dict(kernel=(cmd.k_h, cmd.k_w), stride=(cmd.stride_h, cmd.stride_w),
                         padding=(cmd.pad_top, cmd.pad_left, cmd.pad_bottom, cmd.pad_right))
         if cmd.mode == PoolMode.MAX:
             if cmd.count_include_pad or cmd.zero_point:
                 raise ExecutionError(f"{self.where}: MAX takes no count_include_pad/zero_point (they must be 0)")
-            out = golden.max_pool2d(nchw, (cmd.k_h, cmd.k_w), dilation=(cmd.dilation_h, cmd.dilation_w), **geometry)
+            pool = functools.partial(golden.max_pool2d, dilation=(cmd.dilation_h, cmd.dilation_w), **geometry)
         else:
             if (cmd.dilation_h, cmd.dilation_w) != (1, 1):
                 raise ExecutionError(f"{self.where}: AVG pooling has no dilation (dilation_h/w must be 1)")
-            out = golden.avg_pool2d(nchw, (cmd.k_h, cmd.k_w), count_include_pad=bool(cmd.count_include_pad),
-                                    x_zero_point=cmd.zero_point, rounding=Rounding(cmd.rounding).name.lower(),
-                                    **geometry)
-        self._write(Buffer.OUT, "dst_addr", cmd.dst_addr, out[0].transpose(1, 2, 0))
+            pool = functools.partial(golden.avg_pool2d, count_include_pad=bool(cmd.count_include_pad),
+                                     x_zero_point=cmd.zero_point, rounding=Rounding(cmd.rounding).name.lower(),
+                                     **geometry)
+        # The geometry's checks and the output shape, from the golden model on zeros of the input's shape.
+        shape = pool(np.zeros((1, cmd.channels, cmd.in_h, cmd.in_w), dtype)).shape[1:]
+        out = self._tensor(Buffer.OUT, "dst_addr", cmd.dst_addr, (shape[1], shape[2], shape[0]), dtype, written=True)
 
-    def _eltwise(self, cmd: Command) -> None:
+        def execute(state: _State) -> None:
+            _view(state, out)[...] = pool(_view(state, x).transpose(2, 0, 1)[None])[0].transpose(1, 2, 0)
+        return execute
+
+    def _eltwise(self, cmd: Command):
         op = EltwiseOp(cmd.op)
         a = self._tensor(Buffer(cmd.a_buf), "a_addr", cmd.a_addr, (cmd.count,), DType(cmd.a_type))
         common = dict(out_zero_point=cmd.out_zero_point, qmin=cmd.qmin, qmax=cmd.qmax,
-                      out_dtype=DTYPE_NUMPY[DType(cmd.out_type)],
-                      rounding=Rounding(cmd.rounding).name.lower())
+                      out_dtype=DTYPE_NUMPY[DType(cmd.out_type)], rounding=Rounding(cmd.rounding).name.lower())
         unused = {EltwiseOp.MUL: ("b_multiplier", "b_shift"),
                   EltwiseOp.RESCALE: ("b_buf", "b_addr", "b_type", "b_zero_point", "b_multiplier", "b_shift")}
         for name in unused.get(op, ()):
             if cmd.args[name]:
                 raise ExecutionError(f"{self.where}: field {name} = {cmd.args[name]} must be 0 for {op.name}")
+        label = self.label
         if op == EltwiseOp.RESCALE:
-            out = golden.concat([a.copy()], axis=0, zero_points=[cmd.a_zero_point], multipliers=[cmd.a_multiplier],
-                                shifts=[cmd.a_shift], **common)
-            saturated = None
-        else:
-            b = self._tensor(Buffer(cmd.b_buf), "b_addr", cmd.b_addr, (cmd.count,), DType(cmd.b_type))
-            scale = (dict(multiplier=cmd.a_multiplier, shift=cmd.a_shift) if op == EltwiseOp.MUL else
-                     dict(multiplier=(cmd.a_multiplier, cmd.b_multiplier), shift=(cmd.a_shift, cmd.b_shift)))
-            out, saturated = golden.eltwise(a.copy(), b.copy(), op.name.lower(), a_zero_point=cmd.a_zero_point,
-                                            b_zero_point=cmd.b_zero_point, return_saturated=True, **scale, **common)
-        self._write(Buffer.OUT, "dst_addr", cmd.dst_addr, out)
-        if saturated is not None:
-            self.stats.saturations[self.label] = saturated
+            out = self._tensor(Buffer.OUT, "dst_addr", cmd.dst_addr, (cmd.count,), common["out_dtype"], written=True)
 
-    def _wdec(self, cmd: Command) -> None:
-        stream = self._span(DRAM, "dram_addr", cmd.dram_addr, cmd.length, None).tobytes()
+            def execute(state: _State) -> None:
+                _view(state, out)[...] = golden.concat(
+                    [_view(state, a).copy()], axis=0, zero_points=[cmd.a_zero_point], multipliers=[cmd.a_multiplier],
+                    shifts=[cmd.a_shift], **common)
+            return execute
+        b = self._tensor(Buffer(cmd.b_buf), "b_addr", cmd.b_addr, (cmd.count,), DType(cmd.b_type))
+        out = self._tensor(Buffer.OUT, "dst_addr", cmd.dst_addr, (cmd.count,), common["out_dtype"], written=True)
+        scale = (dict(multiplier=cmd.a_multiplier, shift=cmd.a_shift) if op == EltwiseOp.MUL else
+                 dict(multiplier=(cmd.a_multiplier, cmd.b_multiplier), shift=(cmd.a_shift, cmd.b_shift)))
+
+        def execute(state: _State) -> None:
+            _view(state, out)[...], state.stats.saturations[label] = golden.eltwise(
+                _view(state, a).copy(), _view(state, b).copy(), op.name.lower(), a_zero_point=cmd.a_zero_point,
+                b_zero_point=cmd.b_zero_point, return_saturated=True, **scale, **common)
+        return execute
+
+    def _wdec(self, cmd: Command):
+        start, stop = self._span(DRAM, "dram_addr", cmd.dram_addr, cmd.length, None)
         shape = (cmd.out_c, cmd.in_c, cmd.k_h, cmd.k_w)
-        weights = decode_weight_stream(stream, shape)
-        self._write(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, weights.transpose(0, 2, 3, 1), byte_address=True)
+        out = self._tensor(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, (cmd.out_c, cmd.k_h, cmd.k_w, cmd.in_c), np.int8,
+                           written=True)
         self.stats.bytes_moved["DRAM->WDEC"] += cmd.length
-        self.stats.bytes_moved["WDEC->WEIGHT"] += weights.size
+        self.stats.bytes_moved["WDEC->WEIGHT"] += math.prod(shape)
+
+        def execute(state: _State) -> None:
+            stream = state.spaces[DRAM][start:stop].tobytes()
+            _view(state, out)[...] = decode_weight_stream(stream, shape).transpose(0, 2, 3, 1)
+        return execute
 
     def _finish(self, cmd: Command) -> None:
-        """Nothing to execute: run() schedules FINISH last and checks that the tokens balance."""
+        """Nothing to execute: the schedule puts FINISH last and checks that the tokens balance."""
 
     HANDLERS = {Opcode.LOAD: _load, Opcode.STORE: _store, Opcode.CONV: _conv, Opcode.REQUANT: _requant,
                 Opcode.LUT: _lut, Opcode.POOL: _pool, Opcode.ELTWISE: _eltwise, Opcode.WDEC: _wdec,
                 Opcode.FINISH: _finish}
-
-
-def _wrap(values: np.ndarray, bits: int) -> np.ndarray:
-    """Two's-complement wrap to ``bits`` bits, as a register of that width does."""
-    half = 1 << (bits - 1)
-    return (values + half) % (1 << bits) - half
 
 
 def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:
@@ -426,20 +504,20 @@ def _space_name(space) -> str:
     return space if isinstance(space, str) else space.name
 
 
-def run(program: Program, memory: Memory, *, seed: int | None = None, check_hazards: bool = True) -> Result:
-    """Execute ``program`` on a copy of ``memory``.
+def _schedule(queues: dict[Unit, tuple[Command, ...]], token_depth: int, rng: random.Random | None):
+    """The order in which the units run their commands, with each command's vector clock.
 
-    seed None: whenever several units are ready, the lowest-numbered unit runs (a fixed schedule);
-    otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering)."""
-    program.validate()
-    executor = _Executor(program, memory, check_hazards)
-    config = program.config
-    rng = random.Random(seed) if seed is not None else None
-    queues = program.queues
+    rng None: whenever several units are ready, the lowest-numbered one runs; otherwise ``rng`` picks any
+    ready unit. Returns (order, clocks, failure): a deadlock or unbalanced tokens at FINISH end the order at
+    the point of failure and come back as the exception to raise once the commands before it are checked.
+    Which units are ready depends only on the token counts, and a ready unit stays ready until it runs
+    (only it pops its incoming queues and pushes its outgoing ones), so every schedule runs the same commands
+    with the same happens-before relation: races and deadlocks found on one schedule hold for all."""
     heads = {unit: 0 for unit in Unit}
     tokens: dict[tuple[Unit, Unit], deque] = {(a, b): deque() for a in Unit for b in Unit if a != b}
     unit_clock = {unit: (0,) * len(Unit) for unit in Unit}
-    trace: list[tuple[Unit, int]] = []
+    order: list[tuple[Unit, int]] = []
+    clocks: list[tuple[int, ...]] = []
 
     def remaining(unit: Unit) -> bool:
         return heads[unit] < len(queues[unit])
@@ -451,9 +529,8 @@ def run(program: Program, memory: Memory, *, seed: int | None = None, check_haza
             if not tokens[(source, unit)]:
                 return f"waits for a token {source.name}->{unit.name} (0 available)"
         for target in sorted(command.push):
-            if len(tokens[(unit, target)]) >= config.queues.token_depth:
-                return (f"cannot push {unit.name}->{target.name}: token queue full "
-                        f"({config.queues.token_depth}/{config.queues.token_depth})")
+            if len(tokens[(unit, target)]) >= token_depth:
+                return f"cannot push {unit.name}->{target.name}: token queue full ({token_depth}/{token_depth})"
         if command.opcode == Opcode.FINISH:
             busy = [u.name for u in Unit if u != unit and remaining(u)]
             if busy:
@@ -470,7 +547,7 @@ def run(program: Program, memory: Memory, *, seed: int | None = None, check_haza
         if not ready:
             stuck = "; ".join(f"{u.name}[{heads[u]}] {queues[u][heads[u]].opcode.name} {blocker(u)}"
                               for u in Unit if remaining(u))
-            raise DeadlockError(f"deadlock after {len(trace)} commands: {stuck}")
+            return order, clocks, DeadlockError(f"deadlock after {len(order)} commands: {stuck}")
         unit = rng.choice(ready) if rng is not None else ready[0]
         index = heads[unit]
         command = queues[unit][index]
@@ -479,15 +556,87 @@ def run(program: Program, memory: Memory, *, seed: int | None = None, check_haza
             clock = [max(a, b) for a, b in zip(clock, tokens[(source, unit)].popleft())]
         clock[unit] += 1
         clock = tuple(clock)
-        executor.execute(unit, index, command, clock)
         unit_clock[unit] = clock
         for target in command.push:
             tokens[(unit, target)].append(clock)
         heads[unit] += 1
         left -= 1
-        trace.append((unit, index))
+        order.append((unit, index))
+        clocks.append(clock)
         if command.opcode == Opcode.FINISH:
-            left = {f"{a.name}->{b.name}": len(q) for (a, b), q in tokens.items() if q}
-            if left:
-                raise ExecutionError(f"{unit.name}[{index}] FINISH: unbalanced tokens left in queues {left}")
-    return Result(executor.memory, executor.stats, trace, executor.writes)
+            unbalanced = {f"{a.name}->{b.name}": len(q) for (a, b), q in tokens.items() if q}
+            if unbalanced:
+                return order, clocks, ExecutionError(f"{unit.name}[{index}] FINISH: unbalanced tokens left in "
+                                                     f"queues {unbalanced}")
+    return order, clocks, None
+
+
+@dataclass(frozen=True)
+class PreparedProgram:
+    """A program checked once for a DRAM size -- fields, bounds, races, deadlock -- and ready to run on any
+    number of memory images: only the data work is left for each run."""
+
+    config: HardwareConfig
+    dram_bytes: int
+    queues: dict[Unit, tuple[Command, ...]]
+    steps: dict[tuple[Unit, int], _Step]
+    order: tuple[tuple[Unit, int], ...]          # the fixed schedule
+    stats: Stats                                 # the counts that do not depend on the data
+
+    def run(self, memory: Memory, *, seed: int | None = None) -> Result:
+        """Execute on a copy of ``memory``. seed None: the fixed schedule (lowest-numbered ready unit first);
+        otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering)."""
+        if memory.config != self.config:
+            raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
+                             f"the program for {self.config.config_hash()}")
+        if memory.dram.size != self.dram_bytes:
+            raise ValueError(f"memory image has {memory.dram.size} bytes of DRAM, the program was prepared for "
+                             f"{self.dram_bytes}")
+        order = self.order
+        if seed is not None:
+            order, _, failure = _schedule(self.queues, self.config.queues.token_depth, random.Random(seed))
+            if failure is not None:      # cannot happen after the fixed schedule passed (see _schedule)
+                raise failure
+        memory = memory.copy()
+        stats = Stats(self.stats.macs, Counter(self.stats.bytes_moved), Counter(self.stats.commands))
+        state = _State(memory, stats)
+        steps = [self.steps[key] for key in order]
+        for step in steps:
+            if step.execute is None:
+                continue
+            try:
+                step.execute(state)
+            except ExecutionError:
+                raise
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise ExecutionError(f"{step.where}: {exc}") from exc
+        return Result(memory, stats, list(order), [write for step in steps for write in step.writes])
+
+
+def prepare(program: Program, dram_bytes: int, *, check_hazards: bool = True) -> PreparedProgram:
+    """Check ``program`` for memory images of ``dram_bytes`` of DRAM and make it ready to run.
+
+    Errors come in the order the fixed schedule meets them, as the run would have met them."""
+    program.validate()
+    queues = {unit: tuple(program.queues[unit]) for unit in Unit}
+    order, clocks, failure = _schedule(queues, program.config.queues.token_depth, None)
+    preparer = _Preparer(program.config, dram_bytes, check_hazards)
+    steps = {(unit, index): preparer.step(unit, index, queues[unit][index], clock)
+             for (unit, index), clock in zip(order, clocks)}
+    if failure is not None:
+        raise failure
+    return PreparedProgram(program.config, dram_bytes, queues, steps, tuple(order), preparer.stats)
+
+
+def run(program: Program | PreparedProgram, memory: Memory, *, seed: int | None = None,
+        check_hazards: bool = True) -> Result:
+    """Execute ``program`` on a copy of ``memory`` (a :class:`PreparedProgram` skips the checks it has had).
+
+    seed None: whenever several units are ready, the lowest-numbered unit runs (a fixed schedule);
+    otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering)."""
+    if isinstance(program, Program):
+        if memory.config != program.config:
+            raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
+                             f"the program for {program.config.config_hash()}")
+        program = prepare(program, memory.dram.size, check_hazards=check_hazards)
+    return program.run(memory, seed=seed)

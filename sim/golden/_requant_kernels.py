@@ -21,36 +21,30 @@ ROUNDING_CODES = {mode: code for code, mode in enumerate(ROUNDING_MODES)}
 ROUND_HALF_EVEN_BIAS = 1.5 * 2.0 ** 52   # (v + this) - this rounds a float64 |v| < 2**51 half to even, exactly
 _COUNT_RUN = 1 << 22                     # values counted in one float32 sum (exact below 2**24)
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_U = np.uint64
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _shift_right(value, shift, rounding):
-    """rounding_shift_right of one int64 (sim/golden/rounding.py): floor quotient, then the tie rule."""
-    quotient = value >> shift
-    if rounding == 0 or shift == 0:
-        return quotient
-    remainder = value - (quotient << shift)
-    half = np.int64(1) << (shift - 1)
-    if remainder > half:
-        return quotient + 1
-    if remainder < half:
-        return quotient
-    if rounding == 1:
-        return quotient + 1
-    if rounding == 2:
-        return quotient + (quotient & 1)
-    return quotient + (value >= 0)          # half away from zero: a tie of a negative value stays at the floor
+    """rounding_shift_right of one int64 (sim/golden/rounding.py) without branches, so that the loops
+    vectorise: (value + bump) >> shift, the bump placing the ties. With half = 2**(shift-1): half up adds
+    half; half to even adds half - 1 plus the floor quotient's parity (a tie then rounds up exactly when the
+    quotient is odd); half away from zero adds half, less one for a negative value (its tie stays at the
+    floor). A shift of 0 adds nothing."""
+    half = (np.int64(1) << shift) >> 1
+    shifting = np.int64(shift > 0)
+    if rounding == 0:
+        bump = np.int64(0)
+    elif rounding == 1:
+        bump = half
+    elif rounding == 2:
+        bump = shifting * (half - 1 + ((value >> shift) & 1))
+    else:
+        bump = half - shifting * np.int64(value < 0)
+    return (value + bump) >> shift
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _store(value, zero_point, qmin, qmax, out, o, c, i):
-    """+ zero point, clamp, store (no branches: the loops vectorise); 1 if the clamp changed the value."""
-    shifted = value + zero_point
-    out[o, c, i] = min(max(shifted, qmin), qmax)
-    return (shifted < qmin) | (shifted > qmax)
-
-
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_shift, leaky, rounding,
                    zero_point, qmin, qmax, out):
     """clamp(round((acc + bias) * M >> N) + zp); sums below 0 take the negative pair when ``leaky``."""
@@ -58,13 +52,17 @@ def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_s
     saturated = 0
     for o in range(outer):
         for c in range(channels):
-            for i in range(inner):
-                total = np.int64(acc[o, c, i]) + bias[c]
-                if leaky and total < 0:
-                    scaled = _shift_right(total * negative_multiplier[c], negative_shift[c], rounding)
-                else:
-                    scaled = _shift_right(total * multiplier[c], shift[c], rounding)
-                saturated += _store(scaled, zero_point, qmin, qmax, out, o, c, i)
+            b, m, n = bias[c], multiplier[c], shift[c]
+            m_negative, n_negative = (negative_multiplier[c], negative_shift[c]) if leaky else (m, n)
+            values, results = acc[o, c], out[o, c]
+            for i in range(_U(inner)):      # 1-D views, an unsigned index, no branches: SIMD
+                total = np.int64(values[i]) + b
+                negative = total < 0
+                value = _shift_right(total * (m_negative if negative else m), n_negative if negative else n,
+                                     rounding) + zero_point
+                kept = min(max(value, qmin), qmax)
+                results[i] = kept
+                saturated += kept != value
     return saturated
 
 

@@ -18,13 +18,15 @@ Chunk results (exact integers <= 2**24) are summed in float64, exact while the r
 below 2**53, i.e. for fewer than 2**29 chunks -- far beyond any tensor that fits in memory.
 (OpenBLAS uses classical, not Strassen-like, multiplication.)
 
-Grouped and depthwise convs with few channels per group (C/G <= 16) skip the GEMM, whose per-group
-calls would be tiny: a numba kernel multiply-adds the kernel taps into float32 output planes. It is
+Grouped and depthwise convs with few channels per group (C/G <= 16), and convs with few input and output
+channels (C, K <= 16: a depthwise layer's tile of one channel), skip the GEMM, whose calls would be tiny: a numba kernel multiply-adds the kernel taps into float32 output planes. It is
 taken only when the whole reduction is one chunk, C/G * KH * KW * max|a| * max|b| <= 2**24, so every
 partial sum is again an integer of magnitude <= 2**24 and exact, in any order, and the final sum
 fits ACC_BITS without a check (a larger reduction takes the GEMM path and its check).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -38,11 +40,15 @@ _ACC_MIN, _ACC_MAX = bit_range(ACC_BITS, signed=True)
 
 
 def _operand(name: str, value: np.ndarray, zero_point, zp_channels: int | None, zp_axis: int) -> np.ndarray:
-    """value - zero_point as float32, zero point scalar or per ``zp_axis`` channel.
+    """value - zero_point as float32, the zero point checked: scalar or one per ``zp_axis`` channel."""
+    lo, hi = dtype_range(value.dtype)
+    return _minus_zero_point(value, check_int_param(f"{name}_zero_point", zero_point, lo, hi, zp_channels), zp_axis)
+
+
+def _minus_zero_point(value: np.ndarray, zp: np.ndarray, zp_axis: int) -> np.ndarray:
+    """value - zp as float32 (zp a checked int64 scalar or per-channel vector).
 
     Exact: a byte minus a zero point in the byte's own range is at most MAC_OPERAND_MAX in magnitude."""
-    lo, hi = dtype_range(value.dtype)
-    zp = check_int_param(f"{name}_zero_point", zero_point, lo, hi, zp_channels)
     operand = value.astype(np.float32)
     if zp.ndim == 1:
         shape = [1] * value.ndim
@@ -80,25 +86,38 @@ def _exact_matmul(op: str, a: np.ndarray, b: np.ndarray, wide: bool = False) -> 
     return total.astype(ACC_DTYPE)
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stride=(1, 1),
-           padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1, wide: bool = False) -> np.ndarray:
-    """Integer 2-D convolution, NCHW: sum over taps of (x - zx) * (w - zw) -> int32 [N, K, OH, OW].
+@dataclass(frozen=True)
+class ConvGeometry:
+    """conv2d's parameters checked for one pair of operand shapes and types (made by :func:`conv_geometry`),
+    so that :func:`conv_sums` can run the same convolution on many operand pairs without checks."""
 
-    ``wide=True`` returns the exact sums as int64 without the ACC_BITS check: for the interpreter, which
-    models the wrapping accumulator register itself and checks where a sum is consumed (D6).
+    x_shape: tuple[int, int, int, int]
+    x_dtype: np.dtype
+    w_shape: tuple[int, int, int, int]
+    w_dtype: np.dtype
+    x_zero_point: int
+    w_zero_point: np.ndarray             # int64, scalar or one per output channel
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]   # top, left, bottom, right
+    dilation: tuple[int, int]
+    groups: int
+    out_hw: tuple[int, int]
 
-    x: int8/uint8 [N, C, H, W]; w: int8/uint8 [K, C/groups, KH, KW]; x_zero_point scalar;
-    w_zero_point scalar or one per output channel K; padding (top, left, bottom, right) taps are
-    real zeros (stored value x_zero_point); depthwise is groups == C.
-    """
-    check_array("x", x, BYTE_DTYPES)
-    check_array("w", w, BYTE_DTYPES)
-    if x.ndim != 4:
-        raise ValueError(f"x must be 4-D [N, C, H, W], got shape {x.shape}")
-    if w.ndim != 4:
-        raise ValueError(f"w must be 4-D [K, C/groups, KH, KW], got shape {w.shape}")
-    n, c, h, wd = x.shape
-    k, cg, kh, kw = w.shape
+
+def conv_geometry(x_shape, x_dtype, w_shape, w_dtype, *, x_zero_point=0, w_zero_point=0, stride=(1, 1),
+                  padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1) -> ConvGeometry:
+    """Check conv2d's parameters for operands of these shapes and types (ValueError/TypeError naming the
+    parameter)."""
+    x_dtype, w_dtype = np.dtype(x_dtype), np.dtype(w_dtype)
+    for name, dtype in (("x", x_dtype), ("w", w_dtype)):
+        if dtype not in BYTE_DTYPES:
+            raise TypeError(f"{name} must have dtype in ({', '.join(d.name for d in BYTE_DTYPES)}), got {dtype.name}")
+    if len(x_shape) != 4:
+        raise ValueError(f"x must be 4-D [N, C, H, W], got shape {tuple(x_shape)}")
+    if len(w_shape) != 4:
+        raise ValueError(f"w must be 4-D [K, C/groups, KH, KW], got shape {tuple(w_shape)}")
+    n, c, h, wd = x_shape
+    k, cg, kh, kw = w_shape
     groups = check_int("groups", groups, 1)
     if c % groups or k % groups:
         raise ValueError(f"groups={groups} must divide input channels {c} and output channels {k}")
@@ -112,23 +131,93 @@ def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stri
     if oh < 1 or ow < 1 or kh < 1 or kw < 1:
         raise ValueError(f"kernel {kh}x{kw} (dilation {dh}x{dw}) does not fit padded input "
                          f"{h + pt + pb}x{wd + pl + pr}")
+    zx = int(check_int_param("x_zero_point", x_zero_point, *dtype_range(x_dtype), None))
+    zw = check_int_param("w_zero_point", w_zero_point, *dtype_range(w_dtype), k)
+    return ConvGeometry(tuple(x_shape), x_dtype, tuple(w_shape), w_dtype, zx, zw, (sh, sw), (pt, pl, pb, pr),
+                        (dh, dw), groups, (oh, ow))
 
-    zx = int(check_int_param("x_zero_point", x_zero_point, *dtype_range(x.dtype), None))
-    ws = _operand("w", w, w_zero_point, k, 0)
-    if groups > 1 and cg <= _DIRECT_MAX_GROUP_CHANNELS and _direct_sums_exact(x, zx, ws, cg * kh * kw):
-        sums = _direct_grouped_conv(x, zx, ws, (sh, sw), (pt, pl, pb, pr), (dh, dw), groups, (oh, ow))
-        return sums.astype(np.int64) if wide else sums  # |sum| <= 2**24: fits ACC_BITS
-    xs = _operand("x", x, zx, None, 0)
-    if pt or pl or pb or pr:
-        xs = np.pad(xs, ((0, 0), (0, 0), (pt, pb), (pl, pr)))  # zeros = the zero point, subtracted
-    kg = k // groups
+
+def conv2d(x: np.ndarray, w: np.ndarray, *, x_zero_point=0, w_zero_point=0, stride=(1, 1),
+           padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1, wide: bool = False) -> np.ndarray:
+    """Integer 2-D convolution, NCHW: sum over taps of (x - zx) * (w - zw) -> int32 [N, K, OH, OW].
+
+    ``wide=True`` returns the exact sums without the ACC_BITS check (int64, or int32 where every sum provably
+    fits): for the interpreter, which models the wrapping accumulator register itself and checks where a sum
+    is consumed (D6).
+
+    x: int8/uint8 [N, C, H, W]; w: int8/uint8 [K, C/groups, KH, KW]; x_zero_point scalar;
+    w_zero_point scalar or one per output channel K; padding (top, left, bottom, right) taps are
+    real zeros (stored value x_zero_point); depthwise is groups == C.
+    """
+    check_array("x", x, BYTE_DTYPES)
+    check_array("w", w, BYTE_DTYPES)
+    geometry = conv_geometry(x.shape, x.dtype, w.shape, w.dtype, x_zero_point=x_zero_point,
+                             w_zero_point=w_zero_point, stride=stride, padding=padding, dilation=dilation,
+                             groups=groups)
+    return conv_sums(x, w, geometry, wide=wide)
+
+
+def conv_sums(x: np.ndarray, w: np.ndarray, geometry: ConvGeometry, *, wide: bool = False) -> np.ndarray:
+    """conv2d's arithmetic on operands of the shapes and types ``geometry`` was checked for."""
+    n = x.shape[0]
+    k, cg, kh, kw = w.shape
+    ws = _minus_zero_point(w, geometry.w_zero_point, 0)
+    if _takes_direct_path(x, geometry, ws):
+        return _direct_grouped_conv(x, geometry.x_zero_point, ws, geometry)
+    windows = _windows(_minus_zero_point(x, np.int64(geometry.x_zero_point), 0), geometry, (2, 3))
+    groups, (oh, ow) = geometry.groups, geometry.out_hw
     # windows[n, c, oh, ow, i, j] = xs[n, c, oh*sh + i*dh, ow*sw + j*dw]
-    windows = sliding_window_view(xs, (span_h, span_w), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
-    windows = windows[:, :, :oh, :ow]
     cols = windows.transpose(0, 1, 4, 5, 2, 3).reshape(n, groups, cg * kh * kw, oh * ow)
-    weights = ws.reshape(groups, kg, cg * kh * kw)
-    out = _exact_matmul("conv2d", weights, cols, wide)  # [N, G, Kg, OH*OW]
+    out = _exact_matmul("conv2d", ws.reshape(groups, k // groups, cg * kh * kw), cols, wide)  # [N, G, Kg, OH*OW]
     return out.reshape(n, k, oh, ow)
+
+
+def conv_sums_channels_last(x: np.ndarray, w: np.ndarray, geometry: ConvGeometry, *, wide: bool = False) -> np.ndarray:
+    """:func:`conv_sums` on channels-last operands, as the NPU's buffers hold them: x [N, H, W, C] and
+    w [K, KH, KW, C/G] give sums [N, OH, OW, K] (``geometry`` made for the NCHW shapes). The GEMM's rows come
+    straight from the channels-last windows and its result is already channels-last: no operand or result
+    is transposed (half the time of conv_sums on transposed views, measured on a 3x3 256-channel tile)."""
+    n, k = x.shape[0], w.shape[0]
+    _, kh, kw, cg = w.shape
+    groups, (oh, ow) = geometry.groups, geometry.out_hw
+    ws = _minus_zero_point(w, geometry.w_zero_point, 0)
+    if _takes_direct_path(x, geometry, ws):
+        sums = _direct_grouped_conv(x.transpose(0, 3, 1, 2), geometry.x_zero_point, ws.transpose(0, 3, 1, 2),
+                                    geometry)
+        return sums.transpose(0, 2, 3, 1)
+    windows = _windows(_minus_zero_point(x, np.int64(geometry.x_zero_point), 0), geometry, (1, 2))
+    # windows[n, oh, ow, c, i, j] = xs[n, oh*sh + i*dh, ow*sw + j*dw, c]; rows ordered as w: [i][j][c in group]
+    rows = windows.transpose(0, 1, 2, 4, 5, 3).reshape(n * oh * ow, kh * kw, groups, cg)
+    rows = rows.transpose(2, 0, 1, 3).reshape(groups, n * oh * ow, kh * kw * cg)
+    weights = ws.reshape(groups, k // groups, kh * kw * cg).transpose(0, 2, 1)
+    out = _exact_matmul("conv2d", rows, weights, wide)          # [G, N*OH*OW, Kg]
+    return out.transpose(1, 0, 2).reshape(n, oh, ow, k)
+
+
+def _windows(xs: np.ndarray, geometry: ConvGeometry, axes: tuple[int, int]) -> np.ndarray:
+    """The padded input's kernel windows as a view: the spatial ``axes`` become output positions, two new
+    last axes the kernel taps."""
+    (sh, sw), (pt, pl, pb, pr), (dh, dw) = geometry.stride, geometry.padding, geometry.dilation
+    kh, kw = geometry.w_shape[2:]
+    if pt or pl or pb or pr:
+        pads = [(0, 0)] * xs.ndim
+        pads[axes[0]], pads[axes[1]] = (pt, pb), (pl, pr)
+        xs = np.pad(xs, pads)  # zeros = the zero point, subtracted
+    windows = sliding_window_view(xs, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=axes)[..., ::dh, ::dw]
+    oh, ow = geometry.out_hw
+    index = [slice(None)] * xs.ndim
+    index[axes[0]], index[axes[1]] = slice(0, (oh - 1) * sh + 1, sh), slice(0, (ow - 1) * sw + 1, sw)
+    return windows[tuple(index)]
+
+
+def _takes_direct_path(x: np.ndarray, geometry: ConvGeometry, ws: np.ndarray) -> bool:
+    """Whether the numba tap kernel computes this conv: few input channels per group and few outputs per
+    call (grouped, or a dense conv of at most 16 output channels, e.g. one channel of a depthwise layer),
+    and every partial sum exact in float32."""
+    k, cg, kh, kw = geometry.w_shape
+    few_outputs = geometry.groups > 1 or k <= _DIRECT_MAX_GROUP_CHANNELS
+    return (cg <= _DIRECT_MAX_GROUP_CHANNELS and few_outputs
+            and _direct_sums_exact(x, geometry.x_zero_point, ws, cg * kh * kw))
 
 
 def _direct_sums_exact(x: np.ndarray, zx: int, ws: np.ndarray, reduction: int) -> bool:
@@ -142,8 +231,7 @@ def _direct_sums_exact(x: np.ndarray, zx: int, ws: np.ndarray, reduction: int) -
     return reduction * x_operand_max * w_operand_max <= _FLOAT32_EXACT
 
 
-def _direct_grouped_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, stride, padding, dilation,
-                         groups: int, out_hw) -> np.ndarray:
+def _direct_grouped_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
     """Grouped/depthwise conv with few channels per group, where a per-group GEMM is mostly overhead.
 
     x: int8/uint8 [N, C, H, W]; ws: float32 operands [K, C/G, KH, KW]. Multiply-adds over the kernel taps
@@ -152,9 +240,9 @@ def _direct_grouped_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, strid
     from aipu.sim.golden._grouped_conv import grouped_conv_taps
 
     k, cg, kh, kw = ws.shape
-    out = np.empty((x.shape[0], k, *out_hw), ACC_DTYPE)
-    grouped_conv_taps(np.ascontiguousarray(x), x_zero_point, ws.reshape(k, cg * kh * kw), kh, kw, *stride,
-                      *padding[:2], *dilation, out)
+    out = np.empty((x.shape[0], k, *geometry.out_hw), ACC_DTYPE)
+    grouped_conv_taps(np.ascontiguousarray(x), x_zero_point, np.ascontiguousarray(ws).reshape(k, cg * kh * kw), kh,
+                      kw, *geometry.stride, *geometry.padding[:2], *geometry.dilation, out)
     return out
 
 

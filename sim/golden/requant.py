@@ -12,10 +12,11 @@ which also implements fused ReLU/ReLU6/Clip):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, SHIFT_MAX,
+from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX,
                                 TFLITE_MULTIPLIER_BITS, bit_range)
 from aipu.sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
                                 check_int_param, dtype_range, per_channel)
@@ -91,6 +92,19 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
     return (out, saturated) if return_saturated else out
 
 
+def _run_float32_kernel(channels: _Channels, parameters: tuple, out_zero_point, qmin, qmax, out_dtype,
+                        return_saturated: bool):
+    """The float32 requant kernel in 32-bit lanes, or the float64 one where some acc + bias leaves int32."""
+    from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide
+
+    try:
+        return _run_kernel(float32_requant, channels, parameters, out_zero_point, qmin, qmax, out_dtype,
+                           return_saturated)
+    except _SumOutsideInt32:
+        return _run_kernel(float32_requant_wide, channels, parameters, out_zero_point, qmin, qmax, out_dtype,
+                           return_saturated)
+
+
 def _output_stage(value: np.ndarray, out_zero_point, qmin, qmax, out_dtype, return_saturated: bool):
     """+ zero point, clamp to [qmin, qmax] (default: the dtype range), cast; count clamped values."""
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
@@ -130,6 +144,72 @@ def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=
                        out_zero_point, qmin, qmax, out_dtype, return_saturated)
 
 
+@dataclass(frozen=True)
+class RequantStage:
+    """How a REQUANT command requantizes, checked once (:func:`requant_stage`) for any number of tiles."""
+
+    float32_scale: bool
+    leaky: bool
+    rounding: int           # a code of _requant_kernels.ROUNDING_CODES
+    out_dtype: np.dtype
+    out_zero_point: int
+    qmin: int
+    qmax: int
+
+
+def requant_stage(*, float32_scale: bool, leaky: bool = False, rounding: str = "half_up", out_zero_point=0,
+                  qmin=None, qmax=None, out_dtype=np.int8) -> RequantStage:
+    """Check a requantizer's mode and output stage for :func:`requantize_records`: native mode
+    (:func:`requantize`) uses the records' bias, multiplier and shift, and the negative pair when ``leaky``;
+    ``float32_scale`` mode (:func:`requantize_float32`) their bias and scale."""
+    from aipu.sim.golden._requant_kernels import ROUNDING_CODES
+
+    check_rounding(rounding)
+    if float32_scale and leaky:
+        raise ValueError("leaky = 1 is not supported with a float32 scale")
+    dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
+    return RequantStage(bool(float32_scale), bool(leaky), ROUNDING_CODES[rounding], dtype, zp, qmin, qmax)
+
+
+def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage) -> tuple[np.ndarray, int]:
+    """The requantizer as the NPU runs a REQUANT command: ``acc`` int32 [pixels, channels], one parameter
+    record (arch.PARAM_DTYPE) per channel. Only what the record's field types leave open is checked here,
+    so that a tile costs little more than its kernel. Returns (out [pixels, channels], saturated count)."""
+    from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide, native_requant
+
+    if acc.dtype != ACC_DTYPE or acc.ndim != 2 or records.dtype != PARAM_DTYPE or records.shape != acc.shape[1:]:
+        raise ValueError(f"expected int32 acc [pixels, channels] and one {PARAM_DTYPE} record per channel, got "
+                         f"{acc.dtype.name} {acc.shape} and {records.dtype} {records.shape}")
+    blocks = np.ascontiguousarray(acc.T)[None]         # [1, channels, pixels]: the kernels' inner loop runs long
+    out = np.empty(blocks.shape, stage.out_dtype)
+    bias = _record_field(records, "bias", *bit_range(BIAS_BITS, signed=True))
+    clamp = (np.int64(stage.out_zero_point), np.int64(stage.qmin), np.int64(stage.qmax), out)
+    if stage.float32_scale:
+        scale = np.ascontiguousarray(records["scale"])
+        _require_positive_finite(scale)
+        parameters = (bias.astype(np.int32), scale)
+        saturated = float32_requant(blocks, *parameters, *clamp)
+        if saturated < 0:
+            saturated = float32_requant_wide(blocks, *parameters, *clamp)
+    else:
+        m = _record_field(records, "multiplier", 0, MULTIPLIER_MAX)
+        n = _record_field(records, "shift", 0, SHIFT_MAX)
+        negative = ((_record_field(records, "negative_multiplier", 0, MULTIPLIER_MAX),
+                     _record_field(records, "negative_shift", 0, SHIFT_MAX)) if stage.leaky else (m, n))
+        saturated = native_requant(blocks, bias, m, n, *negative, stage.leaky, stage.rounding, *clamp)
+    return out[0].T, int(saturated)
+
+
+def _record_field(records: np.ndarray, name: str, lo: int, hi: int) -> np.ndarray:
+    """One integer field of the parameter records as int64, checked against [lo, hi] where its type could
+    leave it."""
+    values = records[name].astype(np.int64)
+    type_lo, type_hi = dtype_range(records.dtype[name])
+    if values.size and ((type_lo < lo and values.min() < lo) or (type_hi > hi and values.max() > hi)):
+        raise ValueError(f"{name}={int(values[(values < lo) | (values > hi)][0])} is outside [{lo}, {hi}]")
+    return values
+
+
 def onnx_requant_scale(x_scale, w_scale, y_scale) -> np.ndarray:
     """float32(float32(x_scale * w_scale) / y_scale), evaluated as onnxruntime's QLinearConv does."""
     x, w, y = (np.asarray(v, dtype=np.float32) for v in (x_scale, w_scale, y_scale))
@@ -157,16 +237,9 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
                          f"got shape {scale.shape}")
     _require_positive_finite(scale)
     if product == "float32":      # the hardware mode: one fused pass (an overflow to +-inf saturates)
-        from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide
-
         bias = channels.vector("bias", 0 if bias is None else bias, *bit_range(BIAS_BITS, signed=True))
-        parameters = (bias.astype(np.int32), channels.spread(scale))
-        try:
-            return _run_kernel(float32_requant, channels, parameters, out_zero_point, qmin, qmax, out_dtype,
-                               return_saturated)
-        except _SumOutsideInt32:
-            return _run_kernel(float32_requant_wide, channels, parameters, out_zero_point, qmin, qmax, out_dtype,
-                               return_saturated)
+        return _run_float32_kernel(channels, (bias.astype(np.int32), channels.spread(scale)), out_zero_point, qmin,
+                                   qmax, out_dtype, return_saturated)
     total = channels.biased(bias)
     dtype = check_out_dtype("out_dtype", out_dtype)
     zp = check_int_param("out_zero_point", out_zero_point, *dtype_range(dtype), None)

@@ -85,16 +85,33 @@ class Command:
         keeps for one configuration, where the legal ranges are remembered from command to command."""
         name = self.opcode.name
         ranges = {} if ranges is None else ranges
-        for fld in self.spec.fields:
-            if fld.name not in self.args:
-                raise InputError(f"{name} field {fld.name}", None, "missing; every field needs a value")
-            _check_field(name, fld, self.args[fld.name], config, ranges)
+        if not self._fields_legal(config, ranges):       # find the first bad field and say why
+            for fld in self.spec.fields:
+                if fld.name not in self.args:
+                    raise InputError(f"{name} field {fld.name}", None, "missing; every field needs a value")
+                _check_field(name, fld, self.args[fld.name], config, ranges)
         for direction, units in (("pop", self.pop), ("push", self.push)):
             if self.unit in units:
                 raise InputError(f"{name} field {direction}", sorted(u.name for u in units),
                                  f"names its own unit {self.unit.name}")
         if self.opcode == Opcode.FINISH and self.push:
             raise InputError("FINISH field push", sorted(u.name for u in self.push), "FINISH may not push")
+
+    def _fields_legal(self, config: HardwareConfig, ranges: dict) -> bool:
+        """Whether every field is a plain int within its legal values: one pass over bounds remembered per
+        opcode in ``ranges`` (a program validates thousands of commands of a few opcodes)."""
+        bounds = ranges.get(("bounds", self.opcode))
+        if bounds is None:
+            bounds = ranges[("bounds", self.opcode)] = [
+                (fld.name, fld.legal_ints, *((0, 0) if fld.legal_ints is not None else fld.legal_range(config)))
+                for fld in self.spec.fields]
+        args = self.args
+        for field_name, legal_ints, low, high in bounds:
+            value = args.get(field_name)
+            if type(value) is not int or (value not in legal_ints if legal_ints is not None
+                                          else not low <= value <= high):
+                return False
+        return True
 
     def encode(self, config: HardwareConfig = DEFAULT) -> bytes:
         self.validate(config)

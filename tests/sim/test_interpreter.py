@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
-from aipu.sim.interpreter import (DeadlockError, ExecutionError, HazardError, _Executor, _pattern_offsets,
+from aipu.sim.interpreter import (DeadlockError, ExecutionError, HazardError, _pattern_offsets, _Preparer,
                                   _writes_a_byte_twice, run)
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -50,7 +50,7 @@ RNG = np.random.default_rng(7)
 
 
 def test_every_opcode_has_a_handler():
-    assert set(_Executor.HANDLERS) == set(Opcode)
+    assert set(_Preparer.HANDLERS) == set(Opcode)
 
 
 @pytest.mark.parametrize("out_type", [DType.INT8, DType.UINT8, DType.INT16])

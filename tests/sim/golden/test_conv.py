@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from aipu.sim.golden import accumulator_range, conv2d, matmul
+from aipu.sim.golden import accumulator_range, conv2d, conv_geometry, conv_sums_channels_last, matmul
 
 
 def reference_conv(x, w, zx, zw, stride, padding, dilation, groups):
@@ -292,7 +292,7 @@ def test_grouped_and_depthwise_direct_path_matches_int64_reference(seed, direct_
     np.testing.assert_array_equal(got, reference_conv(x, w, *args))
     wide = conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation,
                   groups=groups, wide=True)
-    assert wide.dtype == np.int64
+    assert wide.dtype == np.int32     # the direct path's sums provably fit, wide or not
     np.testing.assert_array_equal(wide, got)
 
 
@@ -339,3 +339,26 @@ def test_depthwise_kernel_is_exact(seed, x_dtype):
                  groups=channels)
     want = tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, channels)
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), groups=st.sampled_from([1, 1, 2, 3]), wide=st.booleans())
+def test_channels_last_sums_equal_conv2d(seed, groups, wide):
+    """conv_sums_channels_last (the interpreter's path: channels-last operands, no transposes) against conv2d
+    on the same operands transposed, on the GEMM path (many outputs, or a reduction beyond float32's exact
+    range) and the direct one (few channels)."""
+    rng = np.random.default_rng(seed)
+    cg, kg = int(rng.choice([1, 3, 20])), int(rng.choice([1, 4, 17]))
+    kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    stride, dilation = tuple(int(v) for v in rng.integers(1, 3, 2)), tuple(int(v) for v in rng.integers(1, 3, 2))
+    padding = tuple(int(v) for v in rng.integers(0, 3, 4))
+    h, wd = (int(d * (kernel - 1) + 1 + rng.integers(0, 6)) for d, kernel in zip(dilation, (kh, kw)))
+    x = rng.integers(-128, 128, (int(rng.integers(1, 3)), h, wd, cg * groups), dtype=np.int8)
+    w = rng.integers(-128, 128, (kg * groups, kh, kw, cg), dtype=np.int8)
+    zw = rng.integers(-128, 128, kg * groups) if seed % 2 else int(rng.integers(-128, 128))
+    params = dict(x_zero_point=int(rng.integers(-128, 128)), w_zero_point=zw, stride=stride, padding=padding,
+                  dilation=dilation, groups=groups)
+    expected = conv2d(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), wide=True, **params).transpose(0, 2, 3, 1)
+    geometry = conv_geometry((x.shape[0], x.shape[3], h, wd), x.dtype, (w.shape[0], cg, kh, kw), w.dtype, **params)
+    got = conv_sums_channels_last(x, w, geometry, wide=wide)
+    np.testing.assert_array_equal(got, expected)

@@ -130,3 +130,14 @@ def test_float32_counts_saturation_over_runs_longer_than_one_float_sum():
     acc[0, ::7] = -1000
     got, saturated = requantize_float32(acc, scale=np.float32(1.0), channel_axis=0, return_saturated=True)
     assert saturated == acc.size and got.min() == -128 and got.max() == 127
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+def test_native_kernel_places_every_tie_of_small_shifts(rounding):
+    """Every remainder of every shift up to 6, ties included, positive and negative: the kernel's branch-free
+    bump against rounding_shift_right."""
+    acc = np.arange(-300, 301, dtype=np.int32)[:, None].repeat(7, axis=1)     # [values, shift 0..6]
+    shifts = np.arange(7)
+    out = requantize(acc, multiplier=1, shift=shifts, rounding=rounding, out_dtype=np.int16)
+    expected = rounding_shift_right(acc.astype(np.int64), shifts[None, :], rounding)
+    assert np.array_equal(out, expected)
