@@ -1,6 +1,8 @@
 """Lowering a conv layer to a command program: interpreted result == golden conv2d + requantize (+ LUT)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -226,3 +228,25 @@ def test_chain_rejects_mismatched_layers():
     layers[1].x = layers[1].x[:, :, :-1]
     with pytest.raises(ValueError, match="layer 1 input .* does not match layer 0 output"):
         lower_conv_layers(layers)
+
+
+def test_a_prepared_program_runs_many_inputs_as_fresh_runs_do():
+    """One PreparedProgram (checked once) on several inputs and schedules: every result equal to run() on the
+    bare program, writes and statistics included; a memory image of another DRAM size is refused."""
+    from aipu.sim.interpreter import prepare
+
+    rng = np.random.default_rng(11)
+    layer = random_layer(rng, with_lut=True)
+    lowered = lower_conv_layer(layer, **_random_tiles(rng, layer))
+    prepared = prepare(lowered.program, lowered.memory().dram.size)
+    for trial in range(3):
+        info = np.iinfo(layer.x.dtype)
+        x = rng.integers(info.min, info.max + 1, layer.x.shape).astype(layer.x.dtype)
+        memory = lowered.memory(lowered.dram_with_input(x))
+        seed = None if trial == 0 else trial
+        fresh, again = run(lowered.program, memory, seed=seed), prepared.run(memory, seed=seed)
+        assert again.memory == fresh.memory and again.trace == fresh.trace and again.writes == fresh.writes
+        assert again.stats.to_dict() == fresh.stats.to_dict()
+        assert np.array_equal(lowered.read_output(again.memory), dataclasses.replace(layer, x=x).reference())
+    with pytest.raises(ValueError, match="prepared for"):
+        prepared.run(Memory.create(lowered.program.config, lowered.memory().dram.size + 16))

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aipu.sim.golden import requantize, requantize_float32
+from aipu.sim.golden import requant_stage, requantize, requantize_float32, requantize_records
 from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_shift_right
-from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
+from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX, bit_range
 
 OUT_DTYPES = (np.int8, np.uint8, np.int16)
 FLOAT_BOUND = 2.0 ** 40
@@ -141,3 +141,45 @@ def test_native_kernel_places_every_tie_of_small_shifts(rounding):
     out = requantize(acc, multiplier=1, shift=shifts, rounding=rounding, out_dtype=np.int16)
     expected = rounding_shift_right(acc.astype(np.int64), shifts[None, :], rounding)
     assert np.array_equal(out, expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), float32_scale=st.booleans(), leaky=st.booleans(),
+       rounding=st.sampled_from(ROUNDING_MODES), dtype=st.sampled_from(OUT_DTYPES))
+def test_records_entry_equals_the_keyword_entries(seed, float32_scale, leaky, rounding, dtype):
+    """requantize_records (the interpreter's REQUANT: parameter records, a stage checked once) against
+    requantize / requantize_float32 given the same parameters as keywords."""
+    rng = np.random.default_rng(seed)
+    pixels, channels = int(rng.integers(1, 40)), int(rng.integers(1, 9))
+    acc = rng.integers(-(1 << 24), 1 << 24, (pixels, channels)).astype(np.int32)
+    records = np.zeros(channels, PARAM_DTYPE)
+    records["bias"] = rng.integers(-(1 << 20), 1 << 20, channels)
+    records["multiplier"] = rng.integers(0, MULTIPLIER_MAX + 1, channels)
+    records["shift"] = rng.integers(0, SHIFT_MAX + 1, channels)
+    records["negative_multiplier"] = rng.integers(0, MULTIPLIER_MAX + 1, channels)
+    records["negative_shift"] = rng.integers(0, SHIFT_MAX + 1, channels)
+    records["scale"] = np.ldexp(1 + rng.random(channels), rng.integers(-30, 0, channels)).astype(np.float32)
+    leaky = leaky and not float32_scale
+    info = np.iinfo(dtype)
+    common = dict(out_zero_point=int(rng.integers(info.min, info.max)), qmin=int(info.min), qmax=int(info.max),
+                  out_dtype=dtype)
+    stage = requant_stage(float32_scale=float32_scale, leaky=leaky, rounding=rounding, **common)
+    out, saturated = requantize_records(acc, records, stage)
+    bias = records["bias"].astype(np.int64)
+    if float32_scale:
+        expected = requantize_float32(acc, bias=bias, scale=records["scale"].copy(), return_saturated=True, **common)
+    else:
+        negative = (dict(negative_multiplier=records["negative_multiplier"].astype(np.int64),
+                         negative_shift=records["negative_shift"].astype(np.int64)) if leaky else {})
+        expected = requantize(acc, bias=bias, multiplier=records["multiplier"].astype(np.int64),
+                              shift=records["shift"].astype(np.int64), rounding=rounding, return_saturated=True,
+                              **negative, **common)
+    np.testing.assert_array_equal(out, expected[0])
+    assert saturated == expected[1]
+
+
+def test_records_entry_refuses_a_shift_its_field_type_allows_but_the_contract_does_not():
+    records = np.zeros(2, PARAM_DTYPE)
+    records["shift"] = [3, SHIFT_MAX + 1]
+    with pytest.raises(ValueError, match=rf"shift={SHIFT_MAX + 1} is outside \[0, {SHIFT_MAX}\]"):
+        requantize_records(np.zeros((4, 2), np.int32), records, requant_stage(float32_scale=False))
