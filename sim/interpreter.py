@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,23 +31,15 @@ from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
                                 LUT_ENTRY_DTYPE, PARAM_DTYPE, Buffer, DType, HardwareConfig, bit_range)
 from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
+from aipu.sim.machine.errors import DeadlockError, ExecutionError, HazardError
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.ordering import Access, RaceDetector, region_bytes, schedule, writes_a_byte_twice
 
 DRAM = "DRAM"
+__all__ = ["DRAM", "DeadlockError", "ExecutionError", "HazardError", "PreparedProgram", "Result", "Stats", "Write",
+           "decode_weight_stream", "prepare", "run"]
 _ACC_MIN, _ACC_MAX = bit_range(ACC_BITS, signed=True)
-
-
-class ExecutionError(ValueError):
-    """A command cannot execute: bad address, bad operand, arithmetic overflow. Names the command."""
-
-
-class DeadlockError(ExecutionError):
-    """No unit can make progress although commands remain."""
-
-
-class HazardError(ExecutionError):
-    """Two commands not ordered by tokens access overlapping bytes and at least one writes."""
 
 
 @dataclass
@@ -81,7 +73,7 @@ class Write:
 
     def bytes(self) -> np.ndarray:
         """The byte addresses written, in the order of the data written."""
-        return _region_bytes(self.low, self.high, self.pattern)
+        return region_bytes(self.low, self.high, self.pattern)
 
 
 @dataclass
@@ -90,77 +82,6 @@ class Result:
     stats: Stats
     trace: list[tuple[Unit, int]]          # (unit, index in its queue) in execution order
     writes: list[Write] = field(default_factory=list)   # every write, in execution order
-
-
-@dataclass
-class _Access:
-    space: str
-    low: int
-    high: int          # exclusive
-    write: bool
-    unit: Unit
-    index: int
-    clock: tuple[int, ...]
-    pattern: tuple[int, ...] | None = None   # strided DMA (base, y_size, y_stride, x_size, x_stride, run)
-
-    def bytes(self) -> np.ndarray:
-        """The exact byte addresses touched (only computed when a conflict must be confirmed)."""
-        return _region_bytes(self.low, self.high, self.pattern)
-
-
-def _region_bytes(low: int, high: int, pattern: tuple[int, ...] | None) -> np.ndarray:
-    """The byte addresses of a contiguous range or of a strided pattern, in access order."""
-    if pattern is None:
-        return np.arange(low, high, dtype=np.int64)
-    return _pattern_offsets(*pattern).reshape(-1)
-
-
-def _pattern_offsets(base: int, y_size: int, y_stride: int, x_size: int, x_stride: int, run: int) -> np.ndarray:
-    return (base + np.arange(y_size, dtype=np.int64)[:, None, None] * y_stride
-            + np.arange(x_size, dtype=np.int64)[None, :, None] * x_stride
-            + np.arange(run, dtype=np.int64)[None, None, :])
-
-
-def _writes_a_byte_twice(pattern: tuple[int, ...]) -> bool:
-    """Whether a DMA pattern's byte offsets repeat. Rows laid out one after another (each run within its
-    x stride, each row within its y stride) never do; otherwise every byte is marked once, no sort."""
-    _, y_size, y_stride, x_size, x_stride, run = pattern
-    if (x_size == 1 or x_stride >= run) and (y_size == 1 or y_stride >= (x_size - 1) * x_stride + run):
-        return False
-    offsets = _pattern_offsets(*pattern)
-    low = int(offsets.min())
-    marks = np.zeros(int(offsets.max()) - low + 1, np.bool_)
-    marks[offsets.reshape(-1) - low] = True
-    return int(np.count_nonzero(marks)) != offsets.size
-
-
-class _RaceDetector:
-    """Vector-clock happens-before check over byte ranges. Strided DMA accesses are first compared by
-    their bounding intervals; an unordered pair that overlaps there is confirmed on the exact bytes.
-    Reads and writes are kept apart, so that a read is compared with the writes only."""
-
-    def __init__(self) -> None:
-        self.records: dict[tuple[str, bool], list[_Access]] = {}    # (space, write) -> accesses
-
-    def access(self, access: _Access) -> None:
-        writes = self.records.setdefault((access.space, True), [])
-        reads = self.records.setdefault((access.space, False), [])
-        for old in (writes + reads if access.write else writes):
-            if (old.unit != access.unit and old.low < access.high and access.low < old.high
-                    and old.clock[old.unit] > access.clock[old.unit]
-                    and (old.pattern is None and access.pattern is None
-                         or np.intersect1d(old.bytes(), access.bytes()).size)):
-                raise HazardError(
-                    f"{old.unit.name}[{old.index}] ({'write' if old.write else 'read'}) and "
-                    f"{access.unit.name}[{access.index}] ({'write' if access.write else 'read'}) are not ordered "
-                    f"by tokens but both access {access.space} [{max(old.low, access.low):#x}, "
-                    f"{min(old.high, access.high):#x})")
-        if access.write:   # accesses this write covers and follows can no longer race with anything new
-            for records in (writes, reads):
-                records[:] = [old for old in records
-                              if not (old.clock[old.unit] <= access.clock[old.unit]
-                                      and access.low <= old.low and old.high <= access.high)]
-        (writes if access.write else reads).append(access)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +129,7 @@ class _Preparer:
 
     def __init__(self, config: HardwareConfig, dram_bytes: int, check_hazards: bool) -> None:
         self.sizes = {DRAM: dram_bytes, **{buffer: config.buffer(buffer).bytes for buffer in Buffer}}
-        self.races = _RaceDetector() if check_hazards else None
+        self.races = RaceDetector() if check_hazards else None
         self.stats = Stats()
         self.unit, self.index, self.clock = Unit.LOAD, 0, ()
         self.label = self.where = ""
@@ -249,7 +170,7 @@ class _Preparer:
         if written is not None:
             self.writes.append(Write(self.unit, self.index, _space_name(space), low, high, written, pattern))
         if self.races is not None:
-            self.races.access(_Access(_space_name(space), low, high, written is not None, self.unit, self.index,
+            self.races.access(Access(_space_name(space), low, high, written is not None, self.unit, self.index,
                                       self.clock, pattern))
 
     def _tensor(self, space, field_name: str, address: int, shape, dtype, written: bool = False) -> _View:
@@ -268,7 +189,7 @@ class _Preparer:
         if end > self.sizes[DRAM]:
             raise ExecutionError(f"{self.where}: field {field_name} = {address:#x}: strided access reaches byte "
                                  f"{end - 1:#x}, beyond DRAM ({self.sizes[DRAM]:#x} bytes)")
-        if write and _writes_a_byte_twice(pattern):
+        if write and writes_a_byte_twice(pattern):
             raise ExecutionError(f"{self.where}: dram_y_stride = {cmd.dram_y_stride}, dram_x_stride = "
                                  f"{cmd.dram_x_stride}: the store pattern writes some bytes twice")
         self._record(DRAM, address, end, DTYPE_NUMPY[elem] if write else None, pattern)
@@ -504,73 +425,6 @@ def _space_name(space) -> str:
     return space if isinstance(space, str) else space.name
 
 
-def _schedule(queues: dict[Unit, tuple[Command, ...]], token_depth: int, rng: random.Random | None):
-    """The order in which the units run their commands, with each command's vector clock.
-
-    rng None: whenever several units are ready, the lowest-numbered one runs; otherwise ``rng`` picks any
-    ready unit. Returns (order, clocks, failure): a deadlock or unbalanced tokens at FINISH end the order at
-    the point of failure and come back as the exception to raise once the commands before it are checked.
-    Which units are ready depends only on the token counts, and a ready unit stays ready until it runs
-    (only it pops its incoming queues and pushes its outgoing ones), so every schedule runs the same commands
-    with the same happens-before relation: races and deadlocks found on one schedule hold for all."""
-    heads = {unit: 0 for unit in Unit}
-    tokens: dict[tuple[Unit, Unit], deque] = {(a, b): deque() for a in Unit for b in Unit if a != b}
-    unit_clock = {unit: (0,) * len(Unit) for unit in Unit}
-    order: list[tuple[Unit, int]] = []
-    clocks: list[tuple[int, ...]] = []
-
-    def remaining(unit: Unit) -> bool:
-        return heads[unit] < len(queues[unit])
-
-    def blocker(unit: Unit) -> str | None:
-        """Why the unit's head command cannot run now (None: it can)."""
-        command = queues[unit][heads[unit]]
-        for source in sorted(command.pop):
-            if not tokens[(source, unit)]:
-                return f"waits for a token {source.name}->{unit.name} (0 available)"
-        for target in sorted(command.push):
-            if len(tokens[(unit, target)]) >= token_depth:
-                return f"cannot push {unit.name}->{target.name}: token queue full ({token_depth}/{token_depth})"
-        if command.opcode == Opcode.FINISH:
-            busy = [u.name for u in Unit if u != unit and remaining(u)]
-            if busy:
-                return f"FINISH waits for queues {', '.join(busy)} to drain"
-        return None
-
-    units = tuple(Unit)
-    left = sum(len(queues[unit]) for unit in units)
-    while left:
-        if rng is None:       # the fixed schedule needs only the first ready unit
-            ready = next(([unit] for unit in units if remaining(unit) and blocker(unit) is None), [])
-        else:
-            ready = [unit for unit in units if remaining(unit) and blocker(unit) is None]
-        if not ready:
-            stuck = "; ".join(f"{u.name}[{heads[u]}] {queues[u][heads[u]].opcode.name} {blocker(u)}"
-                              for u in Unit if remaining(u))
-            return order, clocks, DeadlockError(f"deadlock after {len(order)} commands: {stuck}")
-        unit = rng.choice(ready) if rng is not None else ready[0]
-        index = heads[unit]
-        command = queues[unit][index]
-        clock = list(unit_clock[unit])
-        for source in sorted(command.pop):
-            clock = [max(a, b) for a, b in zip(clock, tokens[(source, unit)].popleft())]
-        clock[unit] += 1
-        clock = tuple(clock)
-        unit_clock[unit] = clock
-        for target in command.push:
-            tokens[(unit, target)].append(clock)
-        heads[unit] += 1
-        left -= 1
-        order.append((unit, index))
-        clocks.append(clock)
-        if command.opcode == Opcode.FINISH:
-            unbalanced = {f"{a.name}->{b.name}": len(q) for (a, b), q in tokens.items() if q}
-            if unbalanced:
-                return order, clocks, ExecutionError(f"{unit.name}[{index}] FINISH: unbalanced tokens left in "
-                                                     f"queues {unbalanced}")
-    return order, clocks, None
-
-
 @dataclass(frozen=True)
 class PreparedProgram:
     """A program checked once for a DRAM size -- fields, bounds, races, deadlock -- and ready to run on any
@@ -594,8 +448,8 @@ class PreparedProgram:
                              f"{self.dram_bytes}")
         order = self.order
         if seed is not None:
-            order, _, failure = _schedule(self.queues, self.config.queues.token_depth, random.Random(seed))
-            if failure is not None:      # cannot happen after the fixed schedule passed (see _schedule)
+            order, _, failure = schedule(self.queues, self.config.queues.token_depth, random.Random(seed))
+            if failure is not None:      # cannot happen after the fixed schedule passed (see ordering.schedule)
                 raise failure
         memory = memory.copy()
         stats = Stats(self.stats.macs, Counter(self.stats.bytes_moved), Counter(self.stats.commands))
@@ -619,7 +473,7 @@ def prepare(program: Program, dram_bytes: int, *, check_hazards: bool = True) ->
     Errors come in the order the fixed schedule meets them, as the run would have met them."""
     program.validate()
     queues = {unit: tuple(program.queues[unit]) for unit in Unit}
-    order, clocks, failure = _schedule(queues, program.config.queues.token_depth, None)
+    order, clocks, failure = schedule(queues, program.config.queues.token_depth, None)
     preparer = _Preparer(program.config, dram_bytes, check_hazards)
     steps = {(unit, index): preparer.step(unit, index, queues[unit][index], clock)
              for (unit, index), clock in zip(order, clocks)}

@@ -59,3 +59,15 @@ class InputError(ValueError):
 
     def __str__(self) -> str:
         return ": ".join((*self.where, f"{self.field} = {show(self.value)}: {self.allowed}"))
+
+
+class ExecutionError(ValueError):
+    """A command cannot execute: bad address, bad operand, arithmetic overflow. Names the command."""
+
+
+class DeadlockError(ExecutionError):
+    """No unit can make progress although commands remain."""
+
+
+class HazardError(ExecutionError):
+    """Two commands not ordered by tokens access overlapping bytes and at least one writes."""

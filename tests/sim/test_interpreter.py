@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
-from aipu.sim.interpreter import (DeadlockError, ExecutionError, HazardError, _pattern_offsets, _Preparer,
-                                  _writes_a_byte_twice, run)
+from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, _Preparer, run
+from aipu.sim.ordering import _pattern_offsets, writes_a_byte_twice
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 
@@ -355,4 +355,4 @@ def test_repeated_store_bytes_are_found_without_sorting(y_size, y_stride, x_size
     np.unique on every small pattern."""
     pattern = (7, y_size, y_stride, x_size, x_stride, run)
     offsets = _pattern_offsets(*pattern)
-    assert _writes_a_byte_twice(pattern) == (np.unique(offsets).size != offsets.size)
+    assert writes_a_byte_twice(pattern) == (np.unique(offsets).size != offsets.size)

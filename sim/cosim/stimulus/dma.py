@@ -10,6 +10,7 @@ from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType, Hardw
 from aipu.sim.machine.isa import LOADABLE_BUFFERS, Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.ordering import writes_a_byte_twice
 
 UNITS = (LoadUnit, StoreUnit)
 DRAM_BYTES = 4096
@@ -29,10 +30,8 @@ def _pattern_end(fields: dict) -> int:
 
 
 def _writes_a_byte_twice(fields: dict) -> bool:
-    run = fields["run"] * DTYPE_BYTES[fields["elem_type"]]
-    offsets = (np.arange(fields["y_size"])[:, None, None] * fields["dram_y_stride"]
-               + np.arange(fields["x_size"])[None, :, None] * fields["dram_x_stride"] + np.arange(run))
-    return np.unique(offsets).size != offsets.size
+    return writes_a_byte_twice((0, fields["y_size"], fields["dram_y_stride"], fields["x_size"], fields["dram_x_stride"],
+                                fields["run"] * DTYPE_BYTES[fields["elem_type"]]))
 
 
 def _random_shape(rng: np.random.Generator, size: int) -> dict:
