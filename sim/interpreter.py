@@ -98,14 +98,39 @@ class _Step:
 class _State:
     """The memory of one run, as the steps see it."""
 
-    __slots__ = ("spaces", "acc", "exact_acc", "stats")
+    __slots__ = ("spaces", "acc", "exact_acc", "wrapped", "stats")
 
     def __init__(self, memory: Memory, stats: Stats) -> None:
         self.spaces = {DRAM: memory.dram, **memory.buffers}
         self.acc = memory.buffers[Buffer.ACC].view(ACC_DTYPE)
-        # Exact sums beside the wrapping ACC register (D6), entry for entry; preloaded ACC content is exact.
-        self.exact_acc = self.acc.astype(np.int64)
+        # The wrapping ACC register (D6) holds the exact sum of every entry whose sum fits it; where a sum did
+        # not fit, ``wrapped`` marks the entry and ``exact_acc`` holds its exact sum, checked where it is
+        # consumed. Preloaded ACC content is exact.
+        self.exact_acc = np.zeros(self.acc.shape, np.int64)
+        self.wrapped = np.zeros(self.acc.shape, np.bool_)
         self.stats = stats
+
+    def accumulate(self, first: int, sums: np.ndarray, add: bool) -> None:
+        """ACC entries [first, first + sums.size) = sums (+ what they hold, when ``add``), in sums' shape.
+        Sums of type int32 fit the register by type; wider ones are checked."""
+        entries = slice(first, first + sums.size)
+        if add:
+            prior = np.where(self.wrapped[entries], self.exact_acc[entries], self.acc[entries])
+            sums = prior.reshape(sums.shape) + sums
+        self.acc[entries].reshape(sums.shape)[...] = sums     # int64 -> int32 keeps the low 32 bits: it wraps
+        fits = sums.dtype.itemsize <= ACC_DTYPE.itemsize or (_ACC_MIN <= sums.min() and sums.max() <= _ACC_MAX)
+        if not fits:
+            self.exact_acc[entries].reshape(sums.shape)[...] = sums
+        self.wrapped[entries] = not fits
+
+    def unfit_sum(self, first: int, last: int) -> int | None:
+        """The exact sum of largest magnitude among ACC entries [first, last) that does not fit the register."""
+        marked = np.flatnonzero(self.wrapped[first:last])
+        if not marked.size:
+            return None
+        exact = self.exact_acc[first + marked]
+        unfit = exact[(exact < _ACC_MIN) | (exact > _ACC_MAX)]
+        return int(unfit[np.argmax(np.abs(unfit))]) if unfit.size else None
 
 
 _View = tuple   # (space, first byte, end byte, numpy type, shape): a typed view of one run's memory
@@ -253,14 +278,7 @@ class _Preparer:
 
         def execute(state: _State) -> None:
             sums = golden.conv_sums_channels_last(_view(state, x)[None], _view(state, w), geometry, wide=True)[0]
-            exact = state.exact_acc[first:first + entries]
-            if accumulate:
-                exact.reshape(shape)[...] += sums
-            else:
-                exact.reshape(shape)[...] = sums
-            # The register wraps (D6: numpy's int64 -> int32 assignment keeps the low 32 bits); the exact
-            # sum rides along and is checked where it is consumed.
-            state.acc[first:first + entries] = exact
+            state.accumulate(first, sums, accumulate)
         return execute
 
     def _requant(self, cmd: Command):
@@ -278,10 +296,8 @@ class _Preparer:
         where, label = self.where, self.label
 
         def execute(state: _State) -> None:
-            exact = state.exact_acc[first:last]
-            low, high = exact.min(), exact.max()
-            if low < _ACC_MIN or high > _ACC_MAX:
-                worst = int(high if high > _ACC_MAX and (low >= _ACC_MIN or high > -low) else low)
+            worst = state.unfit_sum(first, last)
+            if worst is not None:
                 raise ExecutionError(f"{where}: accumulator sum {worst} does not fit int{ACC_BITS}; the register "
                                      f"wrapped (docs/arithmetic.md D6: the compiler must prove the bound)")
             records = _view(state, params)
