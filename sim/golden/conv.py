@@ -19,7 +19,8 @@ below 2**53, i.e. for fewer than 2**29 chunks -- far beyond any tensor that fits
 (OpenBLAS uses classical, not Strassen-like, multiplication.)
 
 Grouped and depthwise convs with few channels per group (C/G <= 16), and convs with few input and output
-channels (C, K <= 16: a depthwise layer's tile of one channel), skip the GEMM, whose calls would be tiny: a numba kernel multiply-adds the kernel taps into float32 output planes. It is
+channels (C, K <= 16: a depthwise layer's tile of one channel), skip the GEMM, whose calls would be tiny:
+a numba kernel multiply-adds the kernel taps into float32 output planes. It is
 taken only when the whole reduction is one chunk, C/G * KH * KW * max|a| * max|b| <= 2**24, so every
 partial sum is again an integer of magnitude <= 2**24 and exact, in any order, and the final sum
 fits ACC_BITS without a check (a larger reduction takes the GEMM path and its check).
