@@ -34,7 +34,7 @@ from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMo
 from aipu.sim.machine.errors import DeadlockError, ExecutionError, HazardError
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
-from aipu.sim.ordering import Access, RaceDetector, region_bytes, schedule, writes_a_byte_twice
+from aipu.sim.machine.ordering import Access, RaceDetector, region_bytes, schedule, writes_a_byte_twice
 
 DRAM = "DRAM"
 __all__ = ["DRAM", "DeadlockError", "ExecutionError", "HazardError", "PreparedProgram", "Result", "Stats", "Write",

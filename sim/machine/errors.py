@@ -1,8 +1,10 @@
-"""The one error type for bad user input (layer files, configurations, programs, listings).
+"""The one error type for bad user input (layer files, configurations, programs, listings), and the errors of
+a program that cannot run.
 
 Every file a user hands us is hostile until validated. Readers check it at the boundary and raise
 :class:`InputError` naming the field, the value and what is allowed; ``within`` adds where (the file,
-line or command), so the CLI can print one line and exit with status 2.
+line or command), so the CLI can print one line and exit with status 2. A well-formed program can still
+fail when run (:class:`ExecutionError`: a bad address or operand, a deadlock, a data race), named by command.
 """
 from __future__ import annotations
 

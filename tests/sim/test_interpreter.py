@@ -10,7 +10,7 @@ from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
 from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, _Preparer, run
-from aipu.sim.ordering import _pattern_offsets, writes_a_byte_twice
+from aipu.sim.machine.ordering import _pattern_offsets, writes_a_byte_twice
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 

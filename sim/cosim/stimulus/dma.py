@@ -10,7 +10,7 @@ from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType, Hardw
 from aipu.sim.machine.isa import LOADABLE_BUFFERS, Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
-from aipu.sim.ordering import writes_a_byte_twice
+from aipu.sim.machine.ordering import writes_a_byte_twice
 
 UNITS = (LoadUnit, StoreUnit)
 DRAM_BYTES = 4096
