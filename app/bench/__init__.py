@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "codec-engine": "aipu.app.bench.codec_engine",
     "codec": "aipu.app.bench.codec",
     "rtl": "aipu.app.bench.rtl",
+    "units": "aipu.app.bench.units",
 }
 
 

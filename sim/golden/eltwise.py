@@ -8,15 +8,19 @@ d = value - zero_point (signed 9 bit).
   This is seed 003 L1063-1065 (M' = M_2 M_3 2**(N1-N2), M'' = M_1 M_3, N' = N_1 + N_3) with the
   compiler multiplying the factors out offline, and only one rounding.
 * mul: round(d_a * d_b * M / 2**N) + zp_out with M / 2**N ~ s_a s_b / s_out (S003 L392-396).
+The arithmetic runs in numba kernels with 32-bit lanes (sim/golden/_eltwise_kernels.py).
 """
 from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from aipu.sim.machine.arch import ACC_DTYPE, ELTWISE_SUM_BITS, MAC_OPERAND_MAX, MULTIPLIER_MAX, SHIFT_MAX
 from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, dtype_range
-from aipu.sim.golden.requant import _check_scales, _output_stage, quantize_multiplier, requantize
-from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
+from aipu.sim.golden.requant import _check_scales, _output_checks, quantize_multiplier, requantize
+from aipu.sim.golden.rounding import check_rounding, round_half_away
 
 ELTWISE_OPS = ("add", "sub", "max", "min", "mul")
 #: largest exact alignment 2**(N - N_i) such that MAC_OPERAND_MAX * MULTIPLIER_MAX * 2**align + the other
@@ -24,9 +28,10 @@ ELTWISE_OPS = ("add", "sub", "max", "min", "mul")
 MAX_ALIGN = ELTWISE_SUM_BITS - 2 - (MAC_OPERAND_MAX * MULTIPLIER_MAX).bit_length()
 
 
-def _centred(name: str, value: np.ndarray, zero_point) -> np.ndarray:
-    check_array(name, value, BYTE_DTYPES)
-    return value.astype(np.int64) - check_int(f"{name}_zero_point", zero_point, *dtype_range(value.dtype))
+def _zero_point(name: str, dtype: np.dtype, zero_point) -> int:
+    """The checks of an operand's type (on an empty array of it, for check_array's words) and zero point."""
+    check_array(name, np.empty(0, dtype), BYTE_DTYPES)
+    return check_int(f"{name}_zero_point", zero_point, *dtype_range(dtype))
 
 
 def _pair(name: str, value, lo: int, hi: int) -> tuple[int, int]:
@@ -35,32 +40,147 @@ def _pair(name: str, value, lo: int, hi: int) -> tuple[int, int]:
     return check_int(f"{name}[0]", value[0], lo, hi), check_int(f"{name}[1]", value[1], lo, hi)
 
 
+def _tie_rule(rounding: str, shift: int) -> int:
+    """What the kernels do on an exact half after rounding it up: nothing for floor (no offset, no ties) and
+    where the shift is 0 (nothing is rounded)."""
+    import aipu.sim.golden._eltwise_kernels as kernels
+
+    rules = {"floor": kernels.NO_TIE, "half_up": kernels.NO_TIE, "half_to_even": kernels.TIE_TO_EVEN,
+             "half_away_from_zero": kernels.TIE_AWAY_FROM_ZERO}
+    return rules[rounding] if shift else kernels.NO_TIE
+
+
+def _offsets(e: int, low: int, rounding: str) -> tuple[int, int, int]:
+    """(h_x, h_y, low) to round (X * 2**e + Y) / 2**(e + low) in the kernels: half up's offset on X or on Y, and
+    ``low`` capped where it stops mattering (sim/golden/_eltwise_kernels.py)."""
+    low = min(low, 26)
+    if rounding == "floor" or e + low == 0:
+        return 0, 0, low
+    return (1 << (low - 1), 0, low) if low else (0, 1 << (e - 1), low)
+
+
+def _single_term(zero_point: int, multiplier: int, shift: int, rounding: str) -> tuple[int, int, int]:
+    """(k, c, low) with which the kernels round (x - zero_point) * M / 2**N as (x * k + c) / 2**low; N = 0 as
+    2 M / 2**1, which has no ties (the kernels' tie rule then needs no exception)."""
+    if shift == 0:
+        multiplier, shift = 2 * multiplier, 1
+    h, _, low = _offsets(0, shift, rounding)
+    return multiplier, h - zero_point * multiplier, low
+
+
+def _int32(*values) -> np.ndarray:
+    return np.array(values, np.int32)
+
+
+def _flip(dtype: np.dtype) -> int:
+    """The XOR that turns a raw byte b into its value as (b ^ flip) - flip (the kernels read bytes)."""
+    return 0x80 if dtype == np.int8 else 0
+
+
+class _Plan(NamedTuple):
+    """What eltwise makes of all its arguments but the operands' values: a kernel call."""
+
+    kernel: Callable            # add, mul or max_min of sim/golden/_eltwise_kernels.py
+    parameters: np.ndarray      # its int32 parameters
+    tie_rule: int
+    swap: bool                  # b goes first (add/sub: the operand with the smaller shift)
+    shape: tuple[int, ...]
+    storage: np.dtype           # what the kernel writes: the bytes (uint8) of an int8/uint8 output, or int16
+    dtype: np.dtype
+
+
+def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_point, b_zero_point, out_zero_point,
+          qmin, qmax, out_dtype, rounding) -> _Plan:
+    """eltwise's checks, in its order, of everything but the operands' values, and the kernel call they give."""
+    import aipu.sim.golden._eltwise_kernels as kernels
+
+    if op not in ELTWISE_OPS:
+        raise ValueError(f"op={op!r} is not one of {ELTWISE_OPS}")
+    check_rounding(rounding)
+    za, zb = _zero_point("a", a_dtype, a_zero_point), _zero_point("b", b_dtype, b_zero_point)
+    try:
+        shape = a_shape if a_shape == b_shape else np.broadcast_shapes(a_shape, b_shape)
+    except ValueError as exc:
+        raise ValueError(f"shapes of a {a_shape} and b {b_shape} do not broadcast") from exc
+    if op == "mul":
+        m, n = check_int("multiplier", multiplier, 0, MULTIPLIER_MAX), check_int("shift", shift, 0, SHIFT_MAX)
+    else:
+        (ma, mb), (na, nb) = _pair("multiplier", multiplier, 0, MULTIPLIER_MAX), _pair("shift", shift, 0, SHIFT_MAX)
+        if max(na, nb) - min(na, nb) > MAX_ALIGN:
+            raise ValueError(f"shift=({na}, {nb}) differ by {max(na, nb) - min(na, nb)} > {MAX_ALIGN}: the aligned "
+                             f"terms would not fit {ELTWISE_SUM_BITS} bits")
+    dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
+    flip_a, flip_b = _flip(a_dtype), _flip(b_dtype)
+    swap = False
+    if op == "mul":
+        e = min(8, n)
+        h_x, h_y, low = _offsets(e, n - e, rounding)
+        # N = 0 rounds nothing: a product past 2**17 / M saturates every output type, so it is capped there
+        product_max = MAC_OPERAND_MAX ** 2 if n else (1 << 17) // max(m, 1) + 1
+        kernel, tie_rule = kernels.mul, _tie_rule(rounding, n)
+        parameters = _int32(flip_a, za + flip_a, flip_b, zb + flip_b, product_max, m >> e, h_x, m & ((1 << e) - 1),
+                            h_y, e, low, zp, qmin, qmax)
+    elif op in ("max", "min"):
+        kernel, tie_rule = kernels.max_min, _tie_rule(rounding, 1)
+        parameters = _int32(op == "max", flip_a, *_single_term(za + flip_a, ma, na, rounding),
+                            flip_b, *_single_term(zb + flip_b, mb, nb, rounding), zp, qmin, qmax)
+    else:
+        sign, swap = (1 if op == "add" else -1), na > nb
+        terms = [(flip_a, za + flip_a, ma, na, 1), (flip_b, zb + flip_b, mb, nb, sign)]
+        (flip_f, z_f, m_f, n_f, s_f), (flip_s, z_s, m_s, n_s, s_s) = terms[::-1] if swap else terms
+        h_x, h_y, low = _offsets(n_s - n_f, n_f, rounding)
+        kernel, tie_rule = kernels.add, _tie_rule(rounding, n_s)
+        parameters = _int32(flip_f, s_f * m_f, h_x - s_f * m_f * z_f, flip_s, s_s * m_s, h_y - s_s * m_s * z_s,
+                            n_s - n_f, low, zp, qmin, qmax)
+    return _Plan(kernel, parameters, tie_rule, swap, shape, _storage(dtype), dtype)
+
+
+_cached_plan = functools.lru_cache(maxsize=1024)(_plan)
+_PLAIN_TYPES = {int, type(None)}
+
+
+def _cacheable(rounding, out_dtype, scalars) -> bool:
+    """Arguments whose equal values are equally valid, so that a plan cached for one holds for the other: True ==
+    1.0 == 1, but only 1 passes the checks. Scalars: ints (not bools or numpy scalars), pairs of them and None."""
+    flat = [v for value in scalars for v in (value if type(value) is tuple else (value,))]
+    return (type(rounding) is str and isinstance(out_dtype, (type, str, np.dtype))
+            and set(map(type, flat)) <= _PLAIN_TYPES)
+
+
+def _storage(dtype: np.dtype) -> np.dtype:
+    """What the kernels write for an output type: the bytes (uint8) of int8 and uint8, else the type itself."""
+    return np.dtype(np.uint8) if dtype.itemsize == 1 else dtype
+
+
+def _bytes(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """x's bytes, flat and C-contiguous, broadcast to ``shape``; copied rather than read-only (numba would compile
+    the kernels anew for a read-only array)."""
+    flags = x.flags
+    if x.shape != shape or not (flags.c_contiguous and flags.writeable):
+        x = np.broadcast_to(x, shape).copy()
+    return x.reshape(-1).view(np.uint8)
+
+
 def eltwise(a: np.ndarray, b: np.ndarray, op: str, *, multiplier, shift, a_zero_point=0, b_zero_point=0,
             out_zero_point=0, qmin=None, qmax=None, out_dtype=np.int8, rounding: str = "half_up",
             return_saturated: bool = False):
     """Quantized elementwise op. add/sub/max/min: multiplier=(M_a, M_b), shift=(N_a, N_b);
-    mul: multiplier=M, shift=N. Returns ``out_dtype`` (and the saturation count if asked)."""
-    if op not in ELTWISE_OPS:
-        raise ValueError(f"op={op!r} is not one of {ELTWISE_OPS}")
-    check_rounding(rounding)
-    da, db = _centred("a", a, a_zero_point), _centred("b", b, b_zero_point)
-    try:
-        np.broadcast_shapes(da.shape, db.shape)
-    except ValueError as exc:
-        raise ValueError(f"shapes of a {a.shape} and b {b.shape} do not broadcast") from exc
-    if op == "mul":
-        m, n = check_int("multiplier", multiplier, 0, MULTIPLIER_MAX), check_int("shift", shift, 0, SHIFT_MAX)
-        scaled = rounding_shift_right(da * db * m, n, rounding)
-    else:
-        (ma, mb), (na, nb) = _pair("multiplier", multiplier, 0, MULTIPLIER_MAX), _pair("shift", shift, 0, SHIFT_MAX)
-        n = max(na, nb)
-        if n - min(na, nb) > MAX_ALIGN:
-            raise ValueError(f"shift=({na}, {nb}) differ by {n - min(na, nb)} > {MAX_ALIGN}: the aligned "
-                             f"terms would not fit {ELTWISE_SUM_BITS} bits")
-        ta, tb = da * (ma << (n - na)), db * (mb << (n - nb))
-        combined = {"add": np.add, "sub": np.subtract, "max": np.maximum, "min": np.minimum}[op](ta, tb)
-        scaled = rounding_shift_right(combined, n, rounding)
-    return _output_stage(scaled, out_zero_point, qmin, qmax, out_dtype, return_saturated)
+    mul: multiplier=M, shift=N. Returns ``out_dtype`` (and the saturation count if asked).
+
+    The checks and the kernel's parameters depend on neither operand's values; a command repeats them for every
+    tile, so they are cached for plain int arguments (a small tensor otherwise spends most of its time there)."""
+    for name, value in (("a", a), ("b", b)):
+        if not isinstance(value, np.ndarray):
+            check_array(name, value, BYTE_DTYPES)
+    scalars = (multiplier, shift, a_zero_point, b_zero_point, out_zero_point, qmin, qmax)
+    key = (a.dtype, a.shape, b.dtype, b.shape, op, *scalars, out_dtype, rounding)
+    plan = _cached_plan(*key) if type(op) is str and _cacheable(rounding, out_dtype, scalars) else _plan(*key)
+    first, second = (b, a) if plan.swap else (a, b)
+    out = np.empty(plan.shape, plan.storage)
+    saturated = plan.kernel(_bytes(first, plan.shape), _bytes(second, plan.shape), plan.parameters, plan.tie_rule,
+                            out.reshape(-1), return_saturated)
+    out = out.view(plan.dtype)
+    return (out, int(saturated)) if return_saturated else out
 
 
 def eltwise_params(op: str, a_scale: float, b_scale: float, out_scale: float) -> dict:
@@ -101,10 +221,60 @@ def concat(inputs, *, axis: int = 1, zero_points, multipliers, shifts, out_zero_
             raise ValueError(f"{name} has {len(values)} entries for {len(inputs)} inputs")
     parts = []
     for i, (x, zp, m, n) in enumerate(zip(inputs, zero_points, multipliers, shifts)):
-        centred = _centred(f"inputs[{i}]", x, zp).astype(ACC_DTYPE)
-        parts.append(requantize(centred, multiplier=m, shift=n, out_zero_point=out_zero_point, qmin=qmin,
-                                qmax=qmax, rounding=rounding, out_dtype=out_dtype, channel_axis=0))
+        name = f"inputs[{i}]"
+        if not isinstance(x, np.ndarray):
+            check_array(name, x, BYTE_DTYPES)
+        key = (name, x.dtype, zp, m, n, out_zero_point, qmin, qmax, out_dtype, rounding)
+        plan = (_cached_rescale_plan(*key) if _cacheable(rounding, out_dtype, (zp, m, n, out_zero_point, qmin, qmax))
+                else _rescale_plan(*key))
+        if plan.parameters is None:     # per-channel parameters along axis 0, or an error that requantize reports
+            centred = (x.astype(np.int64) - plan.zero_point).astype(ACC_DTYPE)
+            part = requantize(centred, multiplier=m, shift=n, out_zero_point=out_zero_point, qmin=qmin, qmax=qmax,
+                              rounding=rounding, out_dtype=out_dtype, channel_axis=0)
+        elif plan.copy:
+            part = x
+        else:
+            from aipu.sim.golden._eltwise_kernels import rescale
+
+            part = np.empty(x.shape, plan.storage)
+            rescale(_bytes(x, x.shape), plan.parameters, plan.tie_rule, part.reshape(-1))
+            part = part.view(plan.dtype)
+        parts.append(part)
     try:
         return np.concatenate(parts, axis=check_int("axis", axis))
     except (ValueError, np.exceptions.AxisError) as exc:
         raise ValueError(f"concat: inputs do not concatenate along axis {axis}: {exc}") from exc
+
+
+class _Rescale(NamedTuple):
+    """What concat makes of one input's arguments but its values: the rescale kernel's call."""
+
+    zero_point: int
+    parameters: np.ndarray | None   # of the rescale kernel; None for (M, N) that requantize is to take
+    tie_rule: int = 0
+    storage: np.dtype | None = None
+    dtype: np.dtype | None = None
+    copy: bool = False              # the rescale is the identity (the unified-scale trick): the input is the part
+
+
+def _rescale_plan(name, dtype, zero_point, multiplier, shift, out_zero_point, qmin, qmax, out_dtype,
+                  rounding) -> _Rescale:
+    """concat's checks of one input, in requantize's order, and the parameters of its rescale."""
+    zero_point = _zero_point(name, dtype, zero_point)
+    if not (_is_int(multiplier, MULTIPLIER_MAX) and _is_int(shift, SHIFT_MAX)):   # not the unit's scalar (M_i, N_i)
+        return _Rescale(zero_point, None)
+    check_rounding(rounding)
+    out, low, high, out_zero_point = _output_checks(out_zero_point, qmin, qmax, out_dtype)
+    flip = _flip(dtype)
+    parameters = _int32(flip, *_single_term(zero_point + flip, multiplier, shift, rounding), out_zero_point, low, high)
+    copy = (multiplier == 1 << shift and zero_point == out_zero_point and out == dtype
+            and (low, high) == dtype_range(out))
+    return _Rescale(zero_point, parameters, _tie_rule(rounding, 1), _storage(out), out, copy)
+
+
+_cached_rescale_plan = functools.lru_cache(maxsize=1024)(_rescale_plan)
+
+
+def _is_int(value, hi: int) -> bool:
+    """An integer scalar in [0, hi] (not a bool, which requantize rejects)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value <= hi

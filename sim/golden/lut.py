@@ -6,6 +6,7 @@ docs/arithmetic.md §6. Tables hold signed LUT_ENTRY_BITS entries.
 * lut16: an int16 input, a table of 2**k + 1 entries covering [input_min, input_min + 2**(k + f)];
   u = x - input_min, index u >> f, linear interpolation on the f low bits rounded half up; inputs
   outside the covered range use the end entries (and are counted).
+The loops are numba kernels in sim/golden/_lut_kernels.py.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from aipu.sim.machine.arch import (LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, L
                                 LUT_ENTRY_DTYPE, bit_range, storage_dtype)
 from aipu.sim.golden._checks import (BYTE_DTYPES, QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype,
                                      dtype_range)
-from aipu.sim.golden.rounding import round_half_away, rounding_shift_right
+from aipu.sim.golden.rounding import round_half_away
 
 _INPUT_DTYPE = storage_dtype(LUT16_INPUT_BITS, signed=True)          # lut16's input, int16
 _INPUT_MIN, _INPUT_MAX = bit_range(LUT16_INPUT_BITS, signed=True)
@@ -29,7 +30,13 @@ def lut8(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     check_array("table", table, QUANT_DTYPES)
     if table.shape != (LUT8_ENTRIES,):
         raise ValueError(f"table must have shape ({LUT8_ENTRIES},), got {table.shape}")
-    return table[x.view(np.uint8)]
+    from aipu.sim.golden._lut_kernels import PAIRS_MIN_SIZE, lookup, lookup_pairs
+
+    codes = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+    out = np.empty(x.shape, table.dtype)
+    kernel = lookup_pairs if table.itemsize == 1 and codes.size >= PAIRS_MIN_SIZE else lookup
+    kernel(codes, table, out.reshape(-1))
+    return out[()]      # a 0-d x gives a scalar, as indexing did
 
 
 def _table_index_bits(table: np.ndarray) -> int:
@@ -57,18 +64,15 @@ def lut16(x: np.ndarray, table: np.ndarray, *, index_shift: int, input_min: int 
     dtype = check_out_dtype("out_dtype", out_dtype)
     lo, hi = dtype_range(dtype)
     qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
-    top = 2 ** (k + f)
-    position = x.astype(np.int64) - input_min
-    outside = (position < 0) | (position > top)
-    position = np.clip(position, 0, top)
-    index = position >> f
-    fraction = position & (2 ** f - 1)
-    entries = table.astype(np.int64)
-    base = entries[index]
-    step = entries[np.minimum(index + 1, 2 ** k)] - base   # at index 2**k the fraction is 0
-    y = base + rounding_shift_right(step * fraction, f, "half_up")
-    out = np.clip(y, qmin, qmax).astype(dtype)
-    return (out, int(np.count_nonzero(outside))) if return_clipped else out
+    from aipu.sim.golden._lut_kernels import interpolated_table, lookup_int16
+
+    outputs = np.empty(1 << LUT16_INPUT_BITS, dtype)     # the result for every int16 input
+    interpolated_table(table, f, input_min, qmin, qmax, outputs)
+    out = np.empty(x.shape, dtype)
+    clipped = lookup_int16(np.ascontiguousarray(x).reshape(-1), outputs, input_min, input_min + 2 ** (k + f),
+                           out.reshape(-1), return_clipped)
+    out = out[()]       # a 0-d x gives a scalar, as numpy's arithmetic did
+    return (out, int(clipped)) if return_clipped else out
 
 
 def _quantize_outputs(func: Callable, real_inputs: np.ndarray, out_scale: float, out_zero_point: int,

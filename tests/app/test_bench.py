@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from aipu.app.bench.codec import SHAPES, order0_entropy_bits, trained_like_weights
 
@@ -28,3 +29,27 @@ def test_unit_rates_compare_every_unit_and_report_its_figures():
     assert rates["conv"]["amaranth"]["mac_utilisation"]["macs"] > 0
     wdec = rates["wdec"]["amaranth"]["wdec"]
     assert wdec["weights"] > 0 and 0 < wdec["bins_per_cycle"] <= 1.0
+
+
+def test_units_bench_checks_every_pair_and_reports_it():
+    """`aipu bench units` over its whole case table without a time budget (each side still runs a few times):
+    every pair agrees as its case claims -- equal, within the tolerance of its definitions, or, for a table, lut8
+    on onnxruntime's own table -- and every row carries the figures the JSON promises."""
+    pytest.importorskip("onnxruntime")
+    from aipu.app.bench import BENCHMARKS
+    from aipu.app.bench.units import CASES, GOAL_MAX_RATIO, run
+    from aipu.sim import golden
+
+    assert BENCHMARKS["units"] == "aipu.app.bench.units"
+    names = [case.name for case in CASES]
+    assert len(set(names)) == len(names) and {case.unit for case in CASES} == {"requant", "lut", "pool", "eltwise"}
+    assert all(callable(getattr(golden, case.golden.split()[0])) for case in CASES)
+    result = run(budget=0)
+    assert [row["case"] for row in result["cases"]] == names
+    for row in result["cases"]:
+        assert row["golden_ms"] > 0 and row["ort_ms"] > 0 and row["golden_over_ort"] > 0, row
+        assert row["exact_match"] is True and row["max_abs_diff"] == 0 or row["exact_match"].startswith(
+            "not comparable: "), row
+        assert row.get("lookup_exact_with_ort_table", False) == (row["golden"] == "lut8"), row
+    assert result["goal_max_ratio"] == GOAL_MAX_RATIO == 1.0 and result["geomean_golden_over_ort"] > 0
+    assert result["cases_over_goal"] == [row["case"] for row in result["cases"] if row["golden_over_ort"] > 1.0]

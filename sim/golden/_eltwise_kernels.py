@@ -1,0 +1,168 @@
+"""numba kernels of the elementwise unit and of concat's rescale (kept apart so that importing the golden model
+stays cheap).
+
+numpy's form of docs/arithmetic.md §8 builds an int64 tensor for every step and costs 30-100x onnxruntime's
+QLinearAdd. These loops make one pass in 32-bit lanes (twice as many per vector as int64, and a 32-bit
+multiply where x86 has no fast 64-bit one), which needs the up to 48-bit sum taken apart. Every rounding here is
+
+    u = round((X * 2**e + Y) / 2**(e + L))      with |X|, |Y| < 2**24 unless said otherwise,
+
+and the nested floor division floor((X * 2**e + Y + h) / 2**(e + L)) = floor((X + floor((Y + h) / 2**e)) / 2**L)
+evaluates it exactly from 32-bit values:
+
+* add/sub: X = d M of the input with the smaller shift (L = its N), Y = +-d M of the other (e = the difference
+  of the shifts, at most MAX_ALIGN = 22): t_a +- t_b = X 2**e + Y. |d M| <= 255 * 65535 < 2**24.
+* mul: P = d_a d_b (|P| <= 255**2) and M = M_hi 2**e + M_lo with e = min(8, N): X = P M_hi, Y = P M_lo, both below
+  2**24 when e = 8; when N < 8, L = 0 and u = X + round(Y / 2**N) with |X| < 2**31 for N >= 1. With N = 0 the
+  product is not rounded and |P| is capped at 2**17 / M + 1 first: beyond that every output saturates anyway,
+  on the same side.
+* max/min: rounding is monotonic, so round(max(t_a, t_b) / 2**N) = max(round(d_a M_a / 2**N_a), round(d_b M_b /
+  2**N_b)): two single terms (Y = 0, e = 0), as is concat's rescale round(d M / 2**N). A term without shift is
+  rounded as 2 d M / 2**1, which has no ties, so that both terms share one tie rule.
+
+The rounding offset h goes into X (h = 2**(N-1) = 2**(L-1) * 2**e when L >= 1) or into Y (L = 0: h = 2**(e-1)),
+so that half up is the plain floor above (floor mode: h = 0). An exact half (a tie) is c + h = 0 mod 2**N, that
+is Y + h = 0 mod 2**e and X + floor((Y + h) / 2**e) = 0 mod 2**L; half to even and half away from zero step back
+from half up's result there when it is odd, or not positive. Since |X + floor(Y / 2**e)| < 2**25 whenever L > 0,
+a shift L beyond 26 changes neither the result (0, or -1 for floor) nor the ties (none), so the caller caps it
+there: every shift is below 32 (masked with 31, which lets LLVM keep it in 32 bits) and every value fits int32.
+
+tests/sim/golden/test_eltwise_kernels.py checks every op, rounding, type and broadcast against the int64 numpy
+form. Layout: operands as the raw bytes (uint8) of flat arrays of the output's size (broadcasts materialised),
+each with a ``flip`` that restores its value as (byte ^ flip) - flip (0x80 for int8, 0 for uint8, the - flip
+being folded into the zero point or constant); out flat, uint8 (the bytes of int8 or uint8) or int16. One
+compiled kernel thus serves every combination of types. The integer parameters come as one int32
+array (typing a dozen numpy scalars would cost numba's dispatch more than a small tensor's arithmetic), so
+that numba's arithmetic, which widens to int64, narrows back to 32-bit lanes. The rounding's tie rule and the
+saturation count are constants of each loop (six copies): LLVM does not unswitch loops this large itself, and
+their branches inside the loop cost 2-3x.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_U = np.uint64
+_I32 = np.int32
+_RUN = 1 << 30              # values per run, so that a run's saturation count fits its int32 counter
+NO_TIE, TIE_TO_EVEN, TIE_AWAY_FROM_ZERO = 0, 1, 2      # what a rounding does on an exact half, after half up
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rounded(x, y, e, low, tie_rule):
+    """floor((x + floor(y / 2**e)) / 2**low), x and y holding the rounding offset; then the tie rule (which must
+    be NO_TIE when e = low = 0: nothing is rounded)."""
+    s = _I32(x + (y >> (e & 31)))
+    u = _I32(s >> (low & 31))
+    if tie_rule == NO_TIE:
+        return u
+    tie = ((y & _I32((1 << (e & 31)) - 1)) == 0) & ((s & _I32((1 << (low & 31)) - 1)) == 0)
+    if tie_rule == TIE_TO_EVEN:
+        return _I32(u - (tie & ((u & 1) == 1)))
+    return _I32(u - (tie & (u <= 0)))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _specialised(loop, a, b, out, parameters, tie_rule, count):
+    """The saturation count of loop((a, b, out, parameters), tie_rule, count) over runs of _RUN values, with
+    tie_rule and count constants of each loop."""
+    saturated = 0
+    for start in range(0, out.size, _RUN):
+        run = (a[start:start + _RUN], b[start:start + _RUN], out[start:start + _RUN], parameters)
+        if tie_rule == NO_TIE:
+            saturated += loop(run, NO_TIE, True) if count else loop(run, NO_TIE, False)
+        elif tie_rule == TIE_TO_EVEN:
+            saturated += loop(run, TIE_TO_EVEN, True) if count else loop(run, TIE_TO_EVEN, False)
+        else:
+            saturated += loop(run, TIE_AWAY_FROM_ZERO, True) if count else loop(run, TIE_AWAY_FROM_ZERO, False)
+    return saturated
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _add_loop(run, tie_rule, count):
+    f, s, o, parameters = run
+    flip_f, k_f, c_f, flip_s, k_s, c_s, e, low, zero_point, qmin, qmax = parameters
+    clamped = _I32(0)
+    for i in range(_U(o.size)):
+        x, y = _I32(_I32(f[i] ^ flip_f) * k_f + c_f), _I32(_I32(s[i] ^ flip_s) * k_s + c_s)
+        v = _I32(_rounded(x, y, e, low, tie_rule) + zero_point)
+        kept = min(max(v, qmin), qmax)
+        o[i] = kept
+        if count:
+            clamped = _I32(clamped + (v != kept))
+    return clamped
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def add(first, second, parameters, tie_rule, out, count):
+    """add/sub: X = (first ^ flip_f) * k_f + c_f, Y likewise of ``second`` (zero points, signs, flips and the
+    rounding offset folded into k and c); returns the saturation count if ``count``.
+    parameters: flip_f, k_f, c_f, flip_s, k_s, c_s, e, low, zero_point, qmin, qmax."""
+    return _specialised(_add_loop, first, second, out, parameters, tie_rule, count)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mul_loop(run, tie_rule, count):
+    a, b, o, parameters = run
+    flip_a, z_a, flip_b, z_b, product_max, m_high, h_x, m_low, h_y, e, low, zero_point, qmin, qmax = parameters
+    product_min = _I32(-product_max)
+    clamped = _I32(0)
+    for i in range(_U(o.size)):
+        p = _I32((_I32(a[i] ^ flip_a) - z_a) * (_I32(b[i] ^ flip_b) - z_b))
+        p = min(max(p, product_min), product_max)
+        v = _I32(_rounded(_I32(p * m_high + h_x), _I32(p * m_low + h_y), e, low, tie_rule) + zero_point)
+        kept = min(max(v, qmin), qmax)
+        o[i] = kept
+        if count:
+            clamped = _I32(clamped + (v != kept))
+    return clamped
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def mul(a, b, parameters, tie_rule, out, count):
+    """mul: P = clamp(((a ^ flip_a) - z_a)((b ^ flip_b) - z_b), +-product_max), X = P m_high + h_x,
+    Y = P m_low + h_y (z: the zero point plus the flip). parameters: flip_a, z_a, flip_b, z_b, product_max,
+    m_high, h_x, m_low, h_y, e, low, zero_point, qmin, qmax."""
+    return _specialised(_mul_loop, a, b, out, parameters, tie_rule, count)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _max_min_loop(run, tie_rule, count):
+    a, b, o, parameters = run
+    is_max, flip_a, k_a, c_a, low_a, flip_b, k_b, c_b, low_b, zero_point, qmin, qmax = parameters
+    zero = _I32(0)
+    clamped = _I32(0)
+    for i in range(_U(o.size)):
+        u_a = _rounded(_I32(_I32(a[i] ^ flip_a) * k_a + c_a), zero, zero, low_a, tie_rule)
+        u_b = _rounded(_I32(_I32(b[i] ^ flip_b) * k_b + c_b), zero, zero, low_b, tie_rule)
+        v = _I32((max(u_a, u_b) if is_max else min(u_a, u_b)) + zero_point)
+        kept = min(max(v, qmin), qmax)
+        o[i] = kept
+        if count:
+            clamped = _I32(clamped + (v != kept))
+    return clamped
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def max_min(a, b, parameters, tie_rule, out, count):
+    """max (is_max 1) or min of the two single terms round(((a ^ flip_a) * k_a + c_a) / 2**low_a) and the same of
+    b. parameters: is_max, flip_a, k_a, c_a, low_a, flip_b, k_b, c_b, low_b, zero_point, qmin, qmax."""
+    return _specialised(_max_min_loop, a, b, out, parameters, tie_rule, count)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rescale_loop(run, tie_rule, count):
+    x, _, o, parameters = run
+    flip, k, c, low, zero_point, qmin, qmax = parameters
+    zero = _I32(0)
+    for i in range(_U(o.size)):
+        v = _I32(_rounded(_I32(_I32(x[i] ^ flip) * k + c), zero, zero, low, tie_rule) + zero_point)
+        o[i] = min(max(v, qmin), qmax)
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def rescale(x, parameters, tie_rule, out):
+    """concat's requant of flat ``x``: round(((x ^ flip) * k + c) / 2**low) + zero point, clamped.
+    parameters: flip, k, c, low, zero_point, qmin, qmax."""
+    _specialised(_rescale_loop, x, x, out, parameters, tie_rule, False)

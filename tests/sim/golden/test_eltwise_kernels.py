@@ -1,0 +1,169 @@
+"""The elementwise and concat kernels (sim/golden/_eltwise_kernels.py) against the straightforward int64 numpy
+form of docs/arithmetic.md §8: every op and rounding mode, int8/uint8 operands, every output type and clamp,
+multipliers and shifts at their extremes (where the 32-bit kernels cap shifts or split the multiplier), every
+broadcast layout, saturation counts."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aipu.sim.golden import ELTWISE_OPS, concat, eltwise
+from aipu.sim.golden.eltwise import MAX_ALIGN
+from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_shift_right
+from aipu.sim.machine.arch import MULTIPLIER_MAX, SHIFT_MAX
+
+BYTES = (np.int8, np.uint8)
+OUT_DTYPES = (np.int8, np.uint8, np.int16)
+# [N, C, H, W] against: itself, a value per channel, a value per image, one value, a row, a general broadcast
+LAYOUTS = [((2, 3, 4, 5), (2, 3, 4, 5)), ((2, 3, 4, 5), (2, 3, 1, 1)), ((2, 3, 1, 1), (2, 3, 4, 5)),
+           ((2, 3, 4, 5), (2, 1, 1, 1)), ((2, 3, 4, 5), (1,)), ((2, 3, 4, 5), (5,)), ((1, 3, 1, 5), (2, 1, 4, 1)),
+           ((2, 0, 3), (2, 1, 3)), ((7,), (7,))]
+
+
+def finish(value, zp, qmin, qmax, dtype):
+    shifted = value + zp
+    return np.clip(shifted, qmin, qmax).astype(dtype), int(np.count_nonzero((shifted < qmin) | (shifted > qmax)))
+
+
+def eltwise_reference(a, b, op, multiplier, shift, za, zb, zp, qmin, qmax, dtype, rounding):
+    da, db = a.astype(np.int64) - za, b.astype(np.int64) - zb
+    if op == "mul":
+        return finish(rounding_shift_right(da * db * multiplier, shift, rounding), zp, qmin, qmax, dtype)
+    (ma, mb), (na, nb) = multiplier, shift
+    n = max(na, nb)
+    ta, tb = da * (ma << (n - na)), db * (mb << (n - nb))
+    combined = {"add": np.add, "sub": np.subtract, "max": np.maximum, "min": np.minimum}[op](ta, tb)
+    return finish(rounding_shift_right(combined, n, rounding), zp, qmin, qmax, dtype)
+
+
+def values(rng, shape, dtype):
+    info = np.iinfo(dtype)
+    drawn = rng.integers(info.min, info.max, shape, endpoint=True)
+    return np.where(rng.random(shape) < 0.2, rng.choice([info.min, info.max], shape), drawn).astype(dtype)
+
+
+@st.composite
+def multipliers_and_shifts(draw, op):
+    multiplier = st.one_of(st.sampled_from([0, 1, 255, 256, MULTIPLIER_MAX]), st.integers(0, MULTIPLIER_MAX))
+    shift = st.one_of(st.sampled_from([0, 1, 2, 7, 8, 9, 23, 24, 25, 26, 27, SHIFT_MAX]), st.integers(0, SHIFT_MAX))
+    if op == "mul":
+        return draw(multiplier), draw(shift)
+    na = draw(shift)
+    nb = draw(st.integers(max(0, na - MAX_ALIGN), min(SHIFT_MAX, na + MAX_ALIGN)))
+    return (draw(multiplier), draw(multiplier)), (na, nb)
+
+
+@st.composite
+def eltwise_cases(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    op = draw(st.sampled_from(ELTWISE_OPS))
+    multiplier, shift = draw(multipliers_and_shifts(op))
+    a_shape, b_shape = draw(st.sampled_from(LAYOUTS))
+    a, b = values(rng, a_shape, draw(st.sampled_from(BYTES))), values(rng, b_shape, draw(st.sampled_from(BYTES)))
+    dtype = draw(st.sampled_from(OUT_DTYPES))
+    if draw(st.booleans()):
+        a, b = b, a
+    if draw(st.booleans()):     # eltwise copies it rather than have numba compile for read-only arrays
+        a.flags.writeable = False
+    info = np.iinfo(dtype)
+    qmin, qmax = sorted(int(q) for q in rng.integers(info.min, info.max, 2, endpoint=True))
+    if draw(st.booleans()):
+        qmin, qmax = int(info.min), int(info.max)
+
+    def zero_point(dtype):
+        return int(draw(st.sampled_from([np.iinfo(dtype).min, np.iinfo(dtype).max, 0, int(rng.integers(0, 100))])))
+    case = dict(a=a, b=b, op=op, multiplier=multiplier, shift=shift, za=zero_point(a.dtype), zb=zero_point(b.dtype),
+                zp=zero_point(dtype), qmin=qmin, qmax=qmax, dtype=dtype, rounding=draw(st.sampled_from(ROUNDING_MODES)))
+    if draw(st.booleans()):     # numpy scalars: eltwise checks them afresh instead of caching its plan
+        case.update({name: np.int64(case[name]) for name in ("za", "zb", "zp")},
+                    multiplier=tuple(map(np.int64, np.atleast_1d(multiplier))) if op != "mul" else np.int64(multiplier))
+    return case
+
+
+@settings(max_examples=400, deadline=None)
+@given(eltwise_cases())
+def test_eltwise_kernels_equal_the_int64_form(c):
+    got, saturated = eltwise(c["a"], c["b"], c["op"], multiplier=c["multiplier"], shift=c["shift"],
+                             a_zero_point=c["za"], b_zero_point=c["zb"], out_zero_point=c["zp"], qmin=c["qmin"],
+                             qmax=c["qmax"], out_dtype=c["dtype"], rounding=c["rounding"], return_saturated=True)
+    want, want_saturated = eltwise_reference(c["a"], c["b"], c["op"], c["multiplier"], c["shift"], c["za"], c["zb"],
+                                             c["zp"], c["qmin"], c["qmax"], c["dtype"], c["rounding"])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want) and saturated == want_saturated
+
+
+def test_eltwise_ties_in_every_mode():
+    """Every (d_a, d_b) with shifts that make many exact halves, including the kernels' split of the shift."""
+    a = np.repeat(np.arange(-128, 128, dtype=np.int8), 256)
+    b = np.tile(np.arange(-128, 128, dtype=np.int8), 256)
+    for op, multiplier, shift in [("add", (3, 1), (1, 4)), ("sub", (1, 5), (9, 2)), ("max", (1, 3), (1, 2)),
+                                  ("min", (5, 1), (3, 0)), ("mul", 3, 1), ("mul", 1, 10), ("mul", 65535, 0)]:
+        for rounding in ROUNDING_MODES:
+            got, saturated = eltwise(a, b, op, multiplier=multiplier, shift=shift, out_dtype=np.int16,
+                                     rounding=rounding, return_saturated=True)
+            want, want_saturated = eltwise_reference(a, b, op, multiplier, shift, 0, 0, 0, -32768, 32767, np.int16,
+                                                     rounding)
+            assert np.array_equal(got, want) and saturated == want_saturated, (op, rounding)
+
+
+def test_mul_without_shift_saturates_where_the_product_is_capped():
+    """N = 0: products past 2**17 / M are capped in the kernel; with any zero point they still saturate."""
+    a = np.repeat(np.arange(-128, 128, dtype=np.int8), 256)
+    b = np.tile(np.arange(-128, 128, dtype=np.int8), 256)
+    for multiplier in (1, 2, 3, 255, 4097, 65535):
+        for zp in (-32768, 0, 32767):
+            for za, zb in ((127, -128), (-128, -128)):      # products down to -255**2, up to 255**2
+                got, saturated = eltwise(a, b, "mul", multiplier=multiplier, shift=0, a_zero_point=za,
+                                         b_zero_point=zb, out_zero_point=zp, out_dtype=np.int16, return_saturated=True)
+                want, want_saturated = eltwise_reference(a, b, "mul", multiplier, 0, za, zb, zp, -32768, 32767,
+                                                         np.int16, "half_up")
+                assert np.array_equal(got, want) and saturated == want_saturated, (multiplier, zp, za, zb)
+
+
+def test_cached_checks_still_reject_what_equals_a_valid_argument():
+    """True and 1.0 compare equal to 1: a plan cached for 1 must not let them through."""
+    a = np.zeros(3, np.int8)
+    for name in ("multiplier", "shift", "out_zero_point"):
+        arguments = dict(multiplier=1, shift=1, out_zero_point=1)
+        eltwise(a, a, "mul", **arguments)
+        for wrong in (True, 1.0):
+            with pytest.raises(TypeError, match=f"{name} must be an integer"):
+                eltwise(a, a, "mul", **{**arguments, name: wrong})
+
+
+def test_eltwise_of_scalars_is_0d():
+    out = eltwise(np.array(3, np.int8), np.array(-4, np.int8), "add", multiplier=(3, 5), shift=(2, 4))
+    assert out.shape == () and out.item() == round((3 * 3 * 4 - 4 * 5) / 16)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1), st.sampled_from(OUT_DTYPES), st.sampled_from(ROUNDING_MODES),
+       multipliers_and_shifts("add"), st.booleans())
+def test_concat_kernel_equals_requantize_of_the_int64_form(seed, dtype, rounding, parameters, per_channel):
+    rng = np.random.default_rng(seed)
+    inputs = [values(rng, (3, 2, 4), np.int8), values(rng, (3, 5, 4), np.uint8)]
+    zero_points = [int(rng.integers(-128, 128)), int(rng.integers(0, 256))]
+    multipliers, shifts = parameters
+    if per_channel:     # one (M, N) per entry of axis 0, which only requantize takes
+        multipliers, shifts = [np.full(3, m) for m in multipliers], [np.full(3, n) for n in shifts]
+    info = np.iinfo(dtype)
+    zp = int(rng.integers(info.min, info.max, endpoint=True))
+    got = concat(inputs, axis=1, zero_points=zero_points, multipliers=multipliers, shifts=shifts, out_zero_point=zp,
+                 out_dtype=dtype, rounding=rounding)
+    parts = [finish(rounding_shift_right((x.astype(np.int64) - z) * np.reshape(m, (-1, 1, 1)),
+                                         np.reshape(n, (-1, 1, 1)), rounding), zp, info.min, info.max, dtype)[0]
+             for x, z, m, n in zip(inputs, zero_points, multipliers, shifts)]
+    assert got.dtype == np.dtype(dtype) and np.array_equal(got, np.concatenate(parts, axis=1))
+
+
+def test_concat_copies_an_input_of_the_output_quantization():
+    """M = 2**N and the output's zero point and type: the unified-scale copy, unless the clamp is narrower."""
+    x = np.arange(-128, 128, dtype=np.int8).reshape(1, 2, 128)
+    for multiplier, shift, qmin, out_dtype in ((1, 0, None, np.int8), (1 << 15, 15, None, np.int8),
+                                               (1 << 15, 15, -100, np.int8), (4, 2, None, np.int16)):
+        got = concat([x], zero_points=[3], multipliers=[multiplier], shifts=[shift], out_zero_point=3, qmin=qmin,
+                     out_dtype=out_dtype)
+        want = np.clip(x.astype(np.int64), -128 if qmin is None else qmin, 127).astype(out_dtype)
+        assert got.dtype == np.dtype(out_dtype) and np.array_equal(got, want)

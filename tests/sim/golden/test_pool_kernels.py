@@ -1,0 +1,108 @@
+"""The pooling kernels (sim/golden/_pool_kernels.py) against the straightforward numpy form of docs/arithmetic.md
+§7 (sliding windows over the padded input): every storage type, kernel size, stride (the kernels' stride 1, 2 and
+general loops), dilation, padding, zero point, divisor rule and rounding mode, and the accumulator check."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.lib.stride_tricks import sliding_window_view
+
+from aipu.sim.golden import avg_pool2d, global_avg_pool, max_pool2d
+from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_divide
+
+DTYPES = (np.int8, np.uint8, np.int16)
+
+
+def windows(x, kernel, stride, padding, dilation, fill):
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = kernel, stride, dilation, padding
+    padded = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=fill)
+    view = sliding_window_view(padded, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
+    return view[:, :, ::sh, ::sw, ::dh, ::dw]
+
+
+def max_pool_reference(x, kernel, stride, padding, dilation):
+    return windows(x, kernel, stride, padding, dilation, np.iinfo(x.dtype).min).max(axis=(4, 5))
+
+
+def avg_pool_reference(x, kernel, stride, padding, include_pad, zp, rounding):
+    sums = windows(x.astype(np.int64) - zp, kernel, stride, padding, (1, 1), 0).sum(axis=(4, 5))
+    if include_pad:
+        divisor = np.int64(kernel[0] * kernel[1])
+    else:
+        inside = np.ones((1, 1) + x.shape[2:], np.int64)
+        divisor = windows(inside, kernel, stride, padding, (1, 1), 0).sum(axis=(4, 5))
+    return (rounding_divide(sums, divisor, rounding) + zp).astype(x.dtype)
+
+
+@st.composite
+def problems(draw, dilated: bool):
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    dtype = draw(st.sampled_from(DTYPES))
+    kernel = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2))) if dilated else (1, 1)
+    spans = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
+    padding = tuple(draw(st.integers(0, spans[i % 2] - 1)) for i in range(4))
+    height = draw(st.integers(max(1, spans[0] - padding[0] - padding[2]), 12))
+    width = draw(st.integers(max(1, spans[1] - padding[1] - padding[3]), 12))
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, (draw(st.integers(1, 2)), draw(st.integers(1, 3)), height, width),
+                     endpoint=True).astype(dtype)
+    if draw(st.booleans()):             # a strided view: the kernels take a contiguous copy
+        x = np.repeat(x, 2, axis=3)[..., ::2]
+    return dict(x=x, kernel=kernel, stride=stride, padding=padding, dilation=dilation,
+                zp=int(rng.integers(info.min, info.max, endpoint=True)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(problems(dilated=True))
+def test_max_pool_kernel_equals_the_numpy_form(p):
+    got = max_pool2d(p["x"], p["kernel"], stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
+    want = max_pool_reference(p["x"], p["kernel"], p["stride"], p["padding"], p["dilation"])
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(problems(dilated=False), st.booleans(), st.sampled_from(ROUNDING_MODES))
+def test_avg_pool_kernel_equals_the_numpy_form(p, include_pad, rounding):
+    got = avg_pool2d(p["x"], p["kernel"], stride=p["stride"], padding=p["padding"], count_include_pad=include_pad,
+                     x_zero_point=p["zp"], rounding=rounding)
+    want = avg_pool_reference(p["x"], p["kernel"], p["stride"], p["padding"], include_pad, p["zp"], rounding)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems(dilated=False), st.sampled_from(ROUNDING_MODES))
+def test_global_avg_pool_kernel_equals_the_numpy_form(p, rounding):
+    x = p["x"]
+    got = global_avg_pool(x, x_zero_point=p["zp"], rounding=rounding)
+    sums = (x.astype(np.int64) - p["zp"]).sum(axis=(2, 3), keepdims=True)
+    want = (rounding_divide(sums, x.shape[2] * x.shape[3], rounding) + p["zp"]).astype(x.dtype)
+    assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_sums_beyond_the_accumulator_raise_naming_the_worst():
+    """182 x 182 int16 taps of -32768 - 32767 sum to -2170781340 < -2**31, in either average; 181 x 181 fit."""
+    x = np.full((1, 1, 182, 182), -32768, np.int16)
+    for pool in (lambda x: avg_pool2d(x, x.shape[2], x_zero_point=32767),
+                 lambda x: global_avg_pool(x, x_zero_point=32767)):
+        with pytest.raises(OverflowError, match="window sum -2170781340 does not fit in int32"):
+            pool(x)
+        x[0, 0, 0, 0] = 32767      # a tap of 0: the mean of -65535 * 32760 / 32761 is -65533.0
+        assert pool(x[..., :181, :181]).item() == -65533 + 32767
+        x[0, 0, 0, 0] = -32768
+
+
+def test_an_image_without_pixels_has_no_divisor():
+    """All windows in the padding: max pooling sees only padded taps, an average has nothing to divide by
+    unless it counts the padding."""
+    x = np.zeros((1, 2, 0, 3), np.int8)
+    geometry = dict(stride=1, padding=(1, 1, 1, 1))
+    assert max_pool2d(x, 2, **geometry).tolist() == [[[[-128] * 4]] * 2]
+    assert avg_pool2d(x, 2, count_include_pad=True, x_zero_point=4, **geometry).tolist() == [[[[4] * 4]] * 2]
+    with pytest.raises(ValueError, match="divisor=0"):
+        avg_pool2d(x, 2, **geometry)
+    with pytest.raises(ValueError, match="divisor=0"):
+        global_avg_pool(x)
