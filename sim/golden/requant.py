@@ -27,10 +27,6 @@ _TFLITE_INT_MIN, _TFLITE_INT_MAX = bit_range(_TFLITE_INT_BITS, signed=True)
 _FLOAT_BOUND = 2.0 ** 40
 
 
-class _SumOutsideInt32(Exception):
-    """A 32-bit kernel met an acc + bias beyond int32 (its result is void; the wide kernel takes over)."""
-
-
 class _Channels:
     """Validates the accumulator and turns scalar / per-channel parameters into broadcastable int64."""
 
@@ -86,23 +82,16 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
     blocks = channels.blocks()
     out = np.empty(blocks.shape, dtype)
     saturated = int(kernel(blocks, *parameters, np.int64(zp), np.int64(qmin), np.int64(qmax), out))
-    if saturated < 0:
-        raise _SumOutsideInt32
     out = out.reshape(channels.acc.shape)
     return (out, saturated) if return_saturated else out
 
 
-def _run_float32_kernel(channels: _Channels, parameters: tuple, out_zero_point, qmin, qmax, out_dtype,
-                        return_saturated: bool):
+def _float32_requant(blocks, bias, scale, zero_point, qmin, qmax, out) -> int:
     """The float32 requant kernel in 32-bit lanes, or the float64 one where some acc + bias leaves int32."""
     from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide
 
-    try:
-        return _run_kernel(float32_requant, channels, parameters, out_zero_point, qmin, qmax, out_dtype,
-                           return_saturated)
-    except _SumOutsideInt32:
-        return _run_kernel(float32_requant_wide, channels, parameters, out_zero_point, qmin, qmax, out_dtype,
-                           return_saturated)
+    saturated = float32_requant(blocks, bias, scale, zero_point, qmin, qmax, out)
+    return saturated if saturated >= 0 else float32_requant_wide(blocks, bias, scale, zero_point, qmin, qmax, out)
 
 
 def _output_stage(value: np.ndarray, out_zero_point, qmin, qmax, out_dtype, return_saturated: bool):
@@ -175,7 +164,7 @@ def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage
     """The requantizer as the NPU runs a REQUANT command: ``acc`` int32 [pixels, channels], one parameter
     record (arch.PARAM_DTYPE) per channel. Only what the record's field types leave open is checked here,
     so that a tile costs little more than its kernel. Returns (out [pixels, channels], saturated count)."""
-    from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide, native_requant
+    from aipu.sim.golden._requant_kernels import native_requant
 
     if acc.dtype != ACC_DTYPE or acc.ndim != 2 or records.dtype != PARAM_DTYPE or records.shape != acc.shape[1:]:
         raise ValueError(f"expected int32 acc [pixels, channels] and one {PARAM_DTYPE} record per channel, got "
@@ -187,10 +176,7 @@ def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage
     if stage.float32_scale:
         scale = np.ascontiguousarray(records["scale"])
         _require_positive_finite(scale)
-        parameters = (bias.astype(np.int32), scale)
-        saturated = float32_requant(blocks, *parameters, *clamp)
-        if saturated < 0:
-            saturated = float32_requant_wide(blocks, *parameters, *clamp)
+        saturated = _float32_requant(blocks, bias.astype(np.int32), scale, *clamp)
     else:
         m = _record_field(records, "multiplier", 0, MULTIPLIER_MAX)
         n = _record_field(records, "shift", 0, SHIFT_MAX)
@@ -238,8 +224,8 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
     _require_positive_finite(scale)
     if product == "float32":      # the hardware mode: one fused pass (an overflow to +-inf saturates)
         bias = channels.vector("bias", 0 if bias is None else bias, *bit_range(BIAS_BITS, signed=True))
-        return _run_float32_kernel(channels, (bias.astype(np.int32), channels.spread(scale)), out_zero_point, qmin,
-                                   qmax, out_dtype, return_saturated)
+        return _run_kernel(_float32_requant, channels, (bias.astype(np.int32), channels.spread(scale)),
+                           out_zero_point, qmin, qmax, out_dtype, return_saturated)
     total = channels.biased(bias)
     dtype = check_out_dtype("out_dtype", out_dtype)
     zp = check_int_param("out_zero_point", out_zero_point, *dtype_range(dtype), None)
