@@ -262,8 +262,8 @@ def check_layer(layer: ConvLayer) -> None:
 
 def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
                tile_c: int | None = None, tile_rows: int | None = None) -> TilePlan:
-    """Tiles that fit half of every buffer, chosen among halvings of K, C and the output rows to minimise
-    the estimated DRAM traffic; explicitly given sizes are kept."""
+    """Tiles that fit half of every buffer, chosen among even splits of K and halvings of C and of the output
+    rows to minimise the estimated DRAM traffic; explicitly given sizes are kept."""
     _, c, _, w = layer.x.shape
     k, cg, kh, kw = layer.w.shape
     groups = layer.groups
@@ -442,6 +442,9 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
     row_tiles = [(r0, min(plan.tile_rows, plan.out_h - r0)) for r0 in range(0, plan.out_h, plan.tile_rows)]
     chunks = ([(c0, min(plan.tile_c, c - c0)) for c0 in range(0, c, plan.tile_c)] if layer.groups == 1 else [None])
     reload_weights = len(chunks) > 1
+    # A grouped layer whose weights and records all fit one half loads them once: its tiles differ only there.
+    resident = (layer.groups > 1 and len(k_tiles) > 1 and layer.w.size <= config.buffer(Buffer.WEIGHT).bytes // 2
+                and k <= config.buffer_units(Buffer.PARAM) // 2)
     tiles = [(kt, rt) for kt in range(len(k_tiles)) for rt in range(len(row_tiles))]
     n_steps = len(tiles) * len(chunks)
 
@@ -460,21 +463,25 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
         pad_top, pad_bottom = max(0, -in_first), max(0, in_first + in_rows - h)
         real_first = max(0, in_first)
         real_rows = in_rows - pad_top - pad_bottom
+        loads_params = t == 0 if resident else first_of_k      # the tile's weights and records arrive with it
+        param_index = slot(Buffer.PARAM, 0) + k0 if resident else slot(Buffer.PARAM, kt)
 
         for chunk_index, chunk in enumerate(chunks):
             c0, tc = chunk if chunk is not None else ((k0 // kg) * cg, tk // kg * cg)
             loads = []
-            if first_of_k and chunk_index == 0:
+            if loads_params and chunk_index == 0:
+                loaded_k = k if resident else tk
                 loads.append(dict(buffer=Buffer.PARAM, sram_addr=slot(Buffer.PARAM, kt) * PARAM_RECORD_BYTES,
                                   dram_addr=addresses["params"] + k0 * PARAM_RECORD_BYTES, elem_type=DType.INT8,
-                                  y_size=1, x_size=1, run=tk * PARAM_RECORD_BYTES,
+                                  y_size=1, x_size=1, run=loaded_k * PARAM_RECORD_BYTES,
                                   pop=[Unit.REQUANT] if kt >= 2 else [], push=[Unit.REQUANT]))
-            weight_slot = step if reload_weights else kt
-            if reload_weights or (first_of_k and chunk_index == 0):
+            weight_slot = step if reload_weights else 0 if resident else kt
+            wgt_addr = slot(Buffer.WEIGHT, weight_slot) + (k0 * kh * kw * cg if resident else 0)
+            if reload_weights or (loads_params and chunk_index == 0):
                 wgt_c = tc if layer.groups == 1 else cg
                 loads.append(dict(buffer=Buffer.WEIGHT, sram_addr=slot(Buffer.WEIGHT, weight_slot),
                                   dram_addr=addresses["weights"] + (k0 * kh * kw * cg + (c0 if layer.groups == 1 else 0)),
-                                  elem_type=DType.INT8, y_size=tk, x_size=kh * kw, run=wgt_c,
+                                  elem_type=DType.INT8, y_size=k if resident else tk, x_size=kh * kw, run=wgt_c,
                                   dram_y_stride=kh * kw * cg, dram_x_stride=cg))
             loads.append(dict(buffer=Buffer.ACT, sram_addr=slot(Buffer.ACT, step),
                               dram_addr=addresses["input"] + (real_first * w * c + c0), elem_type=in_type,
@@ -493,18 +500,18 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
             program.append(Command.make(
                 Opcode.CONV, pop=pop, push=push, in_addr=slot(Buffer.ACT, step), in_h=in_rows, in_w=w + pl + pr,
                 in_c=tc, in_type=in_type, in_zero_point=layer.x_zero_point,
-                wgt_addr=slot(Buffer.WEIGHT, weight_slot), w_zero_point=layer.w_zero_point, out_c=tk, k_h=kh,
+                wgt_addr=wgt_addr, w_zero_point=layer.w_zero_point, out_c=tk, k_h=kh,
                 k_w=kw, stride_h=layer.stride[0], stride_w=layer.stride[1], dilation_h=layer.dilation[0],
                 dilation_w=layer.dilation[1], groups=1 if layer.groups == 1 else tk // kg,
                 acc_addr=slot(Buffer.ACC, t), accumulate=int(chunk_index > 0)))
             step += 1
 
-        pop = [Unit.CONV] + ([Unit.LOAD] if first_of_k else []) + ([Unit.STORE] if t >= 2 else [])
+        pop = [Unit.CONV] + ([Unit.LOAD] if loads_params else []) + ([Unit.STORE] if t >= 2 else [])
         push = ([Unit.LUT if layer.lut is not None else Unit.STORE] + ([Unit.CONV] if t + 2 < len(tiles) else [])
-                + ([Unit.LOAD] if last_of_k and kt + 2 < len(k_tiles) else []))
+                + ([Unit.LOAD] if last_of_k and kt + 2 < len(k_tiles) and not resident else []))
         program.append(Command.make(
             Opcode.REQUANT, pop=pop, push=push, acc_addr=slot(Buffer.ACC, t), out_addr=slot(Buffer.OUT, t),
-            pixels=rows * plan.out_w, channels=tk, param_index=slot(Buffer.PARAM, kt), out_type=layer.out_type,
+            pixels=rows * plan.out_w, channels=tk, param_index=param_index, out_type=layer.out_type,
             out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax, mode=RequantMode.NATIVE,
             rounding=layer.rounding))
         if layer.lut is not None:   # in place on the output half
