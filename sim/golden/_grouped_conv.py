@@ -1,4 +1,5 @@
-"""numba kernel of conv2d's grouped/depthwise path (kept apart so that importing the golden model stays cheap).
+"""numba kernels of conv2d's grouped/depthwise path, on NCHW operands and on channels-last tiles (kept apart so
+that importing the golden model stays cheap).
 
 Every array index in the loops is an unsigned integer: numba wraps a negative signed index around (Python
 semantics), and that check on an index it cannot prove non-negative (``start + t``) keeps LLVM from
@@ -117,3 +118,81 @@ def grouped_conv_taps(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, 
                     target = out_base + _U(y * ow)
                     for q in range(_U(ow)):
                         flat_out[target + q] = np.int32(planes[source + q])
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def depthwise_channels_last(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
+                            dilation_w, out):
+    """out[n, y, x', c] = sum over i, j of ws[i*KW + j, c] * (x - zp)[n, y*sh + i*dh - pt, x'*sw + j*dw - pl, c],
+    taps outside x being 0: a depthwise conv on channels-last operands, as the NPU's buffers hold a tile.
+
+    x: int8/uint8 [N, H, W, C] C-contiguous; ws: float32 [KH*KW, C] (weights minus their zero point); out:
+    int32 [N, OH, OW, C] C-contiguous. The padded input is converted once into a float32 plane whose rows
+    are split by column phase, ``plane[r, b, q, c] = padded[r, q*sw + b, c]``: a tap then reads one
+    contiguous run of OW*C values per output row, multiplied element by element with its weights repeated
+    OW times, so the vector loops run over pixels and channels together however few channels a tile has.
+    Exact under the same float32 bound as :func:`grouped_conv_taps`.
+    """
+    batch, height, width_in, channels = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    lanes = _U(channels)
+    phase_w = (ow - 1) + ((kw - 1) * dilation_w) // stride_w + 1
+    rows = (oh - 1) * stride_h + (kh - 1) * dilation_h + 1
+    row_size = _U(stride_w * phase_w) * lanes
+    run = _U(ow) * lanes
+    taps = kh * kw
+    repeated = np.empty(_U(taps) * run, np.float32)        # repeated[t, x'*C + c] = ws[t, c]
+    for t in range(taps):
+        for column in range(_U(ow)):
+            for c in range(lanes):
+                repeated[_U(t) * run + column * lanes + c] = ws[t, c]
+    starts = np.empty(taps, np.uint64)                      # a tap's offset within a plane row
+    for j in range(kw):
+        column, phase = divmod(j * dilation_w, stride_w)
+        for i in range(kh):
+            starts[i * kw + j] = _U(phase * phase_w + column) * lanes
+    plane = np.zeros(_U(rows) * row_size, np.float32)       # the padding is never written: it stays 0
+    row = np.empty(run, np.float32)
+    zero_point = np.float32(x_zero_point)
+    for n in range(batch):
+        for r in range(rows):
+            y = r - pad_top
+            if y < 0 or y >= height:
+                continue
+            base = _U(r) * row_size
+            source = x[n, y].ravel()
+            if stride_w == 1:       # one phase: the row's pixels are one contiguous run
+                first = min(pad_left, phase_w)
+                count = _U(max(0, min(phase_w - first, width_in))) * lanes
+                target = base + _U(first) * lanes
+                for e in range(count):
+                    plane[target + e] = np.float32(source[e]) - zero_point
+                continue
+            for b in range(stride_w):
+                first = max(0, -((b - pad_left) // stride_w))
+                last = max(first, min(phase_w, (width_in - 1 - b + pad_left) // stride_w + 1))
+                for q in range(first, last):
+                    pixel = _U(q * stride_w + b - pad_left) * lanes
+                    target = base + _U(b * phase_w + q) * lanes
+                    for c in range(lanes):
+                        plane[target + c] = np.float32(source[pixel + c]) - zero_point
+        for y in range(oh):
+            row[:] = 0.0
+            for i in range(kh):
+                line = _U(y * stride_h + i * dilation_h) * row_size
+                t, end = i * kw, (i + 1) * kw
+                while t + 3 <= end:        # three taps per pass: a third of the row's loads and stores
+                    s0, s1, s2 = line + starts[t], line + starts[t + 1], line + starts[t + 2]
+                    w0, w1, w2 = _U(t) * run, _U(t + 1) * run, _U(t + 2) * run
+                    for e in range(run):
+                        row[e] += (plane[s0 + e] * repeated[w0 + e] + plane[s1 + e] * repeated[w1 + e]
+                                   + plane[s2 + e] * repeated[w2 + e])
+                    t += 3
+                while t < end:
+                    s0, w0 = line + starts[t], _U(t) * run
+                    for e in range(run):
+                        row[e] += plane[s0 + e] * repeated[w0 + e]
+                    t += 1
+            target = out[n, y].ravel()
+            for e in range(run):
+                target[e] = np.int32(row[e])

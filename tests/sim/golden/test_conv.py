@@ -320,11 +320,12 @@ def test_grouped_conv_overflow_names_worst_value():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2 ** 32 - 1), st.sampled_from([np.int8, np.uint8]))
-def test_depthwise_kernel_is_exact(seed, x_dtype):
-    """Depthwise convs up to 5x5 always take the direct kernel (25 * 255 * 255 < 2**24): strides 1 and 2 (their
+@given(st.integers(0, 2 ** 32 - 1), st.sampled_from([np.int8, np.uint8]), st.booleans())
+def test_depthwise_kernel_is_exact(seed, x_dtype, channels_last):
+    """Depthwise convs up to 5x5 always take a direct kernel (25 * 255 * 255 < 2**24): strides 1 and 2 (their
     own copy loops) and 3, dilation, asymmetric padding, kernels of 1 to 5 taps a row (taps three per pass and
-    the rest), per-channel weight zero points, every byte value, planes smaller and larger than a SIMD run."""
+    the rest), per-channel weight zero points, every byte value, planes smaller and larger than a SIMD run;
+    NCHW operands (conv2d) and channels-last ones (conv_sums_channels_last, the interpreter's tiles)."""
     rng = np.random.default_rng(seed)
     channels, kernel = int(rng.integers(1, 100)), tuple(int(k) for k in rng.integers(1, 6, 2))
     stride, dilation = tuple(int(s) for s in rng.integers(1, 4, 2)), tuple(int(d) for d in rng.integers(1, 3, 2))
@@ -335,10 +336,32 @@ def test_depthwise_kernel_is_exact(seed, x_dtype):
     x = rng.integers(info.min, info.max + 1, (int(rng.integers(1, 3)), channels, *size), dtype=x_dtype)
     w = rng.integers(-128, 128, (channels, 1, *kernel), dtype=np.int8)
     zx, zw = int(rng.integers(info.min, info.max + 1)), rng.integers(-128, 128, channels)
-    got = conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation,
-                 groups=channels)
+    params = dict(x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation,
+                  groups=channels)
+    if channels_last:
+        geometry = conv_geometry(x.shape, x.dtype, w.shape, w.dtype, **params)
+        got = conv_sums_channels_last(x.transpose(0, 2, 3, 1), w.transpose(0, 2, 3, 1), geometry).transpose(0, 3, 1, 2)
+    else:
+        got = conv2d(x, w, **params)
     want = tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, channels)
     np.testing.assert_array_equal(got, want)
+
+
+def test_channels_last_depthwise_tiles_take_their_own_kernel(monkeypatch):
+    """A depthwise tile of several channels in the buffers' layout is computed where it lies (no transposes)."""
+    import aipu.sim.golden._grouped_conv as kernel_module
+
+    calls = []
+    kernel = kernel_module.depthwise_channels_last
+    monkeypatch.setattr(kernel_module, "depthwise_channels_last", lambda *args: calls.append(1) or kernel(*args))
+    rng = np.random.default_rng(3)
+    x, w = rng.integers(-128, 128, (1, 9, 11, 10), dtype=np.int8), rng.integers(-128, 128, (10, 3, 3, 1), dtype=np.int8)
+    geometry = conv_geometry((1, 10, 9, 11), x.dtype, (10, 1, 3, 3), w.dtype, x_zero_point=5, stride=(2, 1),
+                             padding=(1, 1, 1, 1), groups=10)
+    got = conv_sums_channels_last(x, w, geometry)
+    assert calls
+    np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), tapwise_int64_conv(
+        x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), 5, 0, (2, 1), (1, 1, 1, 1), (1, 1), 10))
 
 
 @settings(max_examples=60, deadline=None)
