@@ -1,0 +1,249 @@
+"""Float-graph rewrites before quantization, and the check that lists every node the NPU path cannot run.
+
+:func:`normalize` drops nodes that compute nothing at inference (Identity, Dropout, a Cast to the type the
+tensor has), folds each BatchNormalization into the Conv before it where that conv feeds nothing else (in
+float64, the folded weights stored as float32), and writes every Conv's ``auto_pad`` as explicit pads.
+:func:`check` then names, in one error, every node whose operator or attributes the compiler does not
+support, with its input shapes, before anything is written.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from aipu.compiler.graph import Graph, Node
+from aipu.sim.machine.errors import InputError
+
+
+class UnsupportedNodes(InputError):
+    """Every node the compiler cannot take, each with its operator, input shapes and the reason."""
+
+    def __init__(self, items: list[str]):
+        super().__init__("unsupported nodes", len(items), "; ".join(items))
+        self.items = items
+
+    def __str__(self) -> str:
+        count = len(self.items)
+        return ": ".join((*self.where, f"{count} unsupported node{'s' if count > 1 else ''}: " + "; ".join(self.items)))
+
+
+def normalize(graph: Graph) -> Graph:
+    """The graph without inference no-ops, with BatchNormalization folded and pads explicit; then checked."""
+    check(graph)
+    graph = _drop_no_ops(graph)
+    graph = _fold_batch_norms(graph)
+    graph.nodes = [_explicit_pads(node, graph) if node.op in ("Conv", "ConvTranspose", "MaxPool", "AveragePool")
+                   else node for node in graph.nodes]
+    return graph
+
+
+def check(graph: Graph) -> None:
+    """:class:`UnsupportedNodes` listing every node the compiler cannot take; else the reason strict shape
+    inference failed, if it did; else the first tensor whose shape stayed unknown."""
+    items = []
+    for node in graph.nodes:
+        reason = _unsupported(node, graph)
+        if reason:
+            shapes = ", ".join("x".join(map(str, graph.shapes[name])) if name in graph.shapes else "?"
+                               for name in node.inputs if name)
+            domain = f" in domain {node.domain}" if node.domain not in ("", "ai.onnx") else ""
+            items.append(f"{node.name!r} ({node.op}{domain}; inputs {shapes or 'none'}): {reason}")
+    if items:
+        raise UnsupportedNodes(items).within(graph.source)
+    if graph.problem is not None:
+        raise graph.problem.within(graph.source)
+    for node in graph.nodes:
+        for name in (*node.inputs, *node.outputs):
+            if name and name not in graph.shapes:
+                raise InputError(f"node {node.name!r} ({node.op}) tensor {name!r}", "shape unknown",
+                                 "every shape inferable from the input shapes").within(graph.source)
+
+
+# --- what the compiler takes ------------------------------------------------------------------------------
+def _constant(*positions: int) -> Callable[[Node, Graph], str | None]:
+    """A check that the inputs at ``positions`` (where present) are constants: weights, not activations."""
+    def check_inputs(node: Node, graph: Graph) -> str | None:
+        for position in positions:
+            if position < len(node.inputs) and node.inputs[position] and node.inputs[position] not in graph.constants:
+                return f"input {position} ({node.inputs[position]!r}) must be a constant"
+        return None
+    return check_inputs
+
+
+def _rank(rank: int, *then: Callable) -> Callable[[Node, Graph], str | None]:
+    """A check that input 0 has ``rank`` dimensions (2-D images are [N, C, H, W]), then the ``then`` checks."""
+    def check_rank(node: Node, graph: Graph) -> str | None:
+        shape = graph.shapes.get(node.inputs[0])
+        if shape is not None and len(shape) != rank:
+            return f"input of rank {len(shape)}, only rank {rank} is supported"
+        for more in then:
+            reason = more(node, graph)
+            if reason:
+                return reason
+        return None
+    return check_rank
+
+
+def _attribute(name: str, allowed: tuple, default) -> Callable[[Node, Graph], str | None]:
+    def check_attribute(node: Node, graph: Graph) -> str | None:
+        value = node.attrs.get(name, default)
+        value = value.decode() if isinstance(value, bytes) else value
+        return None if value in allowed else f"{name} = {value!r}, supported: {', '.join(map(repr, allowed))}"
+    return check_attribute
+
+
+def _unused_outputs(first: int) -> Callable[[Node, Graph], str | None]:
+    def check_outputs(node: Node, graph: Graph) -> str | None:
+        used = {name for other in graph.nodes for name in other.inputs} | set(graph.outputs)
+        extra = [name for name in node.outputs[first:] if name and name in used]
+        return f"output {extra[0]!r} is used; only the first output is computed" if extra else None
+    return check_outputs
+
+
+def _all(*checks: Callable) -> Callable[[Node, Graph], str | None]:
+    def check_all(node: Node, graph: Graph) -> str | None:
+        return next((reason for reason in (check(node, graph) for check in checks) if reason), None)
+    return check_all
+
+
+def _no_check(node: Node, graph: Graph) -> None:
+    return None
+
+
+def _pad_check(node: Node, graph: Graph) -> str | None:
+    return _all(_attribute("mode", ("constant",), "constant"), _constant(1, 2, 3), _rank(4))(node, graph)
+
+
+def _resize_check(node: Node, graph: Graph) -> str | None:
+    reason = _all(_rank(4), _attribute("mode", ("nearest", "linear"), "nearest"), _constant(1, 2, 3))(node, graph)
+    if reason:
+        return reason
+    shape_in, shape_out = graph.shapes.get(node.inputs[0]), graph.shapes.get(node.outputs[0])
+    if shape_in and shape_out and shape_in[:2] != shape_out[:2]:
+        return f"resizes batch or channels ({'x'.join(map(str, shape_in))} -> {'x'.join(map(str, shape_out))})"
+    return None
+
+
+_SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
+    "Conv": _rank(4, _constant(1, 2)),
+    "ConvTranspose": _rank(4, _constant(1, 2)),
+    "Gemm": _all(_constant(1, 2), _attribute("transA", (0,), 0)),
+    "MatMul": _constant(1),
+    "BatchNormalization": _all(_constant(1, 2, 3, 4), _attribute("training_mode", (0,), 0), _unused_outputs(1)),
+    "Relu": _no_check, "LeakyRelu": _no_check, "PRelu": _constant(1), "Clip": _constant(1, 2),
+    "Sigmoid": _no_check, "Tanh": _no_check, "HardSigmoid": _no_check, "HardSwish": _no_check, "Swish": _no_check,
+    "Gelu": _no_check, "Exp": _no_check,
+    "Softmax": _no_check,
+    "MaxPool": _rank(4, _attribute("storage_order", (0,), 0), _unused_outputs(1)),
+    "AveragePool": _rank(4), "GlobalAveragePool": _rank(4),
+    "Add": _no_check, "Sub": _no_check, "Mul": _no_check, "Div": _no_check,
+    "Concat": _no_check,
+    "Resize": _resize_check,
+    "Pad": _pad_check,
+    "Reshape": _constant(1), "Flatten": _no_check, "Transpose": _no_check, "Squeeze": _constant(1),
+    "Unsqueeze": _constant(1),
+    "Identity": _no_check, "Dropout": _all(_constant(1, 2), _unused_outputs(1)),
+    "Cast": _no_check,
+}
+
+
+def _unsupported(node: Node, graph: Graph) -> str | None:
+    if node.domain not in ("", "ai.onnx"):
+        return "operators outside the default ONNX domain are not supported"
+    check_node = _SUPPORTED.get(node.op)
+    if check_node is None:
+        return "operator not supported"
+    if node.op == "Cast" and graph.dtypes.get(node.outputs[0]) != graph.dtypes.get(node.inputs[0]):
+        return "casts between types are not supported (only a Cast to the type the tensor has)"
+    if node.op == "Dropout" and len(node.inputs) > 2 and node.inputs[2] and graph.constants.get(
+            node.inputs[2], np.array(True)).any():
+        return "training_mode must be a constant false"
+    return check_node(node, graph)
+
+
+# --- rewrites -----------------------------------------------------------------------------------------------
+def _drop_no_ops(graph: Graph) -> Graph:
+    """Remove Identity, Dropout and same-type Cast: their consumers read the input instead. Where the no-op's
+    output is a graph output, the producer of its input writes that name instead."""
+    nodes, renamed = [], {}
+    producer = graph.producer()
+    for node in graph.nodes:
+        node = replace(node, inputs=tuple(renamed.get(name, name) for name in node.inputs))
+        if node.op not in ("Identity", "Dropout", "Cast"):
+            nodes.append(node)
+            continue
+        source, target = node.inputs[0], node.outputs[0]
+        if target in graph.outputs and source in producer and source not in graph.outputs:
+            renamed[source] = target      # keep the output's name: rename where it is made
+            nodes = [replace(n, outputs=tuple(target if o == source else o for o in n.outputs),
+                             inputs=tuple(target if i == source else i for i in n.inputs)) for n in nodes]
+            graph.shapes[target], graph.dtypes[target] = graph.shapes[source], graph.dtypes[source]
+        elif target in graph.outputs:
+            nodes.append(replace(node, op="Identity", inputs=(source,), outputs=(target,), attrs={}))
+        else:
+            renamed[target] = source
+    graph.nodes = nodes
+    return graph
+
+
+def _fold_batch_norms(graph: Graph) -> Graph:
+    """Conv -> BatchNormalization, the conv feeding only the BN: w' = w * g / sqrt(v + eps), b' = (b - mean) *
+    g / sqrt(v + eps) + beta, in float64. Other BNs stay (the quantizer runs them as a per-channel scale)."""
+    consumers, producer = graph.consumers(), graph.producer()
+    folded: dict[str, Node] = {}
+    dropped: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "BatchNormalization":
+            continue
+        conv = producer.get(node.inputs[0])
+        if (conv is None or conv.op != "Conv" or len(consumers.get(node.inputs[0], ())) != 1
+                or node.inputs[0] in graph.outputs):
+            continue
+        scale, beta, mean, var = (graph.constants[name].astype(np.float64) for name in node.inputs[1:5])
+        factor = scale / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+        weight = graph.constants[conv.inputs[1]].astype(np.float64)
+        bias = (graph.constants[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2]
+                else np.zeros(weight.shape[0]))
+        weight_name, bias_name = f"{conv.name}/bn_folded_weight", f"{conv.name}/bn_folded_bias"
+        graph.constants[weight_name] = (weight * factor.reshape(-1, 1, 1, 1)).astype(np.float32)
+        graph.constants[bias_name] = ((bias - mean) * factor + beta).astype(np.float32)
+        for name in (weight_name, bias_name):
+            graph.shapes[name], graph.dtypes[name] = graph.constants[name].shape, np.dtype(np.float32)
+        folded[conv.name] = replace(conv, inputs=(conv.inputs[0], weight_name, bias_name), outputs=(node.outputs[0],))
+        dropped.add(node.name)
+    graph.nodes = [folded.get(node.name, node) for node in graph.nodes if node.name not in dropped]
+    used = {name for node in graph.nodes for name in node.inputs}
+    graph.constants = {name: value for name, value in graph.constants.items() if name in used}
+    return graph
+
+
+def _explicit_pads(node: Node, graph: Graph) -> Node:
+    """auto_pad (SAME_UPPER, SAME_LOWER, VALID) as the explicit ``pads`` it stands for."""
+    auto_pad = node.attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    attrs = {key: value for key, value in node.attrs.items() if key != "auto_pad"}
+    if auto_pad in ("NOTSET", ""):
+        return replace(node, attrs=attrs)
+    spatial = graph.shapes[node.inputs[0]][2:]
+    if node.op in ("Conv", "ConvTranspose"):
+        kernel = graph.shapes[node.inputs[1]][2:]
+    else:
+        kernel = tuple(node.attrs["kernel_shape"])
+    strides = tuple(node.attrs.get("strides", (1,) * len(spatial)))
+    dilations = tuple(node.attrs.get("dilations", (1,) * len(spatial)))
+    output_padding = tuple(node.attrs.get("output_padding", (0,) * len(spatial)))
+    begin, end = [], []
+    for size, k, s, d, extra in zip(spatial, kernel, strides, dilations, output_padding):
+        if auto_pad == "VALID":
+            total = 0
+        elif node.op == "ConvTranspose":     # the output is size * stride
+            total = max(0, s * (size - 1) + extra + (k - 1) * d + 1 - size * s)
+        else:
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, large = total // 2, total - total // 2
+        begin.append(small if auto_pad == "SAME_UPPER" else large)
+        end.append(large if auto_pad == "SAME_UPPER" else small)
+    return replace(node, attrs={**attrs, "pads": [*begin, *end]})
