@@ -1,0 +1,62 @@
+"""Reading an .npz (numpy.savez) a user hands us: every member's .npy header is checked before its data is read.
+
+The archive is opened without pickles; a caller's ``check_member(name, dtype, shape)`` refuses a member by
+its header alone (raising :class:`~aipu.sim.machine.errors.InputError`), so no member can allocate more
+than the caller allows, and a truncated or corrupt member is an InputError naming it.
+"""
+from __future__ import annotations
+
+import math
+import zipfile
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+
+from aipu.sim.machine.errors import InputError
+
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+# What zipfile, zlib and numpy's .npy header parser raise on corrupt data (seeks to bad offsets: OSError).
+_CORRUPT = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError)
+
+MemberCheck = Callable[[str, np.dtype, tuple[int, ...]], None]
+
+
+def read_npz(path, check_member: MemberCheck) -> dict[str, np.ndarray]:
+    """Every member of the archive ``path`` by name (without ".npy"), each header passed to ``check_member``
+    before its data is read. The caller adds the file's name to errors (``InputError.within``)."""
+    with open(path, "rb") as handle:
+        try:
+            archive = zipfile.ZipFile(handle)
+        except _CORRUPT:
+            handle.seek(0)
+            npy = handle.read(6) == b"\x93NUMPY"
+            raise InputError("format", "a single .npy array" if npy else "not a complete zip archive",
+                             "expected an .npz of named arrays, as numpy.savez writes") from None
+        with archive:
+            members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
+            return {name: _read_member(archive, name, info, check_member) for name, info in members.items()}
+
+
+def _read_member(archive: zipfile.ZipFile, name: str, info: zipfile.ZipInfo, check_member: MemberCheck) -> np.ndarray:
+    """One array, its header checked (kind, dimensions, size) before its data is read."""
+    if info.flag_bits & 1 or info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise InputError(name, "encrypted or unusually compressed", "numpy.savez(_compressed) members only")
+    try:
+        with archive.open(info) as handle:
+            version = np.lib.format.read_magic(handle)
+            if version not in _NPY_HEADERS:
+                raise InputError(name, f".npy format {version}", "formats 1.0 and 2.0 (numpy.save)")
+            shape, fortran_order, dtype = _NPY_HEADERS[version](handle)
+            if dtype.hasobject:
+                raise InputError(name, str(dtype), "plain numeric arrays (no Python objects)")
+            check_member(name, dtype, shape)
+            nbytes = math.prod(shape) * dtype.itemsize
+            data = handle.read(nbytes)
+    except InputError:
+        raise
+    except _CORRUPT as exc:
+        raise InputError(name, str(exc), "expected a readable .npy member (the archive is corrupt)") from None
+    if len(data) != nbytes:
+        raise InputError(name, f"{len(data)} bytes", f"truncated: shape {list(shape)} of {dtype} needs {nbytes}")
+    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C").copy()
