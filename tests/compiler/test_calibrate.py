@@ -1,0 +1,154 @@
+"""Calibration (compiler/calibrate.py): the data set reader, the statistics, and every range method."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aipu.app.models.train_digits import MODEL_PATH
+from aipu.app.ort_compare import single_thread_session
+from aipu.compiler.calibrate import (HISTOGRAM_BINS, TensorStats, choose_range, collect, kl_threshold,
+                                    read_calibration)
+from aipu.compiler.graph import load_graph
+from aipu.compiler.normalize import normalize
+from aipu.sim.machine.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def digits_graph():
+    return normalize(load_graph(MODEL_PATH))
+
+
+def _stats(values: np.ndarray, batch: int = 100, histogram: bool = True) -> TensorStats:
+    stats = TensorStats()
+    for start in range(0, values.size, batch):
+        stats.add_batch(values[start:start + batch])
+    if histogram:
+        for start in range(0, values.size, batch):
+            stats.add_to_histogram(values[start:start + batch])
+    return stats
+
+
+def test_statistics_are_those_of_every_activation(digits_graph, digits_data):
+    images = digits_data["calibration_images"][:40]
+    stats = collect(digits_graph, {digits_graph.inputs[0]: images}, batch_size=16, histograms=True)
+    model = digits_graph.to_onnx(every_tensor_an_output=True)
+    names = [output.name for output in model.graph.output]
+    session = single_thread_session(model)
+    runs = [session.run(names, {digits_graph.inputs[0]: image[None]}) for image in images]   # batch 1
+    values = {name: np.concatenate([run[index] for run in runs]) for index, name in enumerate(names)}
+    values[digits_graph.inputs[0]] = images
+    assert set(stats) == set(values)
+    for name, tensor in values.items():
+        got = stats[name]
+        assert (got.minimum, got.maximum) == (float(tensor.min()), float(tensor.max()))
+        assert got.count == tensor.size and len(got.batch_maxima) == 3     # 16 + 16 + 8 samples
+        assert got.total == pytest.approx(float(tensor.astype(np.float64).sum()), rel=1e-9, abs=1e-9)
+        assert got.histogram.sum() == tensor.size
+
+
+def test_extrema_mean_and_nstd():
+    values = np.concatenate([np.linspace(-1, 1, 300), [5.0, -3.0]]).astype(np.float32)
+    stats = _stats(values, batch=100, histogram=False)
+    assert choose_range(stats, "extrema") == (-3.0, 5.0)
+    lows = [values[i:i + 100].min() for i in (0, 100, 200, 300)]
+    highs = [values[i:i + 100].max() for i in (0, 100, 200, 300)]
+    assert choose_range(stats, "mean") == pytest.approx((np.mean(lows), np.mean(highs)))
+    newest = choose_range(stats, "mean", momentum=0.5)          # weights 1/8, 1/8, 1/4, 1/2 (oldest first)
+    weights = [0.125, 0.125, 0.25, 0.5]
+    assert newest == pytest.approx((np.dot(weights, lows), np.dot(weights, highs)))
+    mean, std = float(values.astype(np.float64).mean()), float(values.astype(np.float64).std())
+    assert choose_range(stats, "nstd", n_std=2.0) == pytest.approx((mean - 2 * std, mean + 2 * std))
+    assert choose_range(stats, "nstd", n_std=100.0) == (-3.0, 5.0)     # never beyond the extrema
+
+
+def test_percentile_clips_the_tail():
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.uniform(-1, 1, 100_000), [40.0]]).astype(np.float32)
+    low, high = choose_range(_stats(values, batch=10_000), "percentile", percentile=99.0)
+    assert high == pytest.approx(0.99, abs=2 * 40.0 / HISTOGRAM_BINS) and low == -high
+    assert choose_range(_stats(values, batch=10_000), "percentile", percentile=100.0)[1] == pytest.approx(40.0)
+
+
+def test_kl_divergence_ignores_rare_outliers_and_keeps_a_dense_range():
+    rng = np.random.default_rng(1)
+    gaussian = np.concatenate([rng.normal(0, 1, 200_000), [30.0, -25.0]]).astype(np.float32)
+    low, high = choose_range(_stats(gaussian, batch=50_000), "kld")
+    assert 2.0 < high < 10.0 and low == -high          # the bulk kept, the outliers at 25-30 clipped
+    uniform = rng.uniform(0, 1, 200_000).astype(np.float32)
+    assert choose_range(_stats(uniform, batch=50_000), "kld")[1] > 0.9       # nothing to clip
+    assert kl_threshold(np.zeros(HISTOGRAM_BINS, np.int64), 0.0, 128) == 0.0
+
+
+def test_histogram_methods_need_histograms_and_parameters_are_checked():
+    stats = _stats(np.arange(10, dtype=np.float32), histogram=False)
+    with pytest.raises(ValueError, match="needs histograms"):
+        choose_range(stats, "kld")
+    with pytest.raises(ValueError, match="expected one of extrema, mean, nstd, kld, percentile"):
+        choose_range(stats, "entropy")
+    with pytest.raises(ValueError, match="momentum"):
+        choose_range(stats, "mean", momentum=1.0)
+
+
+def test_calibration_files_are_checked(tmp_path, digits_graph):
+    name = digits_graph.inputs[0]
+    good = np.random.default_rng(0).random((5, 1, 8, 8)).astype(np.float64)
+    np.savez(tmp_path / "named.npz", **{name: good})
+    np.savez(tmp_path / "any_name.npz", images=good)
+    for path in ("named.npz", "any_name.npz"):
+        data = read_calibration(tmp_path / path, digits_graph)
+        assert list(data) == [name] and data[name].dtype == np.float32 and data[name].shape == (5, 1, 8, 8)
+    bad = {
+        "ints.npz": ({name: good.astype(np.int32)}, "a float array"),
+        "shape.npz": ({name: good[:, :, :4]}, r"shape \[samples, 1, 8, 8\]"),
+        "nan.npz": ({name: np.where(good > 0.5, np.nan, good)}, "finite values"),
+        "two.npz": ({name: good, "extra": good}, "one per model input"),
+    }
+    for file_name, (arrays, message) in bad.items():
+        np.savez(tmp_path / file_name, **arrays)
+        with pytest.raises(InputError, match=message) as caught:
+            read_calibration(tmp_path / file_name, digits_graph)
+        assert str(caught.value).startswith(str(tmp_path / file_name))
+    (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 not really")
+    with pytest.raises(InputError, match="junk.npz: format"):
+        read_calibration(tmp_path / "junk.npz", digits_graph)
+
+
+def test_a_graph_with_two_inputs_needs_both_by_name(tmp_path):
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g",
+        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 2, 3, 3]) for n in "ab"],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 3, 3])])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    two = normalize(load_graph(tmp_path / "m.onnx"))
+    ones = np.ones((4, 2, 3, 3), np.float32)
+    np.savez(tmp_path / "one.npz", a=ones)
+    with pytest.raises(InputError, match="b = 'missing'"):
+        read_calibration(tmp_path / "one.npz", two)
+    np.savez(tmp_path / "counts.npz", a=ones, b=ones[:3])
+    with pytest.raises(InputError, match="the same number for every input"):
+        read_calibration(tmp_path / "counts.npz", two)
+    np.savez(tmp_path / "both.npz", a=ones, b=2 * ones)
+    stats = collect(two, read_calibration(tmp_path / "both.npz", two), batch_size=3)
+    assert (stats["y"].minimum, stats["y"].maximum) == (3.0, 3.0)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dtype=st.sampled_from(["float32", "float64", "float16", "int8", "uint16", "bool", "complex64"]),
+       shape=st.lists(st.integers(0, 9), min_size=0, max_size=5), name=st.sampled_from(["image", "other"]),
+       cut=st.integers(0, 400))
+def test_fuzzed_calibration_files_load_or_fail_cleanly(tmp_path, digits_graph, dtype, shape, name, cut):
+    """Random headers, and the same files cut short: data or an InputError naming the file, nothing else."""
+    path = tmp_path / "fuzz.npz"
+    np.savez(path, **{name: np.zeros(shape, dtype)})
+    data = path.read_bytes()
+    for variant in (data, data[:cut]):
+        path.write_bytes(variant)
+        try:
+            arrays = read_calibration(path, digits_graph)
+        except InputError as error:
+            assert str(error).startswith(str(path)) and "\n" not in str(error)
+        else:
+            assert arrays[digits_graph.inputs[0]].shape[1:] == (1, 8, 8)
