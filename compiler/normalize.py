@@ -112,36 +112,19 @@ def _no_check(node: Node, graph: Graph) -> None:
     return None
 
 
-def _pad_check(node: Node, graph: Graph) -> str | None:
-    return _all(_attribute("mode", ("constant",), "constant"), _constant(1, 2, 3), _rank(4))(node, graph)
-
-
-def _resize_check(node: Node, graph: Graph) -> str | None:
-    reason = _all(_rank(4), _attribute("mode", ("nearest", "linear"), "nearest"), _constant(1, 2, 3))(node, graph)
-    if reason:
-        return reason
-    shape_in, shape_out = graph.shapes.get(node.inputs[0]), graph.shapes.get(node.outputs[0])
-    if shape_in and shape_out and shape_in[:2] != shape_out[:2]:
-        return f"resizes batch or channels ({'x'.join(map(str, shape_in))} -> {'x'.join(map(str, shape_out))})"
-    return None
-
-
+# What the whole compiler takes today (front end, quantizer, lowering); an operator joins when all of them do.
 _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "Conv": _rank(4, _constant(1, 2)),
-    "ConvTranspose": _rank(4, _constant(1, 2)),
-    "Gemm": _all(_constant(1, 2), _attribute("transA", (0,), 0)),
-    "MatMul": _constant(1),
-    "BatchNormalization": _all(_constant(1, 2, 3, 4), _attribute("training_mode", (0,), 0), _unused_outputs(1)),
+    "Gemm": _rank(2, _constant(1, 2), _attribute("transA", (0,), 0)),
+    "MatMul": _rank(2, _constant(1)),
+    "BatchNormalization": _rank(4, _constant(1, 2, 3, 4), _attribute("training_mode", (0,), 0), _unused_outputs(1)),
     "Relu": _no_check, "LeakyRelu": _no_check, "PRelu": _constant(1), "Clip": _constant(1, 2),
     "Sigmoid": _no_check, "Tanh": _no_check, "HardSigmoid": _no_check, "HardSwish": _no_check, "Swish": _no_check,
     "Gelu": _no_check, "Exp": _no_check,
-    "Softmax": _no_check,
     "MaxPool": _rank(4, _attribute("storage_order", (0,), 0), _unused_outputs(1)),
     "AveragePool": _rank(4), "GlobalAveragePool": _rank(4),
-    "Add": _no_check, "Sub": _no_check, "Mul": _no_check, "Div": _no_check,
+    "Add": _no_check, "Sub": _no_check, "Mul": _no_check, "Div": _constant(1),
     "Concat": _no_check,
-    "Resize": _resize_check,
-    "Pad": _pad_check,
     "Reshape": _constant(1), "Flatten": _no_check, "Transpose": _no_check, "Squeeze": _constant(1),
     "Unsqueeze": _constant(1),
     "Identity": _no_check, "Dropout": _all(_constant(1, 2), _unused_outputs(1)),

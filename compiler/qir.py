@@ -1,0 +1,236 @@
+"""The quantized IR: integer operators with every parameter, and its reference interpreter on ``sim.golden``.
+
+A :class:`QModel` is what the quantizer makes of a float graph and what lowering turns into commands: a list
+of operators in topological order over integer tensors (:class:`QTensor`: shape, int8/uint8/int16, scale and
+zero point, real = scale * (q - zero_point)). Each operator's :meth:`run` is the golden model's arithmetic,
+called directly, so the lowered command program must reproduce it bit for bit (tests compare the two).
+Float enters and leaves only at the boundary: :meth:`QModel.quantize_inputs` and :meth:`QModel.dequantize`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from aipu.sim import golden
+
+ROUNDINGS = golden.ROUNDING_MODES
+
+
+@dataclass(frozen=True)
+class QTensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    scale: float
+    zero_point: int
+
+    def quantize(self, real: np.ndarray) -> np.ndarray:
+        """round_half_away(real / scale) + zero_point, clamped to the type (docs/arithmetic.md D3)."""
+        info = np.iinfo(self.dtype)
+        q = golden.round_half_away(np.asarray(real, np.float64) / self.scale) + self.zero_point
+        return np.clip(q, info.min, info.max).astype(self.dtype)
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        return (q.astype(np.float64) - self.zero_point) * self.scale
+
+
+@dataclass(frozen=True)
+class Requant:
+    """The output stage of a MAC operator (docs/arithmetic.md §4.1-4.2): per-channel multiplier and shift,
+    optional second pair for negative sums, output zero point, clamp (fused ReLU/Clip) and rounding."""
+
+    multiplier: np.ndarray
+    shift: np.ndarray
+    out_zero_point: int
+    qmin: int
+    qmax: int
+    rounding: str = "half_up"
+    negative_multiplier: np.ndarray | None = None
+    negative_shift: np.ndarray | None = None
+
+    def apply(self, acc: np.ndarray, bias: np.ndarray, out_dtype: np.dtype, channel_axis: int = 1) -> np.ndarray:
+        return golden.requantize(acc, bias=bias, multiplier=self.multiplier, shift=self.shift,
+                                 out_zero_point=self.out_zero_point, qmin=self.qmin, qmax=self.qmax,
+                                 rounding=self.rounding, channel_axis=channel_axis, out_dtype=out_dtype,
+                                 negative_multiplier=self.negative_multiplier, negative_shift=self.negative_shift)
+
+
+@dataclass(frozen=True)
+class QConv:
+    """Conv2d (groups, dilation, explicit pads) or fully connected (a 2-D input as [N, F, 1, 1] with a 1x1
+    kernel), then the requantizer. Weights int8 [K, C/G, KH, KW] with zero point ``w_zero_point``."""
+
+    name: str
+    x: str
+    y: str
+    w: np.ndarray
+    bias: np.ndarray
+    requant: Requant
+    w_zero_point: int = 0
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.x,)
+
+    def run(self, values: dict[str, np.ndarray], tensors: dict[str, QTensor]) -> np.ndarray:
+        x, spec = values[self.x], tensors[self.x]
+        flat = x.ndim == 2
+        acc = golden.conv2d(x.reshape(*x.shape, 1, 1) if flat else x, self.w, x_zero_point=spec.zero_point,
+                            w_zero_point=self.w_zero_point, stride=self.stride, padding=self.padding,
+                            dilation=self.dilation, groups=self.groups)
+        y = self.requant.apply(acc, self.bias, tensors[self.y].dtype)
+        return y.reshape(y.shape[:2]) if flat else y
+
+
+@dataclass(frozen=True)
+class QLut:
+    """An activation by table (docs/arithmetic.md §6.1): out = table[raw input byte]."""
+
+    name: str
+    x: str
+    y: str
+    table: np.ndarray
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.x,)
+
+    def run(self, values: dict[str, np.ndarray], tensors: dict[str, QTensor]) -> np.ndarray:
+        return golden.lut8(values[self.x], self.table)
+
+
+@dataclass(frozen=True)
+class QPool:
+    """Max or average pooling (docs/arithmetic.md §7); the output has the input's quantization."""
+
+    name: str
+    x: str
+    y: str
+    mode: str                                   # "max", "avg" or "global_avg"
+    kernel: tuple[int, int] = (1, 1)
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    count_include_pad: bool = False
+    rounding: str = "half_up"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.x,)
+
+    def run(self, values: dict[str, np.ndarray], tensors: dict[str, QTensor]) -> np.ndarray:
+        x, zero_point = values[self.x], tensors[self.x].zero_point
+        if self.mode == "max":
+            return golden.max_pool2d(x, self.kernel, stride=self.stride, padding=self.padding, dilation=self.dilation)
+        if self.mode == "avg":
+            return golden.avg_pool2d(x, self.kernel, stride=self.stride, padding=self.padding,
+                                     count_include_pad=self.count_include_pad, x_zero_point=zero_point,
+                                     rounding=self.rounding)
+        return golden.global_avg_pool(x, x_zero_point=zero_point, rounding=self.rounding)
+
+
+@dataclass(frozen=True)
+class QEltwise:
+    """a (op) b with numpy broadcasting (docs/arithmetic.md §8.1-8.2); ``b`` may name a constant."""
+
+    name: str
+    a: str
+    b: str
+    y: str
+    op: str                                     # add, sub, max, min, mul
+    multiplier: int | tuple[int, int]
+    shift: int | tuple[int, int]
+    qmin: int
+    qmax: int
+    rounding: str = "half_up"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.a, self.b)
+
+    def run(self, values: dict[str, np.ndarray], tensors: dict[str, QTensor]) -> np.ndarray:
+        a, b, y = tensors[self.a], tensors[self.b], tensors[self.y]
+        return golden.eltwise(values[self.a], values[self.b], self.op, multiplier=self.multiplier, shift=self.shift,
+                              a_zero_point=a.zero_point, b_zero_point=b.zero_point, out_zero_point=y.zero_point,
+                              qmin=self.qmin, qmax=self.qmax, out_dtype=y.dtype, rounding=self.rounding)
+
+
+@dataclass(frozen=True)
+class QConcat:
+    """Concatenation of requantized inputs (docs/arithmetic.md §8.3)."""
+
+    name: str
+    xs: tuple[str, ...]
+    y: str
+    axis: int
+    multipliers: tuple[int, ...]
+    shifts: tuple[int, ...]
+    rounding: str = "half_up"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.xs
+
+    def run(self, values: dict[str, np.ndarray], tensors: dict[str, QTensor]) -> np.ndarray:
+        y = tensors[self.y]
+        return golden.concat([values[x] for x in self.xs], axis=self.axis,
+                             zero_points=[tensors[x].zero_point for x in self.xs], multipliers=list(self.multipliers),
+                             shifts=list(self.shifts), out_zero_point=y.zero_point, out_dtype=y.dtype,
+                             rounding=self.rounding)
+
+
+@dataclass(frozen=True)
+class QLayout:
+    """Data movement only (Reshape, Flatten, Squeeze, Unsqueeze, Transpose): the quantization passes through."""
+
+    name: str
+    x: str
+    y: str
+    permutation: tuple[int, ...] | None = None  # Transpose; otherwise a reshape to the output's shape
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.x,)
+
+    def run(self, values: dict[str, np.ndarray], tensors: dict[str, QTensor]) -> np.ndarray:
+        x = values[self.x]
+        if self.permutation is not None:
+            return np.ascontiguousarray(x.transpose(self.permutation))
+        return x.reshape(tensors[self.y].shape)
+
+
+QOp = QConv | QLut | QPool | QEltwise | QConcat | QLayout
+
+
+@dataclass
+class QModel:
+    """Quantized operators over quantized tensors; ``constants`` are integer tensors operators read (e.g. an
+    eltwise operand given in the model), ``inputs``/``outputs`` name the boundary tensors."""
+
+    tensors: dict[str, QTensor]
+    ops: list[QOp]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def quantize_inputs(self, real: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: self.tensors[name].quantize(real[name]) for name in self.inputs}
+
+    def run(self, quantized_inputs: dict[str, np.ndarray], *, keep: bool = False) -> dict[str, np.ndarray]:
+        """Every operator on the golden model. Returns the outputs, or with ``keep`` every tensor."""
+        values = {**self.constants, **quantized_inputs}
+        for op in self.ops:
+            values[op.y] = op.run(values, self.tensors)
+        return values if keep else {name: values[name] for name in self.outputs}
+
+    def dequantize(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: self.tensors[name].dequantize(values[name]) for name in self.outputs}
+
+    def run_float(self, real: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Float in, float out: quantize the inputs, run, dequantize the outputs."""
+        return self.dequantize(self.run(self.quantize_inputs(real)))

@@ -1,0 +1,360 @@
+"""The quantizer: a normalized float graph and its calibration statistics -> a :class:`~aipu.compiler.qir.QModel`.
+
+Seed 003's integer rules per operator (§3.3, §4), in this contract's conventions (docs/arithmetic.md D1:
+real = s * (q - zp)); docs/compiler.md §3 lists every choice with the source line it resolves:
+
+* activations per tensor, asymmetric by default (uint8 where the range is non-negative, else int8), or
+  symmetric (zp 0); the range of each tensor by the calibration method, widened to contain 0 so that zero
+  (padding) is exact;
+* weights int8, symmetric in the restricted range [-127, 127] (S003 §2.2.2), per output channel or per
+  tensor; bias int32 at scale s_x * s_w; requant M / 2^N ~ s_x * s_w / s_y per channel (D8, D14);
+* a Relu, Clip or Leaky ReLU / PReLU (slopes > 0) right after a Conv or Gemm is fused into its requantizer
+  (D10, D11), a Relu or Clip after Add/Sub/Mul into the eltwise unit's clamp; any other activation
+  function, and one that cannot be fused, becomes an 8-bit table built by enumerating every input
+  (S003 L410-416, exact for 8-bit inputs);
+* pooling, reshapes and transposes keep their input's quantization (S003 §4.43); Add/Sub/Mul take per-input
+  multipliers (D18), Concat requantizes each input to the output's scale (D19).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from aipu.compiler.calibrate import TensorStats, choose_range
+from aipu.compiler.graph import Graph, Node
+from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QTensor, Requant
+from aipu.sim import golden
+from aipu.sim.machine.arch import BIAS_BITS, BIAS_DTYPE, bit_range
+from aipu.sim.machine.errors import InputError
+
+_WEIGHT_MAX = 127                 # restricted symmetric int8 range (S003 §2.2.2): -128 never used
+_FUSABLE = ("Relu", "Clip", "LeakyRelu", "PRelu")
+_LAYOUT_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
+_ELTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "mul"}
+
+
+@dataclass(frozen=True)
+class QuantOptions:
+    method: str = "extrema"                   # calibrate.METHODS
+    symmetric_activations: bool = False
+    per_channel_weights: bool = True
+    n_std: float = 3.0
+    percentile: float = 99.99
+    momentum: float | None = None
+    rounding: str = "half_up"                 # of every shift (D2)
+
+
+def _activation_functions() -> dict:
+    """Each table-driven operator as a float64 function of (x, node attributes), as ONNX defines it."""
+    from math import sqrt
+
+    erf = np.vectorize(math.erf)
+
+    def gelu(x, attrs):
+        if attrs.get("approximate", b"none") in (b"tanh", "tanh"):
+            return 0.5 * x * (1 + np.tanh(sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1 + erf(x / sqrt(2)))
+
+    def hard_sigmoid(x, attrs):
+        return np.clip(attrs.get("alpha", 0.2) * x + attrs.get("beta", 0.5), 0, 1)
+
+    return {
+        "Relu": lambda x, attrs: np.maximum(x, 0),
+        "LeakyRelu": lambda x, attrs: np.where(x < 0, attrs.get("alpha", 0.01) * x, x),
+        "PRelu": lambda x, attrs: np.where(x < 0, attrs["slope"] * x, x),
+        "Sigmoid": lambda x, attrs: 1 / (1 + np.exp(-x)),
+        "Tanh": lambda x, attrs: np.tanh(x),
+        "HardSigmoid": hard_sigmoid,
+        "HardSwish": lambda x, attrs: x * np.clip(x / 6 + 0.5, 0, 1),
+        "Swish": lambda x, attrs: x / (1 + np.exp(-attrs.get("alpha", 1.0) * x)),
+        "Gelu": gelu,
+        "Exp": lambda x, attrs: np.exp(x),
+    }
+
+
+TABLE_OPS = tuple(_activation_functions())
+
+
+class _Quantizer:
+    def __init__(self, graph: Graph, stats: dict[str, TensorStats], options: QuantOptions):
+        self.graph, self.stats, self.options = graph, stats, options
+        self.tensors: dict[str, QTensor] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self.ops: list = []
+        self.consumers = graph.consumers()
+        self.functions = _activation_functions()
+
+    # --- tensors -------------------------------------------------------------------------------------
+    def activation(self, name: str, shape: tuple[int, ...] | None = None) -> QTensor:
+        """The quantization of a computed tensor from its calibrated range."""
+        stats = self.stats.get(name)
+        if stats is None or stats.count == 0:
+            raise InputError(f"tensor {name!r}", "no statistics", "calibrated (it is computed by the graph)")
+        options = self.options
+        low, high = choose_range(stats, options.method, n_std=options.n_std, percentile=options.percentile,
+                                 momentum=options.momentum)
+        return self._fit(name, shape or self.graph.shapes[name], min(low, 0.0), max(high, 0.0))
+
+    def _fit(self, name: str, shape: tuple[int, ...], low: float, high: float) -> QTensor:
+        """uint8 with zero point 0 for a non-negative range; else int8, asymmetric (zero point placing ``low``
+        at -128) or symmetric (zero point 0, [-127, 127] as the weights). A range of one point gets scale 1
+        (S003 L267-271)."""
+        if low >= 0:
+            dtype, scale, zero_point = np.dtype(np.uint8), high / 255, 0
+        elif self.options.symmetric_activations:
+            dtype, scale, zero_point = np.dtype(np.int8), max(-low, high) / _WEIGHT_MAX, 0
+        else:
+            dtype, scale = np.dtype(np.int8), (high - low) / 255
+            zero_point = int(np.clip(-128 - golden.round_half_away(low / scale), -128, 127))
+        return QTensor(name, tuple(shape), dtype, float(scale) if scale > 0 else 1.0, zero_point)
+
+    def same_as(self, source: str, name: str) -> QTensor:
+        spec = self.tensors[source]
+        return QTensor(name, self.graph.shapes[name], spec.dtype, spec.scale, spec.zero_point)
+
+    def constant_operand(self, name: str, value: np.ndarray) -> QTensor:
+        """A constant read by an eltwise operator: int8, symmetric, its own scale."""
+        value = np.asarray(value, np.float64)
+        amax = float(np.abs(value).max(initial=0.0))
+        spec = QTensor(name, value.shape, np.dtype(np.int8), amax / _WEIGHT_MAX if amax else 1.0, 0)
+        self.constants[name] = spec.quantize(value)
+        return spec
+
+    # --- operators -----------------------------------------------------------------------------------
+    def run(self) -> QModel:
+        fused: set[str] = set()
+        for name in self.graph.inputs:
+            self.tensors[name] = self.activation(name)
+        for node in self.graph.nodes:
+            if node.name in fused:
+                continue
+            try:
+                self.lower(node, fused)
+            except (ValueError, OverflowError) as exc:
+                if isinstance(exc, InputError):
+                    raise exc.within(f"node {node.name!r} ({node.op})")
+                raise InputError(f"node {node.name!r} ({node.op})", "quantization", str(exc)) from exc
+        return QModel(self.tensors, self.ops, self.graph.inputs, self.graph.outputs, self.constants)
+
+    def lower(self, node: Node, fused: set[str]) -> None:
+        op = node.op
+        if op in ("Conv", "Gemm", "MatMul", "BatchNormalization") or op == "PRelu" and self._slope(node).size > 1:
+            self.mac(node, fused)
+        elif op in TABLE_OPS or op == "Clip":
+            self.table(node)
+        elif op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+            self.pool(node)
+        elif op in _ELTWISE:
+            self.eltwise(node, fused)
+        elif op == "Concat":
+            self.concat(node)
+        elif op in _LAYOUT_OPS:
+            self.tensors[node.outputs[0]] = self.same_as(node.inputs[0], node.outputs[0])
+            permutation = tuple(node.attrs.get("perm", range(len(self.graph.shapes[node.inputs[0]]))[::-1]))
+            self.ops.append(QLayout(node.name, node.inputs[0], node.outputs[0],
+                                    permutation if op == "Transpose" else None))
+        else:
+            raise InputError("operator", op, "not handled by the quantizer")
+
+    def mac(self, node: Node, fused: set[str]) -> None:
+        x = node.inputs[0]
+        weight, bias, conv = self._mac_operands(node)
+        activation = node if node.op == "PRelu" else self._fusable_activation(node)
+        y = activation.outputs[0] if activation else node.outputs[0]
+        if activation and activation is not node:
+            fused.add(activation.name)
+        slope = self._slope(activation) if activation else None
+        if slope is not None and np.any(slope <= 0):
+            raise InputError("slope", float(slope.min()), "> 0 per channel (the requantizer's second multiplier "
+                             "is unsigned, docs/arithmetic.md §4.2)")
+        x_spec, y_spec = self.tensors[x], self.activation(y)
+        self.tensors[y] = y_spec
+        w_q, w_scale = self._weights(weight)
+        scale = x_spec.scale * w_scale / y_spec.scale
+        bias_q = golden.round_half_away(bias / (x_spec.scale * w_scale))
+        low, high = bit_range(BIAS_BITS, signed=True)
+        if bias_q.min(initial=0) < low or bias_q.max(initial=0) > high:
+            raise InputError("bias", f"{float(np.abs(bias).max())}", f"|bias / (s_x * s_w)| within int{BIAS_BITS}")
+        requant = self._requant(scale, y_spec, activation)
+        acc_low, acc_high = golden.accumulator_range(w_q, x_dtype=x_spec.dtype, x_zero_point=x_spec.zero_point)
+        acc_min, acc_max = bit_range(32, signed=True)
+        if acc_low.min() < acc_min or acc_high.max() > acc_max:
+            raise InputError("accumulator bound", int(max(-acc_low.min(), acc_high.max())),
+                             "within int32 (docs/arithmetic.md D6)")
+        self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv))
+
+    def _mac_operands(self, node: Node) -> tuple[np.ndarray, np.ndarray, dict]:
+        """(weights [K, C/G, KH, KW] float64, bias [K] float64, conv geometry) of a MAC node."""
+        constants = self.graph.constants
+        if node.op == "Conv":
+            weight = constants[node.inputs[1]].astype(np.float64)
+            pads = tuple(node.attrs.get("pads", (0, 0, 0, 0)))
+            geometry = dict(stride=tuple(node.attrs.get("strides", (1, 1))), padding=pads,
+                            dilation=tuple(node.attrs.get("dilations", (1, 1))), groups=int(node.attrs.get("group", 1)))
+            bias = constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else np.zeros(weight.shape[0])
+            return weight, bias.astype(np.float64), geometry
+        if node.op == "PRelu":                       # per-channel slopes: an identity depthwise 1x1 conv whose
+            channels = self._slope(node).size          # requantizer applies them (D11)
+            return np.ones((channels, 1, 1, 1)), np.zeros(channels), dict(groups=channels)
+        if node.op == "BatchNormalization":          # not after a conv: a depthwise 1x1 conv
+            scale, beta, mean, var = (constants[name].astype(np.float64) for name in node.inputs[1:5])
+            factor = scale / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+            channels = factor.size
+            return factor.reshape(channels, 1, 1, 1), beta - mean * factor, dict(groups=channels)
+        matrix = constants[node.inputs[1]].astype(np.float64)
+        if node.op == "Gemm":
+            matrix = matrix.T if node.attrs.get("transB", 0) else matrix
+            matrix = matrix * float(node.attrs.get("alpha", 1.0))
+            bias = (constants[node.inputs[2]].astype(np.float64) * float(node.attrs.get("beta", 1.0))
+                    if len(node.inputs) > 2 and node.inputs[2] else np.zeros(matrix.shape[1]))
+        else:
+            bias = np.zeros(matrix.shape[1])
+        if len(self.graph.shapes[node.inputs[0]]) != 2:
+            raise InputError("input rank", len(self.graph.shapes[node.inputs[0]]), "2 ([batch, features])")
+        bias = np.broadcast_to(bias, (matrix.shape[1],)) if bias.size in (1, matrix.shape[1]) else bias
+        if bias.shape != (matrix.shape[1],):
+            raise InputError("bias shape", list(bias.shape), f"one value per output ({matrix.shape[1]})")
+        return matrix.T.reshape(matrix.shape[1], matrix.shape[0], 1, 1), np.array(bias), {}
+
+    def _fusable_activation(self, node: Node) -> Node | None:
+        users = self.consumers.get(node.outputs[0], [])
+        if len(users) != 1 or node.outputs[0] in self.graph.outputs or users[0].op not in _FUSABLE:
+            return None
+        activation = users[0]
+        slope = self._slope(activation)
+        return activation if slope is None or np.all(slope > 0) else None
+
+    def _slope(self, activation: Node) -> np.ndarray | None:
+        if activation.op == "LeakyRelu":
+            return np.array(float(activation.attrs.get("alpha", 0.01)))
+        if activation.op == "PRelu":
+            return self.graph.constants[activation.inputs[1]].astype(np.float64).reshape(-1)
+        return None
+
+    def _weights(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Symmetric int8 weights [-127, 127] and their scale per output channel (or one for all)."""
+        flat = np.abs(weight.reshape(weight.shape[0], -1))
+        amax = flat.max(axis=1) if self.options.per_channel_weights else np.full(weight.shape[0], flat.max())
+        scale = np.where(amax > 0, amax / _WEIGHT_MAX, 1.0)
+        q = golden.round_half_away(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))))
+        return np.clip(q, -_WEIGHT_MAX, _WEIGHT_MAX).astype(np.int8), scale
+
+    def _requant(self, scale: np.ndarray, y: QTensor, activation: Node | None) -> Requant:
+        negative = {}
+        if activation is not None and activation.op in ("LeakyRelu", "PRelu"):
+            slope = np.broadcast_to(self._slope(activation), scale.shape)
+            pair = golden.quantize_multiplier(scale * slope)
+            negative = {"negative_multiplier": pair[0], "negative_shift": pair[1]}
+        multiplier, shift = golden.quantize_multiplier(scale)
+        return Requant(np.asarray(multiplier), np.asarray(shift), y.zero_point, *self._clamp(y, activation),
+                       self.options.rounding, **negative)
+
+    def _clamp(self, y: QTensor, activation: Node | None) -> tuple[int, int]:
+        """The output clamp [qmin, qmax]: the type's range, narrowed by a fused Relu or Clip (D10)."""
+        info = np.iinfo(y.dtype)
+        qmin, qmax = int(info.min), int(info.max)
+        if activation is not None and activation.op == "Relu":
+            qmin = max(qmin, y.zero_point)
+        elif activation is not None and activation.op == "Clip":
+            low, high = self._clip_bounds(activation)
+            if low is not None:
+                qmin = max(qmin, y.zero_point + int(golden.round_half_away(low / y.scale)))
+            if high is not None:
+                qmax = min(qmax, y.zero_point + int(golden.round_half_away(high / y.scale)))
+        return qmin, qmax
+
+    def _clip_bounds(self, node: Node) -> tuple[float | None, float | None]:
+        """Clip's optional min and max inputs (constants, checked by normalize)."""
+        names = [*node.inputs[1:3], "", ""][:2]
+        low, high = (float(self.graph.constants[name]) if name else None for name in names)
+        return low, high
+
+    def table(self, node: Node) -> None:
+        x, y = node.inputs[0], node.outputs[0]
+        x_spec, y_spec = self.tensors[x], self.activation(y)
+        self.tensors[y] = y_spec
+        if node.op == "Clip":
+            low, high = self._clip_bounds(node)
+            bounds = (-np.inf if low is None else low, np.inf if high is None else high)
+
+            def function(values, attrs):
+                return np.clip(values, *bounds)
+        else:
+            function = self.functions[node.op]
+        attrs = {**node.attrs, "slope": float(self._slope(node))} if node.op == "PRelu" else node.attrs
+        table = golden.build_lut8(lambda values: function(values, attrs), in_scale=x_spec.scale,
+                                  in_zero_point=x_spec.zero_point, in_dtype=x_spec.dtype, out_scale=y_spec.scale,
+                                  out_zero_point=y_spec.zero_point, out_dtype=y_spec.dtype)
+        self.ops.append(QLut(node.name, x, y, table))
+
+    def pool(self, node: Node) -> None:
+        x, y = node.inputs[0], node.outputs[0]
+        self.tensors[y] = self.same_as(x, y)
+        if node.op == "GlobalAveragePool":
+            self.ops.append(QPool(node.name, x, y, "global_avg", rounding=self.options.rounding))
+            return
+        kernel = tuple(node.attrs["kernel_shape"])
+        stride = tuple(node.attrs.get("strides", (1, 1)))
+        dilation = tuple(node.attrs.get("dilations", (1, 1)))
+        top, left, bottom, right = node.attrs.get("pads", (0, 0, 0, 0))
+        # ceil_mode: the last window may start inside the input and run past the padding; extend the padding
+        # at the end to reach the output size the graph states (extended taps are never counted or chosen)
+        (in_h, in_w), (out_h, out_w) = self.graph.shapes[x][2:], self.graph.shapes[y][2:]
+        bottom += max(0, (out_h - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1 - (in_h + top + bottom))
+        right += max(0, (out_w - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1 - (in_w + left + right))
+        include_pad = bool(node.attrs.get("count_include_pad", 0))
+        if include_pad and node.attrs.get("ceil_mode", 0):
+            raise InputError("count_include_pad with ceil_mode", 1, "not supported together")
+        self.ops.append(QPool(node.name, x, y, "max" if node.op == "MaxPool" else "avg", kernel, stride,
+                              (top, left, bottom, right), dilation, include_pad, self.options.rounding))
+
+    def eltwise(self, node: Node, fused: set[str]) -> None:
+        a, b = node.inputs[0], node.inputs[1]
+        activation = self._fusable_activation(node)
+        if activation is not None and activation.op not in ("Relu", "Clip"):
+            activation = None                  # the eltwise unit has a clamp, not a second multiplier
+        if activation is not None:
+            fused.add(activation.name)
+        y = activation.outputs[0] if activation else node.outputs[0]
+        op = _ELTWISE[node.op]
+        constants = dict(self.graph.constants)
+        if node.op == "Div":              # by a constant only (normalize checks): times its reciprocal
+            b = f"{node.name}/reciprocal"
+            constants[b] = 1.0 / constants[node.inputs[1]].astype(np.float64)
+        specs = []
+        for name in (a, b):
+            if name not in self.tensors:
+                self.tensors[name] = self.constant_operand(name, constants[name])
+            specs.append(self.tensors[name])
+        y_spec = self.activation(y)
+        self.tensors[y] = y_spec
+        params = golden.eltwise_params(op, specs[0].scale, specs[1].scale, y_spec.scale)
+        self.ops.append(QEltwise(node.name, a, b, y, op, params["multiplier"], params["shift"],
+                                 *self._clamp(y_spec, activation), self.options.rounding))
+
+    def concat(self, node: Node) -> None:
+        y = node.outputs[0]
+        y_spec = self.activation(y)
+        self.tensors[y] = y_spec
+        pairs = [golden.quantize_multiplier(self.tensors[x].scale / y_spec.scale) for x in node.inputs]
+        axis = int(node.attrs["axis"]) % len(self.graph.shapes[y])
+        self.ops.append(QConcat(node.name, tuple(node.inputs), y, axis, tuple(m for m, _ in pairs),
+                                tuple(n for _, n in pairs), self.options.rounding))
+
+
+def quantize_graph(graph: Graph, stats: dict[str, TensorStats], options: QuantOptions = QuantOptions()) -> QModel:
+    """The quantized model of a normalized, checked float graph (compiler.normalize) and its statistics."""
+    try:
+        return _Quantizer(graph, stats, options).run()
+    except InputError as error:
+        raise error.within(graph.source) from None
+
+
+def sqnr_db(reference: np.ndarray, approximation: np.ndarray) -> float:
+    """Signal to quantization noise ratio in dB (inf when equal)."""
+    reference, approximation = np.asarray(reference, np.float64), np.asarray(approximation, np.float64)
+    noise = float(np.sum((reference - approximation) ** 2))
+    signal = float(np.sum(reference ** 2))
+    return math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal else -math.inf

@@ -1,0 +1,85 @@
+"""The quantizer (compiler/quantize.py) and the quantized IR (compiler/qir.py) against the float models."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from aipu.app.models.train_digits import MODEL_PATH
+from aipu.app.ort_compare import single_thread_session
+from aipu.compiler.calibrate import collect
+from aipu.compiler.graph import load_graph
+from aipu.compiler.normalize import normalize
+from aipu.compiler.qir import QConv, QEltwise, QLut, QPool
+from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_db
+from aipu.sim.machine.errors import InputError
+from tests.compiler.onnx_models import mobilenet_like, resnet_like
+
+
+def _compile(tmp_path, model: onnx.ModelProto, samples: np.ndarray, options=QuantOptions(), histograms=False):
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    graph = normalize(load_graph(path))
+    stats = collect(graph, {graph.inputs[0]: samples}, histograms=histograms)
+    return graph, quantize_graph(graph, stats, options)
+
+
+def _float_outputs(graph, images: np.ndarray) -> np.ndarray:
+    session = single_thread_session(graph.to_onnx())
+    return np.concatenate([session.run(None, {graph.inputs[0]: image[None]})[0] for image in images])
+
+
+def _quantized_outputs(qmodel, images: np.ndarray) -> np.ndarray:
+    name = qmodel.inputs[0]
+    return np.concatenate([qmodel.run_float({name: image[None]})[qmodel.outputs[0]] for image in images])
+
+
+@pytest.mark.parametrize("method", ["extrema", "percentile"])
+def test_digits_model_int8_top1_within_one_point_of_float(tmp_path, digits_data, method):
+    model = onnx.load(MODEL_PATH)
+    images, labels = digits_data["eval_images"], digits_data["eval_labels"]
+    graph, qmodel = _compile(tmp_path, model, digits_data["calibration_images"], QuantOptions(method=method),
+                             histograms=method == "percentile")
+    assert [type(op).__name__ for op in qmodel.ops].count("QConv") == 4       # three convs (ReLU fused) + FC
+    float_top1 = np.mean(np.argmax(_float_outputs(graph, images), axis=1) == labels)
+    int8_top1 = np.mean(np.argmax(_quantized_outputs(qmodel, images), axis=1) == labels)
+    assert float_top1 > 0.9 and int8_top1 >= float_top1 - 0.01
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("build", [mobilenet_like, resnet_like])
+def test_mobilenet_and_resnet_like_graphs_quantize_close_to_float(tmp_path, build, symmetric):
+    rng = np.random.default_rng(3)
+    calibration, evaluation = rng.normal(0, 1, (24, 3, 16, 16)), rng.normal(0, 1, (8, 3, 16, 16))
+    graph, qmodel = _compile(tmp_path, build(), calibration.astype(np.float32),
+                             QuantOptions(symmetric_activations=symmetric))
+    kinds = {type(op) for op in qmodel.ops}
+    assert {QConv, QEltwise, QPool} <= kinds
+    if build is mobilenet_like:
+        assert QLut in kinds                                             # HardSwish, HardSigmoid, Sigmoid
+        assert any(op.groups > 1 for op in qmodel.ops if isinstance(op, QConv))
+    else:
+        assert QLut not in kinds                                         # every ReLU fused (conv or add)
+    if symmetric:
+        assert {spec.zero_point for spec in qmodel.tensors.values()} == {0}
+    want = _float_outputs(graph, evaluation.astype(np.float32))
+    got = _quantized_outputs(qmodel, evaluation.astype(np.float32))
+    assert sqnr_db(want, got) > 20
+
+
+def test_fused_activations_clamp_on_the_output_grid(tmp_path, digits_data):
+    graph, qmodel = _compile(tmp_path, onnx.load(MODEL_PATH), digits_data["calibration_images"])
+    convs = [op for op in qmodel.ops if isinstance(op, QConv)]
+    for conv in convs[:-1]:                  # ReLU fused: the clamp starts at the output zero point
+        assert conv.requant.qmin == qmodel.tensors[conv.y].zero_point
+    assert convs[-1].requant.qmin == -128     # logits: no activation
+
+
+def test_layers_the_requantizer_cannot_take_are_named(tmp_path):
+    from tests.compiler.onnx_models import GraphBuilder
+
+    b = GraphBuilder(0, 2, 4)
+    slopes = b.const(np.array([0.1, -0.2, 0.3], np.float32).reshape(3, 1, 1))
+    y = b.node("PRelu", [b.conv("image", 2, 3, bn=False), slopes])
+    with pytest.raises(InputError, match=r"node 'prelu\d+' \(PRelu\): slope = -0.2"):
+        _compile(tmp_path, b.model(y), np.ones((2, 2, 4, 4), np.float32))
