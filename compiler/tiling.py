@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aipu.sim import golden
-from aipu.sim.machine.arch import (BIAS_BITS, BIAS_DTYPE, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY,
-                                LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS,
-                                LUT_ENTRY_DTYPE, MULTIPLIER_BITS, MULTIPLIER_MAX, PARAM_DTYPE, PARAM_RECORD_BYTES,
+from aipu.sim.machine.arch import (BIAS_BITS, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
+                                LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, MULTIPLIER_MAX, PARAM_DTYPE, PARAM_RECORD_BYTES,
                                 SHIFT_MAX, Buffer, DType, HardwareConfig, bit_range)
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import COMMANDS, LutMode, Opcode, RequantMode, Rounding, Unit
@@ -68,6 +67,8 @@ class ConvLayer:
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)   # top, left, bottom, right
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
+    negative_multiplier: np.ndarray | None = None   # Leaky ReLU / PReLU: the second pair for negative sums
+    negative_shift: np.ndarray | None = None
     lut: np.ndarray | None = None      # optional activation table (int16 entries) applied after requant:
     lut_index_shift: int = 0           # 8-bit outputs: 256 entries (DIRECT8); int16: 2**k + 1 (INTERP16)
     lut_input_min: int = _LUT16_INPUT_MIN
@@ -90,7 +91,8 @@ class ConvLayer:
         qmin, qmax = self.clamp
         y = golden.requantize(self.conv_golden(), bias=self.bias, multiplier=self.multiplier, shift=self.shift,
                               out_zero_point=self.out_zero_point, qmin=qmin, qmax=qmax,
-                              rounding=self.rounding.name.lower(), channel_axis=1, out_dtype=self.out_dtype)
+                              rounding=self.rounding.name.lower(), channel_axis=1, out_dtype=self.out_dtype,
+                              negative_multiplier=self.negative_multiplier, negative_shift=self.negative_shift)
         if self.lut is None:
             return y
         if self.lut_mode == LutMode.DIRECT8:
@@ -167,6 +169,7 @@ MAX_LAYER_MACS = 1 << 32       # multiply-accumulates of the whole layer: bounds
 TENSOR_DTYPES = {"x": (DTYPE_NUMPY[DType.INT8], DTYPE_NUMPY[DType.UINT8]),    # the MAC inputs (CONV in_type)
                  "w": (DTYPE_NUMPY[DType.INT8],)}
 _PARAMS = (("bias", *bit_range(BIAS_BITS, signed=True)), ("multiplier", 0, MULTIPLIER_MAX), ("shift", 0, SHIFT_MAX))
+_LEAKY_PARAMS = (("negative_multiplier", 0, MULTIPLIER_MAX), ("negative_shift", 0, SHIFT_MAX))
 
 
 def _check_int(name: str, value, low: int, high: int, why: str = "") -> None:
@@ -219,7 +222,9 @@ def check_layer(layer: ConvLayer) -> None:
         raise InputError("w", layer.w, f"shape[1] must be C/groups = {c}/{layer.groups} = {c // layer.groups}")
     if kh > _KERNEL_MAX or kw > _KERNEL_MAX:
         raise InputError("w", layer.w, f"kernels up to {_KERNEL_MAX}x{_KERNEL_MAX} (CONV k_h, k_w)")
-    for name, low, high in _PARAMS:
+    if (layer.negative_multiplier is None) != (layer.negative_shift is None):
+        raise InputError("negative_multiplier", layer.negative_multiplier, "given together with negative_shift")
+    for name, low, high in _PARAMS + (_LEAKY_PARAMS if layer.negative_multiplier is not None else ()):
         values = np.asarray(getattr(layer, name))
         if (values.dtype.kind not in "iu" or values.shape not in ([(k,)] if name == "bias" else [(k,), ()])):
             raise InputError(name, values, f"expected an integer dtype, shape [{k}] (one per output channel)"
@@ -346,9 +351,17 @@ def _lut_table(layer: ConvLayer, config: HardwareConfig) -> np.ndarray:
 def _param_records(layer: ConvLayer) -> np.ndarray:
     k = layer.w.shape[0]
     records = np.zeros(k, PARAM_DTYPE)
-    for name, _, _ in _PARAMS:   # shapes and ranges checked by check_layer
-        records[name] = np.broadcast_to(getattr(layer, name), (k,))
+    for name, _, _ in _PARAMS + (_LEAKY_PARAMS if layer.negative_multiplier is not None else ()):
+        records[name] = np.broadcast_to(getattr(layer, name), (k,))   # shapes and ranges: check_layer
     return records
+
+
+def layer_constants(layer: ConvLayer, config: HardwareConfig) -> dict[str, np.ndarray]:
+    """What a layer reads from DRAM besides its input: "weights" (OHWI), "params" (records), "lut" (if any)."""
+    constants = {"weights": np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1)), "params": _param_records(layer)}
+    if layer.lut is not None:
+        constants["lut"] = _lut_table(layer, config)
+    return constants
 
 
 def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles) -> LoweredLayer:
@@ -381,10 +394,7 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     # DRAM: the network input, each layer's weights / records / table, then each layer's output (HWC).
     blobs = {"input": np.ascontiguousarray(layers[0].x[0].transpose(1, 2, 0))}
     for i, layer in enumerate(layers):
-        blobs[f"{i}.weights"] = np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1))
-        blobs[f"{i}.params"] = _param_records(layer)
-        if layer.lut is not None:
-            blobs[f"{i}.lut"] = _lut_table(layer, config)
+        blobs.update({f"{i}.{name}": blob for name, blob in layer_constants(layer, config).items()})
     regions, cursor = {}, 0
     for name, blob in blobs.items():
         regions[name] = (cursor, blob.nbytes)
@@ -513,7 +523,7 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
             Opcode.REQUANT, pop=pop, push=push, acc_addr=slot(Buffer.ACC, t), out_addr=slot(Buffer.OUT, t),
             pixels=rows * plan.out_w, channels=tk, param_index=param_index, out_type=layer.out_type,
             out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax, mode=RequantMode.NATIVE,
-            rounding=layer.rounding))
+            rounding=layer.rounding, leaky=int(layer.negative_multiplier is not None)))
         if layer.lut is not None:   # in place on the output half
             out_info = np.iinfo(layer.out_dtype)
             table = dict(table_log2=(len(layer.lut) - 1).bit_length() - 1, index_shift=layer.lut_index_shift,
@@ -534,90 +544,3 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
         loads[first_load] = _with_tokens(loads[first_load], pop=[Unit.STORE])
     if before_next:
         stores[-1] = _with_tokens(stores[-1], push=[Unit.LOAD])
-
-
-def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: int = 12,
-                 with_lut: bool = False, x: np.ndarray | None = None,
-                 out_types: tuple[DType, ...] = (DType.INT8, DType.UINT8, DType.INT16)) -> ConvLayer:
-    """A random but legal layer: depthwise/grouped, strides, dilations, padding, uint8 or int8 input,
-    and with ``with_lut`` a random activation table (DIRECT8 for 8-bit outputs, INTERP16 for int16).
-    Given ``x`` (e.g. the previous layer's output) the layer is built around its shape and dtype."""
-    c = int(rng.integers(1, max_channels + 1)) if x is None else x.shape[1]
-    kind = rng.choice(["dense", "depthwise", "grouped"])
-    groups = 1
-    if kind == "depthwise":
-        groups = c
-        k = c * int(rng.integers(1, 3))
-    elif kind == "grouped" and c > 1:
-        divisors = [d for d in range(2, c + 1) if c % d == 0]
-        groups = int(rng.choice(divisors))
-        k = groups * int(rng.integers(1, 4))
-    else:
-        k = int(rng.integers(1, max_channels + 1))
-    while True:   # geometry; with a given x, retry until the kernel fits it
-        kh, kw = (int(v) for v in rng.choice([1, 2, 3, 5], size=2))
-        stride = tuple(int(v) for v in rng.integers(1, 3, size=2))
-        dilation = tuple(int(v) for v in rng.integers(1, 3, size=2))
-        reach = [d * (kk - 1) for d, kk in zip(dilation, (kh, kw))]
-        padding = tuple(int(rng.integers(0, r + 1)) for r in (reach[0], reach[1], reach[0], reach[1]))
-        if x is None:
-            h = int(rng.integers(max(1, reach[0] + 1 - padding[0] - padding[2]), max_size + reach[0] + 1))
-            w = int(rng.integers(max(1, reach[1] + 1 - padding[1] - padding[3]), max_size + reach[1] + 1))
-            break
-        h, w = x.shape[2:]
-        if h + padding[0] + padding[2] > reach[0] and w + padding[1] + padding[3] > reach[1]:
-            break
-    if x is None:
-        x_dtype = np.uint8 if rng.integers(2) else np.int8
-        info = np.iinfo(x_dtype)
-        x = rng.integers(info.min, info.max + 1, size=(1, c, h, w)).astype(x_dtype)
-    info = np.iinfo(x.dtype)
-    w_info = np.iinfo(TENSOR_DTYPES["w"][0])
-    wgt = rng.integers(w_info.min, w_info.max + 1, size=(k, c // groups, kh, kw)).astype(TENSOR_DTYPES["w"][0])
-    out_type = DType(int(rng.choice(out_types)))
-    layer = ConvLayer(x=x, w=wgt, bias=rng.integers(-5000, 5000, size=k).astype(BIAS_DTYPE),
-                      multiplier=rng.integers(2 ** (MULTIPLIER_BITS - 2), 2 ** MULTIPLIER_BITS, size=k),
-                      shift=np.zeros(k, np.int64), x_zero_point=int(rng.integers(info.min, info.max + 1)),
-                      w_zero_point=int(rng.integers(-8, 9)), out_type=out_type,
-                      rounding=Rounding(int(rng.integers(len(Rounding)))), stride=stride, padding=padding,
-                      dilation=dilation, groups=groups)
-    _spread_outputs(layer, rng)
-    if with_lut:
-        if layer.lut_mode == LutMode.DIRECT8:
-            info = np.iinfo(layer.out_dtype)
-            layer.lut = rng.integers(info.min, info.max + 1, LUT8_ENTRIES).astype(LUT_ENTRY_DTYPE)
-        else:
-            index_bits = int(rng.integers(LUT16_INDEX_BITS_MIN, LUT16_INDEX_BITS_MAX + 1))
-            entries = np.iinfo(LUT_ENTRY_DTYPE)
-            layer.lut = np.sort(rng.integers(entries.min, entries.max + 1, 2 ** index_bits + 1)).astype(LUT_ENTRY_DTYPE)
-            layer.lut_index_shift = LUT16_INPUT_BITS - index_bits
-    return layer
-
-
-def _spread_outputs(layer: ConvLayer, rng: np.random.Generator) -> None:
-    """Shifts that map each channel's largest |acc + bias| to about half the output range, so outputs spread
-    over the range and only the tails saturate; a small random output zero point."""
-    total = np.abs(layer.conv_golden()[0].astype(np.int64) + layer.bias[:, None, None])
-    total = total.reshape(layer.w.shape[0], -1).max(axis=1)
-    half_range = (np.iinfo(layer.out_dtype).max - np.iinfo(layer.out_dtype).min) // 4
-    wanted = np.log2(np.maximum(total, 1) * layer.multiplier / half_range)
-    layer.shift = np.clip(np.ceil(wanted), 0, SHIFT_MAX).astype(np.int64)
-    layer.out_zero_point = (int(rng.integers(0, 50)) if layer.out_type == DType.UINT8
-                            else int(rng.integers(-10, 11)))
-
-
-def shaped_layer(rng: np.random.Generator, channels: int, size: int, out_channels: int, kernel: int, *,
-                 stride: int = 1, groups: int = 1) -> ConvLayer:
-    """A layer of a real network's shape (square ``size`` input, "same" padding, int8 in and out) with random
-    data: the shapes of ResNet-18's and MobileNet's layers for tests and benchmarks."""
-    w_info = np.iinfo(TENSOR_DTYPES["w"][0])
-    layer = ConvLayer(x=rng.integers(-128, 128, (1, channels, size, size)).astype(np.int8),
-                      w=rng.integers(w_info.min, w_info.max + 1,
-                                     (out_channels, channels // groups, kernel, kernel)).astype(TENSOR_DTYPES["w"][0]),
-                      bias=rng.integers(-5000, 5000, size=out_channels).astype(BIAS_DTYPE),
-                      multiplier=rng.integers(2 ** (MULTIPLIER_BITS - 2), 2 ** MULTIPLIER_BITS, size=out_channels),
-                      shift=np.zeros(out_channels, np.int64), x_zero_point=int(rng.integers(-8, 9)),
-                      w_zero_point=int(rng.integers(-4, 5)), stride=(stride, stride), padding=(kernel // 2,) * 4,
-                      groups=groups)
-    _spread_outputs(layer, rng)
-    return layer

@@ -6,7 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aipu.compiler.tiling import ConvLayer, lower_conv_layer, lower_conv_layers, plan_tiles, random_layer
+from aipu.compiler.sample_layers import random_layer
+from aipu.compiler.tiling import ConvLayer, lower_conv_layer, lower_conv_layers, plan_tiles
 from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT, DTYPE_NUMPY, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import Opcode, Rounding, Unit
@@ -26,7 +27,8 @@ def _golden(layer: ConvLayer) -> np.ndarray:
     out_dtype = DTYPE_NUMPY[layer.out_type]
     y = golden.requantize(acc, bias=layer.bias, multiplier=layer.multiplier, shift=layer.shift,
                           out_zero_point=layer.out_zero_point, qmin=layer.qmin, qmax=layer.qmax,
-                          rounding=layer.rounding.name.lower(), channel_axis=1, out_dtype=out_dtype)
+                          rounding=layer.rounding.name.lower(), channel_axis=1, out_dtype=out_dtype,
+                          negative_multiplier=layer.negative_multiplier, negative_shift=layer.negative_shift)
     if layer.lut is None:
         return y
     if layer.out_type == DType.INT16:
@@ -250,3 +252,17 @@ def test_a_prepared_program_runs_many_inputs_as_fresh_runs_do():
         assert np.array_equal(lowered.read_output(again.memory), dataclasses.replace(layer, x=x).reference())
     with pytest.raises(ValueError, match="prepared for"):
         prepared.run(Memory.create(lowered.program.config, lowered.memory().dram.size + 16))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_leaky_layers_take_the_second_multiplier_per_channel(seed):
+    """Leaky ReLU / PReLU fused into REQUANT (docs/arithmetic.md D11): records carry the negative pair."""
+    rng = np.random.default_rng(100 + seed)
+    layer = random_layer(rng, out_types=(DType.INT8, DType.INT16))
+    k = layer.w.shape[0]
+    layer.negative_multiplier = rng.integers(1, 2 ** 14, k)
+    layer.negative_shift = layer.shift + rng.integers(0, 4, k)
+    lowered, _, expected = _check(layer, **_random_tiles(rng, layer))
+    assert (expected < layer.out_zero_point).any()          # some outputs took the negative side
+    requant = lowered.program.queues[Unit.REQUANT][0]
+    assert requant.args["leaky"] == 1
