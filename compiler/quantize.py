@@ -323,10 +323,13 @@ class _Quantizer:
         if node.op == "Div":              # by a constant only (normalize checks): times its reciprocal
             b = f"{node.name}/reciprocal"
             constants[b] = 1.0 / constants[node.inputs[1]].astype(np.float64)
+        rank = len(self.graph.shapes[node.outputs[0]])
         specs = []
         for name in (a, b):
-            if name not in self.tensors:
-                self.tensors[name] = self.constant_operand(name, constants[name])
+            if name not in self.tensors:    # a constant, with its broadcast's leading ones written out
+                value = np.asarray(constants[name])
+                value = value.reshape((1,) * (rank - value.ndim) + value.shape)
+                self.tensors[name] = self.constant_operand(name, value)
             specs.append(self.tensors[name])
         y_spec = self.activation(y)
         self.tensors[y] = y_spec

@@ -86,3 +86,65 @@ def resnet_like(seed: int = 0, size: int = 16, classes: int = 10) -> onnx.ModelP
         x = b.node("Relu", [b.node("Add", [y, shortcut])])
     x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
     return b.model(b.fc(x, 32, classes))
+
+
+def random_network(seed: int, size: int = 12) -> onnx.ModelProto:
+    """A random CNN: a stem, then random blocks (dense, depthwise or grouped convs with random kernels,
+    strides and dilations; ReLU, ReLU6, LeakyReLU, PReLU, HardSwish, Sigmoid, Tanh; max or average pooling;
+    residual adds; squeeze-excitation; channel concat), then pooling and a fully connected head (with a
+    transposed flatten when the map is still larger than 1x1)."""
+    b = GraphBuilder(seed, 3, size)
+    rng = b.rng
+    channels = int(rng.choice([4, 8, 12]))
+    x = b.node("Relu", [b.conv("image", 3, channels)])
+    spatial = size
+    for _ in range(int(rng.integers(3, 7))):
+        kind = rng.choice(["conv", "depthwise", "grouped", "pool", "residual", "se", "concat", "table"])
+        if kind in ("conv", "depthwise", "grouped"):
+            stride = int(rng.choice([1, 2])) if spatial >= 4 else 1
+            kernel = int(rng.choice([1, 3, 5]))
+            dilation = int(rng.choice([1, 2])) if kernel == 3 and stride == 1 else 1
+            out = channels if kind != "conv" else int(rng.choice([4, 8, 16]))
+            groups = channels if kind == "depthwise" else (2 if kind == "grouped" and channels % 2 == 0 else 1)
+            out = out if groups == 1 or out % groups == 0 else channels
+            x = b.conv(x, channels, out, kernel=kernel, stride=stride, groups=groups, dilation=dilation,
+                       bn=bool(rng.integers(2)))
+            x = _random_activation(b, x, out)
+            channels, spatial = out, -(-spatial // stride)
+        elif kind == "pool" and spatial >= 4:
+            op = str(rng.choice(["MaxPool", "AveragePool"]))
+            x = b.node(op, [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+            spatial = -(-spatial // 2)
+        elif kind == "residual":
+            y = _random_activation(b, b.conv(x, channels, channels), channels)
+            x = b.node("Add", [x, b.conv(y, channels, channels)])
+        elif kind == "se":
+            squeezed = b.node("GlobalAveragePool", [x])
+            gate = b.node("Sigmoid", [b.conv(squeezed, channels, channels, kernel=1, bn=False)])
+            x = b.node("Mul", [x, gate])
+        elif kind == "concat":
+            left = b.node("Relu", [b.conv(x, channels, 4, kernel=1)])
+            right = b.node("Relu", [b.conv(x, channels, 4)])
+            x, channels = b.node("Concat", [left, right], axis=1), 8
+        elif kind == "table":
+            x = b.node(str(rng.choice(["Tanh", "Sigmoid", "HardSwish"])), [x])
+    if spatial > 1 and rng.integers(2):
+        x = b.node("Flatten", [x])                  # [1, C*H*W]: a transposing gather from channels-last
+        features = channels * spatial * spatial
+    else:
+        x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
+        features = channels
+    return b.model(b.fc(x, features, 5))
+
+
+def _random_activation(b: GraphBuilder, x: str, channels: int) -> str:
+    kind = b.rng.choice(["none", "Relu", "relu6", "LeakyRelu", "PRelu", "HardSwish"])
+    if kind == "none":
+        return x
+    if kind == "relu6":
+        return b.relu6(x)
+    if kind == "PRelu":
+        return b.node("PRelu", [x, b.const(b.rng.uniform(0.05, 0.5, (channels, 1, 1)).astype(np.float32))])
+    if kind == "LeakyRelu":
+        return b.node("LeakyRelu", [x], alpha=0.1)
+    return b.node(str(kind), [x])

@@ -1,0 +1,123 @@
+"""A whole quantized model as one command program: every operator planned, then emitted in order.
+
+Operators run one after another (a STORE -> LOAD token joins each to the next, compiler/lowering/pipeline.py);
+inside an operator the units overlap through double buffering. A conv whose output only a table operator
+reads takes the table (LUT before STORE). The DRAM plan places the inputs, then each operator's constants
+and output as it is emitted, and frees a tensor after its last reader (``keep_all`` keeps every tensor, so
+that each can be read back and compared with the quantized IR's reference).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from aipu.compiler.lowering.base import Context
+from aipu.compiler.lowering.conv import ConvLowering
+from aipu.compiler.lowering.eltwise import ConcatLowering, EltwiseLowering
+from aipu.compiler.lowering.layout import LayoutLowering
+from aipu.compiler.lowering.memory import DramPlan, channels_last, from_channels_last
+from aipu.compiler.lowering.pipeline import Link
+from aipu.compiler.lowering.pool import PoolLowering
+from aipu.compiler.lowering.table import TableLowering
+from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool
+from aipu.sim.machine.arch import DEFAULT, HardwareConfig
+from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
+
+LOWERINGS = {QConv: ConvLowering(), QPool: PoolLowering(), QEltwise: EltwiseLowering(), QConcat: ConcatLowering(),
+             QLut: TableLowering(), QLayout: LayoutLowering()}
+
+
+@dataclass
+class NetworkProgram:
+    """The program, its initial DRAM image, and where every tensor lives."""
+
+    program: Program
+    dram: np.ndarray
+    plan: DramPlan
+    model: QModel
+
+    def memory(self, inputs: dict[str, np.ndarray]) -> Memory:
+        """A memory image with the quantized ``inputs`` (NCHW, the model's types) in place."""
+        dram = self.dram.copy()
+        for name in self.model.inputs:
+            tensor, value = self.model.tensors[name], np.asarray(inputs[name])
+            if value.shape != tensor.shape or value.dtype != tensor.dtype:
+                raise ValueError(f"input {name!r}: expected {tensor.dtype} {list(tensor.shape)}, got {value.dtype} "
+                                 f"{list(value.shape)}")
+            address, nbytes = self.plan.regions[name]
+            dram[address:address + nbytes] = np.frombuffer(channels_last(value).tobytes(), np.uint8)
+        return Memory.create(self.program.config, dram)
+
+    def read(self, memory: Memory, name: str) -> np.ndarray:
+        """Tensor ``name`` (NCHW) from a memory image after a run."""
+        tensor = self.model.tensors[name]
+        address, nbytes = self.plan.regions[name]
+        data = memory.dram[address:address + nbytes].view(tensor.dtype)
+        return from_channels_last(data, tensor.shape)
+
+    def manifest(self) -> dict:
+        """Inputs and outputs: DRAM address, shape (NCHW; stored channels-last), type and quantization."""
+        def entry(name: str) -> dict:
+            tensor = self.model.tensors[name]
+            address, nbytes = self.plan.regions[name]
+            return {"name": name, "dram_address": address, "bytes": nbytes, "shape": list(tensor.shape),
+                    "layout": "channels_last", "dtype": tensor.dtype.name, "scale": tensor.scale,
+                    "zero_point": tensor.zero_point}
+        return {"inputs": [entry(name) for name in self.model.inputs],
+                "outputs": [entry(name) for name in self.model.outputs],
+                "dram_bytes": int(self.dram.size), "commands": len(self.program)}
+
+
+def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bool = False) -> NetworkProgram:
+    """Plan every operator (all errors before anything is emitted), then emit them in order."""
+    context = Context(Program(config), DramPlan(), model.tensors, model.constants)
+    for name in model.inputs:
+        tensor = model.tensors[name]
+        context.plan.tensor(name, tensor.shape, tensor.dtype, reuse=False)
+    steps = _plan(model, context)
+    emitting = [index for index, (_, plan, _) in enumerate(steps) if not getattr(plan, "alias", False)]
+    if not emitting:
+        raise InputError("model", "no operator moves data", "at least one operator that computes")
+    last_reader = {name: index for index, (_, _, reads) in enumerate(steps) for name in reads}
+    kept = set(model.inputs) | set(model.outputs)
+    for index, (lowering, plan, reads) in enumerate(steps):
+        link = Link(after_previous=index > emitting[0], before_next=index < emitting[-1])
+        lowering.emit(plan, context, link)
+        for name in set(reads):
+            if last_reader[name] == index and name not in kept and not keep_all and name in context.plan.regions \
+                    and name not in model.constants:
+                context.plan.release(name)
+    context.program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    return NetworkProgram(context.program, context.plan.image(), context.plan, model)
+
+
+def _plan(model: QModel, context: Context) -> list[tuple]:
+    """(lowering, plan, tensors read) per emitted step; a conv followed by its only reader, a table, fuses."""
+    readers: dict[str, int] = {}
+    for op in model.ops:
+        for name in op.inputs:
+            readers[name] = readers.get(name, 0) + 1
+    steps, skip = [], set()
+    for index, op in enumerate(model.ops):
+        if index in skip:
+            continue
+        follower = model.ops[index + 1] if index + 1 < len(model.ops) else None
+        try:
+            if (isinstance(op, QConv) and isinstance(follower, QLut) and follower.x == op.y
+                    and readers.get(op.y) == 1 and op.y not in model.outputs
+                    and model.tensors[op.y].dtype == model.tensors[follower.y].dtype):    # the LUT works in place
+                plan = LOWERINGS[QConv].plan(op, context, follower)
+                skip.add(index + 1)
+                steps.append((LOWERINGS[QConv], plan, op.inputs))
+                continue
+            steps.append((LOWERINGS[type(op)], LOWERINGS[type(op)].plan(op, context), op.inputs))
+        except ValueError as exc:      # what the tiler refuses, named by layer (InputError already is)
+            if isinstance(exc, InputError):
+                raise
+            raise InputError(f"layer {op.name!r}", type(op).__name__, str(exc)) from exc
+    return steps
+

@@ -1,0 +1,56 @@
+"""A table operator (8-bit activation) on the LUT unit: the table loaded once into LUT memory, then flat tiles
+of the tensor (element-wise, so any split will do) through LOAD, LUT and STORE."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from aipu.compiler.lowering.base import Context, dtype_code
+from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
+from aipu.compiler.qir import QLut
+from aipu.sim.machine.arch import LUT_ENTRY_DTYPE, Buffer
+from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.isa import COMMANDS, LutMode, Opcode, Unit
+
+_RUN_MAX = 65535        # LOAD/STORE run field
+
+
+@dataclass
+class TablePlan:
+    op: QLut
+    per_tile: int
+
+
+class TableLowering:
+    def plan(self, op: QLut, context: Context) -> TablePlan:
+        x, y = context.tensors[op.x], context.tensors[op.y]
+        if x.dtype.itemsize != 1 or y.dtype.itemsize != 1:
+            raise InputError(f"layer {op.name!r} types", f"{x.dtype.name} -> {y.dtype.name}", "8-bit (DIRECT8 table)")
+        if op.table.size * LUT_ENTRY_DTYPE.itemsize > context.program.config.buffer(Buffer.LUT).bytes:
+            raise InputError(f"layer {op.name!r} table", op.table.size, "fits the LUT memory")
+        count_max = COMMANDS[Opcode.LUT].field("count").legal_range(context.program.config)[1]
+        per_tile = min(half_bytes(context.program, Buffer.ACT), half_bytes(context.program, Buffer.OUT), count_max,
+                       _RUN_MAX)
+        return TablePlan(op, per_tile)
+
+    def emit(self, plan: TablePlan, context: Context, link: Link) -> None:
+        op = plan.op
+        x, y = context.tensors[op.x], context.tensors[op.y]
+        total = math.prod(x.shape)
+        source = context.address(op.x)
+        target = context.plan.tensor(op.y, y.shape, y.dtype)
+        table = context.plan.constant(f"{op.name}/table", op.table.astype(LUT_ENTRY_DTYPE))
+        preload = [dict(buffer=Buffer.LUT, sram_addr=0, dram_addr=table, run=op.table.size * LUT_ENTRY_DTYPE.itemsize)]
+        starts = range(0, total, plan.per_tile)
+
+        def build(t: int, act: int, out: int) -> Tile:
+            first = starts[t]
+            count = min(plan.per_tile, total - first)
+            load = dict(buffer=Buffer.ACT, sram_addr=act, dram_addr=source + first, elem_type=dtype_code(x.dtype),
+                        run=count)
+            lut = dict(src_buf=Buffer.ACT, src_addr=act, dst_addr=out, count=count, mode=LutMode.DIRECT8,
+                       in_type=dtype_code(x.dtype), out_type=dtype_code(y.dtype), table_addr=0)
+            store = dict(sram_addr=out, dram_addr=target + first, elem_type=dtype_code(y.dtype), run=count)
+            return Tile([load], [(Opcode.LUT, lut)], [store])
+
+        emit_pipeline(context.program, Unit.LUT, len(starts), build, link, preload)
