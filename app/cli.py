@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "aipu.app.demo",
     "aipu.app.bench",
     "aipu.app.cli_program",
+    "aipu.app.cli_compile",
     "aipu.app.cli_codec",
     "aipu.app.cli_rtl",
 )

@@ -65,11 +65,11 @@ class TensorStats:
             self.histogram[0] += values.size
 
 
-def read_calibration(path, graph: Graph) -> dict[str, np.ndarray]:
-    """The calibration set in the .npz ``path``: one float array per graph input, named as the input (a
-    graph with one input also takes an archive with one array of any name), [samples, *input shape[1:]],
-    the same number of samples for every input, all finite. Returned as float32."""
-    inputs = {name: graph.shapes[name] for name in graph.inputs}
+def read_samples(path, inputs: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Float samples for a model's ``inputs`` (name -> shape) from ``path``: an .npz with one array per input,
+    named as the input (a model with one input also takes any single name, or a lone .npy), shaped
+    [samples, *input shape[1:]], the same number of samples for every input, all finite. As float32.
+    Calibration sets and `aipu run --input` files both come this way."""
 
     def check_member(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
         target = name if name in inputs else next(iter(inputs)) if len(inputs) == 1 else None
@@ -86,7 +86,7 @@ def read_calibration(path, graph: Graph) -> dict[str, np.ndarray]:
             raise InputError(name, described, f"at most {MAX_CALIBRATION_ELEMENTS} elements")
 
     try:
-        arrays = read_npz(path, check_member)
+        arrays = read_npz(path, check_member, single_npy=True)
         if len(inputs) == 1 and len(arrays) == 1:
             arrays = {next(iter(inputs)): next(iter(arrays.values()))}
         for name in arrays:
@@ -115,7 +115,7 @@ def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 1
     at the batch size it was shaped for (constants folded from shapes hold that size)."""
     from tqdm import tqdm
 
-    session, names = _session(graph, threads)
+    session, names = float_session(graph, threads)
     stats = {name: TensorStats() for name in (*graph.inputs, *names)}
     batch = graph.shapes[graph.inputs[0]][0]
     count = next(iter(samples.values())).shape[0]
@@ -138,7 +138,7 @@ def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 1
     return stats
 
 
-def _session(graph: Graph, threads: int):
+def float_session(graph: Graph, threads: int):
     """An onnxruntime session on the float graph whose outputs are every float tensor the nodes compute."""
     import onnxruntime
 

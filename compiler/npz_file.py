@@ -1,4 +1,4 @@
-"""Reading an .npz (numpy.savez) a user hands us: every member's .npy header is checked before its data is read.
+"""Reading an .npz (numpy.savez) or .npy a user hands us: every array's header is checked before its data is read.
 
 The archive is opened without pickles; a caller's ``check_member(name, dtype, shape)`` refuses a member by
 its header alone (raising :class:`~aipu.sim.machine.errors.InputError`), so no member can allocate more
@@ -10,6 +10,7 @@ import math
 import zipfile
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -22,15 +23,19 @@ _CORRUPT = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotIm
 MemberCheck = Callable[[str, np.dtype, tuple[int, ...]], None]
 
 
-def read_npz(path, check_member: MemberCheck) -> dict[str, np.ndarray]:
+def read_npz(path, check_member: MemberCheck, *, single_npy: bool = False) -> dict[str, np.ndarray]:
     """Every member of the archive ``path`` by name (without ".npy"), each header passed to ``check_member``
-    before its data is read. The caller adds the file's name to errors (``InputError.within``)."""
+    before its data is read. ``single_npy`` also takes a lone .npy file (one array, named by the file's stem).
+    The caller adds the file's name to errors (``InputError.within``)."""
     with open(path, "rb") as handle:
+        npy = handle.read(6) == b"\x93NUMPY"
+        handle.seek(0)
+        if npy and single_npy:
+            name = Path(path).stem
+            return {name: _read_array(handle, name, check_member)}
         try:
             archive = zipfile.ZipFile(handle)
         except _CORRUPT:
-            handle.seek(0)
-            npy = handle.read(6) == b"\x93NUMPY"
             raise InputError("format", "a single .npy array" if npy else "not a complete zip archive",
                              "expected an .npz of named arrays, as numpy.savez writes") from None
         with archive:
@@ -44,19 +49,29 @@ def _read_member(archive: zipfile.ZipFile, name: str, info: zipfile.ZipInfo, che
         raise InputError(name, "encrypted or unusually compressed", "numpy.savez(_compressed) members only")
     try:
         with archive.open(info) as handle:
-            version = np.lib.format.read_magic(handle)
-            if version not in _NPY_HEADERS:
-                raise InputError(name, f".npy format {version}", "formats 1.0 and 2.0 (numpy.save)")
-            shape, fortran_order, dtype = _NPY_HEADERS[version](handle)
-            if dtype.hasobject:
-                raise InputError(name, str(dtype), "plain numeric arrays (no Python objects)")
-            check_member(name, dtype, shape)
-            nbytes = math.prod(shape) * dtype.itemsize
-            data = handle.read(nbytes)
+            return _read_array(handle, name, check_member)
     except InputError:
         raise
     except _CORRUPT as exc:
         raise InputError(name, str(exc), "expected a readable .npy member (the archive is corrupt)") from None
+
+
+def _read_array(handle, name: str, check_member: MemberCheck) -> np.ndarray:
+    """One .npy stream: magic, header (checked by the caller's ``check_member``), then exactly its data."""
+    try:
+        version = np.lib.format.read_magic(handle)
+        if version not in _NPY_HEADERS:
+            raise InputError(name, f".npy format {version}", "formats 1.0 and 2.0 (numpy.save)")
+        shape, fortran_order, dtype = _NPY_HEADERS[version](handle)
+        if dtype.hasobject:
+            raise InputError(name, str(dtype), "plain numeric arrays (no Python objects)")
+        check_member(name, dtype, shape)
+        nbytes = math.prod(shape) * dtype.itemsize
+        data = handle.read(nbytes)
+    except InputError:
+        raise
+    except _CORRUPT as exc:
+        raise InputError(name, str(exc), "expected a readable .npy array (the file is corrupt)") from None
     if len(data) != nbytes:
         raise InputError(name, f"{len(data)} bytes", f"truncated: shape {list(shape)} of {dtype} needs {nbytes}")
     return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C").copy()

@@ -62,12 +62,3 @@ def digits_data() -> dict[str, np.ndarray]:
 
     with np.load(DATA_PATH) as archive:
         return {name: archive[name] for name in archive.files}
-
-
-@pytest.fixture(scope="session")
-def digits_float_model():
-    """The embedded digits CNN read by the compiler's front end, loaded once."""
-    from aipu.app.models.train_digits import MODEL_PATH
-    from aipu.compiler.frontend import load_float_model
-
-    return load_float_model(MODEL_PATH)

@@ -17,8 +17,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from aipu.compiler.frontend import conv_forward
-
 HERE = Path(__file__).resolve().parent
 MODEL_PATH = HERE / "digits_cnn.onnx"
 DATA_PATH = HERE / "digits_data.npz"
@@ -26,6 +24,20 @@ DATA_PATH = HERE / "digits_data.npz"
 # (name, out_channels, in_channels, kernel, stride, pad)
 CONV_LAYERS = (("conv1", 16, 1, 3, 1, 1), ("conv2", 32, 16, 3, 2, 1), ("conv3", 32, 32, 3, 1, 1))
 CLASSES = 10
+
+
+def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    """Dense 2-D convolution (NCHW), one einsum per kernel tap."""
+    k = w.shape[2]
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (xp.shape[2] - k) // stride + 1
+    ow = (xp.shape[3] - k) // stride + 1
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow), dtype=x.dtype)
+    for i in range(k):
+        for j in range(k):
+            patch = xp[:, :, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
+            out += np.einsum("kc,nchw->nkhw", w[:, :, i, j], patch, optimize=True)
+    return out + b.reshape(1, -1, 1, 1)
 
 
 def conv_backward(x: np.ndarray, w: np.ndarray, grad_out: np.ndarray, stride: int, pad: int):

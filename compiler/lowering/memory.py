@@ -32,6 +32,18 @@ def from_channels_last(data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.moveaxis(data.reshape(shape[0], *shape[2:], shape[1]), -1, 1)
 
 
+def store_tensor(dram: np.ndarray, address: int, value: np.ndarray) -> None:
+    """Write a [1, C, ...] tensor into a DRAM image at ``address`` in its channels-last layout."""
+    data = np.frombuffer(channels_last(value).tobytes(), np.uint8)
+    dram[address:address + data.size] = data
+
+
+def load_tensor(dram: np.ndarray, address: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Read a tensor of ``shape`` and ``dtype`` stored channels-last at ``address`` (as NCHW)."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    return from_channels_last(dram[address:address + nbytes].view(dtype), shape)
+
+
 @dataclass
 class DramPlan:
     """Constant blobs and tensor regions: name -> (byte address, bytes)."""

@@ -16,7 +16,7 @@ from aipu.compiler.lowering.base import Context
 from aipu.compiler.lowering.conv import ConvLowering
 from aipu.compiler.lowering.eltwise import ConcatLowering, EltwiseLowering
 from aipu.compiler.lowering.layout import LayoutLowering
-from aipu.compiler.lowering.memory import DramPlan, channels_last, from_channels_last
+from aipu.compiler.lowering.memory import DramPlan, load_tensor, store_tensor
 from aipu.compiler.lowering.pipeline import Link
 from aipu.compiler.lowering.pool import PoolLowering
 from aipu.compiler.lowering.table import TableLowering
@@ -48,16 +48,13 @@ class NetworkProgram:
             if value.shape != tensor.shape or value.dtype != tensor.dtype:
                 raise ValueError(f"input {name!r}: expected {tensor.dtype} {list(tensor.shape)}, got {value.dtype} "
                                  f"{list(value.shape)}")
-            address, nbytes = self.plan.regions[name]
-            dram[address:address + nbytes] = np.frombuffer(channels_last(value).tobytes(), np.uint8)
+            store_tensor(dram, self.plan.regions[name][0], value)
         return Memory.create(self.program.config, dram)
 
     def read(self, memory: Memory, name: str) -> np.ndarray:
         """Tensor ``name`` (NCHW) from a memory image after a run."""
         tensor = self.model.tensors[name]
-        address, nbytes = self.plan.regions[name]
-        data = memory.dram[address:address + nbytes].view(tensor.dtype)
-        return from_channels_last(data, tensor.shape)
+        return load_tensor(memory.dram, self.plan.regions[name][0], tensor.shape, tensor.dtype)
 
     def manifest(self) -> dict:
         """Inputs and outputs: DRAM address, shape (NCHW; stored channels-last), type and quantization."""

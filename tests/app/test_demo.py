@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from aipu.app.demo import run_demo
+from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.program import Program
 
 
@@ -11,6 +12,8 @@ def test_demo_is_bit_exact_accurate_and_lossless(tmp_path):
     assert report["codec"]["lossless"]
     accuracy = report["accuracy"]
     assert accuracy["float"] >= 0.9, accuracy          # the embedded model is trained (95.8% on all 360)
-    assert accuracy["npu"] >= accuracy["float"] - 0.05 and accuracy["agreement"] >= 0.95, accuracy
-    program = Program.read(tmp_path / "model.aipu")
+    assert accuracy["npu"] >= accuracy["float"] - 0.05 and accuracy["agreement"] >= 0.95, accuracy   # 60 images
+    program = Program.read(tmp_path / "program" / "program.aipu")
     assert program.disassemble() == (tmp_path / "model.lst").read_text()
+    assert program.queues[Unit.POOL] and len(program.queues[Unit.CONV]) == 4     # pooling and the FC head on the NPU
+    assert [layer["kind"] for layer in report["model"]["layers"]] == ["conv", "conv", "conv", "pool", "layout", "conv"]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from aipu.app.models.train_digits import MODEL_PATH
 from aipu.app.ort_compare import single_thread_session
 from aipu.compiler.calibrate import (HISTOGRAM_BINS, TensorStats, choose_range, collect, kl_threshold,
-                                    read_calibration)
+                                    read_samples)
 from aipu.compiler.graph import load_graph
 from aipu.compiler.normalize import normalize
 from aipu.sim.machine.errors import InputError
@@ -19,6 +19,10 @@ from aipu.sim.machine.errors import InputError
 @pytest.fixture(scope="module")
 def digits_graph():
     return normalize(load_graph(MODEL_PATH))
+
+
+def _inputs(graph) -> dict[str, tuple[int, ...]]:
+    return {name: graph.shapes[name] for name in graph.inputs}
 
 
 def _stats(values: np.ndarray, batch: int = 100, histogram: bool = True) -> TensorStats:
@@ -98,7 +102,7 @@ def test_calibration_files_are_checked(tmp_path, digits_graph):
     np.savez(tmp_path / "named.npz", **{name: good})
     np.savez(tmp_path / "any_name.npz", images=good)
     for path in ("named.npz", "any_name.npz"):
-        data = read_calibration(tmp_path / path, digits_graph)
+        data = read_samples(tmp_path / path, _inputs(digits_graph))
         assert list(data) == [name] and data[name].dtype == np.float32 and data[name].shape == (5, 1, 8, 8)
     bad = {
         "ints.npz": ({name: good.astype(np.int32)}, "a float array"),
@@ -109,11 +113,11 @@ def test_calibration_files_are_checked(tmp_path, digits_graph):
     for file_name, (arrays, message) in bad.items():
         np.savez(tmp_path / file_name, **arrays)
         with pytest.raises(InputError, match=message) as caught:
-            read_calibration(tmp_path / file_name, digits_graph)
+            read_samples(tmp_path / file_name, _inputs(digits_graph))
         assert str(caught.value).startswith(str(tmp_path / file_name))
     (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 not really")
     with pytest.raises(InputError, match="junk.npz: format"):
-        read_calibration(tmp_path / "junk.npz", digits_graph)
+        read_samples(tmp_path / "junk.npz", _inputs(digits_graph))
 
 
 def test_a_graph_with_two_inputs_needs_both_by_name(tmp_path):
@@ -126,12 +130,12 @@ def test_a_graph_with_two_inputs_needs_both_by_name(tmp_path):
     ones = np.ones((4, 2, 3, 3), np.float32)
     np.savez(tmp_path / "one.npz", a=ones)
     with pytest.raises(InputError, match="b = 'missing'"):
-        read_calibration(tmp_path / "one.npz", two)
+        read_samples(tmp_path / "one.npz", _inputs(two))
     np.savez(tmp_path / "counts.npz", a=ones, b=ones[:3])
     with pytest.raises(InputError, match="the same number for every input"):
-        read_calibration(tmp_path / "counts.npz", two)
+        read_samples(tmp_path / "counts.npz", _inputs(two))
     np.savez(tmp_path / "both.npz", a=ones, b=2 * ones)
-    stats = collect(two, read_calibration(tmp_path / "both.npz", two), batch_size=3)
+    stats = collect(two, read_samples(tmp_path / "both.npz", _inputs(two)), batch_size=3)
     assert (stats["y"].minimum, stats["y"].maximum) == (3.0, 3.0)
 
 
@@ -140,14 +144,20 @@ def test_a_graph_with_two_inputs_needs_both_by_name(tmp_path):
        shape=st.lists(st.integers(0, 9), min_size=0, max_size=5), name=st.sampled_from(["image", "other"]),
        cut=st.integers(0, 400))
 def test_fuzzed_calibration_files_load_or_fail_cleanly(tmp_path, digits_graph, dtype, shape, name, cut):
-    """Random headers, and the same files cut short: data or an InputError naming the file, nothing else."""
-    path = tmp_path / "fuzz.npz"
-    np.savez(path, **{name: np.zeros(shape, dtype)})
-    data = path.read_bytes()
+    """Random headers, and the same files cut short, as .npz and as a lone .npy: data or an InputError naming
+    the file, nothing else."""
+    archive, single = tmp_path / "fuzz.npz", tmp_path / f"{name}.npy"
+    np.savez(archive, **{name: np.zeros(shape, dtype)})
+    np.save(single, np.zeros(shape, dtype))
+    for path, data in ((archive, archive.read_bytes()), (single, single.read_bytes())):
+        _load_or_refuse(path, data, cut, digits_graph)
+
+
+def _load_or_refuse(path, data: bytes, cut: int, digits_graph) -> None:
     for variant in (data, data[:cut]):
         path.write_bytes(variant)
         try:
-            arrays = read_calibration(path, digits_graph)
+            arrays = read_samples(path, _inputs(digits_graph))
         except InputError as error:
             assert str(error).startswith(str(path)) and "\n" not in str(error)
         else:

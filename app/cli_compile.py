@@ -1,0 +1,145 @@
+"""`aipu compile` (ONNX + calibration set -> program directory) and `aipu run` (a program directory on inputs)."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from aipu.sim.machine.arch import DEFAULT, load_hardware_config
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from aipu.compiler.calibrate import METHODS
+    from aipu.compiler.driver import compile_model, write
+    from aipu.compiler.graph import parse_input_shapes
+    from aipu.compiler.quantize import QuantOptions
+
+    if args.method not in METHODS:
+        raise ValueError(f"--method {args.method!r}: expected one of {', '.join(METHODS)}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size {args.batch_size}: expected at least 1")
+    options = QuantOptions(method=args.method, symmetric_activations=args.symmetric,
+                           per_channel_weights=not args.per_tensor_weights, n_std=args.n_std,
+                           percentile=args.percentile, momentum=args.momentum)
+    config = load_hardware_config(args.config) if args.config else DEFAULT
+    started = time.perf_counter()
+    compiled = compile_model(args.model, args.calib, config=config, input_shapes=parse_input_shapes(args.input_shape),
+                             options=options, batch_size=args.batch_size, progress=not args.quiet,
+                             threads=args.threads)
+    manifest = write(compiled, Path(args.output), args.model)
+    seconds = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({**manifest, "compile_seconds": round(seconds, 3)}, indent=1))
+        return 0
+    print(f"{args.output}: {len(compiled.qmodel.ops)} operators -> {manifest['commands']} commands "
+          f"{manifest['commands_per_unit']}, DRAM image {manifest['dram_bytes']} bytes, compiled in {seconds:.2f} s")
+    print(f"{'layer':<28} {'kind':<8} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} {'SQNR dB':>8}")
+    for row in manifest["layers"]:
+        shape = "x".join(map(str, row["shape"]))
+        sqnr = "-" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}"
+        print(f"{row['name'][:28]:<28} {row['kind']:<8} {shape:<16} {row['dtype']:<6} {row['scale']:>10.4g} "
+              f"{row['zero_point']:>5} {sqnr:>8}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from aipu.compiler.calibrate import read_samples
+    from aipu.compiler.lowering.memory import load_tensor, store_tensor
+    from aipu.compiler.program_dir import read_program_dir
+    from aipu.sim.interpreter import prepare
+    from aipu.sim.machine.memory import Memory
+
+    directory = read_program_dir(args.program)
+    inputs = {entry.tensor.name: entry.tensor.shape for entry in directory.inputs}
+    samples = read_samples(args.input, inputs)
+    count = next(iter(samples.values())).shape[0]
+    prepared = prepare(directory.program, directory.dram.size)
+    outputs: dict[str, list[np.ndarray]] = {entry.tensor.name: [] for entry in directory.outputs}
+    started = time.perf_counter()
+    for index in range(count):
+        dram = directory.dram.copy()
+        for entry in directory.inputs:
+            store_tensor(dram, entry.dram_address, entry.tensor.quantize(samples[entry.tensor.name][index:index + 1]))
+        result = prepared.run(Memory.create(directory.program.config, dram), seed=args.seed)
+        for entry in directory.outputs:
+            tensor = entry.tensor
+            value = load_tensor(result.memory.dram, entry.dram_address, tensor.shape, tensor.dtype)
+            outputs[tensor.name].append(tensor.dequantize(value))
+    seconds = time.perf_counter() - started
+    results = {name: np.concatenate(values) for name, values in outputs.items()}
+    print(f"{args.program}: {count} input(s), {len(directory.program)} commands each, "
+          f"{seconds / count * 1e3:.2f} ms per run on the interpreter")
+    for name, value in results.items():
+        print(f"  {name}: {value.shape[1:]} float; " + _summary(value))
+    if args.output:
+        np.savez(args.output, **results)
+        print(f"  written: {args.output}")
+    if args.compare_onnx:
+        _compare_with_float(directory, samples, results)
+    return 0
+
+
+def _summary(value: np.ndarray) -> str:
+    flat = value.reshape(value.shape[0], -1)
+    if value.ndim == 2:
+        return "argmax " + ", ".join(str(int(i)) for i in flat.argmax(axis=1)[:16])
+    return f"range [{flat.min():.4g}, {flat.max():.4g}]"
+
+
+def _compare_with_float(directory, samples: dict[str, np.ndarray], results: dict[str, np.ndarray]) -> None:
+    import onnx
+
+    from aipu.app.ort_compare import single_thread_session
+    from aipu.compiler.program_dir import FLOAT_MODEL_FILE
+    from aipu.compiler.quantize import sqnr_db
+    from aipu.sim.machine.errors import InputError
+
+    path = directory.path / FLOAT_MODEL_FILE
+    try:
+        session = single_thread_session(onnx.load(path))
+    except Exception as exc:   # onnx and onnxruntime raise many types on a damaged file
+        raise InputError("float model", type(exc).__name__, f"the float.onnx `aipu compile` wrote ({exc})").within(
+            path) from None
+    count = next(iter(samples.values())).shape[0]
+    runs = [session.run(None, {name: array[index:index + 1] for name, array in samples.items()})
+            for index in range(count)]
+    for position, (name, got) in enumerate(results.items()):
+        want = np.concatenate([run[position] for run in runs])
+        line = (f"  vs float (onnxruntime) {name}: SQNR {sqnr_db(want, got):.1f} dB, "
+                f"max |diff| {np.abs(want - got).max():.4g}")
+        if got.ndim == 2:
+            line += f", same argmax {np.mean(want.argmax(1) == got.argmax(1)):.1%}"
+        print(line)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    compile_parser = subparsers.add_parser("compile", help="compile an ONNX float model to one NPU program directory")
+    compile_parser.add_argument("model", help="ONNX float model (opset 11+)")
+    compile_parser.add_argument("--calib", required=True, help=".npz (or .npy) of calibration inputs, [samples, ...]")
+    compile_parser.add_argument("-o", "--output", required=True, help="program directory to write")
+    compile_parser.add_argument("--config", help="hardware configuration (.toml/.json); default: the reference")
+    compile_parser.add_argument("--input-shape", action="append", metavar="NAME=1x3xHxW",
+                                help="fix a symbolic input dimension (repeatable)")
+    compile_parser.add_argument("--method", default="extrema",
+                                help="calibration: extrema, mean, nstd, kld or percentile (default extrema)")
+    compile_parser.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
+    compile_parser.add_argument("--per-tensor-weights", action="store_true", help="one weight scale per layer")
+    compile_parser.add_argument("--n-std", type=float, default=3.0, help="nstd: N (default 3)")
+    compile_parser.add_argument("--percentile", type=float, default=99.99, help="percentile: p (default 99.99)")
+    compile_parser.add_argument("--momentum", type=float, default=None, help="mean: EMA momentum (default equal)")
+    compile_parser.add_argument("--batch-size", type=int, default=16, help="samples per calibration batch")
+    compile_parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    compile_parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    compile_parser.set_defaults(func=_cmd_compile)
+
+    run_parser = subparsers.add_parser("run", help="run a compiled program directory on inputs (interpreter)")
+    run_parser.add_argument("program", help="directory written by `aipu compile`")
+    run_parser.add_argument("--input", required=True, help=".npy or .npz of float inputs, [samples, ...]")
+    run_parser.add_argument("--output", help="write the float outputs to this .npz")
+    run_parser.add_argument("--compare-onnx", action="store_true",
+                            help="also run the float model on onnxruntime and compare")
+    run_parser.add_argument("--seed", type=int, default=None, help="a random legal schedule instead of the fixed one")
+    run_parser.set_defaults(func=_cmd_run)

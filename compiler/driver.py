@@ -1,0 +1,82 @@
+"""`aipu compile` as a function: ONNX file + calibration set -> quantized model -> one command program, with the
+per-layer report (docs/compiler.md). Each stage is its own module; this one only runs them in order."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from aipu.compiler.calibrate import HISTOGRAM_METHODS, collect, float_session, read_samples
+from aipu.compiler.graph import Graph, load_graph
+from aipu.compiler.lowering.network import NetworkProgram, lower_model
+from aipu.compiler.normalize import normalize
+from aipu.compiler.program_dir import write_program_dir
+from aipu.compiler.qir import QModel
+from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_db
+from aipu.sim.machine.arch import DEFAULT, HardwareConfig
+
+REPORT_SAMPLES = 16          # calibration samples the per-layer report compares float and int8 on
+
+
+@dataclass
+class Compiled:
+    graph: Graph
+    qmodel: QModel
+    network: NetworkProgram
+    layers: list[dict]
+    options: QuantOptions
+
+
+def compile_model(model_path, calibration_path, *, config: HardwareConfig = DEFAULT,
+                  input_shapes: dict[str, tuple[int, ...]] | None = None, options: QuantOptions = QuantOptions(),
+                  batch_size: int = 16, progress: bool = False, threads: int = 1) -> Compiled:
+    graph = normalize(load_graph(model_path, input_shapes))
+    samples = read_samples(calibration_path, {name: graph.shapes[name] for name in graph.inputs})
+    stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
+                    progress=progress, threads=threads)
+    qmodel = quantize_graph(graph, stats, options)
+    network = lower_model(qmodel, config)
+    report = {name: array[:REPORT_SAMPLES] for name, array in samples.items()}
+    return Compiled(graph, qmodel, network, layer_report(graph, qmodel, report, threads), options)
+
+
+def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], threads: int = 1) -> list[dict]:
+    """Per operator: its output's type and quantization, and the SQNR of the dequantized int8 result against
+    the float graph's tensor over ``samples`` (one sample at a time, as the graph's batch)."""
+    session, names = float_session(graph, threads)
+    batch = graph.shapes[graph.inputs[0]][0]
+    count = next(iter(samples.values())).shape[0]
+    floats: dict[str, list] = {}
+    quantized: dict[str, list] = {}
+    for start in range(0, count, batch):
+        feeds = {name: array[start:start + batch] for name, array in samples.items()}
+        for name, value in zip(names, session.run(names, feeds)):
+            floats.setdefault(name, []).append(value)
+        values = qmodel.run(qmodel.quantize_inputs(feeds), keep=True)
+        for op in qmodel.ops:
+            quantized.setdefault(op.y, []).append(qmodel.tensors[op.y].dequantize(values[op.y]))
+    rows = []
+    for op in qmodel.ops:
+        tensor = qmodel.tensors[op.y]
+        sqnr = (sqnr_db(np.concatenate(floats[op.y]), np.concatenate(quantized[op.y])) if op.y in floats else None)
+        rows.append({"name": op.name, "kind": type(op).__name__.removeprefix("Q").lower(), "output": op.y,
+                     "shape": list(tensor.shape), "dtype": tensor.dtype.name, "scale": tensor.scale,
+                     "zero_point": tensor.zero_point, "sqnr_db": None if sqnr is None else round(sqnr, 2)})
+    return rows
+
+
+def write(compiled: Compiled, out: Path, model_path) -> dict:
+    """The program directory of ``compiled``; returns its manifest."""
+    network = compiled.network
+    model_bytes = Path(model_path).read_bytes()
+    manifest = {**network.manifest(),
+                "source": {"model": str(model_path), "sha256": hashlib.sha256(model_bytes).hexdigest()},
+                "config_hash": network.program.config.config_hash(),
+                "quantization": asdict(compiled.options),
+                "commands_per_unit": {unit.name: len(queue) for unit, queue in network.program.queues.items() if queue},
+                "layers": compiled.layers}
+    write_program_dir(Path(out), network.program, network.dram, manifest,
+                      compiled.graph.to_onnx().SerializeToString())
+    return manifest

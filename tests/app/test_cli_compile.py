@@ -1,0 +1,109 @@
+"""`aipu compile` and `aipu run` end to end on the embedded model, and their answers to hostile input."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aipu.app.cli import main
+from aipu.app.models.train_digits import MODEL_PATH
+from aipu.compiler.driver import compile_model
+from aipu.compiler.program_dir import MANIFEST_FILE
+
+QUICK = settings(derandomize=True, max_examples=60, deadline=None, database=None,
+                 suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(scope="module")
+def compiled_dir(tmp_path_factory, digits_data):
+    root = tmp_path_factory.mktemp("compiled")
+    np.savez(root / "calib.npz", images=digits_data["calibration_images"])
+    assert main(["compile", str(MODEL_PATH), "--calib", str(root / "calib.npz"), "-o", str(root / "out"),
+                 "--quiet"]) == 0
+    return root
+
+
+def test_compiled_directory_runs_and_equals_the_quantized_model(compiled_dir, digits_data, capsys):
+    images = digits_data["eval_images"][:12]
+    np.save(compiled_dir / "x.npy", images)
+    assert main(["run", str(compiled_dir / "out"), "--input", str(compiled_dir / "x.npy"), "--output",
+                 str(compiled_dir / "y.npz"), "--compare-onnx"]) == 0
+    printed = capsys.readouterr().out
+    assert "12 input(s)" in printed and "vs float (onnxruntime) logits" in printed
+    compiled = compile_model(MODEL_PATH, compiled_dir / "calib.npz")         # the same compile, in-process
+    name = compiled.qmodel.inputs[0]
+    want = np.concatenate([compiled.qmodel.run_float({name: image[None]})["logits"] for image in images])
+    with np.load(compiled_dir / "y.npz") as outputs:
+        np.testing.assert_array_equal(outputs["logits"], want)
+    manifest = json.loads((compiled_dir / "out" / MANIFEST_FILE).read_text())
+    assert [row["kind"] for row in manifest["layers"]] == ["conv", "conv", "conv", "pool", "layout", "conv"]
+    assert all(row["sqnr_db"] > 25 for row in manifest["layers"])
+
+
+def _error(argv, capsys) -> str:
+    assert main(argv) == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_compile_refuses_bad_input_in_one_line(tmp_path, capsys, digits_data):
+    np.savez(tmp_path / "calib.npz", images=digits_data["calibration_images"][:4])
+    out = str(tmp_path / "out")
+    model = onnx.load(MODEL_PATH)
+    model.graph.node[1].op_type = "Erf"
+    onnx.save(model, tmp_path / "erf.onnx")
+    assert "1 unsupported node: 'conv1.relu' (Erf; inputs 1x16x8x8)" in _error(["compile", str(tmp_path / "erf.onnx"), "--calib",
+                                                          str(tmp_path / "calib.npz"), "-o", out], capsys)
+    np.savez(tmp_path / "wrong.npz", images=np.ones((4, 3, 8, 8), np.float32))
+    assert "shape [samples, 1, 8, 8]" in _error(["compile", str(MODEL_PATH), "--calib", str(tmp_path / "wrong.npz"),
+                                                 "-o", out], capsys)
+    assert "--method 'best'" in _error(["compile", str(MODEL_PATH), "--calib", str(tmp_path / "calib.npz"), "-o",
+                                        out, "--method", "best"], capsys)
+    assert "missing.onnx" in _error(["compile", str(tmp_path / "missing.onnx"), "--calib",
+                                     str(tmp_path / "calib.npz"), "-o", out], capsys)
+
+
+def test_run_refuses_bad_directories_and_inputs(compiled_dir, tmp_path, capsys):
+    good = compiled_dir / "out"
+    np.save(tmp_path / "bad.npy", np.ones((2, 1, 9, 8), np.float32))
+    assert "shape [samples, 1, 8, 8]" in _error(["run", str(good), "--input", str(tmp_path / "bad.npy")], capsys)
+    assert "a directory written by `aipu compile`" in _error(["run", str(tmp_path / "nowhere"), "--input",
+                                                              str(tmp_path / "bad.npy")], capsys)
+    broken = tmp_path / "broken"
+    shutil.copytree(good, broken)
+    (broken / "dram.bin").write_bytes(b"\0" * 10)
+    assert "dram.bin: size = 10" in _error(["run", str(broken), "--input", str(tmp_path / "bad.npy")], capsys)
+
+
+@QUICK
+@given(field=st.sampled_from(["dram_bytes", "inputs", "outputs", "format", "version"]),
+       value=st.one_of(st.integers(-2 ** 40, 2 ** 40), st.text(max_size=8), st.none(), st.booleans(),
+                       st.lists(st.integers(-5, 5), max_size=3), st.floats(allow_nan=True)),
+       entry_field=st.sampled_from(["name", "dram_address", "shape", "dtype", "scale", "zero_point"]))
+def test_fuzzed_manifests_fail_cleanly(compiled_dir, tmp_path_factory, field, value, entry_field):
+    """Each manifest field, and each field of a tensor entry, set to a random value: the run succeeds or ends
+    in one line with status 2."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    np.save(compiled_dir / "one.npy", np.zeros((1, 1, 8, 8), np.float32))
+    for change in ("top", "entry"):
+        target = tmp_path_factory.mktemp("fuzz")
+        shutil.copytree(compiled_dir / "out", target / "out")
+        manifest = json.loads((target / "out" / MANIFEST_FILE).read_text())
+        if change == "top":
+            manifest[field] = value
+        else:
+            manifest["inputs"][0][entry_field] = value
+        (target / "out" / MANIFEST_FILE).write_text(json.dumps(manifest))
+        errors = io.StringIO()
+        with redirect_stdout(io.StringIO()), redirect_stderr(errors):
+            status = main(["run", str(target / "out"), "--input", str(compiled_dir / "one.npy")])
+        assert status in (0, 2)
+        assert status == 0 or ("\n" not in errors.getvalue().strip() and "manifest.json" in errors.getvalue())
