@@ -15,7 +15,8 @@ from aipu.sim.interpreter import run
 from aipu.sim.machine.arch import DEFAULT, hardware_config_from_dict
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode, Unit
-from tests.compiler.onnx_models import GraphBuilder, mobilenet_like, random_network, resnet_like
+from aipu.app.models.synthetic import GraphBuilder
+from tests.compiler.onnx_models import mobilenet_like, random_network, resnet_like
 from tests.compiler.test_quantize import _compile
 
 TINY = hardware_config_from_dict({"buffers": {"act": {"bytes": 2048}, "weight": {"bytes": 2048},

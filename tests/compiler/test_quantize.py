@@ -76,7 +76,7 @@ def test_fused_activations_clamp_on_the_output_grid(tmp_path, digits_data):
 
 
 def test_layers_the_requantizer_cannot_take_are_named(tmp_path):
-    from tests.compiler.onnx_models import GraphBuilder
+    from aipu.app.models.synthetic import GraphBuilder
 
     b = GraphBuilder(0, 2, 4)
     slopes = b.const(np.array([0.1, -0.2, 0.3], np.float32).reshape(3, 1, 1))

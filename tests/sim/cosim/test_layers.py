@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from aipu.compiler.sample_layers import random_layer, shaped_layer
-from aipu.compiler.tiling import lower_conv_layer, lower_conv_layers
+from aipu.compiler.tiling import lower_conv_layer
 from aipu.sim.cosim.cocotb_run import run_on, verilog_backends
 from aipu.sim.cosim.verilog import available_units
 from aipu.sim.cosim.waves import mismatch_report
@@ -37,12 +37,12 @@ def check_layers(config, backend: str, seeds, **limits) -> dict:
     return results
 
 
-def check_lowered(lowered, backend: str, name: str, dram=None):
+def check_lowered(lowered, backend: str, name: str, dram=None, memory=None):
     """Run a lowered layer on ``backend`` with every unit and on the interpreter: the RTL must finish cleanly,
     retire every command and leave every byte as the interpreter does. ``dram``: the DRAM image with the
-    input (default: the lowering's own). Returns the RTL result."""
+    input (default: the lowering's own); ``memory``: a whole memory image instead. Returns the RTL result."""
     units = list(available_units().values())
-    memory = lowered.memory(dram)
+    memory = lowered.memory(dram) if memory is None else memory
     expected = interpret(lowered.program, memory)
     got = run_on(backend, lowered.program, memory, units, max_cycles=MAX_CYCLES)
     context = f"{name} on {backend}: {got.errors or ''}"
@@ -109,26 +109,30 @@ def test_network_layers_at_their_real_size_are_bit_exact_on_verilator(name):
     check_shaped(DEFAULT, "verilator", name, NETWORK_SHAPES[name][1])
 
 
-def check_demo_model(config, backend: str) -> None:
-    """The embedded demo CNN's conv trunk, lowered for ``config`` as `aipu demo` lowers it, on a held-out digit:
-    the RTL's features are the golden model's, byte for byte."""
-    from aipu.app.demo import DATA_PATH, MODEL_PATH, load_float_model, quantize_model
+def check_demo_model(config, backend: str, tmp_path) -> None:
+    """The embedded demo CNN compiled for ``config`` as `aipu demo` compiles it, on a held-out digit: the RTL
+    leaves every byte as the interpreter does, and its logits are the quantized model's golden reference."""
+    from aipu.app.models.train_digits import DATA_PATH, MODEL_PATH
+    from aipu.compiler.driver import compile_model
 
     data = np.load(DATA_PATH)
-    quantized = quantize_model(load_float_model(MODEL_PATH), data["calibration_images"])
-    lowered = lower_conv_layers(quantized.layers, config)
-    x = quantized.quantize_input(data["eval_images"][:1])
-    got = check_lowered(lowered, backend, "demo model", lowered.dram_with_input(x))
-    assert np.array_equal(lowered.read_output(got.memory), quantized.golden_features(x))
+    np.savez(tmp_path / "calibration.npz", images=data["calibration_images"])
+    compiled = compile_model(MODEL_PATH, tmp_path / "calibration.npz", config=config)
+    network, qmodel = compiled.network, compiled.qmodel
+    x = qmodel.quantize_inputs({qmodel.inputs[0]: data["eval_images"][:1]})
+    got = check_lowered(network, backend, "demo model", memory=network.memory(x))
+    output = qmodel.outputs[0]
+    assert np.array_equal(network.read(got.memory, output), qmodel.run(x)[output])
 
 
-def test_the_demo_models_layers_are_bit_exact_on_verilog():
-    """On SMALL the trunk tiles into 203 commands (4x4 array, 1 KiB buffers: width splits, edge tiles)."""
+def test_the_demo_model_is_bit_exact_on_verilog(tmp_path):
+    """On SMALL (4x4 array, 1 KiB buffers: width splits, edge tiles) the whole network, pooling and the fully
+    connected head included, runs on every unit."""
     for backend in verilog_backends():
-        check_demo_model(SMALL, backend)
+        check_demo_model(SMALL, backend, tmp_path)
 
 
 @pytest.mark.slow
-def test_the_demo_models_layers_on_the_demos_configuration():
+def test_the_demo_model_on_the_demos_configuration(tmp_path):
     for backend in verilog_backends():
-        check_demo_model(DEFAULT, backend)
+        check_demo_model(DEFAULT, backend, tmp_path)
