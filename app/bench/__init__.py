@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "codec": "aipu.app.bench.codec",
     "rtl": "aipu.app.bench.rtl",
     "units": "aipu.app.bench.units",
+    "compile": "aipu.app.bench.compile",
 }
 
 

@@ -53,3 +53,16 @@ def test_units_bench_checks_every_pair_and_reports_it():
         assert row.get("lookup_exact_with_ort_table", False) == (row["golden"] == "lut8"), row
     assert result["goal_max_ratio"] == GOAL_MAX_RATIO == 1.0 and result["geomean_golden_over_ort"] > 0
     assert result["cases_over_goal"] == [row["case"] for row in result["cases"] if row["golden_over_ort"] > 1.0]
+
+
+def test_compile_bench_compiles_resnet18_and_runs_it_bit_exact():
+    """`aipu bench compile`: the ResNet-18-shaped graph compiles and its whole program, run once on the
+    interpreter, equals the quantized model on the golden units."""
+    from aipu.app.bench import BENCHMARKS
+    from aipu.app.bench.compile import run
+
+    assert BENCHMARKS["compile"] == "aipu.app.bench.compile"
+    report = run()
+    assert report["whole_network"]["bit_exact"] and report["whole_network"]["macs"] > 1.8e9
+    assert report["commands_per_unit"]["CONV"] >= 21 and report["commands_per_unit"]["POOL"] >= 2
+    assert set(report["stage_seconds"]) >= {"front_end_s", "calibrate_s", "quantize_s", "lower_s"}

@@ -1,0 +1,69 @@
+"""`aipu bench compile`: compile a ResNet-18-shaped ONNX graph (224x224, random weights) and report each stage's
+time and the program's size; then run the whole program once on the interpreter next to the quantized model
+on the golden units (one BLAS thread for both), and check they agree bit for bit."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+CALIBRATION_SAMPLES = 8
+
+
+def run() -> dict:
+    import onnx
+    from threadpoolctl import threadpool_limits
+
+    from aipu.app.bench.golden import best_seconds
+    from aipu.app.models.synthetic import resnet18_shaped
+    from aipu.compiler.calibrate import collect, read_samples
+    from aipu.compiler.driver import REPORT_SAMPLES, layer_report
+    from aipu.compiler.graph import load_graph
+    from aipu.compiler.lowering.network import lower_model
+    from aipu.compiler.normalize import normalize
+    from aipu.compiler.quantize import quantize_graph
+    from aipu.sim.interpreter import prepare
+
+    rng = np.random.default_rng(0)
+    seconds = {}
+    with tempfile.TemporaryDirectory() as folder, threadpool_limits(limits=1):
+        model_path, calibration_path = Path(folder) / "resnet18.onnx", Path(folder) / "calibration.npz"
+        onnx.save(resnet18_shaped(), model_path)
+        np.savez(calibration_path, image=rng.normal(0, 1, (CALIBRATION_SAMPLES, 3, 224, 224)).astype(np.float32))
+
+        def timed(stage: str, func):
+            started = time.perf_counter()
+            value = func()
+            seconds[stage] = round(time.perf_counter() - started, 3)
+            return value
+
+        graph = timed("front_end_s", lambda: normalize(load_graph(model_path)))
+        samples = timed("read_calibration_s", lambda: read_samples(calibration_path, {"image": graph.shapes["image"]}))
+        stats = timed("calibrate_s", lambda: collect(graph, samples))
+        qmodel = timed("quantize_s", lambda: quantize_graph(graph, stats))
+        network = timed("lower_s", lambda: lower_model(qmodel))
+        timed("layer_report_s", lambda: layer_report(graph, qmodel, {"image": samples["image"][:REPORT_SAMPLES]}))
+        program_path = Path(folder) / "program.aipu"
+        network.program.write(program_path)
+        program_bytes = program_path.stat().st_size
+
+        x = qmodel.quantize_inputs({"image": samples["image"][:1]})
+        prepared = timed("prepare_s", lambda: prepare(network.program, network.dram.size))
+        memory = network.memory(x)
+        result = prepared.run(memory)
+        output = qmodel.outputs[0]
+        exact = bool(np.array_equal(network.read(result.memory, output), qmodel.run(x)[output]))
+        interpret_s = best_seconds(lambda: prepared.run(memory), budget=3.0, max_reps=3)
+        golden_s = best_seconds(lambda: qmodel.run(x), budget=3.0, max_reps=3)
+    compile_s = sum(value for key, value in seconds.items() if key != "prepare_s")
+    return {"model": "resnet18_shaped 1x3x224x224, 1000 classes", "calibration_samples": CALIBRATION_SAMPLES,
+            "operators": len(qmodel.ops), "commands": len(network.program),
+            "commands_per_unit": {unit.name: len(queue) for unit, queue in network.program.queues.items() if queue},
+            "program_bytes": program_bytes, "dram_image_bytes": int(network.dram.size),
+            "weight_bytes": int(sum(len(blob) for blob in network.plan.blobs.values())),
+            "stage_seconds": seconds, "compile_s": round(compile_s, 3),
+            "whole_network": {"macs": result.stats.macs, "interpret_s": round(interpret_s, 3),
+                              "golden_s": round(golden_s, 3),
+                              "interpreter_over_golden": round(interpret_s / golden_s, 2), "bit_exact": exact}}
