@@ -36,12 +36,15 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.output}: {len(compiled.qmodel.ops)} operators -> {manifest['commands']} commands "
           f"{manifest['commands_per_unit']}, DRAM image {manifest['dram_bytes']} bytes, compiled in {seconds:.2f} s")
-    print(f"{'layer':<28} {'kind':<8} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} {'SQNR dB':>8}")
+    print(f"{'layer':<28} {'kind':<8} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} {'SQNR dB':>8} "
+          f"{'clipped':>8}")
     for row in manifest["layers"]:
         shape = "x".join(map(str, row["shape"]))
         sqnr = "-" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}"
+        clipped = "-" if row["clipped_fraction"] is None else f"{row['clipped_fraction']:.2%}"
+        table = f"  table inputs {row['table_input_range']}" if "table_input_range" in row else ""
         print(f"{row['name'][:28]:<28} {row['kind']:<8} {shape:<16} {row['dtype']:<6} {row['scale']:>10.4g} "
-              f"{row['zero_point']:>5} {sqnr:>8}")
+              f"{row['zero_point']:>5} {sqnr:>8} {clipped:>8}{table}")
     return 0
 
 

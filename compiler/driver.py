@@ -13,7 +13,7 @@ from aipu.compiler.graph import Graph, load_graph
 from aipu.compiler.lowering.network import NetworkProgram, lower_model
 from aipu.compiler.normalize import normalize
 from aipu.compiler.program_dir import write_program_dir
-from aipu.compiler.qir import QModel
+from aipu.compiler.qir import QLut, QModel
 from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_db
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 
@@ -43,13 +43,15 @@ def compile_model(model_path, calibration_path, *, config: HardwareConfig = DEFA
 
 
 def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], threads: int = 1) -> list[dict]:
-    """Per operator: its output's type and quantization, and the SQNR of the dequantized int8 result against
-    the float graph's tensor over ``samples`` (one sample at a time, as the graph's batch)."""
+    """Per operator: its output's type and quantization; over ``samples`` (one at a time, as the graph's batch)
+    the SQNR of the dequantized int8 result against the float graph's tensor, the fraction of float values
+    beyond the quantized range (clipped by saturation), and for a table the range of input codes it sees."""
     session, names = float_session(graph, threads)
     batch = graph.shapes[graph.inputs[0]][0]
     count = next(iter(samples.values())).shape[0]
     floats: dict[str, list] = {}
     quantized: dict[str, list] = {}
+    table_inputs: dict[str, list] = {}
     for start in range(0, count, batch):
         feeds = {name: array[start:start + batch] for name, array in samples.items()}
         for name, value in zip(names, session.run(names, feeds)):
@@ -57,13 +59,25 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
         values = qmodel.run(qmodel.quantize_inputs(feeds), keep=True)
         for op in qmodel.ops:
             quantized.setdefault(op.y, []).append(qmodel.tensors[op.y].dequantize(values[op.y]))
+            if isinstance(op, QLut):
+                table_inputs.setdefault(op.name, []).append(values[op.x])
     rows = []
     for op in qmodel.ops:
         tensor = qmodel.tensors[op.y]
-        sqnr = (sqnr_db(np.concatenate(floats[op.y]), np.concatenate(quantized[op.y])) if op.y in floats else None)
-        rows.append({"name": op.name, "kind": type(op).__name__.removeprefix("Q").lower(), "output": op.y,
-                     "shape": list(tensor.shape), "dtype": tensor.dtype.name, "scale": tensor.scale,
-                     "zero_point": tensor.zero_point, "sqnr_db": None if sqnr is None else round(sqnr, 2)})
+        row = {"name": op.name, "kind": type(op).__name__.removeprefix("Q").lower(), "output": op.y,
+               "shape": list(tensor.shape), "dtype": tensor.dtype.name, "scale": tensor.scale,
+               "zero_point": tensor.zero_point, "sqnr_db": None, "clipped_fraction": None}
+        if op.y in floats:
+            reference = np.concatenate(floats[op.y])
+            info = np.iinfo(tensor.dtype)
+            low, high = tensor.dequantize(np.array([info.min, info.max]))
+            row["sqnr_db"] = round(sqnr_db(reference, np.concatenate(quantized[op.y])), 2)
+            row["clipped_fraction"] = float(np.mean((reference < low - tensor.scale / 2)
+                                                    | (reference > high + tensor.scale / 2)))
+        if op.name in table_inputs:     # which part of the table the data reaches
+            codes = np.concatenate([value.reshape(-1) for value in table_inputs[op.name]])
+            row["table_input_range"] = [int(codes.min()), int(codes.max())]
+        rows.append(row)
     return rows
 
 

@@ -43,6 +43,7 @@ def test_compiled_directory_runs_and_equals_the_quantized_model(compiled_dir, di
     manifest = json.loads((compiled_dir / "out" / MANIFEST_FILE).read_text())
     assert [row["kind"] for row in manifest["layers"]] == ["conv", "conv", "conv", "pool", "layout", "conv"]
     assert all(row["sqnr_db"] > 25 for row in manifest["layers"])
+    assert all(row["clipped_fraction"] == 0 for row in manifest["layers"])   # extrema over these very samples
 
 
 def _error(argv, capsys) -> str:

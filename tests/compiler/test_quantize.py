@@ -83,3 +83,18 @@ def test_layers_the_requantizer_cannot_take_are_named(tmp_path):
     y = b.node("PRelu", [b.conv("image", 2, 3, bn=False), slopes])
     with pytest.raises(InputError, match=r"node 'prelu\d+' \(PRelu\): slope = -0.2"):
         _compile(tmp_path, b.model(y), np.ones((2, 2, 4, 4), np.float32))
+
+
+def test_layer_report_measures_every_operator_against_float(tmp_path):
+    from aipu.compiler.driver import layer_report
+
+    rng = np.random.default_rng(8)
+    samples = rng.normal(0, 1, (6, 3, 16, 16)).astype(np.float32)
+    graph, qmodel = _compile(tmp_path, mobilenet_like(), samples, QuantOptions(method="percentile", percentile=99.0),
+                             histograms=True)
+    rows = layer_report(graph, qmodel, {graph.inputs[0]: samples})
+    assert [row["name"] for row in rows] == [op.name for op in qmodel.ops]
+    assert all(row["sqnr_db"] > 10 for row in rows)
+    assert any(row["clipped_fraction"] > 0 for row in rows)            # a 99th percentile clips something
+    tables = [row for row in rows if row["kind"] == "lut"]
+    assert tables and all(-128 <= row["table_input_range"][0] <= row["table_input_range"][1] <= 255 for row in tables)
