@@ -36,6 +36,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.output}: {len(compiled.qmodel.ops)} operators -> {manifest['commands']} commands "
           f"{manifest['commands_per_unit']}, DRAM image {manifest['dram_bytes']} bytes, compiled in {seconds:.2f} s")
+    if not manifest["layers"]:
+        print("(no per-layer report: give --calib samples to compare every layer with float)")
+        return 0
     print(f"{'layer':<28} {'kind':<8} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} {'SQNR dB':>8} "
           f"{'clipped':>8}")
     for row in manifest["layers"]:
@@ -111,7 +114,7 @@ def _compare_with_float(directory, samples: dict[str, np.ndarray], results: dict
             for index in range(count)]
     for position, (name, got) in enumerate(results.items()):
         want = np.concatenate([run[position] for run in runs])
-        line = (f"  vs float (onnxruntime) {name}: SQNR {sqnr_db(want, got):.1f} dB, "
+        line = (f"  vs onnxruntime on {FLOAT_MODEL_FILE} {name}: SQNR {sqnr_db(want, got):.1f} dB, "
                 f"max |diff| {np.abs(want - got).max():.4g}")
         if got.ndim == 2:
             line += f", same argmax {np.mean(want.argmax(1) == got.argmax(1)):.1%}"
@@ -120,8 +123,9 @@ def _compare_with_float(directory, samples: dict[str, np.ndarray], results: dict
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     compile_parser = subparsers.add_parser("compile", help="compile an ONNX float model to one NPU program directory")
-    compile_parser.add_argument("model", help="ONNX float model (opset 11+)")
-    compile_parser.add_argument("--calib", required=True, help=".npz (or .npy) of calibration inputs, [samples, ...]")
+    compile_parser.add_argument("model", help="ONNX model (opset 11+): float, or quantized by onnxruntime.quantization")
+    compile_parser.add_argument("--calib", help=".npz (or .npy) of calibration inputs, [samples, ...]; a "
+                                "pre-quantized model (QDQ or QOperator) needs none")
     compile_parser.add_argument("-o", "--output", required=True, help="program directory to write")
     compile_parser.add_argument("--config", help="hardware configuration (.toml/.json); default: the reference")
     compile_parser.add_argument("--input-shape", action="append", metavar="NAME=1x3xHxW",
@@ -143,6 +147,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_parser.add_argument("--input", required=True, help=".npy or .npz of float inputs, [samples, ...]")
     run_parser.add_argument("--output", help="write the float outputs to this .npz")
     run_parser.add_argument("--compare-onnx", action="store_true",
-                            help="also run the float model on onnxruntime and compare")
+                            help="also run the model on onnxruntime (the float graph, or the pre-quantized one) and "
+                                 "compare")
     run_parser.add_argument("--seed", type=int, default=None, help="a random legal schedule instead of the fixed one")
     run_parser.set_defaults(func=_cmd_run)

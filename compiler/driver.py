@@ -13,9 +13,11 @@ from aipu.compiler.graph import Graph, load_graph
 from aipu.compiler.lowering.network import NetworkProgram, lower_model
 from aipu.compiler.normalize import normalize
 from aipu.compiler.program_dir import write_program_dir
+from aipu.compiler.prequantized import import_quantized, is_prequantized
 from aipu.compiler.qir import QLut, QModel
 from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_db
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
+from aipu.sim.machine.errors import InputError
 
 REPORT_SAMPLES = 16          # calibration samples the per-layer report compares float and int8 on
 
@@ -29,17 +31,28 @@ class Compiled:
     options: QuantOptions
 
 
-def compile_model(model_path, calibration_path, *, config: HardwareConfig = DEFAULT,
+def compile_model(model_path, calibration_path=None, *, config: HardwareConfig = DEFAULT,
                   input_shapes: dict[str, tuple[int, ...]] | None = None, options: QuantOptions = QuantOptions(),
                   batch_size: int = 16, progress: bool = False, threads: int = 1) -> Compiled:
+    """A float model is calibrated on ``calibration_path`` and quantized; a pre-quantized one (QDQ or
+    QOperator) keeps its own quantization, and the data set, optional then, only feeds the report."""
     graph = normalize(load_graph(model_path, input_shapes))
-    samples = read_samples(calibration_path, {name: graph.shapes[name] for name in graph.inputs})
-    stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
-                    progress=progress, threads=threads)
-    qmodel = quantize_graph(graph, stats, options)
+    prequantized = is_prequantized(graph)
+    if calibration_path is None and not prequantized:
+        raise InputError("--calib", None, "a calibration set for a float model (only a pre-quantized one has its "
+                                          "own scales)")
+    samples = (read_samples(calibration_path, {name: graph.shapes[name] for name in graph.inputs})
+               if calibration_path is not None else None)
+    if prequantized:
+        qmodel = import_quantized(graph)
+    else:
+        stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
+                        progress=progress, threads=threads)
+        qmodel = quantize_graph(graph, stats, options)
     network = lower_model(qmodel, config)
-    report = {name: array[:REPORT_SAMPLES] for name, array in samples.items()}
-    return Compiled(graph, qmodel, network, layer_report(graph, qmodel, report, threads), options)
+    layers = (layer_report(graph, qmodel, {name: array[:REPORT_SAMPLES] for name, array in samples.items()},
+                           threads) if samples is not None else [])
+    return Compiled(graph, qmodel, network, layers, options)
 
 
 def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], threads: int = 1) -> list[dict]:

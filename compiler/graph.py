@@ -28,8 +28,9 @@ MAX_MODEL_BYTES = 1 << 31            # protobuf's own limit for one message
 MAX_TENSOR_ELEMENTS = 1 << 31        # no tensor of a CNN for the NPU comes near; bounds memory on hostile shapes
 FOLDED_ELEMENTS = 1 << 24            # constants folded at compile time stay this small
 _FOLD_ROUNDS = 64                    # each round folds at least one node; a graph needing more is unusual
-_RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
-                         "Bernoulli"})
+# never folded: random values, and the quantization boundaries whose integers a pre-quantized model carries
+_KEPT_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+                       "Bernoulli", "QuantizeLinear", "DequantizeLinear"})
 _SHAPE_SPEC = re.compile(r"^([^=]+)=(\d+(?:x\d+)*)$")
 
 
@@ -168,9 +169,44 @@ def _build(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]], sou
     problem = None
     for _ in range(_FOLD_ROUNDS):
         model, problem = _infer(model)
-        if not _fold_one_round(model, constants, opset):
+        if not (_fold_one_round(model, constants, opset) | _contrib_shapes(model, constants)):
             break
     return _to_graph(model, constants, source, opset, problem)
+
+
+def _contrib_shapes(model: onnx.ModelProto, constants: dict[str, np.ndarray]) -> bool:
+    """Output shapes of the onnxruntime contrib operators of pre-quantized models (onnx's inference skips
+    their domain): QLinearGlobalAveragePool [N, C, 1, 1], QGemm [M, N], QLinearAdd (broadcast). Returns
+    whether any was added; typed as their output zero point (QGemm without one: float)."""
+    shapes = _known_shapes(model, constants)
+    types = {value.name: value.type.tensor_type.elem_type for value in (*model.graph.input, *model.graph.value_info)}
+    types.update({name: onnx.helper.np_dtype_to_tensor_dtype(value.dtype) for name, value in constants.items()})
+    added = False
+    for node in model.graph.node:
+        if node.domain != "com.microsoft" or not node.output or node.output[0] in shapes:
+            continue
+        ins = [shapes.get(name) for name in node.input]
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        shape = None
+        nchw = not attrs.get("channels_last")
+        if node.op_type == "QLinearGlobalAveragePool" and ins[0] and len(ins[0]) == 4 and nchw:
+            shape = (*ins[0][:2], 1, 1)
+        elif node.op_type == "QGemm" and ins[0] and len(ins) > 3 and ins[3] and len(ins[0]) == len(ins[3]) == 2:
+            rows = ins[0][1] if attrs.get("transA", 0) else ins[0][0]
+            shape = (rows, ins[3][0] if attrs.get("transB", 0) else ins[3][1])
+        elif node.op_type == "QLinearAdd" and len(ins) > 4 and ins[0] and ins[3]:
+            try:
+                shape = np.broadcast_shapes(ins[0], ins[3])
+            except ValueError:
+                shape = None
+        zero_point = {"QLinearGlobalAveragePool": 4, "QGemm": 8, "QLinearAdd": 7}.get(node.op_type)
+        if shape is None or zero_point is None:
+            continue
+        elem = (types.get(node.input[zero_point], onnx.TensorProto.FLOAT) if len(node.input) > zero_point
+                and node.input[zero_point] else onnx.TensorProto.FLOAT)
+        model.graph.value_info.append(onnx.helper.make_tensor_value_info(node.output[0], elem, list(shape)))
+        added = True
+    return added
 
 
 def _array(tensor: onnx.TensorProto) -> np.ndarray:
@@ -268,7 +304,7 @@ def _fold_one_round(model: onnx.ModelProto, constants: dict[str, np.ndarray], op
 
 def _fold(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: dict, opset: int) -> list[np.ndarray] | None:
     """The node's outputs if they are constant and small, else None."""
-    if node.domain not in ("", "ai.onnx") or node.op_type in _RANDOM_OPS or not node.output:
+    if node.domain not in ("", "ai.onnx") or node.op_type in _KEPT_OPS or not node.output:
         return None
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     if node.op_type in ("Shape", "Size") and node.input[0] in shapes and node.input[0] not in constants:

@@ -34,7 +34,7 @@ def normalize(graph: Graph) -> Graph:
     check(graph)
     graph = _drop_no_ops(graph)
     graph = _fold_batch_norms(graph)
-    graph.nodes = [_explicit_pads(node, graph) if node.op in ("Conv", "ConvTranspose", "MaxPool", "AveragePool")
+    graph.nodes = [_explicit_pads(node, graph) if node.op in ("Conv", "QLinearConv", "MaxPool", "AveragePool")
                    else node for node in graph.nodes]
     return graph
 
@@ -65,9 +65,14 @@ def check(graph: Graph) -> None:
 def _constant(*positions: int) -> Callable[[Node, Graph], str | None]:
     """A check that the inputs at ``positions`` (where present) are constants: weights, not activations."""
     def check_inputs(node: Node, graph: Graph) -> str | None:
+        producer = graph.producer()
         for position in positions:
-            if position < len(node.inputs) and node.inputs[position] and node.inputs[position] not in graph.constants:
-                return f"input {position} ({node.inputs[position]!r}) must be a constant"
+            name = node.inputs[position] if position < len(node.inputs) else ""
+            source = producer.get(name)
+            dequantized = (source is not None and source.op == "DequantizeLinear"
+                           and all(not i or i in graph.constants for i in source.inputs))
+            if name and name not in graph.constants and not dequantized:
+                return f"input {position} ({name!r}) must be a constant"
         return None
     return check_inputs
 
@@ -129,10 +134,22 @@ _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "Unsqueeze": _constant(1),
     "Identity": _no_check, "Dropout": _all(_constant(1, 2), _unused_outputs(1)),
     "Cast": _no_check,
+    # pre-quantized models (QDQ and QOperator, as onnxruntime.quantization writes them; compiler/prequantized.py)
+    "QuantizeLinear": _constant(1, 2), "DequantizeLinear": _constant(1, 2),
+    "QLinearConv": _rank(4, _constant(1, 2, 3, 4, 5, 6, 7, 8)),
+    "QLinearMatMul": _rank(2, _constant(1, 2, 3, 4, 5, 6, 7)),
+}
+# onnxruntime's contrib operators that its quantizer writes
+_CONTRIB: dict[str, Callable[[Node, Graph], str | None]] = {
+    "QGemm": _rank(2, _constant(1, 2, 3, 4, 5, 6, 7, 8), _attribute("transA", (0,), 0),
+                   _attribute("alpha", (1.0,), 1.0)),
+    "QLinearGlobalAveragePool": _rank(4, _constant(1, 2, 3, 4), _attribute("channels_last", (0,), 0)),
 }
 
 
 def _unsupported(node: Node, graph: Graph) -> str | None:
+    if node.domain == "com.microsoft" and node.op in _CONTRIB:
+        return _CONTRIB[node.op](node, graph)
     if node.domain not in ("", "ai.onnx"):
         return "operators outside the default ONNX domain are not supported"
     check_node = _SUPPORTED.get(node.op)
@@ -210,19 +227,16 @@ def _explicit_pads(node: Node, graph: Graph) -> Node:
     if auto_pad in ("NOTSET", ""):
         return replace(node, attrs=attrs)
     spatial = graph.shapes[node.inputs[0]][2:]
-    if node.op in ("Conv", "ConvTranspose"):
-        kernel = graph.shapes[node.inputs[1]][2:]
+    if node.op in ("Conv", "QLinearConv"):
+        kernel = graph.shapes[node.inputs[3 if node.op == "QLinearConv" else 1]][2:]
     else:
         kernel = tuple(node.attrs["kernel_shape"])
     strides = tuple(node.attrs.get("strides", (1,) * len(spatial)))
     dilations = tuple(node.attrs.get("dilations", (1,) * len(spatial)))
-    output_padding = tuple(node.attrs.get("output_padding", (0,) * len(spatial)))
     begin, end = [], []
-    for size, k, s, d, extra in zip(spatial, kernel, strides, dilations, output_padding):
+    for size, k, s, d in zip(spatial, kernel, strides, dilations):
         if auto_pad == "VALID":
             total = 0
-        elif node.op == "ConvTranspose":     # the output is size * stride
-            total = max(0, s * (size - 1) + extra + (k - 1) * d + 1 - size * s)
         else:
             out = -(-size // s)
             total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)

@@ -24,11 +24,16 @@ class QTensor:
     dtype: np.dtype
     scale: float
     zero_point: int
+    onnx_rounding: bool = False      # quantized as ONNX QuantizeLinear does (a pre-quantized model's input)
 
     def quantize(self, real: np.ndarray) -> np.ndarray:
-        """round_half_away(real / scale) + zero_point, clamped to the type (docs/arithmetic.md D3)."""
+        """round_half_away(real / scale) + zero_point, clamped to the type (docs/arithmetic.md D3); with
+        ``onnx_rounding`` ONNX's QuantizeLinear: float32 division, round half to even."""
         info = np.iinfo(self.dtype)
-        q = golden.round_half_away(np.asarray(real, np.float64) / self.scale) + self.zero_point
+        if self.onnx_rounding:
+            q = np.rint(np.asarray(real, np.float32) / np.float32(self.scale)).astype(np.int64) + self.zero_point
+        else:
+            q = golden.round_half_away(np.asarray(real, np.float64) / self.scale) + self.zero_point
         return np.clip(q, info.min, info.max).astype(self.dtype)
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
@@ -37,19 +42,25 @@ class QTensor:
 
 @dataclass(frozen=True)
 class Requant:
-    """The output stage of a MAC operator (docs/arithmetic.md §4.1-4.2): per-channel multiplier and shift,
-    optional second pair for negative sums, output zero point, clamp (fused ReLU/Clip) and rounding."""
+    """The output stage of a MAC operator: per-channel multiplier and shift (docs/arithmetic.md §4.1-4.2, with
+    an optional second pair for negative sums), or a per-channel float32 ``scale`` (§4.5, onnxruntime's
+    arithmetic, for pre-quantized models); output zero point, clamp (fused ReLU/Clip) and rounding."""
 
-    multiplier: np.ndarray
-    shift: np.ndarray
+    multiplier: np.ndarray | None
+    shift: np.ndarray | None
     out_zero_point: int
     qmin: int
     qmax: int
     rounding: str = "half_up"
     negative_multiplier: np.ndarray | None = None
     negative_shift: np.ndarray | None = None
+    scale: np.ndarray | None = None
 
     def apply(self, acc: np.ndarray, bias: np.ndarray, out_dtype: np.dtype, channel_axis: int = 1) -> np.ndarray:
+        if self.scale is not None:
+            return golden.requantize_float32(acc, bias=bias, scale=self.scale, out_zero_point=self.out_zero_point,
+                                             qmin=self.qmin, qmax=self.qmax, channel_axis=channel_axis,
+                                             out_dtype=out_dtype)
         return golden.requantize(acc, bias=bias, multiplier=self.multiplier, shift=self.shift,
                                  out_zero_point=self.out_zero_point, qmin=self.qmin, qmax=self.qmax,
                                  rounding=self.rounding, channel_axis=channel_axis, out_dtype=out_dtype,

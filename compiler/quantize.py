@@ -26,7 +26,7 @@ from aipu.compiler.calibrate import TensorStats, choose_range
 from aipu.compiler.graph import Graph, Node
 from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QTensor, Requant
 from aipu.sim import golden
-from aipu.sim.machine.arch import BIAS_BITS, BIAS_DTYPE, bit_range
+from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, bit_range
 from aipu.sim.machine.errors import InputError
 
 _WEIGHT_MAX = 127                 # restricted symmetric int8 range (S003 §2.2.2): -128 never used
@@ -178,11 +178,7 @@ class _Quantizer:
         if bias_q.min(initial=0) < low or bias_q.max(initial=0) > high:
             raise InputError("bias", f"{float(np.abs(bias).max())}", f"|bias / (s_x * s_w)| within int{BIAS_BITS}")
         requant = self._requant(scale, y_spec, activation)
-        acc_low, acc_high = golden.accumulator_range(w_q, x_dtype=x_spec.dtype, x_zero_point=x_spec.zero_point)
-        acc_min, acc_max = bit_range(32, signed=True)
-        if acc_low.min() < acc_min or acc_high.max() > acc_max:
-            raise InputError("accumulator bound", int(max(-acc_low.min(), acc_high.max())),
-                             "within int32 (docs/arithmetic.md D6)")
+        check_accumulator(w_q, x_spec, 0)
         self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv))
 
     def _mac_operands(self, node: Node) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -345,6 +341,14 @@ class _Quantizer:
         axis = int(node.attrs["axis"]) % len(self.graph.shapes[y])
         self.ops.append(QConcat(node.name, tuple(node.inputs), y, axis, tuple(m for m, _ in pairs),
                                 tuple(n for _, n in pairs), self.options.rounding))
+
+
+def check_accumulator(w: np.ndarray, x: QTensor, w_zero_point: int) -> None:
+    """Every output channel's sum provably fits the accumulator for any input (docs/arithmetic.md D6)."""
+    low, high = golden.accumulator_range(w, x_dtype=x.dtype, x_zero_point=x.zero_point, w_zero_point=w_zero_point)
+    acc_min, acc_max = bit_range(ACC_BITS, signed=True)
+    if low.min() < acc_min or high.max() > acc_max:
+        raise InputError("accumulator bound", int(max(-low.min(), high.max())), f"within int{ACC_BITS} (D6)")
 
 
 def quantize_graph(graph: Graph, stats: dict[str, TensorStats], options: QuantOptions = QuantOptions()) -> QModel:

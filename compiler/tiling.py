@@ -69,6 +69,7 @@ class ConvLayer:
     groups: int = 1
     negative_multiplier: np.ndarray | None = None   # Leaky ReLU / PReLU: the second pair for negative sums
     negative_shift: np.ndarray | None = None
+    scale: np.ndarray | None = None    # float32 per channel: the FLOAT32 requant mode instead of M/2^N
     lut: np.ndarray | None = None      # optional activation table (int16 entries) applied after requant:
     lut_index_shift: int = 0           # 8-bit outputs: 256 entries (DIRECT8); int16: 2**k + 1 (INTERP16)
     lut_input_min: int = _LUT16_INPUT_MIN
@@ -89,10 +90,18 @@ class ConvLayer:
     def reference(self) -> np.ndarray:
         """The whole layer on the golden model: [1, K, OH, OW] of out_type."""
         qmin, qmax = self.clamp
+        if self.scale is not None:
+            y = golden.requantize_float32(self.conv_golden(), bias=self.bias, scale=self.scale,
+                                          out_zero_point=self.out_zero_point, qmin=qmin, qmax=qmax, channel_axis=1,
+                                          out_dtype=self.out_dtype)
+            return self._table(y)
         y = golden.requantize(self.conv_golden(), bias=self.bias, multiplier=self.multiplier, shift=self.shift,
                               out_zero_point=self.out_zero_point, qmin=qmin, qmax=qmax,
                               rounding=self.rounding.name.lower(), channel_axis=1, out_dtype=self.out_dtype,
                               negative_multiplier=self.negative_multiplier, negative_shift=self.negative_shift)
+        return self._table(y)
+
+    def _table(self, y: np.ndarray) -> np.ndarray:
         if self.lut is None:
             return y
         if self.lut_mode == LutMode.DIRECT8:
@@ -224,6 +233,11 @@ def check_layer(layer: ConvLayer) -> None:
         raise InputError("w", layer.w, f"kernels up to {_KERNEL_MAX}x{_KERNEL_MAX} (CONV k_h, k_w)")
     if (layer.negative_multiplier is None) != (layer.negative_shift is None):
         raise InputError("negative_multiplier", layer.negative_multiplier, "given together with negative_shift")
+    if layer.scale is not None:
+        scale = np.asarray(layer.scale)
+        if (scale.dtype != np.float32 or scale.shape != (k,) or not np.all(np.isfinite(scale)) or np.any(scale <= 0)
+                or layer.negative_multiplier is not None):
+            raise InputError("scale", scale, f"float32, shape [{k}], finite and positive (FLOAT32 requant; no leaky)")
     for name, low, high in _PARAMS + (_LEAKY_PARAMS if layer.negative_multiplier is not None else ()):
         values = np.asarray(getattr(layer, name))
         if (values.dtype.kind not in "iu" or values.shape not in ([(k,)] if name == "bias" else [(k,), ()])):
@@ -353,6 +367,8 @@ def _param_records(layer: ConvLayer) -> np.ndarray:
     records = np.zeros(k, PARAM_DTYPE)
     for name, _, _ in _PARAMS + (_LEAKY_PARAMS if layer.negative_multiplier is not None else ()):
         records[name] = np.broadcast_to(getattr(layer, name), (k,))   # shapes and ranges: check_layer
+    if layer.scale is not None:
+        records["scale"] = layer.scale
     return records
 
 
@@ -522,7 +538,8 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
         program.append(Command.make(
             Opcode.REQUANT, pop=pop, push=push, acc_addr=slot(Buffer.ACC, t), out_addr=slot(Buffer.OUT, t),
             pixels=rows * plan.out_w, channels=tk, param_index=param_index, out_type=layer.out_type,
-            out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax, mode=RequantMode.NATIVE,
+            out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax,
+            mode=RequantMode.NATIVE if layer.scale is None else RequantMode.FLOAT32,
             rounding=layer.rounding, leaky=int(layer.negative_multiplier is not None)))
         if layer.lut is not None:   # in place on the output half
             out_info = np.iinfo(layer.out_dtype)

@@ -29,8 +29,12 @@ class ConvLowering:
         h, w, c = image_shape(x)
         requant = op.requant
         leaky = requant.negative_multiplier is not None
-        layer = ConvLayer(x=np.zeros((1, c, h, w), x.dtype), w=op.w, bias=op.bias, multiplier=requant.multiplier,
-                          shift=requant.shift, x_zero_point=x.zero_point, w_zero_point=op.w_zero_point,
+        native = requant.scale is None          # else FLOAT32 mode: the records' multiplier and shift are unused
+        k = op.w.shape[0]
+        layer = ConvLayer(x=np.zeros((1, c, h, w), x.dtype), w=op.w, bias=op.bias,
+                          multiplier=requant.multiplier if native else np.zeros(k, np.int64),
+                          shift=requant.shift if native else np.zeros(k, np.int64), scale=requant.scale,
+                          x_zero_point=x.zero_point, w_zero_point=op.w_zero_point,
                           out_zero_point=requant.out_zero_point, qmin=requant.qmin, qmax=requant.qmax,
                           out_type=dtype_code(context.tensors[op.y].dtype), rounding=Rounding[requant.rounding.upper()],
                           stride=op.stride, padding=op.padding, dilation=op.dilation, groups=op.groups,

@@ -1,0 +1,108 @@
+"""Pre-quantized models (compiler/prequantized.py): the embedded digits CNN quantized by onnxruntime.quantization
+in both formats, per tensor and per channel, compiled without calibration; every layer equals an exact integer
+reference, and onnxruntime's own output where onnxruntime is exact (CPUs with VNNI; docs/arithmetic.md §4.5)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from aipu.app.models.train_digits import MODEL_PATH
+from aipu.app.ort_compare import single_thread_session
+from aipu.compiler.driver import compile_model
+from aipu.compiler.qir import QConv
+from aipu.sim.interpreter import run
+from aipu.sim.machine.errors import InputError
+from tests.sim.golden.test_conv import tapwise_int64_conv
+
+VARIANTS = [("QOperator", False), ("QOperator", True), ("QDQ", False), ("QDQ", True)]
+
+
+def _cpu_has_vnni() -> bool:
+    """onnxruntime's u8 x s8 kernels are exact only with VNNI (docs/arithmetic.md §4.5)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+@pytest.fixture(scope="module")
+def quantized_models(tmp_path_factory, digits_data):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter({"image": image[None]} for image in digits_data["calibration_images"][:32])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    root = tmp_path_factory.mktemp("prequantized")
+    paths = {}
+    for quant_format, per_channel in VARIANTS:
+        path = root / f"{quant_format}_{'channel' if per_channel else 'tensor'}.onnx"
+        quantize_static(str(MODEL_PATH), str(path), Reader(), quant_format=QuantFormat[quant_format],
+                        per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        paths[(quant_format, per_channel)] = path
+    return paths
+
+
+def _exact_layer(op: QConv, values: dict, tensors: dict) -> np.ndarray:
+    """The layer from its definition: int64 sums, then fp32(acc + bias) * scale, round half to even, + zp."""
+    x = tensors[op.x]
+    image = values[op.x] if values[op.x].ndim == 4 else values[op.x][..., None, None]     # FC: a 1x1 conv
+    acc = tapwise_int64_conv(image, op.w, x.zero_point, op.w_zero_point, op.stride, op.padding, op.dilation,
+                             op.groups)
+    total = acc + op.bias.astype(np.int64).reshape(1, -1, 1, 1)
+    scaled = total.astype(np.float32) * op.requant.scale.reshape(1, -1, 1, 1)
+    y = tensors[op.y]
+    info = np.iinfo(y.dtype)
+    result = np.clip(np.rint(scaled).astype(np.int64) + y.zero_point, info.min, info.max).astype(y.dtype)
+    return result.reshape(y.shape)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[f"{f}-{'channel' if c else 'tensor'}" for f, c in VARIANTS])
+def test_onnxruntime_quantized_models_compile_bit_exact_per_layer(quantized_models, digits_data, variant):
+    path = quantized_models[variant]
+    compiled = compile_model(path)                          # no calibration: the model's own scales
+    qmodel, network = compiled.qmodel, compiled.network
+    convs = [op for op in qmodel.ops if isinstance(op, QConv)]
+    assert len(convs) == 5 and all(op.requant.scale is not None for op in convs)   # 3 convs, pooling, FC
+    model = onnx.load(path)
+    listed = {output.name for output in model.graph.output}
+    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(op.y) for op in qmodel.ops
+                              if op.y not in listed)
+    session = single_thread_session(model)
+    names = [output.name for output in model.graph.output]
+    exact_ort, agree = _cpu_has_vnni(), 0
+    images = digits_data["eval_images"][:40]
+    for image in images:
+        ort = dict(zip(names, session.run(None, {"image": image[None]})))
+        x = qmodel.quantize_inputs({"image": image[None]})
+        values = qmodel.run(x, keep=True)
+        for op in convs:
+            np.testing.assert_array_equal(values[op.y], _exact_layer(op, values, qmodel.tensors), err_msg=op.name)
+        if exact_ort:
+            for op in qmodel.ops:
+                np.testing.assert_array_equal(values[op.y], ort[op.y], err_msg=f"{op.name} vs onnxruntime")
+        result = run(network.program, network.memory(x))
+        logits = network.read(result.memory, qmodel.outputs[0])
+        np.testing.assert_array_equal(logits, values[qmodel.outputs[0]])
+        agree += int(np.argmax(logits) == np.argmax(ort[names[0]]))
+    assert agree >= 0.99 * len(images)
+
+
+def test_the_input_is_quantized_as_onnx_quantizelinear_does(quantized_models):
+    qmodel = compile_model(quantized_models[("QOperator", False)]).qmodel
+    spec = qmodel.tensors[qmodel.inputs[0]]
+    halfway = np.array([0.5, 1.5, 2.5], np.float32) * np.float32(spec.scale)     # ties go to even
+    assert spec.onnx_rounding and spec.quantize(halfway).tolist() == [0 + spec.zero_point, 2 + spec.zero_point,
+                                                                      2 + spec.zero_point]
+
+
+def test_float_models_still_need_calibration(tmp_path):
+    with pytest.raises(InputError, match="--calib"):
+        compile_model(MODEL_PATH)
