@@ -13,6 +13,7 @@ def test_demo_is_bit_exact_accurate_and_lossless(tmp_path):
     accuracy = report["accuracy"]
     assert accuracy["float"] >= 0.9, accuracy          # the embedded model is trained (95.8% on all 360)
     assert accuracy["npu"] >= accuracy["float"] - 0.05 and accuracy["agreement"] >= 0.95, accuracy   # 60 images
+    assert accuracy["onnxruntime_int8"] >= accuracy["float"] - 0.05, accuracy
     program = Program.read(tmp_path / "program" / "program.aipu")
     assert program.disassemble() == (tmp_path / "model.lst").read_text()
     assert program.queues[Unit.POOL] and len(program.queues[Unit.CONV]) == 4     # pooling and the FC head on the NPU
