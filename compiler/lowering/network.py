@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aipu.compiler.lowering.base import Context
+from aipu.compiler.lowering.base import Context, Lowering
 from aipu.compiler.lowering.conv import ConvLowering
 from aipu.compiler.lowering.eltwise import ConcatLowering, EltwiseLowering
 from aipu.compiler.lowering.layout import LayoutLowering
@@ -27,8 +27,8 @@ from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 
-LOWERINGS = {QConv: ConvLowering(), QPool: PoolLowering(), QEltwise: EltwiseLowering(), QConcat: ConcatLowering(),
-             QLut: TableLowering(), QLayout: LayoutLowering()}
+LOWERINGS: dict[type, Lowering] = {QConv: ConvLowering(), QPool: PoolLowering(), QEltwise: EltwiseLowering(),
+                                   QConcat: ConcatLowering(), QLut: TableLowering(), QLayout: LayoutLowering()}
 
 
 @dataclass
