@@ -49,7 +49,10 @@ def compile_model(model_path, calibration_path=None, *, config: HardwareConfig =
         stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
                         progress=progress, threads=threads)
         qmodel = quantize_graph(graph, stats, options)
-    network = lower_model(qmodel, config)
+    try:
+        network = lower_model(qmodel, config)
+    except InputError as error:              # what does not fit the hardware, named by layer and by file
+        raise error.within(graph.source) from None
     layers = (layer_report(graph, qmodel, {name: array[:REPORT_SAMPLES] for name, array in samples.items()},
                            threads) if samples is not None else [])
     return Compiled(graph, qmodel, network, layers, options)
