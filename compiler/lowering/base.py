@@ -18,6 +18,7 @@ from aipu.compiler.lowering.pipeline import Link
 from aipu.compiler.qir import QTensor
 from aipu.sim.machine.arch import DTYPE_NUMPY, DType
 from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.isa import COMMANDS, Opcode
 from aipu.sim.machine.program import Program
 
 
@@ -39,6 +40,12 @@ class Lowering(Protocol):
     def plan(self, op, context: Context): ...
 
     def emit(self, plan, context: Context, link: Link) -> None: ...
+
+
+def field_max(context: Context, opcode: Opcode, *names: str) -> int:
+    """The largest value every one of a command's ``names`` fields takes: the lowering's limits are the ISA's."""
+    spec = COMMANDS[opcode]
+    return min(spec.field(name).legal_range(context.program.config)[1] for name in names)
 
 
 def dtype_code(dtype: np.dtype) -> DType:

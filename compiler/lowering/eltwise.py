@@ -12,28 +12,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aipu.compiler.lowering.base import Context, dtype_code, image_shape
+from aipu.compiler.lowering.base import Context, dtype_code, field_max, image_shape
 from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QConcat, QEltwise, QTensor
 from aipu.sim.machine.arch import Buffer
 from aipu.sim.machine.errors import InputError
-from aipu.sim.machine.isa import COMMANDS, EltwiseOp, Opcode, Rounding, Unit
+from aipu.sim.machine.isa import EltwiseOp, Opcode, Rounding, Unit
 
 _OPERAND_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
-
-
-def _count_limit(context: Context) -> int:
-    return COMMANDS[Opcode.ELTWISE].field("count").legal_range(context.program.config)[1]
 
 
 def _tiles(context: Context, height: int, width: int, channels: int, bytes_in: int, bytes_out: int,
            name: str) -> tuple[int, int]:
     """(rows, channels) per tile: the largest whose operands fit half the ACT buffer and result half OUT."""
+    count_max = field_max(context, Opcode.ELTWISE, "count")
+    size_max = field_max(context, Opcode.LOAD, "y_size", "x_size", "run")     # STORE's are as wide
     for tc in sorted({-(-channels // n) for n in range(1, channels + 1)}, reverse=True):
         for rows in range(height, 0, -1):
             count = rows * width * tc
-            if (count * bytes_in <= half_bytes(context.program, Buffer.ACT) and count <= _count_limit(context)
-                    and count * bytes_out <= half_bytes(context.program, Buffer.OUT) and rows * width <= 65535):
+            if (count * bytes_in <= half_bytes(context.program, Buffer.ACT) and count <= count_max
+                    and count * bytes_out <= half_bytes(context.program, Buffer.OUT)
+                    and max(rows, width, tc) <= size_max):
                 return rows, tc
     raise InputError(f"layer {name!r}", f"{height}x{width}x{channels}", "no tile fits half the ACT and OUT buffers")
 

@@ -13,15 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aipu.compiler.lowering.base import Context, dtype_code
+from aipu.compiler.lowering.base import Context, dtype_code, field_max
 from aipu.compiler.lowering.memory import channels_last, from_channels_last
 from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QLayout
 from aipu.sim.machine.arch import Buffer
-from aipu.sim.machine.isa import COMMANDS, Opcode, PoolMode, Unit
-
-_SIZE_MAX = 65535          # LOAD y_size, x_size and run
-
+from aipu.sim.machine.isa import Opcode, PoolMode, Unit
 
 def source_map(op: QLayout, x_shape: tuple[int, ...], y_shape: tuple[int, ...]) -> np.ndarray:
     """For each element of the output's channels-last layout, the index of the input element it copies in
@@ -31,20 +28,20 @@ def source_map(op: QLayout, x_shape: tuple[int, ...], y_shape: tuple[int, ...]) 
     return channels_last(moved).reshape(-1)
 
 
-def patterns(sources: np.ndarray) -> list[tuple[int, int, int, int, int, int]]:
+def patterns(sources: np.ndarray, size_max: int) -> list[tuple[int, int, int, int, int, int, int]]:
     """``sources`` (consecutive output elements) as DMA patterns in order: (first output element, source
     start, y_size, y_stride, x_size, x_stride, run); each copies y_size * x_size * run elements, strides in
-    elements and never negative (DMA strides are unsigned)."""
+    elements and never negative (DMA strides are unsigned); sizes at most ``size_max``."""
     out, position, total = [], 0, sources.size
     while position < total:
         start = int(sources[position])
         run = 1
-        while position + run < total and run < _SIZE_MAX and sources[position + run] == start + run:
+        while position + run < total and run < size_max and sources[position + run] == start + run:
             run += 1
         x_size, x_stride = 1, 0
         while True:          # more runs at a constant stride
             nxt = position + x_size * run
-            if nxt + run > total or x_size >= _SIZE_MAX:
+            if nxt + run > total or x_size >= size_max:
                 break
             stride = int(sources[nxt]) - start if x_size == 1 else x_stride
             if stride < 0 or not np.array_equal(sources[nxt:nxt + run], start + x_size * stride + np.arange(run)):
@@ -54,7 +51,7 @@ def patterns(sources: np.ndarray) -> list[tuple[int, int, int, int, int, int]]:
         block_map = sources[position:position + block] - start
         while True:          # more blocks at a constant stride
             nxt = position + y_size * block
-            if nxt + block > total or y_size >= _SIZE_MAX:
+            if nxt + block > total or y_size >= size_max:
                 break
             stride = int(sources[nxt]) - start if y_size == 1 else y_stride
             if stride < 0 or not np.array_equal(sources[nxt:nxt + block] - start - y_size * stride, block_map):
@@ -102,10 +99,9 @@ class LayoutLowering:
         if np.array_equal(sources, np.arange(sources.size)):
             return LayoutPlan(op, True, [])
         halves = min(half_bytes(context.program, Buffer.ACT), half_bytes(context.program, Buffer.OUT))
-        copy_max = COMMANDS[Opcode.POOL].field("channels").legal_range(context.program.config)[1]
-        limit = min(halves // x.dtype.itemsize, copy_max)
+        limit = min(halves // x.dtype.itemsize, field_max(context, Opcode.POOL, "channels"))
         tiles, current, filled = [], [], 0
-        for pattern in patterns(sources):
+        for pattern in patterns(sources, field_max(context, Opcode.LOAD, "y_size", "x_size", "run")):
             for piece in _split(pattern, limit):
                 size = piece[2] * piece[4] * piece[6]
                 if filled + size > limit:

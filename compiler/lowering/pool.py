@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aipu.compiler.lowering.base import Context, dtype_code, image_shape
+from aipu.compiler.lowering.base import Context, dtype_code, field_max, image_shape
 from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QPool
 from aipu.sim.machine.arch import Buffer
 from aipu.sim.machine.errors import InputError
-from aipu.sim.machine.isa import COMMANDS, Opcode, PoolMode, Rounding, Unit
-
-
-def _limit(name: str, context: Context) -> int:
-    return COMMANDS[Opcode.POOL].field(name).legal_range(context.program.config)[1]
+from aipu.sim.machine.isa import Opcode, PoolMode, Rounding, Unit
 
 
 @dataclass
@@ -37,9 +33,9 @@ class PoolLowering:
             kernel, stride, padding = op.kernel, op.stride, op.padding
         for name, values, field in (("kernel", kernel, "k_h"), ("stride", stride, "stride_h"),
                                     ("dilation", op.dilation, "dilation_h"), ("padding", padding, "pad_top")):
-            if max(values) > _limit(field, context):
+            if max(values) > field_max(context, Opcode.POOL, field):
                 raise InputError(f"layer {op.name!r} {name}", list(values),
-                                 f"at most {_limit(field, context)} (POOL {field})")
+                                 f"at most {field_max(context, Opcode.POOL, field)} (POOL {field})")
         elem = x.dtype.itemsize
         span = (kernel[0] - 1) * op.dilation[0] + 1
         for channels in sorted({-(-c // n) for n in range(1, c + 1)}, reverse=True):
@@ -47,7 +43,7 @@ class PoolLowering:
                 in_rows = min(h, (rows - 1) * stride[0] + span)
                 if (in_rows * w * channels * elem <= half_bytes(context.program, Buffer.ACT)
                         and rows * out_w * channels * elem <= half_bytes(context.program, Buffer.OUT)
-                        and max(in_rows, w, channels) <= _limit("in_h", context)):
+                        and max(in_rows, w, channels) <= field_max(context, Opcode.POOL, "in_h", "in_w", "channels")):
                     return PoolPlan(op, kernel, stride, padding, rows, channels)
         raise InputError(f"layer {op.name!r}", f"{h}x{w}x{c}", "no tile of it fits half the ACT and OUT buffers")
 

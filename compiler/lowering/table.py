@@ -5,15 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from aipu.compiler.lowering.base import Context, dtype_code
+from aipu.compiler.lowering.base import Context, dtype_code, field_max
 from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QLut
 from aipu.sim.machine.arch import LUT_ENTRY_DTYPE, Buffer
 from aipu.sim.machine.errors import InputError
-from aipu.sim.machine.isa import COMMANDS, LutMode, Opcode, Unit
-
-_RUN_MAX = 65535        # LOAD/STORE run field
-
+from aipu.sim.machine.isa import LutMode, Opcode, Unit
 
 @dataclass
 class TablePlan:
@@ -28,9 +25,8 @@ class TableLowering:
             raise InputError(f"layer {op.name!r} types", f"{x.dtype.name} -> {y.dtype.name}", "8-bit (DIRECT8 table)")
         if op.table.size * LUT_ENTRY_DTYPE.itemsize > context.program.config.buffer(Buffer.LUT).bytes:
             raise InputError(f"layer {op.name!r} table", op.table.size, "fits the LUT memory")
-        count_max = COMMANDS[Opcode.LUT].field("count").legal_range(context.program.config)[1]
-        per_tile = min(half_bytes(context.program, Buffer.ACT), half_bytes(context.program, Buffer.OUT), count_max,
-                       _RUN_MAX)
+        per_tile = min(half_bytes(context.program, Buffer.ACT), half_bytes(context.program, Buffer.OUT),
+                       field_max(context, Opcode.LUT, "count"), field_max(context, Opcode.LOAD, "run"))
         return TablePlan(op, per_tile)
 
     def emit(self, plan: TablePlan, context: Context, link: Link) -> None:
