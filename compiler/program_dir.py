@@ -25,6 +25,7 @@ PROGRAM_FILE, DRAM_FILE, MANIFEST_FILE, FLOAT_MODEL_FILE = "program.aipu", "dram
 MAX_MANIFEST_BYTES = 1 << 22
 MAX_DRAM_BYTES = 1 << 32
 _TYPES = ("int8", "uint8", "int16")
+_ROUNDINGS = ("half_away_from_zero", "onnx_quantize_linear")   # how the host quantizes an input (D3, or ONNX's)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,11 @@ def _tensor(where: str, entry, dram_bytes: int) -> TensorEntry:
     info = np.iinfo(dtype)
     if not _is_int(zero_point) or not info.min <= zero_point <= info.max:
         raise InputError(f"{where}.zero_point", zero_point, f"an integer {info.min} .. {info.max}")
-    tensor = TensorEntry(QTensor(name, tuple(shape), np.dtype(dtype), float(scale), zero_point), address)
+    rounding = entry.get("rounding", _ROUNDINGS[0])
+    if rounding not in _ROUNDINGS:
+        raise InputError(f"{where}.rounding", rounding, f"one of {', '.join(_ROUNDINGS)}")
+    tensor = TensorEntry(QTensor(name, tuple(shape), np.dtype(dtype), float(scale), zero_point,
+                                 onnx_rounding=rounding == _ROUNDINGS[1]), address)
     if not _is_int(address) or address < 0 or address + tensor.nbytes > dram_bytes:
         raise InputError(f"{where}.dram_address", address, f"a region of {tensor.nbytes} bytes inside the "
                                                            f"{dram_bytes}-byte DRAM image")

@@ -63,7 +63,8 @@ class NetworkProgram:
             address, nbytes = self.plan.regions[name]
             return {"name": name, "dram_address": address, "bytes": nbytes, "shape": list(tensor.shape),
                     "layout": "channels_last", "dtype": tensor.dtype.name, "scale": tensor.scale,
-                    "zero_point": tensor.zero_point}
+                    "zero_point": tensor.zero_point,
+                    "rounding": "onnx_quantize_linear" if tensor.onnx_rounding else "half_away_from_zero"}
         return {"inputs": [entry(name) for name in self.model.inputs],
                 "outputs": [entry(name) for name in self.model.outputs],
                 "dram_bytes": int(self.dram.size), "commands": len(self.program)}

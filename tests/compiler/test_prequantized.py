@@ -103,6 +103,17 @@ def test_the_input_is_quantized_as_onnx_quantizelinear_does(quantized_models):
                                                                       2 + spec.zero_point]
 
 
+def test_the_program_directory_keeps_the_input_rounding(quantized_models, tmp_path):
+    from aipu.compiler.driver import write
+    from aipu.compiler.program_dir import read_program_dir
+
+    path = quantized_models[("QDQ", True)]
+    write(compile_model(path), tmp_path / "out", path)
+    directory = read_program_dir(tmp_path / "out")
+    assert directory.manifest["inputs"][0]["rounding"] == "onnx_quantize_linear"
+    assert directory.inputs[0].tensor.onnx_rounding
+
+
 def test_float_models_still_need_calibration(tmp_path):
     with pytest.raises(InputError, match="--calib"):
         compile_model(MODEL_PATH)
