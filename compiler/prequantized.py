@@ -12,6 +12,8 @@ ONNX's QuantizeLinear does; its outputs are the tensors the final DequantizeLine
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from aipu.compiler.graph import Graph, Node
@@ -85,8 +87,20 @@ class _Importer:
             source = self.resolve(name)
             if source not in self.tensors:
                 raise InputError("graph output", name, "the DequantizeLinear of a quantized tensor")
-            outputs.append(source)
+            outputs.append(self.named_as_output(source, name))
         return QModel(self.tensors, self.ops, tuple(self.inputs), tuple(outputs))
+
+    def named_as_output(self, source: str, name: str) -> str:
+        """The integer tensor behind graph output ``name`` takes that name (the manifest and `aipu run` then
+        speak of "logits", not of an exporter's internal tensor), unless another operator reads it too."""
+        readers = [op for op in self.ops if source in op.inputs]
+        producers = [index for index, op in enumerate(self.ops) if op.y == source]
+        if readers or not producers or name in self.tensors:
+            return source
+        index = producers[0]
+        self.ops[index] = replace(self.ops[index], y=name)
+        self.tensors[name] = replace(self.tensors.pop(source), name=name)
+        return name
 
     def visit(self, node: Node) -> None:
         op = node.op
