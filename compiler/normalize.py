@@ -130,6 +130,7 @@ _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "AveragePool": _rank(4), "GlobalAveragePool": _rank(4),
     "Add": _no_check, "Sub": _no_check, "Mul": _no_check, "Div": _constant(1),
     "Concat": _no_check,
+    "Resize": _rank(4, _attribute("mode", ("nearest",), "nearest"), _constant(1, 2, 3)),
     "Reshape": _constant(1), "Flatten": _no_check, "Transpose": _no_check, "Squeeze": _constant(1),
     "Unsqueeze": _constant(1),
     "Identity": _no_check, "Dropout": _all(_constant(1, 2), _unused_outputs(1)),

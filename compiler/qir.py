@@ -197,12 +197,14 @@ class QConcat:
 
 @dataclass(frozen=True)
 class QLayout:
-    """Data movement only (Reshape, Flatten, Squeeze, Unsqueeze, Transpose): the quantization passes through."""
+    """Data movement only (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, nearest Resize): the quantization
+    passes through."""
 
     name: str
     x: str
     y: str
     permutation: tuple[int, ...] | None = None  # Transpose; otherwise a reshape to the output's shape
+    gather: np.ndarray | None = None            # or: each output element's flat input index (NCHW order)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -212,6 +214,8 @@ class QLayout:
         x = values[self.x]
         if self.permutation is not None:
             return np.ascontiguousarray(x.transpose(self.permutation))
+        if self.gather is not None:
+            return x.reshape(-1)[self.gather].reshape(tensors[self.y].shape)
         return x.reshape(tensors[self.y].shape)
 
 

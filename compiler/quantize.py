@@ -150,11 +150,12 @@ class _Quantizer:
             self.eltwise(node, fused)
         elif op == "Concat":
             self.concat(node)
-        elif op in _LAYOUT_OPS:
+        elif op in _LAYOUT_OPS or op == "Resize":
             self.tensors[node.outputs[0]] = self.same_as(node.inputs[0], node.outputs[0])
             permutation = tuple(node.attrs.get("perm", range(len(self.graph.shapes[node.inputs[0]]))[::-1]))
             self.ops.append(QLayout(node.name, node.inputs[0], node.outputs[0],
-                                    permutation if op == "Transpose" else None))
+                                    permutation if op == "Transpose" else None,
+                                    nearest_gather(node, self.graph) if op == "Resize" else None))
         else:
             raise InputError("operator", op, "not handled by the quantizer")
 
@@ -341,6 +342,28 @@ class _Quantizer:
         axis = int(node.attrs["axis"]) % len(self.graph.shapes[y])
         self.ops.append(QConcat(node.name, tuple(node.inputs), y, axis, tuple(m for m, _ in pairs),
                                 tuple(n for _, n in pairs), self.options.rounding))
+
+
+def nearest_gather(node: Node, graph: Graph) -> np.ndarray:
+    """Each output element's flat input index of a nearest-neighbour Resize, as ONNX defines it for the node's
+    attributes (coordinate transformation, nearest mode, scales or sizes): onnx's reference Resize applied to
+    the input's indices (exact in float64)."""
+    import onnx
+    import onnx.reference
+
+    shape = graph.shapes[node.inputs[0]]
+    indices = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    names = ["x"] + [name if name else "" for name in node.inputs[1:]]
+    constants = [onnx.numpy_helper.from_array(np.asarray(graph.constants[name]), name)
+                 for name in node.inputs[1:] if name]
+    resize = onnx.helper.make_node("Resize", names, ["y"], **node.attrs)
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph([resize], "resize", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.DOUBLE,
+                                                                                       list(shape))],
+                               [onnx.helper.make_empty_tensor_value_info("y")], constants),
+        opset_imports=[onnx.helper.make_opsetid("", graph.opset)])
+    result = onnx.reference.ReferenceEvaluator(model).run(None, {"x": indices})[0]
+    return np.rint(result).astype(np.int64).reshape(-1)
 
 
 def check_accumulator(w: np.ndarray, x: QTensor, w_zero_point: int) -> None:

@@ -1,4 +1,4 @@
-"""Reshape, Flatten, Squeeze, Unsqueeze and Transpose: data movement only.
+"""Reshape, Flatten, Squeeze, Unsqueeze, Transpose and nearest Resize: data movement only.
 
 In the channels-last DRAM layout many of them move nothing (a [1, C, 1, 1] tensor flattened to [1, C], an
 unsqueeze of a vector): the output then is the input's region under a second name. Otherwise the output is a
@@ -24,7 +24,12 @@ def source_map(op: QLayout, x_shape: tuple[int, ...], y_shape: tuple[int, ...]) 
     """For each element of the output's channels-last layout, the index of the input element it copies in
     the input's channels-last layout."""
     ids = from_channels_last(np.arange(int(np.prod(x_shape)), dtype=np.int64), x_shape)
-    moved = ids.transpose(op.permutation) if op.permutation is not None else ids.reshape(y_shape)
+    if op.permutation is not None:
+        moved = ids.transpose(op.permutation)
+    elif op.gather is not None:
+        moved = ids.reshape(-1)[op.gather].reshape(y_shape)
+    else:
+        moved = ids.reshape(y_shape)
     return channels_last(moved).reshape(-1)
 
 

@@ -134,3 +134,33 @@ def test_concat_along_height_and_of_vectors(tmp_path):
     _, qmodel = _compile(tmp_path, b.model(y), rng.normal(0, 1, (6, 3, 6, 6)).astype(np.float32))
     for config in (DEFAULT, TINY):
         _check_every_tensor(qmodel, config, rng.normal(0, 1, (1, 3, 6, 6)).astype(np.float32), seed=2)
+
+
+@pytest.mark.parametrize("resize", [
+    dict(scales=[1, 1, 2, 2], attrs={}),
+    dict(sizes=[1, 4, 9, 7], attrs=dict(coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_ceil")),
+    dict(scales=[1, 1, 0.5, 1.5], attrs=dict(coordinate_transformation_mode="asymmetric", nearest_mode="floor")),
+])
+def test_nearest_resize_is_onnx_exact_and_lowers_to_a_gather(tmp_path, resize):
+    from aipu.app.ort_compare import single_thread_session
+
+    b = GraphBuilder(5, 3, 6)
+    x = b.node("Relu", [b.conv("image", 3, 4)])
+    inputs = [x, "", b.const(np.array(resize["scales"], np.float32))] if "scales" in resize else \
+        [x, "", "", b.const(np.array(resize["sizes"], np.int64))]
+    y = b.node("Resize", inputs, mode="nearest", **resize["attrs"])
+    rng = np.random.default_rng(9)
+    graph, qmodel = _compile(tmp_path, b.model(y), rng.normal(0, 1, (6, 3, 6, 6)).astype(np.float32))
+    layout = next(op for op in qmodel.ops if isinstance(op, QLayout))
+    assert layout.gather is not None
+    image = rng.normal(0, 1, (1, 3, 6, 6)).astype(np.float32)
+    values = qmodel.run(qmodel.quantize_inputs({"image": image}), keep=True)
+    resize_alone = graph.to_onnx()                  # the float graph's Resize alone, fed the dequantized input
+    del resize_alone.graph.node[:-1]
+    resize_alone.graph.input[0].name = layout.x
+    resize_alone.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 4
+    want = single_thread_session(resize_alone).run(None, {layout.x: qmodel.tensors[layout.x].dequantize(
+        values[layout.x]).astype(np.float32)})[0]
+    np.testing.assert_array_equal(qmodel.tensors[layout.y].dequantize(values[layout.y]).astype(np.float32), want)
+    for config in (DEFAULT, TINY):
+        _check_every_tensor(qmodel, config, image, seed=4)
