@@ -30,13 +30,14 @@ class UnsupportedNodes(InputError):
 
 
 def normalize(graph: Graph) -> Graph:
-    """The graph without inference no-ops, with BatchNormalization folded and pads explicit; then checked."""
+    """The graph without inference no-ops, with BatchNormalization folded, pads explicit and zero Pads folded
+    into the convolutions after them; checked first."""
     check(graph)
     graph = _drop_no_ops(graph)
     graph = _fold_batch_norms(graph)
     graph.nodes = [_explicit_pads(node, graph) if node.op in ("Conv", "QLinearConv", "MaxPool", "AveragePool")
                    else node for node in graph.nodes]
-    return graph
+    return _fold_pads(graph)
 
 
 def check(graph: Graph) -> None:
@@ -117,6 +118,34 @@ def _no_check(node: Node, graph: Graph) -> None:
     return None
 
 
+def _pad_check(node: Node, graph: Graph) -> str | None:
+    """A Pad the compiler folds: constant zeros on the spatial axes of a tensor only convolutions read."""
+    reason = _all(_attribute("mode", ("constant",), "constant"), _constant(1, 2, 3), _rank(4))(node, graph)
+    if reason:
+        return reason
+    pads = _pads(node, graph)
+    value = graph.constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    readers = graph.consumers().get(node.outputs[0], [])
+    if pads is None or (value is not None and np.any(value != 0)) or not readers or \
+            any(reader.op != "Conv" or reader.inputs[0] != node.outputs[0] for reader in readers) or \
+            node.outputs[0] in graph.outputs:
+        return "only zero padding of height and width before convolutions is supported (folded into theirs)"
+    return None
+
+
+def _pads(node: Node, graph: Graph) -> list[int] | None:
+    """(top, left, bottom, right) of a 4-D Pad that leaves batch and channels alone, else None."""
+    pads = np.asarray(graph.constants[node.inputs[1]]).reshape(-1).tolist()
+    axes = (np.asarray(graph.constants[node.inputs[3]]).reshape(-1) % 4).tolist() \
+        if len(node.inputs) > 3 and node.inputs[3] else [0, 1, 2, 3]
+    full = [0] * 8
+    for index, axis in enumerate(axes):
+        full[axis], full[4 + axis] = pads[index], pads[len(axes) + index]
+    if full[0] or full[1] or full[4] or full[5] or min(full) < 0:
+        return None
+    return [full[2], full[3], full[6], full[7]]
+
+
 # What the whole compiler takes today (front end, quantizer, lowering); an operator joins when all of them do.
 _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "Conv": _rank(4, _constant(1, 2)),
@@ -131,6 +160,7 @@ _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "Add": _no_check, "Sub": _no_check, "Mul": _no_check, "Div": _constant(1),
     "Concat": _no_check,
     "Resize": _rank(4, _attribute("mode", ("nearest",), "nearest"), _constant(1, 2, 3)),
+    "Pad": _pad_check,
     "Reshape": _constant(1), "Flatten": _no_check, "Transpose": _no_check, "Squeeze": _constant(1),
     "Unsqueeze": _constant(1),
     "Identity": _no_check, "Dropout": _all(_constant(1, 2), _unused_outputs(1)),
@@ -217,6 +247,23 @@ def _fold_batch_norms(graph: Graph) -> Graph:
     graph.nodes = [folded.get(node.name, node) for node in graph.nodes if node.name not in dropped]
     used = {name for node in graph.nodes for name in node.inputs}
     graph.constants = {name: value for name, value in graph.constants.items() if name in used}
+    return graph
+
+
+def _fold_pads(graph: Graph) -> Graph:
+    """A zero Pad before convolutions (checked by ``_pad_check``) becomes part of their padding."""
+    pads = {node.outputs[0]: (node, _pads(node, graph)) for node in graph.nodes if node.op == "Pad"}
+    nodes = []
+    for node in graph.nodes:
+        if node.op == "Pad":
+            continue
+        if node.op == "Conv" and node.inputs[0] in pads:
+            pad_node, extra = pads[node.inputs[0]]
+            own = node.attrs.get("pads", [0, 0, 0, 0])
+            node = replace(node, inputs=(pad_node.inputs[0], *node.inputs[1:]),
+                           attrs={**node.attrs, "pads": [a + b for a, b in zip(own, extra)]})
+        nodes.append(node)
+    graph.nodes = nodes
     return graph
 
 

@@ -120,7 +120,7 @@ def test_every_unsupported_node_is_listed_in_one_error(tmp_path):
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
         helper.make_node("TopK", ["r", "k"], ["values", "indices"], name="topk", axis=3),
         helper.make_node("Conv", ["values", "r"], ["c"], name="conv_of_activations"),
-        helper.make_node("Pad", ["c", "pads"], ["p"], name="reflect", mode="reflect"),   # not yet lowered
+        helper.make_node("Pad", ["c", "pads"], ["p"], name="reflect", mode="reflect"),
         helper.make_node("Gelu", ["p"], ["y"], name="custom", domain="com.example"),
     ]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
@@ -136,7 +136,7 @@ def test_every_unsupported_node_is_listed_in_one_error(tmp_path):
     assert message.startswith(f"{path}: 4 unsupported nodes: 'topk' (TopK; inputs 1x2x4x4, 1): "
                               "operator not supported; ")
     assert "'conv_of_activations' (Conv; inputs 1x2x4x2, 1x2x4x4): input 1 ('r') must be a constant" in message
-    assert "'reflect' (Pad; inputs ?, 8): operator not supported" in message
+    assert "'reflect' (Pad; inputs ?, 8): mode = 'reflect', supported: 'constant'" in message
     assert "'custom' (Gelu in domain com.example; inputs " in message
     assert message.endswith("operators outside the default ONNX domain are not supported")
     assert "relu" not in message
@@ -220,3 +220,26 @@ def test_a_well_formed_model_with_matching_weights_loads(tmp_path):
     path = tmp_path / "weights.onnx"
     path.write_bytes(_small_model_bytes(np.ones((3, 2, 3, 3), np.float32).tobytes(), [3, 2, 3, 3]))
     assert normalize(load_graph(path)).shapes["y"] == (1, 3, 3, 3)
+
+
+def test_a_zero_pad_before_a_conv_becomes_its_padding(tmp_path):
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"], name="pad"),
+             helper.make_node("Conv", ["p", "w"], ["y"], name="conv", pads=[0, 1, 0, 0])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 5, 5])],
+                              [_const("pads", np.array([0, 0, 1, 0, 0, 0, 1, 1])),
+                               _const("w", rng.normal(size=(3, 2, 3, 3)).astype(np.float32))])
+    path = _save(tmp_path, graph)
+    normalized = normalize(load_graph(path))
+    assert [(node.op, node.attrs.get("pads")) for node in normalized.nodes] == [("Conv", [1, 1, 1, 1])]
+    x = rng.normal(size=(1, 2, 5, 5)).astype(np.float32)
+    want = single_thread_session(onnx.load(path)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(single_thread_session(normalized.to_onnx()).run(None, {"x": x})[0], want, rtol=1e-5,
+                               atol=1e-5)
+    nodes[1] = helper.make_node("Relu", ["p"], ["y"], name="relu")       # a Pad no convolution absorbs
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 7, 6])],
+                              [_const("pads", np.array([0, 0, 1, 0, 0, 0, 1, 1]))])
+    with pytest.raises(UnsupportedNodes, match="only zero padding of height and width before convolutions"):
+        normalize(load_graph(_save(tmp_path, graph, name="relu.onnx")))
