@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ def _display_path(path: Path) -> str:
 def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 24) -> dict:
     from aipu import codec
     from aipu.app.bench.codec import order0_entropy_bits
-    from aipu.app.ort_compare import single_thread_session
+    from aipu.app.ort_compare import single_thread_session, static_quantization
     from aipu.compiler.driver import compile_model, write
     from aipu.compiler.program_dir import PROGRAM_FILE
     from aipu.compiler.qir import QConv
@@ -66,7 +65,9 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
     predictions = np.array(predictions)
     session = single_thread_session(compiled.graph.to_onnx())
     float_predictions = np.array([int(np.argmax(session.run(None, {name: image[None]})[0])) for image in images])
-    ort_path = _onnxruntime_static_quantization(out_dir, data["calibration_images"], name)
+    # the same float model and calibration images through onnxruntime's own static quantization (QDQ,
+    # per-channel int8 weights): the accuracy this project's int8 is set beside
+    ort_path = static_quantization(MODEL_PATH, out_dir / "onnxruntime_int8.onnx", data["calibration_images"], name)
     ort_session = single_thread_session(onnx.load(ort_path))
     ort_predictions = np.array([int(np.argmax(ort_session.run(None, {name: image[None]})[0])) for image in images])
 
@@ -100,30 +101,6 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
                   "weight_entropy_bits": round(order0_entropy_bits(int8_weights) / int8_weights.size, 3),
                   "lossless": lossless, "encode_seconds": round(encode_seconds, 3)},
     }
-
-
-def _onnxruntime_static_quantization(out_dir: Path, calibration: np.ndarray, name: str) -> Path:
-    """The same float model and calibration images through onnxruntime's own static quantization (QDQ, uint8
-    activations, per-channel int8 weights): the accuracy this project's int8 is set beside."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter({name: image[None]} for image in calibration)
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    path = out_dir / "onnxruntime_int8.onnx"
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)         # its advice to pre-process models is not the demo's to print
-    try:
-        quantize_static(str(MODEL_PATH), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    finally:
-        root.setLevel(level)
-    return path
 
 
 def _print_report(report: dict) -> None:

@@ -1,8 +1,9 @@
 """Single-node quantized ONNX models run on onnxruntime, and an exact integer QLinearConv to judge both.
 
 Used by the test suite (exactness of the ONNX-compatible requant mode, error of the M/2^N mode) and by
-`aipu bench golden` (throughput next to onnxruntime on one thread). onnxruntime is a test extra: it is
-imported on first use so that the rest of the package never needs it.
+`aipu bench golden` (throughput next to onnxruntime on one thread), and onnxruntime's own static quantization
+that the demo and the pre-quantized tests start from. onnxruntime is imported on first use, so that importing
+this module stays cheap.
 
 onnxruntime is not exact everywhere. Its uint8 x int8 kernels on x86-64 CPUs without AVX-512 VNNI
 (vpmaddubsw) add pairs of products in saturating 16-bit arithmetic: 255 * -128 * 2 = -65280 does not fit.
@@ -13,7 +14,9 @@ onnxruntime draw int8 weights from ``ORT_EXACT_INT8_WEIGHTS``; full-range cases 
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -219,3 +222,27 @@ def disagreement(golden: np.ndarray, reference: np.ndarray, exact: np.ndarray, r
     rows = [f"index {tuple(int(i) for i in index)}: golden {int(golden[index])}, {reference_name} "
             f"{int(reference[index])}, exact {int(exact[index])}" for index in zip(*np.nonzero(differ))][:limit]
     return f"{verdict}; " + "; ".join(rows)
+
+
+def static_quantization(model_path: Path, out_path: Path, images: np.ndarray, input_name: str, *,
+                        quant_format: str = "QDQ", per_channel: bool = True) -> Path:
+    """``model_path`` through onnxruntime's own static quantization (uint8 activations, int8 weights), calibrated
+    on ``images`` one at a time; written to ``out_path``. Its advice to pre-process models is not printed."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter({input_name: image[None]} for image in images)
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        quantize_static(str(model_path), str(out_path), Reader(), quant_format=QuantFormat[quant_format],
+                        per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    finally:
+        root.setLevel(level)
+    return out_path

@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from aipu.app.models.train_digits import MODEL_PATH
-from aipu.app.ort_compare import single_thread_session
+from aipu.app.ort_compare import single_thread_session, static_quantization
 from aipu.compiler.driver import compile_model
 from aipu.compiler.qir import QConv
 from aipu.sim.interpreter import run
@@ -31,23 +31,11 @@ def _cpu_has_vnni() -> bool:
 
 @pytest.fixture(scope="module")
 def quantized_models(tmp_path_factory, digits_data):
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter({"image": image[None]} for image in digits_data["calibration_images"][:32])
-
-        def get_next(self):
-            return next(self.batches, None)
-
     root = tmp_path_factory.mktemp("prequantized")
-    paths = {}
-    for quant_format, per_channel in VARIANTS:
-        path = root / f"{quant_format}_{'channel' if per_channel else 'tensor'}.onnx"
-        quantize_static(str(MODEL_PATH), str(path), Reader(), quant_format=QuantFormat[quant_format],
-                        per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-        paths[(quant_format, per_channel)] = path
-    return paths
+    return {(quant_format, per_channel): static_quantization(
+                MODEL_PATH, root / f"{quant_format}_{'channel' if per_channel else 'tensor'}.onnx",
+                digits_data["calibration_images"][:32], "image", quant_format=quant_format, per_channel=per_channel)
+            for quant_format, per_channel in VARIANTS}
 
 
 def _exact_layer(op: QConv, values: dict, tensors: dict) -> np.ndarray:
