@@ -74,7 +74,8 @@ class PoolLowering:
                         k_w=plan.kernel[1], stride_h=plan.stride[0], stride_w=plan.stride[1],
                         dilation_h=op.dilation[0], dilation_w=op.dilation[1], pad_top=pad_top, pad_left=left,
                         pad_bottom=pad_bottom, pad_right=right,
-                        count_include_pad=int(op.count_include_pad), zero_point=x.zero_point,
+                        **({} if op.mode == "max" else dict(count_include_pad=int(op.count_include_pad),
+                                                                zero_point=x.zero_point)),
                         rounding=Rounding[op.rounding.upper()])
             store = dict(sram_addr=out, dram_addr=target + (r0 * out_w * c + c0) * elem, elem_type=code, y_size=rows,
                          x_size=out_w, run=channels, dram_y_stride=out_w * c * elem, dram_x_stride=c * elem)
