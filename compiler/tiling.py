@@ -116,7 +116,8 @@ class ConvLayer:
 @dataclass(frozen=True)
 class TilePlan:
     tile_k: int          # output channels per tile (groups > 1: a whole number of groups)
-    tile_c: int          # input channels per CONV (groups == 1: chunks accumulated; else the tile's channels)
+    tile_c: int          # input channels per CONV, chunks accumulated (groups > 1: per group; below C/G only
+                         # when the tile holds one group, which then runs as a dense conv)
     tile_rows: int       # output rows per tile
     out_h: int
     out_w: int
@@ -296,11 +297,10 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
         return (rows - 1) * layer.stride[0] + layer.dilation[0] * (kh - 1) + 1
 
     def channels(tk: int, tc: int) -> int:   # input channels a tile of tk output channels reads
-        return tc if groups == 1 else tk // kg * cg
+        return tc if groups == 1 else tk // kg * tc
 
     def fits(tk: int, tc: int, rows: int) -> dict[str, bool]:
-        wgt_c = tc if groups == 1 else cg
-        return {"weight": tk * kh * kw * wgt_c <= half[Buffer.WEIGHT],
+        return {"weight": tk * kh * kw * tc <= half[Buffer.WEIGHT],
                 "param": tk * PARAM_RECORD_BYTES <= half[Buffer.PARAM],
                 "acc": rows * out_w * tk * BUFFER_UNIT_BYTES[Buffer.ACC] <= half[Buffer.ACC],
                 "out": rows * out_w * tk * out_bytes <= half[Buffer.OUT],
@@ -328,19 +328,20 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
         """Bytes LOAD reads plus a per-command cost: inputs are re-read per k-tile (groups == 1; a grouped
         tile reads only its own groups' channels), weights per row tile when the input channels are split
         (the weight half then changes every step)."""
-        k_tiles, row_tiles, chunks = -(-k // tk), -(-out_h // rows), -(-c // tc) if groups == 1 else 1
+        k_tiles, row_tiles, chunks = -(-k // tk), -(-out_h // rows), -(-(c if groups == 1 else cg) // tc)
         inputs = row_tiles * in_rows(rows) * in_w * c * (k_tiles if groups == 1 else 1)
         weights = k * kh * kw * cg * (row_tiles if chunks > 1 else 1)
         commands = k_tiles * row_tiles * (2 * chunks + 2)
         return inputs + weights + 64 * commands
 
+    # A grouped tile reads whole groups (tile_c = C/G), or, holding one group, a chunk of its channels.
     candidates = [(dram_traffic(tk, tc, rows), -rows, tk, tc, rows)
                   for tk in ([tile_k] if tile_k else [n * step_k for n in even_splits(k // step_k)])
-                  for tc in (([tile_c] if tile_c else halvings(c)) if groups == 1 else [cg])
+                  for tc in (([tile_c] if tile_c else halvings(c)) if groups == 1 else halvings(cg))
                   for rows in ([tile_rows] if tile_rows else halvings(out_h))
-                  if all(fits(tk, tc, rows).values())]
+                  if (groups == 1 or tc == cg or tk == kg) and all(fits(tk, tc, rows).values())]
     if not candidates:
-        tk, tc, rows = tile_k or step_k, (tile_c or 1) if groups == 1 else cg, tile_rows or 1
+        tk, tc, rows = tile_k or step_k, tile_c or 1 if groups == 1 else 1, tile_rows or 1
         failed = [name for name, good in fits(tk, tc, rows).items() if not good]
         raise ValueError(f"layer does not fit the buffers even with tile_k={tk}, tile_c={tc}, tile_rows={rows} "
                          f"(too large for: {', '.join(failed)})")
@@ -441,22 +442,28 @@ def _with_tokens(command: Command, pop=(), push=()) -> Command:
 
 
 def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresses: dict[str, int], *,
-                    after_previous: bool = False, before_next: bool = False) -> None:
+                    after_previous: bool = False, before_next: bool = False, input_row: int | None = None,
+                    output_steps: tuple[int, int] | None = None) -> None:
     """Append one layer's commands to ``program``.
 
     ``addresses``: DRAM byte addresses of "input" (HWC), "weights" (OHWI), "params" (records), "output"
     (HWC) and, with a table, "lut". ``after_previous``: the layer's first LOAD pops a STORE -> LOAD token;
-    ``before_next``: its last STORE pushes one. Within the layer every token pushed is also popped."""
+    ``before_next``: its last STORE pushes one. Within the layer every token pushed is also popped.
+    The input and the output may be views of larger tensors: ``input_row`` elements between input rows
+    (default W * C), ``output_steps`` elements between output rows and between output pixels (default
+    out_w * K and K), as a transposed convolution's phases read and write them."""
     config = program.config
     first_load = len(program.queues[Unit.LOAD])
     _, c, h, w = layer.x.shape
     k, cg, kh, kw = layer.w.shape
+    input_row = w * c if input_row is None else input_row
     kg = k // layer.groups
     pt, pl, pb, pr = layer.padding
     sh = layer.stride[0]
     span_h = layer.dilation[0] * (kh - 1) + 1
     in_type = next(dtype for dtype, numpy_type in DTYPE_NUMPY.items() if numpy_type == layer.x.dtype)
     out_bytes = DTYPE_BYTES[layer.out_type]
+    out_row, out_pixel = (plan.out_w * k, k) if output_steps is None else output_steps
     qmin, qmax = layer.clamp
 
     def slot(buffer: Buffer, i: int) -> int:
@@ -466,10 +473,12 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
     # Enumerate the work: output tiles (k-tile, row tile) and, inside each, CONV steps (channel chunks).
     k_tiles = [(k0, min(plan.tile_k, k - k0)) for k0 in range(0, k, plan.tile_k)]
     row_tiles = [(r0, min(plan.tile_rows, plan.out_h - r0)) for r0 in range(0, plan.out_h, plan.tile_rows)]
-    chunks = ([(c0, min(plan.tile_c, c - c0)) for c0 in range(0, c, plan.tile_c)] if layer.groups == 1 else [None])
+    dense = layer.groups == 1 or plan.tile_c < cg        # a chunked grouped tile holds one group: dense
+    chunks = ([(c0, min(plan.tile_c, (c if layer.groups == 1 else cg) - c0))
+               for c0 in range(0, c if layer.groups == 1 else cg, plan.tile_c)] if dense else [None])
     reload_weights = len(chunks) > 1
     # A grouped layer whose weights and records all fit one half loads them once: its tiles differ only there.
-    resident = (layer.groups > 1 and len(k_tiles) > 1 and layer.w.size <= config.buffer(Buffer.WEIGHT).bytes // 2
+    resident = (not dense and len(k_tiles) > 1 and layer.w.size <= config.buffer(Buffer.WEIGHT).bytes // 2
                 and k <= config.buffer_units(Buffer.PARAM) // 2)
     tiles = [(kt, rt) for kt in range(len(k_tiles)) for rt in range(len(row_tiles))]
     n_steps = len(tiles) * len(chunks)
@@ -492,8 +501,9 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
         loads_params = t == 0 if resident else first_of_k      # the tile's weights and records arrive with it
         param_index = slot(Buffer.PARAM, 0) + k0 if resident else slot(Buffer.PARAM, kt)
 
+        group_base = 0 if layer.groups == 1 else (k0 // kg) * cg      # the tile's first input channel
         for chunk_index, chunk in enumerate(chunks):
-            c0, tc = chunk if chunk is not None else ((k0 // kg) * cg, tk // kg * cg)
+            c0, tc = (group_base + chunk[0], chunk[1]) if chunk is not None else (group_base, tk // kg * cg)
             loads = []
             if loads_params and chunk_index == 0:
                 loaded_k = k if resident else tk
@@ -504,14 +514,15 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
             weight_slot = step if reload_weights else 0 if resident else kt
             wgt_addr = slot(Buffer.WEIGHT, weight_slot) + (k0 * kh * kw * cg if resident else 0)
             if reload_weights or (loads_params and chunk_index == 0):
-                wgt_c = tc if layer.groups == 1 else cg
+                wgt_c = tc if dense else cg
                 loads.append(dict(buffer=Buffer.WEIGHT, sram_addr=slot(Buffer.WEIGHT, weight_slot),
-                                  dram_addr=addresses["weights"] + (k0 * kh * kw * cg + (c0 if layer.groups == 1 else 0)),
+                                  dram_addr=(addresses["weights"] + k0 * kh * kw * cg
+                                             + (c0 - group_base if dense else 0)),
                                   elem_type=DType.INT8, y_size=k if resident else tk, x_size=kh * kw, run=wgt_c,
                                   dram_y_stride=kh * kw * cg, dram_x_stride=cg))
             loads.append(dict(buffer=Buffer.ACT, sram_addr=slot(Buffer.ACT, step),
-                              dram_addr=addresses["input"] + (real_first * w * c + c0), elem_type=in_type,
-                              y_size=real_rows, x_size=w, run=tc, dram_y_stride=w * c, dram_x_stride=c,
+                              dram_addr=addresses["input"] + (real_first * input_row + c0), elem_type=in_type,
+                              y_size=real_rows, x_size=w, run=tc, dram_y_stride=input_row, dram_x_stride=c,
                               pad_top=pad_top, pad_bottom=pad_bottom, pad_left=pl, pad_right=pr,
                               pad_value=layer.x_zero_point))
             if step >= 2:
@@ -528,7 +539,7 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
                 in_c=tc, in_type=in_type, in_zero_point=layer.x_zero_point,
                 wgt_addr=wgt_addr, w_zero_point=layer.w_zero_point, out_c=tk, k_h=kh,
                 k_w=kw, stride_h=layer.stride[0], stride_w=layer.stride[1], dilation_h=layer.dilation[0],
-                dilation_w=layer.dilation[1], groups=1 if layer.groups == 1 else tk // kg,
+                dilation_w=layer.dilation[1], groups=1 if dense else tk // kg,
                 acc_addr=slot(Buffer.ACC, t), accumulate=int(chunk_index > 0)))
             step += 1
 
@@ -553,9 +564,9 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
                 **table))
         program.append(Command.make(
             Opcode.STORE, pop=[to_store], push=[Unit.REQUANT] if t + 2 < len(tiles) else [],
-            sram_addr=slot(Buffer.OUT, t), dram_addr=addresses["output"] + (r0 * plan.out_w * k + k0) * out_bytes,
+            sram_addr=slot(Buffer.OUT, t), dram_addr=addresses["output"] + (r0 * out_row + k0) * out_bytes,
             elem_type=layer.out_type, y_size=rows, x_size=plan.out_w, run=tk,
-            dram_y_stride=plan.out_w * k * out_bytes, dram_x_stride=k * out_bytes))
+            dram_y_stride=out_row * out_bytes, dram_x_stride=out_pixel * out_bytes))
     loads, stores = program.queues[Unit.LOAD], program.queues[Unit.STORE]
     if after_previous:
         loads[first_load] = _with_tokens(loads[first_load], pop=[Unit.STORE])

@@ -101,6 +101,21 @@ def test_automatic_tiling_splits_channels_rows_and_outputs_on_a_tiny_machine():
     assert accumulating, "channel chunks must accumulate"
 
 
+def test_grouped_layer_too_large_for_whole_groups_chunks_one_group_per_tile():
+    """A group's weights (8 x 8 x 5 x 5 = 1600 bytes) exceed half the tiny weight buffer: each tile then holds
+    one group and accumulates chunks of its input channels as a dense conv."""
+    rng = np.random.default_rng(6)
+    x = rng.integers(-128, 128, (1, 16, 7, 7)).astype(np.int8)
+    w = rng.integers(-127, 128, (16, 8, 5, 5)).astype(np.int8)
+    layer = ConvLayer(x=x, w=w, bias=rng.integers(-999, 999, 16).astype(np.int32), multiplier=np.full(16, 30000),
+                      shift=np.full(16, 22), x_zero_point=-3, padding=(2, 2, 2, 2), groups=2)
+    plan = plan_tiles(layer, TINY)
+    assert plan.tile_k == 8 and plan.tile_c < 8
+    lowered, _, _ = _check(layer, TINY, seed=1)
+    convs = [c for c in lowered.program.queues[Unit.CONV] if c.opcode == Opcode.CONV]
+    assert all(c.groups == 1 for c in convs) and any(c.accumulate for c in convs)
+
+
 def test_depthwise_stride2_dilated_uint8_into_int16():
     rng = np.random.default_rng(4)
     x = rng.integers(0, 256, (1, 12, 13, 10)).astype(np.uint8)
