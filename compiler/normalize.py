@@ -1,8 +1,9 @@
 """Float-graph rewrites before quantization, and the check that lists every node the NPU path cannot run.
 
 :func:`normalize` drops nodes that compute nothing at inference (Identity, Dropout, a Cast to the type the
-tensor has), folds each BatchNormalization into the Conv before it where that conv feeds nothing else (in
-float64, the folded weights stored as float32), and writes every Conv's ``auto_pad`` as explicit pads.
+tensor has), folds each BatchNormalization into the Conv (or ConvTranspose) before it where that conv feeds
+nothing else (in float64, the folded weights stored as float32), and writes every Conv's ``auto_pad`` as
+explicit pads.
 :func:`check` then names, in one error, every node whose operator or attributes the compiler does not
 support, with its input shapes, before anything is written.
 """
@@ -14,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from aipu.compiler.graph import Graph, Node
+from aipu.compiler.resize import bilinear
 from aipu.sim.machine.errors import InputError
 
 
@@ -133,6 +135,24 @@ def _pad_check(node: Node, graph: Graph) -> str | None:
     return None
 
 
+def _explicit_geometry(node: Node, graph: Graph) -> str | None:
+    """A ConvTranspose whose padding is given as ``pads``: ``output_shape`` and ``auto_pad`` leave the split
+    of the padding between the two ends to the runtime (onnxruntime and the ONNX text differ there)."""
+    auto_pad = node.attrs.get("auto_pad", b"NOTSET")
+    if "output_shape" in node.attrs or (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) != "NOTSET":
+        return "output_shape and auto_pad are not supported; give explicit pads (and output_padding)"
+    return None
+
+
+def _linear_form(node: Node, graph: Graph) -> str | None:
+    """A linear Resize the NPU runs as a fixed-kernel transposed conv (compiler/resize.py), else the reason."""
+    mode = node.attrs.get("mode", b"nearest")
+    if (mode.decode() if isinstance(mode, bytes) else mode) != "linear":
+        return None
+    form = bilinear(node, graph)
+    return form if isinstance(form, str) else None
+
+
 def _pads(node: Node, graph: Graph) -> list[int] | None:
     """(top, left, bottom, right) of a 4-D Pad that leaves batch and channels alone, else None."""
     pads = np.asarray(graph.constants[node.inputs[1]]).reshape(-1).tolist()
@@ -149,6 +169,7 @@ def _pads(node: Node, graph: Graph) -> list[int] | None:
 # What the whole compiler takes today (front end, quantizer, lowering); an operator joins when all of them do.
 _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "Conv": _rank(4, _constant(1, 2)),
+    "ConvTranspose": _rank(4, _constant(1, 2), _explicit_geometry),
     "Gemm": _rank(2, _constant(1, 2), _attribute("transA", (0,), 0)),
     "MatMul": _rank(2, _constant(1)),
     "BatchNormalization": _rank(4, _constant(1, 2, 3, 4), _attribute("training_mode", (0,), 0), _unused_outputs(1)),
@@ -159,7 +180,7 @@ _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "AveragePool": _rank(4), "GlobalAveragePool": _rank(4),
     "Add": _no_check, "Sub": _no_check, "Mul": _no_check, "Div": _constant(1),
     "Concat": _no_check,
-    "Resize": _rank(4, _attribute("mode", ("nearest",), "nearest"), _constant(1, 2, 3)),
+    "Resize": _rank(4, _attribute("mode", ("nearest", "linear"), "nearest"), _constant(1, 2, 3), _linear_form),
     "Pad": _pad_check,
     "Reshape": _constant(1), "Flatten": _no_check, "Transpose": _no_check, "Squeeze": _constant(1),
     "Unsqueeze": _constant(1),
@@ -220,8 +241,9 @@ def _drop_no_ops(graph: Graph) -> Graph:
 
 
 def _fold_batch_norms(graph: Graph) -> Graph:
-    """Conv -> BatchNormalization, the conv feeding only the BN: w' = w * g / sqrt(v + eps), b' = (b - mean) *
-    g / sqrt(v + eps) + beta, in float64. Other BNs stay (the quantizer runs them as a per-channel scale)."""
+    """Conv or ConvTranspose -> BatchNormalization, the conv feeding only the BN: w' = w * g / sqrt(v + eps),
+    b' = (b - mean) * g / sqrt(v + eps) + beta, in float64. Other BNs stay (the quantizer runs them as a
+    per-channel scale)."""
     consumers, producer = graph.consumers(), graph.producer()
     folded: dict[str, Node] = {}
     dropped: set[str] = set()
@@ -229,16 +251,22 @@ def _fold_batch_norms(graph: Graph) -> Graph:
         if node.op != "BatchNormalization":
             continue
         conv = producer.get(node.inputs[0])
-        if (conv is None or conv.op != "Conv" or len(consumers.get(node.inputs[0], ())) != 1
+        if (conv is None or conv.op not in ("Conv", "ConvTranspose") or len(consumers.get(node.inputs[0], ())) != 1
                 or node.inputs[0] in graph.outputs):
             continue
         scale, beta, mean, var = (graph.constants[name].astype(np.float64) for name in node.inputs[1:5])
         factor = scale / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
         weight = graph.constants[conv.inputs[1]].astype(np.float64)
         bias = (graph.constants[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2]
-                else np.zeros(weight.shape[0]))
+                else np.zeros(factor.size))
         weight_name, bias_name = f"{conv.name}/bn_folded_weight", f"{conv.name}/bn_folded_bias"
-        graph.constants[weight_name] = (weight * factor.reshape(-1, 1, 1, 1)).astype(np.float32)
+        if conv.op == "ConvTranspose":    # weights [C, K/G, KH, KW]: output channel g * K/G + k is [g-th group, k]
+            groups = int(conv.attrs.get("group", 1))
+            per_output = factor.reshape(groups, 1, -1, 1, 1)
+            scaled = (weight.reshape(groups, -1, *weight.shape[1:]) * per_output).reshape(weight.shape)
+        else:
+            scaled = weight * factor.reshape(-1, 1, 1, 1)
+        graph.constants[weight_name] = scaled.astype(np.float32)
         graph.constants[bias_name] = ((bias - mean) * factor + beta).astype(np.float32)
         for name in (weight_name, bias_name):
             graph.shapes[name], graph.dtypes[name] = graph.constants[name].shape, np.dtype(np.float32)

@@ -70,7 +70,11 @@ class Requant:
 @dataclass(frozen=True)
 class QConv:
     """Conv2d (groups, dilation, explicit pads) or fully connected (a 2-D input as [N, F, 1, 1] with a 1x1
-    kernel), then the requantizer. Weights int8 [K, C/G, KH, KW] with zero point ``w_zero_point``."""
+    kernel), then the requantizer. Weights int8 [K, C/G, KH, KW] with zero point ``w_zero_point``.
+
+    A transposed convolution is its conv form (docs/compiler.md §3): ``upsample`` - 1 input zero points between
+    neighbouring input pixels, then a stride-1 conv with the flipped kernel; ``padding`` may then be negative
+    (a crop of the upsampled input)."""
 
     name: str
     x: str
@@ -83,6 +87,7 @@ class QConv:
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
+    upsample: tuple[int, int] = (1, 1)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -91,11 +96,27 @@ class QConv:
     def run(self, values: dict[str, np.ndarray], tensors: dict[str, QTensor]) -> np.ndarray:
         x, spec = values[self.x], tensors[self.x]
         flat = x.ndim == 2
+        padding = self.padding
+        if self.upsample != (1, 1):
+            x, padding = upsampled(x, self.upsample, padding, spec.zero_point)
         acc = golden.conv2d(x.reshape(*x.shape, 1, 1) if flat else x, self.w, x_zero_point=spec.zero_point,
-                            w_zero_point=self.w_zero_point, stride=self.stride, padding=self.padding,
+                            w_zero_point=self.w_zero_point, stride=self.stride, padding=padding,
                             dilation=self.dilation, groups=self.groups)
         y = self.requant.apply(acc, self.bias, tensors[self.y].dtype)
         return y.reshape(y.shape[:2]) if flat else y
+
+
+def upsampled(x: np.ndarray, factor: tuple[int, int], padding: tuple[int, int, int, int],
+              fill: int) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """A transposed convolution's input in its conv form: ``factor - 1`` copies of ``fill`` (the input zero
+    point, which adds nothing to a sum) between neighbours, the padding's negative entries cropped off. Returns
+    that input and the padding that remains (each entry >= 0)."""
+    n, c, h, w = x.shape
+    (fh, fw), (top, left, bottom, right) = factor, padding
+    z = np.full((n, c, fh * (h - 1) + 1, fw * (w - 1) + 1), fill, x.dtype)
+    z[:, :, ::fh, ::fw] = x
+    z = z[:, :, max(0, -top):z.shape[2] - max(0, -bottom), max(0, -left):z.shape[3] - max(0, -right)]
+    return z, (max(0, top), max(0, left), max(0, bottom), max(0, right))
 
 
 @dataclass(frozen=True)

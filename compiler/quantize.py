@@ -18,13 +18,14 @@ real = s * (q - zp)); docs/compiler.md §3 lists every choice with the source li
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from aipu.compiler.calibrate import TensorStats, choose_range
 from aipu.compiler.graph import Graph, Node
 from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QTensor, Requant
+from aipu.compiler.resize import bilinear, nearest_gather
 from aipu.sim import golden
 from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, bit_range
 from aipu.sim.machine.errors import InputError
@@ -140,7 +141,8 @@ class _Quantizer:
 
     def lower(self, node: Node, fused: set[str]) -> None:
         op = node.op
-        if op in ("Conv", "Gemm", "MatMul", "BatchNormalization") or op == "PRelu" and self._slope(node).size > 1:
+        if op in ("Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization") or (
+                op == "PRelu" and self._slope(node).size > 1):
             self.mac(node, fused)
         elif op in TABLE_OPS or op == "Clip":
             self.table(node)
@@ -150,6 +152,8 @@ class _Quantizer:
             self.eltwise(node, fused)
         elif op == "Concat":
             self.concat(node)
+        elif op == "Resize" and node.attrs.get("mode", b"nearest") in (b"linear", "linear"):
+            self.bilinear(node)
         elif op in _LAYOUT_OPS or op == "Resize":
             self.tensors[node.outputs[0]] = self.same_as(node.inputs[0], node.outputs[0])
             permutation = tuple(node.attrs.get("perm", range(len(self.graph.shapes[node.inputs[0]]))[::-1]))
@@ -192,6 +196,8 @@ class _Quantizer:
                             dilation=tuple(node.attrs.get("dilations", (1, 1))), groups=int(node.attrs.get("group", 1)))
             bias = constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else np.zeros(weight.shape[0])
             return weight, bias.astype(np.float64), geometry
+        if node.op == "ConvTranspose":
+            return conv_form(node, constants)
         if node.op == "PRelu":                       # per-channel slopes: an identity depthwise 1x1 conv whose
             channels = self._slope(node).size          # requantizer applies them (D11)
             return np.ones((channels, 1, 1, 1)), np.zeros(channels), dict(groups=channels)
@@ -334,6 +340,27 @@ class _Quantizer:
         self.ops.append(QEltwise(node.name, a, b, y, op, params["multiplier"], params["shift"],
                                  *self._clamp(y_spec, activation), self.options.rounding))
 
+    def bilinear(self, node: Node) -> None:
+        """A linear Resize (compiler/resize.py): the edge gather, then a depthwise transposed conv whose
+        requantizer divides by the weights' denominator; the output keeps the input's quantization."""
+        form = bilinear(node, self.graph)
+        x, y = node.inputs[0], node.outputs[0]
+        n, c, h, w = self.graph.shapes[x]
+        edges = f"{y}/edges"
+        self.tensors[edges] = replace(self.tensors[x], name=edges, shape=(n, c, h + 2, w + 2))
+        self.tensors[y] = self.same_as(x, y)
+        self.ops.append(QLayout(f"{node.name}/edges", x, edges, gather=form.edges))
+        attrs = dict(strides=list(form.strides), pads=list(form.pads), group=c)
+        weights, _, geometry = conv_form(Node(node.name, "ConvTranspose", (edges, "kernel"), (y,), attrs),
+                                         {"kernel": form.kernel})
+        multiplier, shift = golden.quantize_multiplier(np.full(c, 1.0 / form.denominator))
+        info = np.iinfo(self.tensors[x].dtype)
+        requant = Requant(multiplier, shift, self.tensors[x].zero_point, int(info.min), int(info.max),
+                          self.options.rounding)
+        w_q = weights.astype(np.int8)
+        check_accumulator(w_q, self.tensors[edges], 0)
+        self.ops.append(QConv(node.name, edges, y, w_q, np.zeros(c, BIAS_DTYPE), requant, **geometry))
+
     def concat(self, node: Node) -> None:
         y = node.outputs[0]
         y_spec = self.activation(y)
@@ -344,26 +371,24 @@ class _Quantizer:
                                 tuple(n for _, n in pairs), self.options.rounding))
 
 
-def nearest_gather(node: Node, graph: Graph) -> np.ndarray:
-    """Each output element's flat input index of a nearest-neighbour Resize, as ONNX defines it for the node's
-    attributes (coordinate transformation, nearest mode, scales or sizes): onnx's reference Resize applied to
-    the input's indices (exact in float64)."""
-    import onnx
-    import onnx.reference
-
-    shape = graph.shapes[node.inputs[0]]
-    indices = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
-    names = ["x"] + [name if name else "" for name in node.inputs[1:]]
-    constants = [onnx.numpy_helper.from_array(np.asarray(graph.constants[name]), name)
-                 for name in node.inputs[1:] if name]
-    resize = onnx.helper.make_node("Resize", names, ["y"], **node.attrs)
-    model = onnx.helper.make_model(
-        onnx.helper.make_graph([resize], "resize", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.DOUBLE,
-                                                                                       list(shape))],
-                               [onnx.helper.make_empty_tensor_value_info("y")], constants),
-        opset_imports=[onnx.helper.make_opsetid("", graph.opset)])
-    result = onnx.reference.ReferenceEvaluator(model).run(None, {"x": indices})[0]
-    return np.rint(result).astype(np.int64).reshape(-1)
+def conv_form(node: Node, constants: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """A ConvTranspose as (weights [K, C/G, KH, KW], bias, geometry) of its conv form (qir.QConv ``upsample``):
+    each group's [C/G, K/G] weight matrix transposed and the kernel flipped; the padding becomes
+    d * (k - 1) - pad, plus output_padding at the end (ONNX: out = s (in - 1) + output_padding + d (k - 1) + 1
+    - pads)."""
+    weight = constants[node.inputs[1]].astype(np.float64)            # [C, K/G, KH, KW]
+    groups = int(node.attrs.get("group", 1))
+    c, kg, kh, kw = weight.shape
+    conv = weight.reshape(groups, c // groups, kg, kh, kw).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1]
+    conv = np.ascontiguousarray(conv.reshape(groups * kg, c // groups, kh, kw))
+    dilation = tuple(node.attrs.get("dilations", (1, 1)))
+    top, left, bottom, right = node.attrs.get("pads", (0, 0, 0, 0))
+    extra_h, extra_w = node.attrs.get("output_padding", (0, 0))
+    reach_h, reach_w = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
+    geometry = dict(upsample=tuple(node.attrs.get("strides", (1, 1))), dilation=dilation, groups=groups,
+                    padding=(reach_h - top, reach_w - left, reach_h - bottom + extra_h, reach_w - right + extra_w))
+    bias = constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else np.zeros(conv.shape[0])
+    return conv, bias.astype(np.float64), geometry
 
 
 def check_accumulator(w: np.ndarray, x: QTensor, w_zero_point: int) -> None:

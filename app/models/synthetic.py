@@ -42,6 +42,16 @@ class GraphBuilder:
                  self.rng.uniform(0.5, 1.5, c_out)]
         return self.node("BatchNormalization", [y, *(self.const(v.astype(np.float32)) for v in stats)])
 
+    def conv_transpose(self, x: str, c_in: int, c_out: int, kernel: int = 4, stride: int = 2, groups: int = 1,
+                       pads: tuple[int, int, int, int] = (1, 1, 1, 1), output_padding: tuple[int, int] = (0, 0),
+                       dilation: int = 1) -> str:
+        """A ConvTranspose (weights [C, K/G, k, k]), e.g. a decoder's 2x upsampling."""
+        fan_in = c_in // groups * kernel * kernel // (stride * stride) or 1
+        w = self.rng.normal(0, np.sqrt(2 / fan_in), (c_in, c_out // groups, kernel, kernel)).astype(np.float32)
+        bias = self.const(self.rng.normal(0, 0.1, c_out).astype(np.float32))
+        return self.node("ConvTranspose", [x, self.const(w, "w"), bias], strides=[stride, stride], pads=list(pads),
+                         output_padding=list(output_padding), group=groups, dilations=[dilation, dilation])
+
     def relu6(self, x: str) -> str:
         return self.node("Clip", [x, self.const(np.float32(0)), self.const(np.float32(6))])
 

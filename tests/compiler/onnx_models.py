@@ -1,6 +1,7 @@
 """Small float CNNs built with onnx.helper (random weights), in the shapes of the networks users bring:
 MobileNetV2/V3-like (depthwise, stride 2, ReLU6, HardSwish, squeeze-excitation, residual add) and
-ResNet-like (conv + BN + ReLU, max pooling, residual blocks, global average pooling, fully connected)."""
+ResNet-like (conv + BN + ReLU, max pooling, residual blocks, global average pooling, fully connected) and a
+U-Net-like segmenter (strided encoder, ConvTranspose and bilinear-Resize decoder, skip concats)."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,18 +40,30 @@ def resnet_like(seed: int = 0, size: int = 16, classes: int = 10) -> onnx.ModelP
     return b.model(b.fc(x, 32, classes))
 
 
+def unet_like(seed: int = 0, size: int = 16, classes: int = 3) -> onnx.ModelProto:
+    b = GraphBuilder(seed, 3, size)
+    skip = b.node("Relu", [b.conv("image", 3, 8)])
+    x = b.node("Relu", [b.conv(skip, 8, 16, stride=2)])
+    deep = b.node("Relu", [b.conv(x, 16, 16, stride=2)])
+    up = b.node("Relu", [b.conv_transpose(deep, 16, 16)])                      # k4 s2 p1: 2x
+    x = b.node("Relu", [b.conv(b.node("Concat", [x, up], axis=1), 32, 8, kernel=1)])
+    x = b.node("Resize", [x, "", b.const(np.array([1, 1, 2, 2], np.float32))], mode="linear")
+    x = b.node("Concat", [skip, x], axis=1)
+    return b.model(b.conv(x, 16, classes, kernel=1, bn=False))
+
+
 def random_network(seed: int, size: int = 12) -> onnx.ModelProto:
     """A random CNN: a stem, then random blocks (dense, depthwise or grouped convs with random kernels,
     strides and dilations; ReLU, ReLU6, LeakyReLU, PReLU, HardSwish, Sigmoid, Tanh; max or average pooling;
-    residual adds; squeeze-excitation; channel concat), then pooling and a fully connected head (with a
-    transposed flatten when the map is still larger than 1x1)."""
+    residual adds; squeeze-excitation; channel concat; 2x upsampling by ConvTranspose or Resize), then pooling
+    and a fully connected head (with a transposed flatten when the map is still larger than 1x1)."""
     b = GraphBuilder(seed, 3, size)
     rng = b.rng
     channels = int(rng.choice([4, 8, 12]))
     x = b.node("Relu", [b.conv("image", 3, channels)])
     spatial = size
     for _ in range(int(rng.integers(3, 7))):
-        kind = rng.choice(["conv", "depthwise", "grouped", "pool", "residual", "se", "concat", "table"])
+        kind = rng.choice(["conv", "depthwise", "grouped", "pool", "residual", "se", "concat", "table", "upsample"])
         if kind in ("conv", "depthwise", "grouped"):
             stride = int(rng.choice([1, 2])) if spatial >= 4 else 1
             kernel = int(rng.choice([1, 3, 5]))
@@ -79,6 +92,17 @@ def random_network(seed: int, size: int = 12) -> onnx.ModelProto:
             x, channels = b.node("Concat", [left, right], axis=1), 8
         elif kind == "table":
             x = b.node(str(rng.choice(["Tanh", "Sigmoid", "HardSwish"])), [x])
+        elif kind == "upsample" and spatial <= 8:
+            how = rng.choice(["k4s2", "k2s2", "k3s2", "linear", "nearest"])
+            if how in ("linear", "nearest"):
+                x = b.node("Resize", [x, "", b.const(np.array([1, 1, 2, 2], np.float32))], mode=str(how))
+            else:
+                groups = channels if rng.integers(2) else 1
+                kernel, pads, extra = {"k4s2": (4, 1, 0), "k2s2": (2, 0, 0), "k3s2": (3, 1, 1)}[str(how)]
+                x = _random_activation(b, b.conv_transpose(x, channels, channels, kernel=kernel, groups=groups,
+                                                           pads=(pads,) * 4, output_padding=(extra, extra)),
+                                       channels)
+            spatial *= 2
     if spatial > 1 and rng.integers(2):
         x = b.node("Flatten", [x])                  # [1, C*H*W]: a transposing gather from channels-last
         features = channels * spatial * spatial

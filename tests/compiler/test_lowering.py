@@ -16,7 +16,7 @@ from aipu.sim.machine.arch import DEFAULT, hardware_config_from_dict
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.app.models.synthetic import GraphBuilder
-from tests.compiler.onnx_models import mobilenet_like, random_network, resnet_like
+from tests.compiler.onnx_models import mobilenet_like, random_network, resnet_like, unet_like
 from tests.compiler.test_quantize import _compile
 
 TINY = hardware_config_from_dict({"buffers": {"act": {"bytes": 2048}, "weight": {"bytes": 2048},
@@ -37,7 +37,7 @@ def _check_every_tensor(qmodel, config, image: np.ndarray, seed=None, keep_all=T
 
 
 @pytest.mark.parametrize("config", [DEFAULT, TINY], ids=["default", "tiny"])
-@pytest.mark.parametrize("build", [mobilenet_like, resnet_like])
+@pytest.mark.parametrize("build", [mobilenet_like, resnet_like, unet_like])
 def test_mobilenet_and_resnet_like_networks_run_bit_exact(tmp_path, build, config):
     rng = np.random.default_rng(5)
     _, qmodel = _compile(tmp_path, build(), rng.normal(0, 1, (12, 3, 16, 16)).astype(np.float32))
