@@ -17,6 +17,10 @@ Every fault is decided in the first RUN cycle, before anything is written: that 
 check of DIRECT8 is complete, and the other checks are ordered around it as the interpreter orders them.
 Elements are read before any byte they feed is overwritten as long as an overlapping destination starts at or
 before the source and its elements are no wider (the compiler's rule; the interpreter refuses the rest).
+
+SOFTMAX (docs/arithmetic.md §6.4) shares the LUT unit's queue in the command set but has no datapath here
+yet: it faults on ``opcode`` in the cycle after ``start``, before anything is written, rather than being read
+as a LUT command.
 """
 from __future__ import annotations
 
@@ -256,7 +260,9 @@ class LutUnit(UnitComponent):
         m.d.sync += stage2.eq(0)
         with m.FSM(name="lut_engine"):
             with m.State("IDLE"):
-                with m.If(start):
+                with m.If(start & (cmd.opcode == Opcode.SOFTMAX)):
+                    m.next = "UNIMPLEMENTED"
+                with m.Elif(start):
                     m.d.sync += [step.eq(0), lut_word.eq(cmd.table_addr >> _log2(lut_word_bytes)),
                                  src_word.eq(cmd.src_addr >> source_log2),
                                  src_pos.eq(cmd.src_addr & (source_word_bytes - 1)), entries_bad.eq(0),
@@ -301,4 +307,7 @@ class LutUnit(UnitComponent):
             with m.State("DRAIN"):
                 with m.If(done):
                     m.next = "IDLE"
+            with m.State("UNIMPLEMENTED"):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("opcode"))]
+                m.next = "IDLE"
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
-                                LUT_ENTRY_DTYPE, PARAM_DTYPE, Buffer, DType, HardwareConfig, bit_range)
+                                LUT_ENTRY_DTYPE, PARAM_DTYPE, SOFTMAX_TABLE_DTYPE, Buffer, DType, HardwareConfig,
+                                bit_range)
 from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
 from aipu.sim.machine.errors import DeadlockError, ExecutionError, HazardError
 from aipu.sim.machine.memory import Memory
@@ -347,6 +348,26 @@ class _Preparer:
                     qmin=cmd.qmin, qmax=cmd.qmax, return_clipped=True)
         return execute
 
+    def _softmax(self, cmd: Command):
+        in_dtype, out_dtype = DTYPE_NUMPY[DType(cmd.in_type)], DTYPE_NUMPY[DType(cmd.out_type)]
+        x = self._tensor(Buffer(cmd.src_buf), "src_addr", cmd.src_addr, (cmd.rows, cmd.length), in_dtype)
+        table = self._tensor(Buffer.LUT, "table_addr", cmd.table_addr, (LUT8_ENTRIES,), SOFTMAX_TABLE_DTYPE)
+        out = self._tensor(Buffer.OUT, "dst_addr", cmd.dst_addr, (cmd.rows, cmd.length), out_dtype, written=True)
+        if cmd.src_buf == Buffer.OUT and x[1] < out[2] and out[1] < x[2]:    # a row is read whole before written
+            raise ExecutionError(f"{self.where}: field dst_addr = {cmd.dst_addr:#x} overlaps the source at "
+                                 f"{cmd.src_addr:#x}")
+        where = self.where
+        stage = dict(multiplier=cmd.multiplier, shift=cmd.shift, out_zero_point=cmd.out_zero_point, qmin=cmd.qmin,
+                     qmax=cmd.qmax, out_dtype=out_dtype)
+        golden.softmax(np.zeros((1, 1), in_dtype), np.ones(LUT8_ENTRIES, SOFTMAX_TABLE_DTYPE), **stage)  # the fields
+
+        def execute(state: _State) -> None:
+            try:
+                _view(state, out)[...] = golden.softmax(_view(state, x), _view(state, table), **stage)
+            except ValueError as exc:        # the table's entries are data: checked when the command runs
+                raise ExecutionError(f"{where}: {exc}") from exc
+        return execute
+
     def _pool(self, cmd: Command):
         dtype = DTYPE_NUMPY[DType(cmd.dtype)]
         x = self._tensor(Buffer(cmd.src_buf), "src_addr", cmd.src_addr, (cmd.in_h, cmd.in_w, cmd.channels), dtype)
@@ -418,7 +439,7 @@ class _Preparer:
 
     HANDLERS = {Opcode.LOAD: _load, Opcode.STORE: _store, Opcode.CONV: _conv, Opcode.REQUANT: _requant,
                 Opcode.LUT: _lut, Opcode.POOL: _pool, Opcode.ELTWISE: _eltwise, Opcode.WDEC: _wdec,
-                Opcode.FINISH: _finish}
+                Opcode.FINISH: _finish, Opcode.SOFTMAX: _softmax}
 
 
 def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:

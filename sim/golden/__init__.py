@@ -14,13 +14,14 @@ from aipu.sim.golden.requant import (RequantStage, leaky_relu_multipliers, onnx_
                                 quantize_multiplier_tflite, requant_stage, requantize, requantize_float32,
                                 requantize_records, requantize_tflite)
 from aipu.sim.golden.rounding import ROUNDING_MODES, round_half_away, rounding_divide, rounding_shift_right
+from aipu.sim.golden.softmax import build_softmax_table, softmax
 
 __all__ = [
     "ConvGeometry", "ELTWISE_OPS", "FEATURE_QUAN", "KERNEL_QUAN", "ROUNDING_MODES", "RequantStage",
-    "accumulator_range", "avg_pool2d", "build_lut16", "build_lut8", "concat", "conv2d", "conv_geometry",
+    "accumulator_range", "avg_pool2d", "build_lut16", "build_lut8", "build_softmax_table", "concat", "conv2d", "conv_geometry",
     "conv_sums", "conv_sums_channels_last", "eltwise", "eltwise_params", "global_avg_pool",
     "leaky_relu_multipliers", "lut16", "lut8", "matmul", "max_pool2d", "onnx_requant_scale", "pow2_quantize",
     "pow2_requant_params", "pow2_scale_exponent", "quantize_multiplier", "quantize_multiplier_tflite",
     "requant_stage", "requantize", "requantize_float32", "requantize_records", "requantize_tflite",
-    "round_half_away", "rounding_divide", "rounding_shift_right",
+    "round_half_away", "rounding_divide", "rounding_shift_right", "softmax",
 ]

@@ -35,6 +35,11 @@ LUT_ENTRY_BITS = 16           # LUT entries are signed 16 bit (int8/uint8 tables
 LUT16_INDEX_BITS_MIN = 1      # wide LUT: 2**k + 1 entries, k in MIN .. MAX, linear interpolation
 LUT16_INDEX_BITS_MAX = 10
 LUT16_INPUT_BITS = 16         # wide LUT input: signed 16 bit; up to all of its bits are interpolated
+SOFTMAX_EXP_BITS = 20         # softmax exp table: unsigned entries <= 2**20 (S003 L2241), the row max's entry
+SOFTMAX_ENTRY_BYTES = 4       # one exp-table entry in LUT memory: little-endian uint32
+SOFTMAX_SUM_BITS = 32         # the row's sum of table entries: unsigned 32 bit (S003 L2241)
+SOFTMAX_LENGTH_MAX = 4095     # elements per row: 4095 * 2**20 < 2**32 (S003 L2280 says 4096, which can wrap)
+SOFTMAX_SHIFT_MAX = 30        # N of the softmax M/2^N: the divisor sum * 2**N stays below 2**62
 
 
 def bit_range(bits: int, signed: bool) -> tuple[int, int]:
@@ -53,6 +58,7 @@ MULTIPLIER_MAX = bit_range(MULTIPLIER_BITS, signed=False)[1]
 ACC_DTYPE = storage_dtype(ACC_BITS, signed=True)                    # an accumulator, in ACC and in numpy
 BIAS_DTYPE = storage_dtype(BIAS_BITS, signed=True)
 LUT_ENTRY_DTYPE = storage_dtype(LUT_ENTRY_BITS, signed=True)        # a table entry in LUT memory
+SOFTMAX_TABLE_DTYPE = storage_dtype(8 * SOFTMAX_ENTRY_BYTES, signed=False)   # a softmax exp-table entry
 
 
 # --- Hardware configuration (docs/isa.md, "Hardware configuration") ---------------------------------

@@ -10,9 +10,10 @@ import functools
 from dataclasses import dataclass
 from enum import IntEnum
 
-from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS,
-                                MAC_OPERAND_BITS, MULTIPLIER_BITS, PARAM_RECORD, SHIFT_BITS, SHIFT_MAX, WIDEST,
-                                Buffer, DType, HardwareConfig, bit_range, short_hash)
+from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN,
+                                LUT16_INPUT_BITS, MAC_OPERAND_BITS, MULTIPLIER_BITS, PARAM_RECORD, SHIFT_BITS,
+                                SHIFT_MAX, SOFTMAX_EXP_BITS, SOFTMAX_LENGTH_MAX, SOFTMAX_SHIFT_MAX, WIDEST, Buffer,
+                                DType, HardwareConfig, bit_range, short_hash)
 
 COMMAND_BITS = 256            # every command is one fixed-width little-endian word; opcode in the lowest bits
 COMMAND_BYTES = COMMAND_BITS // 8
@@ -42,6 +43,7 @@ class Opcode(IntEnum):
     ELTWISE = 7
     WDEC = 8
     FINISH = 9
+    SOFTMAX = 10
 
 
 LOADABLE_BUFFERS = (Buffer.ACT, Buffer.WEIGHT, Buffer.LUT, Buffer.PARAM)
@@ -276,6 +278,27 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
          Field("input_min", ZERO_POINT_BITS, "INTERP16: input value of the first entry", signed=True),
          Field("qmin", ZERO_POINT_BITS, "INTERP16: lower clamp bound", signed=True),
          Field("qmax", ZERO_POINT_BITS, "INTERP16: upper clamp bound", signed=True))),
+    CommandSpec(
+        Opcode.SOFTMAX, Unit.LUT, "softmax of each row of a [rows][length] tile (docs/arithmetic.md §6.4)",
+        "x = src_buf[src_addr] as [rows][length] in_type; E = LUT[table_addr] as "
+        f"{LUT8_ENTRIES} uint32 entries <= 2^{SOFTMAX_EXP_BITS}\n"
+        "per row: m = max(x), S = sum(E[m - x]) (32-bit unsigned), D = S << shift\n"
+        "OUT[dst_addr] = clamp((E[m - x] * multiplier + D // 2) // D + out_zero_point, qmin, qmax) as out_type",
+        (Field("src_buf", 3, "source buffer", choices=VECTOR_SOURCE_BUFFERS),
+         Field("src_addr", "sram_addr_bits", "source byte address"),
+         Field("dst_addr", "out_addr_bits", "destination byte address in the output buffer (not overlapping the "
+               "source)"),
+         *_dims(("rows", "rows (softmax vectors)"), bits=RUN_BITS),
+         Field("length", DIM_BITS, f"elements per row (1..{SOFTMAX_LENGTH_MAX})", minimum=1,
+               maximum=SOFTMAX_LENGTH_MAX),
+         Field("in_type", 2, "input element type", choices=(DType.INT8, DType.UINT8)),
+         Field("out_type", **_DTYPE, meaning="output element type"),
+         Field("table_addr", "lut_addr_bits", "exp table byte address in the LUT memory"),
+         Field("multiplier", MULTIPLIER_BITS, "multiplier M of the output scale 1/s_y ~ M / 2^shift"),
+         Field("shift", SHIFT_BITS, "shift N of the output scale", maximum=SOFTMAX_SHIFT_MAX),
+         Field("out_zero_point", ZERO_POINT_BITS, "output zero point", signed=True),
+         Field("qmin", ZERO_POINT_BITS, "lower clamp bound", signed=True),
+         Field("qmax", ZERO_POINT_BITS, "upper clamp bound", signed=True))),
     CommandSpec(
         Opcode.POOL, Unit.POOL, "max or average pooling of an [in_h][in_w][channels] tile",
         "x = src_buf[src_addr] as [in_h][in_w][channels] dtype\n"

@@ -189,7 +189,7 @@ def _check_field(command_name: str, fld, value, config: HardwareConfig, ranges: 
 
 # --- Program container ---------------------------------------------------------------------------
 MAGIC = b"AIPUPROG"
-FORMAT_VERSION = 2     # 2: fixed-width token masks (isa.TOKEN_MASK_BITS) and the ISA layout hash
+FORMAT_VERSION = 3     # 2: fixed-width token masks (isa.TOKEN_MASK_BITS) and the ISA layout hash; 3: SOFTMAX
 _HEADER = struct.Struct("<8sHH16s16sI")   # magic, version, queues, config hash, ISA layout hash, config length
 _CRC = struct.Struct("<I")
 MAX_PROGRAM_BYTES = 1 << 26    # 2 M commands; reading stops there (a FIFO or /dev/zero never ends)

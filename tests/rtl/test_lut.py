@@ -122,6 +122,17 @@ def test_faults_name_the_field_and_write_nothing(fields, field_name):
     assert first_difference(before.memory, got.memory) is None
 
 
+def test_softmax_is_refused_by_name_until_its_datapath_exists():
+    """SOFTMAX sits in the LUT unit's queue (docs/arithmetic.md §6.4); this RTL faults on its opcode, writing
+    nothing, rather than reading it as a LUT command."""
+    memory = Memory.create(SMALL, 64)
+    softmax = Command.make(Opcode.SOFTMAX, src_buf=Buffer.ACT, rows=1, length=4, in_type=DType.INT8,
+                           out_type=DType.UINT8, multiplier=255, qmax=255)
+    got = run_amaranth(_program(SMALL, [softmax]), memory, [LutUnit], max_cycles=200)
+    assert [(error.index, error.field) for error in got.errors] == [(0, "opcode")]
+    assert first_difference(memory, got.memory) is None
+
+
 def test_interpreter_refuses_what_the_unit_cannot_stream():
     """The rule is the interpreter's too (docs/rtl-lut.md): ahead of the source, or wider in place."""
     memory = Memory.create(SMALL, 64)

@@ -75,6 +75,38 @@ def test_lut8_rejects_entries_outside_out_type():
         _result(program, _dram((0x100, table)), np.int8, 4)
 
 
+def _softmax_program(x: np.ndarray, table: np.ndarray, **fields) -> tuple[Program, np.ndarray]:
+    rows, length = x.shape
+    softmax = Command.make(Opcode.SOFTMAX, src_buf=Buffer.ACT, dst_addr=0x40, rows=rows, length=length,
+                           in_type=DType.INT8, out_type=DType.UINT8, table_addr=0x20, **fields)
+    program = _vector_program(_dram(), softmax, out_bytes=x.size,
+                              loads=[_load(Buffer.ACT, 0, x.size), _load(Buffer.LUT, 0x400, 1024, sram_addr=0x20)])
+    return program, _dram((0, x), (0x400, table))
+
+
+def test_softmax_against_golden():
+    x = RNG.integers(-128, 128, (3, 50)).astype(np.int8)
+    table = golden.build_softmax_table(0.08)
+    stage = dict(multiplier=65280, shift=8, out_zero_point=2, qmin=0, qmax=250)
+    program, dram = _softmax_program(x, table, **stage)
+    _, out = _result(program, dram, np.uint8, x.size)
+    np.testing.assert_array_equal(out.reshape(x.shape), golden.softmax(x, table, out_dtype=np.uint8, **stage))
+
+
+def test_softmax_refuses_a_table_outside_the_contract_when_it_runs():
+    program, dram = _softmax_program(np.zeros((1, 4), np.int8), np.full(LUT8_ENTRIES, 1 << 21, np.uint32),
+                                     multiplier=255, shift=0, qmax=255)
+    with pytest.raises(ExecutionError, match=r"LUT\[0\] SOFTMAX: table: entries must lie in 0..2\^20"):
+        _result(program, dram, np.uint8, 4)
+
+
+def test_softmax_fields_are_checked_before_it_runs():
+    program, dram = _softmax_program(np.zeros((1, 4), np.int8), golden.build_softmax_table(0.1), multiplier=255,
+                                     shift=0, qmin=200, qmax=100)
+    with pytest.raises(ExecutionError, match="qmax"):
+        _result(program, dram, np.uint8, 4)
+
+
 def test_lut16_interpolates_and_counts_out_of_range():
     k, f, input_min = 5, 8, -4000
     table = np.sort(RNG.integers(-30000, 30000, 2 ** k + 1)).astype(np.int16)

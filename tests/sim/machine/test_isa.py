@@ -230,12 +230,18 @@ PINNED_WORDS = [
     (Command.make(Opcode.WDEC, push=[Unit.CONV], dram_addr=0x1000, length=12345, wgt_addr=0x800, out_c=16, in_c=8,
                   k_h=3, k_w=3),
      "080004000001009003030080000420c00c000000000000000000000000000000"),
+    (Command.make(Opcode.SOFTMAX, rows=1, length=1),
+     "0a00000000000000020002000000000000000000000000000000000000000000"),
+    (Command.make(Opcode.SOFTMAX, pop=[Unit.LOAD], push=[Unit.STORE], src_buf=Buffer.ACT, src_addr=0x200, dst_addr=0x40,
+                  rows=196, length=1000, in_type=DType.INT8, out_type=DType.UINT8, table_addr=0x400, multiplier=65280,
+                  shift=8, out_zero_point=0, qmin=0, qmax=255),
+     "1a004000000180008801d0870008e01f01000000f80700000000000000000000"),
     (Command.make(Opcode.FINISH, unit=Unit.STORE),
      "0900006000000000000000000000000000000000000000000000000000000000"),
     (Command.make(Opcode.FINISH, pop=[Unit.CONV, Unit.STORE], unit=Unit.LOAD),
      "4904000000000000000000000000000000000000000000000000000000000000"),
 ]
-PINNED_ISA_LAYOUT_HASH = "14645f0190bd92cd"
+PINNED_ISA_LAYOUT_HASH = "3980ab8ed2339f3b"
 
 
 @pytest.mark.parametrize("command, word", PINNED_WORDS, ids=[f"{c.opcode.name}-{i % 2}" for i, (c, _) in
