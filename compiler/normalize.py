@@ -120,19 +120,43 @@ def _no_check(node: Node, graph: Graph) -> None:
     return None
 
 
+def pad_widths(node: Node, graph: Graph) -> list[tuple[int, int]]:
+    """(before, after) per axis of a Pad (opset >= 11: pads and axes are inputs; negative: a crop)."""
+    rank = len(graph.shapes[node.inputs[0]])
+    pads = np.asarray(graph.constants[node.inputs[1]]).reshape(-1).tolist()
+    axes = (np.asarray(graph.constants[node.inputs[3]]).reshape(-1) % rank).tolist() \
+        if len(node.inputs) > 3 and node.inputs[3] else list(range(rank))
+    widths = [(0, 0)] * rank
+    for index, axis in enumerate(axes):
+        widths[axis] = (int(pads[index]), int(pads[len(axes) + index]))
+    return widths
+
+
 def _pad_check(node: Node, graph: Graph) -> str | None:
-    """A Pad the compiler folds: constant zeros on the spatial axes of a tensor only convolutions read."""
-    reason = _all(_attribute("mode", ("constant",), "constant"), _constant(1, 2, 3), _rank(4))(node, graph)
-    if reason:
+    """A Pad of any mode ONNX defines (wrap from opset 19), on any axis but the batch; constant pads, value and
+    axes."""
+    modes = PAD_MODES if graph.opset >= 19 else PAD_MODES[:-1]
+    reason = _all(_attribute("mode", modes, "constant"), _constant(1, 2, 3))(node, graph)
+    if reason or node.inputs[0] not in graph.shapes:
         return reason
-    pads = _pads(node, graph)
+    if pad_widths(node, graph)[0] != (0, 0):
+        return "padding the batch axis is not supported"
+    return None
+
+
+def _folded_pad(node: Node, graph: Graph) -> list[int] | None:
+    """(top, left, bottom, right) of a Pad that convolutions absorb: zeros on height and width only, read
+    only by convolutions (as their input), not a graph output; else None."""
+    if node.attrs.get("mode", b"constant") not in (b"constant", "constant") or len(graph.shapes[node.inputs[0]]) != 4:
+        return None
+    (n0, n1), (c0, c1), (t, b), (left, r) = pad_widths(node, graph)
     value = graph.constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     readers = graph.consumers().get(node.outputs[0], [])
-    if pads is None or (value is not None and np.any(value != 0)) or not readers or \
-            any(reader.op != "Conv" or reader.inputs[0] != node.outputs[0] for reader in readers) or \
-            node.outputs[0] in graph.outputs:
-        return "only zero padding of height and width before convolutions is supported (folded into theirs)"
-    return None
+    if (n0, n1, c0, c1) != (0, 0, 0, 0) or min(t, b, left, r) < 0 or (value is not None and np.any(value != 0)) \
+            or not readers or node.outputs[0] in graph.outputs \
+            or any(reader.op != "Conv" or reader.inputs[0] != node.outputs[0] for reader in readers):
+        return None
+    return [t, left, b, r]
 
 
 def _explicit_geometry(node: Node, graph: Graph) -> str | None:
@@ -153,17 +177,31 @@ def _linear_form(node: Node, graph: Graph) -> str | None:
     return form if isinstance(form, str) else None
 
 
-def _pads(node: Node, graph: Graph) -> list[int] | None:
-    """(top, left, bottom, right) of a 4-D Pad that leaves batch and channels alone, else None."""
-    pads = np.asarray(graph.constants[node.inputs[1]]).reshape(-1).tolist()
-    axes = (np.asarray(graph.constants[node.inputs[3]]).reshape(-1) % 4).tolist() \
-        if len(node.inputs) > 3 and node.inputs[3] else [0, 1, 2, 3]
-    full = [0] * 8
-    for index, axis in enumerate(axes):
-        full[axis], full[4 + axis] = pads[index], pads[len(axes) + index]
-    if full[0] or full[1] or full[4] or full[5] or min(full) < 0:
+def softmax_axes(node: Node, graph: Graph) -> tuple[int, ...]:
+    """The axes a Softmax normalizes over: before opset 13 the input is seen as 2-D, [shape[:axis],
+    shape[axis:]] (axis 1 by default); from 13 on, one axis (-1 by default)."""
+    rank = len(graph.shapes[node.inputs[0]])
+    axis = int(node.attrs.get("axis", 1 if graph.opset < 13 else -1))
+    axis = axis + rank if axis < 0 else axis
+    return tuple(range(axis, rank)) if graph.opset < 13 else (axis,)
+
+
+def _softmax_check(node: Node, graph: Graph) -> str | None:
+    """A Softmax whose rows are runs of consecutive elements in the channels-last layout."""
+    shape = graph.shapes.get(node.inputs[0])
+    if shape is None:
         return None
-    return [full[2], full[3], full[6], full[7]]
+    rank = len(shape)
+    axis = int(node.attrs.get("axis", 1 if graph.opset < 13 else -1))
+    if not -rank <= axis < rank:
+        return f"axis = {axis} outside the input's {rank} dimensions"
+    axes = softmax_axes(node, graph)
+    stored = (0, *range(2, rank), 1) if rank > 2 else tuple(range(rank))     # channels-last order
+    reduced = [axis in axes for axis in stored if shape[axis] > 1]
+    if reduced != sorted(reduced):
+        return ("only a softmax over the channels (or the whole tensor, or a [N, F] row) is supported: its "
+                "elements must be consecutive in the channels-last layout")
+    return None
 
 
 # What the whole compiler takes today (front end, quantizer, lowering); an operator joins when all of them do.
@@ -175,7 +213,7 @@ _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "BatchNormalization": _rank(4, _constant(1, 2, 3, 4), _attribute("training_mode", (0,), 0), _unused_outputs(1)),
     "Relu": _no_check, "LeakyRelu": _no_check, "PRelu": _constant(1), "Clip": _constant(1, 2),
     "Sigmoid": _no_check, "Tanh": _no_check, "HardSigmoid": _no_check, "HardSwish": _no_check, "Swish": _no_check,
-    "Gelu": _no_check, "Exp": _no_check,
+    "Gelu": _no_check, "Exp": _no_check, "Softmax": _softmax_check,
     "MaxPool": _rank(4, _attribute("storage_order", (0,), 0), _unused_outputs(1)),
     "AveragePool": _rank(4), "GlobalAveragePool": _rank(4),
     "Add": _no_check, "Sub": _no_check, "Mul": _no_check, "Div": _constant(1),
@@ -197,6 +235,9 @@ _CONTRIB: dict[str, Callable[[Node, Graph], str | None]] = {
                    _attribute("alpha", (1.0,), 1.0)),
     "QLinearGlobalAveragePool": _rank(4, _constant(1, 2, 3, 4), _attribute("channels_last", (0,), 0)),
 }
+
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
 def _unsupported(node: Node, graph: Graph) -> str | None:
@@ -279,11 +320,12 @@ def _fold_batch_norms(graph: Graph) -> Graph:
 
 
 def _fold_pads(graph: Graph) -> Graph:
-    """A zero Pad before convolutions (checked by ``_pad_check``) becomes part of their padding."""
-    pads = {node.outputs[0]: (node, _pads(node, graph)) for node in graph.nodes if node.op == "Pad"}
+    """A zero Pad before convolutions (``_folded_pad``) becomes part of their padding; other Pads stay."""
+    pads = {node.outputs[0]: (node, extra) for node in graph.nodes if node.op == "Pad"
+            and (extra := _folded_pad(node, graph)) is not None}
     nodes = []
     for node in graph.nodes:
-        if node.op == "Pad":
+        if node.op == "Pad" and node.outputs[0] in pads:
             continue
         if node.op == "Conv" and node.inputs[0] in pads:
             pad_node, extra = pads[node.inputs[0]]

@@ -137,6 +137,38 @@ class QLut:
 
 
 @dataclass(frozen=True)
+class QSoftmax:
+    """Softmax over ``axes`` (docs/arithmetic.md §6.4): the exp table for the input's scale, the output scale's
+    reciprocal as M / 2^N, the output clamp."""
+
+    name: str
+    x: str
+    y: str
+    axes: tuple[int, ...]
+    table: np.ndarray
+    multiplier: int
+    shift: int
+    qmin: int
+    qmax: int
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.x,)
+
+    def length(self, shape: tuple[int, ...]) -> int:
+        return int(np.prod([shape[axis] for axis in self.axes]))
+
+    def run(self, values: dict[str, np.ndarray], tensors: dict[str, QTensor]) -> np.ndarray:
+        x, y = values[self.x], tensors[self.y]
+        rest = [axis for axis in range(x.ndim) if axis not in self.axes]
+        moved = x.transpose(*rest, *self.axes)
+        rows = golden.softmax(moved.reshape(-1, self.length(x.shape)), self.table, multiplier=self.multiplier,
+                              shift=self.shift, out_zero_point=y.zero_point, qmin=self.qmin, qmax=self.qmax,
+                              out_dtype=y.dtype)
+        return np.ascontiguousarray(rows.reshape(moved.shape).transpose(np.argsort([*rest, *self.axes])))
+
+
+@dataclass(frozen=True)
 class QPool:
     """Max or average pooling (docs/arithmetic.md §7); the output has the input's quantization."""
 
@@ -218,14 +250,15 @@ class QConcat:
 
 @dataclass(frozen=True)
 class QLayout:
-    """Data movement only (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, nearest Resize): the quantization
-    passes through."""
+    """Data movement only (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, nearest Resize, Pad): the
+    quantization passes through."""
 
     name: str
     x: str
     y: str
     permutation: tuple[int, ...] | None = None  # Transpose; otherwise a reshape to the output's shape
-    gather: np.ndarray | None = None            # or: each output element's flat input index (NCHW order)
+    gather: np.ndarray | None = None            # or: each output element's flat input index (NCHW order),
+    fill: int = 0                               # -1 for this value (a constant Pad's)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -236,11 +269,11 @@ class QLayout:
         if self.permutation is not None:
             return np.ascontiguousarray(x.transpose(self.permutation))
         if self.gather is not None:
-            return x.reshape(-1)[self.gather].reshape(tensors[self.y].shape)
+            return np.append(x.reshape(-1), x.dtype.type(self.fill))[self.gather].reshape(tensors[self.y].shape)
         return x.reshape(tensors[self.y].shape)
 
 
-QOp = QConv | QLut | QPool | QEltwise | QConcat | QLayout
+QOp = QConv | QLut | QSoftmax | QPool | QEltwise | QConcat | QLayout
 
 
 @dataclass

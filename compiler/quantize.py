@@ -24,10 +24,11 @@ import numpy as np
 
 from aipu.compiler.calibrate import TensorStats, choose_range
 from aipu.compiler.graph import Graph, Node
-from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QTensor, Requant
+from aipu.compiler.normalize import pad_widths, softmax_axes
+from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant
 from aipu.compiler.resize import bilinear, nearest_gather
 from aipu.sim import golden
-from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, bit_range
+from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, SOFTMAX_SHIFT_MAX, bit_range
 from aipu.sim.machine.errors import InputError
 
 _WEIGHT_MAX = 127                 # restricted symmetric int8 range (S003 §2.2.2): -128 never used
@@ -146,6 +147,8 @@ class _Quantizer:
             self.mac(node, fused)
         elif op in TABLE_OPS or op == "Clip":
             self.table(node)
+        elif op == "Softmax":
+            self.softmax(node)
         elif op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
             self.pool(node)
         elif op in _ELTWISE:
@@ -154,6 +157,8 @@ class _Quantizer:
             self.concat(node)
         elif op == "Resize" and node.attrs.get("mode", b"nearest") in (b"linear", "linear"):
             self.bilinear(node)
+        elif op == "Pad":
+            self.pad(node)
         elif op in _LAYOUT_OPS or op == "Resize":
             self.tensors[node.outputs[0]] = self.same_as(node.inputs[0], node.outputs[0])
             permutation = tuple(node.attrs.get("perm", range(len(self.graph.shapes[node.inputs[0]]))[::-1]))
@@ -339,6 +344,46 @@ class _Quantizer:
         params = golden.eltwise_params(op, specs[0].scale, specs[1].scale, y_spec.scale)
         self.ops.append(QEltwise(node.name, a, b, y, op, params["multiplier"], params["shift"],
                                  *self._clamp(y_spec, activation), self.options.rounding))
+
+    def pad(self, node: Node) -> None:
+        """Any Pad the front end keeps (not folded into convolutions) as a gather: np.pad of the input's
+        indices in the node's mode, a constant's positions filled with its quantized value (refused when that
+        value lies outside the input's range: the output keeps the input's quantization)."""
+        x, y = node.inputs[0], node.outputs[0]
+        spec = self.tensors[x]
+        self.tensors[y] = self.same_as(x, y)
+        mode = node.attrs.get("mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        value = float(self.graph.constants[node.inputs[2]]) if len(node.inputs) > 2 and node.inputs[2] else 0.0
+        code = int(golden.round_half_away(value / spec.scale)) + spec.zero_point
+        info = np.iinfo(spec.dtype)
+        if mode == "constant" and not info.min <= code <= info.max:
+            raise InputError("pad value", value, f"within the input's quantized range "
+                             f"[{spec.dequantize(np.array(info.min))}, {spec.dequantize(np.array(info.max))}]")
+        widths = pad_widths(node, self.graph)
+        indices = np.arange(int(np.prod(spec.shape))).reshape(spec.shape)
+        grown = [(max(0, before), max(0, after)) for before, after in widths]
+        padded = (np.pad(indices, grown, constant_values=-1) if mode == "constant" else
+                  np.pad(indices, grown, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode]))
+        crop = tuple(slice(max(0, -before), size - max(0, -after))
+                     for (before, after), size in zip(widths, padded.shape))
+        self.ops.append(QLayout(node.name, x, y, gather=padded[crop].reshape(-1), fill=code if mode == "constant"
+                                else 0))
+
+    def softmax(self, node: Node) -> None:
+        """Seed 003's softmax (docs/arithmetic.md §6.4): the exp table for the input's scale, the output's
+        calibrated range (within [0, 1]), 1/s_y as M / 2^N."""
+        x, y = node.inputs[0], node.outputs[0]
+        x_spec, y_spec = self.tensors[x], self.activation(y)
+        self.tensors[y] = y_spec
+        multiplier, shift = golden.quantize_multiplier(1.0 / y_spec.scale)
+        if shift > SOFTMAX_SHIFT_MAX:
+            raise InputError("softmax output scale", y_spec.scale, f"1/scale representable as M / 2^N with N <= "
+                             f"{SOFTMAX_SHIFT_MAX}")
+        info = np.iinfo(y_spec.dtype)
+        self.ops.append(QSoftmax(node.name, x, y, softmax_axes(node, self.graph),
+                                 golden.build_softmax_table(x_spec.scale), int(multiplier), int(shift),
+                                 int(info.min), int(info.max)))
 
     def bilinear(self, node: Node) -> None:
         """A linear Resize (compiler/resize.py): the edge gather, then a depthwise transposed conv whose

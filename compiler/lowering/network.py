@@ -19,8 +19,9 @@ from aipu.compiler.lowering.layout import LayoutLowering
 from aipu.compiler.lowering.memory import DramPlan, load_tensor, store_tensor
 from aipu.compiler.lowering.pipeline import Link
 from aipu.compiler.lowering.pool import PoolLowering
+from aipu.compiler.lowering.softmax import SoftmaxLowering
 from aipu.compiler.lowering.table import TableLowering
-from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool
+from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode, Unit
@@ -28,7 +29,8 @@ from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 
 LOWERINGS: dict[type, Lowering] = {QConv: ConvLowering(), QPool: PoolLowering(), QEltwise: EltwiseLowering(),
-                                   QConcat: ConcatLowering(), QLut: TableLowering(), QLayout: LayoutLowering()}
+                                   QConcat: ConcatLowering(), QLut: TableLowering(), QLayout: LayoutLowering(),
+                                   QSoftmax: SoftmaxLowering()}
 
 
 @dataclass
