@@ -28,7 +28,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     compiled = compile_model(args.model, args.calib, config=config, input_shapes=parse_input_shapes(args.input_shape),
                              options=options, batch_size=args.batch_size, progress=not args.quiet,
-                             threads=args.threads)
+                             threads=args.threads, evaluation_path=args.eval)
     manifest = write(compiled, Path(args.output), args.model)
     seconds = time.perf_counter() - started
     if args.json:
@@ -36,6 +36,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.output}: {len(compiled.qmodel.ops)} operators -> {manifest['commands']} commands "
           f"{manifest['commands_per_unit']}, DRAM image {manifest['dram_bytes']} bytes, compiled in {seconds:.2f} s")
+    if "evaluation" in manifest:
+        result = manifest["evaluation"]
+        print(f"top-1 on {result['samples']} labelled samples ({result['output']}): float {result['float_top1']:.2%}, "
+              f"int8 {result['int8_top1']:.2%}; same class {result['agreement']:.2%}")
     if not manifest["layers"]:
         print("(no per-layer report: give --calib samples to compare every layer with float)")
         return 0
@@ -138,6 +142,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compile_parser.add_argument("--percentile", type=float, default=99.99, help="percentile: p (default 99.99)")
     compile_parser.add_argument("--momentum", type=float, default=None, help="mean: EMA momentum (default equal)")
     compile_parser.add_argument("--batch-size", type=int, default=16, help="samples per calibration batch")
+    compile_parser.add_argument("--eval", metavar="DATA.npz",
+                                help="labelled samples (the inputs and an integer array 'labels'): top-1 of float "
+                                     "and int8 in the report")
     compile_parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
     compile_parser.add_argument("--quiet", action="store_true", help="no progress bar")
     compile_parser.set_defaults(func=_cmd_compile)

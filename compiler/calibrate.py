@@ -65,13 +65,30 @@ class TensorStats:
             self.histogram[0] += values.size
 
 
+LABELS = "labels"            # the array of class indices in an evaluation set (`aipu compile --eval`)
+
+
 def read_samples(path, inputs: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """Float samples for a model's ``inputs`` (name -> shape) from ``path``: an .npz with one array per input,
     named as the input (a model with one input also takes any single name, or a lone .npy), shaped
     [samples, *input shape[1:]], the same number of samples for every input, all finite. As float32.
     Calibration sets and `aipu run --input` files both come this way."""
+    return _read_samples(path, inputs, labeled=False)[0]
 
+
+def read_labeled_samples(path, inputs: dict[str, tuple[int, ...]]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """An evaluation set: the samples as :func:`read_samples` reads them, and an integer array ``labels``
+    ([samples], the class index of each) in the same .npz."""
+    return _read_samples(path, inputs, labeled=True)
+
+
+def _read_samples(path, inputs: dict[str, tuple[int, ...]], labeled: bool) -> tuple[dict[str, np.ndarray],
+                                                                                    np.ndarray | None]:
     def check_member(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        if labeled and name == LABELS:
+            if dtype.kind not in "iu" or len(shape) != 1:
+                raise InputError(name, ArrayHeader(dtype, shape), "integer class indices, shape [samples]")
+            return
         target = name if name in inputs else next(iter(inputs)) if len(inputs) == 1 else None
         if target is None:
             raise InputError("array", name, f"one per model input ({', '.join(inputs)})")
@@ -86,7 +103,10 @@ def read_samples(path, inputs: dict[str, tuple[int, ...]]) -> dict[str, np.ndarr
             raise InputError(name, described, f"at most {MAX_CALIBRATION_ELEMENTS} elements")
 
     try:
-        arrays = read_npz(path, check_member, single_npy=True)
+        arrays = read_npz(path, check_member, single_npy=not labeled)
+        labels = arrays.pop(LABELS, None)
+        if labeled and labels is None:
+            raise InputError(LABELS, "missing", "an integer array 'labels' beside the inputs")
         if len(inputs) == 1 and len(arrays) == 1:
             arrays = {next(iter(inputs)): next(iter(arrays.values()))}
         for name in arrays:
@@ -96,6 +116,8 @@ def read_samples(path, inputs: dict[str, tuple[int, ...]]) -> dict[str, np.ndarr
             if name not in arrays:
                 raise InputError(name, "missing", f"one array per model input ({', '.join(inputs)})")
         counts = {name: array.shape[0] for name, array in arrays.items()}
+        if labels is not None:
+            counts[LABELS] = labels.shape[0]
         if len(set(counts.values())) > 1:
             raise InputError("samples", counts, "the same number for every input")
         data = {name: array.astype(np.float32) for name, array in arrays.items()}
@@ -105,7 +127,7 @@ def read_samples(path, inputs: dict[str, tuple[int, ...]]) -> dict[str, np.ndarr
                 raise InputError(name, f"{array.reshape(-1)[bad[0]]} at flat index {int(bad[0])}", "finite values")
     except InputError as error:
         raise error.within(path) from None
-    return data
+    return data, labels
 
 
 def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 16, histograms: bool = False,

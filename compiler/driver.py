@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aipu.compiler.calibrate import HISTOGRAM_METHODS, collect, float_session, read_samples
+from aipu.compiler.calibrate import HISTOGRAM_METHODS, collect, float_session, read_labeled_samples, read_samples
 from aipu.compiler.graph import Graph, load_graph
 from aipu.compiler.lowering.network import NetworkProgram, lower_model
 from aipu.compiler.normalize import normalize
@@ -29,13 +29,15 @@ class Compiled:
     network: NetworkProgram
     layers: list[dict]
     options: QuantOptions
+    evaluation: dict | None = None
 
 
 def compile_model(model_path, calibration_path=None, *, config: HardwareConfig = DEFAULT,
                   input_shapes: dict[str, tuple[int, ...]] | None = None, options: QuantOptions = QuantOptions(),
-                  batch_size: int = 16, progress: bool = False, threads: int = 1) -> Compiled:
+                  batch_size: int = 16, progress: bool = False, threads: int = 1, evaluation_path=None) -> Compiled:
     """A float model is calibrated on ``calibration_path`` and quantized; a pre-quantized one (QDQ or
-    QOperator) keeps its own quantization, and the data set, optional then, only feeds the report."""
+    QOperator) keeps its own quantization, and the data set, optional then, only feeds the report. With
+    ``evaluation_path`` (samples and their ``labels``) the top-1 accuracy of float and int8 is measured."""
     graph = normalize(load_graph(model_path, input_shapes))
     prequantized = is_prequantized(graph)
     if calibration_path is None and not prequantized:
@@ -55,7 +57,38 @@ def compile_model(model_path, calibration_path=None, *, config: HardwareConfig =
         raise error.within(graph.source) from None
     layers = (layer_report(graph, qmodel, {name: array[:REPORT_SAMPLES] for name, array in samples.items()},
                            threads) if samples is not None else [])
-    return Compiled(graph, qmodel, network, layers, options)
+    evaluation = None
+    if evaluation_path is not None:
+        inputs = {name: graph.shapes[name] for name in graph.inputs}
+        evaluation = evaluate(graph, qmodel, *read_labeled_samples(evaluation_path, inputs), threads=threads,
+                              source=evaluation_path, progress=progress)
+    return Compiled(graph, qmodel, network, layers, options, evaluation)
+
+
+def evaluate(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], labels: np.ndarray, *, threads: int = 1,
+             source="evaluation set", progress: bool = False) -> dict:
+    """Top-1 of the float graph (onnxruntime) and of the int8 model (the golden units: what the program
+    computes, bit for bit) on the first output, one sample at a time; and how often the two agree."""
+    from tqdm import tqdm
+
+    output = graph.outputs[0]
+    shape = graph.shapes[output]
+    classes = int(np.prod(shape[1:]))
+    if len(shape) < 2 or classes != shape[1]:
+        raise InputError(f"output {output!r}", list(shape), "[N, classes] (or [N, classes, 1, 1]) for top-1")
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        bad = labels[(labels < 0) | (labels >= classes)][0]
+        raise InputError(f"{source}: labels", int(bad), f"class indices 0..{classes - 1}")
+    session, _ = float_session(graph, threads)
+    batch = shape[0]
+    float_top, int8_top = [], []
+    for start in tqdm(range(0, labels.size, batch), unit="sample", desc="evaluation", disable=not progress):
+        feeds = {name: array[start:start + batch] for name, array in samples.items()}
+        float_top.append(session.run([output], feeds)[0].reshape(batch, classes).argmax(axis=1))
+        int8_top.append(qmodel.run(qmodel.quantize_inputs(feeds))[output].reshape(batch, classes).argmax(axis=1))
+    float_top, int8_top = np.concatenate(float_top), np.concatenate(int8_top)
+    return {"samples": int(labels.size), "output": output, "float_top1": float(np.mean(float_top == labels)),
+            "int8_top1": float(np.mean(int8_top == labels)), "agreement": float(np.mean(float_top == int8_top))}
 
 
 def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], threads: int = 1) -> list[dict]:
@@ -106,7 +139,8 @@ def write(compiled: Compiled, out: Path, model_path) -> dict:
                 "config_hash": network.program.config.config_hash(),
                 "quantization": asdict(compiled.options),
                 "commands_per_unit": {unit.name: len(queue) for unit, queue in network.program.queues.items() if queue},
-                "layers": compiled.layers}
+                "layers": compiled.layers,
+                **({"evaluation": compiled.evaluation} if compiled.evaluation is not None else {})}
     write_program_dir(Path(out), network.program, network.dram, manifest,
                       compiled.graph.to_onnx().SerializeToString())
     return manifest

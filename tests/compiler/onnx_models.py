@@ -56,7 +56,8 @@ def random_network(seed: int, size: int = 12) -> onnx.ModelProto:
     """A random CNN: a stem, then random blocks (dense, depthwise or grouped convs with random kernels,
     strides and dilations; ReLU, ReLU6, LeakyReLU, PReLU, HardSwish, Sigmoid, Tanh; max or average pooling;
     residual adds; squeeze-excitation; channel concat; 2x upsampling by ConvTranspose or Resize), then pooling
-    and a fully connected head (with a transposed flatten when the map is still larger than 1x1)."""
+    and a fully connected head (with a transposed flatten when the map is still larger than 1x1), with or
+    without a softmax."""
     b = GraphBuilder(seed, 3, size)
     rng = b.rng
     channels = int(rng.choice([4, 8, 12]))
@@ -109,7 +110,8 @@ def random_network(seed: int, size: int = 12) -> onnx.ModelProto:
     else:
         x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
         features = channels
-    return b.model(b.fc(x, features, 5))
+    logits = b.fc(x, features, 5)
+    return b.model(b.node("Softmax", [logits], axis=-1) if rng.integers(2) else logits)
 
 
 def _random_activation(b: GraphBuilder, x: str, channels: int) -> str:
