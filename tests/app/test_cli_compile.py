@@ -46,6 +46,29 @@ def test_compiled_directory_runs_and_equals_the_quantized_model(compiled_dir, di
     assert all(row["clipped_fraction"] == 0 for row in manifest["layers"])   # extrema over these very samples
 
 
+def test_compile_reports_top1_of_float_and_int8_on_labelled_samples(tmp_path, capsys, digits_data):
+    images, labels = digits_data["eval_images"][:60], digits_data["eval_labels"][:60]
+    np.savez(tmp_path / "calib.npz", images=digits_data["calibration_images"])
+    np.savez(tmp_path / "eval.npz", images=images, labels=labels)
+    assert main(["compile", str(MODEL_PATH), "--calib", str(tmp_path / "calib.npz"), "--eval",
+                 str(tmp_path / "eval.npz"), "-o", str(tmp_path / "out"), "--quiet"]) == 0
+    assert "top-1 on 60 labelled samples (logits): float " in capsys.readouterr().out
+    evaluation = json.loads((tmp_path / "out" / MANIFEST_FILE).read_text())["evaluation"]
+    compiled = compile_model(MODEL_PATH, tmp_path / "calib.npz")
+    name = compiled.qmodel.inputs[0]
+    int8 = np.array([np.argmax(compiled.qmodel.run_float({name: image[None]})["logits"]) for image in images])
+    assert evaluation["samples"] == 60 and evaluation["int8_top1"] == np.mean(int8 == labels)
+    assert evaluation["float_top1"] >= 0.9 and abs(evaluation["float_top1"] - evaluation["int8_top1"]) <= 0.05
+    for bad, message in ((dict(images=images, labels=labels + 10), "labels = "),
+                         (dict(images=images), "labels = 'missing'"),
+                         (dict(images=images, labels=labels.astype(np.float32)), "integer class indices"),
+                         (dict(images=images, labels=labels[:5]), "the same number for every input")):
+        np.savez(tmp_path / "bad.npz", **bad)
+        error = _error(["compile", str(MODEL_PATH), "--calib", str(tmp_path / "calib.npz"), "--eval",
+                        str(tmp_path / "bad.npz"), "-o", str(tmp_path / "bad"), "--quiet"], capsys)
+        assert "bad.npz" in error and message in error
+
+
 def _error(argv, capsys) -> str:
     assert main(argv) == 2
     message = capsys.readouterr().err.strip()
