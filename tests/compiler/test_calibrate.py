@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from aipu.app.models.train_digits import MODEL_PATH
 from aipu.app.ort_compare import single_thread_session
 from aipu.compiler.calibrate import (HISTOGRAM_BINS, TensorStats, choose_range, collect, kl_threshold,
-                                    read_samples)
+                                    read_labeled_samples, read_samples)
 from aipu.compiler.graph import load_graph
 from aipu.compiler.normalize import normalize
 from aipu.sim.machine.errors import InputError
@@ -151,6 +151,24 @@ def test_fuzzed_calibration_files_load_or_fail_cleanly(tmp_path, digits_graph, d
     np.save(single, np.zeros(shape, dtype))
     for path, data in ((archive, archive.read_bytes()), (single, single.read_bytes())):
         _load_or_refuse(path, data, cut, digits_graph)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dtype=st.sampled_from(["int64", "int8", "uint16", "float32", "bool"]),
+       shape=st.lists(st.integers(0, 9), min_size=0, max_size=3), samples=st.integers(0, 9), cut=st.integers(0, 600))
+def test_fuzzed_evaluation_files_load_or_fail_cleanly(tmp_path, digits_graph, dtype, shape, samples, cut):
+    """An evaluation set's labels with random headers beside well-formed images, whole and cut short."""
+    path = tmp_path / "eval.npz"
+    np.savez(path, image=np.zeros((samples, 1, 8, 8), np.float32), labels=np.zeros(shape, dtype))
+    data = path.read_bytes()
+    for variant in (data, data[:cut]):
+        path.write_bytes(variant)
+        try:
+            arrays, labels = read_labeled_samples(path, _inputs(digits_graph))
+        except InputError as error:
+            assert str(error).startswith(str(path)) and "\n" not in str(error)
+        else:
+            assert labels.shape == (arrays["image"].shape[0],) and labels.dtype.kind in "iu"
 
 
 def _load_or_refuse(path, data: bytes, cut: int, digits_graph) -> None:
