@@ -257,8 +257,8 @@ class QLayout:
     x: str
     y: str
     permutation: tuple[int, ...] | None = None  # Transpose; otherwise a reshape to the output's shape
-    gather: np.ndarray | None = None            # or: each output element's flat input index (NCHW order),
-    fill: int = 0                               # -1 for this value (a constant Pad's)
+    gather: np.ndarray | None = None            # or: each output element's flat input index (NCHW order)
+    fill: int = 0                               # the code of gather entries -1 (a constant Pad's value)
 
     @property
     def inputs(self) -> tuple[str, ...]:

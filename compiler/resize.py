@@ -106,6 +106,8 @@ def bilinear(node: Node, graph: Graph) -> Bilinear | str:
     mode = node.attrs.get("coordinate_transformation_mode", b"half_pixel")
     if (mode.decode() if isinstance(mode, bytes) else mode) == "tf_crop_and_resize":
         return "tf_crop_and_resize is not supported"
+    if node.inputs[0] not in graph.shapes or node.outputs[0] not in graph.shapes:
+        return "the input and output shapes must be known"
     n, c, h, w = graph.shapes[node.inputs[0]]
     out = graph.shapes[node.outputs[0]]
     if out[:2] != (n, c) or out[2] % h or out[3] % w:
