@@ -18,8 +18,9 @@ from fractions import Fraction
 import numpy as np
 
 from aipu.compiler.graph import Graph, Node
+from aipu.sim.machine.arch import DTYPE_NUMPY, DType
 
-_MAX_WEIGHT = 127            # the 2-D kernel's integers are int8 weights
+_MAX_WEIGHT = int(np.iinfo(DTYPE_NUMPY[DType.INT8]).max)     # the 2-D kernel's integers are CONV's int8 weights
 _TOLERANCE = 1e-9
 
 

@@ -17,7 +17,7 @@ from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.app.models.synthetic import GraphBuilder
 from tests.compiler.onnx_models import mobilenet_like, random_network, resnet_like, unet_like
-from tests.compiler.test_quantize import _compile
+from tests.compiler.test_quantize import _compile, float_node_alone
 
 TINY = hardware_config_from_dict({"buffers": {"act": {"bytes": 2048}, "weight": {"bytes": 2048},
                                               "acc": {"bytes": 1024}, "out": {"bytes": 512},
@@ -142,8 +142,6 @@ def test_concat_along_height_and_of_vectors(tmp_path):
     dict(scales=[1, 1, 0.5, 1.5], attrs=dict(coordinate_transformation_mode="asymmetric", nearest_mode="floor")),
 ])
 def test_nearest_resize_is_onnx_exact_and_lowers_to_a_gather(tmp_path, resize):
-    from aipu.app.ort_compare import single_thread_session
-
     b = GraphBuilder(5, 3, 6)
     x = b.node("Relu", [b.conv("image", 3, 4)])
     inputs = [x, "", b.const(np.array(resize["scales"], np.float32))] if "scales" in resize else \
@@ -155,12 +153,7 @@ def test_nearest_resize_is_onnx_exact_and_lowers_to_a_gather(tmp_path, resize):
     assert layout.gather is not None
     image = rng.normal(0, 1, (1, 3, 6, 6)).astype(np.float32)
     values = qmodel.run(qmodel.quantize_inputs({"image": image}), keep=True)
-    resize_alone = graph.to_onnx()                  # the float graph's Resize alone, fed the dequantized input
-    del resize_alone.graph.node[:-1]
-    resize_alone.graph.input[0].name = layout.x
-    resize_alone.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 4
-    want = single_thread_session(resize_alone).run(None, {layout.x: qmodel.tensors[layout.x].dequantize(
-        values[layout.x]).astype(np.float32)})[0]
+    want = float_node_alone(graph, qmodel, values, "Resize")
     np.testing.assert_array_equal(qmodel.tensors[layout.y].dequantize(values[layout.y]).astype(np.float32), want)
     for config in (DEFAULT, TINY):
         _check_every_tensor(qmodel, config, image, seed=4)

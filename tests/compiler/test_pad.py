@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 
 from aipu.app.models.synthetic import GraphBuilder
-from aipu.app.ort_compare import single_thread_session
 from aipu.compiler.qir import QLayout
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.errors import InputError
 from tests.compiler.test_lowering import TINY, _check_every_tensor
-from tests.compiler.test_quantize import _compile
+from tests.compiler.test_quantize import _compile, float_node_alone
 
 CASES = {
     "zero_before_maxpool": dict(pads=[0, 0, 1, 1, 0, 0, 1, 1], then="MaxPool"),
@@ -40,14 +39,7 @@ def test_pad_is_onnxruntime_exact_and_lowers_bit_exact(tmp_path, case):
     graph, qmodel = _compile(tmp_path, b.model(y), samples)
     pad = next(op for op in qmodel.ops if isinstance(op, QLayout))
     values = qmodel.run(qmodel.quantize_inputs({"image": samples[:1]}), keep=True)
-    alone = graph.to_onnx()                     # the float Pad alone, fed the dequantized input
-    index = next(i for i, node in enumerate(alone.graph.node) if node.op_type == "Pad")
-    del alone.graph.node[:index]
-    del alone.graph.node[1:]
-    alone.graph.output[0].name = pad.y
-    alone.graph.input[0].name = x
-    alone.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 4
-    want = single_thread_session(alone).run(None, {x: qmodel.tensors[x].dequantize(values[x]).astype(np.float32)})[0]
+    want = float_node_alone(graph, qmodel, values, "Pad")
     got = qmodel.tensors[pad.y].dequantize(values[pad.y])
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= qmodel.tensors[x].scale * 0.5     # exact but for the fill's rounding

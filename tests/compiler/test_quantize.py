@@ -29,6 +29,23 @@ def _float_outputs(graph, images: np.ndarray) -> np.ndarray:
     return np.concatenate([session.run(None, {graph.inputs[0]: image[None]})[0] for image in images])
 
 
+def float_node_alone(graph, qmodel, values: dict, op_type: str) -> np.ndarray:
+    """onnxruntime's float result of the graph's first ``op_type`` node alone, fed the dequantized int8 value
+    its input has in ``values`` (a QModel.run with keep): one operator's quantization error, by itself."""
+    model = graph.to_onnx()
+    index = next(i for i, node in enumerate(model.graph.node) if node.op_type == op_type)
+    x, y = model.graph.node[index].input[0], model.graph.node[index].output[0]
+    del model.graph.node[:index]
+    del model.graph.node[1:]
+    model.graph.output[0].name = y
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    model.graph.input[0].name = x
+    del model.graph.input[0].type.tensor_type.shape.dim[:]
+    for extent in qmodel.tensors[x].shape:
+        model.graph.input[0].type.tensor_type.shape.dim.add().dim_value = extent
+    return single_thread_session(model).run(None, {x: qmodel.tensors[x].dequantize(values[x]).astype(np.float32)})[0]
+
+
 def _quantized_outputs(qmodel, images: np.ndarray) -> np.ndarray:
     name = qmodel.inputs[0]
     return np.concatenate([qmodel.run_float({name: image[None]})[qmodel.outputs[0]] for image in images])

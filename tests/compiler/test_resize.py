@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 from aipu.app.models.synthetic import GraphBuilder
-from aipu.app.ort_compare import single_thread_session
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.errors import InputError
 from tests.compiler.test_lowering import TINY, _check_every_tensor
-from tests.compiler.test_quantize import _compile
+from tests.compiler.test_quantize import _compile, float_node_alone
 
 
 def _resize_model(mode: str, scales=None, sizes=None):
@@ -29,12 +28,7 @@ def test_bilinear_resize_is_within_half_a_step_of_onnxruntime(tmp_path, mode, re
     samples = np.random.default_rng(9).normal(0, 1, (6, 3, 6, 6)).astype(np.float32)
     graph, qmodel = _compile(tmp_path, b.model(y), samples)
     values = qmodel.run(qmodel.quantize_inputs({"image": samples[:1]}), keep=True)
-    resize_alone = graph.to_onnx()                  # the float Resize alone, fed the dequantized input
-    del resize_alone.graph.node[:-1]
-    resize_alone.graph.input[0].name = x
-    resize_alone.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 4
-    want = single_thread_session(resize_alone).run(None, {x: qmodel.tensors[x].dequantize(values[x]).astype(
-        np.float32)})[0]
+    want = float_node_alone(graph, qmodel, values, "Resize")
     got = qmodel.tensors[y].dequantize(values[y])
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= qmodel.tensors[y].scale * (0.5 + 1e-3)

@@ -12,7 +12,7 @@ from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode, Unit
 from tests.compiler.test_lowering import TINY, _check_every_tensor
-from tests.compiler.test_quantize import _compile
+from tests.compiler.test_quantize import _compile, float_node_alone
 
 
 def _classifier(opset: int = 17):
@@ -42,13 +42,7 @@ def test_softmax_is_within_half_a_step_of_onnxruntime_and_lowers_bit_exact(tmp_p
     graph, qmodel = _compile(tmp_path, b.model(y), samples)
     softmax = next(op for op in qmodel.ops if isinstance(op, QSoftmax))
     values = qmodel.run(qmodel.quantize_inputs({"image": samples[:1]}), keep=True)
-    alone = graph.to_onnx()                         # the float Softmax alone, fed the dequantized input
-    del alone.graph.node[:-1]
-    alone.graph.input[0].name = x
-    del alone.graph.input[0].type.tensor_type.shape.dim[:]
-    for extent in qmodel.tensors[x].shape:
-        alone.graph.input[0].type.tensor_type.shape.dim.add().dim_value = extent
-    want = single_thread_session(alone).run(None, {x: qmodel.tensors[x].dequantize(values[x]).astype(np.float32)})[0]
+    want = float_node_alone(graph, qmodel, values, "Softmax")
     got = qmodel.tensors[y].dequantize(values[y])
     assert np.abs(got - want).max() <= qmodel.tensors[y].scale * (0.5 + 1e-3)
     for config in (DEFAULT, TINY):
