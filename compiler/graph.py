@@ -174,10 +174,33 @@ def _build(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]], sou
     return _to_graph(model, constants, source, opset, problem)
 
 
+# onnxruntime's quantized contrib operators whose output shape is a standard operator's: that operator, the
+# positions of its inputs, and the position of the output zero point (the output's type)
+CONTRIB_STANDARD_FORMS = {
+    "QLinearAdd": ("Add", (0, 3), 7), "QLinearMul": ("Mul", (0, 3), 7), "QLinearSigmoid": ("Sigmoid", (0,), 4),
+    "QLinearLeakyRelu": ("LeakyRelu", (0,), 4), "QLinearAveragePool": ("AveragePool", (0,), 4),
+    "QLinearSoftmax": ("Softmax", (0,), 4), "QLinearGlobalAveragePool": ("GlobalAveragePool", (0,), 4),
+}
+
+
+def contrib_standard_form(op: str, inputs: tuple[str, ...]) -> tuple[str, tuple[str, ...], str] | None:
+    """(standard operator, its inputs, the output zero point's name) of a quantized contrib operator; the
+    inputs of QLinearConcat are its (X, X_scale, X_zero_point) triples after Y_scale and Y_zero_point."""
+    if op == "QLinearConcat":
+        return "Concat", tuple(inputs[2::3]), inputs[1] if len(inputs) > 1 else ""
+    if op not in CONTRIB_STANDARD_FORMS:
+        return None
+    standard, positions, zero_point = CONTRIB_STANDARD_FORMS[op]
+    if max(positions) >= len(inputs):
+        return None
+    return standard, tuple(inputs[p] for p in positions), inputs[zero_point] if zero_point < len(inputs) else ""
+
+
 def _contrib_shapes(model: onnx.ModelProto, constants: dict[str, np.ndarray]) -> bool:
     """Output shapes of the onnxruntime contrib operators of pre-quantized models (onnx's inference skips
-    their domain): QLinearGlobalAveragePool [N, C, 1, 1], QGemm [M, N], QLinearAdd (broadcast). Returns
-    whether any was added; typed as their output zero point (QGemm without one: float)."""
+    their domain): QGemm's [M, N], and for the others the shape onnx infers for their standard operator on
+    the same input shapes and attributes. Returns whether any was added; typed as their output zero point
+    (QGemm without one: float)."""
     shapes = _known_shapes(model, constants)
     types = {value.name: value.type.tensor_type.elem_type for value in (*model.graph.input, *model.graph.value_info)}
     types.update({name: onnx.helper.np_dtype_to_tensor_dtype(value.dtype) for name, value in constants.items()})
@@ -185,28 +208,43 @@ def _contrib_shapes(model: onnx.ModelProto, constants: dict[str, np.ndarray]) ->
     for node in model.graph.node:
         if node.domain != "com.microsoft" or not node.output or node.output[0] in shapes:
             continue
-        ins = [shapes.get(name) for name in node.input]
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        shape = None
-        nchw = not attrs.get("channels_last")
-        if node.op_type == "QLinearGlobalAveragePool" and ins[0] and len(ins[0]) == 4 and nchw:
-            shape = (*ins[0][:2], 1, 1)
-        elif node.op_type == "QGemm" and ins[0] and len(ins) > 3 and ins[3] and len(ins[0]) == len(ins[3]) == 2:
-            rows = ins[0][1] if attrs.get("transA", 0) else ins[0][0]
-            shape = (rows, ins[3][0] if attrs.get("transB", 0) else ins[3][1])
-        elif node.op_type == "QLinearAdd" and len(ins) > 4 and ins[0] and ins[3]:
-            try:
-                shape = np.broadcast_shapes(ins[0], ins[3])
-            except ValueError:
-                shape = None
-        zero_point = {"QLinearGlobalAveragePool": 4, "QGemm": 8, "QLinearAdd": 7}.get(node.op_type)
-        if shape is None or zero_point is None:
+        shape, zero_point = None, ""
+        if node.op_type == "QGemm" and len(node.input) > 3:
+            ins = [shapes.get(node.input[0]), shapes.get(node.input[3])]
+            zero_point = node.input[8] if len(node.input) > 8 else ""
+            if ins[0] and ins[1] and len(ins[0]) == len(ins[1]) == 2:
+                rows = ins[0][1] if attrs.get("transA", 0) else ins[0][0]
+                shape = (rows, ins[1][0] if attrs.get("transB", 0) else ins[1][1])
+        elif (form := contrib_standard_form(node.op_type, tuple(node.input))) is not None:
+            standard, inputs, zero_point = form
+            if all(name in shapes for name in inputs) and not attrs.get("channels_last"):
+                shape = _standard_shape(standard, [shapes[name] for name in inputs],
+                                        {k: v for k, v in attrs.items() if k not in ("opset", "channels_last")})
+        if shape is None:
             continue
-        elem = (types.get(node.input[zero_point], onnx.TensorProto.FLOAT) if len(node.input) > zero_point
-                and node.input[zero_point] else onnx.TensorProto.FLOAT)
+        elem = types.get(zero_point, onnx.TensorProto.FLOAT) if zero_point else onnx.TensorProto.FLOAT
         model.graph.value_info.append(onnx.helper.make_tensor_value_info(node.output[0], elem, list(shape)))
         added = True
     return added
+
+
+def _standard_shape(op: str, input_shapes: list[tuple[int, ...]], attrs: dict) -> tuple[int, ...] | None:
+    """The output shape onnx infers for one ``op`` node on float inputs of ``input_shapes`` (None: none)."""
+    names = [f"x{index}" for index in range(len(input_shapes))]
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node(op, names, ["y"], **attrs)], "shape",
+        [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(shape))
+         for name, shape in zip(names, input_shapes)], [onnx.helper.make_empty_tensor_value_info("y")])
+    try:
+        inferred = shape_inference.infer_shapes(onnx.helper.make_model(graph), strict_mode=True)
+    except Exception:       # onnx raises several types on shapes or attributes its operator refuses
+        return None
+    for value in inferred.graph.output:
+        dims = value.type.tensor_type.shape.dim
+        if value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            return tuple(d.dim_value for d in dims)
+    return None
 
 
 def _array(tensor: onnx.TensorProto) -> np.ndarray:

@@ -37,7 +37,8 @@ def normalize(graph: Graph) -> Graph:
     check(graph)
     graph = _drop_no_ops(graph)
     graph = _fold_batch_norms(graph)
-    graph.nodes = [_explicit_pads(node, graph) if node.op in ("Conv", "QLinearConv", "MaxPool", "AveragePool")
+    graph.nodes = [_explicit_pads(node, graph) if node.op in ("Conv", "QLinearConv", "MaxPool", "AveragePool",
+                                                              "QLinearAveragePool")
                    else node for node in graph.nodes]
     return _fold_pads(graph)
 
@@ -179,11 +180,13 @@ def _linear_form(node: Node, graph: Graph) -> str | None:
 
 def softmax_axes(node: Node, graph: Graph) -> tuple[int, ...]:
     """The axes a Softmax normalizes over: before opset 13 the input is seen as 2-D, [shape[:axis],
-    shape[axis:]] (axis 1 by default); from 13 on, one axis (-1 by default)."""
+    shape[axis:]] (axis 1 by default); from 13 on, one axis (-1 by default). The opset is the graph's, or
+    for onnxruntime's QLinearSoftmax its ``opset`` attribute."""
     rank = len(graph.shapes[node.inputs[0]])
-    axis = int(node.attrs.get("axis", 1 if graph.opset < 13 else -1))
+    opset = int(node.attrs.get("opset", graph.opset))
+    axis = int(node.attrs.get("axis", 1 if opset < 13 else -1))
     axis = axis + rank if axis < 0 else axis
-    return tuple(range(axis, rank)) if graph.opset < 13 else (axis,)
+    return tuple(range(axis, rank)) if opset < 13 else (axis,)
 
 
 def _softmax_check(node: Node, graph: Graph) -> str | None:
@@ -192,7 +195,7 @@ def _softmax_check(node: Node, graph: Graph) -> str | None:
     if shape is None:
         return None
     rank = len(shape)
-    axis = int(node.attrs.get("axis", 1 if graph.opset < 13 else -1))
+    axis = int(node.attrs.get("axis", 1 if int(node.attrs.get("opset", graph.opset)) < 13 else -1))
     if not -rank <= axis < rank:
         return f"axis = {axis} outside the input's {rank} dimensions"
     axes = softmax_axes(node, graph)
@@ -202,6 +205,20 @@ def _softmax_check(node: Node, graph: Graph) -> str | None:
         return ("only a softmax over the channels (or the whole tensor, or a [N, F] row) is supported: its "
                 "elements must be consecutive in the channels-last layout")
     return None
+
+
+def _inputs(minimum: int) -> Callable[[Node, Graph], str | None]:
+    """A contrib operator (which onnx's checker does not know) has at least ``minimum`` inputs."""
+    def check_count(node: Node, graph: Graph) -> str | None:
+        return None if len(node.inputs) >= minimum else f"{len(node.inputs)} inputs, at least {minimum} expected"
+    return check_count
+
+
+def _qlinear_concat(node: Node, graph: Graph) -> str | None:
+    """QLinearConcat: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input, all but X constant."""
+    if len(node.inputs) < 5 or (len(node.inputs) - 2) % 3:
+        return f"{len(node.inputs)} inputs, expected Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples"
+    return _constant(*(position for position in range(len(node.inputs)) if position % 3 != 2))(node, graph)
 
 
 # What the whole compiler takes today (front end, quantizer, lowering); an operator joins when all of them do.
@@ -231,9 +248,15 @@ _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
 }
 # onnxruntime's contrib operators that its quantizer writes
 _CONTRIB: dict[str, Callable[[Node, Graph], str | None]] = {
-    "QGemm": _rank(2, _constant(1, 2, 3, 4, 5, 6, 7, 8), _attribute("transA", (0,), 0),
+    "QGemm": _rank(2, _inputs(6), _constant(1, 2, 3, 4, 5, 6, 7, 8), _attribute("transA", (0,), 0),
                    _attribute("alpha", (1.0,), 1.0)),
-    "QLinearGlobalAveragePool": _rank(4, _constant(1, 2, 3, 4), _attribute("channels_last", (0,), 0)),
+    "QLinearGlobalAveragePool": _rank(4, _inputs(5), _constant(1, 2, 3, 4), _attribute("channels_last", (0,), 0)),
+    "QLinearAdd": _all(_inputs(7), _constant(1, 2, 4, 5, 6, 7)),
+    "QLinearMul": _all(_inputs(7), _constant(1, 2, 4, 5, 6, 7)),
+    "QLinearSigmoid": _all(_inputs(4), _constant(1, 2, 3, 4)),
+    "QLinearLeakyRelu": _all(_inputs(4), _constant(1, 2, 3, 4)),
+    "QLinearAveragePool": _rank(4, _inputs(4), _constant(1, 2, 3, 4), _attribute("channels_last", (0,), 0)),
+    "QLinearSoftmax": _all(_inputs(4), _constant(1, 2, 3, 4), _softmax_check), "QLinearConcat": _qlinear_concat,
 }
 
 

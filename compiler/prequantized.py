@@ -1,14 +1,20 @@
 """Pre-quantized ONNX models, as onnxruntime.quantization writes them, to a :class:`~aipu.compiler.qir.QModel`
 with every scale and zero point kept exactly (docs/compiler.md §6).
 
-Both forms are read: QOperator (QLinearConv, QLinearMatMul, and onnxruntime's QGemm and
-QLinearGlobalAveragePool) and QDQ (a float Conv, Gemm, MatMul, GlobalAveragePool, pooling or reshape whose
-inputs are DequantizeLinear outputs and whose only reader is a QuantizeLinear). The MAC operators requantize
-in the FLOAT32 mode with onnxruntime's scale, ``float32(float32(x_scale * w_scale) / y_scale)`` (D12), so
-each layer equals onnxruntime's QLinearConv bit for bit; a global average pool is a depthwise conv of ones
-with MLAS's scale ``x_scale / (y_scale * H * W)`` in float32 (exact, where averaging and then requantizing
-is not). uint8 weights are shifted by 128 with their zero point (D4). The model's input is quantized as
-ONNX's QuantizeLinear does; its outputs are the tensors the final DequantizeLinear nodes read.
+Both forms are read: QOperator (QLinearConv, QLinearMatMul, onnxruntime's QGemm, QLinearGlobalAveragePool,
+QLinearAveragePool, QLinearAdd, QLinearMul, QLinearConcat, QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax,
+and pooling, resizing or reshaping of an integer tensor) and QDQ (a float operator whose inputs are
+DequantizeLinear outputs and whose only reader is a QuantizeLinear). The MAC operators (Conv, ConvTranspose,
+Gemm, MatMul) requantize in the FLOAT32 mode with onnxruntime's scale, ``float32(float32(x_scale * w_scale) /
+y_scale)`` (D12), so each layer equals onnxruntime's QLinearConv bit for bit; a global average pool, and an
+average pool whose windows all count the whole kernel, is a depthwise conv of ones with MLAS's scale
+``x_scale / (y_scale * kernel size)`` in float32 (exact, where averaging and then requantizing is not).
+Every other operator takes the quantizer's integer rule (compiler/quantize.py) with the quantization the
+model gives its output: element-wise multipliers M / 2^N, tables, softmax; where the rule keeps the input's
+quantization (pooling, Resize, Pad, reshapes) and the model's output has another, a rescale follows. These
+are within a step or two of onnxruntime's float arithmetic, not bit-exact (docs/compiler.md §6). uint8
+weights are shifted by 128 with their zero point (D4). The model's input is quantized as ONNX's
+QuantizeLinear does; its outputs are the tensors the final DequantizeLinear nodes read.
 """
 from __future__ import annotations
 
@@ -16,32 +22,51 @@ from dataclasses import replace
 
 import numpy as np
 
-from aipu.compiler.graph import Graph, Node
-from aipu.compiler.qir import QConv, QLayout, QModel, QPool, QTensor, Requant
-from aipu.compiler.quantize import check_accumulator
+from aipu.compiler.graph import Graph, Node, contrib_standard_form
+from aipu.compiler.qir import QConcat, QConv, QModel, QTensor, Requant
+from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator, conv_form
 from aipu.sim import golden
 from aipu.sim.machine.errors import InputError
 
-QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "QGemm",
-                           "QLinearGlobalAveragePool"})
+_MAC_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearGlobalAveragePool")
+# onnxruntime's other quantized operators: the float operator they quantize takes the quantizer's rules
+_QLINEAR_OPS = ("QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
+                "QLinearAveragePool", "QLinearSoftmax")
+QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", *_MAC_OPS, *_QLINEAR_OPS})
 _PASS_THROUGH = {"MaxPool": "max", "Flatten": None, "Reshape": None, "Squeeze": None, "Unsqueeze": None,
                  "Transpose": None}
+# operators whose integer rule keeps the input's quantization: a different output quantization is a rescale
+_KEEPS_QUANTIZATION = ("MaxPool", "AveragePool", "Pad", "Resize", *_PASS_THROUGH)
 
 
 def is_prequantized(graph: Graph) -> bool:
     return any(node.op in QUANTIZED_OPS for node in graph.nodes)
 
 
+class _GivenQuantization(Quantizer):
+    """The quantizer's per-operator integer rules, each output's quantization given by the model."""
+
+    def __init__(self, graph: Graph, tensors: dict[str, QTensor], ops: list, constants: dict[str, np.ndarray]):
+        super().__init__(graph, {}, QuantOptions())
+        self.tensors, self.ops, self.constants = tensors, ops, constants
+        self.given: dict[str, QTensor] = {}
+
+    def activation(self, name: str, shape: tuple[int, ...] | None = None) -> QTensor:
+        return self.given[name]
+
+
 class _Importer:
     def __init__(self, graph: Graph):
-        self.graph = graph
+        self.graph = replace(graph, shapes=dict(graph.shapes))     # a rescaled operator adds its inner tensor
         self.tensors: dict[str, QTensor] = {}
+        self.constants: dict[str, np.ndarray] = {}
         self.alias: dict[str, str] = {}          # a QuantizeLinear of a graph input, or a reshape, -> its tensor
         self.real_of: dict[str, str] = {}        # a DequantizeLinear output (float) -> the integer tensor it reads
         self.ops: list = []
         self.inputs: list[str] = []
         self.producer, self.consumers = graph.producer(), graph.consumers()
         self.consumed: set[str] = set()
+        self.rules = _GivenQuantization(self.graph, self.tensors, self.ops, self.constants)
 
     # --- values ------------------------------------------------------------------------------------------
     def resolve(self, name: str) -> str:
@@ -59,19 +84,15 @@ class _Importer:
         """(integers, scale, zero point) of a constant read through DequantizeLinear, or given as integers."""
         node = self.producer.get(name)
         if node is not None and node.op == "DequantizeLinear":
-            zero = self.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros((), np.int8)
-            return self.constant(node.inputs[0]), self.constant(node.inputs[1]).astype(np.float32), zero
+            integers = self.constant(node.inputs[0])
+            zero = (self.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2]
+                    else np.zeros((), integers.dtype))
+            return integers, self.constant(node.inputs[1]).astype(np.float32), zero
         raise InputError(f"tensor {name!r}", "float weights", "integers read through DequantizeLinear")
 
     def output_tensor(self, name: str, scale, zero_point) -> QTensor:
-        zero = np.asarray(zero_point)
-        spec = QTensor(name, self.graph.shapes[name], zero.dtype, float(np.float32(scale).reshape(-1)[0]),
-                       int(zero.reshape(-1)[0]))
-        if zero.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or np.asarray(scale).size != 1:
-            raise InputError(f"tensor {name!r} quantization", f"{zero.dtype} x {np.asarray(scale).size} scales",
-                             "int8 or uint8, one scale per tensor")
-        self.tensors[name] = spec
-        return spec
+        self.tensors[name] = _tensor_spec(name, self.graph.shapes[name], scale, zero_point)
+        return self.tensors[name]
 
     # --- the walk ----------------------------------------------------------------------------------------
     def run(self) -> QModel:
@@ -82,13 +103,15 @@ class _Importer:
                 self.visit(node)
             except InputError as error:
                 raise error.within(f"node {node.name!r} ({node.op})") from None
+            except (ValueError, OverflowError) as exc:     # a value the golden model's checks refuse
+                raise InputError(f"node {node.name!r} ({node.op})", "quantization", str(exc)) from None
         outputs = []
         for name in self.graph.outputs:
             source = self.resolve(name)
             if source not in self.tensors:
                 raise InputError("graph output", name, "the DequantizeLinear of a quantized tensor")
             outputs.append(self.named_as_output(source, name))
-        return QModel(self.tensors, self.ops, tuple(self.inputs), tuple(outputs))
+        return QModel(self.tensors, self.ops, tuple(self.inputs), tuple(outputs), self.constants)
 
     def named_as_output(self, source: str, name: str) -> str:
         """The integer tensor behind graph output ``name`` takes that name (the manifest and `aipu run` then
@@ -109,11 +132,16 @@ class _Importer:
         elif op == "DequantizeLinear":
             if node.inputs[0] not in self.graph.constants:
                 self.real_of[node.outputs[0]] = self.resolve(node.inputs[0])
-        elif op in ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearGlobalAveragePool"):
+        elif op in _MAC_OPS:
             self.qoperator(node)
-        elif op in _PASS_THROUGH and node.inputs[0] not in self.real_of and self.resolve(node.inputs[0]) in \
-                self.tensors:
-            self.pass_through(node, node.outputs[0])    # pooling or a reshape of an integer tensor (QOperator)
+        elif op in _QLINEAR_OPS:
+            self.qlinear(node)
+        elif op in _KEEPS_QUANTIZATION and node.inputs[0] not in self.real_of and self.resolve(node.inputs[0]) in \
+                self.tensors:                            # pooling, a resize or a reshape of an integer tensor
+            x = self.tensors[self.resolve(node.inputs[0])]
+            y = node.outputs[0]
+            self.island(replace(node, inputs=(x.name, *node.inputs[1:])),
+                        replace(x, name=y, shape=self.graph.shapes[y], onnx_rounding=False))
         else:
             self.qdq(node)
 
@@ -130,13 +158,7 @@ class _Importer:
 
     def qoperator(self, node: Node) -> None:
         i = node.inputs
-        x_spec = self.tensors.get(self.resolve(i[0]))
-        if x_spec is None:
-            raise InputError("input", i[0], "a quantized tensor")
-        if float(np.float32(self.constant(i[1]).reshape(-1)[0])) != x_spec.scale or \
-                int(self.constant(i[2]).reshape(-1)[0]) != x_spec.zero_point:
-            raise InputError("input quantization", f"{self.constant(i[1])}/{self.constant(i[2])}",
-                             f"the quantization its producer wrote ({x_spec.scale}/{x_spec.zero_point})")
+        self.operand(i[0], i[1], i[2])
         if node.op == "QLinearConv":
             bias = self.constant(i[8]) if len(i) > 8 and i[8] else None
             self.conv(node, i[0], (self.constant(i[3]), self.constant(i[4]), self.constant(i[5])), bias,
@@ -145,8 +167,9 @@ class _Importer:
             self.fully_connected(node, i[0], (self.constant(i[3]), self.constant(i[4]), self.constant(i[5])), None,
                                  node.outputs[0], self.constant(i[6]), self.constant(i[7]), transposed=False)
         elif node.op == "QGemm":
-            if len(i) < 8 or not i[7]:
-                raise InputError("y_scale", "absent", "a quantized output (QGemm with a float output is not supported)")
+            if len(i) < 9 or not i[7] or not i[8]:
+                raise InputError("y_scale, y_zero_point", "absent", "a quantized output (QGemm with a float output "
+                                 "is not supported)")
             bias = self.constant(i[6]) if len(i) > 6 and i[6] else None
             self.fully_connected(node, i[0], (self.constant(i[3]), self.constant(i[4]), self.constant(i[5])), bias,
                                  node.outputs[0], self.constant(i[7]), self.constant(i[8]),
@@ -159,7 +182,8 @@ class _Importer:
         readers = self.consumers.get(node.outputs[0], [])
         if len(readers) != 1 or readers[0].op != "QuantizeLinear" or node.inputs[0] not in self.real_of:
             raise InputError("operator", node.op, "in a pre-quantized model, between DequantizeLinear inputs and "
-                                                  "one QuantizeLinear (QDQ), or a quantized operator")
+                                                  "one QuantizeLinear (QDQ), or a quantized operator (onnxruntime's "
+                                                  "QOperator format leaves float what it cannot quantize: use QDQ)")
         quantize = readers[0]
         self.consumed.add(quantize.name)
         y, y_scale, y_zero = quantize.outputs[0], self.constant(quantize.inputs[1]), self.constant(quantize.inputs[2])
@@ -175,17 +199,102 @@ class _Importer:
                     if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] else None)
             self.fully_connected(node, x, self.dequantized_constant(node.inputs[1]), bias, y, y_scale, y_zero,
                                  transposed=bool(node.attrs.get("transB", 0)))
+        elif node.op == "ConvTranspose":
+            self.transposed_conv(node, x, y, y_scale, y_zero)
         elif node.op == "GlobalAveragePool":
             self.average(node, x, y, y_scale, y_zero)
-        elif node.op in _PASS_THROUGH:
-            spec = self.tensors[self.resolve(x)]
-            if not np.isclose(float(y_scale), spec.scale, rtol=0, atol=0) or int(y_zero) != spec.zero_point:
-                raise InputError("output quantization", f"{float(y_scale)}/{int(y_zero)}",
-                                 f"the input's ({spec.scale}/{spec.zero_point}): {node.op} moves values")
-            self.pass_through(node, y)
         else:
-            raise InputError("operator", node.op, "Conv, Gemm, MatMul, GlobalAveragePool, MaxPool or a reshape "
-                                                  "between DequantizeLinear and QuantizeLinear")
+            inputs = tuple(self.dequantized_operand(name) for name in node.inputs)
+            self.island(replace(node, inputs=inputs, outputs=(y,)), self.output_tensor(y, y_scale, y_zero))
+
+    def qlinear(self, node: Node) -> None:
+        """One of onnxruntime's quantized operators (QLinearAdd, ...) as the float operator it quantizes."""
+        op, _, _ = contrib_standard_form(node.op, node.inputs)
+        i = node.inputs
+        if node.op == "QLinearConcat":
+            triples, (y_scale, y_zero) = [i[p:p + 3] for p in range(2, len(i), 3)], i[:2]
+        else:
+            positions = (0, 3) if node.op in ("QLinearAdd", "QLinearMul") else (0,)
+            triples, (y_scale, y_zero) = [i[p:p + 3] for p in positions], (*i[max(positions) + 3:], "")[:2]
+        inputs = tuple(self.operand(*triple) for triple in triples)
+        y = node.outputs[0]
+        y_spec = self.output_tensor(y, self.constant(y_scale), self.constant(y_zero) if y_zero else np.uint8(0))
+        self.island(Node(node.name, op, inputs, (y,), node.attrs), y_spec)
+
+    def operand(self, name: str, scale: str, zero_point: str) -> str:
+        """The integer tensor a quantized operator reads with ``scale`` and ``zero_point``: a tensor computed
+        with that quantization (checked), or a constant, registered as an operand of its own."""
+        scale_value = self.constant(scale)
+        zero_value = self.constant(zero_point) if zero_point else np.zeros((), np.uint8)
+        if name in self.graph.constants:
+            return self.constant_operand(name, self.constant(name), scale_value, zero_value)
+        spec = self.tensors.get(self.resolve(name))
+        if spec is None:
+            raise InputError("input", name, "a quantized tensor")
+        if float(np.float32(scale_value.reshape(-1)[0])) != spec.scale or \
+                int(zero_value.reshape(-1)[0]) != spec.zero_point:
+            raise InputError("input quantization", f"{scale_value}/{zero_value}",
+                             f"the quantization its producer wrote ({spec.scale}/{spec.zero_point})")
+        return spec.name
+
+    def dequantized_operand(self, name: str) -> str:
+        """An input of a QDQ operator: the integer tensor behind a DequantizeLinear (a constant one registered
+        as an operand), or an operator parameter (a plain constant, e.g. Resize's scales) as it is."""
+        if not name or name in self.graph.constants:
+            return name
+        if name in self.real_of:
+            return self.resolve(name)
+        integers, scale, zero = self.dequantized_constant(name)
+        return self.constant_operand(name, integers, scale, zero)
+
+    def constant_operand(self, name: str, integers: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> str:
+        spec = _tensor_spec(name, integers.shape, scale, np.asarray(zero_point, integers.dtype))
+        self.tensors[name], self.constants[name] = spec, integers
+        return name
+
+    def island(self, node: Node, y_spec: QTensor) -> None:
+        """A float operator between quantized tensors, by the quantizer's integer rule for it with the output
+        quantization the model gives. Where that rule keeps the input's quantization (pooling, resizing,
+        padding, layout) and the model's output has another, the result is rescaled by the element-wise unit
+        (a one-input concat, docs/compiler.md §6)."""
+        for name in node.inputs:                 # eltwise constants are broadcast with their leading ones
+            if name in self.constants:
+                rank = len(self.graph.shapes[node.outputs[0]])
+                value = self.constants[name]
+                self.constants[name] = value.reshape((1,) * (rank - value.ndim) + value.shape)
+                self.tensors[name] = replace(self.tensors[name], shape=self.constants[name].shape)
+        y, x_spec = y_spec.name, self.tensors[node.inputs[0]]
+        rescaled = node.op in _KEEPS_QUANTIZATION and (x_spec.scale, x_spec.zero_point, x_spec.dtype) != (
+            y_spec.scale, y_spec.zero_point, y_spec.dtype)
+        if node.op == "AveragePool" and rescaled and self.pool_as_conv(node, x_spec, y_spec):
+            return
+        if rescaled:
+            inner = f"{y}/unscaled"
+            self.graph.shapes[inner] = self.graph.shapes[y]
+            node = replace(node, outputs=(inner,))
+        self.rules.given[node.outputs[0]] = y_spec
+        try:
+            self.rules.lower(node, set())
+        except (ValueError, OverflowError) as exc:       # a rule refusing these scales (InputError is one)
+            raise exc if isinstance(exc, InputError) else InputError("quantization", node.op, str(exc)) from None
+        if rescaled:
+            multiplier, shift = golden.quantize_multiplier(x_spec.scale / y_spec.scale)
+            self.ops.append(QConcat(f"{node.name}/rescale", (inner,), y, 1, (int(multiplier),), (int(shift),)))
+            self.tensors[y] = y_spec
+
+    def pool_as_conv(self, node: Node, x_spec: QTensor, y_spec: QTensor) -> bool:
+        """An average pool whose windows all count kernel_h * kernel_w values (no padding, or padding counted)
+        as a depthwise conv of ones with onnxruntime's float32 scale; False where windows differ."""
+        kernel = tuple(node.attrs["kernel_shape"])
+        pads = tuple(node.attrs.get("pads", (0,) * 4))
+        if (any(pads) and not node.attrs.get("count_include_pad", 0)) or node.attrs.get("ceil_mode", 0):
+            return False
+        channels = x_spec.shape[1]
+        scale = np.float32(x_spec.scale) / (np.float32(y_spec.scale) * np.float32(kernel[0] * kernel[1]))
+        self.mac(node, x_spec, np.ones((channels, 1, *kernel), np.int8), 0, None, y_spec, scale,
+                 dict(groups=channels, stride=tuple(node.attrs.get("strides", kernel)), padding=pads,
+                      dilation=tuple(node.attrs.get("dilations", (1, 1)))))
+        return True
 
     # --- operators ---------------------------------------------------------------------------------------
     def conv(self, node: Node, x: str, weights, bias, y: str, y_scale, y_zero) -> None:
@@ -197,6 +306,27 @@ class _Importer:
         attrs = node.attrs
         geometry = dict(stride=tuple(attrs.get("strides", (1, 1))), padding=tuple(attrs.get("pads", (0,) * 4)),
                         dilation=tuple(attrs.get("dilations", (1, 1))), groups=int(attrs.get("group", 1)))
+        self.mac(node, x_spec, w, w_zero, bias, y_spec, scale, geometry)
+
+    def transposed_conv(self, node: Node, x: str, y: str, y_scale, y_zero) -> None:
+        """A QDQ ConvTranspose in its conv form (quantize.conv_form); per-channel weight scales and zero points
+        are along its weights' axis 1 (the output channels of one group), repeated for every group."""
+        integers, w_scale, zero = self.dequantized_constant(node.inputs[1])
+        conv, _, geometry = conv_form(replace(node, inputs=node.inputs[:2]), {node.inputs[1]: integers})
+        groups = geometry["groups"]
+        zero = np.asarray(zero).reshape(-1)
+        w, w_zero = _int8_weights(np.round(conv).astype(integers.dtype), zero[:1] if np.all(zero == zero[0]) else zero,
+                                  axis_size=conv.shape[0])
+        w_scale = np.asarray(w_scale, np.float32).reshape(-1)
+        w_scale = np.tile(w_scale, groups) if w_scale.size == integers.shape[1] else w_scale
+        x_spec = self.tensors[self.resolve(x)]
+        bias = None
+        if len(node.inputs) > 2 and node.inputs[2]:     # int32 through DequantizeLinear, or float (onnxruntime's)
+            bias = (self.constant(node.inputs[2]) / (np.float64(x_spec.scale) * w_scale)
+                    if node.inputs[2] in self.graph.constants else self.dequantized_constant(node.inputs[2])[0])
+            bias = golden.round_half_away(bias)
+        y_spec = self.output_tensor(y, y_scale, y_zero)
+        scale = golden.onnx_requant_scale(np.float32(x_spec.scale), w_scale, np.float32(y_spec.scale))
         self.mac(node, x_spec, w, w_zero, bias, y_spec, scale, geometry)
 
     def fully_connected(self, node: Node, x: str, weights, bias, y: str, y_scale, y_zero, *, transposed: bool) -> None:
@@ -227,24 +357,26 @@ class _Importer:
         requant = Requant(None, None, y_spec.zero_point, int(info.min), int(info.max), scale=scale)
         self.ops.append(QConv(node.name, x_spec.name, y_spec.name, w, bias, requant, w_zero, **geometry))
 
-    def pass_through(self, node: Node, y: str) -> None:
-        x = self.resolve(node.inputs[0])
-        spec = self.tensors[x]
-        self.tensors[y] = QTensor(y, self.graph.shapes[y], spec.dtype, spec.scale, spec.zero_point)
-        if node.op == "MaxPool":
-            kernel = tuple(node.attrs["kernel_shape"])
-            self.ops.append(QPool(node.name, x, y, "max", kernel, tuple(node.attrs.get("strides", kernel)),
-                                  tuple(node.attrs.get("pads", (0,) * 4)), tuple(node.attrs.get("dilations", (1, 1)))))
-        else:
-            reverse = tuple(range(len(spec.shape)))[::-1]
-            permutation = tuple(node.attrs.get("perm", reverse)) if node.op == "Transpose" else None
-            self.ops.append(QLayout(node.name, x, y, permutation))
+
+def _tensor_spec(name: str, shape: tuple[int, ...], scale, zero_point) -> QTensor:
+    """One tensor's quantization as a model gives it, checked: one finite positive scale, one int8 or uint8
+    zero point."""
+    scale, zero = np.asarray(scale), np.asarray(zero_point)
+    if zero.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or scale.size != 1 or zero.size != 1:
+        raise InputError(f"tensor {name!r} quantization", f"{zero.dtype} x {scale.size} scales",
+                         "int8 or uint8, one scale and zero point per tensor")
+    value = float(np.float32(scale.reshape(-1)[0]))
+    if not (np.isfinite(value) and value > 0):
+        raise InputError(f"tensor {name!r} scale", value, "finite and positive")
+    return QTensor(name, tuple(shape), zero.dtype, value, int(zero.reshape(-1)[0]))
 
 
 def _int8_weights(w: np.ndarray, zero_point: np.ndarray, axis_size: int) -> tuple[np.ndarray, int]:
     """Weights as int8 with one zero point (D4): uint8 ones shifted by 128 with their zero point; a zero point
     that differs between channels is refused."""
     zero = np.asarray(zero_point).reshape(-1)
+    if zero.dtype != w.dtype:
+        raise InputError("weight zero point type", zero.dtype.name, f"the weights' ({w.dtype.name})")
     if zero.size not in (1, axis_size) or np.any(zero != zero[0]):
         raise InputError("weight zero points", f"{zero.size} different values", "one zero point for all channels")
     if w.dtype == np.uint8:

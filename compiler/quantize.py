@@ -79,7 +79,10 @@ def _activation_functions() -> dict:
 TABLE_OPS = tuple(_activation_functions())
 
 
-class _Quantizer:
+class Quantizer:
+    """Seed 003's per-operator integer rules; each computed tensor's quantization from ``activation`` (calibrated
+    here; given by the model for a pre-quantized one, compiler/prequantized.py)."""
+
     def __init__(self, graph: Graph, stats: dict[str, TensorStats], options: QuantOptions):
         self.graph, self.stats, self.options = graph, stats, options
         self.tensors: dict[str, QTensor] = {}
@@ -447,7 +450,7 @@ def check_accumulator(w: np.ndarray, x: QTensor, w_zero_point: int) -> None:
 def quantize_graph(graph: Graph, stats: dict[str, TensorStats], options: QuantOptions = QuantOptions()) -> QModel:
     """The quantized model of a normalized, checked float graph (compiler.normalize) and its statistics."""
     try:
-        return _Quantizer(graph, stats, options).run()
+        return Quantizer(graph, stats, options).run()
     except InputError as error:
         raise error.within(graph.source) from None
 
