@@ -13,7 +13,9 @@ real = s * (q - zp)); docs/compiler.md §3 lists every choice with the source li
   function, and one that cannot be fused, becomes an 8-bit table built by enumerating every input
   (S003 L410-416, exact for 8-bit inputs);
 * pooling, reshapes and transposes keep their input's quantization (S003 §4.43); Add/Sub/Mul take per-input
-  multipliers (D18), Concat requantizes each input to the output's scale (D19).
+  multipliers (D18), Concat requantizes each input to the output's scale (D19);
+* ``scheme="pow2"``: seed 002's power-of-two scheme instead (docs/compiler.md §3.1): scales 2^-e, 7-bit
+  weights with one exponent per layer, convolutions requantized by a floor shift.
 """
 from __future__ import annotations
 
@@ -46,6 +48,14 @@ class QuantOptions:
     percentile: float = 99.99
     momentum: float | None = None
     rounding: str = "half_up"                 # of every shift (D2)
+    scheme: str = "affine"                    # SCHEMES: "pow2" is seed 002's power-of-two scheme
+
+    def __post_init__(self):
+        if self.scheme not in SCHEMES:
+            raise InputError("--scheme", self.scheme, " or ".join(SCHEMES))
+
+
+SCHEMES = ("affine", "pow2")
 
 
 def _activation_functions() -> dict:
@@ -106,6 +116,10 @@ class Quantizer:
         """uint8 with zero point 0 for a non-negative range; else int8, asymmetric (zero point placing ``low``
         at -128) or symmetric (zero point 0, [-127, 127] as the weights). A range of one point gets scale 1
         (S003 L267-271)."""
+        if self.options.scheme == "pow2":       # S002 formula (1): 2^-e, e = round(log2(QUAN / abs_max))
+            amax = max(-low, high)
+            exponent = golden.pow2_scale_exponent(amax, golden.FEATURE_QUAN) if amax > 0 else 0
+            return QTensor(name, tuple(shape), np.dtype(np.int8), 2.0 ** -exponent, 0)
         if low >= 0:
             dtype, scale, zero_point = np.dtype(np.uint8), high / 255, 0
         elif self.options.symmetric_activations:
@@ -247,6 +261,11 @@ class Quantizer:
     def _weights(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Symmetric int8 weights [-127, 127] and their scale per output channel (or one for all)."""
         flat = np.abs(weight.reshape(weight.shape[0], -1))
+        if self.options.scheme == "pow2":       # S002: one exponent per layer, 7-bit kernels (QUAN 63, L402)
+            amax = float(flat.max(initial=0.0))
+            exponent = golden.pow2_scale_exponent(amax, golden.KERNEL_QUAN) if amax > 0 else 0
+            q = golden.pow2_quantize(weight, exponent, golden.KERNEL_QUAN)
+            return q.astype(np.int8), np.full(weight.shape[0], 2.0 ** -exponent)
         amax = flat.max(axis=1) if self.options.per_channel_weights else np.full(weight.shape[0], flat.max())
         scale = np.where(amax > 0, amax / _WEIGHT_MAX, 1.0)
         q = golden.round_half_away(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))))
@@ -258,6 +277,14 @@ class Quantizer:
             slope = np.broadcast_to(self._slope(activation), scale.shape)
             pair = golden.quantize_multiplier(scale * slope)
             negative = {"negative_multiplier": pair[0], "negative_shift": pair[1]}
+        if self.options.scheme == "pow2" and not negative:     # S002 S620-S640: M = 1, N = s, floor (§5)
+            exponents = -np.log2(scale)
+            shifts = np.rint(exponents).astype(np.int64)
+            if not np.array_equal(exponents, shifts):
+                raise InputError("requant scale", float(scale.flat[0]), "a power of two (scheme pow2)")
+            pairs = [golden.pow2_requant_params(int(s), 0, 0) for s in shifts]
+            return Requant(np.array([p["multiplier"] for p in pairs]), np.array([p["shift"] for p in pairs]),
+                           y.zero_point, *self._clamp(y, activation), "floor")
         multiplier, shift = golden.quantize_multiplier(scale)
         return Requant(np.asarray(multiplier), np.asarray(shift), y.zero_point, *self._clamp(y, activation),
                        self.options.rounding, **negative)
@@ -266,6 +293,8 @@ class Quantizer:
         """The output clamp [qmin, qmax]: the type's range, narrowed by a fused Relu or Clip (D10)."""
         info = np.iinfo(y.dtype)
         qmin, qmax = int(info.min), int(info.max)
+        if self.options.scheme == "pow2":       # D20: features within +-QUAN
+            qmin, qmax = max(qmin, -golden.FEATURE_QUAN), min(qmax, golden.FEATURE_QUAN)
         if activation is not None and activation.op == "Relu":
             qmin = max(qmin, y.zero_point)
         elif activation is not None and activation.op == "Clip":
