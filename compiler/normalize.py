@@ -16,7 +16,7 @@ import numpy as np
 
 from aipu.compiler.graph import Graph, Node
 from aipu.compiler.resize import bilinear
-from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.errors import InputError, one_line
 
 
 class UnsupportedNodes(InputError):
@@ -28,7 +28,8 @@ class UnsupportedNodes(InputError):
 
     def __str__(self) -> str:
         count = len(self.items)
-        return ": ".join((*self.where, f"{count} unsupported node{'s' if count > 1 else ''}: " + "; ".join(self.items)))
+        return one_line(": ".join((*self.where, f"{count} unsupported node{'s' if count > 1 else ''}: "
+                                   + "; ".join(self.items))))
 
 
 def normalize(graph: Graph) -> Graph:

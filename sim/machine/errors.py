@@ -46,6 +46,11 @@ def show(value) -> str:
     return text if len(text) <= _SHOWN_CHARACTERS else text[:_SHOWN_CHARACTERS - 3] + "..."
 
 
+def one_line(text: str) -> str:
+    """A message with its line breaks escaped: a hostile name inside it keeps the message on one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 class InputError(ValueError):
     """``[where: ...] field = value: allowed`` for a value from a user's file that cannot be used."""
 
@@ -60,7 +65,7 @@ class InputError(ValueError):
         return self
 
     def __str__(self) -> str:
-        return ": ".join((*self.where, f"{self.field} = {show(self.value)}: {self.allowed}"))
+        return one_line(": ".join((*self.where, f"{self.field} = {show(self.value)}: {self.allowed}")))
 
 
 class ExecutionError(ValueError):
