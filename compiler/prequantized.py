@@ -33,10 +33,9 @@ _MAC_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearGlobalAveragePool")
 _QLINEAR_OPS = ("QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
                 "QLinearAveragePool", "QLinearSoftmax")
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", *_MAC_OPS, *_QLINEAR_OPS})
-_PASS_THROUGH = {"MaxPool": "max", "Flatten": None, "Reshape": None, "Squeeze": None, "Unsqueeze": None,
-                 "Transpose": None}
 # operators whose integer rule keeps the input's quantization: a different output quantization is a rescale
-_KEEPS_QUANTIZATION = ("MaxPool", "AveragePool", "Pad", "Resize", *_PASS_THROUGH)
+_KEEPS_QUANTIZATION = ("MaxPool", "AveragePool", "Pad", "Resize", "Flatten", "Reshape", "Squeeze", "Unsqueeze",
+                       "Transpose")
 
 
 def is_prequantized(graph: Graph) -> bool:
@@ -263,10 +262,12 @@ class _Importer:
                 value = self.constants[name]
                 self.constants[name] = value.reshape((1,) * (rank - value.ndim) + value.shape)
                 self.tensors[name] = replace(self.tensors[name], shape=self.constants[name].shape)
-        y, x_spec = y_spec.name, self.tensors[node.inputs[0]]
+        y, x_spec = y_spec.name, self.tensors.get(node.inputs[0])
+        if node.op in _KEEPS_QUANTIZATION and x_spec is None:
+            raise InputError("input", node.inputs[0], "a quantized tensor")
         rescaled = node.op in _KEEPS_QUANTIZATION and (x_spec.scale, x_spec.zero_point, x_spec.dtype) != (
             y_spec.scale, y_spec.zero_point, y_spec.dtype)
-        if node.op == "AveragePool" and rescaled and self.pool_as_conv(node, x_spec, y_spec):
+        if node.op == "AveragePool" and self.pool_as_conv(node, x_spec, y_spec):
             return
         if rescaled:
             inner = f"{y}/unscaled"
@@ -292,7 +293,7 @@ class _Importer:
         channels = x_spec.shape[1]
         scale = np.float32(x_spec.scale) / (np.float32(y_spec.scale) * np.float32(kernel[0] * kernel[1]))
         self.mac(node, x_spec, np.ones((channels, 1, *kernel), np.int8), 0, None, y_spec, scale,
-                 dict(groups=channels, stride=tuple(node.attrs.get("strides", kernel)), padding=pads,
+                 dict(groups=channels, stride=tuple(node.attrs.get("strides", (1, 1))), padding=pads,
                       dilation=tuple(node.attrs.get("dilations", (1, 1)))))
         return True
 

@@ -35,13 +35,15 @@ def _bound(op, tensors) -> int:
 
 
 def operators_like(seed: int = 0, size: int = 16, classes: int = 10) -> onnx.ModelProto:
-    """The quantized operators the other graphs lack: LeakyRelu, average pools (padded and not), concat of
-    two branches, nearest Resize, a softmax head."""
+    """The quantized operators the other graphs lack: LeakyRelu, average pools (padding not counted, counted,
+    none), concat of two branches, nearest Resize, a softmax head."""
     b = GraphBuilder(seed, 3, size)
     x = b.node("LeakyRelu", [b.conv("image", 3, 8)], alpha=0.1)
     x = b.node("AveragePool", [x], kernel_shape=[3, 3], pads=[1, 1, 1, 1])           # windows at the edge differ
     left = b.node("AveragePool", [b.conv(x, 8, 8)], kernel_shape=[2, 2], strides=[2, 2])
-    right = b.node("MaxPool", [b.conv(x, 8, 8, kernel=1)], kernel_shape=[2, 2], strides=[2, 2])
+    right = b.node("AveragePool", [b.conv(x, 8, 8, kernel=1)], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                   count_include_pad=1)                                          # every window counts 9
+    right = b.node("MaxPool", [right], kernel_shape=[2, 2], strides=[2, 2])
     x = b.node("Concat", [left, right], axis=1)
     x = b.node("Resize", [b.conv(x, 16, 8, kernel=1), "", b.const(np.array([1, 1, 2, 2], np.float32))],
                mode="nearest")
