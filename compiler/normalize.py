@@ -184,10 +184,14 @@ def softmax_axes(node: Node, graph: Graph) -> tuple[int, ...]:
     shape[axis:]] (axis 1 by default); from 13 on, one axis (-1 by default). The opset is the graph's, or
     for onnxruntime's QLinearSoftmax its ``opset`` attribute."""
     rank = len(graph.shapes[node.inputs[0]])
-    opset = int(node.attrs.get("opset", graph.opset))
+    opset = _softmax_opset(node, graph)
     axis = int(node.attrs.get("axis", 1 if opset < 13 else -1))
     axis = axis + rank if axis < 0 else axis
     return tuple(range(axis, rank)) if opset < 13 else (axis,)
+
+
+def _softmax_opset(node: Node, graph: Graph) -> int:
+    return int(node.attrs.get("opset", graph.opset))
 
 
 def _softmax_check(node: Node, graph: Graph) -> str | None:
@@ -196,7 +200,7 @@ def _softmax_check(node: Node, graph: Graph) -> str | None:
     if shape is None:
         return None
     rank = len(shape)
-    axis = int(node.attrs.get("axis", 1 if int(node.attrs.get("opset", graph.opset)) < 13 else -1))
+    axis = int(node.attrs.get("axis", 1 if _softmax_opset(node, graph) < 13 else -1))
     if not -rank <= axis < rank:
         return f"axis = {axis} outside the input's {rank} dimensions"
     axes = softmax_axes(node, graph)

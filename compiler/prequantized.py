@@ -7,7 +7,8 @@ and pooling, resizing or reshaping of an integer tensor) and QDQ (a float operat
 DequantizeLinear outputs and whose only reader is a QuantizeLinear). The MAC operators (Conv, ConvTranspose,
 Gemm, MatMul) requantize in the FLOAT32 mode with onnxruntime's scale, ``float32(float32(x_scale * w_scale) /
 y_scale)`` (D12), so each layer equals onnxruntime's QLinearConv bit for bit; a global average pool, and an
-average pool whose windows all count the whole kernel, is a depthwise conv of ones with MLAS's scale
+average pool with its own output scale whose windows all count the whole kernel, is a depthwise conv of ones
+with MLAS's scale
 ``x_scale / (y_scale * kernel size)`` in float32 (exact, where averaging and then requantizing is not).
 Every other operator takes the quantizer's integer rule (compiler/quantize.py) with the quantization the
 model gives its output: element-wise multipliers M / 2^N, tables, softmax; where the rule keeps the input's
@@ -22,7 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from aipu.compiler.graph import Graph, Node, contrib_standard_form
+from aipu.compiler.graph import CONTRIB_STANDARD_FORMS, Graph, Node, contrib_standard_form
 from aipu.compiler.qir import QConcat, QConv, QModel, QTensor, Requant
 from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator, conv_form
 from aipu.sim import golden
@@ -30,8 +31,7 @@ from aipu.sim.machine.errors import InputError
 
 _MAC_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearGlobalAveragePool")
 # onnxruntime's other quantized operators: the float operator they quantize takes the quantizer's rules
-_QLINEAR_OPS = ("QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
-                "QLinearAveragePool", "QLinearSoftmax")
+_QLINEAR_OPS = (*(op for op in CONTRIB_STANDARD_FORMS if op not in _MAC_OPS), "QLinearConcat")
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", *_MAC_OPS, *_QLINEAR_OPS})
 # operators whose integer rule keeps the input's quantization: a different output quantization is a rescale
 _KEEPS_QUANTIZATION = ("MaxPool", "AveragePool", "Pad", "Resize", "Flatten", "Reshape", "Squeeze", "Unsqueeze",
@@ -213,7 +213,7 @@ class _Importer:
         if node.op == "QLinearConcat":
             triples, (y_scale, y_zero) = [i[p:p + 3] for p in range(2, len(i), 3)], i[:2]
         else:
-            positions = (0, 3) if node.op in ("QLinearAdd", "QLinearMul") else (0,)
+            _, positions, _ = CONTRIB_STANDARD_FORMS[node.op]
             triples, (y_scale, y_zero) = [i[p:p + 3] for p in positions], (*i[max(positions) + 3:], "")[:2]
         inputs = tuple(self.operand(*triple) for triple in triples)
         y = node.outputs[0]
@@ -267,7 +267,7 @@ class _Importer:
             raise InputError("input", node.inputs[0], "a quantized tensor")
         rescaled = node.op in _KEEPS_QUANTIZATION and (x_spec.scale, x_spec.zero_point, x_spec.dtype) != (
             y_spec.scale, y_spec.zero_point, y_spec.dtype)
-        if node.op == "AveragePool" and self.pool_as_conv(node, x_spec, y_spec):
+        if node.op == "AveragePool" and rescaled and self.pool_as_conv(node, x_spec, y_spec):
             return
         if rescaled:
             inner = f"{y}/unscaled"
