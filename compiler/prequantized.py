@@ -290,11 +290,9 @@ class _Importer:
         pads = tuple(node.attrs.get("pads", (0,) * 4))
         if (any(pads) and not node.attrs.get("count_include_pad", 0)) or node.attrs.get("ceil_mode", 0):
             return False
-        channels = x_spec.shape[1]
-        scale = np.float32(x_spec.scale) / (np.float32(y_spec.scale) * np.float32(kernel[0] * kernel[1]))
-        self.mac(node, x_spec, np.ones((channels, 1, *kernel), np.int8), 0, None, y_spec, scale,
-                 dict(groups=channels, stride=tuple(node.attrs.get("strides", (1, 1))), padding=pads,
-                      dilation=tuple(node.attrs.get("dilations", (1, 1)))))
+        self.ones_conv(node, x_spec, y_spec, kernel, dict(stride=tuple(node.attrs.get("strides", (1, 1))),
+                                                          padding=pads,
+                                                          dilation=tuple(node.attrs.get("dilations", (1, 1)))))
         return True
 
     # --- operators ---------------------------------------------------------------------------------------
@@ -315,9 +313,7 @@ class _Importer:
         integers, w_scale, zero = self.dequantized_constant(node.inputs[1])
         conv, _, geometry = conv_form(replace(node, inputs=node.inputs[:2]), {node.inputs[1]: integers})
         groups = geometry["groups"]
-        zero = np.asarray(zero).reshape(-1)
-        w, w_zero = _int8_weights(np.round(conv).astype(integers.dtype), zero[:1] if np.all(zero == zero[0]) else zero,
-                                  axis_size=conv.shape[0])
+        w, w_zero = _int8_weights(conv.astype(integers.dtype), zero, axis_size=integers.shape[1])
         w_scale = np.asarray(w_scale, np.float32).reshape(-1)
         w_scale = np.tile(w_scale, groups) if w_scale.size == integers.shape[1] else w_scale
         x_spec = self.tensors[self.resolve(x)]
@@ -341,12 +337,15 @@ class _Importer:
 
     def average(self, node: Node, x: str, y: str, y_scale, y_zero) -> None:
         x_spec = self.tensors[self.resolve(x)]
-        _, channels, height, width = x_spec.shape
-        y_spec = self.output_tensor(y, y_scale, y_zero)
-        # MLAS: scale = x_scale / (y_scale * (float)ImageSize), in float32
-        scale = np.float32(x_spec.scale) / (np.float32(y_spec.scale) * np.float32(height * width))
-        ones = np.ones((channels, 1, height, width), np.int8)
-        self.mac(node, x_spec, ones, 0, None, y_spec, scale, dict(groups=channels))
+        self.ones_conv(node, x_spec, self.output_tensor(y, y_scale, y_zero), x_spec.shape[2:], {})
+
+    def ones_conv(self, node: Node, x_spec: QTensor, y_spec: QTensor, kernel: tuple[int, int], geometry: dict):
+        """An average over whole kernels as a depthwise conv of ones, requantized with MLAS's float32 scale
+        ``x_scale / (y_scale * (float)kernel size)``."""
+        channels = x_spec.shape[1]
+        scale = np.float32(x_spec.scale) / (np.float32(y_spec.scale) * np.float32(kernel[0] * kernel[1]))
+        self.mac(node, x_spec, np.ones((channels, 1, *kernel), np.int8), 0, None, y_spec, scale,
+                 dict(groups=channels, **geometry))
 
     def mac(self, node: Node, x_spec: QTensor, w: np.ndarray, w_zero: int, bias, y_spec: QTensor, scale,
             geometry: dict) -> None:
