@@ -15,12 +15,19 @@ zero bits longer than the engine's one-cycle renormalisation window.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .compiled.aec_decoder import NO_TRACE, raise_on_error
+from .compiled.contexts import Element
+from .compiled.element_io import FastElementReader
+from .compiled.profile_walk import (WALK_CTU, WALK_ELEMENT, WALK_END_FLAG, WALK_ERROR, WALK_OUTSIDE, WALK_POS,
+                                    WALK_SKIPS, WALK_STATUS_SIZE, WALK_VALUE, decode_profile_ctus)
 from .errors import CodecError, error_context
 from .reference.element_coder import ElementDecoder
+from .reference.elements import element_spec
 from .reference.engine import AecDecoder
 from .reference.geometry import ctu_size_from_idx
 from .reference.headers import step_size
@@ -65,7 +72,7 @@ class ProfileDecode:
     levels: np.ndarray
     bins: int = 0                    # every bin, the terminating stuffing bin included
     morton_skips: int = 0            # leaf-walk candidates outside their CU
-    zero_run_cycles: int = 0         # extra engine cycles on long zero runs
+    zero_run_cycles: int | None = 0  # extra engine cycles on long zero runs (None: not counted)
 
 
 class _CountingDecoder(AecDecoder):
@@ -123,12 +130,13 @@ PROFILE_HEADER = (("integer_input", None), ("total_trainable_layer", 1), ("enabl
 SHAPE_AXES = "RSCK"
 
 
-def read_header(reader: ElementDecoder, sublayer_shape: tuple[int, int, int, int]) -> dict[str, int]:
-    """The stream and layer headers, each field checked as soon as it is read: the profile's values, the
-    sublayer shape (R, S, C, K) the caller expects, and the step size's zero bit depth (codec.md §2, A13)."""
+def read_header(read: Callable[[str], int], sublayer_shape: tuple[int, int, int, int]) -> dict[str, int]:
+    """The stream and layer headers, each field checked as soon as ``read(element)`` returns it: the profile's
+    values, the sublayer shape (R, S, C, K) the caller expects, and the step size's zero bit depth (codec.md
+    §2, A13)."""
     header: dict[str, int] = {}
     for name, wanted in PROFILE_HEADER:
-        value = reader.read(name)
+        value = read(name)
         if isinstance(wanted, str):
             expected = sublayer_shape[SHAPE_AXES.index(wanted)]
             if value != expected:
@@ -142,6 +150,12 @@ def read_header(reader: ElementDecoder, sublayer_shape: tuple[int, int, int, int
     return header
 
 
+def _ctu_origins(header: dict[str, int], in_c: int, out_c: int) -> list[tuple[int, int]]:
+    """(first input channel, first output channel) of every CTU, in the stream's order."""
+    size = ctu_size_from_idx(header["max_ctu3d_idx"])
+    return [(c, k) for c in range(0, in_c, size) for k in range(0, out_c, size)]
+
+
 def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
                           trace: list | None = None) -> ProfileDecode:
     """Decode a profile stream of an [O][I][KH][KW] tensor; CodecError outside the profile or on corruption.
@@ -151,10 +165,10 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
     reader = ElementDecoder(decoder)
     result = ProfileDecode(levels=np.zeros((out_c, in_c, k_h, k_w), dtype=np.int64))
     try:
-        header = read_header(reader, (k_h, k_w, in_c, out_c))
+        header = read_header(reader.read, (k_h, k_w, in_c, out_c))
         zdepth = k_h * k_w
+        origins = _ctu_origins(header, in_c, out_c)
         size = ctu_size_from_idx(header["max_ctu3d_idx"])
-        origins = [(c, k) for c in range(0, in_c, size) for k in range(0, out_c, size)]
         for index, (c0, k0) in enumerate(origins):
             with error_context(ctu=index):
                 height, width = min(size, in_c - c0), min(size, out_c - k0)
@@ -196,3 +210,43 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
         raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
     result.zero_run_cycles = decoder.zero_run_cycles
     return result
+
+
+def _flag_table(flags) -> np.ndarray:
+    """Rows (Element, value needed, the unary element's max_value or -1) for the compiled walk."""
+    return np.array([(Element[name], wanted, MAX_CBOOK_SIZE if element_spec(name).binarization == "U" else -1)
+                     for name, wanted in flags], dtype=np.int64).reshape(-1, 3)
+
+
+def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int]) -> ProfileDecode:
+    """``decode_profile_stream`` over the compiled engine (codec.compiled.profile_walk): the same levels, bins,
+    Morton skips and refusals, about a hundred times faster; the zero-run cycles are not counted."""
+    out_c, in_c, k_h, k_w = (int(n) for n in shape)
+    reader = FastElementReader(stream)
+    levels = np.zeros((out_c, in_c, k_h, k_w), dtype=np.int64)
+    status = np.zeros(WALK_STATUS_SIZE, dtype=np.int64)
+    try:
+        header = read_header(reader.code, (k_h, k_w, in_c, out_c))
+        size = ctu_size_from_idx(header["max_ctu3d_idx"])
+        ctus = np.array([(c, k, min(size, in_c - c), min(size, out_c - k))
+                         for c, k in _ctu_origins(header, in_c, out_c)], dtype=np.int64).reshape(-1, 4)
+        decode_profile_ctus(reader.state, reader.ctx, reader.data, NO_TRACE, levels, ctus, k_h * k_w, k_w,
+                            _flag_table(PROFILE_CTU_FLAGS), _flag_table((("split_flag", 0),)),
+                            _flag_table(PROFILE_CU_FLAGS), SPLIT_FLAG_MIN_CU, status)
+        element = Element(int(status[WALK_ELEMENT])).name
+        with error_context(ctu=int(status[WALK_CTU])):
+            raise_on_error(reader.state, element=element)
+            if status[WALK_ERROR] == WALK_OUTSIDE:
+                wanted = dict(PROFILE_CTU_FLAGS + PROFILE_CU_FLAGS + (("split_flag", 0),))[element]
+                raise _outside(element, int(status[WALK_VALUE]), wanted).add_context(
+                    bit_position=int(status[WALK_POS]))
+            if status[WALK_ERROR] == WALK_END_FLAG:
+                raise CodecError("end_of_last_layer_ctu_flag disagrees with the CTU count", element=element,
+                                 bit_position=int(status[WALK_POS]))
+        bins = reader.bins_decoded + 1
+        end = reader.finish()
+    except CodecError as error:
+        raise error.add_context(bit_position=reader.bit_position)
+    if end != 8 * len(stream):
+        raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
+    return ProfileDecode(levels, bins, int(status[WALK_SKIPS]), None)

@@ -449,7 +449,7 @@ def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.
     from aipu import codec
 
     try:
-        levels = codec.decode_profile_stream(stream, shape).levels
+        levels = codec.decode_profile_compiled(stream, shape).levels
     except codec.CodecError as exc:
         raise ValueError(f"weight stream does not decode in the npu profile: {exc}") from None
     info8 = np.iinfo(np.int8)

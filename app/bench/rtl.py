@@ -79,7 +79,7 @@ def mac_utilisation(program, memory, expected, result) -> dict | None:
 def wdec_throughput(program, memory, expected, result) -> dict | None:
     """Bins (the codec's count for each stream, the terminating bin included) and decoded weights per WDEC busy
     cycle."""
-    from aipu.codec.npu_profile import decode_profile_stream
+    from aipu.codec.npu_profile import decode_profile_compiled
     from aipu.sim.machine.isa import Opcode, Unit
 
     busy = sum(result.command_cycles(Unit.WDEC))
@@ -90,7 +90,7 @@ def wdec_throughput(program, memory, expected, result) -> dict | None:
         if command.opcode == Opcode.WDEC:
             stream = memory.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
             shape = (command.out_c, command.in_c, command.k_h, command.k_w)
-            bins += decode_profile_stream(stream, shape).bins
+            bins += decode_profile_compiled(stream, shape).bins
             weights += int(np.prod(shape))
     return {"bins": bins, "weights": weights, "wdec_cycles": busy, "bins_per_cycle": round(bins / busy, 3),
             "weights_per_cycle": round(weights / busy, 3)}

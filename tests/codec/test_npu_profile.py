@@ -10,7 +10,8 @@ import pytest
 from aipu.app.cli import main
 from aipu.codec import CodecError
 from aipu.codec.api import CodecOptions, decode_stream, encode, read_index
-from aipu.codec.npu_profile import decode_profile_stream, encoder_options, morton_leaves, with_profile
+from aipu.codec.npu_profile import (decode_profile_compiled, decode_profile_stream, encode_profile_stream,
+                                   encoder_options, morton_leaves, with_profile)
 from aipu.codec.reference.geometry import CTU_SIZES, tree_shapes
 from aipu.codec.reference.tree_coder import children
 
@@ -40,6 +41,33 @@ def test_profile_streams_decode_as_the_general_decoder_bin_by_bin(seed):
     decoded = decode_profile_stream(stream, shape, profile)
     np.testing.assert_array_equal(decoded.levels, weights)
     assert profile == general and decoded.bins == bins + 1       # + the terminating stuffing bin
+
+
+def _outcome(decode, stream: bytes, shape) -> tuple:
+    """What a decoder makes of a stream: its results, or where and why it refused. The engines word a
+    failed terminator differently (the compiled one checks the padding at its end): only that it fails; the
+    reference engine adds the bits it wanted to a read past the end."""
+    try:
+        result = decode(stream, shape)
+    except CodecError as error:
+        if error.element in (None, "terminator"):
+            return ("terminator",)
+        return error.reason.split(" (")[0], error.element, error.bit_position, error.context.get("ctu")
+    return result.levels.tobytes(), result.bins, result.morton_skips
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_compiled_walk_decodes_and_refuses_as_the_reference(seed):
+    rng = np.random.default_rng(100 + seed)
+    shape = (int(rng.integers(1, 40)), int(rng.integers(1, 12)), int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    stream = encode_profile_stream(_levels(rng, shape), int(rng.choice(CTU_SIZES)))
+    variants = [stream, stream[:-1], stream[:len(stream) // 2], stream + b"\0"]
+    for _ in range(8):
+        flipped = bytearray(stream)
+        flipped[int(rng.integers(len(flipped)))] ^= 1 << int(rng.integers(8))
+        variants.append(bytes(flipped))
+    for variant in variants:
+        assert _outcome(decode_profile_compiled, variant, shape) == _outcome(decode_profile_stream, variant, shape)
 
 
 def test_float_weights_quantised_in_the_profile():
@@ -72,25 +100,27 @@ def test_leaf_order_is_the_trees_depth_first_walk():
     (dict(scan_order=1), "sublayer_scan_order"),
     (dict(enable_max_ctu3d_size=True), "enable_max_ctu3d_size"),
 ])
-def test_header_outside_the_profile_is_refused_at_its_field(change, element):
+@pytest.mark.parametrize("decode", [decode_profile_stream, decode_profile_compiled])
+def test_header_outside_the_profile_is_refused_at_its_field(change, element, decode):
     weights = _levels(np.random.default_rng(1), (4, 3, 3, 3))
     (stream,) = _streams(encode({"w": weights}, replace(encoder_options(), **change)))
     with pytest.raises(CodecError, match="npu profile") as caught:
-        decode_profile_stream(stream, weights.shape)
+        decode(stream, weights.shape)
     assert caught.value.element == element
 
 
-def test_full_syntax_and_a_wrong_shape_are_refused():
+@pytest.mark.parametrize("decode", [decode_profile_stream, decode_profile_compiled])
+def test_full_syntax_and_a_wrong_shape_are_refused(decode):
     weights = _levels(np.random.default_rng(2), (16, 16, 3, 3))
-    options = replace(CodecOptions(), enable_zdep_reorder=False)
-    (stream,) = _streams(encode({"w": weights}, options))
-    with pytest.raises(CodecError, match="npu profile"):
-        decode_profile_stream(stream, weights.shape)
+    for change in (dict(enable_zdep_reorder=False), dict(enable_zdep_reorder=False, max_ctu_size=8)):
+        (stream,) = _streams(encode({"w": weights}, replace(CodecOptions(), **change)))
+        with pytest.raises(CodecError, match="npu profile"):
+            decode(stream, weights.shape)
     (stream,) = _streams(encode({"w": weights}, encoder_options()))
     with pytest.raises(CodecError, match="sublayer_shape S = 3, the command expects 1"):
-        decode_profile_stream(stream, (16, 16, 3, 1))
+        decode(stream, (16, 16, 3, 1))
     with pytest.raises(CodecError, match="reading past the end"):
-        decode_profile_stream(stream[:-2], weights.shape)
+        decode(stream[:-2], weights.shape)
 
 
 def test_cli_encodes_the_profile_one_tensor_per_layer(tmp_path):

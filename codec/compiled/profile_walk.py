@@ -1,0 +1,128 @@
+"""The npu profile's CTU loop in numba: what WDEC decodes after the headers, in one call per stream.
+
+``codec.npu_profile.decode_profile_stream`` stays the reference (it also counts the cycles rtl/wdec.py
+needs); this is the same walk over the compiled engine, for the interpreter, where a network's weights
+would otherwise take minutes (the reference spends about 34 µs per weight). Per CTU: the profile's fixed
+flags (each must have the value the profile needs), the CU's leaves in Morton order, each
+``uni_map_nzflag``, then for a non-zero level ``uni_sign`` (context from the previous level) and
+``uni_abs_q``; then ``end_of_last_layer_ctu_flag``. tests/codec/test_npu_profile.py requires the same
+levels, bins and refusals from both.
+
+A stop inside the njit code is a status code: ``status[WALK_ERROR]`` (``WALK_OUTSIDE``: an element off the
+profile; ``WALK_END_FLAG``: the end flag disagrees with the CTU count) or the engine's ``state[S_ERROR]``.
+"""
+from __future__ import annotations
+
+from .aec_decoder import S_ERROR, S_POS, decode_bypass, decode_decision, decode_u, decode_uegk
+from .contexts import ELEMENT_ROWS, ROW_C_MAX, ROW_CTX, ROW_K, ROW_RULE, Element, inc_coef_sign, inc_nz_neighbours
+from .jit_cache import njit
+
+# status[] layout
+WALK_ERROR, WALK_ELEMENT, WALK_VALUE, WALK_CTU, WALK_POS, WALK_SKIPS = range(6)
+WALK_STATUS_SIZE = 6
+WALK_NONE, WALK_OUTSIDE, WALK_END_FLAG = 0, 1, 2
+# rows of a flag table: (Element, the value the profile needs, the unary element's max_value or -1 for a flag)
+FLAG_ELEMENT, FLAG_WANTED, FLAG_MAX = 0, 1, 2
+
+
+@njit
+def _bit_length(value):
+    length = 0
+    while value > 0:
+        value >>= 1
+        length += 1
+    return length
+
+
+@njit
+def _fixed_flags(state, ctx, data, trace, table, status):
+    """Read the elements of ``table`` in order; False (and the status set) at the first one off the profile."""
+    for row in range(table.shape[0]):
+        element = table[row, FLAG_ELEMENT]
+        status[WALK_ELEMENT] = element
+        if table[row, FLAG_MAX] < 0:
+            value = decode_decision(state, ctx, data, trace, ELEMENT_ROWS[element, ROW_CTX])
+        else:
+            value = decode_u(state, ctx, data, trace, ELEMENT_ROWS[element, ROW_CTX], ELEMENT_ROWS[element, ROW_RULE],
+                             table[row, FLAG_MAX])
+        if state[S_ERROR]:
+            return False
+        if value != table[row, FLAG_WANTED]:
+            status[WALK_ERROR], status[WALK_VALUE], status[WALK_POS] = WALK_OUTSIDE, value, state[S_POS]
+            return False
+    return True
+
+
+@njit
+def _leaves(state, ctx, data, trace, levels, c0, k0, height, width, zdepth, k_w, status):
+    """One CU's leaves in Morton order (z bit above y above x), written to ``levels`` [O, I, KH, KW]; a
+    candidate outside the CU skips its whole out-of-range subtree (counted in status[WALK_SKIPS])."""
+    depth = max(_bit_length(zdepth - 1), _bit_length(height - 1), _bit_length(width - 1))
+    total = 1 << (3 * depth)
+    index = 0
+    previous = 0
+    abs_row = ELEMENT_ROWS[Element.uni_abs_q]
+    while index < total:
+        z = y = x = 0
+        for bit in range(depth):
+            z |= ((index >> (3 * bit + 2)) & 1) << bit
+            y |= ((index >> (3 * bit + 1)) & 1) << bit
+            x |= ((index >> (3 * bit)) & 1) << bit
+        outside = -1
+        if z >= zdepth:
+            outside = _bit_length(z ^ (zdepth - 1)) - 1
+        if y >= height:
+            outside = max(outside, _bit_length(y ^ (height - 1)) - 1)
+        if x >= width:
+            outside = max(outside, _bit_length(x ^ (width - 1)) - 1)
+        if outside >= 0:
+            status[WALK_SKIPS] += 1
+            index = (index | ((1 << (3 * outside)) - 1)) + 1
+            continue
+        value = 0
+        status[WALK_ELEMENT] = Element.uni_map_nzflag
+        nonzero = decode_decision(state, ctx, data, trace, ELEMENT_ROWS[Element.uni_map_nzflag, ROW_CTX]
+                                  + inc_nz_neighbours(0, 0))
+        if nonzero and not state[S_ERROR]:
+            status[WALK_ELEMENT] = Element.uni_sign
+            sign = decode_decision(state, ctx, data, trace,
+                                   ELEMENT_ROWS[Element.uni_sign, ROW_CTX] + inc_coef_sign(previous))
+            if state[S_ERROR]:
+                return
+            status[WALK_ELEMENT] = Element.uni_abs_q
+            magnitude = decode_uegk(state, ctx, data, trace, abs_row[ROW_CTX], abs_row[ROW_RULE], 0,
+                                    abs_row[ROW_C_MAX], abs_row[ROW_K])
+            value = -magnitude if sign else magnitude
+        if state[S_ERROR]:
+            return
+        levels[k0 + x, c0 + y, z // k_w, z % k_w] = value
+        previous = value
+        index += 1
+
+
+@njit
+def decode_profile_ctus(state, ctx, data, trace, levels, ctus, zdepth, k_w, ctu_flags, split_flag, cu_flags,
+                        split_min, status):
+    """Every CTU of a profile stream after its headers. ``ctus``: rows (c0, k0, height, width); ``split_flag``:
+    a one-row flag table, read where the CTU is wider or taller than ``split_min``."""
+    count = ctus.shape[0]
+    for index in range(count):
+        status[WALK_CTU] = index
+        c0, k0, height, width = ctus[index, 0], ctus[index, 1], ctus[index, 2], ctus[index, 3]
+        if not _fixed_flags(state, ctx, data, trace, ctu_flags, status):
+            return
+        if (height > split_min or width > split_min) and not _fixed_flags(state, ctx, data, trace, split_flag,
+                                                                           status):
+            return
+        if not _fixed_flags(state, ctx, data, trace, cu_flags, status):
+            return
+        _leaves(state, ctx, data, trace, levels, c0, k0, height, width, zdepth, k_w, status)
+        if state[S_ERROR]:
+            return
+        status[WALK_ELEMENT] = Element.end_of_last_layer_ctu_flag
+        last = decode_bypass(state, data, trace)
+        if state[S_ERROR]:
+            return
+        if last != (1 if index == count - 1 else 0):
+            status[WALK_ERROR], status[WALK_POS] = WALK_END_FLAG, state[S_POS]
+            return
