@@ -28,7 +28,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     compiled = compile_model(args.model, args.calib, config=config, input_shapes=parse_input_shapes(args.input_shape),
                              options=options, batch_size=args.batch_size, progress=not args.quiet,
-                             threads=args.threads, evaluation_path=args.eval)
+                             threads=args.threads, evaluation_path=args.eval, compress=args.compress)
     manifest = write(compiled, Path(args.output), args.model)
     seconds = time.perf_counter() - started
     if args.json:
@@ -36,6 +36,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.output}: {len(compiled.qmodel.ops)} operators -> {manifest['commands']} commands "
           f"{manifest['commands_per_unit']}, DRAM image {manifest['dram_bytes']} bytes, compiled in {seconds:.2f} s")
+    if "weight_compression" in manifest:
+        packed = manifest["weight_compression"]
+        print(f"weights: {packed['decoded_tiles']} of {packed['tiles']} tiles decoded by WDEC, "
+              f"{packed['weight_bytes']} bytes in {packed['stream_bytes']} ({packed['bits_per_weight']:.2f} bits per "
+              "weight)")
     if "evaluation" in manifest:
         result = manifest["evaluation"]
         print(f"top-1 on {result['samples']} labelled samples ({result['output']}): float {result['float_top1']:.2%}, "
@@ -148,6 +153,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compile_parser.add_argument("--eval", metavar="DATA.npz",
                                 help="labelled samples (the inputs and an integer array 'labels'): top-1 of float "
                                      "and int8 in the report")
+    compile_parser.add_argument("--compress", action="store_true",
+                                help="conv weights entropy-coded (T/AI 115.1 chapter 10, npu profile) and decoded "
+                                     "on chip by WDEC, tile by tile where that is smaller")
     compile_parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
     compile_parser.add_argument("--quiet", action="store_true", help="no progress bar")
     compile_parser.set_defaults(func=_cmd_compile)

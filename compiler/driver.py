@@ -34,10 +34,12 @@ class Compiled:
 
 def compile_model(model_path, calibration_path=None, *, config: HardwareConfig = DEFAULT,
                   input_shapes: dict[str, tuple[int, ...]] | None = None, options: QuantOptions = QuantOptions(),
-                  batch_size: int = 16, progress: bool = False, threads: int = 1, evaluation_path=None) -> Compiled:
+                  batch_size: int = 16, progress: bool = False, threads: int = 1, evaluation_path=None,
+                  compress: bool = False) -> Compiled:
     """A float model is calibrated on ``calibration_path`` and quantized; a pre-quantized one (QDQ or
     QOperator) keeps its own quantization, and the data set, optional then, only feeds the report. With
-    ``evaluation_path`` (samples and their ``labels``) the top-1 accuracy of float and int8 is measured."""
+    ``evaluation_path`` (samples and their ``labels``) the top-1 accuracy of float and int8 is measured.
+    ``compress``: conv weights as WDEC streams (lower_model)."""
     graph = normalize(load_graph(model_path, input_shapes))
     prequantized = is_prequantized(graph)
     if calibration_path is None and not prequantized:
@@ -52,7 +54,7 @@ def compile_model(model_path, calibration_path=None, *, config: HardwareConfig =
                         progress=progress, threads=threads)
         qmodel = quantize_graph(graph, stats, options)
     try:
-        network = lower_model(qmodel, config)
+        network = lower_model(qmodel, config, compress=compress)
     except InputError as error:              # what does not fit the hardware, named by layer and by file
         raise error.within(graph.source) from None
     layers = (layer_report(graph, qmodel, {name: array[:REPORT_SAMPLES] for name, array in samples.items()},

@@ -10,6 +10,9 @@ output rows (always the full width); the input channels of a tile are split into
 * LOAD -> REQUANT after the parameters of a k-tile; REQUANT -> LOAD frees the parameter half.
 * CONV -> REQUANT after the last CONV of an output tile; REQUANT -> CONV frees the accumulator half.
 * REQUANT -> STORE after each requant; STORE -> REQUANT frees the output half.
+* With compressed weights, WDEC writes a step's weight half instead of a LOAD: WDEC -> CONV after it;
+  CONV -> WDEC from the last CONV that read the half frees it; LOAD -> WDEC from the layer's first LOAD
+  (which follows the previous layer) before the layer's first WDEC.
 
 A "free" token is only pushed if a later command will pop it, so the program ends with every token
 queue empty (the interpreter checks that at FINISH).
@@ -18,10 +21,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from aipu.compiler.weight_streams import WeightStreams
 from aipu.sim import golden
 from aipu.sim.machine.arch import (BIAS_BITS, BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
                                 LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, MULTIPLIER_MAX, PARAM_DTYPE, PARAM_RECORD_BYTES,
@@ -381,19 +386,21 @@ def layer_constants(layer: ConvLayer, config: HardwareConfig) -> dict[str, np.nd
     return constants
 
 
-def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, **tiles) -> LoweredLayer:
+def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, compress: bool = False,
+                     **tiles) -> LoweredLayer:
     """Plan DRAM, tile the layer and emit LOAD/CONV/REQUANT(/LUT)/STORE with double buffering and tokens."""
-    return lower_conv_layers([layer], config, [tiles])
+    return lower_conv_layers([layer], config, [tiles], compress=compress)
 
 
 def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
-                      tiles: list[dict] | None = None) -> LoweredLayer:
+                      tiles: list[dict] | None = None, *, compress: bool = False) -> LoweredLayer:
     """Lower a chain of conv layers into one program: layer i + 1 reads layer i's output from DRAM.
 
     Only the first layer's ``x`` is input data; later layers' ``x`` must have the previous output's
     shape and dtype (their values are not used). Between layers the last STORE pushes a STORE -> LOAD
     token that the next layer's first LOAD pops: everything of the previous layer then happens before
-    anything of the next (DRAM read-after-write and every on-chip buffer reuse)."""
+    anything of the next (DRAM read-after-write and every on-chip buffer reuse). ``compress``: weight tiles
+    decoded by WDEC where their stream is smaller (``WeightStreams``), the streams placed after the outputs."""
     if not layers:
         raise ValueError("lower_conv_layers needs at least one layer")
     tiles = tiles or [{} for _ in layers]
@@ -419,18 +426,25 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     for i, (layer, plan) in enumerate(zip(layers, plans)):
         regions[f"{i}.output"] = (cursor, plan.out_h * plan.out_w * layer.w.shape[0] * layer.out_dtype.itemsize)
         cursor = _align(cursor + regions[f"{i}.output"][1])
-    dram = np.zeros(cursor, np.uint8)
-    for name, blob in blobs.items():
-        address, nbytes = regions[name]
-        dram[address:address + nbytes] = np.frombuffer(blob.tobytes(), np.uint8)
 
-    program = Program(config)
+    def place(name: str, stream: bytes) -> int:
+        nonlocal cursor
+        blobs[name], regions[name] = np.frombuffer(stream, np.uint8), (cursor, len(stream))
+        cursor = _align(cursor + len(stream))
+        return regions[name][0]
+
+    program, streams = Program(config), []
     for i, (layer, plan) in enumerate(zip(layers, plans)):
         addresses = {"input": regions["input" if i == 0 else f"{i - 1}.output"][0],
                      **{name: regions[f"{i}.{name}"][0] for name in ("weights", "params", "output", "lut")
                         if f"{i}.{name}" in regions}}
-        emit_conv_layer(program, layer, plan, addresses, after_previous=i > 0, before_next=i < len(layers) - 1)
+        emit_conv_layer(program, layer, plan, addresses, after_previous=i > 0, before_next=i < len(layers) - 1,
+                        weight_stream=WeightStreams(layer.w, str(i), place, streams) if compress else None)
     program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    dram = np.zeros(cursor, np.uint8)
+    for name, blob in blobs.items():
+        address, nbytes = regions[name]
+        dram[address:address + nbytes] = np.frombuffer(blob.tobytes(), np.uint8)
     last = len(layers) - 1
     return LoweredLayer(program, dram, regions[f"{last}.output"][0],
                         (plans[last].out_h, plans[last].out_w, layers[last].w.shape[0]), layers[last].out_dtype,
@@ -441,19 +455,39 @@ def _with_tokens(command: Command, pop=(), push=()) -> Command:
     return Command(command.opcode, command.args, command.pop | set(pop), command.push | set(push))
 
 
-def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresses: dict[str, int], *,
+def _decode_weights(program: Program, command: Command, first_load: int, last_reader: int | None) -> None:
+    """Append a WDEC command: the last CONV of the layer to read the weight half it writes (``last_reader``, its
+    index in the CONV queue) frees it, and the layer's first WDEC waits for the layer's first LOAD, which
+    waits for the previous layer (so no CONV of it still reads the weight buffer)."""
+    if last_reader is not None:
+        convs = program.queues[Unit.CONV]
+        convs[last_reader] = _with_tokens(convs[last_reader], push=[Unit.WDEC])
+        command = _with_tokens(command, pop=[Unit.CONV])
+    loads = program.queues[Unit.LOAD]
+    if Unit.WDEC not in loads[first_load].push:
+        loads[first_load] = _with_tokens(loads[first_load], push=[Unit.WDEC])
+        command = _with_tokens(command, pop=[Unit.LOAD])
+    program.append(command)
+
+
+def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int], *,
                     after_previous: bool = False, before_next: bool = False, input_row: int | None = None,
-                    output_steps: tuple[int, int] | None = None) -> None:
+                    output_steps: tuple[int, int] | None = None,
+                    weight_stream: Callable[[int, int, int, int], tuple[int, int] | None] | None = None) -> None:
     """Append one layer's commands to ``program``.
 
     ``addresses``: DRAM byte addresses of "input" (HWC), "weights" (OHWI), "params" (records), "output"
-    (HWC) and, with a table, "lut". ``after_previous``: the layer's first LOAD pops a STORE -> LOAD token;
-    ``before_next``: its last STORE pushes one. Within the layer every token pushed is also popped.
-    The input and the output may be views of larger tensors: ``input_row`` elements between input rows
-    (default W * C), ``output_steps`` elements between output rows and between output pixels (default
-    out_w * K and K), as a transposed convolution's phases read and write them."""
+    (HWC) and, with a table, "lut" ("weights" is only read when a weight tile is loaded raw).
+    ``after_previous``: the layer's first LOAD pops a STORE -> LOAD token; ``before_next``: its last STORE
+    pushes one. Within the layer every token pushed is also popped. The input and the output may be views
+    of larger tensors: ``input_row`` elements between input rows (default W * C), ``output_steps`` elements
+    between output rows and between output pixels (default out_w * K and K), as a transposed convolution's
+    phases read and write them. ``weight_stream(k0, k, c0, c)``: where the compressed stream of the weights
+    [k0:k0+k, c0:c0+c] lies in DRAM (address, length), or None to load that tile raw; a placed tile is
+    decoded by WDEC instead (the WDEC tokens: module docstring)."""
     config = program.config
     first_load = len(program.queues[Unit.LOAD])
+    weight_reader: list[int | None] = [None, None]   # the last CONV (its queue index) to read each weight half
     _, c, h, w = layer.x.shape
     k, cg, kh, kw = layer.w.shape
     input_row = w * c if input_row is None else input_row
@@ -513,13 +547,20 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
                                   pop=[Unit.REQUANT] if kt >= 2 else [], push=[Unit.REQUANT]))
             weight_slot = step if reload_weights else 0 if resident else kt
             wgt_addr = slot(Buffer.WEIGHT, weight_slot) + (k0 * kh * kw * cg if resident else 0)
+            decoded = None
             if reload_weights or (loads_params and chunk_index == 0):
-                wgt_c = tc if dense else cg
-                loads.append(dict(buffer=Buffer.WEIGHT, sram_addr=slot(Buffer.WEIGHT, weight_slot),
-                                  dram_addr=(addresses["weights"] + k0 * kh * kw * cg
-                                             + (c0 - group_base if dense else 0)),
-                                  elem_type=DType.INT8, y_size=k if resident else tk, x_size=kh * kw, run=wgt_c,
-                                  dram_y_stride=kh * kw * cg, dram_x_stride=cg))
+                wgt_k, wgt_c0, wgt_c = k if resident else tk, c0 - group_base if dense else 0, tc if dense else cg
+                placed = weight_stream(k0, wgt_k, wgt_c0, wgt_c) if weight_stream is not None else None
+                if placed is not None:
+                    decoded = Command.make(Opcode.WDEC, push=[Unit.CONV],
+                                           dram_addr=placed[0], length=placed[1],
+                                           wgt_addr=slot(Buffer.WEIGHT, weight_slot), out_c=wgt_k, in_c=wgt_c,
+                                           k_h=kh, k_w=kw)
+                else:
+                    loads.append(dict(buffer=Buffer.WEIGHT, sram_addr=slot(Buffer.WEIGHT, weight_slot),
+                                      dram_addr=addresses["weights"] + k0 * kh * kw * cg + wgt_c0,
+                                      elem_type=DType.INT8, y_size=wgt_k, x_size=kh * kw, run=wgt_c,
+                                      dram_y_stride=kh * kw * cg, dram_x_stride=cg))
             loads.append(dict(buffer=Buffer.ACT, sram_addr=slot(Buffer.ACT, step),
                               dram_addr=addresses["input"] + (real_first * input_row + c0), elem_type=in_type,
                               y_size=real_rows, x_size=w, run=tc, dram_y_stride=input_row, dram_x_stride=c,
@@ -530,9 +571,13 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
             loads[-1]["push"] = list(loads[-1].get("push", [])) + [Unit.CONV]
             for load in loads:
                 program.append(Command.make(Opcode.LOAD, **load))
+            if decoded is not None:
+                _decode_weights(program, decoded, first_load, weight_reader[weight_slot % 2])
 
             last_chunk = chunk_index == len(chunks) - 1
-            pop = [Unit.LOAD] + ([Unit.REQUANT] if chunk_index == 0 and t >= 2 else [])
+            pop = [Unit.LOAD] + ([Unit.REQUANT] if chunk_index == 0 and t >= 2 else []) + \
+                ([Unit.WDEC] if decoded is not None else [])
+            weight_reader[weight_slot % 2] = len(program.queues[Unit.CONV])
             push = ([Unit.LOAD] if step + 2 < n_steps else []) + ([Unit.REQUANT] if last_chunk else [])
             program.append(Command.make(
                 Opcode.CONV, pop=pop, push=push, in_addr=slot(Buffer.ACT, step), in_h=in_rows, in_w=w + pl + pr,

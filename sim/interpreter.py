@@ -442,10 +442,15 @@ class _Preparer:
                 Opcode.FINISH: _finish, Opcode.SOFTMAX: _softmax}
 
 
+DECODED_STREAMS_KEPT = 256     # weight tiles whose decoded levels the interpreter keeps
+
+
+@functools.lru_cache(maxsize=DECODED_STREAMS_KEPT)
 def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:
     """WDEC's decoder: one layer's bare nnc() stream of an [O, I, KH, KW] weight tensor in the npu profile
     (what rtl/wdec.py executes; the full chapter-10 syntax is refused as the hardware refuses it) to int8
-    levels; levels outside int8 are an error, never a wrap."""
+    levels (read-only); levels outside int8 are an error, never a wrap. The last DECODED_STREAMS_KEPT results
+    are kept: a network run on many inputs decodes each of its weight tiles once."""
     from aipu import codec
 
     try:
@@ -455,7 +460,9 @@ def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.
     info8 = np.iinfo(np.int8)
     if levels.size and (levels.min() < info8.min or levels.max() > info8.max):
         raise ValueError(f"decoded weight levels {levels.min()}..{levels.max()} do not fit int8")
-    return levels.astype(np.int8)
+    levels = levels.astype(np.int8)
+    levels.flags.writeable = False
+    return levels
 
 
 def _space_name(space) -> str:

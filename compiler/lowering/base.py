@@ -8,7 +8,7 @@ tensors, and places tensors and constants in DRAM.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -28,6 +28,8 @@ class Context:
     plan: DramPlan
     tensors: dict[str, QTensor]
     constants: dict[str, np.ndarray]       # integer operands of the quantized model (e.g. an eltwise constant)
+    compress: bool = False                 # conv weights as npu-profile streams that WDEC decodes
+    weight_streams: list[dict] = field(default_factory=list)    # what compression placed, for the manifest
 
     def address(self, name: str) -> int:
         """A tensor's DRAM byte address; a model constant is placed (channels-last) on first use."""

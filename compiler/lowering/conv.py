@@ -18,6 +18,7 @@ from aipu.compiler.lowering.base import Context, dtype_code, image_shape
 from aipu.compiler.lowering.pipeline import Link
 from aipu.compiler.qir import QConv, QLut
 from aipu.compiler.tiling import ConvLayer, TilePlan, check_layer, emit_conv_layer, layer_constants, plan_tiles
+from aipu.compiler.weight_streams import WeightStreams
 from aipu.sim.machine.arch import LUT_ENTRY_DTYPE
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Rounding
@@ -153,12 +154,28 @@ class ConvLowering:
         elem_in, elem_out = context.tensors[plan.op.x].dtype.itemsize, y.dtype.itemsize
         last = len(plan.parts) - 1
         for index, part in enumerate(plan.parts):       # phases one after another: they share the buffers
-            addresses = {"input": source + part.input_offset * elem_in,
-                         "output": target + part.output_offset * elem_out}
-            for name, blob in layer_constants(part.layer, context.program.config).items():
-                prefix = plan.op.name if last == 0 else f"{plan.op.name}/phase{index}"
-                addresses[name] = context.plan.constant(f"{prefix}/{name}", blob)
+            prefix = plan.op.name if last == 0 else f"{plan.op.name}/phase{index}"
+            constants = layer_constants(part.layer, context.program.config)
+            addresses = _PlacedOnUse(lambda name: context.plan.constant(f"{prefix}/{name}", constants[name]),
+                                     input=source + part.input_offset * elem_in,
+                                     output=target + part.output_offset * elem_out)
             emit_conv_layer(context.program, part.layer, part.tiles, addresses,
                             after_previous=link.after_previous if index == 0 else True,
                             before_next=link.before_next if index == last else True,
-                            input_row=part.input_row, output_steps=part.output_steps)
+                            input_row=part.input_row, output_steps=part.output_steps,
+                            weight_stream=WeightStreams(part.layer.w, prefix, lambda name, blob: context.plan.constant(
+                                name, np.frombuffer(blob, np.uint8)), context.weight_streams)
+                            if context.compress else None)
+
+
+class _PlacedOnUse(dict):
+    """DRAM addresses of a layer's constants, each placed when first asked for: raw weights that WDEC streams
+    replace everywhere never take DRAM."""
+
+    def __init__(self, place, **addresses: int) -> None:
+        super().__init__(addresses)
+        self._place = place
+
+    def __missing__(self, name: str) -> int:
+        self[name] = address = self._place(name)
+        return address

@@ -8,7 +8,7 @@ that each can be read back and compared with the quantized IR's reference).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,6 +41,7 @@ class NetworkProgram:
     dram: np.ndarray
     plan: DramPlan
     model: QModel
+    weight_streams: list[dict] = field(default_factory=list)    # one per compressed weight tile (--compress)
 
     def memory(self, inputs: dict[str, np.ndarray]) -> Memory:
         """A memory image with the quantized ``inputs`` (NCHW, the model's types) in place."""
@@ -67,14 +68,25 @@ class NetworkProgram:
                     "layout": "channels_last", "dtype": tensor.dtype.name, "scale": tensor.scale,
                     "zero_point": tensor.zero_point,
                     "rounding": "onnx_quantize_linear" if tensor.onnx_rounding else "half_away_from_zero"}
-        return {"inputs": [entry(name) for name in self.model.inputs],
-                "outputs": [entry(name) for name in self.model.outputs],
-                "dram_bytes": int(self.dram.size), "commands": len(self.program)}
+        manifest = {"inputs": [entry(name) for name in self.model.inputs],
+                    "outputs": [entry(name) for name in self.model.outputs],
+                    "dram_bytes": int(self.dram.size), "commands": len(self.program)}
+        if self.weight_streams:
+            decoded = [stream for stream in self.weight_streams if stream["decoded"]]
+            weight_bytes = sum(stream["weight_bytes"] for stream in decoded)
+            stream_bytes = sum(stream["stream_bytes"] for stream in decoded)
+            manifest["weight_compression"] = {
+                "tiles": len(self.weight_streams), "decoded_tiles": len(decoded), "weight_bytes": weight_bytes,
+                "stream_bytes": stream_bytes, "bits_per_weight": round(8 * stream_bytes / max(weight_bytes, 1), 3),
+                "streams": self.weight_streams}
+        return manifest
 
 
-def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bool = False) -> NetworkProgram:
-    """Plan every operator (all errors before anything is emitted), then emit them in order."""
-    context = Context(Program(config), DramPlan(), model.tensors, model.constants)
+def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bool = False,
+                compress: bool = False) -> NetworkProgram:
+    """Plan every operator (all errors before anything is emitted), then emit them in order. ``compress``:
+    conv weight tiles as npu-profile streams decoded by WDEC, where that is smaller than the raw tile."""
+    context = Context(Program(config), DramPlan(), model.tensors, model.constants, compress=compress)
     for name in model.inputs:
         tensor = model.tensors[name]
         context.plan.tensor(name, tensor.shape, tensor.dtype, reuse=False)
@@ -92,7 +104,7 @@ def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bo
                     and name not in model.constants:
                 context.plan.release(name)
     context.program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
-    return NetworkProgram(context.program, context.plan.image(), context.plan, model)
+    return NetworkProgram(context.program, context.plan.image(), context.plan, model, context.weight_streams)
 
 
 def _plan(model: QModel, context: Context) -> list[tuple]:

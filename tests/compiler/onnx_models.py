@@ -125,3 +125,18 @@ def _random_activation(b: GraphBuilder, x: str, channels: int) -> str:
     if kind == "LeakyRelu":
         return b.node("LeakyRelu", [x], alpha=0.1)
     return b.node(str(kind), [x])
+
+
+def pruned(model: onnx.ModelProto, fraction: float = 0.7) -> onnx.ModelProto:
+    """``model`` with the smallest ``fraction`` of every 4-D weight (by magnitude, per tensor) set to zero: the
+    sparse weights of a magnitude-pruned network, which the weight codec compresses well."""
+    from onnx import numpy_helper
+
+    pruned_model = onnx.ModelProto()
+    pruned_model.CopyFrom(model)
+    for index, initializer in enumerate(pruned_model.graph.initializer):
+        weights = numpy_helper.to_array(initializer)
+        if weights.ndim == 4:
+            weights = np.where(np.abs(weights) < np.quantile(np.abs(weights), fraction), 0, weights)
+            pruned_model.graph.initializer[index].CopyFrom(numpy_helper.from_array(weights, initializer.name))
+    return pruned_model

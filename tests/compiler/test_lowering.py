@@ -24,8 +24,8 @@ TINY = hardware_config_from_dict({"buffers": {"act": {"bytes": 2048}, "weight": 
                                               "param": {"bytes": 256}}})
 
 
-def _check_every_tensor(qmodel, config, image: np.ndarray, seed=None, keep_all=True):
-    network = lower_model(qmodel, config, keep_all=keep_all)
+def _check_every_tensor(qmodel, config, image: np.ndarray, seed=None, keep_all=True, compress=False):
+    network = lower_model(qmodel, config, keep_all=keep_all, compress=compress)
     x = qmodel.quantize_inputs({qmodel.inputs[0]: image})
     want = qmodel.run(x, keep=True)
     result = run(network.program, network.memory(x), seed=seed)

@@ -1,0 +1,40 @@
+"""Weight tiles as npu-profile streams for WDEC (``aipu compile --compress``): the conv tiler asks for each
+tile it would load, and gets where its stream lies in DRAM or None (load it raw)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from aipu.sim.machine.arch import DEFAULT
+from aipu.sim.machine.isa import COMMANDS, Opcode
+
+
+class WeightStreams:
+    """``weight_stream`` of emit_conv_layer for one layer's weights [K, C/groups, KH, KW]: a tile's npu-profile
+    stream (codec.encode_profile_stream), placed by ``place(name, stream)`` (returns its DRAM address) once
+    however often the tile is decoded, and described in ``record``; None (load the tile raw) where the stream
+    is not smaller than the tile or does not fit WDEC's fields, and for weights that are not int8."""
+
+    def __init__(self, weights: np.ndarray, prefix: str, place: Callable[[str, bytes], int], record: list[dict]):
+        self.weights, self.prefix, self.place, self.record = weights, prefix, place, record
+        self.placed: dict[tuple[int, int, int, int], tuple[int, int] | None] = {}
+
+    def __call__(self, k0: int, k: int, c0: int, c: int) -> tuple[int, int] | None:
+        from aipu import codec
+
+        key = (k0, k, c0, c)
+        if self.weights.dtype != np.int8:       # WDEC writes int8 levels
+            return None
+        if key not in self.placed:
+            tile = self.weights[k0:k0 + k, c0:c0 + c]
+            stream = codec.encode_profile_stream(tile)
+            fits = all(value <= COMMANDS[Opcode.WDEC].field(name).legal_range(DEFAULT)[1] for name, value in
+                       (("length", len(stream)), ("out_c", k), ("in_c", c), ("k_h", tile.shape[2]),
+                        ("k_w", tile.shape[3])))
+            name = f"{self.prefix}/weights[{k0}:{k0 + k},{c0}:{c0 + c}]"
+            decoded = fits and len(stream) < tile.size
+            self.record.append({"name": name, "weight_bytes": tile.size, "stream_bytes": len(stream),
+                                "decoded": decoded})
+            self.placed[key] = (self.place(name, stream), len(stream)) if decoded else None
+        return self.placed[key]

@@ -1,0 +1,101 @@
+"""`aipu compile --compress`: conv weight tiles as npu-profile streams that WDEC decodes on chip. The program
+must compute what the quantized IR computes, bit for bit, in any legal schedule, with WDEC on its own queue."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aipu import codec
+from aipu.app.cli import main
+from aipu.compiler.lowering.network import lower_model
+from aipu.sim.interpreter import run
+from aipu.sim.machine.arch import DEFAULT
+from aipu.sim.machine.errors import HazardError
+from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.program import Command
+from tests.compiler.onnx_models import mobilenet_like, pruned, random_network, resnet_like, unet_like
+from tests.compiler.test_lowering import TINY, _check_every_tensor
+from tests.compiler.test_quantize import _compile
+
+
+def _decoded_weights(network) -> int:
+    """Checks that every WDEC command's stream decodes in the profile to int8 levels; returns how many there are."""
+    commands = [command for command in network.program.queues[Unit.WDEC] if command.opcode == Opcode.WDEC]
+    for command in commands:
+        stream = network.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
+        levels = codec.decode_profile_compiled(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
+        assert -128 <= levels.levels.min() and levels.levels.max() <= 127
+    return len(commands)
+
+
+@pytest.mark.parametrize("config", [DEFAULT, TINY], ids=["default", "tiny"])
+@pytest.mark.parametrize("build", [mobilenet_like, resnet_like, unet_like])
+def test_pruned_networks_run_bit_exact_with_weights_decoded_on_chip(tmp_path, build, config):
+    rng = np.random.default_rng(6)
+    _, qmodel = _compile(tmp_path, pruned(build()), rng.normal(0, 1, (12, 3, 16, 16)).astype(np.float32))
+    image = rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
+    plain, _ = _check_every_tensor(qmodel, config, image, seed=4)
+    network, compared = _check_every_tensor(qmodel, config, image, seed=4, compress=True)
+    assert len(compared) >= 10 and _decoded_weights(network) >= 3
+    packed = network.manifest()["weight_compression"]
+    assert packed["stream_bytes"] < packed["weight_bytes"] and packed["bits_per_weight"] < 6
+    assert network.dram.size < plain.dram.size, "raw weights that streams replace take no DRAM"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_pruned_networks_with_compressed_weights(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    _, qmodel = _compile(tmp_path, pruned(random_network(seed)), rng.normal(0, 1, (8, 3, 12, 12)).astype(np.float32))
+    for config in (DEFAULT, TINY):
+        network, _ = _check_every_tensor(qmodel, config, rng.normal(0, 1, (1, 3, 12, 12)).astype(np.float32),
+                                         seed=seed, compress=True)
+        assert _decoded_weights(network)
+
+
+def test_incompressible_tiles_are_loaded_raw(tmp_path):
+    rng = np.random.default_rng(1)
+    _, qmodel = _compile(tmp_path, mobilenet_like(), rng.normal(0, 1, (8, 3, 16, 16)).astype(np.float32))
+    network = lower_model(qmodel, compress=True)
+    packed = network.manifest()["weight_compression"]
+    raw = [stream for stream in packed["streams"] if not stream["decoded"]]
+    assert raw and all(stream["stream_bytes"] >= stream["weight_bytes"] for stream in raw)
+    x = qmodel.quantize_inputs({qmodel.inputs[0]: rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)})
+    result = run(network.program, network.memory(x))
+    want = qmodel.run(x)
+    for name in qmodel.outputs:
+        np.testing.assert_array_equal(network.read(result.memory, name), want[name])
+
+
+def test_cli_compiles_and_runs_compressed(tmp_path, capsys):
+    import onnx
+
+    rng = np.random.default_rng(2)
+    onnx.save(pruned(resnet_like()), tmp_path / "model.onnx")
+    np.save(tmp_path / "calib.npy", rng.normal(0, 1, (8, 3, 16, 16)).astype(np.float32))
+    assert main(["compile", str(tmp_path / "model.onnx"), "--calib", str(tmp_path / "calib.npy"), "--compress",
+                 "-o", str(tmp_path / "out"), "--quiet"]) == 0
+    assert "tiles decoded by WDEC" in capsys.readouterr().out
+    assert main(["run", str(tmp_path / "out"), "--input", str(tmp_path / "calib.npy"), "--compare-onnx"]) == 0
+    assert "same argmax" in capsys.readouterr().out
+
+
+def _without_token(network, unit: Unit, source: Unit, match) -> None:
+    """Drops the ``match``-th token ``source`` -> ``unit`` from both ends (the n-th push pairs with the n-th pop)."""
+    queues = network.program.queues
+    for queue, side, other in ((queues[unit], "pop", source), (queues[source], "push", unit)):
+        index = [i for i, command in enumerate(queue) if other in getattr(command, side)][match]
+        command = queue[index]
+        pop, push = (command.pop - {other}, command.push) if side == "pop" else (command.pop, command.push - {other})
+        queue[index] = Command(command.opcode, command.args, pop, push)
+
+
+@pytest.mark.parametrize("unit, source, match", [(Unit.CONV, Unit.WDEC, 0), (Unit.WDEC, Unit.CONV, 0),
+                                                 (Unit.WDEC, Unit.LOAD, 1)])
+def test_every_wdec_token_is_needed(tmp_path, unit, source, match):
+    rng = np.random.default_rng(5)
+    _, qmodel = _compile(tmp_path, pruned(resnet_like()), rng.normal(0, 1, (8, 3, 16, 16)).astype(np.float32))
+    network = lower_model(qmodel, TINY, compress=True)
+    _without_token(network, unit, source, match)
+    x = qmodel.quantize_inputs({qmodel.inputs[0]: rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)})
+    with pytest.raises(HazardError, match="WDEC.*not ordered by tokens"):
+        run(network.program, network.memory(x))
