@@ -23,7 +23,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size {args.batch_size}: expected at least 1")
     options = QuantOptions(method=args.method, symmetric_activations=args.symmetric,
                            per_channel_weights=not args.per_tensor_weights, n_std=args.n_std,
-                           percentile=args.percentile, momentum=args.momentum, scheme=args.scheme)
+                           percentile=args.percentile, momentum=args.momentum, scheme=args.scheme,
+                           int16=tuple(args.int16 or ()))
     config = load_hardware_config(args.config) if args.config else DEFAULT
     started = time.perf_counter()
     compiled = compile_model(args.model, args.calib, config=config, input_shapes=parse_input_shapes(args.input_shape),
@@ -145,6 +146,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 help="affine (scale and zero point per tensor, default) or pow2 (seed 002: every "
                                      "scale a power of two, 7-bit weights, requantization by shifts)")
     compile_parser.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
+    compile_parser.add_argument("--int16", action="append", metavar="TENSOR",
+                                help="quantize this tensor to int16 (repeatable): one that tables, pooling, "
+                                     "element-wise operators or the outputs read, not a conv or fc")
     compile_parser.add_argument("--per-tensor-weights", action="store_true", help="one weight scale per layer")
     compile_parser.add_argument("--n-std", type=float, default=3.0, help="nstd: N (default 3)")
     compile_parser.add_argument("--percentile", type=float, default=99.99, help="percentile: p (default 99.99)")

@@ -121,19 +121,25 @@ def upsampled(x: np.ndarray, factor: tuple[int, int], padding: tuple[int, int, i
 
 @dataclass(frozen=True)
 class QLut:
-    """An activation by table (docs/arithmetic.md §6.1): out = table[raw input byte]."""
+    """An activation by table: an 8-bit input indexes it (docs/arithmetic.md §6.1, out = table[raw input
+    byte]); an int16 input interpolates between its 2^k + 1 entries, spaced 2^index_shift apart over the whole
+    int16 range (§6.2), the result clamped to the output type."""
 
     name: str
     x: str
     y: str
     table: np.ndarray
+    index_shift: int | None = None          # int16 input only
 
     @property
     def inputs(self) -> tuple[str, ...]:
         return (self.x,)
 
     def run(self, values: dict[str, np.ndarray], tensors: dict[str, QTensor]) -> np.ndarray:
-        return golden.lut8(values[self.x], self.table)
+        if self.index_shift is None:
+            return golden.lut8(values[self.x], self.table)
+        return golden.lut16(values[self.x], self.table, index_shift=self.index_shift,
+                            out_dtype=tensors[self.y].dtype)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ real = s * (q - zp)); docs/compiler.md §3 lists every choice with the source li
   (S003 L410-416, exact for 8-bit inputs);
 * pooling, reshapes and transposes keep their input's quantization (S003 §4.43); Add/Sub/Mul take per-input
   multipliers (D18), Concat requantizes each input to the output's scale (D19);
+* ``int16``: chosen tensors int16, symmetric (D21), read by interpolated tables, pooling, reshapes and the
+  outputs; a MAC, element-wise or softmax operator reading one is refused (their units read 8 bits);
 * ``scheme="pow2"``: seed 002's power-of-two scheme instead (docs/compiler.md §3.1): scales 2^-e, 7-bit
   weights with one exponent per layer, convolutions requantized by a floor shift.
 """
@@ -30,10 +32,13 @@ from aipu.compiler.normalize import pad_widths, softmax_axes
 from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant
 from aipu.compiler.resize import bilinear, nearest_gather
 from aipu.sim import golden
-from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, SOFTMAX_SHIFT_MAX, bit_range
+from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, SOFTMAX_SHIFT_MAX, bit_range
 from aipu.sim.machine.errors import InputError
 
 _WEIGHT_MAX = 127                 # restricted symmetric int8 range (S003 §2.2.2): -128 never used
+_INT16_MAX = 32767                # int16 activations: symmetric, -32768 never used
+_ELTWISE_OPERANDS = "the element-wise unit reads 8-bit operands (ELTWISE a_type, b_type)"
+LUT16_TABLE_BITS = 9              # an int16 input's table: 2^9 + 1 entries over the whole int16 range
 _FUSABLE = ("Relu", "Clip", "LeakyRelu", "PRelu")
 _LAYOUT_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
 _ELTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "mul"}
@@ -49,6 +54,7 @@ class QuantOptions:
     momentum: float | None = None
     rounding: str = "half_up"                 # of every shift (D2)
     scheme: str = "affine"                    # SCHEMES: "pow2" is seed 002's power-of-two scheme
+    int16: tuple[str, ...] = ()               # tensors quantized to int16 (symmetric), where their readers allow
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
@@ -116,6 +122,13 @@ class Quantizer:
         """uint8 with zero point 0 for a non-negative range; else int8, asymmetric (zero point placing ``low``
         at -128) or symmetric (zero point 0, [-127, 127] as the weights). A range of one point gets scale 1
         (S003 L267-271)."""
+        if name in self.options.int16:          # symmetric over [-32767, 32767] (D21), power of two under pow2
+            amax = max(-low, high)
+            if self.options.scheme == "pow2":
+                scale = 2.0 ** -golden.pow2_scale_exponent(amax, _INT16_MAX) if amax > 0 else 1.0
+            else:
+                scale = amax / _INT16_MAX if amax > 0 else 1.0
+            return QTensor(name, tuple(shape), np.dtype(np.int16), float(scale), 0)
         if self.options.scheme == "pow2":       # S002 formula (1): 2^-e, e = round(log2(QUAN / abs_max))
             amax = max(-low, high)
             exponent = golden.pow2_scale_exponent(amax, golden.FEATURE_QUAN) if amax > 0 else 0
@@ -155,6 +168,10 @@ class Quantizer:
                 if isinstance(exc, InputError):
                     raise exc.within(f"node {node.name!r} ({node.op})")
                 raise InputError(f"node {node.name!r} ({node.op})", "quantization", str(exc)) from exc
+        missing = [name for name in self.options.int16 if name not in self.tensors]
+        if missing:
+            raise InputError("--int16", missing[0], "a tensor the quantized model computes (a fused activation's "
+                             "input is not: name the activation's output)")
         return QModel(self.tensors, self.ops, self.graph.inputs, self.graph.outputs, self.constants)
 
     def lower(self, node: Node, fused: set[str]) -> None:
@@ -196,7 +213,7 @@ class Quantizer:
         if slope is not None and np.any(slope <= 0):
             raise InputError("slope", float(slope.min()), "> 0 per channel (the requantizer's second multiplier "
                              "is unsigned, docs/arithmetic.md §4.2)")
-        x_spec, y_spec = self.tensors[x], self.activation(y)
+        x_spec, y_spec = self._mac_input(x), self.activation(y)
         self.tensors[y] = y_spec
         w_q, w_scale = self._weights(weight)
         scale = x_spec.scale * w_scale / y_spec.scale
@@ -207,6 +224,17 @@ class Quantizer:
         requant = self._requant(scale, y_spec, activation)
         check_accumulator(w_q, x_spec, 0)
         self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv))
+
+    def _eight_bit(self, name: str, why: str) -> QTensor:
+        """The quantization of an input that must be 8-bit (``why``: the unit's limit) where --int16 made it not."""
+        spec = self.tensors[name]
+        if spec.dtype.itemsize != 1:
+            raise InputError(f"input {name!r}", spec.dtype.name, f"8-bit: {why}; give --int16 to tensors that "
+                             "tables, pooling, reshapes or the model's outputs read")
+        return spec
+
+    def _mac_input(self, name: str) -> QTensor:
+        return self._eight_bit(name, "the MAC array multiplies 8-bit operands (docs/arithmetic.md §3.1)")
 
     def _mac_operands(self, node: Node) -> tuple[np.ndarray, np.ndarray, dict]:
         """(weights [K, C/G, KH, KW] float64, bias [K] float64, conv geometry) of a MAC node."""
@@ -324,10 +352,14 @@ class Quantizer:
         else:
             function = self.functions[node.op]
         attrs = {**node.attrs, "slope": float(self._slope(node))} if node.op == "PRelu" else node.attrs
-        table = golden.build_lut8(lambda values: function(values, attrs), in_scale=x_spec.scale,
-                                  in_zero_point=x_spec.zero_point, in_dtype=x_spec.dtype, out_scale=y_spec.scale,
-                                  out_zero_point=y_spec.zero_point, out_dtype=y_spec.dtype)
-        self.ops.append(QLut(node.name, x, y, table))
+        scales = dict(in_scale=x_spec.scale, in_zero_point=x_spec.zero_point, out_scale=y_spec.scale,
+                      out_zero_point=y_spec.zero_point, out_dtype=y_spec.dtype)
+        if x_spec.dtype.itemsize == 1:
+            table = golden.build_lut8(lambda values: function(values, attrs), in_dtype=x_spec.dtype, **scales)
+            self.ops.append(QLut(node.name, x, y, table))
+            return
+        table = golden.build_lut16(lambda values: function(values, attrs), index_bits=LUT16_TABLE_BITS, **scales)
+        self.ops.append(QLut(node.name, x, y, table, index_shift=LUT16_INPUT_BITS - LUT16_TABLE_BITS))
 
     def pool(self, node: Node) -> None:
         x, y = node.inputs[0], node.outputs[0]
@@ -370,7 +402,7 @@ class Quantizer:
                 value = np.asarray(constants[name])
                 value = value.reshape((1,) * (rank - value.ndim) + value.shape)
                 self.tensors[name] = self.constant_operand(name, value)
-            specs.append(self.tensors[name])
+            specs.append(self._eight_bit(name, _ELTWISE_OPERANDS))
         y_spec = self.activation(y)
         self.tensors[y] = y_spec
         params = golden.eltwise_params(op, specs[0].scale, specs[1].scale, y_spec.scale)
@@ -407,6 +439,7 @@ class Quantizer:
         calibrated range (within [0, 1]), 1/s_y as M / 2^N."""
         x, y = node.inputs[0], node.outputs[0]
         x_spec, y_spec = self.tensors[x], self.activation(y)
+        self._eight_bit(x, "the SOFTMAX exp table takes 8-bit differences (docs/arithmetic.md §6.4)")
         self.tensors[y] = y_spec
         multiplier, shift = golden.quantize_multiplier(1.0 / y_spec.scale)
         if shift > SOFTMAX_SHIFT_MAX:
@@ -435,6 +468,7 @@ class Quantizer:
         requant = Requant(multiplier, shift, self.tensors[x].zero_point, int(info.min), int(info.max),
                           self.options.rounding)
         w_q = weights.astype(np.int8)
+        self._mac_input(x)
         check_accumulator(w_q, self.tensors[edges], 0)
         self.ops.append(QConv(node.name, edges, y, w_q, np.zeros(c, BIAS_DTYPE), requant, **geometry))
 
@@ -442,7 +476,8 @@ class Quantizer:
         y = node.outputs[0]
         y_spec = self.activation(y)
         self.tensors[y] = y_spec
-        pairs = [golden.quantize_multiplier(self.tensors[x].scale / y_spec.scale) for x in node.inputs]
+        pairs = [golden.quantize_multiplier(self._eight_bit(x, _ELTWISE_OPERANDS).scale / y_spec.scale)
+                 for x in node.inputs]
         axis = int(node.attrs["axis"]) % len(self.graph.shapes[y])
         self.ops.append(QConcat(node.name, tuple(node.inputs), y, axis, tuple(m for m, _ in pairs),
                                 tuple(n for _, n in pairs), self.options.rounding))

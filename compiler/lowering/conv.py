@@ -144,7 +144,9 @@ class ConvLowering:
                           stride=op.stride, padding=padding, dilation=dilation, groups=op.groups,
                           negative_multiplier=requant.negative_multiplier if leaky else None,
                           negative_shift=requant.negative_shift if leaky else None,
-                          lut=table.table.astype(LUT_ENTRY_DTYPE) if table else None)
+                          lut=table.table.astype(LUT_ENTRY_DTYPE) if table else None,
+                          **(dict(lut_index_shift=table.index_shift, lut_input_min=int(np.iinfo(np.int16).min))
+                             if table is not None and table.index_shift is not None else {}))
         check_layer(layer)
         return ConvPart(layer, plan_tiles(layer, context.program.config))
 
