@@ -145,7 +145,7 @@ class ConvLowering:
                           negative_multiplier=requant.negative_multiplier if leaky else None,
                           negative_shift=requant.negative_shift if leaky else None,
                           lut=table.table.astype(LUT_ENTRY_DTYPE) if table else None,
-                          **(dict(lut_index_shift=table.index_shift, lut_input_min=int(np.iinfo(np.int16).min))
+                          **({"lut_index_shift": table.index_shift}     # the default domain: all of int16
                              if table is not None and table.index_shift is not None else {}))
         check_layer(layer)
         return ConvPart(layer, plan_tiles(layer, context.program.config))

@@ -10,7 +10,7 @@ import numpy as np
 from aipu.compiler.lowering.base import Context, dtype_code, field_max
 from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QLut
-from aipu.sim.machine.arch import LUT_ENTRY_DTYPE, Buffer
+from aipu.sim.machine.arch import LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, Buffer, bit_range
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import LutMode, Opcode, Unit
 
@@ -48,7 +48,8 @@ class TableLowering:
         else:                                   # the whole int16 range (compiler.quantize's tables)
             info = np.iinfo(y.dtype)
             mode = dict(mode=LutMode.INTERP16, table_log2=(op.table.size - 1).bit_length() - 1,
-                        index_shift=op.index_shift, input_min=int(np.iinfo(np.int16).min), qmin=int(info.min),
+                        index_shift=op.index_shift, input_min=bit_range(LUT16_INPUT_BITS, signed=True)[0],
+                        qmin=int(info.min),
                         qmax=int(info.max))
 
         def build(t: int, act: int, out: int) -> Tile:
