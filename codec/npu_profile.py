@@ -36,6 +36,7 @@ from .reference.sublayer_coder import MAX_CBOOK_SIZE
 ZERO_RUN_BITS = 8           # the hardware renormalises past at most this many leading zero bits per cycle
 PROFILE_CTU_FLAGS = (("select_map_mode_flag", 0), ("map_mode_flag", 1), ("enable_start_depth", 0))
 PROFILE_CU_FLAGS = (("signalled_size", 0), ("uni_mode", 1))     # after split_flag: no codebook, a unitree
+PROFILE_SPLIT_FLAG = ("split_flag", 0)                           # coded only in a CTU larger than a minimum CU
 SPLIT_FLAG_MIN_CU = 8       # MIN_CU3D_SIZE: a CTU wider or taller than one minimum CU codes split_flag
 
 
@@ -176,8 +177,9 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
                     if (value := reader.read(name)) != wanted:
                         raise _outside(name, value, wanted)
                 if height > SPLIT_FLAG_MIN_CU or width > SPLIT_FLAG_MIN_CU:
-                    if (value := reader.read("split_flag")) != 0:
-                        raise _outside("split_flag", value, 0)
+                    name, wanted = PROFILE_SPLIT_FLAG
+                    if (value := reader.read(name)) != wanted:
+                        raise _outside(name, value, wanted)
                 for name, wanted in PROFILE_CU_FLAGS:
                     inputs = {"max_value": MAX_CBOOK_SIZE} if name == "signalled_size" else {}
                     if (value := reader.read(name, **inputs)) != wanted:
@@ -218,6 +220,10 @@ def _flag_table(flags) -> np.ndarray:
                      for name, wanted in flags], dtype=np.int64).reshape(-1, 3)
 
 
+_FLAG_TABLES = tuple(_flag_table(flags) for flags in (PROFILE_CTU_FLAGS, (PROFILE_SPLIT_FLAG,), PROFILE_CU_FLAGS))
+_PROFILE_FLAG_VALUES = dict((*PROFILE_CTU_FLAGS, PROFILE_SPLIT_FLAG, *PROFILE_CU_FLAGS))
+
+
 def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int]) -> ProfileDecode:
     """``decode_profile_stream`` over the compiled engine (codec.compiled.profile_walk): the same levels, bins,
     Morton skips and refusals, about a hundred times faster; the zero-run cycles are not counted."""
@@ -231,14 +237,12 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int]) -> 
         ctus = np.array([(c, k, min(size, in_c - c), min(size, out_c - k))
                          for c, k in _ctu_origins(header, in_c, out_c)], dtype=np.int64).reshape(-1, 4)
         decode_profile_ctus(reader.state, reader.ctx, reader.data, NO_TRACE, levels, ctus, k_h * k_w, k_w,
-                            _flag_table(PROFILE_CTU_FLAGS), _flag_table((("split_flag", 0),)),
-                            _flag_table(PROFILE_CU_FLAGS), SPLIT_FLAG_MIN_CU, status)
+                            *_FLAG_TABLES, SPLIT_FLAG_MIN_CU, status)
         element = Element(int(status[WALK_ELEMENT])).name
         with error_context(ctu=int(status[WALK_CTU])):
             raise_on_error(reader.state, element=element)
             if status[WALK_ERROR] == WALK_OUTSIDE:
-                wanted = dict(PROFILE_CTU_FLAGS + PROFILE_CU_FLAGS + (("split_flag", 0),))[element]
-                raise _outside(element, int(status[WALK_VALUE]), wanted).add_context(
+                raise _outside(element, int(status[WALK_VALUE]), _PROFILE_FLAG_VALUES[element]).add_context(
                     bit_position=int(status[WALK_POS]))
             if status[WALK_ERROR] == WALK_END_FLAG:
                 raise CodecError("end_of_last_layer_ctu_flag disagrees with the CTU count", element=element,

@@ -21,8 +21,8 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
-from aipu.codec.npu_profile import (PROFILE_CTU_FLAGS, PROFILE_CU_FLAGS, PROFILE_HEADER, SPLIT_FLAG_MIN_CU,
-                                    ZERO_RUN_BITS, decode_profile_stream)
+from aipu.codec.npu_profile import (PROFILE_CTU_FLAGS, PROFILE_CU_FLAGS, PROFILE_HEADER, PROFILE_SPLIT_FLAG,
+                                    SPLIT_FLAG_MIN_CU, ZERO_RUN_BITS, decode_profile_stream)
 from aipu.codec.reference.elements import NUM_CONTEXTS, element_spec
 from aipu.codec.reference.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LPS_INCREMENT,
                                          RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS, TRACE_STUFFING)
@@ -317,7 +317,8 @@ class Wdec(UnitComponent):
         uni_abs_q = _context_index("uni_abs_q", "binIdx<46?binIdx+2:46")
         ctu_flags = [(_context_index(name, "1" if name == "map_mode_flag" else "0")
                       + (1 if name == "map_mode_flag" else 0), wanted) for name, wanted in PROFILE_CTU_FLAGS]
-        split_ctx = _context_index("split_flag", "0")
+        split_name, split_wanted = PROFILE_SPLIT_FLAG
+        split_ctx = _context_index(split_name, "0")
         tail_flags = [(_context_index(name, "0"), wanted) for name, wanted in PROFILE_CU_FLAGS]
         shape_fields = {"R": cmd.k_h, "S": cmd.k_w, "C": cmd.in_c, "K": cmd.out_c}
         shape_names = {"R": "k_h", "S": "k_w", "C": "in_c", "K": "out_c"}
@@ -378,7 +379,7 @@ class Wdec(UnitComponent):
                                             m.d.sync += step.eq(0)
                                             m.next = "CTU"
             with m.State("CTU"):
-                flags = ctu_flags + [(split_ctx, 0)] + tail_flags
+                flags = ctu_flags + [(split_ctx, split_wanted)] + tail_flags
                 context = Signal(range(NUM_CONTEXTS))
                 expected = Signal()
                 with m.Switch(step):

@@ -49,8 +49,7 @@ class TableLowering:
             info = np.iinfo(y.dtype)
             mode = dict(mode=LutMode.INTERP16, table_log2=(op.table.size - 1).bit_length() - 1,
                         index_shift=op.index_shift, input_min=bit_range(LUT16_INPUT_BITS, signed=True)[0],
-                        qmin=int(info.min),
-                        qmax=int(info.max))
+                        qmin=int(info.min), qmax=int(info.max))
 
         def build(t: int, act: int, out: int) -> Tile:
             first = starts[t]
