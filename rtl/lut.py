@@ -18,9 +18,8 @@ check of DIRECT8 is complete, and the other checks are ordered around it as the 
 Elements are read before any byte they feed is overwritten as long as an overlapping destination starts at or
 before the source and its elements are no wider (the compiler's rule; the interpreter refuses the rest).
 
-SOFTMAX (docs/arithmetic.md §6.4) shares the LUT unit's queue in the command set but has no datapath here
-yet: it faults on ``opcode`` in the cycle after ``start``, before anything is written, rather than being read
-as a LUT command.
+SOFTMAX (docs/arithmetic.md §6.4) shares the LOAD phase (its exp table is 512 16-bit entries), the fault
+decision and the output packing; its rows stream through :mod:`aipu.rtl.softmax` instead of RUN.
 """
 from __future__ import annotations
 
@@ -31,10 +30,12 @@ from amaranth.lib.wiring import Out
 
 from aipu.rtl.arith import clamp, rounding_shift_right
 from aipu.rtl.ports import read_port, word_bytes, write_port
+from aipu.rtl.softmax import LATENCY as SOFTMAX_LATENCY
+from aipu.rtl.softmax import TABLE_BYTES, exp_row_bad, softmax_datapath, softmax_violations
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import (DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
-                                   LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT_ENTRY_BITS, Buffer, DType,
-                                   HardwareConfig, storage_dtype)
+                                   LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT_ENTRY_BITS, SOFTMAX_ENTRY_BYTES,
+                                   Buffer, DType, HardwareConfig, storage_dtype)
 from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, LutMode, Opcode, Rounding, Unit
 from aipu.sim.machine.program import Command
 
@@ -61,20 +62,31 @@ def group_elements(config: HardwareConfig, src_buf: Buffer, in_type: DType, out_
 
 
 def table_entries(command: Command) -> int:
+    """16-bit entries the LOAD phase copies (a softmax exp entry is two)."""
+    if command.opcode == Opcode.SOFTMAX:
+        return TABLE_BYTES // ENTRY_BYTES
     return LUT8_ENTRIES if command.mode == LutMode.DIRECT8 else (1 << command.table_log2) + 1
 
 
 def command_cycles(config: HardwareConfig, command: Command) -> int:
-    """Cycles from start to retire of a LUT command that executes (docs/rtl-lut.md, "Cycles")."""
+    """Cycles from start to retire of a LUT or SOFTMAX command that executes (docs/rtl-lut.md, "Cycles")."""
     load_rows = -(-table_entries(command) // entries_per_row(config))
-    in_type, out_type = DType(command.in_type), DType(command.out_type)
-    lanes = group_elements(config, Buffer(command.src_buf), in_type, out_type)
-    groups = -(-command.count // lanes)
-    out_word, out_bytes = word_bytes(config, Buffer.OUT), DTYPE_BYTES[out_type]
-    last_offset = (command.dst_addr + (groups - 1) * lanes * out_bytes) % out_word
-    last_bytes = (command.count - (groups - 1) * lanes) * out_bytes
-    flush = int(last_offset + last_bytes > out_word)   # the last group spills into one more word
-    return 3 + load_rows + groups + flush
+    out_bytes = DTYPE_BYTES[DType(command.out_type)]
+    if command.opcode == Opcode.SOFTMAX:     # three passes of one element per cycle, then the divider's latency
+        elements = command.rows * command.length
+        spill = _spill(config, command.dst_addr, elements, 1, out_bytes)
+        return 3 + load_rows + 3 * elements + SOFTMAX_LATENCY + spill
+    lanes = group_elements(config, Buffer(command.src_buf), DType(command.in_type), DType(command.out_type))
+    return 3 + load_rows + -(-command.count // lanes) + _spill(config, command.dst_addr, command.count, lanes,
+                                                                out_bytes)
+
+
+def _spill(config: HardwareConfig, dst_addr: int, count: int, lanes: int, out_bytes: int) -> int:
+    """1 if the last group's bytes run into one more output word than the packer writes with it."""
+    groups = -(-count // lanes)
+    out_word = word_bytes(config, Buffer.OUT)
+    last_offset = (dst_addr + (groups - 1) * lanes * out_bytes) % out_word
+    return int(last_offset + (count - (groups - 1) * lanes) * out_bytes > out_word)
 
 
 class LutUnit(UnitComponent):
@@ -84,9 +96,11 @@ class LutUnit(UnitComponent):
     UNIT = Unit.LUT
 
     def __init__(self, config: HardwareConfig):
-        for buffer in (*VECTOR_SOURCE_BUFFERS, Buffer.OUT, Buffer.LUT):
-            if word_bytes(config, buffer) < ENTRY_BYTES:
-                raise ValueError(f"LutUnit needs buffers.{buffer.name.lower()}.port_bytes >= {ENTRY_BYTES}, "
+        least = {**{buffer: ENTRY_BYTES for buffer in (*VECTOR_SOURCE_BUFFERS, Buffer.OUT)},
+                 Buffer.LUT: SOFTMAX_ENTRY_BYTES}    # a LUT word carries whole softmax exp entries
+        for buffer, size in least.items():
+            if word_bytes(config, buffer) < size:
+                raise ValueError(f"LutUnit needs buffers.{buffer.name.lower()}.port_bytes >= {size}, "
                                  f"got {word_bytes(config, buffer)}")
         super().__init__(config)
 
@@ -97,7 +111,8 @@ class LutUnit(UnitComponent):
 
     def elaborate_engine(self, m: Module, word, start, done, fault, fault_field) -> None:
         config = self.config
-        cmd = self.view(word, Opcode.LUT)
+        cmd, exp_cmd = self.view(word, Opcode.LUT), self.view(word, Opcode.SOFTMAX)
+        is_softmax = cmd.opcode == Opcode.SOFTMAX
         sources = {b: getattr(self, f"{b.name.lower()}_read") for b in VECTOR_SOURCE_BUFFERS}
         source_bytes = {b: word_bytes(config, b) for b in VECTOR_SOURCE_BUFFERS}
         out_word_bytes, lut_word_bytes = word_bytes(config, Buffer.OUT), word_bytes(config, Buffer.LUT)
@@ -117,10 +132,13 @@ class LutUnit(UnitComponent):
             return signal
 
         size_log2 = {dtype: _log2(size) for dtype, size in DTYPE_BYTES.items()}
+        out_type = Mux(is_softmax, exp_cmd.out_type, cmd.out_type)
+        table_addr = Mux(is_softmax, exp_cmd.table_addr, cmd.table_addr)
+        dst_addr = Mux(is_softmax, exp_cmd.dst_addr, cmd.dst_addr)
         in_log2 = by_type(cmd.in_type, size_log2, range(3))
-        out_log2 = by_type(cmd.out_type, size_log2, range(3))
-        out_min = by_type(cmd.out_type, {d: int(t.min) for d, t in TYPE_RANGES.items()}, signed(LUT_ENTRY_BITS + 1))
-        out_max = by_type(cmd.out_type, {d: int(t.max) for d, t in TYPE_RANGES.items()}, signed(LUT_ENTRY_BITS + 1))
+        out_log2 = by_type(out_type, size_log2, range(3))
+        out_min = by_type(out_type, {d: int(t.min) for d, t in TYPE_RANGES.items()}, signed(LUT_ENTRY_BITS + 1))
+        out_max = by_type(out_type, {d: int(t.max) for d, t in TYPE_RANGES.items()}, signed(LUT_ENTRY_BITS + 1))
         from_out = cmd.src_buf == Buffer.OUT
         source_log2 = Mux(from_out, _log2(source_bytes[Buffer.OUT]), _log2(source_bytes[Buffer.ACT]))
         source_size = Mux(from_out, config.buffer(Buffer.OUT).bytes, config.buffer(Buffer.ACT).bytes)
@@ -129,13 +147,14 @@ class LutUnit(UnitComponent):
                                       source_log2 - in_log2, _log2(out_word_bytes) - out_log2))
         group_in_bytes = Const(1) << (group_log2 + in_log2)
         source_word_bytes = Const(1) << source_log2
-        entries = Mux(direct, LUT8_ENTRIES, (Const(1) << cmd.table_log2) + 1)
+        entries = Mux(is_softmax, TABLE_BYTES // ENTRY_BYTES,
+                      Mux(direct, LUT8_ENTRIES, (Const(1) << cmd.table_log2) + 1))
         load_rows = (entries + row_entries - 1) >> _log2(row_entries)
         src_len, dst_len = cmd.count << in_log2, cmd.count << out_log2
         overlap = from_out & (cmd.src_addr < cmd.dst_addr + dst_len) & (cmd.dst_addr < cmd.src_addr + src_len)
         outside_out_type = {name: (getattr(cmd, name) < out_min) | (getattr(cmd, name) > out_max)
                             for name in ("qmin", "qmax")}
-        entries_bad = Signal()   # a DIRECT8 entry outside out_type (sticky over the load)
+        entries_bad = Signal()   # a DIRECT8 entry outside out_type, a bad exp entry (sticky over the load)
 
         violations = [
             (cmd.src_addr + src_len > source_size, "src_addr"),
@@ -151,8 +170,11 @@ class LutUnit(UnitComponent):
              | overlap & ((cmd.dst_addr > cmd.src_addr) | (out_log2 > in_log2)), "dst_addr"),
         ]
 
+        exp_violations = softmax_violations(config, exp_cmd, Const(1) << out_log2, out_min, out_max, entries_bad)
+
         # --- the local table: one write port for the load, two read ports per lane -------------------------
         table_rows = -(-((1 << LUT16_INDEX_BITS_MAX) + 2) // row_entries)   # entry 2**k + 1 is read (times 0)
+        assert table_rows * row_entries * ENTRY_BYTES >= TABLE_BYTES, "the softmax exp table fits the local table"
         m.submodules.table = table = Memory(shape=unsigned(LUT_ENTRY_BITS * row_entries), depth=table_rows,
                                             init=[])
         table_write = table.write_port()
@@ -161,10 +183,11 @@ class LutUnit(UnitComponent):
         step = Signal(range(table_rows + 3))
         lut_word = Signal(range(config.buffer(Buffer.LUT).bytes // lut_word_bytes + 2))
         lut_last = Signal(8 * lut_word_bytes)
-        lut_offset = cmd.table_addr & (lut_word_bytes - 1)
+        lut_offset = table_addr & (lut_word_bytes - 1)
         loaded_row = Cat(lut_last, self.lut_read.data).bit_select(lut_offset * 8, 8 * lut_word_bytes)
-        row_bad = Cat((entry < out_min) | (entry > out_max) for entry in
-                      (loaded_row.word_select(i, LUT_ENTRY_BITS).as_signed() for i in range(row_entries))).any()
+        row_bad = Mux(is_softmax, exp_row_bad(loaded_row, step == 2), Cat(
+            (entry < out_min) | (entry > out_max)
+            for entry in (loaded_row.word_select(i, LUT_ENTRY_BITS).as_signed() for i in range(row_entries))).any())
         m.d.comb += [self.lut_read.addr.eq(lut_word), table_write.addr.eq(step - 2),
                      table_write.data.eq(loaded_row)]
 
@@ -209,9 +232,18 @@ class LutUnit(UnitComponent):
             data_a.append(read_a.data)
             data_b.append(read_b.data)
 
-        # --- RUN stage 2: interpolation, clamp, packing ---------------------------------------------------
+        # --- SOFTMAX: its rows stream once the faults are clear; results come one per cycle ------------------
+        begin = Signal()
+        softmax_results = softmax_datapath(m, config, exp_cmd, begin, table, row_entries, sources)
+
+        # --- RUN stage 2: interpolation, clamp, packing (of the LUT's groups or the softmax results) ----------
+        lut_stage2, lut_stage2_last = Signal(), Signal()
+        lut_stage2_bytes = Signal(range(out_word_bytes + 1))
         stage2, stage2_last = Signal(), Signal()
         stage2_bytes = Signal(range(out_word_bytes + 1))
+        m.d.comb += [stage2.eq(Mux(is_softmax, softmax_results.valid, lut_stage2)),
+                     stage2_last.eq(Mux(is_softmax, softmax_results.last, lut_stage2_last)),
+                     stage2_bytes.eq(Mux(is_softmax, Const(1) << out_log2, lut_stage2_bytes))]
         outputs = []
         for lane in range(lanes):
             (select, next_select), fraction = selects[lane], fractions[lane]
@@ -219,6 +251,7 @@ class LutUnit(UnitComponent):
             following = data_b[lane].word_select(next_select, LUT_ENTRY_BITS).as_signed()
             value = base + rounding_shift_right((following - base) * fraction, shift, Rounding.HALF_UP)
             outputs.append(Mux(interp, clamp(value, cmd.qmin, cmd.qmax), value)[:LUT_ENTRY_BITS])
+        outputs[0] = Mux(is_softmax, softmax_results.value[:LUT_ENTRY_BITS], outputs[0])
         group_bytes = Signal(8 * out_word_bytes)
         with m.Switch(out_log2):
             for size in set(DTYPE_BYTES.values()):
@@ -257,18 +290,16 @@ class LutUnit(UnitComponent):
             m.d.sync += flush.eq(0)
 
         # --- control ---------------------------------------------------------------------------------------
-        m.d.sync += stage2.eq(0)
+        m.d.sync += lut_stage2.eq(0)
         with m.FSM(name="lut_engine"):
             with m.State("IDLE"):
-                with m.If(start & (cmd.opcode == Opcode.SOFTMAX)):
-                    m.next = "UNIMPLEMENTED"
-                with m.Elif(start):
-                    m.d.sync += [step.eq(0), lut_word.eq(cmd.table_addr >> _log2(lut_word_bytes)),
+                with m.If(start):
+                    m.d.sync += [step.eq(0), lut_word.eq(table_addr >> _log2(lut_word_bytes)),
                                  src_word.eq(cmd.src_addr >> source_log2),
                                  src_pos.eq(cmd.src_addr & (source_word_bytes - 1)), entries_bad.eq(0),
                                  left.eq(cmd.count), run_first.eq(1), pending.eq(0), pending_mask.eq(0),
-                                 fill.eq(cmd.dst_addr & (out_word_bytes - 1)),
-                                 out_word.eq(cmd.dst_addr >> _log2(out_word_bytes))]
+                                 fill.eq(dst_addr & (out_word_bytes - 1)),
+                                 out_word.eq(dst_addr >> _log2(out_word_bytes))]
                     m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.comb += self.lut_read.en.eq(1)
@@ -281,16 +312,14 @@ class LutUnit(UnitComponent):
                 with m.Else():
                     m.d.comb += table_write.en.eq(1)
                     m.d.sync += entries_bad.eq(entries_bad | row_bad)
-                    with m.If(step == load_rows + 1):
+                    with m.If((step == load_rows + 1) & is_softmax):
+                        m.next = "SOFTMAX"
+                    with m.Elif(step == load_rows + 1):
                         m.next = "RUN"
             with m.State("RUN"):
                 m.d.sync += run_first.eq(0)
                 with m.If(run_first & Cat(condition for condition, _ in violations).any()):
-                    m.d.comb += fault.eq(1)
-                    with m.Switch(Cat(condition for condition, _ in violations)):   # the first one wins
-                        for position, (_, name) in enumerate(violations):
-                            with m.Case("-" * (len(violations) - 1 - position) + "1" + "0" * position):
-                                m.d.comb += fault_field.eq(self.error_index(name))
+                    self._name_first(m, violations, fault, fault_field)
                     m.next = "IDLE"
                 with m.Else():
                     advanced = src_pos + group_in_bytes
@@ -300,14 +329,28 @@ class LutUnit(UnitComponent):
                                      src_word.eq(src_word + 1)]
                     with m.Else():
                         m.d.sync += src_pos.eq(advanced)
-                    m.d.sync += [left.eq(left - group_count), stage2.eq(1), stage2_last.eq(last_group),
-                                 stage2_bytes.eq(group_count << out_log2)]
+                    m.d.sync += [left.eq(left - group_count), lut_stage2.eq(1), lut_stage2_last.eq(last_group),
+                                 lut_stage2_bytes.eq(group_count << out_log2)]
                     with m.If(last_group):
                         m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(done):
                     m.next = "IDLE"
-            with m.State("UNIMPLEMENTED"):
-                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("opcode"))]
-                m.next = "IDLE"
+            with m.State("SOFTMAX"):   # the faults in the first cycle, then the rows until the last result
+                m.d.sync += run_first.eq(0)
+                with m.If(run_first & Cat(condition for condition, _ in exp_violations).any()):
+                    self._name_first(m, exp_violations, fault, fault_field)
+                    m.next = "IDLE"
+                with m.Elif(run_first):
+                    m.d.comb += begin.eq(1)
+                with m.If(done):
+                    m.next = "IDLE"
+
+    def _name_first(self, m: Module, violations: list, fault, fault_field) -> None:
+        """Fault naming the field of the first violation that holds (the interpreter's order)."""
+        m.d.comb += fault.eq(1)
+        with m.Switch(Cat(condition for condition, _ in violations)):
+            for position, (_, name) in enumerate(violations):
+                with m.Case("-" * (len(violations) - 1 - position) + "1" + "0" * position):
+                    m.d.comb += fault_field.eq(self.error_index(name))
 

@@ -14,14 +14,19 @@ from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import first_difference
 from aipu.sim.cosim.stimulus import Stimulus, unit_program
 from aipu.sim.cosim.stimulus.base import dtype_limits
-from aipu.sim.cosim.stimulus.lut import BYTE_TYPES, INTERP16_INPUT, Workload
+from aipu.sim.cosim.stimulus.lut import BYTE_TYPES, INTERP16_INPUT, Workload, random_softmax_stimulus
+from aipu.sim.golden.softmax import EXP_MAX, build_softmax_table
 from aipu.sim.interpreter import ExecutionError, run
-from aipu.sim.machine.arch import DEFAULT, LUT8_ENTRIES, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, Buffer, DType
+from aipu.sim.machine.arch import (DEFAULT, LUT8_ENTRIES, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, MULTIPLIER_MAX,
+                                   SOFTMAX_LENGTH_MAX, SOFTMAX_SHIFT_MAX, SOFTMAX_TABLE_DTYPE, Buffer, DType,
+                                   hardware_config_from_dict)
 from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, LutMode, Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from tests.rtl.checks import assert_matches
-from tests.rtl.configs import EVERY_CONFIG, SMALL
+from tests.rtl.configs import CONFIGS, EVERY_CONFIG, SMALL
+
+WIDE_LUT = hardware_config_from_dict({"buffers": {"lut": {"port_bytes": 16}}})
 
 def _program(config, commands) -> Program:
     return unit_program(config, commands, Unit.LUT)
@@ -122,15 +127,93 @@ def test_faults_name_the_field_and_write_nothing(fields, field_name):
     assert first_difference(before.memory, got.memory) is None
 
 
-def test_softmax_is_refused_by_name_until_its_datapath_exists():
-    """SOFTMAX sits in the LUT unit's queue (docs/arithmetic.md §6.4); this RTL faults on its opcode, writing
-    nothing, rather than reading it as a LUT command."""
-    memory = Memory.create(SMALL, 64)
-    softmax = Command.make(Opcode.SOFTMAX, src_buf=Buffer.ACT, rows=1, length=4, in_type=DType.INT8,
-                           out_type=DType.UINT8, multiplier=255, qmax=255)
-    got = run_amaranth(_program(SMALL, [softmax]), memory, [LutUnit], max_cycles=200)
-    assert [(error.index, error.field) for error in got.errors] == [(0, "opcode")]
-    assert first_difference(memory, got.memory) is None
+@pytest.mark.parametrize("config", [*CONFIGS.values(), WIDE_LUT], ids=[*CONFIGS, "wide_lut"])
+def test_random_softmax_commands_match_the_interpreter(config):
+    """SOFTMAX (docs/arithmetic.md §6.4) on the LUT unit: random rows, types, multipliers and shifts; the wide
+    LUT port puts several exp entries in one table row."""
+    assert_matches(random_softmax_stimulus(config, np.random.default_rng(17), 8))
+
+
+def test_softmax_at_the_widths_limits():
+    """The longest row (equal inputs: the 32-bit sum at 4095 · 2^20) with the largest multiplier at shift 0 and
+    30, rows of one element (the largest quotient), and a row whose other element reads the entry 1."""
+    memory = Memory.create(DEFAULT, 64)
+    table = np.zeros(LUT8_ENTRIES, SOFTMAX_TABLE_DTYPE)
+    table[:3] = [EXP_MAX, EXP_MAX, 1]
+    memory.buffers[Buffer.LUT][:table.nbytes] = table.view(np.uint8)
+    memory.buffers[Buffer.ACT][:SOFTMAX_LENGTH_MAX] = 7
+    memory.buffers[Buffer.ACT][SOFTMAX_LENGTH_MAX] = 9              # the short row: 9, 7 (E[2] = 1)
+    int16 = dict(src_buf=Buffer.ACT, table_addr=0, in_type=DType.INT8, out_type=DType.INT16, out_zero_point=-32768,
+                 qmin=-32768, qmax=32767, multiplier=MULTIPLIER_MAX)
+    long_row = dict(int16, src_addr=0, rows=1, length=SOFTMAX_LENGTH_MAX)
+    commands = [Command.make(Opcode.SOFTMAX, **long_row, dst_addr=0, shift=0),
+                Command.make(Opcode.SOFTMAX, **long_row, dst_addr=8192, shift=SOFTMAX_SHIFT_MAX),
+                Command.make(Opcode.SOFTMAX, **int16, src_addr=0, rows=3, length=1, dst_addr=16384, shift=0),
+                Command.make(Opcode.SOFTMAX, **int16, src_addr=SOFTMAX_LENGTH_MAX, rows=1, length=2, dst_addr=16400,
+                             shift=0)]
+    comparison = assert_matches(Stimulus(_program(DEFAULT, commands), memory, (LutUnit,)))
+    out = comparison.expected.memory.buffers[Buffer.OUT].view(np.int16)
+    assert out[0] == -32768 + round(MULTIPLIER_MAX / SOFTMAX_LENGTH_MAX) and out[4096] == -32768
+    assert list(out[8192:8195]) == [32767] * 3 and list(out[8200:8202]) == [32767, -32768]
+
+
+def test_softmax_cycles_formula():
+    """DEFAULT: the 4-byte LUT port loads the 1 KiB exp table in 256 cycles; three passes of one element per
+    cycle; the divider's results leave 19 cycles after an element's last read; an int16 result at a word's last
+    byte spills."""
+    def softmax(**fields):
+        return Command.make(Opcode.SOFTMAX, src_buf=Buffer.ACT, in_type=DType.INT8, **fields)
+    assert command_cycles(DEFAULT, softmax(rows=2, length=10, out_type=DType.UINT8)) == 3 + 256 + 60 + 19
+    assert command_cycles(DEFAULT, softmax(rows=1, length=1, out_type=DType.INT16, dst_addr=15)) == 3 + 256 + 3 + 19 + 1
+    assert command_cycles(WIDE_LUT, softmax(rows=1, length=1, out_type=DType.INT16, dst_addr=14)) == 3 + 64 + 3 + 19
+
+
+SOFTMAX_FAULTS = hardware_config_from_dict({**SMALL.to_dict(), "buffers": {
+    **SMALL.to_dict()["buffers"], "lut": {"bytes": 4096, "port_bytes": 4}}})    # room for three exp tables
+
+
+def _softmax_fault_cases():
+    out_bytes = SOFTMAX_FAULTS.buffer(Buffer.OUT).bytes
+    legal = dict(src_buf=Buffer.ACT, src_addr=0, dst_addr=0, rows=2, length=5, in_type=DType.INT8,
+                 out_type=DType.UINT8, table_addr=0, multiplier=255, shift=0, qmin=0, qmax=255)
+    cases = [(dict(legal, src_addr=SOFTMAX_FAULTS.buffer(Buffer.ACT).bytes - 9), "src_addr"),
+             (dict(legal, table_addr=4096 - 1023), "table_addr"),
+             (dict(legal, dst_addr=out_bytes - 9), "dst_addr"),
+             (dict(legal, src_buf=Buffer.OUT, src_addr=100, dst_addr=109), "dst_addr"),
+             (dict(legal, out_zero_point=-1), "out_zero_point"),
+             (dict(legal, out_type=DType.INT8, qmin=-129, qmax=0), "qmin"),
+             (dict(legal, qmin=4, qmax=3), "qmax"),
+             (dict(legal, table_addr=1024), "table_addr"),     # E[0] = 0
+             (dict(legal, table_addr=2048), "table_addr")]     # an entry above 2^20
+    return [pytest.param(fields, name, id=f"{name}-{i}") for i, (fields, name) in enumerate(cases)]
+
+
+@pytest.mark.parametrize("fields, field_name", _softmax_fault_cases())
+def test_softmax_faults_name_the_field_and_write_nothing(fields, field_name):
+    """The LUT memory holds exp tables at 0 (legal), 1024 (E[0] = 0) and 2048 (E[5] = 2^20 + 1): the last two
+    are refused as the command runs, naming table_addr."""
+    config = SOFTMAX_FAULTS
+    memory = Memory.create(config, 64)
+    memory.buffers[Buffer.ACT][:] = np.random.default_rng(4).integers(0, 256, config.buffer(Buffer.ACT).bytes)
+    tables = np.tile(build_softmax_table(0.1), 3)
+    tables[LUT8_ENTRIES], tables[2 * LUT8_ENTRIES + 5] = 0, EXP_MAX + 1
+    memory.buffers[Buffer.LUT][:tables.nbytes] = tables.view(np.uint8)
+    legal = Command.make(Opcode.SOFTMAX, src_buf=Buffer.ACT, src_addr=3, dst_addr=200, rows=1, length=6,
+                         in_type=DType.UINT8, out_type=DType.INT16, multiplier=1000, shift=2, qmin=-5, qmax=900)
+    refused = Command.make(Opcode.SOFTMAX, **fields)
+    with pytest.raises(ExecutionError):
+        run(_program(config, [legal, refused]), memory)
+    before = run(_program(config, [legal]), memory)
+    got = run_amaranth(_program(config, [legal, refused]), memory, [LutUnit], max_cycles=4000)
+    assert [(error.index, error.field) for error in got.errors] == [(1, field_name)]
+    assert first_difference(before.memory, got.memory) is None
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")     # the refused unit is never used
+def test_the_lut_port_must_carry_a_whole_exp_entry():
+    narrow = hardware_config_from_dict({"buffers": {"lut": {"port_bytes": 2}}})
+    with pytest.raises(ValueError, match="buffers.lut.port_bytes >= 4"):
+        LutUnit(narrow)
 
 
 def test_interpreter_refuses_what_the_unit_cannot_stream():

@@ -8,7 +8,6 @@ from aipu.sim.cosim.result import RtlResult, first_mismatch
 from aipu.sim.interpreter import Result, run
 from aipu.sim.golden._checks import dtype_range
 from aipu.sim.machine.arch import DTYPE_NUMPY, DType, HardwareConfig
-from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -50,14 +49,11 @@ def expected_cycles(config: HardwareConfig, command: Command, memory: Memory) ->
     opcode = command.opcode
     if opcode == Opcode.FINISH:
         return 0
-    if opcode == Opcode.SOFTMAX:
-        raise InputError("program command", "SOFTMAX", "commands the RTL implements (its softmax datapath is not "
-                         "built yet: docs/rtl-lut.md)")
     if opcode == Opcode.WDEC:
         stream = memory.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
         return wdec.command_cycles(config, command, stream)
     module = {Opcode.LOAD: dma, Opcode.STORE: dma, Opcode.CONV: conv, Opcode.REQUANT: requant, Opcode.LUT: lut,
-              Opcode.POOL: pool, Opcode.ELTWISE: pool}[opcode]
+              Opcode.SOFTMAX: lut, Opcode.POOL: pool, Opcode.ELTWISE: pool}[opcode]
     return module.command_cycles(config, command)
 
 

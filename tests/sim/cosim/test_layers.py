@@ -15,7 +15,7 @@ from aipu.sim.cosim.verilog import available_units
 from aipu.sim.cosim.waves import mismatch_report
 from aipu.sim.interpreter import run as interpret
 from aipu.sim.machine.arch import DEFAULT
-from aipu.sim.machine.isa import Unit
+from aipu.sim.machine.isa import Opcode, Unit
 from tests.rtl.configs import CONFIGS, SMALL
 
 MAX_CYCLES = 1_000_000
@@ -158,3 +158,25 @@ def test_the_demo_model_is_bit_exact_on_verilog(tmp_path):
 def test_the_demo_model_on_the_demos_configuration(tmp_path):
     for backend in verilog_backends():
         check_demo_model(DEFAULT, backend, tmp_path)
+
+
+def check_softmax_network(config, backend: str, tmp_path) -> None:
+    """A classifier whose softmax head (docs/arithmetic.md §6.4) the LUT unit computes, compiled for ``config``:
+    every byte as the interpreter leaves it, and the probabilities are the quantized model's."""
+    from aipu.compiler.lowering.network import lower_model
+    from tests.compiler.test_quantize import _compile
+    from tests.compiler.test_softmax import CASES
+
+    b, _, y = CASES["classifier"]()
+    samples = np.random.default_rng(8).normal(0, 1, (8, 3, 8, 8)).astype(np.float32)
+    _, qmodel = _compile(tmp_path, b.model(y), samples)
+    network = lower_model(qmodel, config)
+    assert any(command.opcode == Opcode.SOFTMAX for command in network.program.queues[Unit.LUT])
+    x = qmodel.quantize_inputs({qmodel.inputs[0]: samples[:1]})
+    got = check_lowered(network, backend, "softmax classifier", memory=network.memory(x))
+    assert np.array_equal(network.read(got.memory, y), qmodel.run(x)[y])
+
+
+@BACKENDS
+def test_a_softmax_head_is_bit_exact(backend, tmp_path):
+    check_softmax_network(SMALL, backend, tmp_path)

@@ -1,0 +1,151 @@
+"""The LUT unit's softmax datapath: SOFTMAX commands (docs/rtl-lut.md, "Softmax"; docs/arithmetic.md §6.4).
+
+The LUT unit loads the exp table into its local table memory (two 16-bit entries per exp entry) and decides
+the faults; this module then streams the rows, one element per cycle, three passes over each row:
+
+  MAX     m = max(row)                                   a running maximum
+  SUM     S = Σ E[m − x]                                 one table read per element, a 32-bit accumulator
+  DIVIDE  q = (E[m − x] · M + ⌊D/2⌋) div D, D = S · 2^N  a restoring divider, one quotient bit per stage
+
+The divider is a pipeline of ``QUOTIENT_BITS`` stages carrying each element's divisor, so a row's divisions
+overlap the next row's passes; the results leave it in element order, one per cycle, for the LUT unit's
+output packer.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import NamedTuple
+
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib.memory import Memory
+
+from aipu.rtl.arith import clamp
+from aipu.rtl.ports import word_bytes
+from aipu.sim.machine.arch import (LUT8_ENTRIES, MULTIPLIER_BITS, SOFTMAX_ENTRY_BYTES, SOFTMAX_EXP_BITS,
+                                   SOFTMAX_SHIFT_MAX, SOFTMAX_SUM_BITS, Buffer, DType, HardwareConfig)
+
+EXP_BITS = 8 * SOFTMAX_ENTRY_BYTES
+TABLE_BYTES = LUT8_ENTRIES * SOFTMAX_ENTRY_BYTES
+QUOTIENT_BITS = MULTIPLIER_BITS + 1          # q <= M / 2^N + 1/2 <= 2^16: e <= S, so e·M / D <= M / 2^N
+DIVISOR_BITS = SOFTMAX_SUM_BITS + SOFTMAX_SHIFT_MAX        # D = S · 2^N < 2^62; the numerator stays below too
+INPUT_BITS = 9                               # an int8 or uint8 element, signed
+LATENCY = 2 + QUOTIENT_BITS    # from an element's DIVIDE read to its result: table read, product, the stages
+
+
+class Pass(IntEnum):
+    MAX = 0
+    SUM = 1
+    DIVIDE = 2
+
+
+class SoftmaxResults(NamedTuple):
+    valid: Value     # a result this cycle
+    last: Value      # ... the command's last one
+    value: Value     # clamp(q + out_zero_point, qmin, qmax), signed
+
+
+def exp_row_bad(row: Value, first_row: Value) -> Value:
+    """Whether a loaded table row holds an exp entry above 2^SOFTMAX_EXP_BITS, or (first row) a zero E[0]."""
+    entries = [row.word_select(i, EXP_BITS) for i in range(len(row) // EXP_BITS)]
+    return Cat(first_row & (entries[0] == 0), *(entry > (1 << SOFTMAX_EXP_BITS) for entry in entries)).any()
+
+
+def softmax_violations(config: HardwareConfig, cmd, out_bytes, out_min, out_max, table_bad) -> list:
+    """(condition, field) in the interpreter's order: the operands' spans, the overlap, the output stage's
+    fields, then the table's entries (data, checked as the command runs)."""
+    elements = cmd.rows * cmd.length
+    source_size = Mux(cmd.src_buf == Buffer.OUT, config.buffer(Buffer.OUT).bytes, config.buffer(Buffer.ACT).bytes)
+    dst_end = cmd.dst_addr + elements * out_bytes
+    overlap = (cmd.src_buf == Buffer.OUT) & (cmd.src_addr < dst_end) & (cmd.dst_addr < cmd.src_addr + elements)
+    return [(cmd.src_addr + elements > source_size, "src_addr"),
+            (cmd.table_addr + TABLE_BYTES > config.buffer(Buffer.LUT).bytes, "table_addr"),
+            ((dst_end > config.buffer(Buffer.OUT).bytes) | overlap, "dst_addr"),
+            ((cmd.out_zero_point < out_min) | (cmd.out_zero_point > out_max), "out_zero_point"),
+            ((cmd.qmin < out_min) | (cmd.qmin > out_max), "qmin"),
+            ((cmd.qmax < cmd.qmin) | (cmd.qmax > out_max), "qmax"),
+            (table_bad, "table_addr")]
+
+
+def softmax_datapath(m: Module, config: HardwareConfig, cmd, begin: Value, table: Memory, row_entries: int,
+                     sources: dict) -> SoftmaxResults:
+    """Stream the command in ``cmd`` (a SOFTMAX view) from the cycle after ``begin``; ``table`` holds the exp
+    table from row 0, ``row_entries`` 16-bit entries per row; ``sources`` are the read ports by buffer."""
+    source_log2 = {buffer: word_bytes(config, buffer).bit_length() - 1 for buffer in sources}
+    largest = max(config.buffer(buffer).bytes for buffer in sources)
+    addr, row_addr = Signal(range(largest + 1)), Signal(range(largest + 1))
+    left, rows_left = Signal.like(cmd.length), Signal.like(cmd.rows)
+    phase, streaming = Signal(Pass), Signal()
+    last_in_row, first_in_row = left == 1, left == cmd.length
+
+    # --- the source, one byte per cycle: the word holding the next element is read every cycle -----------
+    next_addr = Mux(last_in_row & (phase != Pass.DIVIDE), row_addr, addr + 1)
+    read_addr = Mux(begin, cmd.src_addr, next_addr)
+    with m.If(begin | streaming):
+        for buffer, port in sources.items():
+            m.d.comb += [port.addr.eq(read_addr >> source_log2[buffer]), port.en.eq(cmd.src_buf == buffer)]
+    element = Signal(8)
+    with m.Switch(cmd.src_buf):
+        for buffer, port in sources.items():
+            with m.Case(buffer):
+                m.d.comb += element.eq(port.data.word_select(addr[:source_log2[buffer]], 8))
+    x = Signal(signed(INPUT_BITS))
+    m.d.comb += x.eq(Mux(cmd.in_type == DType.INT8, element.as_signed(), element))
+
+    # --- MAX, and the table read of SUM and DIVIDE ----------------------------------------------------------
+    maximum = Signal(signed(INPUT_BITS))
+    with m.If(streaming & (phase == Pass.MAX) & (first_in_row | (x > maximum))):
+        m.d.sync += maximum.eq(x)
+    distance = (maximum - x)[:8]                       # 0 .. 255 in SUM and DIVIDE
+    exps_per_row = row_entries * 2 // SOFTMAX_ENTRY_BYTES
+    lookup = table.read_port()
+    which = Signal(range(exps_per_row))
+    m.d.comb += lookup.addr.eq(distance >> (exps_per_row.bit_length() - 1))
+    m.d.sync += which.eq(distance)
+    exp = lookup.data.word_select(which, EXP_BITS) if exps_per_row > 1 else lookup.data[:EXP_BITS]
+
+    summing, sum_first, dividing, divide_last = Signal(), Signal(), Signal(), Signal()
+    m.d.sync += [summing.eq(streaming & (phase == Pass.SUM)), sum_first.eq(first_in_row),
+                 dividing.eq(streaming & (phase == Pass.DIVIDE)), divide_last.eq(last_in_row & (rows_left == 1))]
+    total = Signal(SOFTMAX_SUM_BITS)
+    with m.If(summing):
+        m.d.sync += total.eq(Mux(sum_first, exp, total + exp))
+
+    # --- pass and row control ---------------------------------------------------------------------------------
+    with m.If(begin):
+        m.d.sync += [streaming.eq(1), addr.eq(cmd.src_addr), row_addr.eq(cmd.src_addr), left.eq(cmd.length),
+                     rows_left.eq(cmd.rows), phase.eq(Pass.MAX)]
+    with m.If(streaming):
+        m.d.sync += [addr.eq(next_addr), left.eq(Mux(last_in_row, cmd.length, left - 1))]
+        with m.If(last_in_row):
+            with m.Switch(phase):
+                with m.Case(Pass.MAX):
+                    m.d.sync += phase.eq(Pass.SUM)
+                with m.Case(Pass.SUM):
+                    m.d.sync += phase.eq(Pass.DIVIDE)
+                with m.Case(Pass.DIVIDE):
+                    m.d.sync += [phase.eq(Pass.MAX), row_addr.eq(addr + 1), rows_left.eq(rows_left - 1)]
+                    with m.If(rows_left == 1):
+                        m.d.sync += streaming.eq(0)
+
+    # --- DIVIDE: the numerator, then one restoring step per stage, most significant quotient bit first ----
+    def stage_signals(k: int) -> dict:
+        return dict(remainder=Signal(DIVISOR_BITS, name=f"remainder{k}"),
+                    divisor=Signal(DIVISOR_BITS, name=f"divisor{k}"),
+                    quotient=Signal(QUOTIENT_BITS, name=f"quotient{k}"),
+                    valid=Signal(name=f"valid{k}"), last=Signal(name=f"last{k}"))
+
+    stages = [stage_signals(k) for k in range(QUOTIENT_BITS + 1)]
+    divisor = Signal(unsigned(DIVISOR_BITS))
+    m.d.comb += divisor.eq(total << cmd.shift)
+    first = stages[0]
+    m.d.sync += [first["remainder"].eq(exp * cmd.multiplier + (divisor >> 1)), first["divisor"].eq(divisor),
+                 first["quotient"].eq(0), first["valid"].eq(dividing), first["last"].eq(dividing & divide_last)]
+    for k, (here, after) in enumerate(zip(stages, stages[1:])):
+        bit = QUOTIENT_BITS - 1 - k
+        fits = (here["remainder"] >> bit) >= here["divisor"]
+        m.d.sync += [after["remainder"].eq(Mux(fits, here["remainder"] - (here["divisor"] << bit), here["remainder"])),
+                     after["quotient"].eq((here["quotient"] << 1) | fits), after["divisor"].eq(here["divisor"]),
+                     after["valid"].eq(here["valid"]), after["last"].eq(here["last"])]
+    done = stages[-1]
+    return SoftmaxResults(done["valid"], done["last"], clamp(done["quotient"] + cmd.out_zero_point, cmd.qmin,
+                                                             cmd.qmax))
