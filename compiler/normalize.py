@@ -40,6 +40,7 @@ def normalize(graph: Graph) -> Graph:
     graph = _fold_batch_norms(graph)
     graph.nodes = [_explicit_pads(node, graph) if node.op in ("Conv", "QLinearConv", "MaxPool", "AveragePool",
                                                               "QLinearAveragePool")
+                   else _explicit_transpose_pads(node, graph) if node.op == "ConvTranspose"
                    else node for node in graph.nodes]
     return _fold_pads(graph)
 
@@ -98,8 +99,7 @@ def _rank(rank: int, *then: Callable) -> Callable[[Node, Graph], str | None]:
 
 def _attribute(name: str, allowed: tuple, default) -> Callable[[Node, Graph], str | None]:
     def check_attribute(node: Node, graph: Graph) -> str | None:
-        value = node.attrs.get(name, default)
-        value = value.decode() if isinstance(value, bytes) else value
+        value = _text(node.attrs.get(name, default))
         return None if value in allowed else f"{name} = {value!r}, supported: {', '.join(map(repr, allowed))}"
     return check_attribute
 
@@ -161,19 +161,71 @@ def _folded_pad(node: Node, graph: Graph) -> list[int] | None:
     return [t, left, b, r]
 
 
-def _explicit_geometry(node: Node, graph: Graph) -> str | None:
-    """A ConvTranspose whose padding is given as ``pads``: ``output_shape`` and ``auto_pad`` leave the split
-    of the padding between the two ends to the runtime (onnxruntime and the ONNX text differ there)."""
-    auto_pad = node.attrs.get("auto_pad", b"NOTSET")
-    if "output_shape" in node.attrs or (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) != "NOTSET":
-        return "output_shape and auto_pad are not supported; give explicit pads (and output_padding)"
+def _transpose_pads(node: Node, graph: Graph) -> list[int] | str:
+    """A ConvTranspose's explicit ``pads``, with ``output_shape`` and ``auto_pad`` read as the pads they stand
+    for, or the reason they cannot be. ONNX ConvTranspose-11: ``total = s·(in − 1) + output_padding + d·(k − 1)
+    + 1 − out`` (``out = in·s`` under SAME_*, no padding where that exceeds the full output), split with the
+    odd one at the end under SAME_UPPER and at the start otherwise (onnxruntime does the same); a negative end
+    pad is that much more output at the end (what ``output_padding`` does)."""
+    auto_pad = _text(node.attrs.get("auto_pad", b"NOTSET"))
+    output_shape = node.attrs.get("output_shape")
+    spatial = graph.shapes[node.inputs[0]][2:]
+    if output_shape is None and auto_pad in ("NOTSET", ""):
+        return list(node.attrs.get("pads", [0] * 2 * len(spatial)))
+    if output_shape is None and auto_pad == "VALID":
+        return [0] * 2 * len(spatial)
+    kernel = graph.shapes[node.inputs[1]][2:]
+    strides = tuple(node.attrs.get("strides", (1,) * len(spatial)))
+    dilations = tuple(node.attrs.get("dilations", (1,) * len(spatial)))
+    extra = tuple(node.attrs.get("output_padding", (0,) * len(spatial)))
+    if output_shape is None and any(extra):
+        return ("auto_pad with output_padding is not supported (ONNX's shape inference and its operator text give "
+                "different output sizes); give explicit pads")
+    targets = list(output_shape) if output_shape is not None else [size * stride for size, stride in
+                                                                   zip(spatial, strides)]
+    begin, end = [], []
+    for size, k, stride, dilation, more, out in zip(spatial, kernel, strides, dilations, extra, targets):
+        total = stride * (size - 1) + more + dilation * (k - 1) + 1 - out
+        if total < 0 and output_shape is None:    # SAME_* beyond the full output: no padding (as onnxruntime)
+            total = 0
+        small, large = total // 2, total - total // 2
+        begin.append(small if auto_pad == "SAME_UPPER" else large)
+        end.append(large if auto_pad == "SAME_UPPER" else small)
+        if begin[-1] < 0:
+            return (f"an output size of {out} would start before the full transposed convolution (of "
+                    f"{out + total}); give explicit pads")
+    return [*begin, *end]
+
+
+def _transpose_geometry(node: Node, graph: Graph) -> str | None:
+    """A ConvTranspose whose pads are known (:func:`_transpose_pads`) and give the output shape inference gave."""
+    pads = _transpose_pads(node, graph)
+    if isinstance(pads, str):
+        return pads
+    spatial, kernel = graph.shapes[node.inputs[0]][2:], graph.shapes[node.inputs[1]][2:]
+    rank = len(spatial)
+    strides, dilations, extra = (tuple(node.attrs.get(name, (default,) * rank)) for name, default in
+                                 (("strides", 1), ("dilations", 1), ("output_padding", 0)))
+    sizes = [stride * (size - 1) + more + dilation * (k - 1) + 1 - pads[axis] - pads[axis + rank] for axis, (
+        size, k, stride, dilation, more) in enumerate(zip(spatial, kernel, strides, dilations, extra))]
+    for more, end, stride, dilation in zip(extra, pads[rank:], strides, dilations):
+        if more - min(0, end) >= max(stride, dilation):
+            return (f"an output_padding of {more - min(0, end)} (with output_shape's share) is not below "
+                    f"max(stride, dilation) = {max(stride, dilation)}")
+    inferred = list(graph.shapes[node.outputs[0]][2:])
+    if sizes != inferred:
+        return f"its pads {pads} give an output of {sizes}, ONNX's shape inference {inferred}"
     return None
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _linear_form(node: Node, graph: Graph) -> str | None:
     """A linear Resize the NPU runs as a fixed-kernel transposed conv (compiler/resize.py), else the reason."""
     mode = node.attrs.get("mode", b"nearest")
-    if (mode.decode() if isinstance(mode, bytes) else mode) != "linear":
+    if _text(mode) != "linear":
         return None
     form = bilinear(node, graph)
     return form if isinstance(form, str) else None
@@ -229,7 +281,7 @@ def _qlinear_concat(node: Node, graph: Graph) -> str | None:
 # What the whole compiler takes today (front end, quantizer, lowering); an operator joins when all of them do.
 _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "Conv": _rank(4, _constant(1, 2)),
-    "ConvTranspose": _rank(4, _constant(1, 2), _explicit_geometry),
+    "ConvTranspose": _rank(4, _constant(1, 2), _transpose_geometry),
     "Gemm": _rank(2, _constant(1, 2), _attribute("transA", (0,), 0)),
     "MatMul": _rank(2, _constant(1)),
     "BatchNormalization": _rank(4, _constant(1, 2, 3, 4), _attribute("training_mode", (0,), 0), _unused_outputs(1)),
@@ -365,10 +417,20 @@ def _fold_pads(graph: Graph) -> Graph:
     return graph
 
 
+def _explicit_transpose_pads(node: Node, graph: Graph) -> Node:
+    """A ConvTranspose with ``pads`` for its ``output_shape`` or ``auto_pad`` (checked by :func:`check`); a
+    negative end pad moves into ``output_padding``."""
+    attrs = {key: value for key, value in node.attrs.items() if key not in ("auto_pad", "output_shape")}
+    pads = _transpose_pads(node, graph)
+    rank = len(pads) // 2
+    extra = [more - min(0, end) for more, end in zip(attrs.get("output_padding", (0,) * rank), pads[rank:])]
+    return replace(node, attrs={**attrs, "pads": [*pads[:rank], *(max(0, end) for end in pads[rank:])],
+                                "output_padding": extra})
+
+
 def _explicit_pads(node: Node, graph: Graph) -> Node:
     """auto_pad (SAME_UPPER, SAME_LOWER, VALID) as the explicit ``pads`` it stands for."""
-    auto_pad = node.attrs.get("auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    auto_pad = _text(node.attrs.get("auto_pad", b"NOTSET"))
     attrs = {key: value for key, value in node.attrs.items() if key != "auto_pad"}
     if auto_pad in ("NOTSET", ""):
         return replace(node, attrs=attrs)

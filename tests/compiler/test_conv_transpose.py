@@ -3,6 +3,7 @@ lowering by phases (compiler/lowering/conv.py) against the IR on the interpreter
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,13 +11,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aipu.app.models.synthetic import GraphBuilder
 from aipu.app.ort_compare import single_thread_session
-from aipu.compiler.graph import Node
+from aipu.compiler.graph import Node, load_graph
 from aipu.compiler.lowering.conv import axis_phases
+from aipu.compiler.normalize import normalize
 from aipu.compiler.qir import upsampled
 from aipu.compiler.quantize import conv_form, sqnr_db
 from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.errors import InputError
+from tests.compiler.onnx_node_cases import onnx_node_cases
 from tests.compiler.test_lowering import TINY, _check_every_tensor
 from tests.compiler.test_quantize import _compile
 
@@ -116,9 +119,69 @@ def test_batch_norm_after_conv_transpose_folds(tmp_path):
     assert sqnr_db(want, qmodel.run_float({"image": image})[y]) > 25
 
 
-def test_output_shape_and_auto_pad_are_refused_by_name(tmp_path):
-    b = GraphBuilder(4, 2, 4)
-    w = b.const(np.ones((2, 2, 3, 3), np.float32))
-    y = b.node("ConvTranspose", ["image", w], strides=[2, 2], output_shape=[8, 8])
-    with pytest.raises(InputError, match="output_shape and auto_pad are not supported"):
-        _compile(tmp_path, b.model(y), np.zeros((2, 2, 4, 4), np.float32))
+IMPLICIT_PADS = {
+    "same_upper": dict(strides=[2, 2], auto_pad="SAME_UPPER"),
+    "same_lower": dict(strides=[2, 2], auto_pad="SAME_LOWER"),
+    "same_lower_dilated_stride3": dict(strides=[3, 3], dilations=[2, 1], auto_pad="SAME_LOWER"),
+    "valid_output_padding": dict(strides=[2, 3], auto_pad="VALID", output_padding=[1, 2]),
+    "output_shape": dict(strides=[2, 2], output_shape=[8, 7]),
+    "output_shape_same_upper": dict(strides=[2, 2], output_shape=[8, 7], auto_pad="SAME_UPPER"),
+    "output_shape_one_beyond": dict(strides=[2, 2], output_shape=[12, 11]),      # the extra row is output padding
+}
+
+
+def _conv_transpose_model(**attrs):
+    b = GraphBuilder(5, 2, 5)
+    w = b.const(np.random.default_rng(1).normal(0, 0.3, (2, 3, 3, 2)).astype(np.float32))
+    return b.model(b.node("ConvTranspose", ["image", w], **attrs))
+
+
+@pytest.mark.parametrize("attrs", IMPLICIT_PADS.values(), ids=IMPLICIT_PADS.keys())
+def test_output_shape_and_auto_pad_become_the_pads_onnxruntime_uses(tmp_path, attrs):
+    """The normalized graph holds explicit pads only, and onnxruntime gives it the original model's output."""
+    model = _conv_transpose_model(**attrs)
+    samples = np.random.default_rng(2).normal(0, 1, (4, 2, 5, 5)).astype(np.float32)
+    graph, qmodel = _compile(tmp_path, model, samples)
+    (node,) = graph.nodes
+    assert "pads" in node.attrs and not {"auto_pad", "output_shape"} & set(node.attrs)
+    want = single_thread_session(model).run(None, {"image": samples[:1]})[0]
+    got = single_thread_session(graph.to_onnx()).run(None, {graph.inputs[0]: samples[:1]})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    if attrs is IMPLICIT_PADS["output_shape"]:
+        _check_every_tensor(qmodel, TINY, samples[:1], seed=3)
+
+
+@pytest.mark.parametrize("attrs, reason", [
+    (dict(strides=[2, 2], output_shape=[13, 10]), "an output size of 13 would start before the full transposed "
+                                                  "convolution \\(of 11\\)"),
+    (dict(strides=[1, 1], output_padding=[1, 0]), "an output_padding of 1 .* is not below max\\(stride, "
+                                                  "dilation\\) = 1"),
+    (dict(strides=[2, 2], auto_pad="SAME_UPPER", output_padding=[1, 1]), "auto_pad with output_padding is not "
+                                                                           "supported"),
+    (dict(strides=[2, 2], output_shape=[1, 3, 9, 9]), "model = 'invalid': onnx.checker: "),   # not spatial sizes
+], ids=["larger_than_full", "output_padding_of_stride", "same_with_output_padding", "output_shape_rank"])
+def test_output_shapes_the_pads_cannot_give_are_refused_by_name(tmp_path, attrs, reason):
+    with pytest.raises(InputError, match=reason):
+        _compile(tmp_path, _conv_transpose_model(**attrs), np.zeros((2, 2, 5, 5), np.float32))
+
+def _onnx_conv_transpose_cases() -> list:
+    """onnx's own ConvTranspose node cases of rank 4 (picked up from the installed onnx)."""
+    return [pytest.param(case, id=case.name) for case in onnx_node_cases()
+            if [node.op_type for node in case.model.graph.node] == ["ConvTranspose"]
+            and len(case.model.graph.input[0].type.tensor_type.shape.dim) == 4]
+
+
+@pytest.mark.parametrize("case", _onnx_conv_transpose_cases())
+def test_onnx_node_cases_normalize_to_their_expected_output(tmp_path, case):
+    """Each case's node, its weights made constant, normalized to explicit pads: onnxruntime's output of the
+    normalized node is the case's expected output (onnx's reference, which follows the operator text)."""
+    (x, weights), (expected,) = case.data_sets[0]
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    model.graph.initializer.append(numpy_helper.from_array(np.asarray(weights), model.graph.input[1].name))
+    del model.graph.input[1]
+    onnx.save(model, tmp_path / "model.onnx")
+    graph = normalize(load_graph(tmp_path / "model.onnx"))
+    assert not {"auto_pad", "output_shape"} & set(graph.nodes[0].attrs)
+    got = single_thread_session(graph.to_onnx()).run(None, {graph.inputs[0]: np.asarray(x)})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

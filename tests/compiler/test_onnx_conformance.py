@@ -7,13 +7,12 @@ exactly or is skipped with the reason it does not apply to the NPU (e.g. float8 
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
 import pytest
 
 from aipu.compiler.onnx_ops import ONNX_OPS, NotApplicable, run_node
+from tests.compiler.onnx_node_cases import onnx_node_cases
 
 QUANTIZATION_OPS = {"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "QuantizeLinear",
                     "DequantizeLinear", "DynamicQuantizeLinear"}
@@ -29,13 +28,8 @@ def _graph_dtypes(model: onnx.ModelProto) -> set[np.dtype]:
 
 
 def _relevant_cases():
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():  # the generators of unrelated cases warn about float overflow
-        warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
     selected = []
-    for case in cases:
+    for case in onnx_node_cases():
         ops = {node.op_type for node in case.model.graph.node}
         if ops & QUANTIZATION_OPS or (ops & set(ONNX_OPS) and _graph_dtypes(case.model) & INTEGER_DTYPES):
             selected.append(case)
