@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from aipu.compiler.graph import Graph, Node
-from aipu.compiler.resize import bilinear
+from aipu.compiler.resize import linear_form
 from aipu.sim.machine.errors import InputError, one_line
 
 
@@ -223,11 +223,11 @@ def _text(value) -> str:
 
 
 def _linear_form(node: Node, graph: Graph) -> str | None:
-    """A linear Resize the NPU runs as a fixed-kernel transposed conv (compiler/resize.py), else the reason."""
+    """A linear Resize the NPU runs (compiler/resize.py), else the reason."""
     mode = node.attrs.get("mode", b"nearest")
     if _text(mode) != "linear":
         return None
-    form = bilinear(node, graph)
+    form = linear_form(node, graph)
     return form if isinstance(form, str) else None
 
 

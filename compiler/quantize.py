@@ -30,7 +30,7 @@ from aipu.compiler.calibrate import TensorStats, choose_range
 from aipu.compiler.graph import Graph, Node
 from aipu.compiler.normalize import pad_widths, softmax_axes
 from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant
-from aipu.compiler.resize import bilinear, nearest_gather
+from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.sim import golden
 from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, SOFTMAX_SHIFT_MAX, bit_range
 from aipu.sim.machine.errors import InputError
@@ -190,7 +190,7 @@ class Quantizer:
         elif op == "Concat":
             self.concat(node)
         elif op == "Resize" and node.attrs.get("mode", b"nearest") in (b"linear", "linear"):
-            self.bilinear(node)
+            self.linear_resize(node)
         elif op == "Pad":
             self.pad(node)
         elif op in _LAYOUT_OPS or op == "Resize":
@@ -450,10 +450,14 @@ class Quantizer:
                                  golden.build_softmax_table(x_spec.scale), int(multiplier), int(shift),
                                  int(info.min), int(info.max)))
 
-    def bilinear(self, node: Node) -> None:
+    def linear_resize(self, node: Node) -> None:
         """A linear Resize (compiler/resize.py): the edge gather, then a depthwise transposed conv whose
-        requantizer divides by the weights' denominator; the output keeps the input's quantization."""
-        form = bilinear(node, self.graph)
+        requantizer divides by the weights' denominator; or, without that form, one 1x1 conv per axis. The
+        output keeps the input's quantization."""
+        form = linear_form(node, self.graph)
+        if isinstance(form, Separable):
+            self._separable_resize(node, form)
+            return
         x, y = node.inputs[0], node.outputs[0]
         n, c, h, w = self.graph.shapes[x]
         edges = f"{y}/edges"
@@ -471,6 +475,35 @@ class Quantizer:
         self._mac_input(x)
         check_accumulator(w_q, self.tensors[edges], 0)
         self.ops.append(QConv(node.name, edges, y, w_q, np.zeros(c, BIAS_DTYPE), requant, **geometry))
+
+    def _separable_resize(self, node: Node, form: Separable) -> None:
+        """Height, then width: each axis is gathered into the channel position, resized by a 1x1 conv with
+        the axis's resize matrix (its requantizer dividing by the denominator), and the last gather restores
+        NCHW. Every intermediate tensor keeps the input's quantization."""
+        x, y = node.inputs[0], node.outputs[0]
+        self._mac_input(x)
+        n, c, h, w = self.graph.shapes[x]
+        out_h, out_w = self.graph.shapes[y][2:]
+        shapes = [(n, c, h, w), (n, h, c, w), (n, out_h, c, w), (n, w, c, out_h), (n, out_w, c, out_h),
+                  (n, c, out_h, out_w)]
+        moves = {1: (0, 2, 1, 3), 3: (0, 3, 2, 1), 5: (0, 2, 3, 1)}     # the gathers into shapes[1], [3], [5]
+        names = [x, *(f"{y}/separable{step}" for step in range(1, 5)), y]
+        info = np.iinfo(self.tensors[x].dtype)
+        for step in range(1, 6):
+            source, target = names[step - 1], names[step]
+            self.tensors[target] = replace(self.tensors[x], name=target, shape=shapes[step])
+            if step in moves:
+                order = np.arange(int(np.prod(shapes[step - 1]))).reshape(shapes[step - 1]).transpose(moves[step])
+                self.ops.append(QLayout(f"{node.name}/gather{step}", source, target, gather=order.reshape(-1)))
+                continue
+            numerators, denominator = form.numerators[step // 2 - 1], form.denominators[step // 2 - 1]
+            weights = numerators.astype(np.int8)[:, :, None, None]
+            multiplier, shift = golden.quantize_multiplier(np.full(len(weights), 1.0 / denominator))
+            requant = Requant(multiplier, shift, self.tensors[x].zero_point, int(info.min), int(info.max),
+                              self.options.rounding)
+            check_accumulator(weights, self.tensors[source], 0)
+            self.ops.append(QConv(f"{node.name}/axis{step // 2}", source, target, weights,
+                                  np.zeros(len(weights), BIAS_DTYPE), requant))
 
     def concat(self, node: Node) -> None:
         y = node.outputs[0]

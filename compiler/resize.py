@@ -7,8 +7,12 @@
   edge pixels repeated once (a gather); its integer form is f * den with den the smallest denominator of the
   coefficients, the requantizer dividing by den_h * den_w (docs/compiler.md §3). The coefficients and the edge
   behaviour are read off the reference Resize of the node's own attributes and scale, and checked against it
-  on the actual size, so every coordinate transformation that has this form is taken and the others
-  (align_corners: the coefficients drift across the image) are refused with that reason.
+  on the actual size, so every coordinate transformation that has this form is taken.
+* Linear otherwise (align_corners, whose coefficients drift across the image; factors that are not
+  integers): separable, one resize matrix per axis (at most two inputs per output, fractions of one
+  denominator up to 127), each applied by the MAC array as a 1x1 conv whose input channels are that axis
+  (the tensor transposed by gathers around it) and whose requantizer divides by the denominator: two
+  roundings, so within one output step (docs/compiler.md §3).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from aipu.sim.machine.arch import DTYPE_NUMPY, DType
 
 _MAX_WEIGHT = int(np.iinfo(DTYPE_NUMPY[DType.INT8]).max)     # the 2-D kernel's integers are CONV's int8 weights
 _TOLERANCE = 1e-9
+_FLOAT32_TOLERANCE = 1e-6   # ONNX computes align_corners' coordinates in float32: weights off exact by ~1e-8
 
 
 def _reference(node: Node, graph: Graph, x: np.ndarray, scales=None, sizes=None) -> np.ndarray:
@@ -89,19 +94,20 @@ def _axis_coefficients(node: Node, graph: Graph, axis: int, length: int,
             if abs(matrix[o, middle]) > _TOLERANCE}, matrix
 
 
-def _denominator(values) -> int | None:
-    """The smallest d with every value * d an integer, if small enough for int8 weights."""
+def _denominator(values, tolerance: float = _TOLERANCE) -> int | None:
+    """The smallest d with every value * d an integer (within ``tolerance``), if small enough for int8
+    weights."""
     common = 1
     for value in values:
         fraction = Fraction(value).limit_denominator(_MAX_WEIGHT)
-        if abs(float(fraction) - value) > _TOLERANCE:
+        if abs(float(fraction) - value) > tolerance:
             return None
         common = common * fraction.denominator // np.gcd(common, fraction.denominator)
     return common
 
 
-def bilinear(node: Node, graph: Graph) -> Bilinear | str:
-    """The transposed-conv form of a linear Resize, or the reason it has none."""
+def _unsupported_linear(node: Node, graph: Graph) -> str | None:
+    """What no form of a linear Resize takes."""
     if "axes" in node.attrs:
         return "the axes attribute is not supported"
     mode = node.attrs.get("coordinate_transformation_mode", b"half_pixel")
@@ -109,9 +115,64 @@ def bilinear(node: Node, graph: Graph) -> Bilinear | str:
         return "tf_crop_and_resize is not supported"
     if node.inputs[0] not in graph.shapes or node.outputs[0] not in graph.shapes:
         return "the input and output shapes must be known"
+    if graph.shapes[node.outputs[0]][:2] != graph.shapes[node.inputs[0]][:2]:
+        return "a linear Resize of the batch or channel axis is not supported"
+    return None
+
+
+def linear_form(node: Node, graph: Graph) -> Bilinear | Separable | str:
+    """How the NPU runs a linear Resize: the transposed-conv form if it has one, else the separable one, else
+    the reasons neither applies."""
+    if (reason := _unsupported_linear(node, graph)) is not None:
+        return reason
+    form = bilinear(node, graph)
+    if not isinstance(form, str):
+        return form
+    other = separable(node, graph)
+    return other if not isinstance(other, str) else f"{form}; {other}"
+
+
+@dataclass(frozen=True)
+class Separable:
+    """A linear Resize as one resize matrix per spatial axis: ``numerators[a]`` [out, in] integers over
+    ``denominators[a]`` (each at most int8's largest value), applied height first."""
+
+    numerators: tuple[np.ndarray, np.ndarray]
+    denominators: tuple[int, int]
+
+
+def separable(node: Node, graph: Graph) -> Separable | str:
+    """The separable form of a linear Resize, or the reason it has none."""
+    _, _, *sizes = graph.shapes[node.inputs[0]]
+    _, _, *outs = graph.shapes[node.outputs[0]]
+    numerators, denominators = [], []
+    for axis, length, out in zip((2, 3), sizes, outs):
+        shape = [1, length, 1, 1]
+        shape[axis] = length
+        probe = np.eye(length).reshape(shape)      # channel c holds input c: output channel c is column c
+        if len(node.inputs) > 2 and node.inputs[2] and graph.constants[node.inputs[2]].size:
+            scale = [1.0, 1.0, 1.0, 1.0]
+            scale[axis] = float(graph.constants[node.inputs[2]][axis])
+            matrix = _reference(node, graph, probe, scales=np.array(scale, np.float32))
+        else:
+            matrix = _reference(node, graph, probe, sizes=np.array([*shape[:axis], out, *shape[axis + 1:]]))
+        matrix = matrix.reshape(length, -1).T
+        if matrix.shape[0] != out:
+            return f"the per-axis resize gives {matrix.shape[0]} outputs, not {out}"
+        denominator = _denominator(matrix[np.abs(matrix) > _FLOAT32_TOLERANCE].tolist(), _FLOAT32_TOLERANCE)
+        if denominator is None or denominator > _MAX_WEIGHT:
+            return "nor are its per-axis interpolation weights fractions of a denominator up to 127"
+        numerators.append(np.rint(matrix * denominator).astype(np.int64))    # the exact fractions
+        denominators.append(denominator)
+    return Separable(tuple(numerators), tuple(denominators))
+
+
+def bilinear(node: Node, graph: Graph) -> Bilinear | str:
+    """The transposed-conv form of a linear Resize (whose other checks :func:`linear_form` made), or the
+    reason it has none."""
     n, c, h, w = graph.shapes[node.inputs[0]]
     out = graph.shapes[node.outputs[0]]
-    if out[:2] != (n, c) or out[2] % h or out[3] % w:
+    if out[2] % h or out[3] % w:
         return f"linear Resize by integer factors of height and width only ({h}x{w} -> {out[2]}x{out[3]})"
     factors = (out[2] // h, out[3] // w)
     axes = []
@@ -128,8 +189,7 @@ def bilinear(node: Node, graph: Graph) -> Bilinear | str:
                 elif rest == 0:
                     return "the resize reaches beyond the input's edge pixel"
         if not np.allclose(predicted, matrix, atol=_TOLERANCE):
-            return ("this coordinate transformation is not one fixed kernel (e.g. align_corners); "
-                    "half_pixel, pytorch_half_pixel and asymmetric are supported")
+            return "this coordinate transformation is not one fixed kernel (e.g. align_corners)"
         axes.append(coefficients)
     denominators = [_denominator(coefficients.values()) for coefficients in axes]
     if None in denominators or np.prod(denominators) > _MAX_WEIGHT:
