@@ -247,7 +247,7 @@ def _softmax_opset(node: Node, graph: Graph) -> int:
 
 
 def _softmax_check(node: Node, graph: Graph) -> str | None:
-    """A Softmax whose rows are runs of consecutive elements in the channels-last layout."""
+    """A Softmax whose axis lies within its input's dimensions."""
     shape = graph.shapes.get(node.inputs[0])
     if shape is None:
         return None
@@ -255,13 +255,16 @@ def _softmax_check(node: Node, graph: Graph) -> str | None:
     axis = int(node.attrs.get("axis", 1 if _softmax_opset(node, graph) < 13 else -1))
     if not -rank <= axis < rank:
         return f"axis = {axis} outside the input's {rank} dimensions"
-    axes = softmax_axes(node, graph)
+    return None
+
+
+def softmax_rows_consecutive(shape: tuple[int, ...], axes: tuple[int, ...]) -> bool:
+    """Whether each softmax row (the elements over ``axes``) is a run of consecutive elements in the
+    channels-last layout, as the SOFTMAX command reads it."""
+    rank = len(shape)
     stored = (0, *range(2, rank), 1) if rank > 2 else tuple(range(rank))     # channels-last order
     reduced = [axis in axes for axis in stored if shape[axis] > 1]
-    if reduced != sorted(reduced):
-        return ("only a softmax over the channels (or the whole tensor, or a [N, F] row) is supported: its "
-                "elements must be consecutive in the channels-last layout")
-    return None
+    return reduced == sorted(reduced)
 
 
 def _inputs(minimum: int) -> Callable[[Node, Graph], str | None]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from aipu.compiler.calibrate import TensorStats, choose_range
 from aipu.compiler.graph import Graph, Node
-from aipu.compiler.normalize import pad_widths, softmax_axes
+from aipu.compiler.normalize import pad_widths, softmax_axes, softmax_rows_consecutive
 from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.sim import golden
@@ -446,9 +446,24 @@ class Quantizer:
             raise InputError("softmax output scale", y_spec.scale, f"1/scale representable as M / 2^N with N <= "
                              f"{SOFTMAX_SHIFT_MAX}")
         info = np.iinfo(y_spec.dtype)
-        self.ops.append(QSoftmax(node.name, x, y, softmax_axes(node, self.graph),
-                                 golden.build_softmax_table(x_spec.scale), int(multiplier), int(shift),
-                                 int(info.min), int(info.max)))
+        shape, axes = self.graph.shapes[x], softmax_axes(node, self.graph)
+        rows_x, rows_y = x, y
+        if not softmax_rows_consecutive(shape, axes):
+            # gathered to [1, row, rows, 1] (each row along the channels of a pixel), the result back
+            rows_x, rows_y = f"{y}/rows_in", f"{y}/rows_out"
+            order = [*(axis for axis in range(len(shape)) if axis not in axes), *axes]
+            length = int(np.prod([shape[axis] for axis in axes]))
+            moved = np.arange(int(np.prod(shape))).reshape(shape).transpose(order).reshape(-1, length)
+            rows = moved.T[None, :, :, None]
+            self.tensors[rows_x] = replace(x_spec, name=rows_x, shape=rows.shape)
+            self.tensors[rows_y] = replace(y_spec, name=rows_y, shape=rows.shape)
+            self.ops.append(QLayout(f"{node.name}/rows", x, rows_x, gather=rows.reshape(-1)))
+            axes = (1,)
+        self.ops.append(QSoftmax(node.name, rows_x, rows_y, axes, golden.build_softmax_table(x_spec.scale),
+                                 int(multiplier), int(shift), int(info.min), int(info.max)))
+        if rows_y != y:
+            back = np.argsort(rows.reshape(-1))      # rows[i] holds input element rows[i]: the inverse gather
+            self.ops.append(QLayout(f"{node.name}/back", rows_y, y, gather=back))
 
     def linear_resize(self, node: Node) -> None:
         """A linear Resize (compiler/resize.py): the edge gather, then a depthwise transposed conv whose
