@@ -76,19 +76,27 @@ class Bilinear:
     denominator: int
 
 
-def _axis_coefficients(node: Node, graph: Graph, axis: int, length: int,
-                       factor: int) -> tuple[dict[int, float], np.ndarray]:
-    """The resize matrix along ``axis`` for an input of ``length`` (read off the reference on an identity
-    input: channel c of the probe holds input c, so output channel c is column c of the matrix) and f(t), the
-    coefficient of input i in output factor * i + t, taken from its middle column."""
+def _axis_matrix(node: Node, graph: Graph, axis: int, length: int, out: int) -> np.ndarray:
+    """The [outputs, length] resize matrix along ``axis`` for an input of ``length``: the reference on an
+    identity input (channel c of the probe holds input c, so output channel c is column c of the matrix), with
+    the node's scale along the axis if it gives scales, else ``out`` as the size."""
     shape = [1, length, 1, 1]
     shape[axis] = length
     probe = np.eye(length).reshape(shape)
-    scale = [1.0, 1.0, 1.0, 1.0]
-    scale[axis] = float(factor)
     if len(node.inputs) > 2 and node.inputs[2] and graph.constants[node.inputs[2]].size:
+        scale = [1.0, 1.0, 1.0, 1.0]
         scale[axis] = float(graph.constants[node.inputs[2]][axis])
-    matrix = _reference(node, graph, probe, scales=np.array(scale, np.float32)).reshape(length, -1).T
+        matrix = _reference(node, graph, probe, scales=np.array(scale, np.float32))
+    else:
+        matrix = _reference(node, graph, probe, sizes=np.array([*shape[:axis], out, *shape[axis + 1:]]))
+    return matrix.reshape(length, -1).T
+
+
+def _axis_coefficients(node: Node, graph: Graph, axis: int, length: int,
+                       factor: int) -> tuple[dict[int, float], np.ndarray]:
+    """The resize matrix along ``axis`` for an input of ``length`` and f(t), the coefficient of input i in
+    output factor * i + t, taken from its middle column."""
+    matrix = _axis_matrix(node, graph, axis, length, factor * length)
     middle = length // 2
     return {o - factor * middle: float(matrix[o, middle]) for o in range(matrix.shape[0])
             if abs(matrix[o, middle]) > _TOLERANCE}, matrix
@@ -147,16 +155,7 @@ def separable(node: Node, graph: Graph) -> Separable | str:
     _, _, *outs = graph.shapes[node.outputs[0]]
     numerators, denominators = [], []
     for axis, length, out in zip((2, 3), sizes, outs):
-        shape = [1, length, 1, 1]
-        shape[axis] = length
-        probe = np.eye(length).reshape(shape)      # channel c holds input c: output channel c is column c
-        if len(node.inputs) > 2 and node.inputs[2] and graph.constants[node.inputs[2]].size:
-            scale = [1.0, 1.0, 1.0, 1.0]
-            scale[axis] = float(graph.constants[node.inputs[2]][axis])
-            matrix = _reference(node, graph, probe, scales=np.array(scale, np.float32))
-        else:
-            matrix = _reference(node, graph, probe, sizes=np.array([*shape[:axis], out, *shape[axis + 1:]]))
-        matrix = matrix.reshape(length, -1).T
+        matrix = _axis_matrix(node, graph, axis, length, out)
         if matrix.shape[0] != out:
             return f"the per-axis resize gives {matrix.shape[0]} outputs, not {out}"
         denominator = _denominator(matrix[np.abs(matrix) > _FLOAT32_TOLERANCE].tolist(), _FLOAT32_TOLERANCE)
