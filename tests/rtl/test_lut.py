@@ -14,13 +14,14 @@ from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import first_difference
 from aipu.sim.cosim.stimulus import Stimulus, unit_program
 from aipu.sim.cosim.stimulus.base import dtype_limits
-from aipu.sim.cosim.stimulus.lut import BYTE_TYPES, INTERP16_INPUT, Workload, random_softmax_stimulus
+from aipu.sim.cosim.stimulus.lut import (BYTE_TYPES, INTERP16_INPUT, Workload, random_memory,
+                                        random_softmax_stimulus)
 from aipu.sim.golden.softmax import EXP_MAX, build_softmax_table
 from aipu.sim.interpreter import ExecutionError, run
 from aipu.sim.machine.arch import (DEFAULT, LUT8_ENTRIES, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, MULTIPLIER_MAX,
                                    SOFTMAX_LENGTH_MAX, SOFTMAX_SHIFT_MAX, SOFTMAX_TABLE_DTYPE, Buffer, DType,
                                    hardware_config_from_dict)
-from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, LutMode, Opcode, Unit
+from aipu.sim.machine.isa import LutMode, Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from tests.rtl.checks import assert_matches
@@ -110,19 +111,22 @@ def _fault_cases():
 def test_faults_name_the_field_and_write_nothing(fields, field_name):
     """After a legal command, the refused one stops the unit naming the field; the interpreter refuses it too.
     The LUT memory starts with a DIRECT8 table of 300s at 0 (fits INT16 only), random bytes after it."""
-    rng = np.random.default_rng(3)
-    memory = Memory.create(SMALL, 64)
-    for buffer in (*VECTOR_SOURCE_BUFFERS, Buffer.LUT):
-        memory.buffers[buffer][:] = rng.integers(0, 256, SMALL.buffer(buffer).bytes)
+    memory = random_memory(SMALL, np.random.default_rng(3))
     memory.buffers[Buffer.LUT][:LUT8_ENTRIES * 2] = np.full(LUT8_ENTRIES, 300, LUT_ENTRY_DTYPE).view(np.uint8)
     legal = Command.make(Opcode.LUT, src_buf=Buffer.ACT, src_addr=5, dst_addr=100, count=9, mode=LutMode.INTERP16,
                          in_type=INTERP16_INPUT, out_type=DType.INT16, table_addr=0x101, table_log2=3,
                          index_shift=13, input_min=-32768, qmin=-32768, qmax=32767)
     refused = Command.make(Opcode.LUT, **{"src_buf": Buffer.ACT, "src_addr": 0, "dst_addr": 0, "count": 8, **fields})
+    _assert_refused_after(SMALL, memory, legal, refused, field_name)
+
+
+def _assert_refused_after(config, memory: Memory, legal: Command, refused: Command, field_name: str) -> None:
+    """The interpreter refuses ``refused``; the RTL runs ``legal``, then stops on ``refused`` naming
+    ``field_name``, having written what ``legal`` alone writes."""
     with pytest.raises(ExecutionError):
-        run(_program(SMALL, [legal, refused]), memory)
-    before = run(_program(SMALL, [legal]), memory)
-    got = run_amaranth(_program(SMALL, [legal, refused]), memory, [LutUnit], max_cycles=2000)
+        run(_program(config, [legal, refused]), memory)
+    before = run(_program(config, [legal]), memory)
+    got = run_amaranth(_program(config, [legal, refused]), memory, [LutUnit], max_cycles=4000)
     assert [(error.index, error.field) for error in got.errors] == [(1, field_name)]
     assert first_difference(before.memory, got.memory) is None
 
@@ -200,13 +204,7 @@ def test_softmax_faults_name_the_field_and_write_nothing(fields, field_name):
     memory.buffers[Buffer.LUT][:tables.nbytes] = tables.view(np.uint8)
     legal = Command.make(Opcode.SOFTMAX, src_buf=Buffer.ACT, src_addr=3, dst_addr=200, rows=1, length=6,
                          in_type=DType.UINT8, out_type=DType.INT16, multiplier=1000, shift=2, qmin=-5, qmax=900)
-    refused = Command.make(Opcode.SOFTMAX, **fields)
-    with pytest.raises(ExecutionError):
-        run(_program(config, [legal, refused]), memory)
-    before = run(_program(config, [legal]), memory)
-    got = run_amaranth(_program(config, [legal, refused]), memory, [LutUnit], max_cycles=4000)
-    assert [(error.index, error.field) for error in got.errors] == [(1, field_name)]
-    assert first_difference(before.memory, got.memory) is None
+    _assert_refused_after(config, memory, legal, Command.make(Opcode.SOFTMAX, **fields), field_name)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")     # the refused unit is never used

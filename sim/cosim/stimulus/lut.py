@@ -33,14 +33,20 @@ def refused_overlap(src_buf, src_addr, dst_addr, count, in_type, out_type) -> bo
     return overlaps and (dst_addr > src_addr or out_bytes > in_bytes)
 
 
+def random_memory(config: HardwareConfig, rng: np.random.Generator) -> Memory:
+    """Random bytes in the LUT unit's source buffers and its table memory."""
+    memory = Memory.create(config, 64)
+    for buffer in (*VECTOR_SOURCE_BUFFERS, Buffer.LUT):
+        memory.buffers[buffer][:] = rng.integers(0, 256, config.buffer(buffer).bytes)
+    return memory
+
+
 class Workload:
     """A random memory image and random legal LUT commands for it."""
 
     def __init__(self, config, rng: np.random.Generator, max_count: int):
         self.config, self.rng, self.max_count = config, rng, max_count
-        self.memory = Memory.create(config, 64)
-        for buffer in (*VECTOR_SOURCE_BUFFERS, Buffer.LUT):
-            self.memory.buffers[buffer][:] = rng.integers(0, 256, config.buffer(buffer).bytes)
+        self.memory = random_memory(config, rng)
         lut_bytes = config.buffer(Buffer.LUT).bytes
         self.direct8_type = BYTE_TYPES[rng.integers(len(BYTE_TYPES))]   # the type the DIRECT8 region fits
         self.direct8_addr = int(rng.integers(0, lut_bytes - LUT8_ENTRIES * 2 + 1))
@@ -98,9 +104,7 @@ class SoftmaxWorkload:
 
     def __init__(self, config, rng: np.random.Generator, max_length: int):
         self.config, self.rng, self.max_length = config, rng, max_length
-        self.memory = Memory.create(config, 64)
-        for buffer in (*VECTOR_SOURCE_BUFFERS, Buffer.LUT):
-            self.memory.buffers[buffer][:] = rng.integers(0, 256, config.buffer(buffer).bytes)
+        self.memory = random_memory(config, rng)
         if rng.random() < 0.5:
             table = build_softmax_table(float(rng.uniform(0.005, 0.5)))
         else:
