@@ -94,7 +94,10 @@ class Workload:
 
 def random_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int,
                     max_count: int = MAX_COUNT) -> Stimulus:
-    workload = Workload(config, rng, max_count)
+    return _stimulus(config, Workload(config, rng, max_count), commands)
+
+
+def _stimulus(config: HardwareConfig, workload, commands: int) -> Stimulus:
     return Stimulus(unit_program(config, [workload.command() for _ in range(commands)], Unit.LUT),
                     workload.memory, (LutUnit,))
 
@@ -141,6 +144,4 @@ class SoftmaxWorkload:
 
 def random_softmax_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int,
                             max_length: int = MAX_SOFTMAX_LENGTH) -> Stimulus:
-    workload = SoftmaxWorkload(config, rng, max_length)
-    return Stimulus(unit_program(config, [workload.command() for _ in range(commands)], Unit.LUT),
-                    workload.memory, (LutUnit,))
+    return _stimulus(config, SoftmaxWorkload(config, rng, max_length), commands)
