@@ -225,9 +225,11 @@ def disagreement(golden: np.ndarray, reference: np.ndarray, exact: np.ndarray, r
 
 
 def static_quantization(model_path: Path, out_path: Path, images: np.ndarray, input_name: str, *,
-                        quant_format: str = "QDQ", per_channel: bool = True) -> Path:
-    """``model_path`` through onnxruntime's own static quantization (uint8 activations, int8 weights), calibrated
-    on ``images`` one at a time; written to ``out_path``. Its advice to pre-process models is not printed."""
+                        quant_format: str = "QDQ", per_channel: bool = True, weight_type: str = "QInt8",
+                        symmetric_weights: bool | None = None) -> Path:
+    """``model_path`` through onnxruntime's own static quantization (uint8 activations, ``weight_type`` weights,
+    symmetric or not as ``symmetric_weights`` says, else onnxruntime's default), calibrated on ``images`` one at
+    a time; written to ``out_path``. Its advice to pre-process models is not printed."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Reader(CalibrationDataReader):
@@ -241,8 +243,10 @@ def static_quantization(model_path: Path, out_path: Path, images: np.ndarray, in
     level = root.level
     root.setLevel(logging.ERROR)
     try:
+        options = {} if symmetric_weights is None else {"WeightSymmetric": symmetric_weights}
         quantize_static(str(model_path), str(out_path), Reader(), quant_format=QuantFormat[quant_format],
-                        per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                        per_channel=per_channel, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType[weight_type], extra_options=options)
     finally:
         root.setLevel(level)
     return out_path

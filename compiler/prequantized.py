@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from aipu.compiler.graph import CONTRIB_STANDARD_FORMS, Graph, Node, contrib_standard_form
-from aipu.compiler.qir import QConcat, QConv, QModel, QTensor, Requant
+from aipu.compiler.qir import QConcat, QConv, QLayout, QModel, QTensor, Requant
 from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator, conv_form
 from aipu.sim import golden
 from aipu.sim.machine.errors import InputError
@@ -349,6 +349,8 @@ class _Importer:
 
     def mac(self, node: Node, x_spec: QTensor, w: np.ndarray, w_zero: int, bias, y_spec: QTensor, scale,
             geometry: dict) -> None:
+        if w.dtype != np.int8:
+            x_spec, w = self._split_weights(node, x_spec, w, geometry.get("groups", 1))
         k = w.shape[0]
         scale = np.broadcast_to(np.asarray(scale, np.float32), (k,)).copy()
         bias = np.zeros(k, np.int32) if bias is None else np.broadcast_to(np.asarray(bias, np.int32), (k,)).copy()
@@ -356,6 +358,24 @@ class _Importer:
         info = np.iinfo(y_spec.dtype)
         requant = Requant(None, None, y_spec.zero_point, int(info.min), int(info.max), scale=scale)
         self.ops.append(QConv(node.name, x_spec.name, y_spec.name, w, bias, requant, w_zero, **geometry))
+
+    def _split_weights(self, node: Node, x_spec: QTensor, w: np.ndarray, groups: int) -> tuple[QTensor, np.ndarray]:
+        """Weights beyond int8 (per-channel zero points folded in, up to ±255) as P int8 parts of at most 127
+        each, summed in the accumulator: the input's channels are gathered P times within each group (a layout
+        copy) and the conv reads part p from copy p. Exact: Σ x·w = Σ_p Σ x·w_p."""
+        parts, rest = [], w.astype(np.int16)
+        while np.any(rest) or not parts:
+            parts.append(np.clip(rest, -np.iinfo(np.int8).max, np.iinfo(np.int8).max))
+            rest = rest - parts[-1]
+        per_group = w.shape[1]
+        channel = np.arange(x_spec.shape[1]).reshape(groups, 1, per_group)
+        order = np.broadcast_to(channel, (groups, len(parts), per_group)).reshape(-1)
+        copies = f"{node.name}/weight_parts_input"
+        indices = np.arange(int(np.prod(x_spec.shape))).reshape(x_spec.shape)[:, order]
+        self.tensors[copies] = replace(x_spec, name=copies, shape=indices.shape)
+        self.ops.append(QLayout(f"{node.name}/weight_parts", x_spec.name, copies, gather=indices.reshape(-1)))
+        stacked = np.stack(parts, axis=1)        # [K, part, channel of the group, KH, KW]
+        return self.tensors[copies], stacked.reshape(w.shape[0], -1, *w.shape[2:]).astype(np.int8)
 
 
 def _tensor_spec(name: str, shape: tuple[int, ...], scale, zero_point) -> QTensor:
@@ -372,13 +392,20 @@ def _tensor_spec(name: str, shape: tuple[int, ...], scale, zero_point) -> QTenso
 
 
 def _int8_weights(w: np.ndarray, zero_point: np.ndarray, axis_size: int) -> tuple[np.ndarray, int]:
-    """Weights as int8 with one zero point (D4): uint8 ones shifted by 128 with their zero point; a zero point
-    that differs between channels is refused."""
+    """Weights as int8 with one zero point (D4): uint8 ones shifted by 128 with their zero point. Zero points
+    that differ between the output channels (``w``'s axis 0; ``zero_point`` has ``axis_size`` values, repeated
+    for every group) are subtracted from the weights, exactly (Σ(x − z_x)(w − z_k) = Σ(x − z_x)·w'), and the
+    zero point is 0; those weights are int16 when they do not fit int8 (:meth:`_Importer.mac` splits them)."""
     zero = np.asarray(zero_point).reshape(-1)
     if zero.dtype != w.dtype:
         raise InputError("weight zero point type", zero.dtype.name, f"the weights' ({w.dtype.name})")
-    if zero.size not in (1, axis_size) or np.any(zero != zero[0]):
-        raise InputError("weight zero points", f"{zero.size} different values", "one zero point for all channels")
+    if zero.size not in (1, axis_size):
+        raise InputError("weight zero points", f"{zero.size} values", f"1 or one per output channel ({axis_size})")
+    if np.any(zero != zero[0]):
+        per_channel = np.tile(zero.astype(np.int16), w.shape[0] // zero.size)
+        centred = w.astype(np.int16) - per_channel.reshape(-1, *(1,) * (w.ndim - 1))
+        fits = np.iinfo(np.int8).min <= centred.min() and centred.max() <= np.iinfo(np.int8).max
+        return (centred.astype(np.int8) if fits else centred), 0
     if w.dtype == np.uint8:
         return (w.astype(np.int16) - 128).astype(np.int8), int(zero[0]) - 128
     if w.dtype != np.int8:
