@@ -28,6 +28,7 @@ from aipu.compiler.qir import QConcat, QConv, QLayout, QModel, QTensor, Requant
 from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator, conv_form
 from aipu.sim import golden
 from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.isa import KERNEL_BITS
 
 _MAC_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearGlobalAveragePool")
 # onnxruntime's other quantized operators: the float operator they quantize takes the quantizer's rules
@@ -336,8 +337,25 @@ class _Importer:
         self.mac(node, x_spec, w.reshape(*w.shape, 1, 1), w_zero, bias, y_spec, requant_scale, {})
 
     def average(self, node: Node, x: str, y: str, y_scale, y_zero) -> None:
+        """A rescaling global average: a depthwise conv of ones over the plane; a plane wider than a CONV kernel
+        is gathered to [N, H·W, C, 1] and summed by a 1x1 conv of ones (its H·W input channels accumulate in
+        chunks, the same integer sum), then gathered back to [N, C, 1, 1]."""
         x_spec = self.tensors[self.resolve(x)]
-        self.ones_conv(node, x_spec, self.output_tensor(y, y_scale, y_zero), x_spec.shape[2:], {})
+        y_spec = self.output_tensor(y, y_scale, y_zero)
+        n, c, h, w = x_spec.shape
+        if max(h, w) < 1 << KERNEL_BITS:
+            self.ones_conv(node, x_spec, y_spec, (h, w), {})
+            return
+        planes, sums = f"{node.name}/planes", f"{node.name}/plane_sums"
+        gather = np.arange(n * c * h * w).reshape(n, c, h * w).transpose(0, 2, 1)[..., None]
+        self.tensors[planes] = replace(x_spec, name=planes, shape=gather.shape)
+        self.ops.append(QLayout(f"{node.name}/planes", x_spec.name, planes, gather=gather.reshape(-1)))
+        self.tensors[sums] = replace(y_spec, name=sums, shape=(n, 1, c, 1))
+        scale = np.float32(x_spec.scale) / (np.float32(y_spec.scale) * np.float32(h * w))
+        self.mac(node, self.tensors[planes], np.ones((1, h * w, 1, 1), np.int8), 0, None, self.tensors[sums],
+                 scale, {})
+        back = np.arange(n * c).reshape(n, 1, c, 1).transpose(0, 2, 1, 3)
+        self.ops.append(QLayout(f"{node.name}/channels", sums, y_spec.name, gather=back.reshape(-1)))
 
     def ones_conv(self, node: Node, x_spec: QTensor, y_spec: QTensor, kernel: tuple[int, int], geometry: dict):
         """An average over whole kernels as a depthwise conv of ones, requantized with MLAS's float32 scale

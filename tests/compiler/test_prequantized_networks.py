@@ -51,7 +51,15 @@ def operators_like(seed: int = 0, size: int = 16, classes: int = 10) -> onnx.Mod
     return b.model(b.node("Softmax", [b.fc(x, 8, classes)], axis=1))
 
 
-BUILDERS = {"mobilenet": mobilenet_like, "resnet": resnet_like, "unet": unet_like, "operators": operators_like}
+def wide_pool(seed: int = 0, size: int = 16, classes: int = 10) -> onnx.ModelProto:
+    """A global average over a 16x16 plane, wider than a CONV kernel (15): summed by a 1x1 conv instead."""
+    b = GraphBuilder(seed, 3, size)
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [b.node("Relu", [b.conv("image", 3, 8)])])])
+    return b.model(b.fc(x, 8, classes))
+
+
+BUILDERS = {"mobilenet": mobilenet_like, "resnet": resnet_like, "unet": unet_like, "operators": operators_like,
+            "wide_pool": wide_pool}
 CASES = [(name, quant_format) for name in BUILDERS for quant_format in ("QOperator", "QDQ")
          if (name, quant_format) != ("unet", "QOperator")]
 
@@ -91,6 +99,7 @@ def test_every_layer_matches_onnxruntime_on_its_inputs_and_the_program_equals_th
     name, _ = case
     compiled = compile_model(paths[case])
     qmodel, network = compiled.qmodel, compiled.network
+    assert any(op.name.endswith("/planes") for op in qmodel.ops) == (name == "wide_pool")
     session, names = _onnxruntime_tensors(paths[case], [op.y for op in qmodel.ops])
     counted_padding = {node.name for node in onnx.load(paths[case]).graph.node if "AveragePool" in node.op_type
                        and any(a.name == "count_include_pad" and a.i for a in node.attribute)}
