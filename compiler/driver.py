@@ -40,11 +40,15 @@ def compile_model(model_path, calibration_path=None, *, config: HardwareConfig =
     QOperator) keeps its own quantization, and the data set, optional then, only feeds the report. With
     ``evaluation_path`` (samples and their ``labels``) the top-1 accuracy of float and int8 is measured.
     ``compress``: conv weights as WDEC streams (lower_model)."""
-    graph = normalize(load_graph(model_path, input_shapes))
+    loaded = load_graph(model_path, input_shapes)
+    dynamic = any(node.op == "DynamicQuantizeLinear" for node in loaded.nodes)
+    graph = normalize(loaded)
     prequantized = is_prequantized(graph)
     if calibration_path is None and not prequantized:
-        raise InputError("--calib", None, "a calibration set for a float model (only a pre-quantized one has its "
-                                          "own scales)")
+        raise InputError("--calib", None, "a calibration set for a dynamically quantized model (its activation "
+                                          "scales, computed per input at run time, become calibrated ones)"
+                         if dynamic else "a calibration set for a float model (only a pre-quantized one has its "
+                                         "own scales)")
     samples = (read_samples(calibration_path, {name: graph.shapes[name] for name in graph.inputs})
                if calibration_path is not None else None)
     if prequantized:

@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from aipu.compiler.graph import Graph, Node
+from aipu.compiler.dynamic import dequantize_dynamic
 from aipu.compiler.resize import linear_form
 from aipu.sim.machine.errors import InputError, one_line
 
@@ -34,7 +35,9 @@ class UnsupportedNodes(InputError):
 
 def normalize(graph: Graph) -> Graph:
     """The graph without inference no-ops, with BatchNormalization folded, pads explicit and zero Pads folded
-    into the convolutions after them; checked first."""
+    into the convolutions after them; dynamically quantized layers read as float (compiler/dynamic.py); checked
+    first."""
+    graph = dequantize_dynamic(graph)
     check(graph)
     graph = _drop_no_ops(graph)
     graph = _fold_batch_norms(graph)
