@@ -447,23 +447,22 @@ class Quantizer:
                              f"{SOFTMAX_SHIFT_MAX}")
         info = np.iinfo(y_spec.dtype)
         shape, axes = self.graph.shapes[x], softmax_axes(node, self.graph)
-        rows_x, rows_y = x, y
-        if not softmax_rows_consecutive(shape, axes):
-            # gathered to [1, row, rows, 1] (each row along the channels of a pixel), the result back
-            rows_x, rows_y = f"{y}/rows_in", f"{y}/rows_out"
-            order = [*(axis for axis in range(len(shape)) if axis not in axes), *axes]
-            length = int(np.prod([shape[axis] for axis in axes]))
-            moved = np.arange(int(np.prod(shape))).reshape(shape).transpose(order).reshape(-1, length)
-            rows = moved.T[None, :, :, None]
-            self.tensors[rows_x] = replace(x_spec, name=rows_x, shape=rows.shape)
-            self.tensors[rows_y] = replace(y_spec, name=rows_y, shape=rows.shape)
-            self.ops.append(QLayout(f"{node.name}/rows", x, rows_x, gather=rows.reshape(-1)))
-            axes = (1,)
-        self.ops.append(QSoftmax(node.name, rows_x, rows_y, axes, golden.build_softmax_table(x_spec.scale),
-                                 int(multiplier), int(shift), int(info.min), int(info.max)))
-        if rows_y != y:
-            back = np.argsort(rows.reshape(-1))      # rows[i] holds input element rows[i]: the inverse gather
-            self.ops.append(QLayout(f"{node.name}/back", rows_y, y, gather=back))
+        table = golden.build_softmax_table(x_spec.scale)
+        stage = (int(multiplier), int(shift), int(info.min), int(info.max))
+        if softmax_rows_consecutive(shape, axes):
+            self.ops.append(QSoftmax(node.name, x, y, axes, table, *stage))
+            return
+        # gathered to [1, row, rows, 1] (each row along the channels of one pixel), the result gathered back
+        rows_x, rows_y = f"{y}/rows_in", f"{y}/rows_out"
+        order = [*(axis for axis in range(len(shape)) if axis not in axes), *axes]
+        length = int(np.prod([shape[axis] for axis in axes]))
+        moved = np.arange(int(np.prod(shape))).reshape(shape).transpose(order).reshape(-1, length)
+        rows = moved.T[None, :, :, None]          # element i of the gathered tensor is input element rows[i]
+        self.tensors[rows_x] = replace(x_spec, name=rows_x, shape=rows.shape)
+        self.tensors[rows_y] = replace(y_spec, name=rows_y, shape=rows.shape)
+        self.ops += [QLayout(f"{node.name}/rows", x, rows_x, gather=rows.reshape(-1)),
+                     QSoftmax(node.name, rows_x, rows_y, (1,), table, *stage),
+                     QLayout(f"{node.name}/back", rows_y, y, gather=np.argsort(rows.reshape(-1)))]
 
     def linear_resize(self, node: Node) -> None:
         """A linear Resize (compiler/resize.py): the edge gather, then a depthwise transposed conv whose
