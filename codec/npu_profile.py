@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .compiled.aec_decoder import NO_TRACE, raise_on_error
+from .compiled.aec_decoder import NO_TRACE, S_ZERO_RUN_BITS, S_ZERO_RUNS, raise_on_error
 from .compiled.contexts import Element
 from .compiled.element_io import FastElementReader
 from .compiled.profile_walk import (WALK_CTU, WALK_ELEMENT, WALK_END_FLAG, WALK_ERROR, WALK_OUTSIDE, WALK_POS,
@@ -73,7 +73,7 @@ class ProfileDecode:
     levels: np.ndarray
     bins: int = 0                    # every bin, the terminating stuffing bin included
     morton_skips: int = 0            # leaf-walk candidates outside their CU
-    zero_run_cycles: int | None = 0  # extra engine cycles on long zero runs (None: not counted)
+    zero_run_cycles: int = 0         # extra engine cycles on long zero runs
 
 
 class _CountingDecoder(AecDecoder):
@@ -226,9 +226,10 @@ _PROFILE_FLAG_VALUES = dict((*PROFILE_CTU_FLAGS, PROFILE_SPLIT_FLAG, *PROFILE_CU
 
 def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int]) -> ProfileDecode:
     """``decode_profile_stream`` over the compiled engine (codec.compiled.profile_walk): the same levels, bins,
-    Morton skips and refusals, about a hundred times faster; the zero-run cycles are not counted."""
+    Morton skips, zero-run cycles and refusals, about a hundred times faster."""
     out_c, in_c, k_h, k_w = (int(n) for n in shape)
     reader = FastElementReader(stream)
+    reader.state[S_ZERO_RUN_BITS] = ZERO_RUN_BITS
     levels = np.zeros((out_c, in_c, k_h, k_w), dtype=np.int64)
     status = np.zeros(WALK_STATUS_SIZE, dtype=np.int64)
     try:
@@ -253,4 +254,4 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int]) -> 
         raise error.add_context(bit_position=reader.bit_position)
     if end != 8 * len(stream):
         raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
-    return ProfileDecode(levels, bins, int(status[WALK_SKIPS]), None)
+    return ProfileDecode(levels, bins, int(status[WALK_SKIPS]), int(reader.state[S_ZERO_RUNS]))

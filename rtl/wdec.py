@@ -22,7 +22,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
 from aipu.codec.npu_profile import (PROFILE_CTU_FLAGS, PROFILE_CU_FLAGS, PROFILE_HEADER, PROFILE_SPLIT_FLAG,
-                                    SPLIT_FLAG_MIN_CU, ZERO_RUN_BITS, decode_profile_stream)
+                                    SPLIT_FLAG_MIN_CU, ZERO_RUN_BITS, decode_profile_compiled)
 from aipu.codec.reference.elements import NUM_CONTEXTS, element_spec
 from aipu.codec.reference.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LPS_INCREMENT,
                                          RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS, TRACE_STUFFING)
@@ -483,7 +483,7 @@ def command_cycles(config: HardwareConfig, command, stream: bytes) -> int:
     """Cycles of a WDEC command on a profile stream that decodes (docs/rtl-wdec.md): the check, the wait for
     the first bits, the 9-bit engine start, one cycle per bin, per Morton candidate outside a CU and per
     ZERO_RUN_BITS of a long zero run, and the padding check."""
-    decoded = decode_profile_stream(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
+    decoded = decode_profile_compiled(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
     return (1 + first_bits_cycles(config, command.dram_addr, command.length) + decoded.bins
             + decoded.morton_skips + decoded.zero_run_cycles + 1)
 

@@ -32,7 +32,9 @@ from .jit_cache import njit
 # state[] layout
 S_RS1, S_RT1, S_VALUE_S, S_VALUE_T, S_VALUE_D, S_BFLAG = 0, 1, 2, 3, 4, 5
 S_POS, S_END, S_BOUND_S, S_BINS, S_TRACE_LEN, S_ERROR, S_ERROR_POS = 6, 7, 8, 9, 10, 11, 12
-STATE_SIZE = 13
+# the hardware's zero-run cycles (codec.npu_profile.ZERO_RUN_BITS): counted when S_ZERO_RUN_BITS is set
+S_ZERO_RUN_BITS, S_ZERO_RUNS = 13, 14
+STATE_SIZE = 15
 # state[S_ERROR] codes, and the encoder's (codec.compiled.aec_encoder)
 ERR_NONE, ERR_PAST_END, ERR_PREFIX_TOO_LONG, ERR_VALUE_TOO_LARGE, ERR_TRACE_FULL, ERR_TERMINATOR = 0, 1, 2, 3, 4, 5
 ERR_OUTPUT_FULL = 6
@@ -104,12 +106,28 @@ def bit_length(value):
 
 
 @njit
+def zero_runs(data, pos, end, bound_s, run_bits):
+    """Engine cycles a renormalisation from valueT = 0 spends on whole ``run_bits`` of zeros from bit ``pos``
+    before the rest (codec.npu_profile's counting decoder; bits past ``end`` read as 0)."""
+    count, value_s = 0, 0
+    while bound_s - value_s > run_bits:
+        for bit in range(pos + value_s, pos + value_s + run_bits):
+            if bit < end and (data[bit >> 3] >> (7 - (bit & 7))) & 1:
+                return count
+        value_s += run_bits
+        count += 1
+    return count
+
+
+@njit
 def decode_bin(state, data, pred_mps, lg_pmps_full):
     """decode_decision without the context update (reference.engine.AecDecoder._decode)."""
     lg_pmps = lg_pmps_full >> 2
     value_t = state[S_VALUE_T]
     bound_s = state[S_BOUND_S]
     if state[S_VALUE_D] or (state[S_BFLAG] == 1 and state[S_RS1] == bound_s):
+        if value_t == 0 and state[S_ZERO_RUN_BITS]:
+            state[S_ZERO_RUNS] += zero_runs(data, state[S_POS], state[S_END], bound_s, state[S_ZERO_RUN_BITS])
         state[S_RS1] = 0
         value_s = 0
         while value_t < 0x100 and value_s < bound_s:
@@ -268,6 +286,7 @@ def decode_uegk(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
     rs1, rt1, value_s, value_t = state[S_RS1], state[S_RT1], state[S_VALUE_S], state[S_VALUE_T]
     value_d, b_flag, pos = state[S_VALUE_D], state[S_BFLAG], state[S_POS]
     error, error_pos = state[S_ERROR], state[S_ERROR_POS]
+    run_bits, runs = state[S_ZERO_RUN_BITS], 0
     phase = 0 if c_max else 1                  # 0: unary prefix, 1: Exp-Golomb prefix, 2: suffix, 3: done
     ones = eg_ones = suffix = bins = left = 0
     while phase != 3:
@@ -278,6 +297,8 @@ def decode_uegk(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
             ctx_idx = ctx_start + ctx_inc(rule, bins, sign)
             pred_mps, lg_pmps = ctx[ctx_idx, CTX_MPS], ctx[ctx_idx, CTX_LG_PMPS] >> 2
         if value_d or (b_flag == 1 and rs1 == bound_s):
+            if value_t == 0 and run_bits:
+                runs += zero_runs(data, pos, end, bound_s, run_bits)
             rs1 = 0
             value_s = 0
             while value_t < 0x100 and value_s < bound_s:
@@ -339,6 +360,7 @@ def decode_uegk(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
     state[S_VALUE_D], state[S_BFLAG], state[S_POS] = value_d, b_flag, pos
     state[S_ERROR], state[S_ERROR_POS] = error, error_pos
     state[S_BINS] += bins
+    state[S_ZERO_RUNS] += runs
     if error:
         return -1
     if ones < c_max:

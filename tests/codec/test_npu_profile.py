@@ -53,7 +53,18 @@ def _outcome(decode, stream: bytes, shape) -> tuple:
         if error.element in (None, "terminator"):
             return ("terminator",)
         return error.reason.split(" (")[0], error.element, error.bit_position, error.context.get("ctu")
-    return result.levels.tobytes(), result.bins, result.morton_skips
+    return result.levels.tobytes(), result.bins, result.morton_skips, result.zero_run_cycles
+
+
+@pytest.mark.parametrize("density", [0.0, 0.001])
+def test_compiled_walk_counts_the_zero_run_cycles_of_sparse_layers(density):
+    """Near-empty layers leave long runs of zero bits in the stream: the compiled walk counts the hardware's
+    zero-run cycles as the reference does."""
+    rng = np.random.default_rng(3)
+    shape = (64, 32, 3, 3)
+    stream = encode_profile_stream(np.where(rng.random(shape) < density, rng.integers(-20, 21, shape), 0), 64)
+    assert decode_profile_stream(stream, shape).zero_run_cycles > 0
+    assert _outcome(decode_profile_compiled, stream, shape) == _outcome(decode_profile_stream, stream, shape)
 
 
 @pytest.mark.parametrize("seed", range(10))
