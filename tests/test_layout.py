@@ -1,7 +1,7 @@
 """The layout holds: one `aipu` namespace, and imports that point only down the data flow (docs/architecture.md).
 
 Floors, bottom up: the specification; the golden model and the codec; the compiler, the interpreter and the
-RTL (siblings: none imports another); the co-simulation; the application. A module imports only its own room or a lower floor.
+RTL (siblings: none imports another); the co-simulation and the cycle model; the application. A module imports only its own room or a lower floor.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ FLOORS = {
     "aipu.sim.machine": 0,
     "aipu.sim.golden": 1, "aipu.codec": 1,
     "aipu.compiler": 2, "aipu.sim.interpreter": 2, "aipu.rtl": 2,
-    "aipu.sim.cosim": 3,
+    "aipu.sim.cosim": 3, "aipu.sim.cycle": 3,
     "aipu.app": 4,
 }
 NAMESPACE_ROOT = {"aipu.sim"}      # package __init__ files above the rooms: docstrings only, no imports

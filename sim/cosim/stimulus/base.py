@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aipu.rtl.timing import command_cycles as expected_cycles
 from aipu.sim.cosim.result import RtlResult, first_mismatch
 from aipu.sim.interpreter import Result, run
 from aipu.sim.golden._checks import dtype_range
@@ -39,22 +40,6 @@ def unit_program(config: HardwareConfig, commands, unit: Unit) -> Program:
         program.append(command)
     program.append(Command.make(Opcode.FINISH, unit=unit))
     return program
-
-
-def expected_cycles(config: HardwareConfig, command: Command, memory: Memory) -> int:
-    """The documented cycles of ``command`` from its start to its retire (docs/rtl-*.md); WDEC's depend on the
-    stream it decodes, read from ``memory``'s DRAM. FINISH retires as it starts."""
-    from aipu.rtl import conv, dma, lut, pool, requant, wdec
-
-    opcode = command.opcode
-    if opcode == Opcode.FINISH:
-        return 0
-    if opcode == Opcode.WDEC:
-        stream = memory.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
-        return wdec.command_cycles(config, command, stream)
-    module = {Opcode.LOAD: dma, Opcode.STORE: dma, Opcode.CONV: conv, Opcode.REQUANT: requant, Opcode.LUT: lut,
-              Opcode.SOFTMAX: lut, Opcode.POOL: pool, Opcode.ELTWISE: pool}[opcode]
-    return module.command_cycles(config, command)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Every RTL unit that exists, together in one System, against the interpreter: random conv layers lowered by
 the compiler (LOAD, CONV, REQUANT, LUT, STORE and whatever else it emits) must leave every buffer and DRAM
-byte as the interpreter leaves them, on Amaranth's simulator and on the Verilog simulators ($AIPU_SIM)."""
+byte as the interpreter leaves them, on Amaranth's simulator and on the Verilog simulators ($AIPU_SIM); and
+every command must start and retire in the cycles the cycle model (sim/cycle.py) gives it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -13,6 +14,7 @@ from aipu.compiler.tiling import lower_conv_layer
 from aipu.sim.cosim.cocotb_run import run_on, verilog_backends
 from aipu.sim.cosim.verilog import available_units
 from aipu.sim.cosim.waves import mismatch_report
+from aipu.sim.cycle import simulate
 from aipu.sim.interpreter import run as interpret
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import Opcode, Unit
@@ -52,6 +54,9 @@ def check_lowered(lowered, backend: str, name: str, dram=None, memory=None):
     report = mismatch_report(lowered.program, memory, units, expected, got, simulator=backend)
     assert report is None, f"{context}\n{report}"
     assert all(len(got.cycles[unit]) == len(lowered.program.queues[unit]) for unit in Unit), context
+    model = simulate(lowered.program, memory)     # the cycle model: every start and retire, and the total
+    assert {unit: got.cycles[unit] for unit in Unit} == model.cycles and got.total_cycles == model.total_cycles, \
+        context
     return got
 
 

@@ -1,0 +1,79 @@
+"""The cycle model (sim/cycle.py) against the RTL, cycle for cycle: every command's start and retire and the
+program's total, on each unit alone, with token queues that fill, and (tests/sim/cosim/test_layers.py) on
+every lowered layer the co-simulation runs; a program that cannot finish is named, not hung."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aipu.rtl.conv import command_cycles as conv_cycles
+from aipu.rtl.conv import useful_macs
+from aipu.sim.cosim.amaranth_run import run_amaranth
+from aipu.sim.cosim.stimulus import RANDOM
+from aipu.sim.cosim.stimulus.dma import random_load, random_memory, random_store
+from aipu.sim.cycle import FIRST_START, NEXT_START, simulate
+from aipu.sim.machine.arch import DEFAULT, DType, hardware_config_from_dict
+from aipu.sim.machine.errors import DeadlockError
+from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
+from tests.rtl.configs import SMALL
+
+
+def _assert_cycle_for_cycle(program: Program, memory: Memory, units) -> None:
+    got = run_amaranth(program, memory, list(units), max_cycles=1_000_000)
+    assert got.done and not got.errors
+    model = simulate(program, memory)
+    assert {unit: got.cycles.get(unit, []) for unit in Unit} == model.cycles
+    assert got.total_cycles == model.total_cycles
+
+
+@pytest.mark.parametrize("family", list(RANDOM))
+def test_each_unit_alone_starts_and_retires_as_the_rtl(family):
+    stimulus = RANDOM[family](SMALL, np.random.default_rng(1), 6)
+    _assert_cycle_for_cycle(stimulus.program, stimulus.memory, stimulus.units)
+
+
+def test_a_full_token_queue_stalls_its_producer_as_in_the_rtl():
+    """Ten short LOADs each push a token to a long STORE: with two tokens of room, the third LOAD waits for
+    the first STORE to start."""
+    from aipu.rtl.dma import LoadUnit, StoreUnit
+
+    config = hardware_config_from_dict({**SMALL.to_dict(), "queues": {**SMALL.to_dict()["queues"],
+                                                                       "token_depth": 2}})
+    rng = np.random.default_rng(4)
+    program = Program(config)
+    loads = [random_load(config, rng, size=1) for _ in range(10)]
+    stores = [random_store(config, rng, size=12) for _ in range(10)]
+    for load in loads:
+        program.append(Command(load.opcode, load.args, push=frozenset({Unit.STORE})))
+    for store in stores:
+        program.append(Command(store.opcode, store.args, pop=frozenset({Unit.LOAD})))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    _assert_cycle_for_cycle(program, random_memory(config, rng), (LoadUnit, StoreUnit))
+    spans = simulate(program, random_memory(config, rng)).cycles[Unit.LOAD]
+    assert any(start > previous_retire + NEXT_START for (_, previous_retire), (start, _) in zip(spans, spans[1:]))
+
+
+def test_a_program_that_cannot_finish_names_the_waiting_commands():
+    program = Program(SMALL)
+    program.append(Command.make(Opcode.CONV, pop=[Unit.LOAD]))          # no LOAD ever pushes
+    program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
+    with pytest.raises(DeadlockError, match=r"CONV\[0\] CONV waits for a token LOAD->CONV"):
+        simulate(program, Memory.create(SMALL, 64))
+
+
+def test_a_compute_bound_conv_runs_at_the_array_s_rate():
+    """One 3x3 conv of 64 to 64 channels over a 28x28 tile on DEFAULT's 16x16 array: at least MACs / 256
+    cycles, and within 5 % of it."""
+    conv = Command.make(Opcode.CONV, in_h=30, in_w=30, in_c=64, out_c=64, k_h=3, k_w=3, stride_h=1, stride_w=1,
+                        dilation_h=1, dilation_w=1, groups=1, in_type=DType.INT8)
+    program = Program(DEFAULT)
+    program.append(conv)
+    program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
+    model = simulate(program, Memory.create(DEFAULT, 64))
+    ideal = useful_macs(conv) / (DEFAULT.mac.rows * DEFAULT.mac.cols)
+    (start, retire), _ = model.cycles[Unit.CONV]
+    assert start == FIRST_START and retire - start == conv_cycles(DEFAULT, conv)
+    assert ideal <= retire - start <= 1.05 * ideal
+    assert model.busy[Unit.CONV] == retire - start and model.total_cycles == retire + NEXT_START + 1
