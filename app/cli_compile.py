@@ -95,7 +95,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"  written: {args.output}")
     if args.compare_onnx:
         _compare_with_float(directory, samples, results)
+    if args.cycles:
+        _print_cycles(directory)
     return 0
+
+
+def _print_cycles(directory) -> None:
+    """The cycle model's summary of the program (docs/cycle-model.md): total, MAC utilisation, busy units."""
+    from aipu.rtl.conv import useful_macs
+    from aipu.sim.cycle import simulate
+    from aipu.sim.machine.isa import Opcode, Unit
+    from aipu.sim.machine.memory import Memory
+
+    program = directory.program
+    config = program.config
+    result = simulate(program, Memory.create(config, directory.dram))
+    total = result.total_cycles
+    macs = sum(useful_macs(command) for command in program.queues[Unit.CONV] if command.opcode == Opcode.CONV)
+    print(f"  cycle model: {total:,} cycles ({total / config.clock_mhz:,.1f} µs at {config.clock_mhz} MHz), "
+          f"MAC utilisation {macs / (total * config.mac.rows * config.mac.cols):.1%}")
+    for unit in Unit:
+        if result.busy[unit]:
+            count = len(program.queues[unit])
+            print(f"    {unit.name}: {count} command{'s' if count != 1 else ''}, busy {result.busy[unit]:,} cycles "
+                  f"({result.busy[unit] / total:.0%})")
 
 
 def _summary(value: np.ndarray) -> str:
@@ -172,4 +195,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             help="also run the model on onnxruntime (the float graph, or the pre-quantized one) and "
                                  "compare")
     run_parser.add_argument("--seed", type=int, default=None, help="a random legal schedule instead of the fixed one")
+    run_parser.add_argument("--cycles", action="store_true",
+                            help="also print the cycle model's summary (cycles, MAC utilisation, busy units)")
     run_parser.set_defaults(func=_cmd_run)

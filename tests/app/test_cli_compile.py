@@ -32,9 +32,10 @@ def test_compiled_directory_runs_and_equals_the_quantized_model(compiled_dir, di
     images = digits_data["eval_images"][:12]
     np.save(compiled_dir / "x.npy", images)
     assert main(["run", str(compiled_dir / "out"), "--input", str(compiled_dir / "x.npy"), "--output",
-                 str(compiled_dir / "y.npz"), "--compare-onnx"]) == 0
+                 str(compiled_dir / "y.npz"), "--compare-onnx", "--cycles"]) == 0
     printed = capsys.readouterr().out
     assert "12 input(s)" in printed and "vs onnxruntime on float.onnx logits" in printed
+    assert "cycle model: " in printed and "MAC utilisation" in printed and "CONV: " in printed
     compiled = compile_model(MODEL_PATH, compiled_dir / "calib.npz")         # the same compile, in-process
     name = compiled.qmodel.inputs[0]
     want = np.concatenate([compiled.qmodel.run_float({name: image[None]})["logits"] for image in images])
