@@ -21,6 +21,7 @@ latency (inside the LOAD, STORE and WDEC formulas), not shared between units.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from aipu.rtl.timing import command_cycles
@@ -39,9 +40,6 @@ class CycleResult:
     total_cycles: int                             # FINISH's cycle + 1 (0 for a program without FINISH)
     busy: dict[Unit, int] = field(default_factory=dict)    # cycles each unit spent executing commands
 
-    def command_cycles(self, unit: Unit) -> list[int]:
-        return [end - begin for begin, end in self.cycles[unit]]
-
 
 def simulate(program: Program, memory: Memory) -> CycleResult:
     """Start and retire cycle of every command of ``program`` (``memory``: the image it starts from, for the
@@ -52,28 +50,27 @@ def simulate(program: Program, memory: Memory) -> CycleResult:
     if failure is not None:
         raise failure
     depth = config.queues.token_depth
-    pushed: dict[tuple[Unit, Unit], list[int]] = {}      # retire cycle of each push, per token queue
-    popped: dict[tuple[Unit, Unit], list[int]] = {}      # start cycle of each pop, per token queue
+    pushed: dict[tuple[Unit, Unit], list[int]] = defaultdict(list)     # retire cycle of each push, per queue
+    popped: dict[tuple[Unit, Unit], list[int]] = defaultdict(list)     # start cycle of each pop, per queue
     ready = {unit: FIRST_START for unit in Unit}
     cycles: dict[Unit, list[tuple[int, int]]] = {unit: [] for unit in Unit}
     total = 0
     for unit, index in order:
         command = queues[unit][index]
         start = ready[unit]
-        for source in command.pop:
-            retires = pushed.get((source, unit), [])
-            start = max(start, retires[len(popped.get((source, unit), []))] + 1)
-        for target in command.push:
-            pops, made = popped.get((unit, target), []), len(pushed.get((unit, target), []))
+        for source in command.pop:            # the token this pop takes was pushed in an earlier cycle
+            start = max(start, pushed[source, unit][len(popped[source, unit])] + 1)
+        for target in command.push:           # room: the pop depth pushes back happened in an earlier cycle
+            made = len(pushed[unit, target])
             if made >= depth:
-                start = max(start, pops[made - depth] + 1)
+                start = max(start, popped[unit, target][made - depth] + 1)
         if command.opcode == Opcode.FINISH:
             start = max([start, *(queue[-1][1] + 1 for other, queue in cycles.items() if other != unit and queue)])
         retire = start + command_cycles(config, command, memory)
         for source in command.pop:
-            popped.setdefault((source, unit), []).append(start)
+            popped[source, unit].append(start)
         for target in command.push:
-            pushed.setdefault((unit, target), []).append(retire)
+            pushed[unit, target].append(retire)
         cycles[unit].append((start, retire))
         ready[unit] = retire + NEXT_START
         if command.opcode == Opcode.FINISH:
