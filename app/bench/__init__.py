@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "rtl": "aipu.app.bench.rtl",
     "units": "aipu.app.bench.units",
     "compile": "aipu.app.bench.compile",
+    "cycle": "aipu.app.bench.cycle",
 }
 
 

@@ -66,3 +66,23 @@ def test_compile_bench_compiles_resnet18_and_runs_it_bit_exact():
     assert report["whole_network"]["bit_exact"] and report["whole_network"]["macs"] > 1.8e9
     assert report["commands_per_unit"]["CONV"] >= 21 and report["commands_per_unit"]["POOL"] >= 2
     assert set(report["stage_seconds"]) >= {"front_end_s", "calibrate_s", "quantize_s", "lower_s"}
+
+
+def test_cycle_bench_reports_the_cycle_model_s_figures(tmp_path, digits_data):
+    """`aipu bench cycle`'s measurement on the demo network (the bench adds the ResNet-18-shaped program)."""
+    from aipu.app.bench import BENCHMARKS
+    from aipu.app.bench.cycle import measure
+    from aipu.app.models.train_digits import MODEL_PATH
+    from aipu.compiler.driver import compile_model
+    from aipu.sim.cycle import simulate
+    from aipu.sim.machine.memory import Memory
+
+    assert BENCHMARKS["cycle"] == "aipu.app.bench.cycle"
+    np.savez(tmp_path / "calibration.npz", images=digits_data["calibration_images"])
+    network = compile_model(MODEL_PATH, tmp_path / "calibration.npz").network
+    memory = Memory.create(network.program.config, network.dram)
+    figures = measure(network.program, memory, repeats=1)
+    result = simulate(network.program, memory)
+    assert figures["total_cycles"] == result.total_cycles and figures["commands"] == len(network.program)
+    assert 0 < figures["mac_utilisation"] <= 1 and figures["simulate_s"] >= 0 and figures["peak_python_mib"] > 0
+    assert figures["busy_cycles"] == {unit.name: cycles for unit, cycles in result.busy.items() if cycles}
