@@ -102,18 +102,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _print_cycles(directory) -> None:
     """The cycle model's summary of the program (docs/cycle-model.md): total, MAC utilisation, busy units."""
-    from aipu.rtl.conv import useful_macs
     from aipu.sim.cycle import simulate
-    from aipu.sim.machine.isa import Opcode, Unit
+    from aipu.sim.machine.isa import Unit
     from aipu.sim.machine.memory import Memory
 
     program = directory.program
     config = program.config
     result = simulate(program, Memory.create(config, directory.dram))
     total = result.total_cycles
-    macs = sum(useful_macs(command) for command in program.queues[Unit.CONV] if command.opcode == Opcode.CONV)
     print(f"  cycle model: {total:,} cycles ({total / config.clock_mhz:,.1f} µs at {config.clock_mhz} MHz), "
-          f"MAC utilisation {macs / (total * config.mac.rows * config.mac.cols):.1%}")
+          f"MAC utilisation {result.mac_utilisation:.1%}")
     for unit in Unit:
         if result.busy[unit]:
             count = len(program.queues[unit])

@@ -178,9 +178,7 @@ def _transpose_pads(node: Node, graph: Graph) -> list[int] | str:
     if output_shape is None and auto_pad == "VALID":
         return [0] * 2 * len(spatial)
     kernel = graph.shapes[node.inputs[1]][2:]
-    strides = tuple(node.attrs.get("strides", (1,) * len(spatial)))
-    dilations = tuple(node.attrs.get("dilations", (1,) * len(spatial)))
-    extra = tuple(node.attrs.get("output_padding", (0,) * len(spatial)))
+    strides, dilations, extra = _transpose_steps(node, len(spatial))
     if output_shape is None and any(extra):
         return ("auto_pad with output_padding is not supported (ONNX's shape inference and its operator text give "
                 "different output sizes); give explicit pads")
@@ -200,6 +198,12 @@ def _transpose_pads(node: Node, graph: Graph) -> list[int] | str:
     return [*begin, *end]
 
 
+def _transpose_steps(node: Node, rank: int) -> tuple[tuple[int, ...], ...]:
+    """A ConvTranspose's strides, dilations and output padding, ONNX's defaults filled in."""
+    return tuple(tuple(node.attrs.get(name, (default,) * rank)) for name, default in
+                 (("strides", 1), ("dilations", 1), ("output_padding", 0)))
+
+
 def _transpose_geometry(node: Node, graph: Graph) -> str | None:
     """A ConvTranspose whose pads are known (:func:`_transpose_pads`) and give the output shape inference gave."""
     pads = _transpose_pads(node, graph)
@@ -207,8 +211,7 @@ def _transpose_geometry(node: Node, graph: Graph) -> str | None:
         return pads
     spatial, kernel = graph.shapes[node.inputs[0]][2:], graph.shapes[node.inputs[1]][2:]
     rank = len(spatial)
-    strides, dilations, extra = (tuple(node.attrs.get(name, (default,) * rank)) for name, default in
-                                 (("strides", 1), ("dilations", 1), ("output_padding", 0)))
+    strides, dilations, extra = _transpose_steps(node, rank)
     sizes = [stride * (size - 1) + more + dilation * (k - 1) + 1 - pads[axis] - pads[axis + rank] for axis, (
         size, k, stride, dilation, more) in enumerate(zip(spatial, kernel, strides, dilations, extra))]
     for more, end, stride, dilation in zip(extra, pads[rank:], strides, dilations):

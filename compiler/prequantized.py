@@ -354,8 +354,7 @@ class _Importer:
         scale = np.float32(x_spec.scale) / (np.float32(y_spec.scale) * np.float32(h * w))
         self.mac(node, self.tensors[planes], np.ones((1, h * w, 1, 1), np.int8), 0, None, self.tensors[sums],
                  scale, {})
-        back = np.arange(n * c).reshape(n, 1, c, 1).transpose(0, 2, 1, 3)
-        self.ops.append(QLayout(f"{node.name}/channels", sums, y_spec.name, gather=back.reshape(-1)))
+        self.ops.append(QLayout(f"{node.name}/channels", sums, y_spec.name, permutation=(0, 2, 1, 3)))
 
     def ones_conv(self, node: Node, x_spec: QTensor, y_spec: QTensor, kernel: tuple[int, int], geometry: dict):
         """An average over whole kernels as a depthwise conv of ones, requantized with MLAS's float32 scale

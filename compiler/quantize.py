@@ -500,15 +500,14 @@ class Quantizer:
         out_h, out_w = self.graph.shapes[y][2:]
         shapes = [(n, c, h, w), (n, h, c, w), (n, out_h, c, w), (n, w, c, out_h), (n, out_w, c, out_h),
                   (n, c, out_h, out_w)]
-        moves = {1: (0, 2, 1, 3), 3: (0, 3, 2, 1), 5: (0, 2, 3, 1)}     # the gathers into shapes[1], [3], [5]
+        moves = {1: (0, 2, 1, 3), 3: (0, 3, 2, 1), 5: (0, 2, 3, 1)}     # the transposes into shapes[1], [3], [5]
         names = [x, *(f"{y}/separable{step}" for step in range(1, 5)), y]
         info = np.iinfo(self.tensors[x].dtype)
         for step in range(1, 6):
             source, target = names[step - 1], names[step]
             self.tensors[target] = replace(self.tensors[x], name=target, shape=shapes[step])
             if step in moves:
-                order = np.arange(int(np.prod(shapes[step - 1]))).reshape(shapes[step - 1]).transpose(moves[step])
-                self.ops.append(QLayout(f"{node.name}/gather{step}", source, target, gather=order.reshape(-1)))
+                self.ops.append(QLayout(f"{node.name}/transpose{step}", source, target, permutation=moves[step]))
                 continue
             numerators, denominator = form.numerators[step // 2 - 1], form.denominators[step // 2 - 1]
             weights = numerators.astype(np.int8)[:, :, None, None]

@@ -28,7 +28,8 @@ EXP_BITS = 8 * SOFTMAX_ENTRY_BYTES
 TABLE_BYTES = LUT8_ENTRIES * SOFTMAX_ENTRY_BYTES
 QUOTIENT_BITS = MULTIPLIER_BITS + 1          # q <= M / 2^N + 1/2 <= 2^16: e <= S, so e·M / D <= M / 2^N
 DIVISOR_BITS = SOFTMAX_SUM_BITS + SOFTMAX_SHIFT_MAX        # D = S · 2^N < 2^62; the numerator stays below too
-INPUT_BITS = 9                               # an int8 or uint8 element, signed
+DISTANCE_BITS = (LUT8_ENTRIES - 1).bit_length()     # m − x of 8-bit elements indexes the 256-entry table
+INPUT_BITS = DISTANCE_BITS + 1                       # an int8 or uint8 element, signed
 LATENCY = 2 + QUOTIENT_BITS    # from an element's DIVIDE read to its result: table read, product, the stages
 
 
@@ -83,11 +84,11 @@ def softmax_datapath(m: Module, config: HardwareConfig, cmd, begin: Value, table
     with m.If(begin | streaming):
         for buffer, port in sources.items():
             m.d.comb += [port.addr.eq(read_addr >> source_log2[buffer]), port.en.eq(cmd.src_buf == buffer)]
-    element = Signal(8)
+    element = Signal(DISTANCE_BITS)
     with m.Switch(cmd.src_buf):
         for buffer, port in sources.items():
             with m.Case(buffer):
-                m.d.comb += element.eq(port.data.word_select(addr[:source_log2[buffer]], 8))
+                m.d.comb += element.eq(port.data.word_select(addr[:source_log2[buffer]], DISTANCE_BITS))
     x = Signal(signed(INPUT_BITS))
     m.d.comb += x.eq(Mux(cmd.in_type == DType.INT8, element.as_signed(), element))
 
@@ -95,7 +96,7 @@ def softmax_datapath(m: Module, config: HardwareConfig, cmd, begin: Value, table
     maximum = Signal(signed(INPUT_BITS))
     with m.If(streaming & (phase == Pass.MAX) & (first_in_row | (x > maximum))):
         m.d.sync += maximum.eq(x)
-    distance = (maximum - x)[:8]                       # 0 .. 255 in SUM and DIVIDE
+    distance = (maximum - x)[:DISTANCE_BITS]           # 0 .. 255 in SUM and DIVIDE
     exps_per_row = row_entries * 2 // SOFTMAX_ENTRY_BYTES
     lookup = table.read_port()
     which = Signal(range(exps_per_row))

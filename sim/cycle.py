@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from aipu.rtl.conv import useful_macs
 from aipu.rtl.timing import command_cycles
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
@@ -39,6 +40,13 @@ class CycleResult:
     cycles: dict[Unit, list[tuple[int, int]]]     # per unit, per command: (start cycle, retire cycle)
     total_cycles: int                             # FINISH's cycle + 1 (0 for a program without FINISH)
     busy: dict[Unit, int] = field(default_factory=dict)    # cycles each unit spent executing commands
+    macs: int = 0                                 # multiply-accumulates the CONV commands need
+    array_macs: int = 1                           # the MAC array's multipliers (rows x cols)
+
+    @property
+    def mac_utilisation(self) -> float:
+        """Useful MACs over what the array could do in the whole program's cycles."""
+        return self.macs / (self.total_cycles * self.array_macs) if self.total_cycles else 0.0
 
 
 def simulate(program: Program, memory: Memory) -> CycleResult:
@@ -76,4 +84,5 @@ def simulate(program: Program, memory: Memory) -> CycleResult:
         if command.opcode == Opcode.FINISH:
             total = max(total, retire + 1)
     busy = {unit: sum(end - begin for begin, end in spans) for unit, spans in cycles.items()}
-    return CycleResult(cycles, total, busy)
+    macs = sum(useful_macs(command) for command in queues[Unit.CONV] if command.opcode == Opcode.CONV)
+    return CycleResult(cycles, total, busy, macs, config.mac.rows * config.mac.cols)

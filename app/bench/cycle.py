@@ -17,9 +17,7 @@ CALIBRATION_SAMPLES = 2
 def measure(program, memory, repeats: int = 3) -> dict:
     """The best wall time of ``repeats`` simulations, the peak of Python allocations in one more, and the
     simulated figures."""
-    from aipu.rtl.conv import useful_macs
     from aipu.sim.cycle import simulate
-    from aipu.sim.machine.isa import Opcode, Unit
 
     seconds = []
     for _ in range(repeats):
@@ -30,11 +28,10 @@ def measure(program, memory, repeats: int = 3) -> dict:
     simulate(program, memory)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    config, total = program.config, result.total_cycles
-    macs = sum(useful_macs(command) for command in program.queues[Unit.CONV] if command.opcode == Opcode.CONV)
+    total = result.total_cycles
     return {"commands": len(program), "total_cycles": total,
-            "time_at_clock_ms": round(total / config.clock_mhz / 1e3, 3),
-            "mac_utilisation": round(macs / (total * config.mac.rows * config.mac.cols), 4),
+            "time_at_clock_ms": round(total / program.config.clock_mhz / 1e3, 3),
+            "mac_utilisation": round(result.mac_utilisation, 4),
             "busy_cycles": {unit.name: cycles for unit, cycles in result.busy.items() if cycles},
             "simulate_s": round(min(seconds), 3), "peak_python_mib": round(peak / 2 ** 20, 2)}
 
