@@ -63,10 +63,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from aipu.compiler.calibrate import read_samples
-    from aipu.compiler.lowering.memory import load_tensor, store_tensor
+    from aipu.compiler.lowering.memory import load_tensor
     from aipu.compiler.program_dir import read_program_dir
     from aipu.sim.interpreter import prepare
-    from aipu.sim.machine.memory import Memory
 
     directory = read_program_dir(args.program)
     inputs = {entry.tensor.name: entry.tensor.shape for entry in directory.inputs}
@@ -76,10 +75,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     outputs: dict[str, list[np.ndarray]] = {entry.tensor.name: [] for entry in directory.outputs}
     started = time.perf_counter()
     for index in range(count):
-        dram = directory.dram.copy()
-        for entry in directory.inputs:
-            store_tensor(dram, entry.dram_address, entry.tensor.quantize(samples[entry.tensor.name][index:index + 1]))
-        result = prepared.run(Memory.create(directory.program.config, dram), seed=args.seed)
+        result = prepared.run(input_memory(directory, samples, index), seed=args.seed)
         for entry in directory.outputs:
             tensor = entry.tensor
             value = load_tensor(result.memory.dram, entry.dram_address, tensor.shape, tensor.dtype)
@@ -100,8 +96,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def input_memory(directory, samples: dict[str, np.ndarray], index: int):
+    """The program's memory image with sample ``index`` of the float ``samples`` quantized into its inputs."""
+    from aipu.compiler.lowering.memory import store_tensor
+    from aipu.sim.machine.memory import Memory
+
+    dram = directory.dram.copy()
+    for entry in directory.inputs:
+        store_tensor(dram, entry.dram_address, entry.tensor.quantize(samples[entry.tensor.name][index:index + 1]))
+    return Memory.create(directory.program.config, dram)
+
+
 def _print_cycles(directory) -> None:
-    """The cycle model's summary of the program (docs/cycle-model.md): total, MAC utilisation, busy units."""
+    """The cycle model's summary of the program (docs/cycle-model.md): total, MAC utilisation, and each unit's
+    busy cycles and what the shared DRAM added; `aipu report` has the per-layer story."""
     from aipu.sim.cycle import simulate
     from aipu.sim.machine.isa import Unit
     from aipu.sim.machine.memory import Memory
@@ -110,13 +118,15 @@ def _print_cycles(directory) -> None:
     config = program.config
     result = simulate(program, Memory.create(config, directory.dram))
     total = result.total_cycles
-    print(f"  cycle model: {total:,} cycles ({total / config.clock_mhz:,.1f} µs at {config.clock_mhz} MHz), "
-          f"MAC utilisation {result.mac_utilisation:.1%}")
+    print(f"  cycle model (one DRAM shared by the DMA units): {total:,} cycles ({total / config.clock_mhz:,.1f} µs "
+          f"at {config.clock_mhz} MHz), MAC utilisation {result.mac_utilisation:.1%}")
     for unit in Unit:
         if result.busy[unit]:
             count = len(program.queues[unit])
+            stall = sum(timing.dram_stall for timing in result.timings[unit])
             print(f"    {unit.name}: {count} command{'s' if count != 1 else ''}, busy {result.busy[unit]:,} cycles "
-                  f"({result.busy[unit] / total:.0%})")
+                  f"({result.busy[unit] / total:.0%})" + (f", DRAM stall {stall:,}" if stall else ""))
+    print("  per layer, with stalls and DRAM traffic: aipu report")
 
 
 def _summary(value: np.ndarray) -> str:

@@ -22,7 +22,7 @@ from amaranth.hdl import C, Cat, Elaboratable, Module, Mux, Signal
 from amaranth.lib.wiring import Out
 
 from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, shift_up
-from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
+from aipu.rtl.ports import DramPhases, dram_read_port, dram_write_port, read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import LOADABLE_BUFFERS, STRIDE_BYTES_BITS, Opcode, Unit
@@ -91,7 +91,7 @@ def _words_touched(start, length, port_bytes: int):
     return np.where(length > 0, (start + length - 1) // port_bytes - start // port_bytes + 1, 0)
 
 
-def _load_cycles(config: HardwareConfig, cmd) -> int:
+def _load_phases(config: HardwareConfig, cmd) -> DramPhases:
     port = word_bytes(config, Buffer(cmd.buffer))
     row_bytes, rows, data_start, gap = _load_dense(cmd)
     dense, count, row_end = _pattern_steps(config, cmd, data_start, gap)
@@ -103,7 +103,8 @@ def _load_cycles(config: HardwareConfig, cmd) -> int:
     first_len, last_len = data_start - cmd.sram_addr, cmd.pad_right * run + cmd.pad_bottom * row_bytes
     pad_words = (int(_words_touched(inner, gap, port).sum()) + int(_words_touched(cmd.sram_addr, first_len, port))
                  + int(_words_touched(cmd.sram_addr + rows * row_bytes - last_len, last_len, port)))
-    return CHECK_CYCLES + int(np.maximum(written, 1).sum()) + config.dram.latency_cycles + max(pad_words, 1)
+    return DramPhases(CHECK_CYCLES + config.dram.latency_cycles, int(np.maximum(written, 1).sum()), written.size,
+                      max(pad_words, 1))
 
 
 def _overlap_scan_cycles(cmd) -> int:
@@ -115,20 +116,26 @@ def _overlap_scan_cycles(cmd) -> int:
     return min(cmd.y_size - 1, -(-extent // cmd.dram_y_stride))
 
 
-def _store_cycles(config: HardwareConfig, cmd) -> int:
+def _store_phases(config: HardwareConfig, cmd) -> DramPhases:
     port = word_bytes(config, Buffer.OUT)
     dense, count, _ = _pattern_steps(config, cmd, cmd.sram_addr, 0)
     last_read = (dense + count - 1) // port
     reads = np.diff(last_read, prepend=cmd.sram_addr // port - 1)
-    return CHECK_CYCLES + _overlap_scan_cycles(cmd) + int(np.maximum(reads, 1).sum()) + STORE_TAIL_CYCLES
+    return DramPhases(CHECK_CYCLES + _overlap_scan_cycles(cmd), int(np.maximum(reads, 1).sum()), reads.size,
+                      STORE_TAIL_CYCLES)
 
 
 def command_cycles(config: HardwareConfig, command: Command) -> int:
     """Cycles from start to retire of a legal LOAD or STORE (docs/rtl-dma.md, "Cycles")."""
+    return dram_phases(config, command).cycles
+
+
+def dram_phases(config: HardwareConfig, command: Command) -> DramPhases:
+    """A LOAD's or STORE's cycles around its DRAM transfer: the walk's slots, one DRAM word each."""
     if command.opcode == Opcode.LOAD:
-        return _load_cycles(config, command)
+        return _load_phases(config, command)
     if command.opcode == Opcode.STORE:
-        return _store_cycles(config, command)
+        return _store_phases(config, command)
     raise ValueError(f"{command.opcode.name} is not a DMA command")
 
 

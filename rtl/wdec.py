@@ -14,7 +14,9 @@ software trace's (ctxIdx, bin), -1 bypass, -2 stuffing), so tests compare the ha
 """
 from __future__ import annotations
 
+import hashlib
 import math
+from typing import NamedTuple
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib.fifo import SyncFIFO
@@ -27,7 +29,7 @@ from aipu.codec.reference.elements import NUM_CONTEXTS, element_spec
 from aipu.codec.reference.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LPS_INCREMENT,
                                          RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS, TRACE_STUFFING)
 from aipu.codec.reference.geometry import CTU_SIZES
-from aipu.rtl.ports import dram_read_port, word_bytes, write_port
+from aipu.rtl.ports import DramPhases, dram_read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import KERNEL_BITS, Opcode, Unit
@@ -73,6 +75,9 @@ class Wdec(UnitComponent):
     ENGINE_ERRORS = ("stream", "profile", "levels")   # does not decode; outside the npu profile; not int8
 
     def __init__(self, config: HardwareConfig):
+        if config.wdec.bins_per_cycle != 1:
+            raise ValueError(f"Wdec decodes one bin a cycle: wdec.bins_per_cycle = {config.wdec.bins_per_cycle} "
+                             "is for the cycle model only, the RTL needs 1")
         super().__init__(config)
         self.debug_bin_valid = Signal()
         self.debug_bin_ctx = Signal(range(TRACE_STUFFING, NUM_CONTEXTS))
@@ -483,9 +488,48 @@ def command_cycles(config: HardwareConfig, command, stream: bytes) -> int:
     """Cycles of a WDEC command on a profile stream that decodes (docs/rtl-wdec.md): the check, the wait for
     the first bits, the 9-bit engine start, one cycle per bin, per Morton candidate outside a CU and per
     ZERO_RUN_BITS of a long zero run, and the padding check."""
-    decoded = decode_profile_compiled(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
-    return (1 + first_bits_cycles(config, command.dram_addr, command.length) + decoded.bins
-            + decoded.morton_skips + decoded.zero_run_cycles + 1)
+    return dram_phases(config, command, stream).cycles
+
+
+def dram_phases(config: HardwareConfig, command, stream: bytes) -> DramPhases:
+    """WDEC's cycles around its DRAM transfer: from the first word to the last bin the stream's words are
+    read at the pace the engine uses them (at most one a cycle); the check and the read latency come before,
+    the padding check after."""
+    decoded = decoded_profile(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
+    first = first_bits_cycles(config, command.dram_addr, command.length) - config.dram.latency_cycles
+    bins = -(-decoded.bins // config.wdec.bins_per_cycle)      # the RTL: one a cycle
+    transfer = first + bins + decoded.morton_skips + decoded.zero_run_cycles
+    words = _stream_words(config, command.dram_addr, command.length)
+    return DramPhases(1 + config.dram.latency_cycles, transfer, min(words, transfer), 1)
+
+
+class StreamCounts(NamedTuple):
+    bins: int
+    morton_skips: int
+    zero_run_cycles: int
+
+
+def decoded_profile(stream: bytes, shape: tuple[int, int, int, int]) -> StreamCounts:
+    """The profile decoder's counts of one stream, remembered by the stream's digest (a report asks for the
+    cycles and the bins of the same streams; the decoded levels are not kept)."""
+    key = (hashlib.blake2b(stream, digest_size=16).digest(), tuple(shape))
+    counts = _STREAM_COUNTS.get(key)
+    if counts is None:
+        if len(_STREAM_COUNTS) >= _STREAM_COUNTS_KEPT:
+            _STREAM_COUNTS.clear()
+        decoded = decode_profile_compiled(stream, shape)
+        counts = _STREAM_COUNTS[key] = StreamCounts(decoded.bins, decoded.morton_skips, decoded.zero_run_cycles)
+    return counts
+
+
+_STREAM_COUNTS: dict[tuple[bytes, tuple], StreamCounts] = {}
+_STREAM_COUNTS_KEPT = 1 << 16
+
+
+def _stream_words(config: HardwareConfig, dram_addr: int, length: int) -> int:
+    """DRAM words that hold the stream's bytes."""
+    nbytes = config.dram.bytes_per_cycle
+    return (dram_addr + length - 1) // nbytes - dram_addr // nbytes + 1
 
 
 def first_bits_cycles(config: HardwareConfig, dram_addr: int, length: int) -> int:
@@ -493,7 +537,6 @@ def first_bits_cycles(config: HardwareConfig, dram_addr: int, length: int) -> in
     NEED_BITS (or the whole stream): the read latency, one cycle each into the FIFO and into the window, one
     per word it takes (words arrive one a cycle) and the start itself."""
     nbytes = config.dram.bytes_per_cycle
-    skip = dram_addr % nbytes
-    words_in_stream = (dram_addr + length - 1) // nbytes - dram_addr // nbytes + 1
-    words = min(words_in_stream, math.ceil((8 * skip + NEED_BITS) / (8 * nbytes)))
+    needed = math.ceil((8 * (dram_addr % nbytes) + NEED_BITS) / (8 * nbytes))
+    words = min(_stream_words(config, dram_addr, length), needed)
     return config.dram.latency_cycles + 2 + words

@@ -12,20 +12,27 @@ on every command). The units run concurrently and wait on each other exactly as 
 * FINISH starts once every other unit has retired its last command (in an earlier cycle), and retires as it
   starts; the program's cycle count is FINISH's cycle + 1.
 
-Commands are visited in ``sim.machine.ordering.schedule``'s order, in which every token a command pops was
-pushed, and every pop that makes room for its pushes happened, before it: each start is then a maximum over
-times already known. A program that cannot finish raises ``DeadlockError`` naming the waiting commands.
+The DRAM (docs/cycle-model.md, "A DRAM shared by the DMA units"): with ``dram="ports"`` each DMA unit has a
+port of ``dram.bytes_per_cycle`` of its own, as the RTL does, and every command costs its formula. With
+``dram="shared"`` (the default) LOAD, STORE and WDEC share one DRAM of that many bytes per cycle: a transfer
+that wants its words faster than what is left of the DRAM is stretched (a fair share, as a fluid), and
+the cycles it loses are reported as its DRAM stall.
 
-The DRAM is the RTL's: each DMA unit has a port of ``dram.bytes_per_cycle`` with ``dram.latency_cycles``
-latency (inside the LOAD, STORE and WDEC formulas), not shared between units.
+Time advances from event to event: a unit starts its next command as soon as everything it waits for is
+known, and a shared transfer's end is known once no other transfer can change its pace. A program that
+cannot finish raises ``DeadlockError`` naming the waiting commands (the token check of ``ordering.schedule``).
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
 
 from aipu.rtl.conv import useful_macs
-from aipu.rtl.timing import command_cycles
+from aipu.rtl.timing import DMA_OPCODES, command_cycles, dram_phases
+from aipu.sim.machine.arch import DTYPE_BYTES, DType
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.ordering import schedule
@@ -33,15 +40,55 @@ from aipu.sim.machine.program import Program
 
 FIRST_START = 2         # take (cycle 0), check (cycle 1), start (cycle 2)
 NEXT_START = 3          # after a retire in cycle r: take r + 1, check r + 2, start r + 3
+DramModel = Literal["shared", "ports"]
+DRAM_MODELS = ("shared", "ports")
+
+
+@dataclass(frozen=True, slots=True)
+class CommandTiming:
+    """One command on the timeline. Between ``ready`` (the first cycle its unit's sequencer could start it)
+    and ``start`` it waited on ``waited_on`` (``token LOAD->CONV``, ``room CONV->REQUANT``, ``drain``);
+    from ``start`` to ``retire`` it worked its formula's ``work`` cycles plus ``dram_stall`` cycles lost to
+    the shared DRAM."""
+
+    ready: int
+    start: int
+    retire: int
+    work: int
+    waited_on: str | None = None
+    dram_bytes: int = 0        # bytes it reads from DRAM (LOAD, WDEC) or writes to it (STORE)
+
+    @property
+    def waited(self) -> int:
+        return self.start - self.ready
+
+    @property
+    def dram_stall(self) -> int:
+        return self.retire - self.start - self.work
 
 
 @dataclass
 class CycleResult:
-    cycles: dict[Unit, list[tuple[int, int]]]     # per unit, per command: (start cycle, retire cycle)
+    timings: dict[Unit, list[CommandTiming]]      # per unit, per command of its queue
     total_cycles: int                             # FINISH's cycle + 1 (0 for a program without FINISH)
-    busy: dict[Unit, int] = field(default_factory=dict)    # cycles each unit spent executing commands
     macs: int = 0                                 # multiply-accumulates the CONV commands need
     array_macs: int = 1                           # the MAC array's multipliers (rows x cols)
+    dram: DramModel = "shared"
+
+    @property
+    def cycles(self) -> dict[Unit, list[tuple[int, int]]]:
+        """(start, retire) of every command, per unit: what the RTL comparison checks."""
+        return {unit: [(t.start, t.retire) for t in timings] for unit, timings in self.timings.items()}
+
+    @property
+    def busy(self) -> dict[Unit, int]:
+        """Cycles each unit spent working its commands' formulas (DRAM stalls not included)."""
+        return {unit: sum(t.work for t in timings) for unit, timings in self.timings.items()}
+
+    @property
+    def dram_bytes(self) -> dict[Unit, int]:
+        """DRAM bytes each unit read (LOAD, WDEC) or wrote (STORE)."""
+        return {unit: sum(t.dram_bytes for t in timings) for unit, timings in self.timings.items()}
 
     @property
     def mac_utilisation(self) -> float:
@@ -49,40 +96,152 @@ class CycleResult:
         return self.macs / (self.total_cycles * self.array_macs) if self.total_cycles else 0.0
 
 
-def simulate(program: Program, memory: Memory) -> CycleResult:
-    """Start and retire cycle of every command of ``program`` (``memory``: the image it starts from, for the
-    WDEC streams)."""
-    config = program.config
+@dataclass(slots=True)
+class _Transfer:
+    """A shared-DRAM transfer in flight: it moves at ``demand`` words a cycle when the DRAM keeps up, and
+    ``remaining`` counts the cycles it still needs at that pace."""
+
+    unit: Unit
+    ready: int
+    start: int
+    work: int
+    waited_on: str | None
+    begins: int               # the cycle its transfer begins (start + the phase before it)
+    remaining: Fraction
+    demand: Fraction          # words per cycle, at most 1
+    after: int                # cycles after the transfer
+    dram_bytes: int
+
+
+def simulate(program: Program, memory: Memory, *, dram: DramModel = "shared") -> CycleResult:
+    """The timeline of every command of ``program`` (``memory``: the image it starts from, for the WDEC
+    streams); ``dram``: "shared" between the DMA units, or "ports", one per unit as in the RTL."""
+    if dram not in DRAM_MODELS:
+        raise ValueError(f"dram model {dram!r}: expected one of {', '.join(DRAM_MODELS)}")
     queues = {unit: tuple(program.queues[unit]) for unit in Unit}
-    order, _, failure = schedule(queues, config.queues.token_depth, None)
+    _, _, failure = schedule(queues, program.config.queues.token_depth, None)
     if failure is not None:
         raise failure
-    depth = config.queues.token_depth
-    pushed: dict[tuple[Unit, Unit], list[int]] = defaultdict(list)     # retire cycle of each push, per queue
-    popped: dict[tuple[Unit, Unit], list[int]] = defaultdict(list)     # start cycle of each pop, per queue
-    ready = {unit: FIRST_START for unit in Unit}
-    cycles: dict[Unit, list[tuple[int, int]]] = {unit: [] for unit in Unit}
-    total = 0
-    for unit, index in order:
-        command = queues[unit][index]
-        start = ready[unit]
-        for source in command.pop:            # the token this pop takes was pushed in an earlier cycle
-            start = max(start, pushed[source, unit][len(popped[source, unit])] + 1)
-        for target in command.push:           # room: the pop depth pushes back happened in an earlier cycle
-            made = len(pushed[unit, target])
-            if made >= depth:
-                start = max(start, popped[unit, target][made - depth] + 1)
-        if command.opcode == Opcode.FINISH:
-            start = max([start, *(queue[-1][1] + 1 for other, queue in cycles.items() if other != unit and queue)])
-        retire = start + command_cycles(config, command, memory)
-        for source in command.pop:
-            popped[source, unit].append(start)
-        for target in command.push:
-            pushed[unit, target].append(retire)
-        cycles[unit].append((start, retire))
-        ready[unit] = retire + NEXT_START
-        if command.opcode == Opcode.FINISH:
-            total = max(total, retire + 1)
-    busy = {unit: sum(end - begin for begin, end in spans) for unit, spans in cycles.items()}
+    timings = _Timeline(program, memory, shared=dram == "shared").run()
+    config = program.config
     macs = sum(useful_macs(command) for command in queues[Unit.CONV] if command.opcode == Opcode.CONV)
-    return CycleResult(cycles, total, busy, macs, config.mac.rows * config.mac.cols)
+    total = max((timing.retire + 1 for unit, queue in queues.items()
+                 for command, timing in zip(queue, timings[unit]) if command.opcode == Opcode.FINISH), default=0)
+    return CycleResult(timings, total, macs, config.mac.rows * config.mac.cols, dram)
+
+
+class _Timeline:
+    """The event loop: units start what they can, then time moves to the next transfer that begins or ends."""
+
+    def __init__(self, program: Program, memory: Memory, shared: bool) -> None:
+        self.config, self.memory, self.shared = program.config, memory, shared
+        self.queues = {unit: tuple(program.queues[unit]) for unit in Unit}
+        self.depth = self.config.queues.token_depth
+        self.pushed: dict[tuple[Unit, Unit], list[int]] = defaultdict(list)   # retire cycle of each push
+        self.popped: dict[tuple[Unit, Unit], list[int]] = defaultdict(list)   # start cycle of each pop
+        self.ready: dict[Unit, int | None] = {unit: FIRST_START for unit in Unit}   # None: a command in flight
+        self.timings: dict[Unit, list[CommandTiming]] = {unit: [] for unit in Unit}
+        self.flying: list[_Transfer] = []
+        self.now = Fraction(0)
+
+    def run(self) -> dict[Unit, list[CommandTiming]]:
+        while True:
+            while any([self._start_next(unit) for unit in Unit]):
+                pass
+            if not self.flying:
+                break
+            self._advance()
+        left = [unit.name for unit in Unit if len(self.timings[unit]) < len(self.queues[unit])]
+        if left:      # ordering.schedule found the program free of deadlock; the timing cannot add one
+            raise AssertionError(f"cycle model stopped with commands left on {', '.join(left)}")
+        return self.timings
+
+    def _start_next(self, unit: Unit) -> bool:
+        """Start ``unit``'s next command if everything it waits for is known; False if it cannot yet."""
+        index, ready = len(self.timings[unit]), self.ready[unit]
+        if ready is None or index == len(self.queues[unit]):
+            return False
+        command = self.queues[unit][index]
+        start, waited_on = ready, None
+        for source in command.pop:          # the token it takes was pushed in an earlier cycle
+            pushes = self.pushed[source, unit]
+            taken = len(self.popped[source, unit])
+            if taken >= len(pushes):
+                return False
+            if pushes[taken] + 1 > start:
+                start, waited_on = pushes[taken] + 1, f"token {source.name}->{unit.name}"
+        for target in command.push:         # room: the pop depth pushes back happened in an earlier cycle
+            made = len(self.pushed[unit, target])
+            if made >= self.depth:
+                pops = self.popped[unit, target]
+                if len(pops) <= made - self.depth:
+                    return False
+                if pops[made - self.depth] + 1 > start:
+                    start, waited_on = pops[made - self.depth] + 1, f"room {unit.name}->{target.name}"
+        if command.opcode == Opcode.FINISH:
+            for other in Unit:
+                if other != unit and len(self.timings[other]) < len(self.queues[other]):
+                    return False
+                if other != unit and self.timings[other] and self.timings[other][-1].retire + 1 > start:
+                    start, waited_on = self.timings[other][-1].retire + 1, "drain"
+        for source in command.pop:
+            self.popped[source, unit].append(start)
+        moved = _dram_bytes(command)
+        if self.shared and command.opcode in DMA_OPCODES:
+            phases = dram_phases(self.config, command, self.memory)
+            demand = Fraction(phases.words, phases.transfer) if phases.transfer else Fraction(0)
+            self.flying.append(_Transfer(unit, ready, start, phases.cycles, waited_on, start + phases.before,
+                                         Fraction(phases.transfer), demand, phases.after, moved))
+            self.ready[unit] = None
+        else:
+            work = command_cycles(self.config, command, self.memory)
+            self._retire(unit, CommandTiming(ready, start, start + work, work, waited_on, moved))
+        return True
+
+    def _retire(self, unit: Unit, timing: CommandTiming) -> None:
+        command = self.queues[unit][len(self.timings[unit])]
+        for target in command.push:
+            self.pushed[unit, target].append(timing.retire)
+        self.timings[unit].append(timing)
+        self.ready[unit] = timing.retire + NEXT_START
+
+    def _advance(self) -> None:
+        """Move time to the next transfer that begins or ends, sharing the DRAM among those under way."""
+        moving = [transfer for transfer in self.flying if transfer.begins <= self.now]
+        paces = _fair_paces([transfer.demand for transfer in moving])
+        events = [Fraction(transfer.begins) for transfer in self.flying if transfer.begins > self.now]
+        events += [self.now + transfer.remaining / pace for transfer, pace in zip(moving, paces)]
+        then = min(events)
+        for transfer, pace in zip(moving, paces):
+            transfer.remaining -= (then - self.now) * pace
+        self.now = then
+        for transfer in [transfer for transfer in moving if transfer.remaining == 0]:
+            self.flying.remove(transfer)
+            retire = math.ceil(then) + transfer.after
+            self._retire(transfer.unit, CommandTiming(transfer.ready, transfer.start, retire, transfer.work,
+                                                      transfer.waited_on, transfer.dram_bytes))
+
+
+def _dram_bytes(command) -> int:
+    """The data bytes a DMA command moves over the DRAM interface (not the words' padding)."""
+    if command.opcode == Opcode.WDEC:
+        return command.length
+    if command.opcode in (Opcode.LOAD, Opcode.STORE):
+        return command.y_size * command.x_size * command.run * DTYPE_BYTES[DType(command.elem_type)]
+    return 0
+
+
+def _fair_paces(demands: list[Fraction]) -> list[Fraction]:
+    """The share of its own pace each transfer gets from a DRAM of one word a cycle: all of it when the demands
+    fit; otherwise max-min fair (the smallest demands are met, the rest split what is left equally)."""
+    if sum(demands) <= 1:
+        return [Fraction(1)] * len(demands)
+    paces = [Fraction(1)] * len(demands)
+    left, waiting = Fraction(1), sorted(range(len(demands)), key=lambda i: demands[i])
+    while waiting:
+        share = left / len(waiting)
+        index = waiting.pop(0)
+        granted = min(demands[index], share)
+        paces[index] = granted / demands[index] if demands[index] else Fraction(1)
+        left -= granted
+    return paces

@@ -127,6 +127,12 @@ class QueueConfig:
 
 
 @dataclass(frozen=True)
+class WdecConfig:
+    bins_per_cycle: int = _key("bins the weight decoder's arithmetic decoding engine resolves per cycle (the RTL: 1; "
+                               "more is for the cycle model's design-space sweep)", 1, 64)
+
+
+@dataclass(frozen=True)
 class HardwareConfig:
     """The configurable machine. Load with :func:`load_hardware_config`; ``DEFAULT`` is the reference."""
 
@@ -134,6 +140,7 @@ class HardwareConfig:
     buffers: BuffersConfig = BuffersConfig()
     dram: DramConfig = DramConfig()
     queues: QueueConfig = QueueConfig()
+    wdec: WdecConfig = WdecConfig()
     clock_mhz: int = _key("clock frequency in MHz", 800, 100_000)
 
     def __post_init__(self) -> None:

@@ -13,7 +13,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aipu.sim.machine.arch import CONFIG_FILE_BYTES_MAX, DEFAULT, HardwareConfig, hardware_config_from_text
+from aipu.sim.machine.arch import (CONFIG_FILE_BYTES_MAX, DEFAULT, HardwareConfig, hardware_config_from_text,
+                                   short_hash)
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, OPCODE_BITS, Opcode, Unit
 
@@ -283,7 +284,10 @@ class Program:
             config = hardware_config_from_text(data[offset:offset + config_len])
         except InputError as exc:
             raise exc.within(f"embedded configuration at byte {offset}") from None
-        if config.config_hash().encode() != config_hash:
+        # A program written before a configuration key existed hashes its configuration without it (the key
+        # takes its default); otherwise the hash covers every key.
+        as_written = short_hash(json.loads(data[offset:offset + config_len]))
+        if config_hash not in (config.config_hash().encode(), as_written.encode()):
             raise InputError("configuration hash", config_hash.decode(errors="replace"),
                              f"the embedded configuration hashes to {config.config_hash()}")
         offset += config_len

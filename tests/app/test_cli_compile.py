@@ -35,7 +35,8 @@ def test_compiled_directory_runs_and_equals_the_quantized_model(compiled_dir, di
                  str(compiled_dir / "y.npz"), "--compare-onnx", "--cycles"]) == 0
     printed = capsys.readouterr().out
     assert "12 input(s)" in printed and "vs onnxruntime on float.onnx logits" in printed
-    assert "cycle model: " in printed and "MAC utilisation" in printed and "CONV: " in printed
+    assert "cycle model (one DRAM shared by the DMA units): " in printed
+    assert "MAC utilisation" in printed and "CONV: " in printed and "aipu report" in printed
     compiled = compile_model(MODEL_PATH, compiled_dir / "calib.npz")         # the same compile, in-process
     name = compiled.qmodel.inputs[0]
     want = np.concatenate([compiled.qmodel.run_float({name: image[None]})["logits"] for image in images])

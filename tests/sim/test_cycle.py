@@ -1,7 +1,10 @@
 """The cycle model (sim/cycle.py) against the RTL, cycle for cycle: every command's start and retire and the
 program's total, on each unit alone, with token queues that fill, and (tests/sim/cosim/test_layers.py) on
-every lowered layer the co-simulation runs; a program that cannot finish is named, not hung."""
+every lowered layer the co-simulation runs; a program that cannot finish is named, not hung. The DRAM shared
+between the DMA units (the RTL gives each its own port) against closed forms."""
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -11,8 +14,8 @@ from aipu.rtl.conv import useful_macs
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.stimulus import RANDOM
 from aipu.sim.cosim.stimulus.dma import random_load, random_memory, random_store
-from aipu.sim.cycle import FIRST_START, NEXT_START, simulate
-from aipu.sim.machine.arch import DEFAULT, DType, hardware_config_from_dict
+from aipu.sim.cycle import FIRST_START, NEXT_START, _fair_paces, simulate
+from aipu.sim.machine.arch import DEFAULT, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.errors import DeadlockError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
@@ -23,7 +26,7 @@ from tests.rtl.configs import SMALL
 def _assert_cycle_for_cycle(program: Program, memory: Memory, units) -> None:
     got = run_amaranth(program, memory, list(units), max_cycles=1_000_000)
     assert got.done and not got.errors
-    model = simulate(program, memory)
+    model = simulate(program, memory, dram="ports")
     assert {unit: got.cycles.get(unit, []) for unit in Unit} == model.cycles
     assert got.total_cycles == model.total_cycles
 
@@ -77,3 +80,50 @@ def test_a_compute_bound_conv_runs_at_the_array_s_rate():
     assert start == FIRST_START and retire - start == conv_cycles(DEFAULT, conv)
     assert ideal <= retire - start <= 1.05 * ideal
     assert model.busy[Unit.CONV] == retire - start and model.total_cycles == retire + NEXT_START + 1
+
+
+def _dense_copies(config, loads: int, stores: int, rows: int) -> Program:
+    """Independent dense LOADs (to ACT) and STOREs (from OUT) of ``rows`` x 1024 bytes: each wants one DRAM word
+    every cycle of its transfer."""
+    program = Program(config)
+    shape = dict(y_size=rows, x_size=1, run=1024, elem_type=DType.INT8, dram_y_stride=1024, dram_x_stride=1024,
+                 sram_addr=0)
+    for index in range(loads):
+        program.append(Command.make(Opcode.LOAD, buffer=Buffer.ACT, dram_addr=index * 1024 * rows, **shape))
+    for index in range(stores):
+        program.append(Command.make(Opcode.STORE, dram_addr=(loads + index) * 1024 * rows, **shape))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
+    return program
+
+
+def test_dma_units_that_share_the_dram_run_at_its_limit():
+    """Eight 16 KiB LOADs beside eight 16 KiB STOREs on DEFAULT's 16-byte DRAM: with a DRAM of their own
+    each, both finish in about half the cycles of their words; sharing one, the program takes at least one
+    cycle per word moved and, bandwidth-bound, within 3 % of that. Each unit's stretch is its DRAM stall."""
+    program = _dense_copies(DEFAULT, 8, 8, 16)
+    memory = Memory.create(DEFAULT, 16 * 16 * 1024)
+    words = 16 * 16 * 1024 // DEFAULT.dram.bytes_per_cycle
+    ports, shared = simulate(program, memory, dram="ports"), simulate(program, memory)
+    assert ports.total_cycles < 0.6 * words and all(t.dram_stall == 0 for t in ports.timings[Unit.LOAD])
+    assert words <= shared.total_cycles <= 1.03 * words
+    stalls = {unit: sum(t.dram_stall for t in shared.timings[unit]) for unit in (Unit.LOAD, Unit.STORE)}
+    assert all(stall > 0.4 * words / 2 for stall in stalls.values())
+    assert shared.busy == ports.busy      # the formulas' work is the same; the stretch is counted apart
+
+
+def test_one_dma_unit_alone_does_not_feel_the_sharing():
+    program = _dense_copies(DEFAULT, 4, 0, 8)
+    memory = Memory.create(DEFAULT, 4 * 8 * 1024)
+    assert simulate(program, memory).cycles == simulate(program, memory, dram="ports").cycles
+
+
+def test_the_dram_is_shared_max_min_fair():
+    assert _fair_paces([Fraction(1), Fraction(1)]) == [Fraction(1, 2)] * 2
+    assert _fair_paces([Fraction(1, 4), Fraction(1), Fraction(1)]) == [1, Fraction(3, 8), Fraction(3, 8)]
+    assert _fair_paces([Fraction(1, 2), Fraction(1, 2)]) == [1, 1]        # demands that fit are all met
+    assert _fair_paces([Fraction(1, 8), Fraction(1, 2), Fraction(1, 2)]) == [1, Fraction(7, 8), Fraction(7, 8)]
+
+
+def test_an_unknown_dram_model_is_refused():
+    with pytest.raises(ValueError, match="dram model 'wide'"):
+        simulate(Program(SMALL), Memory.create(SMALL, 64), dram="wide")

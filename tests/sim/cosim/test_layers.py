@@ -54,7 +54,7 @@ def check_lowered(lowered, backend: str, name: str, dram=None, memory=None):
     report = mismatch_report(lowered.program, memory, units, expected, got, simulator=backend)
     assert report is None, f"{context}\n{report}"
     assert all(len(got.cycles[unit]) == len(lowered.program.queues[unit]) for unit in Unit), context
-    model = simulate(lowered.program, memory)     # the cycle model: every start and retire, and the total
+    model = simulate(lowered.program, memory, dram="ports")   # the cycle model, with the RTL's DRAM ports
     assert {unit: got.cycles[unit] for unit in Unit} == model.cycles and got.total_cycles == model.total_cycles, \
         context
     return got
