@@ -32,14 +32,12 @@ class Compiled:
     evaluation: dict | None = None
 
 
-def compile_model(model_path, calibration_path=None, *, config: HardwareConfig = DEFAULT,
-                  input_shapes: dict[str, tuple[int, ...]] | None = None, options: QuantOptions = QuantOptions(),
-                  batch_size: int = 16, progress: bool = False, threads: int = 1, evaluation_path=None,
-                  compress: bool = False) -> Compiled:
-    """A float model is calibrated on ``calibration_path`` and quantized; a pre-quantized one (QDQ or
-    QOperator) keeps its own quantization, and the data set, optional then, only feeds the report. With
-    ``evaluation_path`` (samples and their ``labels``) the top-1 accuracy of float and int8 is measured.
-    ``compress``: conv weights as WDEC streams (lower_model)."""
+def quantize_model(model_path, calibration_path=None, *, input_shapes: dict[str, tuple[int, ...]] | None = None,
+                   options: QuantOptions = QuantOptions(), batch_size: int = 16, progress: bool = False,
+                   threads: int = 1) -> tuple[Graph, QModel, dict[str, np.ndarray] | None]:
+    """The normalized graph, its quantized model and the calibration samples (None without a data set): what
+    lowering for any hardware configuration starts from (`aipu sweep` lowers one for many). A float model is
+    calibrated on ``calibration_path``; a pre-quantized one (QDQ or QOperator) keeps its own quantization."""
     loaded = load_graph(model_path, input_shapes)
     dynamic = any(node.op == "DynamicQuantizeLinear" for node in loaded.nodes)
     graph = normalize(loaded)
@@ -52,11 +50,21 @@ def compile_model(model_path, calibration_path=None, *, config: HardwareConfig =
     samples = (read_samples(calibration_path, {name: graph.shapes[name] for name in graph.inputs})
                if calibration_path is not None else None)
     if prequantized:
-        qmodel = import_quantized(graph)
-    else:
-        stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
-                        progress=progress, threads=threads)
-        qmodel = quantize_graph(graph, stats, options)
+        return graph, import_quantized(graph), samples
+    stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
+                    progress=progress, threads=threads)
+    return graph, quantize_graph(graph, stats, options), samples
+
+
+def compile_model(model_path, calibration_path=None, *, config: HardwareConfig = DEFAULT,
+                  input_shapes: dict[str, tuple[int, ...]] | None = None, options: QuantOptions = QuantOptions(),
+                  batch_size: int = 16, progress: bool = False, threads: int = 1, evaluation_path=None,
+                  compress: bool = False) -> Compiled:
+    """The model quantized (:func:`quantize_model`; with a pre-quantized one the data set, optional then, only
+    feeds the report) and lowered for ``config``. With ``evaluation_path`` (samples and their ``labels``) the
+    top-1 accuracy of float and int8 is measured. ``compress``: conv weights as WDEC streams (lower_model)."""
+    graph, qmodel, samples = quantize_model(model_path, calibration_path, input_shapes=input_shapes, options=options,
+                                            batch_size=batch_size, progress=progress, threads=threads)
     try:
         network = lower_model(qmodel, config, compress=compress)
     except InputError as error:              # what does not fit the hardware, named by layer and by file

@@ -94,6 +94,7 @@ class _Step:
     where: str                                   # "CONV[3] CONV": how errors name the command
     execute: Callable[[_State], None] | None     # the data work (None: FINISH has none)
     writes: tuple[Write, ...]
+    traffic: tuple[tuple[str, bool, int], ...] = ()   # (space, written, bytes) of every access, for the reports
 
 
 class _State:
@@ -160,9 +161,10 @@ class _Preparer:
         self.unit, self.index, self.clock = Unit.LOAD, 0, ()
         self.label = self.where = ""
         self.writes: list[Write] = []
+        self.traffic: list[tuple[str, bool, int]] = []
 
     def step(self, unit: Unit, index: int, command: Command, clock: tuple[int, ...]) -> _Step:
-        self.unit, self.index, self.clock, self.writes = unit, index, clock, []
+        self.unit, self.index, self.clock, self.writes, self.traffic = unit, index, clock, [], []
         self.label = f"{unit.name}[{index}]"
         self.where = f"{self.label} {command.opcode.name}"
         try:
@@ -172,7 +174,7 @@ class _Preparer:
         except (ValueError, TypeError, OverflowError) as exc:
             raise ExecutionError(f"{self.where}: {exc}") from exc
         self.stats.commands[unit.name] += 1
-        return _Step(unit, index, self.where, execute, tuple(self.writes))
+        return _Step(unit, index, self.where, execute, tuple(self.writes), tuple(self.traffic))
 
     # --- accesses: every byte a command touches is declared through these ---------------------------
     def _span(self, space, field_name: str, address: int, nbytes: int, written: np.dtype | None,
@@ -193,6 +195,8 @@ class _Preparer:
         """Log a write (for tracing a mismatch to its command) and race-check any access."""
         if high <= low:
             return
+        self.traffic.append((_space_name(space), written is not None,
+                             high - low if pattern is None else pattern[1] * pattern[3] * pattern[5]))
         if written is not None:
             self.writes.append(Write(self.unit, self.index, _space_name(space), low, high, written, pattern))
         if self.races is not None:

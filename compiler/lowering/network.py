@@ -42,6 +42,7 @@ class NetworkProgram:
     plan: DramPlan
     model: QModel
     weight_streams: list[dict] = field(default_factory=list)    # one per compressed weight tile (--compress)
+    steps: list[dict] = field(default_factory=list)    # per emitted step: its layers and its commands per unit
 
     def memory(self, inputs: dict[str, np.ndarray]) -> Memory:
         """A memory image with the quantized ``inputs`` (NCHW, the model's types) in place."""
@@ -70,7 +71,7 @@ class NetworkProgram:
                     "rounding": "onnx_quantize_linear" if tensor.onnx_rounding else "half_away_from_zero"}
         manifest = {"inputs": [entry(name) for name in self.model.inputs],
                     "outputs": [entry(name) for name in self.model.outputs],
-                    "dram_bytes": int(self.dram.size), "commands": len(self.program)}
+                    "dram_bytes": int(self.dram.size), "commands": len(self.program), "steps": self.steps}
         if self.weight_streams:
             decoded = [stream for stream in self.weight_streams if stream["decoded"]]
             weight_bytes = sum(stream["weight_bytes"] for stream in decoded)
@@ -91,24 +92,32 @@ def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bo
         tensor = model.tensors[name]
         context.plan.tensor(name, tensor.shape, tensor.dtype, reuse=False)
     steps = _plan(model, context)
-    emitting = [index for index, (_, plan, _) in enumerate(steps) if not getattr(plan, "alias", False)]
+    emitting = [index for index, (_, plan, _, _) in enumerate(steps) if not getattr(plan, "alias", False)]
     if not emitting:
         raise InputError("model", "no operator moves data", "at least one operator that computes")
-    last_reader = {name: index for index, (_, _, reads) in enumerate(steps) for name in reads}
+    last_reader = {name: index for index, (_, _, reads, _) in enumerate(steps) for name in reads}
     kept = set(model.inputs) | set(model.outputs)
-    for index, (lowering, plan, reads) in enumerate(steps):
+    emitted = []
+    for index, (lowering, plan, reads, names) in enumerate(steps):
         link = Link(after_previous=index > emitting[0], before_next=index < emitting[-1])
+        before = {unit: len(queue) for unit, queue in context.program.queues.items()}
         lowering.emit(plan, context, link)
+        commands = {unit.name: [before[unit], len(queue)] for unit, queue in context.program.queues.items()
+                    if len(queue) > before[unit]}
+        if commands:
+            emitted.append({"layers": names, "commands": commands})
         for name in set(reads):
             if last_reader[name] == index and name not in kept and not keep_all and name in context.plan.regions \
                     and name not in model.constants:
                 context.plan.release(name)
     context.program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
-    return NetworkProgram(context.program, context.plan.image(), context.plan, model, context.weight_streams)
+    return NetworkProgram(context.program, context.plan.image(), context.plan, model, context.weight_streams,
+                          emitted)
 
 
 def _plan(model: QModel, context: Context) -> list[tuple]:
-    """(lowering, plan, tensors read) per emitted step; a conv followed by its only reader, a table, fuses."""
+    """(lowering, plan, tensors read, layer names) per emitted step; a conv followed by its only reader, a
+    table, fuses."""
     readers: dict[str, int] = {}
     for op in model.ops:
         for name in op.inputs:
@@ -124,9 +133,9 @@ def _plan(model: QModel, context: Context) -> list[tuple]:
                     and model.tensors[op.y].dtype == model.tensors[follower.y].dtype):    # the LUT works in place
                 plan = LOWERINGS[QConv].plan(op, context, follower)
                 skip.add(index + 1)
-                steps.append((LOWERINGS[QConv], plan, op.inputs))
+                steps.append((LOWERINGS[QConv], plan, op.inputs, [op.name, follower.name]))
                 continue
-            steps.append((LOWERINGS[type(op)], LOWERINGS[type(op)].plan(op, context), op.inputs))
+            steps.append((LOWERINGS[type(op)], LOWERINGS[type(op)].plan(op, context), op.inputs, [op.name]))
         except ValueError as exc:      # what the tiler refuses, named by layer (InputError already is)
             if isinstance(exc, InputError):
                 raise
