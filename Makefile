@@ -2,6 +2,7 @@
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BROWSER := $(VENV)/.browser
 JOBS   ?= auto
 
 .PHONY: demo test test-slow bench lock clean
@@ -10,10 +11,15 @@ $(STAMP): pyproject.toml constraints.txt .ci/bootstrap.sh
 	bash .ci/bootstrap.sh $(VENV)
 	touch $@
 
+# The test suite also opens the HTML report in Debian's chromium (installed once by the bootstrap).
+$(BROWSER): $(STAMP)
+	bash .ci/bootstrap.sh $(VENV) --browser
+	touch $@
+
 demo: $(STAMP)
 	$(BIN)/aipu demo
 
-test: $(STAMP)
+test: $(STAMP) $(BROWSER)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not slow"
 
 test-slow: $(STAMP)

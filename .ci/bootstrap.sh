@@ -40,3 +40,13 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check --quiet)
 # setuptools' notice that an editable install maps the package folders is expected here: not shown to newcomers.
 PYTHONWARNINGS="ignore:Editable installation" \
   "${pip[@]}" install -c "$constraints" --no-build-isolation -e ".[test]"
+
+# The HTML report's test opens it in a real browser: Debian's chromium, driven headless by Playwright (which
+# cannot download its own browser builds here). Installed with `--browser` (make test does), as root or sudo.
+if [ "${2:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
+  as_root=()
+  [ "$(id -u)" = 0 ] || as_root=(sudo -n)
+  echo "bootstrap: installing Debian's chromium for the browser test" >&2
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi

@@ -1,0 +1,265 @@
+"""The report's figures: the cycle model's timeline of a compiled program, cut along its layers.
+
+A *layer* is one step of the compiled program (``manifest.json`` "steps": the ONNX layers it computes, a conv
+and the table it feeds being one, and the range of commands it has on each unit). Within a layer's span (its
+first command's start to its last command's retire) each unit's cycles split into: ``busy`` (its commands'
+formulas), ``dram_stall`` (what the shared DRAM added), ``stall`` by what it waited on (a token, room in a
+token queue, the drain before FINISH), ``sequencer`` (taking and checking each command) and ``idle``.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import subprocess
+from collections import Counter, defaultdict
+from functools import cache
+from importlib.metadata import version
+from pathlib import Path
+
+from aipu.compiler.program_dir import MANIFEST_FILE, PROGRAM_FILE, ProgramDir
+from aipu.rtl.conv import useful_macs
+from aipu.rtl.wdec import decoded_profile
+from aipu.sim.cycle import CycleResult, DramModel, simulate
+from aipu.sim.interpreter import DRAM, PreparedProgram, Stats, prepare
+from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.memory import Memory
+
+FORMAT, SCHEMA_VERSION = "aipu-report", 1
+SCHEMA_PATH = Path(__file__).with_name("schema.json")
+MAX_STEPS = 1 << 16
+_CATEGORIES = ("busy_cycles", "dram_stall_cycles", "stall_cycles", "sequencer_cycles", "idle_cycles")
+
+
+def analyse(directory: ProgramDir, *, dram: DramModel = "shared", stats: Stats | None = None,
+            seed: int | None = None) -> tuple[dict, CycleResult]:
+    """The report document of ``directory`` (checked against the schema) and the timeline it comes from.
+    ``stats``: the interpreter's counts of a run on real inputs (saturations, LUT inputs out of range), with
+    the ``seed`` of its schedule."""
+    program, config = directory.program, directory.program.config
+    prepared = prepare(program, directory.dram.size)         # checks the program; each command's accesses
+    timing = simulate(program, Memory.create(config, directory.dram), dram=dram)
+    steps = read_steps(directory)
+    manifest_layers = {row.get("name"): row for row in directory.manifest.get("layers", []) if isinstance(row, dict)}
+    layers = [_layer(step, directory, prepared, timing, manifest_layers, stats) for step in steps]
+    array = config.mac.rows * config.mac.cols
+    dram_bytes = timing.dram_bytes
+    document = {
+        "format": FORMAT, "schema_version": SCHEMA_VERSION,
+        "metadata": _metadata(directory, dram, stats, seed),
+        "summary": {
+            "total_cycles": timing.total_cycles, "time_us": timing.total_cycles / config.clock_mhz,
+            "clock_mhz": config.clock_mhz, "macs": timing.macs, "mac_array_size": array,
+            "mac_utilisation": timing.mac_utilisation,
+            "dram_read_bytes": dram_bytes[Unit.LOAD] + dram_bytes[Unit.WDEC],
+            "dram_written_bytes": dram_bytes[Unit.STORE],
+            "dram_bytes_per_cycle": config.dram.bytes_per_cycle,
+            "long_pole_unit": max(Unit, key=lambda unit: timing.busy[unit]).name,
+            "units": [_unit_totals(unit, timing) for unit in Unit if timing.timings[unit]],
+        },
+        "layers": layers,
+    }
+    validate(document)
+    return document, timing
+
+
+def read_steps(directory: ProgramDir) -> list[dict]:
+    """The manifest's steps, checked against the program (a hostile file): each names its layers and, per unit,
+    a range of that unit's queue; ranges never overlap. A manifest without steps is one step, the program."""
+    queues = directory.program.queues
+    steps = directory.manifest.get("steps")
+    where = directory.path / MANIFEST_FILE
+    if steps is None:
+        return [{"layers": ["program"], "commands": {unit.name: [0, len(queue)] for unit, queue in queues.items()
+                                                     if queue}}]
+    if not isinstance(steps, list) or len(steps) > MAX_STEPS:
+        raise InputError("steps", type(steps).__name__, f"a list of at most {MAX_STEPS} steps").within(where)
+    claimed: dict[str, int] = defaultdict(int)
+    for index, step in enumerate(steps):
+        field = f"steps[{index}]"
+        if not isinstance(step, dict) or not isinstance(step.get("commands"), dict) or not step["commands"]:
+            raise InputError(field, step, "an object with layers and commands").within(where)
+        names = step.get("layers")
+        if (not isinstance(names, list) or not 1 <= len(names) <= 64
+                or not all(isinstance(name, str) and 0 < len(name) <= 256 for name in names)):
+            raise InputError(f"{field}.layers", names, "a list of 1 .. 64 layer names").within(where)
+        for unit_name, span in step["commands"].items():
+            if unit_name not in Unit.__members__:
+                raise InputError(f"{field}.commands", unit_name, f"a unit: {', '.join(Unit.__members__)}").within(where)
+            length = len(queues[Unit[unit_name]])
+            if (not isinstance(span, list) or len(span) != 2 or not all(type(end) is int for end in span)
+                    or not claimed[unit_name] <= span[0] < span[1] <= length):
+                raise InputError(f"{field}.commands.{unit_name}", span,
+                                 f"[first, end) with {claimed[unit_name]} <= first < end <= {length}, after the "
+                                 "previous step's").within(where)
+            claimed[unit_name] = span[1]
+    return steps
+
+
+def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing: CycleResult,
+           manifest_layers: dict, stats: Stats | None) -> dict:
+    config = directory.program.config
+    array = config.mac.rows * config.mac.cols
+    spans = {Unit[name]: range(*span) for name, span in step["commands"].items()}
+    start = min(timing.timings[unit][index].start for unit, indices in spans.items() for index in indices)
+    end = max(timing.timings[unit][index].retire for unit, indices in spans.items() for index in indices)
+    units = [_unit_in_layer(unit, indices, timing, start, end) for unit, indices in spans.items()]
+    queues = directory.program.queues
+    macs = sum(useful_macs(queues[Unit.CONV][i]) for i in spans.get(Unit.CONV, ()) if
+               queues[Unit.CONV][i].opcode == Opcode.CONV)
+    conv_busy = sum(timing.timings[Unit.CONV][i].work for i in spans.get(Unit.CONV, ()))
+    traffic: dict[tuple[str, bool], int] = Counter()
+    for unit, indices in spans.items():
+        for index in indices:
+            for space, written, nbytes in prepared.steps[unit, index].traffic:
+                traffic[space, written] += nbytes
+    weights = _weights(directory, spans.get(Unit.WDEC, ()))
+    dram_read, dram_written = traffic[DRAM, False], traffic[DRAM, True]
+    span = end - start
+    rows = [manifest_layers.get(name, {}) for name in step["layers"]]
+    clipped = [row["clipped_fraction"] for row in rows if isinstance(row.get("clipped_fraction"), (int, float))]
+    table_ranges = [row["table_input_range"] for row in rows if _is_pair(row.get("table_input_range"))]
+    counted = _run_counts(stats, spans) if stats is not None else None
+    return {
+        "name": "+".join(step["layers"]), "layers": step["layers"],
+        "kinds": [row.get("kind") if isinstance(row.get("kind"), str) else None for row in rows],
+        "start_cycle": start, "end_cycle": end, "span_cycles": span,
+        "macs": macs, "ideal_cycles": macs / array,
+        "mac_utilisation": macs / (span * array) if span else 0.0,
+        "mapping_efficiency": macs / (conv_busy * array) if conv_busy else None,
+        "operations_per_dram_byte": 2 * macs / (dram_read + dram_written) if dram_read + dram_written else None,
+        "operations_per_cycle": 2 * macs / span if span else 0.0,
+        "dram_read_bytes": dram_read, "dram_written_bytes": dram_written,
+        "sram_read_bytes": _sram_bytes(traffic, written=False),
+        "sram_written_bytes": _sram_bytes(traffic, written=True),
+        **weights,
+        "long_pole_unit": max(units, key=lambda row: row["busy_cycles"] + row["dram_stall_cycles"])["unit"],
+        "units": units,
+        "calibration_clipped_fraction": max(clipped) if clipped else None,
+        "table_input_range": ([min(low for low, _ in table_ranges), max(high for _, high in table_ranges)]
+                              if table_ranges else None),
+        "saturated_values": counted[0] if counted else None,
+        "lut_inputs_out_of_range": counted[1] if counted else None,
+    }
+
+
+def _sram_bytes(traffic: dict[tuple[str, bool], int], *, written: bool) -> dict[str, int]:
+    """Bytes of each on-chip buffer the layer's commands read (or wrote), by buffer name."""
+    return {space: n for (space, is_write), n in sorted(traffic.items()) if space != DRAM and is_write == written}
+
+
+def _is_pair(value) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value)
+
+
+def _unit_in_layer(unit: Unit, indices: range, timing: CycleResult, start: int, end: int) -> dict:
+    """The unit's cycles inside [start, end), each cycle in one category (they are consecutive per unit)."""
+    timings = timing.timings[unit]
+    clip = lambda low, high: max(0, min(high, end) - max(low, start))      # noqa: E731
+    stalls: dict[str, int] = Counter()
+    row = {"unit": unit.name, "commands": len(indices), "busy_cycles": 0, "dram_stall_cycles": 0,
+           "sequencer_cycles": 0}
+    for index in indices:
+        command = timings[index]
+        row["sequencer_cycles"] += clip(timings[index - 1].retire if index else 0, command.ready)  # take, check
+        if command.waited_on is not None:
+            stalls[command.waited_on] += clip(command.ready, command.start)
+        row["busy_cycles"] += clip(command.start, command.start + command.work)
+        row["dram_stall_cycles"] += clip(command.start + command.work, command.retire)
+    row["stall_cycles"] = dict(sorted((reason, cycles) for reason, cycles in stalls.items() if cycles))
+    row["idle_cycles"] = (end - start - row["busy_cycles"] - row["dram_stall_cycles"] - row["sequencer_cycles"]
+                          - sum(stalls.values()))
+    return row
+
+
+def _unit_totals(unit: Unit, timing: CycleResult) -> dict:
+    timings = timing.timings[unit]
+    stalls: dict[str, int] = Counter()
+    for command in timings:
+        if command.waited_on is not None:
+            stalls[command.waited_on] += command.waited
+    return {"unit": unit.name, "commands": len(timings), "busy_cycles": timing.busy[unit],
+            "dram_stall_cycles": sum(t.dram_stall for t in timings), "stall_cycles": dict(sorted(stalls.items())),
+            "dram_bytes": timing.dram_bytes[unit]}
+
+
+def _weights(directory: ProgramDir, indices: range) -> dict:
+    """Bytes of the layer's WDEC streams, the int8 weights they decode to, and the bins decoded."""
+    stream = decoded = bins = 0
+    for index in indices:
+        command = directory.program.queues[Unit.WDEC][index]
+        if command.opcode != Opcode.WDEC:
+            continue
+        data = directory.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
+        shape = (command.out_c, command.in_c, command.k_h, command.k_w)
+        stream += command.length
+        decoded += shape[0] * shape[1] * shape[2] * shape[3]
+        bins += decoded_profile(data, shape).bins
+    return {"weight_stream_bytes": stream, "weight_decoded_bytes": decoded,
+            "weight_compression_ratio": decoded / stream if stream else None, "bins_decoded": bins}
+
+
+def _run_counts(stats: Stats, spans: dict[Unit, range]) -> tuple[int, int]:
+    """Saturated values and LUT inputs out of range of the layer's commands, from an interpreter run."""
+    def inside(label: str) -> bool:
+        unit, _, index = label.rstrip("]").partition("[")
+        return unit in Unit.__members__ and Unit[unit] in spans and int(index) in spans[Unit[unit]]
+    return (sum(n for label, n in stats.saturations.items() if inside(label)),
+            sum(n for label, n in stats.lut_out_of_range.items() if inside(label)))
+
+
+def _metadata(directory: ProgramDir, dram: DramModel, stats: Stats | None, seed: int | None) -> dict:
+    program_bytes = (directory.path / PROGRAM_FILE).read_bytes()
+    config = directory.program.config
+    source = directory.manifest.get("source")
+    model = source.get("model") if isinstance(source, dict) else None
+    return {"program": str(directory.path), "program_sha256": hashlib.sha256(program_bytes).hexdigest(),
+            "source_model": model if isinstance(model, str) else None,
+            "configuration": config.to_dict(), "config_hash": config.config_hash(), "dram_model": dram,
+            "aipu_version": version("aipu"), "git_revision": _git_revision(), "seed": seed,
+            "input_run": stats is not None}
+
+
+@cache
+def _git_revision() -> str | None:
+    """The source tree's commit, when aipu runs from a git checkout (None for an installed copy)."""
+    try:
+        found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                               text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def validate(document: dict) -> None:
+    """The document against the report's JSON schema (a bug, not a user error, if it fails)."""
+    import jsonschema
+
+    jsonschema.validate(document, json.loads(SCHEMA_PATH.read_text()))
+
+
+def layers_csv(document: dict) -> str:
+    """One row per layer: the scalar figures."""
+    fields = [key for key, value in document["layers"][0].items() if not isinstance(value, (list, dict))] \
+        if document["layers"] else []
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(document["layers"])
+    return out.getvalue()
+
+
+def units_csv(document: dict) -> str:
+    """One row per layer and unit: its cycles by category, stalls by what they waited on ("reason=cycles")."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["layer", "unit", "commands", *_CATEGORIES[:2], "stall_cycles", "stalled_on", *_CATEGORIES[3:]])
+    for layer in document["layers"]:
+        for row in layer["units"]:
+            writer.writerow([layer["name"], row["unit"], row["commands"], row["busy_cycles"], row["dram_stall_cycles"],
+                             sum(row["stall_cycles"].values()),
+                             ";".join(f"{reason}={cycles}" for reason, cycles in row["stall_cycles"].items()),
+                             row["sequencer_cycles"], row["idle_cycles"]])
+    return out.getvalue()

@@ -1,0 +1,207 @@
+"""`aipu report` (docs/cycle-model.md, "Reports"): the demo network and a ResNet-18-shaped program give a JSON
+document valid against the schema whose figures add up, CSV beside it, and an HTML page that a real browser
+(Debian's chromium, headless) renders with all its plots; a hostile manifest "steps" is a clean error."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import shutil
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aipu.app.cli import main
+from aipu.app.models.train_digits import MODEL_PATH
+from aipu.app.report.analysis import SCHEMA_PATH, read_steps
+from aipu.compiler.program_dir import MANIFEST_FILE, read_program_dir
+from aipu.sim.cycle import simulate
+from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.isa import Unit
+from aipu.sim.machine.memory import Memory
+
+CHROMIUM = "/usr/bin/chromium"
+CATEGORIES = ("busy_cycles", "dram_stall_cycles", "sequencer_cycles", "idle_cycles")
+
+
+def _compile(root, model, calibration, *options) -> str:
+    out = root / "out"
+    assert main(["compile", str(model), "--calib", str(calibration), "-o", str(out), "--quiet", *options]) == 0
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory, digits_data) -> str:
+    root = tmp_path_factory.mktemp("demo")
+    np.savez(root / "calib.npz", images=digits_data["calibration_images"])
+    np.save(root / "x.npy", digits_data["eval_images"][:4])
+    return _compile(root, MODEL_PATH, root / "calib.npz", "--compress")
+
+
+@pytest.fixture(scope="module")
+def resnet_dir(tmp_path_factory) -> str:
+    import onnx
+
+    from aipu.app.models.synthetic import resnet18_shaped
+
+    root = tmp_path_factory.mktemp("resnet")
+    onnx.save(resnet18_shaped(), root / "resnet18.onnx")
+    images = np.random.default_rng(0).normal(0, 1, (2, 3, 224, 224)).astype(np.float32)
+    np.savez(root / "calib.npz", image=images)
+    return _compile(root, root / "resnet18.onnx", root / "calib.npz")
+
+
+def _report(directory: str, html, *options) -> dict:
+    assert main(["report", directory, "-o", str(html), *options]) == 0
+    document = json.loads(html.with_suffix(".json").read_text())
+    jsonschema.validate(document, json.loads(SCHEMA_PATH.read_text()))
+    return document
+
+
+def _check_adds_up(document: dict, directory: str, dram: str) -> None:
+    """Every figure that can be recomputed is: totals against the cycle model, each unit's cycles within a
+    layer against the layer's span, layers against the manifest's steps, CSV rows against layers."""
+    program_dir = read_program_dir(directory)
+    config = program_dir.program.config
+    timing = simulate(program_dir.program, Memory.create(config, program_dir.dram), dram=dram)
+    summary, layers = document["summary"], document["layers"]
+    assert summary["total_cycles"] == timing.total_cycles and summary["macs"] == timing.macs
+    assert sum(layer["macs"] for layer in layers) == timing.macs
+    assert [layer["layers"] for layer in layers] == [step["layers"] for step in program_dir.manifest["steps"]]
+    for layer in layers:
+        assert layer["span_cycles"] == layer["end_cycle"] - layer["start_cycle"] > 0
+        array_cycles = layer["span_cycles"] * summary["mac_array_size"]
+        assert layer["mac_utilisation"] == pytest.approx(layer["macs"] / array_cycles)
+        for row in layer["units"]:
+            assert row["idle_cycles"] >= 0
+            assert sum(row[name] for name in CATEGORIES) + sum(row["stall_cycles"].values()) == layer["span_cycles"]
+    for row in summary["units"]:
+        assert row["busy_cycles"] == timing.busy[Unit[row["unit"]]]
+    dram_read = summary["dram_read_bytes"]
+    assert dram_read == sum(layer["dram_read_bytes"] for layer in layers) > 0
+    assert document["metadata"]["config_hash"] == config.config_hash() and document["metadata"]["dram_model"] == dram
+
+
+def test_demo_report_adds_up_and_counts_the_input_run(demo_dir, tmp_path):
+    html = tmp_path / "demo.html"
+    document = _report(demo_dir, html, "--input", os.path.join(os.path.dirname(demo_dir), "x.npy"), "--seed", "3")
+    _check_adds_up(document, demo_dir, "shared")
+    assert document["metadata"]["input_run"] and document["metadata"]["seed"] == 3
+    convs = [layer for layer in document["layers"] if layer["macs"]]
+    assert convs and all(layer["saturated_values"] is not None for layer in convs)
+    decoded = [layer for layer in convs if layer["weight_stream_bytes"]]       # the compiler keeps small ones raw
+    assert decoded and all(layer["bins_decoded"] > layer["weight_decoded_bytes"] > 0 for layer in decoded)
+    assert all(layer["weight_compression_ratio"] == layer["weight_decoded_bytes"] / layer["weight_stream_bytes"]
+               for layer in decoded)
+    assert document["summary"]["long_pole_unit"] == "WDEC"              # one bin a cycle: the decoder is the pole
+    with open(html.with_suffix(".layers.csv"), newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    assert [row["name"] for row in rows] == [layer["name"] for layer in document["layers"]]
+    with open(html.with_suffix(".units.csv"), newline="") as stream:
+        assert len(list(csv.DictReader(stream))) == sum(len(layer["units"]) for layer in document["layers"])
+
+
+def test_ports_report_is_the_rtl_s_timing(demo_dir, tmp_path):
+    """``--dram ports`` times the program as the RTL does (one DRAM port per DMA unit): no DRAM stalls."""
+    document = _report(demo_dir, tmp_path / "ports.html", "--dram", "ports")
+    _check_adds_up(document, demo_dir, "ports")
+    assert all(row["dram_stall_cycles"] == 0 for row in document["summary"]["units"])
+
+
+def test_resnet18_shaped_report_finds_the_array_bound_layers(resnet_dir, tmp_path):
+    """The 3x3 convolutions of the ResNet-18 body keep the 16x16 array over 90 % busy and CONV is their long pole;
+    the first layer (3 input channels on 16 array rows) is mapped at most 3/16."""
+    document = _report(resnet_dir, tmp_path / "resnet.html")
+    _check_adds_up(document, resnet_dir, "shared")
+    layers = document["layers"]
+    assert len(layers) >= 30 and document["summary"]["long_pole_unit"] == "CONV"
+    body = [layer for layer in layers if layer["macs"] >= 100_000_000]
+    assert len(body) >= 12
+    assert sum(layer["long_pole_unit"] == "CONV" and layer["mac_utilisation"] > 0.9 for layer in body) >= 10
+    assert layers[0]["mapping_efficiency"] <= 3 / 16
+
+
+@pytest.mark.skipif(not shutil.which("chromium") and not os.environ.get("CI"),
+                    reason="Debian's chromium is not installed (make test installs it; CI must run this)")
+def test_html_report_renders_in_a_browser(demo_dir, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    html = tmp_path / "page.html"
+    document = _report(demo_dir, html, "--timeline-layer", "conv2")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.on("request", lambda request: errors.append(f"fetched {request.url}")
+                    if not request.url.startswith(("file:", "data:")) else None)
+            page.goto(html.as_uri())
+            images = page.eval_on_selector_all("img", "all => all.map(i => [i.alt, i.complete, i.naturalWidth])")
+            heading = page.inner_text("h1")
+            layer_rows = page.eval_on_selector_all("#layers tbody tr", "rows => rows.length")
+            timeline_caption = page.inner_text("body")
+        finally:
+            browser.close()
+    assert errors == []
+    assert [alt for alt, _, _ in images] == ["cycles", "utilisation", "roofline", "timeline"]
+    assert all(complete and width > 200 for _, complete, width in images)
+    assert heading == "aipu performance report" and layer_rows == len(document["layers"])
+    assert "Timeline of layer 'conv2'" in timeline_caption
+
+
+def test_report_refuses_what_it_cannot_draw(demo_dir, tmp_path, capsys):
+    assert main(["report", demo_dir, "-o", str(tmp_path / "r.html"), "--timeline-layer", "conv9"]) == 2
+    assert "--timeline-layer 'conv9': no such layer" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing"), "-o", str(tmp_path / "r.html")]) == 2
+    assert not (tmp_path / "r.html").exists()
+
+
+def _with_steps(directory, steps):
+    return dataclasses.replace(directory, manifest={**directory.manifest, "steps": steps})
+
+
+def test_a_hostile_steps_entry_is_one_line_naming_the_manifest(demo_dir, tmp_path, capsys):
+    copy = tmp_path / "program"
+    shutil.copytree(demo_dir, copy)
+    manifest = json.loads((copy / MANIFEST_FILE).read_text())
+    manifest["steps"][1]["commands"]["LOAD"] = [0, 3]           # overlaps the first step's LOAD commands
+    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert main(["report", str(copy), "-o", str(tmp_path / "r.html")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "manifest.json" in error and "steps[1].commands.LOAD" in error
+    del manifest["steps"]                                        # an older manifest: the program is one layer
+    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert [layer["name"] for layer in _report(str(copy), tmp_path / "r.html")["layers"]] == ["program"]
+
+
+_UNIT_NAMES = st.sampled_from([unit.name for unit in Unit] + ["conv", "", "FINISH"])
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 40) | st.floats() | st.text(max_size=4),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                     max_leaves=8)
+_SPAN = st.lists(st.integers(-2, 16), min_size=2, max_size=2) | _JSON
+_STEP = st.fixed_dictionaries({"layers": st.lists(st.text(max_size=5), min_size=0, max_size=3) | _JSON,
+                               "commands": st.dictionaries(_UNIT_NAMES, _SPAN, max_size=5) | _JSON}) | _JSON
+
+
+@settings(derandomize=True, max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(steps=st.lists(_STEP, max_size=6) | _JSON)
+def test_read_steps_takes_any_json_and_accepts_only_disjoint_in_order_ranges(demo_dir, steps):
+    directory = read_program_dir(demo_dir)
+    try:
+        accepted = read_steps(_with_steps(directory, steps))
+    except InputError as error:
+        assert MANIFEST_FILE in str(error) and "\n" not in str(error)
+        return
+    end: dict[str, int] = {}
+    for step in accepted:
+        assert step["layers"] and all(isinstance(name, str) and name for name in step["layers"])
+        for unit, (first, stop) in step["commands"].items():
+            assert end.get(unit, 0) <= first < stop <= len(directory.program.queues[Unit[unit]])
+            end[unit] = stop
