@@ -15,8 +15,8 @@ CALIBRATION_SAMPLES = 2
 
 
 def measure(program, memory, repeats: int = 3) -> dict:
-    """The best wall time of ``repeats`` simulations, the peak of Python allocations in one more, and the
-    simulated figures."""
+    """The best wall time of ``repeats`` simulations (one DRAM shared by the DMA units), the peak of Python
+    allocations in one more, and the simulated figures."""
     from aipu.sim.cycle import simulate
 
     seconds = []
@@ -33,6 +33,9 @@ def measure(program, memory, repeats: int = 3) -> dict:
             "time_at_clock_ms": round(total / program.config.clock_mhz / 1e3, 3),
             "mac_utilisation": round(result.mac_utilisation, 4),
             "busy_cycles": {unit.name: cycles for unit, cycles in result.busy.items() if cycles},
+            "dram_model": result.dram,
+            "dram_stall_cycles": {unit.name: stall for unit, timings in result.timings.items()
+                                  if (stall := sum(timing.dram_stall for timing in timings))},
             "simulate_s": round(min(seconds), 3), "peak_python_mib": round(peak / 2 ** 20, 2)}
 
 
