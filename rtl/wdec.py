@@ -28,10 +28,12 @@ from aipu.codec.npu_profile import (PROFILE_CTU_FLAGS, PROFILE_CU_FLAGS, PROFILE
 from aipu.codec.reference.elements import NUM_CONTEXTS, element_spec
 from aipu.codec.reference.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LPS_INCREMENT,
                                          RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS, TRACE_STUFFING)
+from aipu.codec.errors import CodecError
 from aipu.codec.reference.geometry import CTU_SIZES
 from aipu.rtl.ports import DramPhases, dram_read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import Buffer, HardwareConfig
+from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.isa import KERNEL_BITS, Opcode, Unit
 
 # The most bits one cycle consumes: a renormalisation past ZERO_RUN_BITS - 1 zeros plus 9 bits, then an LPS
@@ -494,8 +496,12 @@ def command_cycles(config: HardwareConfig, command, stream: bytes) -> int:
 def dram_phases(config: HardwareConfig, command, stream: bytes) -> DramPhases:
     """WDEC's cycles around its DRAM transfer: from the first word to the last bin the stream's words are
     read at the pace the engine uses them (at most one a cycle); the check and the read latency come before,
-    the padding check after."""
-    decoded = decoded_profile(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
+    the padding check after. A stream that does not decode has no timing: the RTL stops on it with an error."""
+    try:
+        decoded = decoded_profile(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
+    except CodecError as error:
+        raise ExecutionError(f"the weight stream at dram_addr = {command.dram_addr:#x} ({command.length} bytes) does "
+                             f"not decode in the npu profile: {error}") from None
     first = first_bits_cycles(config, command.dram_addr, command.length) - config.dram.latency_cycles
     bins = -(-decoded.bins // config.wdec.bins_per_cycle)      # the RTL: one a cycle
     transfer = first + bins + decoded.morton_skips + decoded.zero_run_cycles

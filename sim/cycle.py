@@ -33,6 +33,7 @@ from typing import Literal
 from aipu.rtl.conv import useful_macs
 from aipu.rtl.timing import DMA_OPCODES, command_cycles, dram_phases
 from aipu.sim.machine.arch import DTYPE_BYTES, DType
+from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.ordering import schedule
@@ -188,15 +189,23 @@ class _Timeline:
             self.popped[source, unit].append(start)
         moved = _dram_bytes(command)
         if self.shared and command.opcode in DMA_OPCODES:
-            phases = dram_phases(self.config, command, self.memory)
+            phases = self._cost(dram_phases, unit, index)
             demand = Fraction(phases.words, phases.transfer) if phases.transfer else Fraction(0)
             self.flying.append(_Transfer(unit, ready, start, phases.cycles, waited_on, start + phases.before,
                                          Fraction(phases.transfer), demand, phases.after, moved))
             self.ready[unit] = None
         else:
-            work = command_cycles(self.config, command, self.memory)
+            work = self._cost(command_cycles, unit, index)
             self._retire(unit, CommandTiming(ready, start, start + work, work, waited_on, moved))
         return True
+
+    def _cost(self, formula, unit: Unit, index: int):
+        """``formula`` (command_cycles or dram_phases) of the command; one it cannot time (a weight stream that
+        does not decode) is an error naming the command."""
+        try:
+            return formula(self.config, self.queues[unit][index], self.memory)
+        except ExecutionError as error:
+            raise ExecutionError(f"{unit.name}[{index}]: {error}") from None
 
     def _retire(self, unit: Unit, timing: CommandTiming) -> None:
         command = self.queues[unit][len(self.timings[unit])]

@@ -23,7 +23,7 @@ from aipu.rtl.conv import useful_macs
 from aipu.rtl.wdec import decoded_profile
 from aipu.sim.cycle import CycleResult, DramModel, simulate
 from aipu.sim.interpreter import DRAM, PreparedProgram, Stats, prepare
-from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.errors import ExecutionError, InputError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 
@@ -40,7 +40,10 @@ def analyse(directory: ProgramDir, *, dram: DramModel = "shared", stats: Stats |
     the ``seed`` of its schedule."""
     program, config = directory.program, directory.program.config
     prepared = prepare(program, directory.dram.size)         # checks the program; each command's accesses
-    timing = simulate(program, Memory.create(config, directory.dram), dram=dram)
+    try:
+        timing = simulate(program, Memory.create(config, directory.dram), dram=dram)
+    except ExecutionError as error:                  # a weight stream in the DRAM image that does not decode
+        raise ExecutionError(f"{directory.path}: {error}") from None
     steps = read_steps(directory)
     manifest_layers = {row.get("name"): row for row in directory.manifest.get("layers", []) if isinstance(row, dict)}
     layers = [_layer(step, directory, prepared, timing, manifest_layers, stats) for step in steps]

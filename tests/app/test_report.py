@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from aipu.app.cli import main
 from aipu.app.models.train_digits import MODEL_PATH
 from aipu.app.report.analysis import SCHEMA_PATH, read_steps
-from aipu.compiler.program_dir import MANIFEST_FILE, read_program_dir
+from aipu.compiler.program_dir import DRAM_FILE, MANIFEST_FILE, read_program_dir
 from aipu.sim.cycle import simulate
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Unit
@@ -178,6 +178,21 @@ def test_a_hostile_steps_entry_is_one_line_naming_the_manifest(demo_dir, tmp_pat
     del manifest["steps"]                                        # an older manifest: the program is one layer
     (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
     assert [layer["name"] for layer in _report(str(copy), tmp_path / "r.html")["layers"]] == ["program"]
+
+
+def test_a_weight_stream_that_does_not_decode_is_named_by_command(demo_dir, tmp_path, capsys):
+    """The RTL stops on such a stream, so it has no timing: the report says which WDEC command reads it."""
+    copy = tmp_path / "program"
+    shutil.copytree(demo_dir, copy)
+    directory = read_program_dir(copy)
+    first = directory.program.queues[Unit.WDEC][0]
+    image = directory.dram.copy()
+    image[first.dram_addr:first.dram_addr + first.length] = 0xFF
+    (copy / DRAM_FILE).write_bytes(image.tobytes())
+    assert main(["report", str(copy), "-o", str(tmp_path / "r.html")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"WDEC[0]: the weight stream at dram_addr = {first.dram_addr:#x} ({first.length} bytes) does not decode" \
+        in error and str(copy) in error and "\n" not in error
 
 
 _UNIT_NAMES = st.sampled_from([unit.name for unit in Unit] + ["conv", "", "FINISH"])
