@@ -37,6 +37,7 @@ POINTS_MAX = 256                  # configurations in one sweep: the product of 
 SHORTHANDS = {"mac": ("mac.rows", "mac.cols")}     # --vary mac=ROWSxCOLS sets both
 # The code that decides a program and its timing: its source is part of the program identity.
 CODE_PACKAGES = ("aipu.compiler", "aipu.rtl", "aipu.sim", "aipu.codec")
+CONNECT_SECONDS = 10             # to reach an existing scheduler (--scheduler)
 CACHE_FILE_BYTES_MAX = 1 << 16    # an entry is a few hundred bytes; anything larger is not ours
 # The figures of one configuration, in the order of a row (all None but the error for one without a program).
 FIGURES = ("total_cycles", "time_us", "mac_utilisation", "dram_read_bytes", "dram_written_bytes", "dram_stall_cycles",
@@ -306,7 +307,12 @@ def dask_client(scheduler: str | None, workers: int | None):
     from distributed import Client, LocalCluster
 
     if scheduler:
-        with Client(scheduler) as client:
+        try:
+            client = Client(scheduler, timeout=CONNECT_SECONDS)
+        except (OSError, ValueError, TypeError) as error:       # no scheduler there, or not an address
+            raise InputError("--scheduler", scheduler, f"the address of a running Dask scheduler, such as "
+                                                       f"tcp://host:8786 ({error})") from None
+        with client:
             yield client
         return
     with LocalCluster(n_workers=workers or os.cpu_count(), threads_per_worker=1, processes=True,
@@ -336,8 +342,8 @@ def run_sweep(model: Path, calibration: Path | None, *, base: HardwareConfig, ax
     if todo:
         from aipu.compiler.driver import quantize_model
 
-        _, qmodel, _ = quantize_model(model, calibration, options=options, progress=progress, threads=threads)
-        with dask_client(scheduler, workers) as client:
+        with dask_client(scheduler, workers) as client:          # first: a wrong --scheduler fails fast
+            _, qmodel, _ = quantize_model(model, calibration, options=options, progress=progress, threads=threads)
             shared = client.scatter(qmodel, broadcast=True)
             futures = {client.submit(measure, shared, points[index].config, compress, pure=False): index
                        for index in todo}

@@ -148,6 +148,7 @@ def test_sweep_cli_writes_table_json_csv_and_plot(demo, tmp_path, capsys):
     (["--workers", "0"], "--workers = 0: an integer 1 .. 1024"),
     (["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--workers = 2: only for the local cluster"),
     (["--calib", "x.npz"], "--calib = 'x.npz': only with a model"),
+    (["--scheduler", "nonsense"], "--scheduler = 'nonsense': the address of a running Dask scheduler"),
 ])
 def test_sweep_cli_errors_are_one_line(argv, message, capsys):
     assert main(["sweep", "--no-cache", *argv]) == 2
