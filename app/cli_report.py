@@ -3,28 +3,19 @@ one HTML page, and beside it the same figures as JSON and CSV."""
 from __future__ import annotations
 
 import argparse
-import json
-from collections import Counter
 from pathlib import Path
 
 from aipu.sim.cycle import DRAM_MODELS
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from aipu.app.report.analysis import analyse, layers_csv, units_csv
-    from aipu.app.report.html import render
+    from aipu.app.report import write_report
     from aipu.compiler.program_dir import read_program_dir
 
     directory = read_program_dir(args.program)
     stats = _input_run(directory, args.input, args.seed) if args.input else None
-    document, timing = analyse(directory, dram=args.dram, stats=stats, seed=args.seed)
-    page = render(document, timing, args.timeline_layer)
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written = {out: page, out.with_suffix(".json"): json.dumps(document, indent=1) + "\n",
-               out.with_suffix(".layers.csv"): layers_csv(document), out.with_suffix(".units.csv"): units_csv(document)}
-    for path, text in written.items():
-        path.write_text(text, encoding="utf-8")
+    document, written = write_report(directory, Path(args.output), dram=args.dram, stats=stats, seed=args.seed,
+                                     timeline_layer=args.timeline_layer)
     summary = document["summary"]
     print(f"{args.program}: {summary['total_cycles']:,} cycles ({summary['time_us']:,.1f} µs at {summary['clock_mhz']} "
           f"MHz), MAC utilisation {summary['mac_utilisation']:.1%}, {len(document['layers'])} layers, long pole "
@@ -36,17 +27,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _input_run(directory, path: str, seed: int | None):
     """The interpreter's saturation and LUT-range counts, summed over every sample of ``path``."""
     from aipu.app.cli_compile import input_memory
+    from aipu.app.report import summed_stats
     from aipu.compiler.calibrate import read_samples
-    from aipu.sim.interpreter import Stats, prepare
+    from aipu.sim.interpreter import prepare
 
     samples = read_samples(path, {entry.tensor.name: entry.tensor.shape for entry in directory.inputs})
     prepared = prepare(directory.program, directory.dram.size)
-    saturations, out_of_range = Counter(), Counter()
-    for index in range(next(iter(samples.values())).shape[0]):
-        stats = prepared.run(input_memory(directory, samples, index), seed=seed).stats
-        saturations.update(stats.saturations)
-        out_of_range.update(stats.lut_out_of_range)
-    return Stats(saturations=dict(saturations), lut_out_of_range=dict(out_of_range))
+    count = next(iter(samples.values())).shape[0]
+    return summed_stats(prepared.run(input_memory(directory, samples, index), seed=seed).stats
+                        for index in range(count))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -34,8 +34,9 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
     from aipu import codec
     from aipu.app.bench.codec import order0_entropy_bits
     from aipu.app.ort_compare import single_thread_session, static_quantization
+    from aipu.app.report import summed_stats, write_report
     from aipu.compiler.driver import compile_model, write
-    from aipu.compiler.program_dir import PROGRAM_FILE
+    from aipu.compiler.program_dir import PROGRAM_FILE, read_program_dir
     from aipu.compiler.qir import QConv
     from aipu.sim.interpreter import prepare
 
@@ -53,15 +54,19 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
     name, output = qmodel.inputs[0], qmodel.outputs[0]
 
     prepared = prepare(network.program, network.dram.size)
-    predictions, mismatches, macs, started = [], 0, 0, time.perf_counter()
+    predictions, runs, mismatches, macs, started = [], [], 0, 0, time.perf_counter()
     for image in images:
         x = qmodel.quantize_inputs({name: image[None]})
         result = prepared.run(network.memory(x))
         logits = network.read(result.memory, output)
         mismatches += int(np.count_nonzero(logits != qmodel.run(x)[output]))
         macs += result.stats.macs
+        runs.append(result.stats)
         predictions.append(int(np.argmax(logits)))
     interpret_seconds = time.perf_counter() - started
+    # the cycle model's report of the program, with the saturations of these runs
+    performance, _ = write_report(read_program_dir(program_dir), out_dir / "report.html", stats=summed_stats(runs))
+    cycles = performance["summary"]
     predictions = np.array(predictions)
     session = single_thread_session(compiled.graph.to_onnx())
     float_predictions = np.array([int(np.argmax(session.run(None, {name: image[None]})[0])) for image in images])
@@ -91,6 +96,10 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
                     "commands": manifest["commands_per_unit"], "head": listing.splitlines()[:listing_lines]},
         "interpreter": {"images": len(images), "seconds": round(interpret_seconds, 3), "macs": macs,
                         "golden_mismatches": mismatches, "bit_exact": mismatches == 0},
+        "cycles": {"report": str(out_dir / "report.html"), "dram_model": performance["metadata"]["dram_model"],
+                   **{key: cycles[key] for key in ("total_cycles", "time_us", "clock_mhz", "mac_utilisation",
+                                                   "long_pole_unit")},
+                   "saturated_values": sum(layer["saturated_values"] or 0 for layer in performance["layers"])},
         "accuracy": {"images": len(images), "float": round(float((float_predictions == labels).mean()), 4),
                      "npu": round(float((predictions == labels).mean()), 4),
                      "onnxruntime_int8": round(float((ort_predictions == labels).mean()), 4),
@@ -120,6 +129,11 @@ def _print_report(report: dict) -> None:
     exact = "bit-exact" if interp["bit_exact"] else f"{interp['golden_mismatches']} MISMATCHES"
     print(f"\nInterpreter: the whole network on {interp['images']} held-out images, {interp['macs']} MACs in "
           f"{interp['seconds']} s; logits vs the quantized model's golden reference: {exact}")
+    cycles = report["cycles"]
+    print(f"Cycle model: {cycles['total_cycles']:,} cycles an image ({cycles['time_us']:,.1f} µs at {cycles['clock_mhz']} "
+          f"MHz, one DRAM shared by the DMA units), MAC utilisation {cycles['mac_utilisation']:.1%}, long pole "
+          f"{cycles['long_pole_unit']}; {cycles['saturated_values']:,} values clamped to their range (fused ReLUs "
+          f"included) in those runs; per-layer report: {cycles['report']}")
     print(f"Top-1 accuracy on {accuracy['images']} held-out images: float {accuracy['float']:.2%}, "
           f"NPU (int8) {accuracy['npu']:.2%}, same prediction {accuracy['agreement']:.2%}; onnxruntime's own "
           f"static quantization of the same model and images {accuracy['onnxruntime_int8']:.2%}")

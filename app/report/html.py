@@ -73,7 +73,8 @@ aipu {html.escape(meta['aipu_version'])}{' · git ' + meta['git_revision'][:12] 
 <h2>Plots</h2>
 {plots}
 <h2>Layers</h2>
-<p class="muted">saturated: values clipped to their type in the interpreter run on <code>--input</code>
+<p class="muted">saturated: values the output stages clamped to [qmin, qmax] (a fused ReLU's included) in the
+interpreter run on <code>--input</code>
 ({'this report' if meta['input_run'] else 'none given'}); longest wait: the unit and what it waited on longest.</p>
 <table id="layers"><thead><tr><th>layer</th><th>span (cycles)</th><th>MACs</th><th>MAC util.</th>
 <th>mapping eff.</th><th>DRAM read</th><th>DRAM written</th><th>weights ratio</th><th>saturated</th><th>long pole</th>

@@ -10,6 +10,10 @@ def test_demo_is_bit_exact_accurate_and_lossless(tmp_path):
     report = run_demo(tmp_path, eval_limit=60)
     assert report["interpreter"]["bit_exact"] and report["interpreter"]["images"] == 60
     assert report["codec"]["lossless"]
+    cycles = report["cycles"]
+    assert cycles["total_cycles"] > 1000 and 0 < cycles["mac_utilisation"] < 1 and cycles["dram_model"] == "shared"
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert (tmp_path / "report.json").exists() and cycles["report"] == str(tmp_path / "report.html")
     accuracy = report["accuracy"]
     assert accuracy["float"] >= 0.9, accuracy          # the embedded model is trained (95.8% on all 360)
     assert accuracy["npu"] >= accuracy["float"] - 0.05 and accuracy["agreement"] >= 0.95, accuracy   # 60 images
