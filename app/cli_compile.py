@@ -123,7 +123,7 @@ def _print_cycles(directory) -> None:
     for unit in Unit:
         if result.busy[unit]:
             count = len(program.queues[unit])
-            stall = sum(timing.dram_stall for timing in result.timings[unit])
+            stall = result.dram_stall[unit]
             print(f"    {unit.name}: {count} command{'s' if count != 1 else ''}, busy {result.busy[unit]:,} cycles "
                   f"({result.busy[unit] / total:.0%})" + (f", DRAM stall {stall:,}" if stall else ""))
     print("  per layer, with stalls and DRAM traffic: aipu report")

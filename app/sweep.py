@@ -279,7 +279,7 @@ def measure(qmodel, config: HardwareConfig, compress: bool) -> dict:
     return {"total_cycles": result.total_cycles, "time_us": result.total_cycles / config.clock_mhz,
             "mac_utilisation": result.mac_utilisation,
             "dram_read_bytes": moved[Unit.LOAD] + moved[Unit.WDEC], "dram_written_bytes": moved[Unit.STORE],
-            "dram_stall_cycles": sum(timing.dram_stall for timings in result.timings.values() for timing in timings),
+            "dram_stall_cycles": sum(result.dram_stall.values()),
             "busy_cycles": {unit.name: result.busy[unit] for unit in Unit}, "commands": len(network.program),
             "error": None}
 

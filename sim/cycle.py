@@ -87,6 +87,11 @@ class CycleResult:
         return {unit: sum(t.work for t in timings) for unit, timings in self.timings.items()}
 
     @property
+    def dram_stall(self) -> dict[Unit, int]:
+        """Cycles the shared DRAM added to each unit's commands (0 with one port per unit)."""
+        return {unit: sum(t.dram_stall for t in timings) for unit, timings in self.timings.items()}
+
+    @property
     def dram_bytes(self) -> dict[Unit, int]:
         """DRAM bytes each unit read (LOAD, WDEC) or wrote (STORE)."""
         return {unit: sum(t.dram_bytes for t in timings) for unit, timings in self.timings.items()}

@@ -34,8 +34,7 @@ def measure(program, memory, repeats: int = 3) -> dict:
             "mac_utilisation": round(result.mac_utilisation, 4),
             "busy_cycles": {unit.name: cycles for unit, cycles in result.busy.items() if cycles},
             "dram_model": result.dram,
-            "dram_stall_cycles": {unit.name: stall for unit, timings in result.timings.items()
-                                  if (stall := sum(timing.dram_stall for timing in timings))},
+            "dram_stall_cycles": {unit.name: cycles for unit, cycles in result.dram_stall.items() if cycles},
             "simulate_s": round(min(seconds), 3), "peak_python_mib": round(peak / 2 ** 20, 2)}
 
 

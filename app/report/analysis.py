@@ -184,7 +184,7 @@ def _unit_totals(unit: Unit, timing: CycleResult) -> dict:
         if command.waited_on is not None:
             stalls[command.waited_on] += command.waited
     return {"unit": unit.name, "commands": len(timings), "busy_cycles": timing.busy[unit],
-            "dram_stall_cycles": sum(t.dram_stall for t in timings), "stall_cycles": dict(sorted(stalls.items())),
+            "dram_stall_cycles": timing.dram_stall[unit], "stall_cycles": dict(sorted(stalls.items())),
             "dram_bytes": timing.dram_bytes[unit]}
 
 

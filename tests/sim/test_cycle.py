@@ -108,6 +108,7 @@ def test_dma_units_that_share_the_dram_run_at_its_limit():
     assert words <= shared.total_cycles <= 1.03 * words
     stalls = {unit: sum(t.dram_stall for t in shared.timings[unit]) for unit in (Unit.LOAD, Unit.STORE)}
     assert all(stall > 0.4 * words / 2 for stall in stalls.values())
+    assert {unit: shared.dram_stall[unit] for unit in stalls} == stalls and sum(ports.dram_stall.values()) == 0
     assert shared.busy == ports.busy      # the formulas' work is the same; the stretch is counted apart
 
 
