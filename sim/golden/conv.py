@@ -32,12 +32,13 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from aipu.sim.machine.arch import ACC_BITS, ACC_DTYPE, bit_range
+from aipu.sim.machine.arch import ACC_BITS, ACC_DTYPE, MAC_OPERAND_MAX, bit_range
 from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, check_int_param, check_int_tuple, dtype_range
 
 _FLOAT32_EXACT = 2 ** 24
 _DIRECT_MAX_GROUP_CHANNELS = 16  # grouped convs with at most this many channels per group skip the GEMM
 _ACC_MIN, _ACC_MAX = bit_range(ACC_BITS, signed=True)
+_PRODUCT_MAX = MAC_OPERAND_MAX * MAC_OPERAND_MAX   # the largest product of two operands
 
 
 def _operand(name: str, value: np.ndarray, zero_point, zp_channels: int | None, zp_axis: int) -> np.ndarray:
@@ -61,16 +62,19 @@ def _minus_zero_point(value: np.ndarray, zp: np.ndarray, zp_axis: int) -> np.nda
 
 
 def _exact_matmul(op: str, a: np.ndarray, b: np.ndarray, wide: bool = False) -> np.ndarray:
-    """a @ b for float32 arrays holding integers (|v| <= 255), exactly, checked against int32.
+    """a @ b for float32 arrays holding integers (|v| <= MAC_OPERAND_MAX), exactly, checked against int32.
 
     Reduces over the last axis of ``a`` / second-to-last of ``b`` in exact float32 chunks (see the
     module docstring for the bound) and returns int32; ``wide`` returns the exact int64 sums unchecked.
     """
     depth = a.shape[-1]
-    worst_product = float(np.abs(a).max(initial=0.0)) * float(np.abs(b).max(initial=0.0))
-    chunk = depth if worst_product * depth <= _FLOAT32_EXACT else max(1, int(_FLOAT32_EXACT // worst_product))
+    if depth * _PRODUCT_MAX <= _FLOAT32_EXACT:      # one chunk whatever the values: no pass over them
+        chunk = depth
+    else:
+        worst_product = float(np.abs(a).max(initial=0.0)) * float(np.abs(b).max(initial=0.0))
+        chunk = depth if worst_product * depth <= _FLOAT32_EXACT else max(1, int(_FLOAT32_EXACT // worst_product))
     if chunk >= depth:
-        total = np.matmul(a, b).astype(np.float64)
+        total = np.matmul(a, b)         # float32 integers within 2**24: exact as they are
     else:
         total = None
         for start in range(0, depth, chunk):
@@ -78,7 +82,7 @@ def _exact_matmul(op: str, a: np.ndarray, b: np.ndarray, wide: bool = False) -> 
             total = part if total is None else total + part
     if wide:
         return total.astype(np.int64)
-    if total.size:
+    if total.size and depth * _PRODUCT_MAX > _ACC_MAX:   # else no sum of ``depth`` products can leave int32
         low, high = total.min(), total.max()
         if low < _ACC_MIN or high > _ACC_MAX:
             worst = int(low if -low > high else high)
@@ -202,14 +206,18 @@ def _windows(xs: np.ndarray, geometry: ConvGeometry, axes: tuple[int, int]) -> n
     last axes the kernel taps."""
     (sh, sw), (pt, pl, pb, pr), (dh, dw) = geometry.stride, geometry.padding, geometry.dilation
     kh, kw = geometry.w_shape[2:]
+    oh, ow = geometry.out_hw
+    index = [slice(None)] * xs.ndim
+    index[axes[0]], index[axes[1]] = slice(0, (oh - 1) * sh + 1, sh), slice(0, (ow - 1) * sw + 1, sw)
+    if kh == kw == 1 and not (pt or pl or pb or pr):
+        # a 1x1 kernel's windows are the (strided) pixels themselves: a basic slice, no sliding_window_view
+        # (which costs more than the GEMM on the one-row tiles of a pointwise layer)
+        return xs[tuple(index)][..., None, None]
     if pt or pl or pb or pr:
         pads = [(0, 0)] * xs.ndim
         pads[axes[0]], pads[axes[1]] = (pt, pb), (pl, pr)
         xs = np.pad(xs, pads)  # zeros = the zero point, subtracted
     windows = sliding_window_view(xs, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=axes)[..., ::dh, ::dw]
-    oh, ow = geometry.out_hw
-    index = [slice(None)] * xs.ndim
-    index[axes[0]], index[axes[1]] = slice(0, (oh - 1) * sh + 1, sh), slice(0, (ow - 1) * sw + 1, sw)
     return windows[tuple(index)]
 
 
