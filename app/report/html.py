@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend that 
 from aipu.sim.cycle import CycleResult  # noqa: E402
 from aipu.sim.machine.isa import Unit  # noqa: E402
 
+PLOT_LAYERS_MAX = 100      # bars in a per-layer plot (and labelled roofline points)
 UNIT_COLOURS = {Unit.LOAD: "#4e79a7", Unit.CONV: "#e15759", Unit.REQUANT: "#f28e2b", Unit.LUT: "#76b7b2",
                 Unit.POOL: "#59a14f", Unit.STORE: "#edc948", Unit.WDEC: "#b07aa1"}
 _STYLE = """
@@ -34,12 +35,14 @@ def render(document: dict, timing: CycleResult, timeline_layer: str | None = Non
     layers = document["layers"]
     chosen = _chosen_layer(layers, timeline_layer)
     summary, meta = document["summary"], document["metadata"]
+    plotted = _plotted(layers)
+    which = "" if len(plotted) == len(layers) else f" The {len(plotted)} longest of {len(layers)} layers, in order."
     figures = [
         ("cycles", "Cycles of each layer: its span (black tick) and the busy cycles of each unit, stacked (units "
-                   "overlap in time, so the stack can exceed the span).", _stacked_cycles(layers)),
+                   "overlap in time, so the stack can exceed the span)." + which, _stacked_cycles(plotted)),
         ("utilisation", "MAC utilisation of each layer (useful MACs over what the array could do in the layer's "
-                        "span) and its mapping efficiency (over what it could do while CONV worked).",
-         _utilisation(layers)),
+                        "span) and its mapping efficiency (over what it could do while CONV worked)." + which,
+         _utilisation(plotted)),
         ("roofline", "Roofline: operations (2 per MAC) per DRAM byte against operations per cycle achieved, with "
                      "the configuration's ceilings.", _roofline(layers, summary)),
         ("timeline", f"Timeline of layer {chosen['name']!r}: each unit's commands (solid), DRAM stalls (hatched) and "
@@ -84,6 +87,15 @@ interpreter run on <code>--input</code>
 <pre>{configuration}</pre>
 </body></html>
 """
+
+
+def _plotted(layers: list[dict]) -> list[dict]:
+    """The layers the bar plots show: all of them, or the PLOT_LAYERS_MAX longest in program order (the page
+    and its images stay bounded whatever the program)."""
+    if len(layers) <= PLOT_LAYERS_MAX:
+        return layers
+    longest = sorted(range(len(layers)), key=lambda index: layers[index]["span_cycles"], reverse=True)
+    return [layers[index] for index in sorted(longest[:PLOT_LAYERS_MAX])]
 
 
 def _chosen_layer(layers: list[dict], name: str | None) -> dict:
@@ -179,7 +191,7 @@ def _roofline(layers: list[dict], summary: dict) -> str:
               label=f"ceilings: {bandwidth} B/cycle DRAM, {peak} ops/cycle")
     if points:
         axes.scatter([x for x, _, _ in points], [y for _, y, _ in points], color="#e15759", zorder=3, label="layers")
-    for x, y, label in points:
+    for x, y, label in points if len(points) <= PLOT_LAYERS_MAX else ():
         axes.annotate(label, (x, y), xytext=(3, -3), textcoords="offset points", fontsize=6, color="#555555")
     axes.set_xscale("log")
     axes.set_yscale("log")

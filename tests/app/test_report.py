@@ -125,6 +125,21 @@ def test_resnet18_shaped_report_finds_the_array_bound_layers(resnet_dir, tmp_pat
     assert layers[0]["mapping_efficiency"] <= 3 / 16
 
 
+def test_a_long_program_plots_its_longest_layers(resnet_dir, tmp_path, monkeypatch):
+    """The page stays bounded whatever the program: past PLOT_LAYERS_MAX layers the bar plots show the
+    longest, in program order, and say so; the table still lists every layer."""
+    from aipu.app.report import html
+
+    monkeypatch.setattr(html, "PLOT_LAYERS_MAX", 5)
+    document = _report(resnet_dir, tmp_path / "long.html")
+    page = (tmp_path / "long.html").read_text()
+    assert page.count(f"The 5 longest of {len(document['layers'])} layers, in order.") == 2
+    assert page.count("<tr><td>") >= len(document["layers"])
+    longest = sorted(document["layers"], key=lambda layer: layer["span_cycles"])[-5:]
+    assert [layer["name"] for layer in html._plotted(document["layers"])] == \
+        [layer["name"] for layer in document["layers"] if layer in longest]
+
+
 @pytest.mark.skipif(not shutil.which("chromium") and not os.environ.get("CI"),
                     reason="Debian's chromium is not installed (make test installs it; CI must run this)")
 def test_html_report_renders_in_a_browser(demo_dir, tmp_path):
