@@ -11,11 +11,13 @@ from aipu.sim.cycle import DRAM_MODELS
 def _cmd_report(args: argparse.Namespace) -> int:
     from aipu.app.report import write_report
     from aipu.compiler.program_dir import read_program_dir
+    from aipu.sim.interpreter import prepare
 
     directory = read_program_dir(args.program)
-    stats = _input_run(directory, args.input, args.seed) if args.input else None
+    prepared = prepare(directory.program, directory.dram.size)
+    stats = _input_run(directory, prepared, args.input, args.seed) if args.input else None
     document, written = write_report(directory, Path(args.output), dram=args.dram, stats=stats, seed=args.seed,
-                                     timeline_layer=args.timeline_layer)
+                                     timeline_layer=args.timeline_layer, prepared=prepared)
     summary = document["summary"]
     print(f"{args.program}: {summary['total_cycles']:,} cycles ({summary['time_us']:,.1f} µs at {summary['clock_mhz']} "
           f"MHz), MAC utilisation {summary['mac_utilisation']:.1%}, {len(document['layers'])} layers, long pole "
@@ -24,15 +26,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _input_run(directory, path: str, seed: int | None):
+def _input_run(directory, prepared, path: str, seed: int | None):
     """The interpreter's saturation and LUT-range counts, summed over every sample of ``path``."""
     from aipu.app.cli_compile import input_memory
     from aipu.app.report import summed_stats
     from aipu.compiler.calibrate import read_samples
-    from aipu.sim.interpreter import prepare
 
     samples = read_samples(path, {entry.tensor.name: entry.tensor.shape for entry in directory.inputs})
-    prepared = prepare(directory.program, directory.dram.size)
     count = next(iter(samples.values())).shape[0]
     return summed_stats(prepared.run(input_memory(directory, samples, index), seed=seed).stats
                         for index in range(count))

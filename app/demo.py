@@ -65,7 +65,8 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
         predictions.append(int(np.argmax(logits)))
     interpret_seconds = time.perf_counter() - started
     # the cycle model's report of the program, with the saturations of these runs
-    performance, _ = write_report(read_program_dir(program_dir), out_dir / "report.html", stats=summed_stats(runs))
+    performance, _ = write_report(read_program_dir(program_dir), out_dir / "report.html", stats=summed_stats(runs),
+                                  prepared=prepared)
     cycles = performance["summary"]
     predictions = np.array(predictions)
     session = single_thread_session(compiled.graph.to_onnx())

@@ -21,13 +21,13 @@ def summed_stats(runs: Iterable):
 
 
 def write_report(directory, out: Path, *, dram: str = "shared", stats=None, seed: int | None = None,
-                 timeline_layer: str | None = None) -> tuple[dict, list[Path]]:
+                 timeline_layer: str | None = None, prepared=None) -> tuple[dict, list[Path]]:
     """The report of the program ``directory`` (a checked ProgramDir) as ``out`` (HTML) and, beside it, the
     same figures as .json, .layers.csv and .units.csv; returns the document and the files written."""
     from aipu.app.report.analysis import analyse, layers_csv, units_csv
     from aipu.app.report.html import render
 
-    document, timing = analyse(directory, dram=dram, stats=stats, seed=seed)
+    document, timing = analyse(directory, dram=dram, stats=stats, seed=seed, prepared=prepared)
     page = render(document, timing, timeline_layer)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

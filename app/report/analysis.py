@@ -34,12 +34,13 @@ _CATEGORIES = ("busy_cycles", "dram_stall_cycles", "stall_cycles", "sequencer_cy
 
 
 def analyse(directory: ProgramDir, *, dram: DramModel = "shared", stats: Stats | None = None,
-            seed: int | None = None) -> tuple[dict, CycleResult]:
+            seed: int | None = None, prepared: PreparedProgram | None = None) -> tuple[dict, CycleResult]:
     """The report document of ``directory`` (checked against the schema) and the timeline it comes from.
     ``stats``: the interpreter's counts of a run on real inputs (saturations, LUT inputs out of range), with
-    the ``seed`` of its schedule."""
+    the ``seed`` of its schedule; ``prepared``: the program as the interpreter prepared it for that run, if
+    the caller has it (else it is prepared here: the checks, and each command's accesses)."""
     program, config = directory.program, directory.program.config
-    prepared = prepare(program, directory.dram.size)         # checks the program; each command's accesses
+    prepared = prepared or prepare(program, directory.dram.size)
     try:
         timing = simulate(program, Memory.create(config, directory.dram), dram=dram)
     except ExecutionError as error:                  # a weight stream in the DRAM image that does not decode
@@ -47,14 +48,13 @@ def analyse(directory: ProgramDir, *, dram: DramModel = "shared", stats: Stats |
     steps = read_steps(directory)
     manifest_layers = {row.get("name"): row for row in directory.manifest.get("layers", []) if isinstance(row, dict)}
     layers = [_layer(step, directory, prepared, timing, manifest_layers, stats) for step in steps]
-    array = config.mac.rows * config.mac.cols
     dram_bytes = timing.dram_bytes
     document = {
         "format": FORMAT, "schema_version": SCHEMA_VERSION,
         "metadata": _metadata(directory, dram, stats, seed),
         "summary": {
             "total_cycles": timing.total_cycles, "time_us": timing.total_cycles / config.clock_mhz,
-            "clock_mhz": config.clock_mhz, "macs": timing.macs, "mac_array_size": array,
+            "clock_mhz": config.clock_mhz, "macs": timing.macs, "mac_array_size": timing.array_macs,
             "mac_utilisation": timing.mac_utilisation,
             "dram_read_bytes": dram_bytes[Unit.LOAD] + dram_bytes[Unit.WDEC],
             "dram_written_bytes": dram_bytes[Unit.STORE],
@@ -103,8 +103,7 @@ def read_steps(directory: ProgramDir) -> list[dict]:
 
 def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing: CycleResult,
            manifest_layers: dict, stats: Stats | None) -> dict:
-    config = directory.program.config
-    array = config.mac.rows * config.mac.cols
+    array = timing.array_macs
     spans = {Unit[name]: range(*span) for name, span in step["commands"].items()}
     start = min(timing.timings[unit][index].start for unit, indices in spans.items() for index in indices)
     end = max(timing.timings[unit][index].retire for unit, indices in spans.items() for index in indices)
