@@ -148,7 +148,7 @@ def generate(config: HardwareConfig = DEFAULT) -> str:
            "do not edit by hand. -->", "",
            "Source of truth: `sim/machine/arch.py` (widths, types, hardware configuration) and `sim/machine/isa.py`",
            "(command tables and their packing); machinery in",
-           "`sim/machine/program.py` (encoding, container, disassembler); semantics executed by `sim/interpreter.py`.",
+           "`sim/machine/program.py` (encoding, container, disassembler); semantics executed by `sim/interpreter/`.",
            "", EXECUTION_MODEL, "## Hardware configuration", "",
            "Loaded from TOML or JSON (`sim/machine/default.toml` is the default below) by",
            "`aipu.sim.machine.arch.load_hardware_config`; unknown keys, non-integers, values outside the rule's range,",

@@ -1,4 +1,4 @@
-"""CONV: the MAC array executing CONV commands exactly as ``sim/interpreter.py`` and ``sim/golden/conv.py`` do.
+"""CONV: the MAC array executing CONV commands exactly as ``sim/interpreter/`` and ``sim/golden/conv.py`` do.
 
 Weight-stationary schedule (docs/rtl-conv.md): the command is cut into blocks (groups, out-channel chunk of
 ``cols``, kernel tap, in-channel chunk of ``rows``), visited in that order with the in-channel chunk

@@ -1,5 +1,5 @@
 """The DMA units: LOAD (strided DRAM pattern -> dense padded tile in ACT, WEIGHT, LUT or PARAM) and STORE
-(dense tile in OUT -> strided DRAM pattern), executing exactly what ``sim/interpreter.py`` ``_load`` and
+(dense tile in OUT -> strided DRAM pattern), executing exactly what ``sim/interpreter/`` ``_load`` and
 ``_store`` define (docs/rtl-dma.md).
 
 Both walk the DRAM pattern one DRAM word at a time with a :class:`PatternWalker`: each step is one DRAM word

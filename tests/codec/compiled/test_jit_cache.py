@@ -10,22 +10,21 @@ from numba.core import config
 from aipu.codec.compiled import jit_cache
 
 
-def test_cache_directory_changes_when_any_njit_source_changes(tmp_path, monkeypatch):
+def test_cache_directory_changes_when_any_njit_source_changes(tmp_path):
     copies = []
-    for path in jit_cache.source_files():
+    for path in jit_cache.njit.source_files():
         copy = tmp_path / str(path.relative_to(jit_cache.CODEC_DIR)).replace("/", "-")
         shutil.copy(path, copy)
         copies.append(copy)
-    monkeypatch.setattr(jit_cache, "source_files", lambda: copies)
-    monkeypatch.setattr(jit_cache, "CODEC_DIR", tmp_path)
+    probe = jit_cache.SourceKeyedJit(tmp_path, ("*.py",))
+    assert probe.source_files() == sorted(copies)
     seen = set()
     for copy in (None, *copies):
         if copy:
             with open(copy, "a") as source:
                 source.write("\n# edited\n")
-        jit_cache.cache_dir.cache_clear()
-        seen.add(jit_cache.cache_dir())
-    jit_cache.cache_dir.cache_clear()
+        probe.__dict__.pop("cache_dir", None)
+        seen.add(probe.cache_dir)
     assert len(seen) == 1 + len(copies)
 
 
@@ -54,7 +53,7 @@ def test_the_key_covers_every_njit_module_and_what_it_imports():
             reached.add(path)
             pending += _codec_imports(path)
     assert {path.name for path in njit_modules} >= {"aec_decoder.py", "tree_coders.py", "sublayer_decoder.py"}
-    assert reached <= set(jit_cache.source_files())
+    assert reached <= set(jit_cache.njit.source_files())
 
 
 def test_compiled_functions_cache_there_and_numba_config_is_left_alone():
@@ -65,4 +64,4 @@ def test_compiled_functions_cache_there_and_numba_config_is_left_alone():
     assert config.CACHE_DIR == before
     assert probe(1) == 2
     for dispatcher in (probe, aec_decoder.decode_decision):
-        assert dispatcher._cache._impl.locator.get_cache_path().startswith(jit_cache.cache_dir())
+        assert dispatcher._cache._impl.locator.get_cache_path().startswith(jit_cache.njit.cache_dir)

@@ -18,6 +18,7 @@ All arithmetic is delegated to the golden model (:mod:`aipu.sim.golden`); this m
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import random
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aipu.sim import golden
+from aipu.sim.interpreter import run_loop
+from aipu.sim.interpreter.tiles import takes_conv
 from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES,
                                 LUT_ENTRY_DTYPE, PARAM_DTYPE, SOFTMAX_TABLE_DTYPE, Buffer, DType, HardwareConfig,
                                 bit_range)
@@ -95,15 +98,18 @@ class _Step:
     execute: Callable[[_State], None] | None     # the data work (None: FINISH has none)
     writes: tuple[Write, ...]
     traffic: tuple[tuple[str, bool, int], ...] = ()   # (space, written, bytes) of every access, for the reports
+    row: np.ndarray | None = None                # the same data work as a row of the compiled run loop
 
 
 class _State:
     """The memory of one run, as the steps see it."""
 
-    __slots__ = ("spaces", "acc", "exact_acc", "wrapped", "stats")
+    __slots__ = ("spaces", "acc", "exact_acc", "wrapped", "stats", "loop_spaces", "records")
 
     def __init__(self, memory: Memory, stats: Stats) -> None:
         self.spaces = {DRAM: memory.dram, **memory.buffers}
+        self.loop_spaces = (*(memory.buffers[buffer] for buffer in Buffer), memory.dram)   # as run_loop takes them
+        self.records = memory.buffers[Buffer.PARAM].view(PARAM_DTYPE)
         self.acc = memory.buffers[Buffer.ACC].view(ACC_DTYPE)
         # The wrapping ACC register (D6) holds the exact sum of every entry whose sum fits it; where a sum did
         # not fit, ``wrapped`` marks the entry and ``exact_acc`` holds its exact sum, checked where it is
@@ -162,9 +168,10 @@ class _Preparer:
         self.label = self.where = ""
         self.writes: list[Write] = []
         self.traffic: list[tuple[str, bool, int]] = []
+        self.row: np.ndarray | None = None
 
     def step(self, unit: Unit, index: int, command: Command, clock: tuple[int, ...]) -> _Step:
-        self.unit, self.index, self.clock, self.writes, self.traffic = unit, index, clock, [], []
+        self.unit, self.index, self.clock, self.writes, self.traffic, self.row = unit, index, clock, [], [], None
         self.label = f"{unit.name}[{index}]"
         self.where = f"{self.label} {command.opcode.name}"
         try:
@@ -174,7 +181,7 @@ class _Preparer:
         except (ValueError, TypeError, OverflowError) as exc:
             raise ExecutionError(f"{self.where}: {exc}") from exc
         self.stats.commands[unit.name] += 1
-        return _Step(unit, index, self.where, execute, tuple(self.writes), tuple(self.traffic))
+        return _Step(unit, index, self.where, execute, tuple(self.writes), tuple(self.traffic), self.row)
 
     # --- accesses: every byte a command touches is declared through these ---------------------------
     def _span(self, space, field_name: str, address: int, nbytes: int, written: np.dtype | None,
@@ -240,6 +247,7 @@ class _Preparer:
         top, left, bottom, right, pad_value = cmd.pad_top, cmd.pad_left, cmd.pad_bottom, cmd.pad_right, cmd.pad_value
         inside = (slice(top, top + cmd.y_size), slice(left, left + cmd.x_size))
         padded = top or left or bottom or right
+        self.row = run_loop.load_row(int(buffer), start, rows, cols, DTYPE_BYTES[elem], top, left, source, pad_value)
 
         def execute(state: _State) -> None:
             target = state.spaces[buffer][start:stop]
@@ -255,6 +263,7 @@ class _Preparer:
         source = self._tensor(Buffer.OUT, "sram_addr", cmd.sram_addr, (cmd.y_size, cmd.x_size, run_bytes), np.uint8)
         target = self._strided_dram("dram_addr", cmd.dram_addr, cmd, write=True)
         self.stats.bytes_moved["OUT->DRAM"] += cmd.y_size * cmd.x_size * run_bytes
+        self.row = run_loop.store_row(source[1], target)
 
         def execute(state: _State) -> None:
             _strided_view(state, target)[...] = _view(state, source)
@@ -280,6 +289,11 @@ class _Preparer:
         self._tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (entries,), ACC_DTYPE, written=True)
         self.stats.macs += entries * group_c * cmd.k_h * cmd.k_w
         first, accumulate = cmd.acc_addr, cmd.accumulate
+        if takes_conv(cmd.in_c, cmd.out_c, cmd.k_h, cmd.k_w, cmd.groups):
+            self.row = run_loop.conv_row(x[1], x[4], DType(cmd.in_type), w[1], w[4], cmd.w_zero_point,
+                                         cmd.in_zero_point,
+                                         geometry.stride, geometry.padding, geometry.dilation, geometry.out_hw,
+                                         first, bool(accumulate))
 
         def execute(state: _State) -> None:
             sums = golden.conv_sums_channels_last(_view(state, x)[None], _view(state, w), geometry, wide=True)[0]
@@ -299,6 +313,8 @@ class _Preparer:
                                      rounding=Rounding(cmd.rounding).name.lower(), out_zero_point=cmd.out_zero_point,
                                      qmin=cmd.qmin, qmax=cmd.qmax, out_dtype=out_dtype)
         where, label = self.where, self.label
+        self.row = run_loop.requant_row(first, cmd.pixels, cmd.channels, cmd.param_index, out[1], DType(cmd.out_type),
+                                        stage)
 
         def execute(state: _State) -> None:
             worst = state.unfit_sum(first, last)
@@ -484,10 +500,16 @@ class PreparedProgram:
     steps: dict[tuple[Unit, int], _Step]
     order: tuple[tuple[Unit, int], ...]          # the fixed schedule
     stats: Stats                                 # the counts that do not depend on the data
+    loop: _LoopPlan = field(init=False, repr=False, compare=False)   # the fixed schedule's compiled runs
 
-    def run(self, memory: Memory, *, seed: int | None = None) -> Result:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "loop", _LoopPlan([self.steps[key] for key in self.order]))
+
+    def run(self, memory: Memory, *, seed: int | None = None, compiled: bool = True) -> Result:
         """Execute on a copy of ``memory``. seed None: the fixed schedule (lowest-numbered ready unit first);
-        otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering)."""
+        otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering). ``compiled``: run
+        consecutive LOAD/STORE/CONV/REQUANT commands in the compiled loop (sim/interpreter/run_loop.py); False runs every
+        command's Python step, the straightforward form the tests compare it with."""
         if memory.config != self.config:
             raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
                              f"the program for {self.config.config_hash()}")
@@ -503,16 +525,61 @@ class PreparedProgram:
         stats = Stats(self.stats.macs, Counter(self.stats.bytes_moved), Counter(self.stats.commands))
         state = _State(memory, stats)
         steps = [self.steps[key] for key in order]
-        for step in steps:
-            if step.execute is None:
-                continue
-            try:
-                step.execute(state)
-            except ExecutionError:
-                raise
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise ExecutionError(f"{step.where}: {exc}") from exc
+        plan = self.loop if order is self.order else _LoopPlan(steps)
+        position = 0
+        while position < len(steps):
+            end = plan.run_end[position] if compiled else position
+            if end > position:
+                position = plan.run(position, state)      # the run's end, or the command it stopped at
+                if position == end:
+                    continue
+            _execute(steps[position], state)
+            position += 1
         return Result(memory, stats, list(order), [write for step in steps for write in step.writes])
+
+
+def _execute(step: _Step, state: _State) -> None:
+    """A command's Python step, its errors named after the command."""
+    if step.execute is None:
+        return
+    try:
+        step.execute(state)
+    except ExecutionError:
+        raise
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ExecutionError(f"{step.where}: {exc}") from exc
+
+
+class _LoopPlan:
+    """The steps of one schedule as rows of the compiled run loop (sim/interpreter/run_loop.py), and where each run of
+    consecutive rows ends."""
+
+    def __init__(self, steps: list[_Step]) -> None:
+        empty = np.zeros(run_loop.ROW_WIDTH, np.int64)
+        self.table = np.stack([empty if step.row is None else step.row for step in steps]) if steps else \
+            np.zeros((0, run_loop.ROW_WIDTH), np.int64)
+        has_row = self.table[:, 0] != 0
+        # run_end[p]: the end of the run of rows that p starts or lies in (p itself where p has no row)
+        self.run_end = [0] * len(steps)
+        end = len(steps)
+        for position in reversed(range(len(steps))):
+            if not has_row[position]:
+                end = position
+            self.run_end[position] = end
+        self.requants = [position for position, step in enumerate(steps) if self.table[position, 0] == run_loop.REQUANT]
+        self.labels = [step.where.split()[0] for step in steps]
+
+    def run(self, position: int, state: _State) -> int:
+        """Run rows from ``position`` to the end of their run, or to the row the loop stopped at; returns where it
+        ended. Each REQUANT's saturation count goes into the stats in execution order."""
+        end = self.run_end[position]
+        saturated = np.empty(end - position, np.int64)
+        stop = run_loop.run_rows(self.table, position, end, state.loop_spaces, state.records, state.wrapped,
+                                 saturated)
+        for requant in self.requants[bisect.bisect_left(self.requants, position):
+                                     bisect.bisect_left(self.requants, stop)]:
+            state.stats.saturations[self.labels[requant]] = int(saturated[requant - position])
+        return stop
 
 
 def prepare(program: Program, dram_bytes: int, *, check_hazards: bool = True) -> PreparedProgram:

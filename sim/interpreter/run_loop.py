@@ -1,0 +1,203 @@
+"""The interpreter's compiled run loop: consecutive LOAD, STORE, CONV and REQUANT commands of a prepared program
+run in one numba call, instead of one Python call of 5-15 µs each (a depthwise layer is hundreds of small
+commands, each a few µs of data work).
+
+Each such command is a row of integers made once, when the program is prepared (:func:`load_row` and the
+others): what its checked fields and addresses resolve to. :func:`run_rows` executes rows in order on the
+memory of one run. It moves the bytes itself and computes through the golden model's tile kernels
+(:mod:`aipu.sim.interpreter.tiles`), and keeps the ACC register's bookkeeping of the interpreter (D6: which
+entries hold a sum that did not fit). Where a command is not one the loop can finish exactly as the Python
+step would -- a kernel path the tile kernels refuse, an entry marked as wrapped, a sum that would not fit, a
+parameter record outside its range -- it stops *before* that command changes anything and returns its
+position: the interpreter runs the command's Python step, which computes it or raises the error that names
+the problem, and resumes the loop after it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aipu.sim.interpreter.tiles import conv_tile, jit, requant_tile, weight_operands
+from aipu.sim.machine.arch import ACC_DTYPE, Buffer, DType
+
+DRAM_SPACE = len(Buffer)       # spaces are passed as (the buffers in Buffer order..., DRAM)
+ROW_WIDTH = 26
+LOAD, STORE, CONV, REQUANT = 1, 2, 3, 4
+_INT32_MIN, _INT32_MAX = np.iinfo(ACC_DTYPE).min, np.iinfo(ACC_DTYPE).max
+_ACT, _WEIGHT, _ACC, _OUT = int(Buffer.ACT), int(Buffer.WEIGHT), int(Buffer.ACC), int(Buffer.OUT)
+_INT8, _UINT8 = int(DType.INT8), int(DType.UINT8)
+_U = np.uint64
+
+
+def _row(kind: int, *fields: int) -> np.ndarray:
+    row = np.zeros(ROW_WIDTH, np.int64)
+    row[0], row[1:1 + len(fields)] = kind, fields
+    return row
+
+
+def load_row(space: int, start: int, rows: int, cols: int, elem_bytes: int, top: int, left: int, pattern: tuple,
+             pad_value: int) -> np.ndarray:
+    """DRAM through ``pattern`` (base, (y, x, run bytes), (y stride, x stride, 1)) into ``rows`` x ``cols``
+    elements of a buffer from byte ``start``, the data at (top, left) and ``pad_value`` around it."""
+    base, (y_size, x_size, run_bytes), (y_stride, x_stride, _) = pattern
+    return _row(LOAD, space, start, rows, cols, elem_bytes, top, left, pad_value, base, y_size, x_size, run_bytes,
+                y_stride, x_stride)
+
+
+def store_row(start: int, pattern: tuple) -> np.ndarray:
+    """OUT's bytes from ``start``, [y][x][run bytes], to DRAM through ``pattern``."""
+    base, (y_size, x_size, run_bytes), (y_stride, x_stride, _) = pattern
+    return _row(STORE, 0, start, 0, 0, 0, 0, 0, 0, base, y_size, x_size, run_bytes, y_stride, x_stride)
+
+
+def conv_row(in_start: int, in_shape: tuple, in_type: DType, wgt_start: int, w_shape: tuple, w_zero_point: int,
+             x_zero_point: int, stride: tuple, padding: tuple, dilation: tuple, out_hw: tuple, acc_first: int,
+             accumulate: bool) -> np.ndarray:
+    """ACT [H][W][C] from byte ``in_start`` convolved with WEIGHT [K][KH][KW][C/G] from ``wgt_start`` into
+    ACC entries from ``acc_first`` ([OH][OW][K]), added to what they hold when ``accumulate``. Columns 6-11
+    (the weights and their zero point) are what the loop's weight operands are kept by."""
+    return _row(CONV, in_start, *in_shape, int(in_type), wgt_start, *w_shape, w_zero_point, x_zero_point, *stride,
+                *padding, *dilation, *out_hw, acc_first, int(accumulate))
+
+
+def requant_row(acc_first: int, pixels: int, channels: int, param_index: int, out_start: int, out_type: DType,
+                stage) -> np.ndarray:
+    """ACC entries [pixels][channels] from ``acc_first`` requantized with the PARAM records from
+    ``param_index`` as ``stage`` (a golden.RequantStage) says, into OUT from byte ``out_start``."""
+    return _row(REQUANT, acc_first, pixels, channels, param_index, out_start, int(out_type), stage.float32_scale,
+                stage.leaky, stage.rounding, stage.out_zero_point, stage.qmin, stage.qmax)
+
+
+@jit
+def run_rows(table, first, last, spaces, records, wrapped, saturated):
+    """Execute rows [first, last) of ``table`` on ``spaces`` (uint8 arrays: the buffers, then DRAM), with the
+    PARAM buffer as ``records`` and the ACC entries marked as wrapped; a REQUANT's saturated count goes to
+    ``saturated`` at its row's offset from ``first``. Returns ``last``, or the row at which it stopped (see the module docstring)."""
+    acc = spaces[_ACC].view(np.int32)
+    # The weight operands of the last CONV, kept while no LOAD writes WEIGHT: a layer's tiles share them.
+    weights_key = np.full(6, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point
+    operands, largest = np.empty((0, 0, 0, 0), np.float32), np.float32(0.0)
+    for position in range(first, last):
+        row = table[position]
+        kind = row[0]
+        if kind == LOAD:
+            _load(row, spaces[row[1]], spaces[DRAM_SPACE])
+            if row[1] == _WEIGHT:
+                weights_key[0] = -1
+        elif kind == STORE:
+            _store(row, spaces[_OUT], spaces[DRAM_SPACE])
+        elif kind == CONV:
+            if not (weights_key == row[6:12]).all():
+                wgt_start, k, kh, kw, group_c = row[6], row[7], row[8], row[9], row[10]
+                w = spaces[_WEIGHT][wgt_start:wgt_start + k * kh * kw * group_c].view(np.int8)
+                operands, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11])
+                weights_key[:] = row[6:12]
+            if not _conv(row, spaces[_ACT], operands, largest, acc, wrapped):
+                return position
+        elif kind == REQUANT:
+            count = _requant(row, acc, records, spaces[_OUT], wrapped)
+            if count < 0:
+                return position
+            saturated[position - first] = count
+        else:
+            return position
+    return last
+
+
+@jit
+def _load(row, target, dram):
+    start, rows, cols, elem_bytes, top, left, pad_value = row[2], row[3], row[4], row[5], row[6], row[7], row[8]
+    base, y_size, x_size, run_bytes, y_stride, x_stride = row[9], row[10], row[11], row[12], row[13], row[14]
+    if rows != y_size or cols != x_size:      # padded: the pad value everywhere, then the data inside it
+        low, high = np.uint8(pad_value & 0xFF), np.uint8((pad_value >> 8) & 0xFF)
+        for element in range(rows * cols * (run_bytes // elem_bytes)):
+            target[start + element * elem_bytes] = low
+            if elem_bytes == 2:
+                target[start + element * elem_bytes + 1] = high
+    for y in range(y_size):
+        _copy_runs(dram, base + y * y_stride, x_stride, target, start + ((top + y) * cols + left) * run_bytes,
+                   run_bytes, x_size, run_bytes)
+
+
+@jit
+def _store(row, out, dram):
+    start, base, y_size, x_size, run_bytes, y_stride, x_stride = (row[2], row[9], row[10], row[11], row[12],
+                                                                  row[13], row[14])
+    for y in range(y_size):
+        _copy_runs(out, start + y * x_size * run_bytes, run_bytes, dram, base + y * y_stride, x_stride, x_size,
+                   run_bytes)
+
+
+@jit
+def _copy_runs(source, source_start, source_step, target, target_start, target_step, runs, run_bytes):
+    """``runs`` runs of ``run_bytes`` bytes, each ``source_step`` / ``target_step`` bytes after the previous one.
+    Unsigned indices (no wrap-around checks) and a loop per run length numba can unroll: numpy-style slice
+    copies cost about 100 ns each, and a channel of a tile is a 1-byte run per pixel."""
+    source_at, target_at = _U(source_start), _U(target_start)
+    if source_step == run_bytes and target_step == run_bytes:      # one contiguous run
+        for b in range(_U(runs * run_bytes)):
+            target[target_at + b] = source[source_at + b]
+    elif run_bytes == 1:
+        for r in range(_U(runs)):
+            target[target_at + r * _U(target_step)] = source[source_at + r * _U(source_step)]
+    else:
+        for r in range(_U(runs)):
+            from_at, to_at = source_at + r * _U(source_step), target_at + r * _U(target_step)
+            for b in range(_U(run_bytes)):
+                target[to_at + b] = source[from_at + b]
+
+
+@jit
+def _conv(row, act, operands, largest, acc, wrapped):
+    in_start, height, width, channels, in_type = row[1], row[2], row[3], row[4], row[5]
+    x_zero_point, k = row[12], row[7]
+    stride_h, stride_w, pad_top, pad_left = row[13], row[14], row[15], row[16]
+    dilation_h, dilation_w, oh, ow, first, accumulate = row[19], row[20], row[21], row[22], row[23], row[24]
+    x = act[in_start:in_start + height * width * channels]
+    sums = np.empty((oh, ow, k), np.int32)
+    if in_type == _INT8:
+        done = conv_tile(x.view(np.int8).reshape((height, width, channels)), x_zero_point, operands, largest,
+                         stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w, sums)
+    else:
+        done = conv_tile(x.reshape((height, width, channels)), x_zero_point, operands, largest, stride_h, stride_w,
+                         pad_top, pad_left, dilation_h, dilation_w, sums)
+    if not done:
+        return False
+    entries = _U(oh * ow * k)
+    flat, held, marks = sums.ravel(), acc[first:first + entries], wrapped[first:first + entries]
+    if accumulate:
+        for e in range(entries):
+            total = np.int64(held[e]) + flat[e]
+            if marks[e] or total < _INT32_MIN or total > _INT32_MAX:
+                return False
+        for e in range(entries):
+            held[e] += flat[e]
+    else:
+        for e in range(entries):
+            held[e] = flat[e]
+            marks[e] = False
+    return True
+
+
+@jit
+def _requant(row, acc, records, out, wrapped):
+    first, pixels, channels, param_index, out_start, out_type = row[1], row[2], row[3], row[4], row[5], row[6]
+    float32_scale, leaky, rounding = row[7] != 0, row[8] != 0, row[9]
+    zero_point, qmin, qmax = row[10], row[11], row[12]
+    entries = pixels * channels
+    marks = wrapped[first:first + entries]
+    for e in range(_U(entries)):
+        if marks[e]:
+            return -1
+    tile_records = records[param_index:param_index + channels]
+    for c in range(channels):
+        if tile_records[c].reserved != 0:
+            return -1
+    tile = acc[first:first + entries].reshape((pixels, channels))
+    if out_type == _INT8:
+        target = out[out_start:out_start + entries].view(np.int8).reshape((pixels, channels))
+        return requant_tile(tile, tile_records, float32_scale, leaky, rounding, zero_point, qmin, qmax, target)
+    if out_type == _UINT8:
+        target8 = out[out_start:out_start + entries].reshape((pixels, channels))
+        return requant_tile(tile, tile_records, float32_scale, leaky, rounding, zero_point, qmin, qmax, target8)
+    target16 = out[out_start:out_start + 2 * entries].view(np.int16).reshape((pixels, channels))
+    return requant_tile(tile, tile_records, float32_scale, leaky, rounding, zero_point, qmin, qmax, target16)

@@ -1,0 +1,190 @@
+"""The golden arithmetic on one NPU tile, as numba functions the compiled run loop calls: a CONV command's sums
+and a REQUANT command's outputs on operands in the layout the NPU's buffers hold them.
+
+The interpreter's compiled run loop (run_loop.py) calls these so that a program of many small commands
+does not return to Python per command; they are the same kernels :func:`conv_sums_channels_last` and
+:func:`requantize_records` use (sim/golden/_grouped_conv.py, sim/golden/_requant_kernels.py), and where a
+case is not theirs -- a conv that needs the GEMM path, a sum that float32 would not hold exactly, a
+parameter record field outside its range -- they return a refusal, never a different answer, and the caller
+takes the general path, which computes it or raises the error that names the problem.
+tests/sim/test_tiles.py checks both against those functions.
+
+These and the run loop call kernels of other modules and freeze constants of sim/machine/arch.py, so they
+cache in a directory keyed by all those sources (:data:`jit`), not by their own file alone as numba does.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from aipu.codec.compiled.jit_cache import SourceKeyedJit
+
+from aipu.sim.golden._grouped_conv import depthwise_channels_last, grouped_conv_taps
+from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide, native_requant
+from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, _PRODUCT_MAX
+from aipu.sim.machine.arch import BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
+
+# The decorator of the tile kernels and of run_loop.py: numba.njit(cache=True, nogil=True), its cache
+# keyed by every source they are built from.
+jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "machine/*.py", "interpreter/run_loop.py",
+                                                            "interpreter/tiles.py"))
+_BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
+_U = np.uint64
+
+
+def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
+    """Whether :func:`conv_tile` is the way to compute convs of these shapes: the tap kernels' grouped and
+    depthwise convs, and dense convs whose reduction is one exact float32 pass whatever the values. A longer
+    dense reduction may need chunks, which conv_sums_channels_last computes faster (numpy's matmul on
+    strided views), and converting its many weights per tile would cost more than the Python call saved."""
+    group_c = in_c // groups
+    if group_c <= _DIRECT_MAX_GROUP_CHANNELS and (groups > 1 or out_c <= _DIRECT_MAX_GROUP_CHANNELS):
+        return True
+    return groups == 1 and kh * kw * in_c * _PRODUCT_MAX <= _FLOAT32_EXACT
+
+
+@jit
+def weight_operands(w, w_zero_point):
+    """The multiplier operands of int8 weights w [K, KH, KW, C/G]: float32 w - zero point in w's layout
+    (exact: sim/golden/conv.py), and their largest magnitude. A layer's tiles share their weights: the caller
+    may make these once for all of them."""
+    operands = np.empty(w.shape, np.float32)
+    flat, values = operands.ravel(), w.ravel()
+    largest = np.float32(0.0)
+    for e in range(_U(values.size)):
+        operand = np.float32(values[e]) - np.float32(w_zero_point)
+        flat[e] = operand
+        largest = max(largest, abs(operand))
+    return operands, largest
+
+
+@jit
+def conv_tile(x, x_zero_point, ws, weight_max, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w,
+              out):
+    """out[y, x', k] = the conv sums of channels-last x [H, W, C] (int8/uint8) and the weight operands ws
+    [K, KH, KW, C/G] of largest magnitude ``weight_max`` (:func:`weight_operands`), groups G = C / (C/G),
+    padding bottom/right implied by out's shape [OH, OW, K] (int32). Returns False, with ``out`` untouched,
+    where one float32 pass cannot hold every partial sum exactly (conv_sums_channels_last then computes it in
+    chunks, or on the GEMM path for a grouped conv); the sums it computes are then within 2**24, inside
+    the accumulator."""
+    height, width, channels = x.shape
+    k, kh, kw, group_c = ws.shape
+    oh, ow = out.shape[0], out.shape[1]
+    groups = channels // group_c
+    depthwise = group_c == 1 and k == groups > 1
+    direct = group_c <= _DIRECT_MAX_GROUP_CHANNELS and (groups > 1 or k <= _DIRECT_MAX_GROUP_CHANNELS)
+    info = np.iinfo(x.dtype)
+    x_max = max(np.int64(info.max) - x_zero_point, x_zero_point - np.int64(info.min))
+    if not (depthwise or direct) or group_c * kh * kw * x_max * weight_max > _FLOAT32_EXACT:
+        return groups == 1 and _gemm_conv(x, x_zero_point, ws, weight_max, stride_h, stride_w, pad_top, pad_left,
+                                          dilation_h, dilation_w, out)
+    if depthwise:
+        depthwise_channels_last(x.reshape((1, height, width, channels)), x_zero_point,
+                                np.ascontiguousarray(ws.reshape((k, kh * kw)).T), kh, kw, stride_h, stride_w,
+                                pad_top, pad_left, dilation_h, dilation_w, out.reshape((1, oh, ow, k)))
+        return True
+    planes = np.empty((1, channels, height, width), x.dtype)     # the tap kernel's NCHW operands
+    _transpose(x.ravel(), height * width, channels, planes.ravel())
+    by_channel = np.empty((k, group_c * kh * kw), np.float32)      # [K][C/G][KH][KW]
+    for o in range(k):
+        _transpose(ws[o].ravel(), kh * kw, group_c, by_channel[o])
+    sums = np.empty((1, k, oh, ow), np.int32)
+    grouped_conv_taps(planes, x_zero_point, by_channel, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
+                      dilation_w, sums)
+    _transpose(sums.ravel(), k, oh * ow, out.ravel())
+    return True
+
+
+@jit
+def _gemm_conv(x, x_zero_point, ws, weight_max, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w,
+               out):
+    """conv_tile's dense case as conv_sums_channels_last computes it: the windows' rows [OH*OW, KH*KW*C] times
+    the weights [KH*KW*C, K] in one float32 BLAS call, where every partial sum is an exact float32 integer
+    (sim/golden/conv.py). False where the reduction would need several such chunks: numpy's matmul on
+    strided views of the windows does those faster than copies of them here (measured on 3x3x256 tiles)."""
+    height, width, channels = x.shape
+    k, kh, kw, _ = ws.shape
+    oh, ow = out.shape[0], out.shape[1]
+    depth = kh * kw * channels
+    zero_point = np.float32(x_zero_point)
+    x_max = np.float32(0.0)                            # the largest operand (padding taps are 0)
+    values = x.ravel()
+    for e in range(_U(values.size)):
+        x_max = max(x_max, abs(np.float32(values[e]) - zero_point))
+    if np.float64(x_max) * np.float64(weight_max) * depth > _FLOAT32_EXACT:
+        return False
+    rows = np.zeros((oh * ow, depth), np.float32)      # taps in the padding stay 0
+    for y in range(oh):
+        for q in range(ow):
+            row = rows[y * ow + q]
+            for i in range(kh):
+                line = y * stride_h + i * dilation_h - pad_top
+                if line < 0 or line >= height:
+                    continue
+                for j in range(kw):
+                    column = q * stride_w + j * dilation_w - pad_left
+                    if column < 0 or column >= width:
+                        continue
+                    pixel, first = x[line, column], _U((i * kw + j) * channels)
+                    for c in range(_U(channels)):
+                        row[first + c] = np.float32(pixel[c]) - zero_point
+    sums = np.dot(rows, ws.reshape((k, depth)).T).ravel()     # ws: [K][KH][KW][C], the rows' order
+    target = out.ravel()
+    for e in range(_U(sums.size)):
+        target[e] = np.int32(sums[e])
+    return True
+
+
+@jit
+def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin, qmax, out):
+    """out [P, C] = the requantizer on acc int32 [P, C] with one parameter record (arch.PARAM_DTYPE) per channel,
+    as :func:`requantize_records` computes it for a stage of these fields; returns the saturated count, or -1,
+    with ``out`` untouched, if a record field is outside its range (requantize_records says which)."""
+    pixels, channels = acc.shape
+    bias = np.empty(channels, np.int64)
+    multiplier, shift = np.empty(channels, np.int64), np.empty(channels, np.int64)
+    negative_multiplier, negative_shift = np.empty(channels, np.int64), np.empty(channels, np.int64)
+    scale = np.empty(channels, np.float32)
+    for c in range(channels):
+        record = records[c]
+        bias[c] = record.bias
+        multiplier[c], shift[c] = record.multiplier, record.shift
+        negative_multiplier[c], negative_shift[c] = record.negative_multiplier, record.negative_shift
+        scale[c] = record.scale
+        if not _BIAS_MIN <= bias[c] <= _BIAS_MAX:
+            return -1
+        if float32_scale:
+            if not (0 < scale[c] < np.inf):
+                return -1
+        elif not (multiplier[c] <= MULTIPLIER_MAX and shift[c] <= SHIFT_MAX and (not leaky or (
+                negative_multiplier[c] <= MULTIPLIER_MAX and negative_shift[c] <= SHIFT_MAX))):
+            return -1
+    blocks = np.empty((1, channels, pixels), np.int32)     # [1, C, P]: the kernels' inner loop runs long
+    _transpose(acc.ravel(), pixels, channels, blocks.ravel())
+    results = np.empty((1, channels, pixels), out.dtype)
+    if float32_scale:
+        saturated = float32_requant(blocks, bias.astype(np.int32), scale, zero_point, qmin, qmax, results)
+        if saturated < 0:
+            saturated = float32_requant_wide(blocks, bias.astype(np.int32), scale, zero_point, qmin, qmax, results)
+    elif leaky:
+        saturated = native_requant(blocks, bias, multiplier, shift, negative_multiplier, negative_shift, True,
+                                   rounding, zero_point, qmin, qmax, results)
+    else:
+        saturated = native_requant(blocks, bias, multiplier, shift, multiplier, shift, False, rounding, zero_point,
+                                   qmin, qmax, results)
+    _transpose(results.ravel(), channels, pixels, out.ravel())
+    return saturated
+
+
+@jit
+def _transpose(source, rows, columns, target):
+    """target [columns, rows] = source [rows, columns] (flat, C order). Unsigned indices: numba's wrap-around of
+    negative ones costs more than the copy (a tile is a few thousand values)."""
+    if rows == 1 or columns == 1:
+        for e in range(_U(rows * columns)):
+            target[e] = source[e]
+        return
+    for r in range(_U(rows)):
+        for c in range(_U(columns)):
+            target[c * _U(rows) + r] = source[r * _U(columns) + c]

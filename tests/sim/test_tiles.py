@@ -1,0 +1,95 @@
+"""The tile kernels the interpreter's compiled loop calls equal the golden functions they stand for, and refuse
+(leaving the output alone) rather than answer differently."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aipu.sim import golden
+from aipu.sim.interpreter.tiles import conv_tile, requant_tile, takes_conv, weight_operands
+from aipu.sim.machine.arch import MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX
+
+SENTINEL = -12345
+
+
+@st.composite
+def _conv_case(draw):
+    kind = draw(st.sampled_from(["depthwise", "grouped", "dense", "pointwise"]))
+    group_c = 1 if kind == "depthwise" else draw(st.integers(1, 20))
+    groups = 1 if kind in ("dense", "pointwise") else draw(st.integers(2, 6) if kind == "grouped" else st.integers(1, 40))
+    per_group = 1 if kind == "depthwise" else draw(st.integers(1, 4 if kind == "grouped" else 40))
+    kh, kw = (1, 1) if kind == "pointwise" else (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = (0, 0, 0, 0) if kind == "pointwise" else tuple(draw(st.integers(0, 2)) for _ in range(4))
+    height = draw(st.integers(max(1, dilation[0] * (kh - 1) + 1 - padding[0] - padding[2]), 12))
+    width = draw(st.integers(max(1, dilation[1] * (kw - 1) + 1 - padding[1] - padding[3]), 12))
+    dtype = draw(st.sampled_from([np.int8, np.uint8]))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    return groups * group_c, groups * per_group, kh, kw, groups, stride, dilation, padding, height, width, dtype, seed
+
+
+@settings(max_examples=150, deadline=None)
+@given(_conv_case())
+def test_conv_tile_equals_the_golden_channels_last_sums_or_refuses(case):
+    channels, k, kh, kw, groups, stride, dilation, padding, height, width, dtype, seed = case
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, (height, width, channels), endpoint=True).astype(dtype)
+    w = rng.integers(-128, 127, (k, kh, kw, channels // groups), endpoint=True).astype(np.int8)
+    x_zero_point, w_zero_point = int(rng.integers(info.min, info.max + 1)), int(rng.integers(-128, 128))
+    geometry = golden.conv_geometry((1, channels, height, width), x.dtype, (k, channels // groups, kh, kw), np.int8,
+                                    x_zero_point=x_zero_point, w_zero_point=w_zero_point, stride=stride,
+                                    padding=padding, dilation=dilation, groups=groups)
+    expected = golden.conv_sums_channels_last(x[None], w, geometry, wide=True)[0]
+    out = np.full(expected.shape, SENTINEL, np.int32)
+    operands, largest = weight_operands(w, w_zero_point)
+    done = conv_tile(x, x_zero_point, operands, largest, *stride, *padding[:2], *dilation, out)
+    if done:
+        np.testing.assert_array_equal(out, expected)
+    else:
+        assert (out == SENTINEL).all()
+        x_max = max(info.max - x_zero_point, x_zero_point - info.min)
+        assert (channels // groups) * kh * kw * x_max * largest > 2 ** 24     # refused only where float32 is short
+    if takes_conv(channels, k, kh, kw, groups) and (channels // groups) * kh * kw * 255 * 255 <= 2 ** 24:
+        assert done
+
+
+def _records(rng: np.random.Generator, channels: int, *, bad_field: str | None = None) -> np.ndarray:
+    records = np.zeros(channels, PARAM_DTYPE)
+    records["bias"] = rng.integers(-2 ** 20, 2 ** 20, channels)
+    records["multiplier"] = rng.integers(0, MULTIPLIER_MAX + 1, channels)
+    records["shift"] = rng.integers(0, SHIFT_MAX + 1, channels)
+    records["negative_multiplier"] = rng.integers(0, MULTIPLIER_MAX + 1, channels)
+    records["negative_shift"] = rng.integers(0, SHIFT_MAX + 1, channels)
+    records["scale"] = rng.uniform(1e-6, 0.1, channels).astype(np.float32)
+    if bad_field == "scale":
+        records["scale"][-1] = -1.0
+    elif bad_field:
+        records[bad_field][-1] = SHIFT_MAX + 1
+    return records
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 40), st.sampled_from(["native", "leaky", "float32"]),
+       st.sampled_from([np.int8, np.uint8, np.int16]), st.sampled_from(list(golden.ROUNDING_MODES)),
+       st.sampled_from([None, "shift", "negative_shift", "scale"]), st.integers(0, 2 ** 32 - 1))
+def test_requant_tile_equals_requantize_records_or_refuses(pixels, channels, mode, out_dtype, rounding, bad_field,
+                                                           seed):
+    rng = np.random.default_rng(seed)
+    acc = rng.integers(-2 ** 31, 2 ** 31, (pixels, channels), dtype=np.int64).astype(np.int32)
+    records = _records(rng, channels, bad_field=bad_field)
+    info = np.iinfo(out_dtype)
+    stage = golden.requant_stage(float32_scale=mode == "float32", leaky=mode == "leaky", rounding=rounding,
+                                 out_zero_point=int(rng.integers(info.min, info.max + 1)), out_dtype=out_dtype)
+    out = np.full((pixels, channels), info.min + 1, out_dtype)
+    count = requant_tile(acc, records, stage.float32_scale, stage.leaky, stage.rounding, stage.out_zero_point,
+                         stage.qmin, stage.qmax, out)
+    try:
+        expected, saturated = golden.requantize_records(acc, records, stage)
+    except ValueError:
+        assert count == -1 and (out == info.min + 1).all()
+        return
+    assert count == saturated
+    np.testing.assert_array_equal(out, expected)
