@@ -551,13 +551,14 @@ def _execute(step: _Step, state: _State) -> None:
 
 
 class _LoopPlan:
-    """The steps of one schedule as rows of the compiled run loop (sim/interpreter/run_loop.py), and where each run of
-    consecutive rows ends."""
+    """The steps of one schedule as rows of the compiled run loop (run_loop.py; a step without a row is all
+    zeros), and where each run of consecutive rows ends."""
 
     def __init__(self, steps: list[_Step]) -> None:
-        empty = np.zeros(run_loop.ROW_WIDTH, np.int64)
-        self.table = np.stack([empty if step.row is None else step.row for step in steps]) if steps else \
-            np.zeros((0, run_loop.ROW_WIDTH), np.int64)
+        self.table = np.zeros((len(steps), run_loop.ROW_WIDTH), np.int64)
+        for position, step in enumerate(steps):
+            if step.row is not None:
+                self.table[position] = step.row
         has_row = self.table[:, 0] != 0
         # run_end[p]: the end of the run of rows that p starts or lies in (p itself where p has no row)
         self.run_end = [0] * len(steps)
@@ -566,7 +567,7 @@ class _LoopPlan:
             if not has_row[position]:
                 end = position
             self.run_end[position] = end
-        self.requants = [position for position, step in enumerate(steps) if self.table[position, 0] == run_loop.REQUANT]
+        self.requants = [int(position) for position in np.flatnonzero(self.table[:, 0] == run_loop.REQUANT)]
         self.labels = [step.where.split()[0] for step in steps]
 
     def run(self, position: int, state: _State) -> int:
