@@ -14,7 +14,9 @@ is checked once per program by :func:`prepare`; a :class:`PreparedProgram` then 
 images doing only the data work, which is what makes many runs of one program (accuracy over a data set,
 randomised tests) cost little more than the golden model on the same layers.
 
-All arithmetic is delegated to the golden model (:mod:`aipu.sim.golden`); this module only moves bytes.
+All arithmetic is delegated to the golden model (:mod:`aipu.sim.golden`); this module only moves bytes. The
+compiled run loop (run_loop.py) does the same through tiles.py: the golden kernels on one tile, and for dense
+convs the golden GEMM path's windows-times-weights in one exact float32 BLAS call.
 """
 from __future__ import annotations
 
@@ -508,7 +510,7 @@ class PreparedProgram:
     def run(self, memory: Memory, *, seed: int | None = None, compiled: bool = True) -> Result:
         """Execute on a copy of ``memory``. seed None: the fixed schedule (lowest-numbered ready unit first);
         otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering). ``compiled``: run
-        consecutive LOAD/STORE/CONV/REQUANT commands in the compiled loop (sim/interpreter/run_loop.py); False runs every
+        consecutive LOAD/STORE/CONV/REQUANT commands in the compiled loop (run_loop.py); False runs every
         command's Python step, the straightforward form the tests compare it with."""
         if memory.config != self.config:
             raise ValueError(f"memory image is for config {memory.config.config_hash()}, "

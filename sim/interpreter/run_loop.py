@@ -22,7 +22,7 @@ from aipu.sim.machine.arch import ACC_DTYPE, Buffer, DType
 DRAM_SPACE = len(Buffer)       # spaces are passed as (the buffers in Buffer order..., DRAM)
 ROW_WIDTH = 26
 LOAD, STORE, CONV, REQUANT = 1, 2, 3, 4
-_INT32_MIN, _INT32_MAX = np.iinfo(ACC_DTYPE).min, np.iinfo(ACC_DTYPE).max
+_ACC_MIN, _ACC_MAX = np.iinfo(ACC_DTYPE).min, np.iinfo(ACC_DTYPE).max
 _ACT, _WEIGHT, _ACC, _OUT = int(Buffer.ACT), int(Buffer.WEIGHT), int(Buffer.ACC), int(Buffer.OUT)
 _INT8, _UINT8 = int(DType.INT8), int(DType.UINT8)
 _U = np.uint64
@@ -44,7 +44,7 @@ def load_row(space: int, start: int, rows: int, cols: int, elem_bytes: int, top:
 
 
 def store_row(start: int, pattern: tuple) -> np.ndarray:
-    """OUT's bytes from ``start``, [y][x][run bytes], to DRAM through ``pattern``."""
+    """OUT's bytes from ``start``, [y][x][run bytes], to DRAM through ``pattern`` (in LOAD's columns)."""
     base, (y_size, x_size, run_bytes), (y_stride, x_stride, _) = pattern
     return _row(STORE, 0, start, 0, 0, 0, 0, 0, 0, base, y_size, x_size, run_bytes, y_stride, x_stride)
 
@@ -71,7 +71,8 @@ def requant_row(acc_first: int, pixels: int, channels: int, param_index: int, ou
 def run_rows(table, first, last, spaces, records, wrapped, saturated):
     """Execute rows [first, last) of ``table`` on ``spaces`` (uint8 arrays: the buffers, then DRAM), with the
     PARAM buffer as ``records`` and the ACC entries marked as wrapped; a REQUANT's saturated count goes to
-    ``saturated`` at its row's offset from ``first``. Returns ``last``, or the row at which it stopped (see the module docstring)."""
+    ``saturated`` at its row's offset from ``first``. Returns ``last``, or the row at which it stopped (see
+    the module docstring)."""
     acc = spaces[_ACC].view(np.int32)
     # The weight operands of the last CONV, kept while no LOAD writes WEIGHT: a layer's tiles share them.
     weights_key = np.full(6, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point
@@ -167,7 +168,7 @@ def _conv(row, act, operands, largest, acc, wrapped):
     if accumulate:
         for e in range(entries):
             total = np.int64(held[e]) + flat[e]
-            if marks[e] or total < _INT32_MIN or total > _INT32_MAX:
+            if marks[e] or total < _ACC_MIN or total > _ACC_MAX:
                 return False
         for e in range(entries):
             held[e] += flat[e]

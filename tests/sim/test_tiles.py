@@ -17,7 +17,8 @@ SENTINEL = -12345
 def _conv_case(draw):
     kind = draw(st.sampled_from(["depthwise", "grouped", "dense", "pointwise"]))
     group_c = 1 if kind == "depthwise" else draw(st.integers(1, 20))
-    groups = 1 if kind in ("dense", "pointwise") else draw(st.integers(2, 6) if kind == "grouped" else st.integers(1, 40))
+    group_count = st.integers(2, 6) if kind == "grouped" else st.integers(1, 40)
+    groups = 1 if kind in ("dense", "pointwise") else draw(group_count)
     per_group = 1 if kind == "depthwise" else draw(st.integers(1, 4 if kind == "grouped" else 40))
     kh, kw = (1, 1) if kind == "pointwise" else (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
