@@ -8,8 +8,8 @@ byte alignment works); the loader fills the other bank with the next block meanw
 read-add-write of its ``cols`` accumulators; the first block of an out-channel chunk overwrites them when
 ``accumulate`` is 0. A block lasts at least ``2 * beats + 1`` cycles, so a pixel's accumulators are written
 back before the next block of the same chunk reads them, however few pixels the tile has. Groups that fit
-share a block on the array's diagonal (``groups_per_block``): a depthwise layer runs ``min(rows, cols)``
-channels at once.
+share a block on the array's diagonal (``MacArrayConfig.groups_per_block`` in the machine specification, which
+the compiler's tiling also reads): a depthwise layer runs ``min(rows, cols)`` channels at once.
 """
 from __future__ import annotations
 
@@ -61,16 +61,6 @@ class ConvTiming:
         return max(pixels * self.beats, config.mac.cols * self.weight_beats, 2 * self.beats + 1)
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def groups_per_block(config: HardwareConfig, group_in: int, group_out: int) -> int:
-    """Groups a block puts side by side on the array's diagonal: as many as fit both its rows (``group_in``
-    each) and its columns (``group_out`` each), at least one (whose channels are then cut into chunks)."""
-    return max(1, min(config.mac.rows // group_in, config.mac.cols // group_out))
-
-
 def command_cycles(config: HardwareConfig, command: Command) -> int:
     """Cycles from start to retire of a legal CONV command (docs/rtl-conv.md, "Cycles")."""
     timing = ConvTiming.of(config)
@@ -79,8 +69,7 @@ def command_cycles(config: HardwareConfig, command: Command) -> int:
     out_h = (c["in_h"] - c["dilation_h"] * (c["k_h"] - 1) - 1) // c["stride_h"] + 1
     out_w = (c["in_w"] - c["dilation_w"] * (c["k_w"] - 1) - 1) // c["stride_w"] + 1
     pixels = out_h * out_w
-    blocks = (_ceil_div(c["groups"], groups_per_block(config, group_in, group_out))
-              * _ceil_div(group_out, config.mac.cols) * c["k_h"] * c["k_w"] * _ceil_div(group_in, config.mac.rows))
+    blocks = config.mac.blocks(c["groups"], group_in, group_out, c["k_h"] * c["k_w"])
     return (SETUP_CYCLES + config.mac.cols * timing.weight_beats
             + (blocks - 1) * timing.block_cycles(config, pixels) + (pixels + 1) * timing.beats + 1)
 

@@ -87,6 +87,17 @@ class MacArrayConfig:
     rows: int = _key("input channels reduced per cycle (one kernel tap, one output pixel)", 16, MAC_DIM_MAX)
     cols: int = _key("output channels produced per cycle", 16, MAC_DIM_MAX)
 
+    def groups_per_block(self, group_in: int, group_out: int) -> int:
+        """Groups a block puts side by side on the array's diagonal: as many as fit both its rows (``group_in``
+        each) and its columns (``group_out`` each), at least one (whose channels are then cut into chunks)."""
+        return max(1, min(self.rows // group_in, self.cols // group_out))
+
+    def blocks(self, groups: int, group_in: int, group_out: int, taps: int) -> int:
+        """Weight blocks a CONV streams its pixels through (docs/rtl-conv.md, "Cycles"): per block of groups,
+        per chunk of ``cols`` output channels, per kernel tap, per chunk of ``rows`` input channels."""
+        return (-(-groups // self.groups_per_block(group_in, group_out)) * -(-group_out // self.cols) * taps
+                * -(-group_in // self.rows))
+
 
 @dataclass(frozen=True)
 class BufferConfig:

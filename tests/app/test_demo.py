@@ -20,5 +20,5 @@ def test_demo_is_bit_exact_accurate_and_lossless(tmp_path):
     assert accuracy["onnxruntime_int8"] >= accuracy["float"] - 0.05, accuracy
     program = Program.read(tmp_path / "program" / "program.aipu")
     assert program.disassemble() == (tmp_path / "model.lst").read_text()
-    assert program.queues[Unit.POOL] and len(program.queues[Unit.CONV]) == 4     # pooling and the FC head on the NPU
+    assert program.queues[Unit.POOL] and len(program.queues[Unit.CONV]) >= 4     # pooling and the FC head on the NPU
     assert [layer["kind"] for layer in report["model"]["layers"]] == ["conv", "conv", "conv", "pool", "layout", "conv"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from amaranth.back import verilog
 
-from aipu.rtl.conv import ConvUnit, command_cycles, groups_per_block, useful_macs
+from aipu.rtl.conv import ConvUnit, command_cycles, useful_macs
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import RtlError, first_difference
 from aipu.sim.cosim.stimulus import Stimulus
@@ -134,7 +134,7 @@ def test_depthwise_groups_fill_the_diagonal():
     program.append(conv)
     program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
     cycles = check_program(program, random_memory(DEFAULT, rng))
-    diagonal = groups_per_block(DEFAULT, 1, 1)
+    diagonal = DEFAULT.mac.groups_per_block(1, 1)
     assert diagonal == min(DEFAULT.mac.rows, DEFAULT.mac.cols)
     utilisation = useful_macs(conv) / (diagonal * cycles)
     print(f"\ndepthwise: {useful_macs(conv)} MACs in {cycles} cycles, {utilisation:.4f} of the diagonal")

@@ -17,7 +17,8 @@ from tests.rtl.configs import SMALL
 @pytest.fixture(scope="module")
 def layer():
     """A layer of four tiles: two ACC halves each written twice, four strided STOREs into DRAM."""
-    lowered = lower_conv_layer(random_layer(np.random.default_rng(0), max_channels=6, max_size=5), SMALL)
+    lowered = lower_conv_layer(random_layer(np.random.default_rng(0), max_channels=6, max_size=5), SMALL,
+                               tile_k=6, tile_rows=3)
     return lowered, interpret(lowered.program, lowered.memory())
 
 
