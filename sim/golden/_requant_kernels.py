@@ -66,6 +66,27 @@ def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_s
     return saturated
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def native_requant_channels_last(acc, bias, multiplier, shift, rounding, zero_point, qmin, qmax, out):
+    """:func:`native_requant` without the negative pair on acc [pixels, channels] as the NPU's ACC holds a
+    tile: the inner loop runs over the channels with their parameters as vectors. Without transposes to and
+    from native_requant's layout it is the faster from about 8 channels on; about as fast as native_requant
+    itself from 32 (tests/sim/test_tiles.py compares them)."""
+    pixels, channels = acc.shape
+    values, results = acc.ravel(), out.ravel()
+    lanes = _U(channels)
+    saturated = 0
+    for p in range(_U(pixels)):
+        row = p * lanes
+        for c in range(lanes):     # a flat unsigned index: SIMD over the channels
+            value = _shift_right((np.int64(values[row + c]) + bias[c]) * multiplier[c], shift[c], rounding) \
+                + zero_point
+            kept = min(max(value, qmin), qmax)
+            results[row + c] = kept
+            saturated += kept != value
+    return saturated
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"nnan", "nsz", "reassoc"})
 def float32_requant(acc, bias, scale, zero_point, qmin, qmax, out):
     """clamp(round_half_even(fp32(fp32(acc + bias) * scale)) + zp, qmin, qmax) in 32-bit lanes, or -1 (``out``

@@ -108,15 +108,32 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
 def _load(row, target, dram):
     start, rows, cols, elem_bytes, top, left, pad_value = row[2], row[3], row[4], row[5], row[6], row[7], row[8]
     base, y_size, x_size, run_bytes, y_stride, x_stride = row[9], row[10], row[11], row[12], row[13], row[14]
-    if rows != y_size or cols != x_size:      # padded: the pad value everywhere, then the data inside it
-        low, high = np.uint8(pad_value & 0xFF), np.uint8((pad_value >> 8) & 0xFF)
-        for element in range(rows * cols * (run_bytes // elem_bytes)):
-            target[start + element * elem_bytes] = low
-            if elem_bytes == 2:
-                target[start + element * elem_bytes + 1] = high
+    if rows != y_size or cols != x_size:      # padded: the pad value around the data
+        row_bytes = cols * run_bytes
+        _fill(target, start, top * row_bytes, elem_bytes, pad_value)
+        _fill(target, start + (top + y_size) * row_bytes, (rows - top - y_size) * row_bytes, elem_bytes, pad_value)
+        right = (cols - left - x_size) * run_bytes
+        for y in range(top, top + y_size):
+            _fill(target, start + y * row_bytes, left * run_bytes, elem_bytes, pad_value)
+            _fill(target, start + (y + 1) * row_bytes - right, right, elem_bytes, pad_value)
     for y in range(y_size):
         _copy_runs(dram, base + y * y_stride, x_stride, target, start + ((top + y) * cols + left) * run_bytes,
                    run_bytes, x_size, run_bytes)
+
+
+@jit
+def _fill(target, start, nbytes, elem_bytes, value):
+    """``nbytes`` bytes from ``start`` set to ``value``, an element of ``elem_bytes`` (1 or 2, little-endian)."""
+    at = _U(start)
+    if elem_bytes == 1:
+        low = np.uint8(value & 0xFF)
+        for b in range(_U(nbytes)):
+            target[at + b] = low
+        return
+    pair = target[start:start + nbytes].view(np.uint16)
+    element = np.uint16(value & 0xFFFF)
+    for e in range(_U(nbytes // 2)):
+        pair[e] = element
 
 
 @jit
@@ -166,10 +183,12 @@ def _conv(row, act, operands, largest, acc, wrapped):
     entries = _U(oh * ow * k)
     flat, held, marks = sums.ravel(), acc[first:first + entries], wrapped[first:first + entries]
     if accumulate:
-        for e in range(entries):
+        refused = False
+        for e in range(entries):      # no early exit: the loop vectorises
             total = np.int64(held[e]) + flat[e]
-            if marks[e] or total < _ACC_MIN or total > _ACC_MAX:
-                return False
+            refused |= marks[e] | (total < _ACC_MIN) | (total > _ACC_MAX)
+        if refused:
+            return False
         for e in range(entries):
             held[e] += flat[e]
     else:
@@ -185,10 +204,12 @@ def _requant(row, acc, records, out, wrapped):
     float32_scale, leaky, rounding = row[7] != 0, row[8] != 0, row[9]
     zero_point, qmin, qmax = row[10], row[11], row[12]
     entries = pixels * channels
-    marks = wrapped[first:first + entries]
-    for e in range(_U(entries)):
-        if marks[e]:
-            return -1
+    marks = wrapped[first:first + entries].view(np.uint8)
+    marked = np.uint8(0)
+    for e in range(_U(entries)):      # no early exit: the loop vectorises (entries are rarely marked)
+        marked |= marks[e]
+    if marked:
+        return -1
     tile_records = records[param_index:param_index + channels]
     for c in range(channels):
         if tile_records[c].reserved != 0:

@@ -21,7 +21,8 @@ import numpy as np
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 
 from aipu.sim.golden._grouped_conv import depthwise_channels_last, grouped_conv_taps
-from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide, native_requant
+from aipu.sim.golden._requant_kernels import (float32_requant, float32_requant_wide, native_requant,
+                                              native_requant_channels_last)
 from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, _PRODUCT_MAX
 from aipu.sim.machine.arch import BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
@@ -31,6 +32,7 @@ jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "ma
                                                             "interpreter/tiles.py"))
 _BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
 _U = np.uint64
+_CHANNELS_LAST_MIN = 8      # channels from which native_requant_channels_last beats two transposes (measured)
 
 
 def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
@@ -160,9 +162,13 @@ def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin,
         elif not (multiplier[c] <= MULTIPLIER_MAX and shift[c] <= SHIFT_MAX and (not leaky or (
                 negative_multiplier[c] <= MULTIPLIER_MAX and negative_shift[c] <= SHIFT_MAX))):
             return -1
-    blocks = np.empty((1, channels, pixels), np.int32)     # [1, C, P]: the kernels' inner loop runs long
-    _transpose(acc.ravel(), pixels, channels, blocks.ravel())
-    results = np.empty((1, channels, pixels), out.dtype)
+    if not (float32_scale or leaky) and channels >= _CHANNELS_LAST_MIN:
+        return native_requant_channels_last(acc, bias, multiplier, shift, rounding, zero_point, qmin, qmax, out)
+    # The other kernels take [1, C, P], their inner loop running long: [P, 1] is that already.
+    blocks, results = acc.reshape((1, channels, pixels)), out.reshape((1, channels, pixels))
+    if channels > 1:
+        blocks, results = np.empty((1, channels, pixels), np.int32), np.empty((1, channels, pixels), out.dtype)
+        _transpose(acc.ravel(), pixels, channels, blocks.ravel())
     if float32_scale:
         saturated = float32_requant(blocks, bias.astype(np.int32), scale, zero_point, qmin, qmax, results)
         if saturated < 0:
@@ -173,7 +179,8 @@ def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin,
     else:
         saturated = native_requant(blocks, bias, multiplier, shift, multiplier, shift, False, rounding, zero_point,
                                    qmin, qmax, results)
-    _transpose(results.ravel(), channels, pixels, out.ravel())
+    if channels > 1:
+        _transpose(results.ravel(), channels, pixels, out.ravel())
     return saturated
 
 
