@@ -76,7 +76,8 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
     acc = spaces[_ACC].view(np.int32)
     # The weight operands of the last CONV, kept while no LOAD writes WEIGHT: a layer's tiles share them.
     weights_key = np.full(6, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point
-    operands, largest = np.empty((0, 0, 0, 0), np.float32), np.float32(0.0)
+    operands, by_depth = np.empty((0, 0, 0, 0), np.float32), np.empty((0, 0), np.float32)
+    largest = np.float32(0.0)
     for position in range(first, last):
         row = table[position]
         kind = row[0]
@@ -90,9 +91,9 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
             if not (weights_key == row[6:12]).all():
                 wgt_start, k, kh, kw, group_c = row[6], row[7], row[8], row[9], row[10]
                 w = spaces[_WEIGHT][wgt_start:wgt_start + k * kh * kw * group_c].view(np.int8)
-                operands, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11])
+                operands, by_depth, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11])
                 weights_key[:] = row[6:12]
-            if not _conv(row, spaces[_ACT], operands, largest, acc, wrapped):
+            if not _conv(row, spaces[_ACT], operands, by_depth, largest, acc, wrapped):
                 return position
         elif kind == REQUANT:
             count = _requant(row, acc, records, spaces[_OUT], wrapped)
@@ -165,19 +166,20 @@ def _copy_runs(source, source_start, source_step, target, target_start, target_s
 
 
 @jit
-def _conv(row, act, operands, largest, acc, wrapped):
+def _conv(row, act, operands, by_depth, largest, acc, wrapped):
     in_start, height, width, channels, in_type = row[1], row[2], row[3], row[4], row[5]
     x_zero_point, k = row[12], row[7]
     stride_h, stride_w, pad_top, pad_left = row[13], row[14], row[15], row[16]
     dilation_h, dilation_w, oh, ow, first, accumulate = row[19], row[20], row[21], row[22], row[23], row[24]
     x = act[in_start:in_start + height * width * channels]
     sums = np.empty((oh, ow, k), np.int32)
+    weights = (operands, by_depth, largest)
     if in_type == _INT8:
-        done = conv_tile(x.view(np.int8).reshape((height, width, channels)), x_zero_point, operands, largest,
-                         stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w, sums)
+        done = conv_tile(x.view(np.int8).reshape((height, width, channels)), x_zero_point, *weights, stride_h,
+                         stride_w, pad_top, pad_left, dilation_h, dilation_w, sums)
     else:
-        done = conv_tile(x.reshape((height, width, channels)), x_zero_point, operands, largest, stride_h, stride_w,
-                         pad_top, pad_left, dilation_h, dilation_w, sums)
+        done = conv_tile(x.reshape((height, width, channels)), x_zero_point, *weights, stride_h, stride_w, pad_top,
+                         pad_left, dilation_h, dilation_w, sums)
     if not done:
         return False
     entries = _U(oh * ow * k)

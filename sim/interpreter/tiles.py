@@ -24,52 +24,55 @@ from aipu.sim.golden._grouped_conv import depthwise_channels_last, grouped_conv_
 from aipu.sim.golden._requant_kernels import (float32_requant, float32_requant_wide, native_requant,
                                               native_requant_channels_last)
 from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, _PRODUCT_MAX
-from aipu.sim.machine.arch import BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
+from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
 # The decorator of the tile kernels and of run_loop.py: numba.njit(cache=True, nogil=True), its cache
 # keyed by every source they are built from.
 jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "machine/*.py", "interpreter/run_loop.py",
                                                             "interpreter/tiles.py"))
 _BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
+_ACC_MIN, _ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)
 _U = np.uint64
 _CHANNELS_LAST_MIN = 8      # channels from which native_requant_channels_last beats two transposes (measured)
 
 
 def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
-    """Whether :func:`conv_tile` is the way to compute convs of these shapes: the tap kernels' grouped and
-    depthwise convs, and dense convs whose reduction is one exact float32 pass whatever the values. A longer
-    dense reduction may need chunks, which conv_sums_channels_last computes faster (numpy's matmul on
-    strided views), and converting its many weights per tile would cost more than the Python call saved."""
-    group_c = in_c // groups
-    if group_c <= _DIRECT_MAX_GROUP_CHANNELS and (groups > 1 or out_c <= _DIRECT_MAX_GROUP_CHANNELS):
-        return True
-    return groups == 1 and kh * kw * in_c * _PRODUCT_MAX <= _FLOAT32_EXACT
+    """Whether :func:`conv_tile` is the way to compute convs of these shapes: every dense conv (one float32
+    BLAS call per chunk of the reduction that float32 holds exactly), and the grouped and depthwise convs of
+    the tap kernels (up to _DIRECT_MAX_GROUP_CHANNELS per group; wider groups are left to
+    conv_sums_channels_last's batched GEMM)."""
+    return groups == 1 or in_c // groups <= _DIRECT_MAX_GROUP_CHANNELS
 
 
 @jit
 def weight_operands(w, w_zero_point):
     """The multiplier operands of int8 weights w [K, KH, KW, C/G]: float32 w - zero point in w's layout
-    (exact: sim/golden/conv.py), and their largest magnitude. A layer's tiles share their weights: the caller
-    may make these once for all of them."""
+    (exact: sim/golden/conv.py), the same as [KH*KW*C/G, K] (a dense conv's GEMM operand, whose row ranges
+    are its reduction chunks), and their largest magnitude. A layer's tiles share their weights: the caller
+    makes these once for all of them."""
+    k = w.shape[0]
+    depth = w.size // max(k, 1)
     operands = np.empty(w.shape, np.float32)
+    by_depth = np.empty((depth, k), np.float32)
     flat, values = operands.ravel(), w.ravel()
     largest = np.float32(0.0)
-    for e in range(_U(values.size)):
-        operand = np.float32(values[e]) - np.float32(w_zero_point)
-        flat[e] = operand
-        largest = max(largest, abs(operand))
-    return operands, largest
+    for o in range(_U(k)):
+        for d in range(_U(depth)):
+            operand = np.float32(values[o * _U(depth) + d]) - np.float32(w_zero_point)
+            flat[o * _U(depth) + d] = operand
+            by_depth[d, o] = operand
+            largest = max(largest, abs(operand))
+    return operands, by_depth, largest
 
 
 @jit
-def conv_tile(x, x_zero_point, ws, weight_max, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w,
-              out):
+def conv_tile(x, x_zero_point, ws, ws_by_depth, weight_max, stride_h, stride_w, pad_top, pad_left, dilation_h,
+              dilation_w, out):
     """out[y, x', k] = the conv sums of channels-last x [H, W, C] (int8/uint8) and the weight operands ws
-    [K, KH, KW, C/G] of largest magnitude ``weight_max`` (:func:`weight_operands`), groups G = C / (C/G),
-    padding bottom/right implied by out's shape [OH, OW, K] (int32). Returns False, with ``out`` untouched,
-    where one float32 pass cannot hold every partial sum exactly (conv_sums_channels_last then computes it in
-    chunks, or on the GEMM path for a grouped conv); the sums it computes are then within 2**24, inside
-    the accumulator."""
+    [K, KH, KW, C/G] (also as ws_by_depth [KH*KW*C/G, K]) of largest magnitude ``weight_max``
+    (:func:`weight_operands`), groups G = C / (C/G), padding bottom/right implied by out's shape [OH, OW, K]
+    (int32). Returns False, with ``out`` untouched, where a grouped conv's partial sums do not all fit one
+    exact float32 pass (conv_sums_channels_last then takes its GEMM path), or a dense conv's sums leave int32."""
     height, width, channels = x.shape
     k, kh, kw, group_c = ws.shape
     oh, ow = out.shape[0], out.shape[1]
@@ -78,9 +81,12 @@ def conv_tile(x, x_zero_point, ws, weight_max, stride_h, stride_w, pad_top, pad_
     direct = group_c <= _DIRECT_MAX_GROUP_CHANNELS and (groups > 1 or k <= _DIRECT_MAX_GROUP_CHANNELS)
     info = np.iinfo(x.dtype)
     x_max = max(np.int64(info.max) - x_zero_point, x_zero_point - np.int64(info.min))
-    if not (depthwise or direct) or group_c * kh * kw * x_max * weight_max > _FLOAT32_EXACT:
-        return groups == 1 and _gemm_conv(x, x_zero_point, ws, weight_max, stride_h, stride_w, pad_top, pad_left,
-                                          dilation_h, dilation_w, out)
+    fits = group_c * kh * kw * x_max * weight_max <= _FLOAT32_EXACT     # one exact float32 pass
+    if groups == 1 and not (direct and fits):
+        return _gemm_conv(x, x_zero_point, x_max, ws_by_depth, weight_max, kh, kw, stride_h, stride_w, pad_top,
+                          pad_left, dilation_h, dilation_w, out)
+    if not ((depthwise or direct) and fits):
+        return False
     if depthwise:
         depthwise_channels_last(x.reshape((1, height, width, channels)), x_zero_point,
                                 np.ascontiguousarray(ws.reshape((k, kh * kw)).T), kh, kw, stride_h, stride_w,
@@ -99,42 +105,61 @@ def conv_tile(x, x_zero_point, ws, weight_max, stride_h, stride_w, pad_top, pad_
 
 
 @jit
-def _gemm_conv(x, x_zero_point, ws, weight_max, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w,
-               out):
+def _gemm_conv(x, x_zero_point, x_bound, ws_by_depth, weight_max, kh, kw, stride_h, stride_w, pad_top, pad_left,
+               dilation_h, dilation_w, out):
     """conv_tile's dense case as conv_sums_channels_last computes it: the windows' rows [OH*OW, KH*KW*C] times
-    the weights [KH*KW*C, K] in one float32 BLAS call, where every partial sum is an exact float32 integer
-    (sim/golden/conv.py). False where the reduction would need several such chunks: numpy's matmul on
-    strided views of the windows does those faster than copies of them here (measured on 3x3x256 tiles)."""
+    the weights [KH*KW*C, K], one float32 BLAS call per chunk of the reduction in which every partial sum
+    is an exact float32 integer (sim/golden/conv.py), the chunks' sums added in int64. A chunk is a run of
+    whole taps, or a slice of one tap's channels where a tap alone is too long. ``x_bound``: the largest
+    |x - zero point| x's type allows; the tile's own largest is looked up only where that bound needs
+    chunks. False (``out`` untouched) where a sum leaves int32."""
     height, width, channels = x.shape
-    k, kh, kw, _ = ws.shape
+    k = ws_by_depth.shape[1]
     oh, ow = out.shape[0], out.shape[1]
-    depth = kh * kw * channels
+    taps = kh * kw
     zero_point = np.float32(x_zero_point)
-    x_max = np.float32(0.0)                            # the largest operand (padding taps are 0)
-    values = x.ravel()
-    for e in range(_U(values.size)):
-        x_max = max(x_max, abs(np.float32(values[e]) - zero_point))
-    if np.float64(x_max) * np.float64(weight_max) * depth > _FLOAT32_EXACT:
-        return False
-    rows = np.zeros((oh * ow, depth), np.float32)      # taps in the padding stay 0
-    for y in range(oh):
-        for q in range(ow):
-            row = rows[y * ow + q]
-            for i in range(kh):
-                line = y * stride_h + i * dilation_h - pad_top
-                if line < 0 or line >= height:
-                    continue
-                for j in range(kw):
-                    column = q * stride_w + j * dilation_w - pad_left
-                    if column < 0 or column >= width:
-                        continue
-                    pixel, first = x[line, column], _U((i * kw + j) * channels)
-                    for c in range(_U(channels)):
-                        row[first + c] = np.float32(pixel[c]) - zero_point
-    sums = np.dot(rows, ws.reshape((k, depth)).T).ravel()     # ws: [K][KH][KW][C], the rows' order
-    target = out.ravel()
-    for e in range(_U(sums.size)):
-        target[e] = np.int32(sums[e])
+    x_max = np.float64(x_bound)
+    if x_max * weight_max * taps * channels > _FLOAT32_EXACT:
+        x_max = 0.0                                        # the tile's largest operand (padding taps are 0)
+        values = x.ravel()
+        for e in range(_U(values.size)):
+            x_max = max(x_max, abs(np.float64(values[e]) - x_zero_point))
+    per_pass = taps * channels if x_max * weight_max == 0 else int(_FLOAT32_EXACT // (x_max * weight_max))
+    taps_per_chunk = max(1, per_pass // channels)
+    slice_c = min(channels, per_pass)
+    single = taps_per_chunk >= taps and slice_c == channels
+    totals = np.zeros((0, k), np.int64) if single else np.zeros((oh * ow, k), np.int64)
+    for t0 in range(0, taps, taps_per_chunk):
+        t1 = min(taps, t0 + taps_per_chunk)
+        for c0 in range(0, channels, slice_c):
+            c1 = min(channels, c0 + slice_c)
+            lanes = _U(c1 - c0)
+            rows = np.zeros((oh * ow, (t1 - t0) * (c1 - c0)), np.float32)     # taps in the padding stay 0
+            for y in range(oh):
+                for q in range(ow):
+                    row = rows[y * ow + q]
+                    for t in range(t0, t1):
+                        i, j = t // kw, t % kw
+                        line = y * stride_h + i * dilation_h - pad_top
+                        column = q * stride_w + j * dilation_w - pad_left
+                        if line < 0 or line >= height or column < 0 or column >= width:
+                            continue
+                        pixel, first = x[line, column], _U(t - t0) * lanes
+                        for c in range(lanes):
+                            row[first + c] = np.float32(pixel[_U(c0) + c]) - zero_point
+            sums = np.dot(rows, ws_by_depth[t0 * channels + c0:(t1 - 1) * channels + c1])
+            if single:
+                target, flat = out.ravel(), sums.ravel()
+                for e in range(_U(flat.size)):
+                    target[e] = np.int32(flat[e])
+                return True
+            totals += sums.astype(np.int64)
+    target, flat = out.ravel(), totals.ravel()
+    for e in range(_U(flat.size)):
+        if flat[e] < _ACC_MIN or flat[e] > _ACC_MAX:
+            return False
+    for e in range(_U(flat.size)):
+        target[e] = np.int32(flat[e])
     return True
 
 

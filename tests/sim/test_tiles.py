@@ -15,12 +15,13 @@ SENTINEL = -12345
 
 @st.composite
 def _conv_case(draw):
-    kind = draw(st.sampled_from(["depthwise", "grouped", "dense", "pointwise"]))
-    group_c = 1 if kind == "depthwise" else draw(st.integers(1, 20))
+    kind = draw(st.sampled_from(["depthwise", "grouped", "dense", "pointwise", "long"]))
+    group_c = 1 if kind == "depthwise" else draw(st.integers(200, 700) if kind == "long" else st.integers(1, 20))
     group_count = st.integers(2, 6) if kind == "grouped" else st.integers(1, 40)
-    groups = 1 if kind in ("dense", "pointwise") else draw(group_count)
+    groups = 1 if kind in ("dense", "pointwise", "long") else draw(group_count)
     per_group = 1 if kind == "depthwise" else draw(st.integers(1, 4 if kind == "grouped" else 40))
-    kh, kw = (1, 1) if kind == "pointwise" else (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+    kh, kw = (1, 1) if kind == "pointwise" else (draw(st.integers(1, 3 if kind == "long" else 5)),
+                                                 draw(st.integers(1, 3 if kind == "long" else 5)))
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     padding = (0, 0, 0, 0) if kind == "pointwise" else tuple(draw(st.integers(0, 2)) for _ in range(4))
@@ -45,16 +46,19 @@ def test_conv_tile_equals_the_golden_channels_last_sums_or_refuses(case):
                                     padding=padding, dilation=dilation, groups=groups)
     expected = golden.conv_sums_channels_last(x[None], w, geometry, wide=True)[0]
     out = np.full(expected.shape, SENTINEL, np.int32)
-    operands, largest = weight_operands(w, w_zero_point)
-    done = conv_tile(x, x_zero_point, operands, largest, *stride, *padding[:2], *dilation, out)
+    operands, by_depth, largest = weight_operands(w, w_zero_point)
+    done = conv_tile(x, x_zero_point, operands, by_depth, largest, *stride, *padding[:2], *dilation, out)
     if done:
         np.testing.assert_array_equal(out, expected)
     else:
         assert (out == SENTINEL).all()
         x_max = max(info.max - x_zero_point, x_zero_point - info.min)
-        assert (channels // groups) * kh * kw * x_max * largest > 2 ** 24     # refused only where float32 is short
-    if takes_conv(channels, k, kh, kw, groups) and (channels // groups) * kh * kw * 255 * 255 <= 2 ** 24:
-        assert done
+        # refused only where float32 is short, or for groups wider than the tap kernels take
+        assert (channels // groups) * kh * kw * x_max * largest > 2 ** 24 or not takes_conv(channels, k, kh, kw,
+                                                                                          groups)
+    if groups == 1 or (takes_conv(channels, k, kh, kw, groups) and (channels // groups) * kh * kw * 255 * 255
+                       <= 2 ** 24):
+        assert done     # a dense conv in chunks when float32 is short (these sums all fit int32)
 
 
 def _records(rng: np.random.Generator, channels: int, *, bad_field: str | None = None) -> np.ndarray:
