@@ -23,7 +23,7 @@ from aipu.codec.compiled.jit_cache import SourceKeyedJit
 from aipu.sim.golden._grouped_conv import depthwise_channels_last, grouped_conv_taps
 from aipu.sim.golden._requant_kernels import (float32_requant, float32_requant_wide, native_requant,
                                               native_requant_channels_last)
-from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, _PRODUCT_MAX
+from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT
 from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
 # The decorator of the tile kernels and of run_loop.py: numba.njit(cache=True, nogil=True), its cache
