@@ -75,8 +75,8 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
     the module docstring)."""
     acc = spaces[_ACC].view(np.int32)
     # The weight operands of the last CONV, kept while no LOAD writes WEIGHT: a layer's tiles share them.
-    weights_key = np.full(6, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point
-    operands, by_depth = np.empty((0, 0, 0, 0), np.float32), np.empty((0, 0), np.float32)
+    weights_key = np.full(7, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point, dense
+    operands, arranged = np.empty((0, 0, 0, 0), np.float32), np.empty((0, 0), np.float32)
     largest = np.float32(0.0)
     for position in range(first, last):
         row = table[position]
@@ -88,12 +88,14 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
         elif kind == STORE:
             _store(row, spaces[_OUT], spaces[DRAM_SPACE])
         elif kind == CONV:
-            if not (weights_key == row[6:12]).all():
-                wgt_start, k, kh, kw, group_c = row[6], row[7], row[8], row[9], row[10]
+            wgt_start, k, kh, kw, group_c = row[6], row[7], row[8], row[9], row[10]
+            dense = group_c == row[4]
+            if not ((weights_key[:6] == row[6:12]).all() and weights_key[6] == dense):
                 w = spaces[_WEIGHT][wgt_start:wgt_start + k * kh * kw * group_c].view(np.int8)
-                operands, by_depth, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11])
-                weights_key[:] = row[6:12]
-            if not _conv(row, spaces[_ACT], operands, by_depth, largest, acc, wrapped):
+                operands, arranged, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11], dense)
+                weights_key[:6] = row[6:12]
+                weights_key[6] = dense
+            if not _conv(row, spaces[_ACT], operands, arranged, largest, acc, wrapped):
                 return position
         elif kind == REQUANT:
             count = _requant(row, acc, records, spaces[_OUT], wrapped)
@@ -166,14 +168,14 @@ def _copy_runs(source, source_start, source_step, target, target_start, target_s
 
 
 @jit
-def _conv(row, act, operands, by_depth, largest, acc, wrapped):
+def _conv(row, act, operands, arranged, largest, acc, wrapped):
     in_start, height, width, channels, in_type = row[1], row[2], row[3], row[4], row[5]
     x_zero_point, k = row[12], row[7]
     stride_h, stride_w, pad_top, pad_left = row[13], row[14], row[15], row[16]
     dilation_h, dilation_w, oh, ow, first, accumulate = row[19], row[20], row[21], row[22], row[23], row[24]
     x = act[in_start:in_start + height * width * channels]
     sums = np.empty((oh, ow, k), np.int32)
-    weights = (operands, by_depth, largest)
+    weights = (operands, arranged, largest)
     if in_type == _INT8:
         done = conv_tile(x.view(np.int8).reshape((height, width, channels)), x_zero_point, *weights, stride_h,
                          stride_w, pad_top, pad_left, dilation_h, dilation_w, sums)

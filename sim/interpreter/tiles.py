@@ -45,31 +45,35 @@ def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
 
 
 @jit
-def weight_operands(w, w_zero_point):
+def weight_operands(w, w_zero_point, dense):
     """The multiplier operands of int8 weights w [K, KH, KW, C/G]: float32 w - zero point in w's layout
-    (exact: sim/golden/conv.py), the same as [KH*KW*C/G, K] (a dense conv's GEMM operand, whose row ranges
-    are its reduction chunks), and their largest magnitude. A layer's tiles share their weights: the caller
-    makes these once for all of them."""
-    k = w.shape[0]
-    depth = w.size // max(k, 1)
+    (exact: sim/golden/conv.py); the same arranged for the kernel that takes them, [KH*KW*C, K] for a
+    ``dense`` conv (the GEMM's operand, whose row ranges are its reduction chunks), else [K, C/G*KH*KW] (the
+    grouped tap kernel's); and their largest magnitude. A layer's tiles share their weights: the caller makes
+    these once for all of them."""
+    k, kh, kw, group_c = w.shape
+    taps, depth = kh * kw, w.size // max(k, 1)
     operands = np.empty(w.shape, np.float32)
-    by_depth = np.empty((depth, k), np.float32)
-    flat, values = operands.ravel(), w.ravel()
+    arranged = np.empty((depth, k) if dense else (k, depth), np.float32)
+    flat, values, by_channel = operands.ravel(), w.ravel(), arranged.ravel()
     largest = np.float32(0.0)
     for o in range(_U(k)):
         for d in range(_U(depth)):
             operand = np.float32(values[o * _U(depth) + d]) - np.float32(w_zero_point)
             flat[o * _U(depth) + d] = operand
-            by_depth[d, o] = operand
             largest = max(largest, abs(operand))
-    return operands, by_depth, largest
+            if dense:
+                arranged[d, o] = operand
+            else:       # d = tap * C/G + c -> c * KH*KW + tap
+                by_channel[o * _U(depth) + (d % _U(group_c)) * _U(taps) + d // _U(group_c)] = operand
+    return operands, arranged, largest
 
 
 @jit
-def conv_tile(x, x_zero_point, ws, ws_by_depth, weight_max, stride_h, stride_w, pad_top, pad_left, dilation_h,
+def conv_tile(x, x_zero_point, ws, ws_arranged, weight_max, stride_h, stride_w, pad_top, pad_left, dilation_h,
               dilation_w, out):
     """out[y, x', k] = the conv sums of channels-last x [H, W, C] (int8/uint8) and the weight operands ws
-    [K, KH, KW, C/G] (also as ws_by_depth [KH*KW*C/G, K]) of largest magnitude ``weight_max``
+    [K, KH, KW, C/G] (also as ``ws_arranged`` for its kernel) of largest magnitude ``weight_max``
     (:func:`weight_operands`), groups G = C / (C/G), padding bottom/right implied by out's shape [OH, OW, K]
     (int32). Returns False, with ``out`` untouched, where a grouped conv's partial sums do not all fit one
     exact float32 pass (conv_sums_channels_last then takes its GEMM path), or a dense conv's sums leave int32."""
@@ -78,15 +82,14 @@ def conv_tile(x, x_zero_point, ws, ws_by_depth, weight_max, stride_h, stride_w, 
     oh, ow = out.shape[0], out.shape[1]
     groups = channels // group_c
     depthwise = group_c == 1 and k == groups > 1
-    direct = group_c <= _DIRECT_MAX_GROUP_CHANNELS and (groups > 1 or k <= _DIRECT_MAX_GROUP_CHANNELS)
+    direct = group_c <= _DIRECT_MAX_GROUP_CHANNELS
     info = np.iinfo(x.dtype)
     x_max = max(np.int64(info.max) - x_zero_point, x_zero_point - np.int64(info.min))
-    fits = group_c * kh * kw * x_max * weight_max <= _FLOAT32_EXACT     # one exact float32 pass
-    if groups == 1 and not (direct and fits):
-        return _gemm_conv(x, x_zero_point, x_max, ws_by_depth, weight_max, kh, kw, stride_h, stride_w, pad_top,
+    if groups == 1:
+        return _gemm_conv(x, x_zero_point, x_max, ws_arranged, weight_max, kh, kw, stride_h, stride_w, pad_top,
                           pad_left, dilation_h, dilation_w, out)
-    if not ((depthwise or direct) and fits):
-        return False
+    if not (depthwise or direct) or group_c * kh * kw * x_max * weight_max > _FLOAT32_EXACT:
+        return False      # a wide group, or partial sums one float32 pass would not hold exactly
     if depthwise:
         depthwise_channels_last(x.reshape((1, height, width, channels)), x_zero_point,
                                 np.ascontiguousarray(ws.reshape((k, kh * kw)).T), kh, kw, stride_h, stride_w,
@@ -94,11 +97,8 @@ def conv_tile(x, x_zero_point, ws, ws_by_depth, weight_max, stride_h, stride_w, 
         return True
     planes = np.empty((1, channels, height, width), x.dtype)     # the tap kernel's NCHW operands
     _transpose(x.ravel(), height * width, channels, planes.ravel())
-    by_channel = np.empty((k, group_c * kh * kw), np.float32)      # [K][C/G][KH][KW]
-    for o in range(k):
-        _transpose(ws[o].ravel(), kh * kw, group_c, by_channel[o])
     sums = np.empty((1, k, oh, ow), np.int32)
-    grouped_conv_taps(planes, x_zero_point, by_channel, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
+    grouped_conv_taps(planes, x_zero_point, ws_arranged, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
                       dilation_w, sums)
     _transpose(sums.ravel(), k, oh * ow, out.ravel())
     return True

@@ -46,8 +46,8 @@ def test_conv_tile_equals_the_golden_channels_last_sums_or_refuses(case):
                                     padding=padding, dilation=dilation, groups=groups)
     expected = golden.conv_sums_channels_last(x[None], w, geometry, wide=True)[0]
     out = np.full(expected.shape, SENTINEL, np.int32)
-    operands, by_depth, largest = weight_operands(w, w_zero_point)
-    done = conv_tile(x, x_zero_point, operands, by_depth, largest, *stride, *padding[:2], *dilation, out)
+    operands, arranged, largest = weight_operands(w, w_zero_point, groups == 1)
+    done = conv_tile(x, x_zero_point, operands, arranged, largest, *stride, *padding[:2], *dilation, out)
     if done:
         np.testing.assert_array_equal(out, expected)
     else:
