@@ -2,11 +2,13 @@
 and a REQUANT command's outputs on operands in the layout the NPU's buffers hold them.
 
 The interpreter's compiled run loop (run_loop.py) calls these so that a program of many small commands
-does not return to Python per command; they are the same kernels :func:`conv_sums_channels_last` and
-:func:`requantize_records` use (sim/golden/_grouped_conv.py, sim/golden/_requant_kernels.py), and where a
-case is not theirs -- a conv that needs the GEMM path, a sum that float32 would not hold exactly, a
-parameter record field outside its range -- they return a refusal, never a different answer, and the caller
-takes the general path, which computes it or raises the error that names the problem.
+does not return to Python per command. They use the kernels :func:`conv_sums_channels_last` and
+:func:`requantize_records` use (sim/golden/_grouped_conv.py, sim/golden/_requant_kernels.py), or compute
+as those do (a dense conv's GEMM in exact float32 chunks, the native requantizer on channels-last tiles).
+Where a case is not theirs -- a grouped conv with wide groups or partial sums float32 would not hold
+exactly, a dense sum outside int32, a parameter record field outside its range -- they return a refusal,
+never a different answer, and the caller takes the general path, which computes it or raises the error
+that names the problem.
 tests/sim/test_tiles.py checks both against those functions.
 
 These and the run loop call kernels of other modules and freeze constants of sim/machine/arch.py, so they
