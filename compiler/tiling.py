@@ -289,8 +289,9 @@ def check_layer(layer: ConvLayer) -> None:
 def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
                tile_c: int | None = None, tile_rows: int | None = None) -> TilePlan:
     """Tiles that fit half of every buffer, chosen among even splits of K and halvings of C and of the output
-    rows to minimise the estimated cycles of the busier of the DMA (DRAM words and latency per command) and
-    the MAC array (docs/compiler.md, "Tiling"); explicitly given sizes are kept."""
+    rows: the fewest commands among the plans within ESTIMATE_TOLERANCE of the fewest estimated cycles (the
+    DMA's DRAM words and latency per command against the MAC array's blocks; docs/compiler.md, "Tiling").
+    Explicitly given sizes are kept."""
     _, c, _, w = layer.x.shape
     k, cg, kh, kw = layer.w.shape
     groups = layer.groups
@@ -370,7 +371,7 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
         failed = [name for name, good in fits(tk, tc, rows).items() if not good]
         raise ValueError(f"layer does not fit the buffers even with tile_k={tk}, tile_c={tc}, tile_rows={rows} "
                          f"(too large for: {', '.join(failed)})")
-    # The estimate is not exact to a percent: among the plans that close to the fastest, the fewest commands.
+    # The estimate is not exact to a few percent: among the plans that close to the fastest, the fewest commands.
     fastest = min(candidate[0] for candidate in candidates)
     _, _, _, tk, tc, rows = min(candidates, key=lambda candidate: (candidate[0] > fastest * ESTIMATE_TOLERANCE,
                                                                     candidate[1:]))
