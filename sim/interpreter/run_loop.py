@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.interpreter.tiles import conv_tile, jit, requant_tile, weight_operands
-from aipu.sim.machine.arch import ACC_DTYPE, Buffer, DType
+from aipu.sim.interpreter.tiles import ACC_MAX, ACC_MIN, conv_tile, jit, requant_tile, weight_operands
+from aipu.sim.machine.arch import Buffer, DType
 
 DRAM_SPACE = len(Buffer)       # spaces are passed as (the buffers in Buffer order..., DRAM)
 ROW_WIDTH = 26
 LOAD, STORE, CONV, REQUANT = 1, 2, 3, 4
-_ACC_MIN, _ACC_MAX = np.iinfo(ACC_DTYPE).min, np.iinfo(ACC_DTYPE).max
 _ACT, _WEIGHT, _ACC, _OUT = int(Buffer.ACT), int(Buffer.WEIGHT), int(Buffer.ACC), int(Buffer.OUT)
 _INT8, _UINT8 = int(DType.INT8), int(DType.UINT8)
 _U = np.uint64
@@ -190,7 +189,7 @@ def _conv(row, act, operands, arranged, largest, acc, wrapped):
         refused = False
         for e in range(entries):      # no early exit: the loop vectorises
             total = np.int64(held[e]) + flat[e]
-            refused |= marks[e] | (total < _ACC_MIN) | (total > _ACC_MAX)
+            refused |= marks[e] | (total < ACC_MIN) | (total > ACC_MAX)
         if refused:
             return False
         for e in range(entries):

@@ -33,7 +33,7 @@ from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MA
 jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "machine/*.py", "interpreter/run_loop.py",
                                                             "interpreter/tiles.py"))
 _BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
-_ACC_MIN, _ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)
+ACC_MIN, ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)   # what an ACC entry holds
 _U = np.uint64
 _CHANNELS_LAST_MIN = 8      # channels from which native_requant_channels_last beats two transposes (measured)
 
@@ -158,7 +158,7 @@ def _gemm_conv(x, x_zero_point, x_bound, ws_by_depth, weight_max, kh, kw, stride
             totals += sums.astype(np.int64)
     target, flat = out.ravel(), totals.ravel()
     for e in range(_U(flat.size)):
-        if flat[e] < _ACC_MIN or flat[e] > _ACC_MAX:
+        if flat[e] < ACC_MIN or flat[e] > ACC_MAX:
             return False
     for e in range(_U(flat.size)):
         target[e] = np.int32(flat[e])
