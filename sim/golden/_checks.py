@@ -24,11 +24,16 @@ def dtype_range(dtype) -> tuple[int, int]:
     return _integer_range(np.dtype(dtype))
 
 
+@functools.lru_cache(maxsize=None)
+def _dtypes(dtypes: tuple) -> tuple[np.dtype, ...]:
+    return tuple(np.dtype(d) for d in dtypes)
+
+
 def check_array(name: str, value, dtypes) -> np.ndarray:
     """Return ``value`` as an ndarray; raise TypeError unless its dtype is one of ``dtypes``."""
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(value).__name__}")
-    allowed = tuple(np.dtype(d) for d in dtypes)
+    allowed = _dtypes(tuple(dtypes))
     if value.dtype not in allowed:
         names = ", ".join(d.name for d in allowed)
         raise TypeError(f"{name} must have dtype in ({names}), got {value.dtype.name}")
@@ -40,7 +45,7 @@ def check_out_dtype(name: str, dtype, allowed=QUANT_DTYPES) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise TypeError(f"{name} must be a numpy integer dtype, got {dtype!r}") from exc
-    if dt not in tuple(np.dtype(d) for d in allowed):
+    if dt not in _dtypes(tuple(allowed)):
         raise TypeError(f"{name} must be one of {[np.dtype(d).name for d in allowed]}, got {dt.name}")
     return dt
 
@@ -79,14 +84,15 @@ def check_int_param(name: str, value, lo: int, hi: int, channels: int | None) ->
             raise ValueError(f"{name}={value} is outside [{lo}, {hi}]")
         return np.asarray(value, np.int64)
     arr = np.asarray(value)
-    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+    if arr.dtype.kind not in "iu":      # not bool, float, object, ...
         raise TypeError(f"{name} must be an integer or an integer array, got dtype {arr.dtype.name}")
     if arr.ndim > 1 or (arr.ndim == 1 and channels is None):
         raise ValueError(f"{name} must be a scalar{'' if channels is None else ' or 1-D'}, got shape {arr.shape}")
     if arr.ndim == 1 and arr.shape[0] != channels:
         raise ValueError(f"{name} has {arr.shape[0]} entries, expected {channels} (one per channel)")
+    type_lo, type_hi = dtype_range(arr.dtype)
     arr = arr.astype(np.int64)
-    if arr.size and (arr.min() < lo or arr.max() > hi):
+    if arr.size and (type_lo < lo or type_hi > hi) and (arr.min() < lo or arr.max() > hi):   # no pass if the type fits
         bad = int(arr[(arr < lo) | (arr > hi)].flat[0])
         raise ValueError(f"{name}={bad} is outside [{lo}, {hi}]")
     return arr

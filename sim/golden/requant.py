@@ -81,7 +81,7 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
     blocks = channels.blocks()
     out = np.empty(blocks.shape, dtype)
-    saturated = int(kernel(blocks, *parameters, np.int64(zp), np.int64(qmin), np.int64(qmax), out))
+    saturated = int(kernel(blocks, *parameters, zp, qmin, qmax, out))   # Python ints: numba types them faster
     out = out.reshape(channels.acc.shape)
     return (out, saturated) if return_saturated else out
 
