@@ -35,7 +35,6 @@ jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "ma
 _BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
 ACC_MIN, ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)   # what an ACC entry holds
 _U = np.uint64
-_CHANNELS_LAST_MIN = 8      # channels from which native_requant_channels_last beats two transposes (measured)
 
 
 def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
@@ -189,7 +188,7 @@ def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin,
         elif not (multiplier[c] <= MULTIPLIER_MAX and shift[c] <= SHIFT_MAX and (not leaky or (
                 negative_multiplier[c] <= MULTIPLIER_MAX and negative_shift[c] <= SHIFT_MAX))):
             return -1
-    if not (float32_scale or leaky) and channels >= _CHANNELS_LAST_MIN:
+    if not (float32_scale or leaky):
         return native_requant_channels_last(acc, bias, multiplier, shift, rounding, zero_point, qmin, qmax, out)
     # The other kernels take [1, C, P], their inner loop running long: [P, 1] is that already.
     blocks, results = acc.reshape((1, channels, pixels)), out.reshape((1, channels, pixels))

@@ -77,7 +77,7 @@ def _records(rng: np.random.Generator, channels: int, *, bad_field: str | None =
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(1, 300), st.integers(1, 40), st.sampled_from(["native", "leaky", "float32"]),
+@given(st.integers(1, 300), st.integers(1, 80), st.sampled_from(["native", "leaky", "float32"]),
        st.sampled_from([np.int8, np.uint8, np.int16]), st.sampled_from(list(golden.ROUNDING_MODES)),
        st.sampled_from([None, "shift", "negative_shift", "scale"]), st.integers(0, 2 ** 32 - 1))
 def test_requant_tile_equals_requantize_records_or_refuses(pixels, channels, mode, out_dtype, rounding, bad_field,
