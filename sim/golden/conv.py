@@ -39,6 +39,8 @@ _FLOAT32_EXACT = 2 ** 24
 _DIRECT_MAX_GROUP_CHANNELS = 16  # grouped convs with at most this many channels per group skip the GEMM
 _ACC_MIN, _ACC_MAX = bit_range(ACC_BITS, signed=True)
 _PRODUCT_MAX = MAC_OPERAND_MAX * MAC_OPERAND_MAX   # the largest product of two operands
+_GEMM_BLOCK = 1 << 17   # im2col values per GEMM call of conv_sums (512 KB of float32), ...
+_GEMM_MIN_PIXELS = 1024   # ... unless that leaves a GEMM fewer output pixels than this (skinny GEMMs run slower)
 
 
 def _operand(name: str, value: np.ndarray, zero_point, zp_channels: int | None, zp_axis: int) -> np.ndarray:
@@ -171,9 +173,21 @@ def conv_sums(x: np.ndarray, w: np.ndarray, geometry: ConvGeometry, *, wide: boo
         return _direct_grouped_conv(x, geometry.x_zero_point, ws, geometry)
     windows = _windows(_minus_zero_point(x, np.int64(geometry.x_zero_point), 0), geometry, (2, 3))
     groups, (oh, ow) = geometry.groups, geometry.out_hw
-    # windows[n, c, oh, ow, i, j] = xs[n, c, oh*sh + i*dh, ow*sw + j*dw]
-    cols = windows.transpose(0, 1, 4, 5, 2, 3).reshape(n, groups, cg * kh * kw, oh * ow)
-    out = _exact_matmul("conv2d", ws.reshape(groups, k // groups, cg * kh * kw), cols, wide)  # [N, G, Kg, OH*OW]
+    depth = cg * kh * kw
+    weights = ws.reshape(groups, k // groups, depth)
+    # windows[n, c, oh, ow, i, j] = xs[n, c, oh*sh + i*dh, ow*sw + j*dw]; cols [N, G, C/G*KH*KW, pixels]
+    block_rows = max(-(-_GEMM_MIN_PIXELS // ow), _GEMM_BLOCK // (n * groups * depth * ow))
+    if block_rows >= oh or (depth * _PRODUCT_MAX > _ACC_MAX and not wide):   # one GEMM, its check over all sums
+        cols = windows.transpose(0, 1, 4, 5, 2, 3).reshape(n, groups, depth, oh * ow)
+        return _exact_matmul("conv2d", weights, cols, wide).reshape(n, k, oh, ow)
+    # Blocks of output rows: the im2col copy and the GEMM's result stay in cache, where whole-layer
+    # temporaries (7 MB on a 7x7 stem) cost more than the GEMM in page faults (stem 7.8 -> 2.8 ms, measured).
+    # No sum of ``depth`` products here can leave int32 (or ``wide`` wants them unchecked): no check is split.
+    out = np.empty((n, groups, k // groups, oh * ow), np.int64 if wide else ACC_DTYPE)
+    for top in range(0, oh, block_rows):
+        bottom = min(oh, top + block_rows)
+        cols = windows[:, :, top:bottom].transpose(0, 1, 4, 5, 2, 3).reshape(n, groups, depth, (bottom - top) * ow)
+        out[..., top * ow:bottom * ow] = _exact_matmul("conv2d", weights, cols, wide)
     return out.reshape(n, k, oh, ow)
 
 

@@ -222,6 +222,35 @@ def test_medium_layers_match_tapwise_reference(seed, shape):
                                          dilation=(1, 2), groups=shape["groups"]), tapwise_int64_conv(x, w, *args))
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_gemm_in_row_blocks_matches_tapwise_reference(seed, monkeypatch):
+    """conv_sums runs a large layer's GEMM in blocks of output rows; blocks forced down to one or a few rows
+    give the same sums, checked and wide, dense and with wide groups (C/G > 16 takes the GEMM)."""
+    import aipu.sim.golden.conv as conv_module
+
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(conv_module, "_GEMM_BLOCK", 1)
+    monkeypatch.setattr(conv_module, "_GEMM_MIN_PIXELS", int(rng.integers(1, 4)))     # blocks of 1-2 rows
+    blocks = []
+    gemm = conv_module._exact_matmul
+    monkeypatch.setattr(conv_module, "_exact_matmul", lambda *args: blocks.append(1) or gemm(*args))
+    groups = 2 if seed % 2 else 1
+    cg = 17 if groups == 2 else int(rng.integers(1, 20))
+    kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    stride, dilation = tuple(int(v) for v in rng.integers(1, 3, 2)), tuple(int(v) for v in rng.integers(1, 3, 2))
+    padding = tuple(int(v) for v in rng.integers(0, 3, 4))
+    x = rng.integers(-128, 128, (int(rng.integers(1, 3)), cg * groups, int(rng.integers(12, 20)),
+                                 int(rng.integers(8, 14))), dtype=np.int8)
+    w = rng.integers(-128, 128, (18 * groups, cg, kh, kw), dtype=np.int8)     # K > 16: not the tap kernel
+    zx, zw = int(rng.integers(-128, 128)), rng.integers(-128, 128, 18 * groups)
+    params = dict(x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    expected = tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, groups)
+    got, wide = conv2d(x, w, **params), conv2d(x, w, **params, wide=True)
+    assert got.dtype == np.int32 and wide.dtype == np.int64 and len(blocks) > 2   # two calls, each in blocks
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(wide, expected)
+
+
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 2 ** 32 - 1))
