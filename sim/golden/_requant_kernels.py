@@ -78,6 +78,8 @@ def native_requant_channels_last(acc, bias, multiplier, shift, rounding, zero_po
     values, results = acc.ravel(), out.ravel()
     lanes = _U(channels)
     total = _U(pixels) * lanes
+    if total == 0:
+        return 0
     block = min(total, lanes * _U(max(1, _CHANNELS_LAST_BLOCK // channels)))
     if block == lanes:
         block_bias, block_multiplier, block_shift = bias, multiplier, shift
