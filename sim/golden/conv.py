@@ -176,7 +176,7 @@ def conv_sums(x: np.ndarray, w: np.ndarray, geometry: ConvGeometry, *, wide: boo
     depth = cg * kh * kw
     weights = ws.reshape(groups, k // groups, depth)
     # windows[n, c, oh, ow, i, j] = xs[n, c, oh*sh + i*dh, ow*sw + j*dw]; cols [N, G, C/G*KH*KW, pixels]
-    block_rows = max(-(-_GEMM_MIN_PIXELS // ow), _GEMM_BLOCK // (n * groups * depth * ow))
+    block_rows = max(-(-_GEMM_MIN_PIXELS // ow), _GEMM_BLOCK // max(1, n * groups * depth * ow))   # n may be 0
     if block_rows >= oh or (depth * _PRODUCT_MAX > _ACC_MAX and not wide):   # one GEMM, its check over all sums
         cols = windows.transpose(0, 1, 4, 5, 2, 3).reshape(n, groups, depth, oh * ow)
         return _exact_matmul("conv2d", weights, cols, wide).reshape(n, k, oh, ow)

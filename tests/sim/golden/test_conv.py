@@ -251,6 +251,11 @@ def test_gemm_in_row_blocks_matches_tapwise_reference(seed, monkeypatch):
     np.testing.assert_array_equal(wide, expected)
 
 
+def test_empty_batch_gives_empty_sums():
+    x, w = np.zeros((0, 3, 8, 8), np.int8), np.zeros((20, 3, 3, 3), np.int8)
+    assert conv2d(x, w).shape == (0, 20, 6, 6)
+
+
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 2 ** 32 - 1))
