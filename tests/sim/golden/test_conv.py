@@ -293,12 +293,13 @@ def test_accumulator_range_is_exact_and_attained():
 
 @pytest.fixture
 def direct_path_calls(monkeypatch):
-    """Counts calls of the numba grouped/depthwise kernel, to prove which path conv2d took."""
+    """Names the numba grouped/depthwise kernels conv2d called, to prove which path it took."""
     import aipu.sim.golden._grouped_conv as kernel_module
 
     calls = []
-    kernel = kernel_module.grouped_conv_taps
-    monkeypatch.setattr(kernel_module, "grouped_conv_taps", lambda *args: calls.append(1) or kernel(*args))
+    for name in ("grouped_conv_taps", "depthwise_flat"):
+        kernel = getattr(kernel_module, name)
+        monkeypatch.setattr(kernel_module, name, lambda *args, name=name, kernel=kernel: calls.append(name) or kernel(*args))
     return calls
 
 
@@ -379,6 +380,49 @@ def test_depthwise_kernel_is_exact(seed, x_dtype, channels_last):
         got = conv2d(x, w, **params)
     want = tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, channels)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(48))
+def test_unpadded_row_depthwise_kernel_matches_reference(seed, direct_path_calls):
+    """Depthwise layers whose total column padding is the kernel's span - 1 ("same" padding, split any way
+    between left and right) take the unpadded-row kernel: strides 1 (one conversion loop over the plane),
+    2 (row pairs, odd widths) and 3 (the generic loop), rows cut by any top/bottom padding, 3x3 (one pass,
+    when its centre column needs no mask), 5x5 (three passes) and the per-column passes of other kernels.
+    Each one is compared with the int64 reference, every output including both ends of every row."""
+    rng = np.random.default_rng(seed)
+    kh, kw = ((3, 3), (5, 5))[seed // 4 % 2] if seed < 32 else tuple(int(k) for k in rng.integers(1, 6, 2))
+    stride = ((1, 1), (2, 2), (2, 2), tuple(int(s) for s in rng.integers(1, 4, 2)))[seed % 4]
+    dilation = tuple(int(d) for d in rng.integers(1, 3, 2))
+    span_w = dilation[1] * (kw - 1)
+    pad_left = int(rng.integers(0, span_w + 1))
+    padding = (int(rng.integers(0, 4)), pad_left, int(rng.integers(0, 4)), span_w - pad_left)
+    height = int(rng.integers(max(1, dilation[0] * (kh - 1) + 1 - padding[0] - padding[2]), 20))
+    width = int(rng.integers(1, 20))
+    x_dtype = (np.int8, np.uint8)[seed % 2]
+    info = np.iinfo(x_dtype)
+    channels = int(rng.integers(1, 12))
+    x = rng.integers(info.min, info.max + 1, (int(rng.integers(1, 3)), channels, height, width), dtype=x_dtype)
+    w = rng.integers(-128, 128, (channels, 1, kh, kw), dtype=np.int8)
+    zx, zw = int(rng.integers(info.min, info.max + 1)), rng.integers(-128, 128, channels)
+    got = conv2d(x, w, x_zero_point=zx, w_zero_point=zw, stride=stride, padding=padding, dilation=dilation,
+                 groups=channels)
+    assert direct_path_calls == ["depthwise_flat"]
+    np.testing.assert_array_equal(got, tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, channels))
+
+
+@pytest.mark.parametrize("shape, padding, stride", [
+    ((1, 4, 9, 9), (1, 0, 1, 0), (1, 1)),      # no left padding: the columns to the right reach past OW
+    ((1, 4, 9, 10), (1, 0, 1, 0), (2, 2)),     # stride 2: the even phase (5 columns) is wider than OW = 4
+    ((1, 2, 65, 65), (1, 1, 1, 1), (1, 1)),    # planes over 64 x 64: the padded-row kernel is faster
+])
+def test_depthwise_layers_outside_the_unpadded_kernel_take_the_padded_one(shape, padding, stride,
+                                                                           direct_path_calls):
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, shape, dtype=np.int8)
+    w = rng.integers(-128, 128, (shape[1], 1, 3, 3), dtype=np.int8)
+    got = conv2d(x, w, x_zero_point=-3, stride=stride, padding=padding, groups=shape[1])
+    assert direct_path_calls == ["grouped_conv_taps"]
+    np.testing.assert_array_equal(got, tapwise_int64_conv(x, w, -3, 0, stride, padding, (1, 1), shape[1]))
 
 
 def test_channels_last_depthwise_tiles_take_their_own_kernel(monkeypatch):
