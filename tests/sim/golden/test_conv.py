@@ -297,9 +297,13 @@ def direct_path_calls(monkeypatch):
     import aipu.sim.golden._grouped_conv as kernel_module
 
     calls = []
-    for name in ("grouped_conv_taps", "depthwise_flat"):
+
+    def counted(name):
         kernel = getattr(kernel_module, name)
-        monkeypatch.setattr(kernel_module, name, lambda *args, name=name, kernel=kernel: calls.append(name) or kernel(*args))
+        return lambda *args: calls.append(name) or kernel(*args)
+
+    for name in ("grouped_conv_taps", "depthwise_flat"):
+        monkeypatch.setattr(kernel_module, name, counted(name))
     return calls
 
 
