@@ -42,8 +42,8 @@ _PRODUCT_MAX = MAC_OPERAND_MAX * MAC_OPERAND_MAX   # the largest product of two 
 _GEMM_BLOCK = 1 << 17   # im2col values per GEMM call of conv_sums (512 KB of float32), ...
 _GEMM_MIN_PIXELS = 1024   # ... unless that leaves a GEMM fewer output pixels than this (skinny GEMMs run slower)
 # Depthwise layers whose input planes are at most this large and kernels at most this tall take the unpadded-row
-# kernel (2x faster on 14x14-56x56 planes); larger ones the padded-row kernel (dw3x3 112x112: 118 vs 148 us, 7x7
-# kernels: 25 vs 30 us, measured).
+# kernel (1.2-2.1x faster on 14x14-56x56 planes); larger ones the padded-row kernel (dw3x3 112x112: 118 vs 148 us,
+# 7x7 kernels: 25 vs 30 us, measured).
 _FLAT_DEPTHWISE_MAX_PLANE = 64 * 64
 _FLAT_DEPTHWISE_MAX_KERNEL = 5
 
