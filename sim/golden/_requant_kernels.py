@@ -48,7 +48,34 @@ def _shift_right(value, shift, rounding):
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_shift, leaky, rounding,
                    zero_point, qmin, qmax, out):
-    """clamp(round((acc + bias) * M >> N) + zp); sums below 0 take the negative pair when ``leaky``."""
+    """clamp(round((acc + bias) * M >> N) + zp); sums below 0 take the negative pair when ``leaky``.
+
+    The loop is inlined once per (leaky, rounding), each copy with both as constants: a loop that chose the
+    mode per value (selects between the roundings' bumps, a per-value shift count where Leaky is off) took
+    1.3-1.7x the time (144x56x56, AVX-512)."""
+    m, n, zp = multiplier, shift, zero_point
+    if leaky:
+        m_n, n_n = negative_multiplier, negative_shift
+        if rounding == 0:
+            return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 0, zp, qmin, qmax, out)
+        if rounding == 1:
+            return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 1, zp, qmin, qmax, out)
+        if rounding == 2:
+            return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 2, zp, qmin, qmax, out)
+        return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 3, zp, qmin, qmax, out)
+    if rounding == 0:
+        return _native_requant_loop(acc, bias, m, n, m, n, False, 0, zp, qmin, qmax, out)
+    if rounding == 1:
+        return _native_requant_loop(acc, bias, m, n, m, n, False, 1, zp, qmin, qmax, out)
+    if rounding == 2:
+        return _native_requant_loop(acc, bias, m, n, m, n, False, 2, zp, qmin, qmax, out)
+    return _native_requant_loop(acc, bias, m, n, m, n, False, 3, zp, qmin, qmax, out)
+
+
+@numba.njit(nogil=True, error_model="numpy", inline="always")
+def _native_requant_loop(acc, bias, multiplier, shift, negative_multiplier, negative_shift, leaky, rounding,
+                         zero_point, qmin, qmax, out):
+    """native_requant's loop; ``leaky`` and ``rounding`` are constants where it is inlined."""
     outer, channels, inner = acc.shape
     saturated = 0
     for o in range(outer):

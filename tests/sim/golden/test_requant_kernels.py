@@ -132,14 +132,22 @@ def test_float32_counts_saturation_over_runs_longer_than_one_float_sum():
     assert saturated == acc.size and got.min() == -128 and got.max() == 127
 
 
+@pytest.mark.parametrize("leaky", [False, True])
 @pytest.mark.parametrize("rounding", ROUNDING_MODES)
-def test_native_kernel_places_every_tie_of_small_shifts(rounding):
+def test_native_kernel_places_every_tie_of_small_shifts(rounding, leaky):
     """Every remainder of every shift up to 6, ties included, positive and negative: the kernel's branch-free
-    bump against rounding_shift_right."""
+    bump against rounding_shift_right, in each of its (leaky, rounding) loops (Leaky: the negative sums times
+    3, their shifts one more)."""
     acc = np.arange(-300, 301, dtype=np.int32)[:, None].repeat(7, axis=1)     # [values, shift 0..6]
     shifts = np.arange(7)
-    out = requantize(acc, multiplier=1, shift=shifts, rounding=rounding, out_dtype=np.int16)
-    expected = rounding_shift_right(acc.astype(np.int64), shifts[None, :], rounding)
+    negative = dict(negative_multiplier=3, negative_shift=shifts + 1) if leaky else {}
+    out = requantize(acc, multiplier=1, shift=shifts, rounding=rounding, out_dtype=np.int16, **negative)
+    values = acc.astype(np.int64)
+    if leaky:
+        expected = np.where(values < 0, rounding_shift_right(values * 3, shifts[None, :] + 1, rounding),
+                            rounding_shift_right(values, shifts[None, :], rounding))
+    else:
+        expected = rounding_shift_right(values, shifts[None, :], rounding)
     assert np.array_equal(out, expected)
 
 
