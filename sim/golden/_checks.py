@@ -92,10 +92,22 @@ def check_int_param(name: str, value, lo: int, hi: int, channels: int | None) ->
         raise ValueError(f"{name} has {arr.shape[0]} entries, expected {channels} (one per channel)")
     type_lo, type_hi = dtype_range(arr.dtype)
     arr = arr.astype(np.int64)
-    if arr.size and (type_lo < lo or type_hi > hi) and (arr.min() < lo or arr.max() > hi):   # no pass if the type fits
-        bad = int(arr[(arr < lo) | (arr > hi)].flat[0])
-        raise ValueError(f"{name}={bad} is outside [{lo}, {hi}]")
+    if arr.size and (type_lo < lo or type_hi > hi):     # no pass if the type fits
+        bad = first_outside(arr.ravel(), lo, hi)
+        if bad >= 0:
+            raise ValueError(f"{name}={int(arr.flat[bad])} is outside [{lo}, {hi}]")
     return arr
+
+
+@functools.cache
+def _first_outside_kernel():
+    from aipu.sim.golden._check_kernels import first_outside as kernel
+    return kernel
+
+
+def first_outside(values: np.ndarray, lo, hi) -> int:
+    """The flat index of the first of ``values`` (1-D) not within [lo, hi] (NaN is not), or -1."""
+    return int(_first_outside_kernel()(values, lo, hi))
 
 
 def per_channel(param: np.ndarray, ndim: int, axis: int) -> np.ndarray:

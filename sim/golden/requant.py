@@ -19,7 +19,7 @@ import numpy as np
 from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX,
                                 TFLITE_MULTIPLIER_BITS, bit_range)
 from aipu.sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
-                                check_int_param, dtype_range, per_channel)
+                                check_int_param, dtype_range, first_outside, per_channel)
 from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
 
 _TFLITE_INT_BITS = TFLITE_MULTIPLIER_BITS + 1      # TFLite computes in int32: a Q0.31 multiplier and a sign
@@ -268,11 +268,11 @@ def _require_int32(what: str, values: np.ndarray) -> None:
 
 
 def _require_positive_finite(scale: np.ndarray, name: str = "scale") -> None:
-    if scale.size and 0 < scale.min() and scale.max() < np.inf:     # NaN fails both comparisons
-        return
-    bad = ~(np.isfinite(scale) & (scale > 0))
-    if np.any(bad):
-        raise ValueError(f"{name}={float(np.atleast_1d(scale)[np.atleast_1d(bad)][0])!r} must be finite and positive")
+    """Every scale (float32 or float64) > 0 and finite: within [its type's smallest subnormal, its largest]."""
+    info = np.finfo(scale.dtype)
+    bad = first_outside(scale.ravel(), float(info.smallest_subnormal), float(info.max))
+    if bad >= 0:
+        raise ValueError(f"{name}={float(scale.flat[bad])!r} must be finite and positive")
 
 
 def _check_scales(scale, name: str = "scale") -> np.ndarray:

@@ -242,6 +242,10 @@ A = np.zeros((1, 3, 2, 2), dtype=np.int32)
     (lambda: requantize_float32(A, scale=0.5), TypeError, "scale must be float32"),
     (lambda: requantize_float32(A, scale=np.float32(-1)), ValueError, "scale=-1.0"),
     (lambda: requantize_float32(A, scale=np.ones(2, np.float32)), ValueError, "one entry per channel"),
+    (lambda: requantize_float32(A, scale=np.array([1, np.nan, -1], np.float32)), ValueError, "scale=nan"),
+    (lambda: requantize_float32(A, scale=np.array([1, 2, np.inf], np.float32)), ValueError, "scale=inf"),
+    (lambda: requantize(A, multiplier=np.array([1, 2, 2 ** 16]), shift=0), ValueError, "multiplier=65536"),
+    (lambda: requantize(A, multiplier=1, shift=np.array([0, -3, 99])), ValueError, "shift=-3 is outside"),
     (lambda: requantize_float32(A, scale=np.float32(1), product="double"), ValueError, "product='double'"),
     (lambda: requantize_tflite(A, multiplier=2 ** 31, shift=0), ValueError, "multiplier=2147483648"),
     (lambda: requantize_tflite(A, multiplier=1, shift=31), ValueError, "shift=31"),
@@ -257,6 +261,12 @@ A = np.zeros((1, 3, 2, 2), dtype=np.int32)
 def test_bad_requant_inputs(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_the_smallest_and_largest_finite_scales_are_accepted():
+    info = np.finfo(np.float32)
+    scale = np.array([info.smallest_subnormal, 1, info.max], np.float32)
+    assert requantize_float32(A, scale=scale).shape == A.shape
 
 
 def test_leaky_single_rounding_beats_whitepaper_two_stage():
