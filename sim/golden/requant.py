@@ -11,6 +11,7 @@ which also implements fused ReLU/ReLU6/Clip):
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -67,12 +68,23 @@ class _Channels:
 
 
 def _output_checks(out_zero_point, qmin, qmax, out_dtype) -> tuple[np.dtype, int, int, int]:
-    """The output type, the clamp bounds (default: the type's range) and the zero point, checked."""
+    """The output type, the clamp bounds (default: the type's range) and the zero point, checked: remembered for
+    arguments that hash (0.2 us instead of 1.1 per call), checked afresh for the others (an array zero point)."""
+    try:
+        return _hashable_output_checks(out_zero_point, qmin, qmax, out_dtype)
+    except TypeError:       # unhashable, or a bad type: checking again raises the right error
+        return _check_output(out_zero_point, qmin, qmax, out_dtype)
+
+
+def _check_output(out_zero_point, qmin, qmax, out_dtype) -> tuple[np.dtype, int, int, int]:
     dtype = check_out_dtype("out_dtype", out_dtype)
     lo, hi = dtype_range(dtype)
     qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
     zp = int(check_int_param("out_zero_point", out_zero_point, lo, hi, None))
     return dtype, qmin, qmax, zp
+
+
+_hashable_output_checks = functools.lru_cache(maxsize=256, typed=True)(_check_output)
 
 
 def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, qmin, qmax, out_dtype,
@@ -81,16 +93,17 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
     blocks = channels.blocks()
     out = np.empty(blocks.shape, dtype)
-    saturated = int(kernel(blocks, *parameters, zp, qmin, qmax, out))   # Python ints: numba types them faster
+    # Python ints (numba types them faster); the clamped values are counted only if asked (a count costs 1.3-1.4x)
+    saturated = int(kernel(blocks, *parameters, return_saturated, zp, qmin, qmax, out))
     out = out.reshape(channels.acc.shape)
     return (out, saturated) if return_saturated else out
 
 
-def _float32_requant(blocks, bias, scale, zero_point, qmin, qmax, out) -> int:
+def _float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out) -> int:
     """The float32 requant kernel in 32-bit lanes, or the float64 one where some acc + bias leaves int32."""
     from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide
 
-    saturated = float32_requant(blocks, bias, scale, zero_point, qmin, qmax, out)
+    saturated = float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out)
     return saturated if saturated >= 0 else float32_requant_wide(blocks, bias, scale, zero_point, qmin, qmax, out)
 
 
@@ -176,13 +189,13 @@ def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage
     if stage.float32_scale:
         scale = np.ascontiguousarray(records["scale"])
         _require_positive_finite(scale)
-        saturated = _float32_requant(blocks, bias.astype(np.int32), scale, *clamp)
+        saturated = _float32_requant(blocks, bias.astype(np.int32), scale, True, *clamp)
     else:
         m = _record_field(records, "multiplier", 0, MULTIPLIER_MAX)
         n = _record_field(records, "shift", 0, SHIFT_MAX)
         negative = ((_record_field(records, "negative_multiplier", 0, MULTIPLIER_MAX),
                      _record_field(records, "negative_shift", 0, SHIFT_MAX)) if stage.leaky else (m, n))
-        saturated = native_requant(blocks, bias, m, n, *negative, stage.leaky, stage.rounding, *clamp)
+        saturated = native_requant(blocks, bias, m, n, *negative, stage.leaky, stage.rounding, True, *clamp)
     return out[0].T, int(saturated)
 
 
@@ -269,10 +282,15 @@ def _require_int32(what: str, values: np.ndarray) -> None:
 
 def _require_positive_finite(scale: np.ndarray, name: str = "scale") -> None:
     """Every scale (float32 or float64) > 0 and finite: within [its type's smallest subnormal, its largest]."""
-    info = np.finfo(scale.dtype)
-    bad = first_outside(scale.ravel(), float(info.smallest_subnormal), float(info.max))
+    bad = first_outside(scale.ravel(), *_positive_finite_range(scale.dtype))
     if bad >= 0:
         raise ValueError(f"{name}={float(scale.flat[bad])!r} must be finite and positive")
+
+
+@functools.lru_cache(maxsize=None)
+def _positive_finite_range(dtype: np.dtype) -> tuple[float, float]:
+    info = np.finfo(dtype)
+    return float(info.smallest_subnormal), float(info.max)
 
 
 def _check_scales(scale, name: str = "scale") -> np.ndarray:

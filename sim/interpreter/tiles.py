@@ -196,15 +196,12 @@ def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin,
         blocks, results = np.empty((1, channels, pixels), np.int32), np.empty((1, channels, pixels), out.dtype)
         _transpose(acc.ravel(), pixels, channels, blocks.ravel())
     if float32_scale:
-        saturated = float32_requant(blocks, bias.astype(np.int32), scale, zero_point, qmin, qmax, results)
+        saturated = float32_requant(blocks, bias.astype(np.int32), scale, True, zero_point, qmin, qmax, results)
         if saturated < 0:
             saturated = float32_requant_wide(blocks, bias.astype(np.int32), scale, zero_point, qmin, qmax, results)
-    elif leaky:
+    else:       # leaky
         saturated = native_requant(blocks, bias, multiplier, shift, negative_multiplier, negative_shift, True,
-                                   rounding, zero_point, qmin, qmax, results)
-    else:
-        saturated = native_requant(blocks, bias, multiplier, shift, multiplier, shift, False, rounding, zero_point,
-                                   qmin, qmax, results)
+                                   rounding, True, zero_point, qmin, qmax, results)
     if channels > 1:
         _transpose(results.ravel(), channels, pixels, out.ravel())
     return saturated

@@ -82,25 +82,30 @@ def cases(draw):
 @settings(max_examples=150, deadline=None)
 @given(cases(), st.sampled_from(ROUNDING_MODES))
 def test_native_kernel_equals_the_numpy_form(case, rounding):
-    got = requantize(case["acc"], bias=case["bias"], multiplier=case["m"], shift=case["n"],
-                     out_zero_point=case["zp"], qmin=case["qmin"], qmax=case["qmax"], rounding=rounding,
-                     channel_axis=case["axis"], out_dtype=case["dtype"], return_saturated=True,
+    """With the count of clamped values and without it (the kernel's loop without the count)."""
+    arguments = dict(bias=case["bias"], multiplier=case["m"], shift=case["n"], out_zero_point=case["zp"],
+                     qmin=case["qmin"], qmax=case["qmax"], rounding=rounding, channel_axis=case["axis"],
+                     out_dtype=case["dtype"],
                      **(dict(negative_multiplier=case["neg"][0], negative_shift=case["neg"][1]) if case["neg"] else {}))
+    got = requantize(case["acc"], return_saturated=True, **arguments)
     want = native_reference(case["acc"], 0 if case["bias"] is None else case["bias"], case["m"], case["n"],
                             case["neg"], rounding, case["zp"], case["qmin"], case["qmax"], case["dtype"], case["axis"])
     assert got[0].dtype == want[0].dtype and got[0].shape == want[0].shape
     assert np.array_equal(got[0], want[0]) and got[1] == want[1]
+    assert np.array_equal(requantize(case["acc"], **arguments), want[0])
 
 
 @settings(max_examples=150, deadline=None)
 @given(cases())
 def test_float32_kernel_equals_the_numpy_form(case):
-    got = requantize_float32(case["acc"], bias=case["bias"], scale=case["scale"], out_zero_point=case["zp"],
-                             qmin=case["qmin"], qmax=case["qmax"], channel_axis=case["axis"],
-                             out_dtype=case["dtype"], return_saturated=True)
+    """With the count of clamped values and without it (the kernel's loop without the count)."""
+    arguments = dict(bias=case["bias"], scale=case["scale"], out_zero_point=case["zp"], qmin=case["qmin"],
+                     qmax=case["qmax"], channel_axis=case["axis"], out_dtype=case["dtype"])
+    got = requantize_float32(case["acc"], return_saturated=True, **arguments)
     want = float32_reference(case["acc"], 0 if case["bias"] is None else case["bias"], case["scale"], case["zp"],
                              case["qmin"], case["qmax"], case["dtype"], case["axis"])
     assert np.array_equal(got[0], want[0]) and got[1] == want[1]
+    assert np.array_equal(requantize_float32(case["acc"], **arguments), want[0])
 
 
 @pytest.mark.parametrize("value", [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -127.5])
