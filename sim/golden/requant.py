@@ -99,12 +99,20 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
     return (out, saturated) if return_saturated else out
 
 
+@functools.cache
+def _kernels():
+    """sim/golden/_requant_kernels.py, imported on first use (importing the golden model stays cheap, and this
+    costs 0.07 us a call where an import statement inside a function costs 0.5-0.7)."""
+    from aipu.sim.golden import _requant_kernels
+    return _requant_kernels
+
+
 def _float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out) -> int:
     """The float32 requant kernel in 32-bit lanes, or the float64 one where some acc + bias leaves int32."""
-    from aipu.sim.golden._requant_kernels import float32_requant, float32_requant_wide
-
-    saturated = float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out)
-    return saturated if saturated >= 0 else float32_requant_wide(blocks, bias, scale, zero_point, qmin, qmax, out)
+    kernels = _kernels()
+    saturated = kernels.float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out)
+    return saturated if saturated >= 0 else kernels.float32_requant_wide(blocks, bias, scale, zero_point, qmin, qmax,
+                                                                          out)
 
 
 def _output_stage(value: np.ndarray, out_zero_point, qmin, qmax, out_dtype, return_saturated: bool):
@@ -125,8 +133,6 @@ def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=
     channel of ``channel_axis``. If ``negative_multiplier``/``negative_shift`` are given, sums < 0 use
     them instead (Leaky ReLU / PReLU with a single rounding). ``return_saturated`` -> (out, count).
     """
-    from aipu.sim.golden._requant_kernels import ROUNDING_CODES, native_requant
-
     channels = _Channels(acc, channel_axis)
     check_rounding(rounding)
     bias = channels.vector("bias", 0 if bias is None else bias, *bit_range(BIAS_BITS, signed=True))
@@ -142,7 +148,9 @@ def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=
     else:
         negative = (m, n)
     # |(acc + bias) * M| < 2**48 (REQUANT_PRODUCT_BITS): exact in the kernel's int64
-    return _run_kernel(native_requant, channels, (bias, m, n, *negative, leaky, ROUNDING_CODES[rounding]),
+    kernels = _kernels()
+    return _run_kernel(kernels.native_requant, channels,
+                       (bias, m, n, *negative, leaky, kernels.ROUNDING_CODES[rounding]),
                        out_zero_point, qmin, qmax, out_dtype, return_saturated)
 
 
@@ -164,21 +172,17 @@ def requant_stage(*, float32_scale: bool, leaky: bool = False, rounding: str = "
     """Check a requantizer's mode and output stage for :func:`requantize_records`: native mode
     (:func:`requantize`) uses the records' bias, multiplier and shift, and the negative pair when ``leaky``;
     ``float32_scale`` mode (:func:`requantize_float32`) their bias and scale."""
-    from aipu.sim.golden._requant_kernels import ROUNDING_CODES
-
     check_rounding(rounding)
     if float32_scale and leaky:
         raise ValueError("leaky = 1 is not supported with a float32 scale")
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
-    return RequantStage(bool(float32_scale), bool(leaky), ROUNDING_CODES[rounding], dtype, zp, qmin, qmax)
+    return RequantStage(bool(float32_scale), bool(leaky), _kernels().ROUNDING_CODES[rounding], dtype, zp, qmin, qmax)
 
 
 def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage) -> tuple[np.ndarray, int]:
     """The requantizer as the NPU runs a REQUANT command: ``acc`` int32 [pixels, channels], one parameter
     record (arch.PARAM_DTYPE) per channel. Only what the record's field types leave open is checked here,
     so that a tile costs little more than its kernel. Returns (out [pixels, channels], saturated count)."""
-    from aipu.sim.golden._requant_kernels import native_requant
-
     if acc.dtype != ACC_DTYPE or acc.ndim != 2 or records.dtype != PARAM_DTYPE or records.shape != acc.shape[1:]:
         raise ValueError(f"expected int32 acc [pixels, channels] and one {PARAM_DTYPE} record per channel, got "
                          f"{acc.dtype.name} {acc.shape} and {records.dtype} {records.shape}")
@@ -195,7 +199,8 @@ def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage
         n = _record_field(records, "shift", 0, SHIFT_MAX)
         negative = ((_record_field(records, "negative_multiplier", 0, MULTIPLIER_MAX),
                      _record_field(records, "negative_shift", 0, SHIFT_MAX)) if stage.leaky else (m, n))
-        saturated = native_requant(blocks, bias, m, n, *negative, stage.leaky, stage.rounding, True, *clamp)
+        saturated = _kernels().native_requant(blocks, bias, m, n, *negative, stage.leaky, stage.rounding, True,
+                                              *clamp)
     return out[0].T, int(saturated)
 
 
