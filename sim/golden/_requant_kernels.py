@@ -58,28 +58,23 @@ def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_s
     m, n, zp = multiplier, shift, zero_point
     if leaky:
         m_n, n_n = negative_multiplier, negative_shift
-        if rounding == 0:
-            return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 0, True, zp, qmin, qmax, out)
-        if rounding == 1:
-            return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 1, True, zp, qmin, qmax, out)
-        if rounding == 2:
-            return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 2, True, zp, qmin, qmax, out)
-        return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 3, True, zp, qmin, qmax, out)
+        return _native_requant_roundings(acc, bias, m, n, m_n, n_n, True, True, rounding, zp, qmin, qmax, out)
     if count:
-        return _native_requant_roundings(acc, bias, m, n, True, rounding, zp, qmin, qmax, out)
-    return _native_requant_roundings(acc, bias, m, n, False, rounding, zp, qmin, qmax, out)
+        return _native_requant_roundings(acc, bias, m, n, m, n, False, True, rounding, zp, qmin, qmax, out)
+    return _native_requant_roundings(acc, bias, m, n, m, n, False, False, rounding, zp, qmin, qmax, out)
 
 
 @numba.njit(nogil=True, error_model="numpy", inline="always")
-def _native_requant_roundings(acc, bias, m, n, count, rounding, zp, qmin, qmax, out):
-    """native_requant without Leaky, branching to its loop with ``rounding`` as a constant."""
+def _native_requant_roundings(acc, bias, m, n, m_n, n_n, leaky, count, rounding, zp, qmin, qmax, out):
+    """native_requant's branch to its loop with ``rounding`` a constant (``leaky`` and ``count`` are
+    constants where this is inlined)."""
     if rounding == 0:
-        return _native_requant_loop(acc, bias, m, n, m, n, False, 0, count, zp, qmin, qmax, out)
+        return _native_requant_loop(acc, bias, m, n, m_n, n_n, leaky, 0, count, zp, qmin, qmax, out)
     if rounding == 1:
-        return _native_requant_loop(acc, bias, m, n, m, n, False, 1, count, zp, qmin, qmax, out)
+        return _native_requant_loop(acc, bias, m, n, m_n, n_n, leaky, 1, count, zp, qmin, qmax, out)
     if rounding == 2:
-        return _native_requant_loop(acc, bias, m, n, m, n, False, 2, count, zp, qmin, qmax, out)
-    return _native_requant_loop(acc, bias, m, n, m, n, False, 3, count, zp, qmin, qmax, out)
+        return _native_requant_loop(acc, bias, m, n, m_n, n_n, leaky, 2, count, zp, qmin, qmax, out)
+    return _native_requant_loop(acc, bias, m, n, m_n, n_n, leaky, 3, count, zp, qmin, qmax, out)
 
 
 @numba.njit(nogil=True, error_model="numpy", inline="always")
