@@ -263,6 +263,15 @@ def test_bad_requant_inputs(call, error, match):
         call()
 
 
+def test_a_zero_point_that_does_not_hash_is_checked_without_the_cache():
+    """The output checks are remembered per hashable argument set; a 0-d array zero point takes the uncached
+    check and gives the same output, and a bad one still names itself."""
+    want = requantize(A, multiplier=1, shift=0, out_zero_point=3)
+    assert np.array_equal(requantize(A, multiplier=1, shift=0, out_zero_point=np.array(3)), want)
+    with pytest.raises(TypeError, match="out_zero_point must be an integer"):
+        requantize(A, multiplier=1, shift=0, out_zero_point=np.array(1.5))
+
+
 def test_the_smallest_and_largest_finite_scales_are_accepted():
     info = np.finfo(np.float32)
     scale = np.array([info.smallest_subnormal, 1, info.max], np.float32)
