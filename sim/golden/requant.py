@@ -103,8 +103,8 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
 def _kernels():
     """sim/golden/_requant_kernels.py, imported on first use (importing the golden model stays cheap, and this
     costs 0.07 us a call where an import statement inside a function costs 0.5-0.7)."""
-    from aipu.sim.golden import _requant_kernels
-    return _requant_kernels
+    import aipu.sim.golden._requant_kernels as kernels
+    return kernels
 
 
 def _float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out) -> int:
