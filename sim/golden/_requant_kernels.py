@@ -138,7 +138,7 @@ def float32_requant(acc, bias, scale, count, zero_point, qmin, qmax, out):
     """clamp(round_half_even(fp32(fp32(acc + bias) * scale)) + zp, qmin, qmax) in 32-bit lanes, or -1 (``out``
     then unspecified) if some acc + bias does not fit int32: the caller then runs ``float32_requant_wide``.
     The clamped values are counted only when ``count`` (else 0 is returned): the loop is inlined once with
-    counting and once without (1.4x faster on 672x14x14, where each channel's run is short).
+    counting and once without (1.2x faster on 672x14x14, where each channel's run is short).
 
     acc + bias is formed in int32 (a sum outside it is found from the channel's extreme values); its conversion
     to float32 is the one RNE rounding of the exact sum. The saturated values are counted as a float sum of

@@ -93,7 +93,7 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
     blocks = channels.blocks()
     out = np.empty(blocks.shape, dtype)
-    # Python ints (numba types them faster); the clamped values are counted only if asked (a count costs 1.3-1.4x)
+    # Python ints (numba types them faster); the clamped values are counted only if asked (a count costs 1.2-1.3x)
     saturated = int(kernel(blocks, *parameters, return_saturated, zp, qmin, qmax, out))
     out = out.reshape(channels.acc.shape)
     return (out, saturated) if return_saturated else out
