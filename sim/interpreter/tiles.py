@@ -22,7 +22,7 @@ import numpy as np
 
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 
-from aipu.sim.golden._grouped_conv import depthwise_channels_last, grouped_conv_taps
+from aipu.sim.golden._grouped_conv import depthwise_channels_last, grouped_conv_taps, repeated_depthwise_weights
 from aipu.sim.golden._requant_kernels import (float32_requant, float32_requant_wide, native_requant,
                                               native_requant_channels_last)
 from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT
@@ -49,13 +49,15 @@ def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
 def weight_operands(w, w_zero_point, dense):
     """The multiplier operands of int8 weights w [K, KH, KW, C/G]: float32 w - zero point in w's layout
     (exact: sim/golden/conv.py); the same arranged for the kernel that takes them, [KH*KW*C, K] for a
-    ``dense`` conv (the GEMM's operand, whose row ranges are its reduction chunks), else [K, C/G*KH*KW] (the
+    ``dense`` conv (the GEMM's operand, whose row ranges are its reduction chunks), for one input channel
+    per group the depthwise kernel's repeated weights (repeated_depthwise_weights), else [K, C/G*KH*KW] (the
     grouped tap kernel's); and their largest magnitude. A layer's tiles share their weights: the caller makes
     these once for all of them."""
     k, kh, kw, group_c = w.shape
     taps, depth = kh * kw, w.size // max(k, 1)
     operands = np.empty(w.shape, np.float32)
-    arranged = np.empty((depth, k) if dense else (k, depth), np.float32)
+    depthwise_operand = group_c == 1 and not dense
+    arranged = np.empty((depth, k) if dense else ((0, 0) if depthwise_operand else (k, depth)), np.float32)
     flat, values, by_channel = operands.ravel(), w.ravel(), arranged.ravel()
     largest = np.float32(0.0)
     for o in range(_U(k)):
@@ -65,8 +67,10 @@ def weight_operands(w, w_zero_point, dense):
             largest = max(largest, abs(operand))
             if dense:
                 arranged[d, o] = operand
-            else:       # d = tap * C/G + c -> c * KH*KW + tap
+            elif not depthwise_operand:       # d = tap * C/G + c -> c * KH*KW + tap
                 by_channel[o * _U(depth) + (d % _U(group_c)) * _U(taps) + d // _U(group_c)] = operand
+    if depthwise_operand:
+        arranged = repeated_depthwise_weights(np.ascontiguousarray(operands.reshape((k, taps)).T))
     return operands, arranged, largest
 
 
@@ -92,14 +96,14 @@ def conv_tile(x, x_zero_point, ws, ws_arranged, weight_max, stride_h, stride_w, 
     if not (depthwise or direct) or group_c * kh * kw * x_max * weight_max > _FLOAT32_EXACT:
         return False      # a wide group, or partial sums one float32 pass would not hold exactly
     if depthwise:
-        depthwise_channels_last(x.reshape((1, height, width, channels)), x_zero_point,
-                                np.ascontiguousarray(ws.reshape((k, kh * kw)).T), kh, kw, stride_h, stride_w,
-                                pad_top, pad_left, dilation_h, dilation_w, out.reshape((1, oh, ow, k)))
+        depthwise_channels_last(x.reshape((1, height, width, channels)), x_zero_point, ws_arranged, kh, kw, stride_h,
+                                stride_w, pad_top, pad_left, dilation_h, dilation_w, out.reshape((1, oh, ow, k)))
         return True
     planes = np.empty((1, channels, height, width), x.dtype)     # the tap kernel's NCHW operands
     _transpose(x.ravel(), height * width, channels, planes.ravel())
     sums = np.empty((1, k, oh, ow), np.int32)
-    grouped_conv_taps(planes, x_zero_point, ws_arranged, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
+    by_group = ws.reshape((k, kh * kw)) if group_c == 1 else ws_arranged      # [K, C/G*KH*KW]
+    grouped_conv_taps(planes, x_zero_point, by_group, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
                       dilation_w, sums)
     _transpose(sums.ravel(), k, oh * ow, out.ravel())
     return True
