@@ -106,19 +106,25 @@ class _Step:
 class _State:
     """The memory of one run, as the steps see it."""
 
-    __slots__ = ("spaces", "acc", "exact_acc", "wrapped", "stats", "loop_spaces", "records")
+    __slots__ = ("spaces", "acc", "_exact_acc", "wrapped", "stats", "loop_spaces", "records")
 
     def __init__(self, memory: Memory, stats: Stats) -> None:
         self.spaces = {DRAM: memory.dram, **memory.buffers}
-        self.loop_spaces = (*(memory.buffers[buffer] for buffer in Buffer), memory.dram)   # as run_loop takes them
+        self.loop_spaces = (*map(memory.buffers.__getitem__, _BUFFERS), memory.dram)   # as run_loop takes them
         self.records = memory.buffers[Buffer.PARAM].view(PARAM_DTYPE)
         self.acc = memory.buffers[Buffer.ACC].view(ACC_DTYPE)
         # The wrapping ACC register (D6) holds the exact sum of every entry whose sum fits it; where a sum did
         # not fit, ``wrapped`` marks the entry and ``exact_acc`` holds its exact sum, checked where it is
         # consumed. Preloaded ACC content is exact.
-        self.exact_acc = np.zeros(self.acc.shape, np.int64)
+        self._exact_acc: np.ndarray | None = None      # made when a sum first does not fit (most runs: never)
         self.wrapped = np.zeros(self.acc.shape, np.bool_)
         self.stats = stats
+
+    @property
+    def exact_acc(self) -> np.ndarray:
+        if self._exact_acc is None:
+            self._exact_acc = np.zeros(self.acc.shape, np.int64)
+        return self._exact_acc
 
     def accumulate(self, first: int, sums: np.ndarray, add: bool) -> None:
         """ACC entries [first, first + sums.size) = sums (+ what they hold, when ``add``), in sums' shape.
@@ -143,6 +149,7 @@ class _State:
         return int(unfit[np.argmax(np.abs(unfit))]) if unfit.size else None
 
 
+_BUFFERS = tuple(Buffer)
 _View = tuple   # (space, first byte, end byte, numpy type, shape): a typed view of one run's memory
 
 
@@ -526,8 +533,8 @@ class PreparedProgram:
         memory = memory.copy()
         stats = Stats(self.stats.macs, Counter(self.stats.bytes_moved), Counter(self.stats.commands))
         state = _State(memory, stats)
-        steps = [self.steps[key] for key in order]
-        plan = self.loop if order is self.order else _LoopPlan(steps)
+        plan = self.loop if order is self.order else _LoopPlan([self.steps[key] for key in order])
+        steps = plan.steps
         position = 0
         while position < len(steps):
             end = plan.run_end[position] if compiled else position
@@ -537,7 +544,7 @@ class PreparedProgram:
                     continue
             _execute(steps[position], state)
             position += 1
-        return Result(memory, stats, list(order), [write for step in steps for write in step.writes])
+        return Result(memory, stats, list(order), list(plan.writes))
 
 
 def _execute(step: _Step, state: _State) -> None:
@@ -553,10 +560,12 @@ def _execute(step: _Step, state: _State) -> None:
 
 
 class _LoopPlan:
-    """The steps of one schedule as rows of the compiled run loop (run_loop.py; a step without a row is all
-    zeros), and where each run of consecutive rows ends."""
+    """The steps of one schedule, their writes, the steps as rows of the compiled run loop (run_loop.py; a step
+    without a row is all zeros), and where each run of consecutive rows ends."""
 
     def __init__(self, steps: list[_Step]) -> None:
+        self.steps = steps
+        self.writes = tuple(write for step in steps for write in step.writes)     # in execution order
         self.table = np.zeros((len(steps), run_loop.ROW_WIDTH), np.int64)
         for position, step in enumerate(steps):
             if step.row is not None:
