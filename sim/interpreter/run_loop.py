@@ -173,7 +173,10 @@ def _conv(row, act, operands, arranged, largest, acc, wrapped):
     stride_h, stride_w, pad_top, pad_left = row[13], row[14], row[15], row[16]
     dilation_h, dilation_w, oh, ow, first, accumulate = row[19], row[20], row[21], row[22], row[23], row[24]
     x = act[in_start:in_start + height * width * channels]
-    sums = np.empty((oh, ow, k), np.int32)
+    entries = _U(oh * ow * k)
+    held, marks = acc[first:first + entries], wrapped[first:first + entries]
+    # Without accumulate the sums go straight into ACC: conv_tile leaves its output alone when it refuses.
+    sums = np.empty((oh, ow, k), np.int32) if accumulate else held.reshape((oh, ow, k))
     weights = (operands, arranged, largest)
     if in_type == _INT8:
         done = conv_tile(x.view(np.int8).reshape((height, width, channels)), x_zero_point, *weights, stride_h,
@@ -183,9 +186,8 @@ def _conv(row, act, operands, arranged, largest, acc, wrapped):
                          pad_left, dilation_h, dilation_w, sums)
     if not done:
         return False
-    entries = _U(oh * ow * k)
-    flat, held, marks = sums.ravel(), acc[first:first + entries], wrapped[first:first + entries]
     if accumulate:
+        flat = sums.ravel()
         refused = False
         for e in range(entries):      # no early exit: the loop vectorises
             total = np.int64(held[e]) + flat[e]
@@ -195,9 +197,7 @@ def _conv(row, act, operands, arranged, largest, acc, wrapped):
         for e in range(entries):
             held[e] += flat[e]
     else:
-        for e in range(entries):
-            held[e] = flat[e]
-            marks[e] = False
+        marks[:] = False
     return True
 
 
