@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.interpreter.tiles import ACC_MAX, ACC_MIN, conv_tile, jit, requant_tile, weight_operands
+from aipu.sim.interpreter.tiles import (ACC_MAX, ACC_MIN, conv_tile, jit, record_operands, requant_operands,
+                                        weight_operands)
 from aipu.sim.machine.arch import Buffer, DType
 
 DRAM_SPACE = len(Buffer)       # spaces are passed as (the buffers in Buffer order..., DRAM)
 ROW_WIDTH = 26
 LOAD, STORE, CONV, REQUANT = 1, 2, 3, 4
-_ACT, _WEIGHT, _ACC, _OUT = int(Buffer.ACT), int(Buffer.WEIGHT), int(Buffer.ACC), int(Buffer.OUT)
+_ACT, _WEIGHT, _ACC, _OUT, _PARAM = (int(Buffer.ACT), int(Buffer.WEIGHT), int(Buffer.ACC), int(Buffer.OUT),
+                                    int(Buffer.PARAM))
 _INT8, _UINT8 = int(DType.INT8), int(DType.UINT8)
 _U = np.uint64
 
@@ -77,6 +79,9 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
     weights_key = np.full(7, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point, dense
     operands, arranged = np.empty((0, 0, 0, 0), np.float32), np.empty((0, 0), np.float32)
     largest = np.float32(0.0)
+    # The operands of the last REQUANT's parameter records, kept while no LOAD writes PARAM.
+    records_key = np.full(4, -1, np.int64)         # param_index, channels, float32 scale, leaky
+    parameters = record_operands(records[:0], False, False)
     for position in range(first, last):
         row = table[position]
         kind = row[0]
@@ -84,6 +89,8 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
             _load(row, spaces[row[1]], spaces[DRAM_SPACE])
             if row[1] == _WEIGHT:
                 weights_key[0] = -1
+            elif row[1] == _PARAM:
+                records_key[0] = -1
         elif kind == STORE:
             _store(row, spaces[_OUT], spaces[DRAM_SPACE])
         elif kind == CONV:
@@ -97,7 +104,12 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
             if not _conv(row, spaces[_ACT], operands, arranged, largest, acc, wrapped):
                 return position
         elif kind == REQUANT:
-            count = _requant(row, acc, records, spaces[_OUT], wrapped)
+            param_index, channels = row[4], row[3]
+            if not (records_key[0] == param_index and records_key[1] == channels and records_key[2] == row[7]
+                    and records_key[3] == row[8]):
+                parameters = record_operands(records[param_index:param_index + channels], row[7] != 0, row[8] != 0)
+                records_key[0], records_key[1], records_key[2], records_key[3] = param_index, channels, row[7], row[8]
+            count = _requant(row, acc, parameters, spaces[_OUT], wrapped)
             if count < 0:
                 return position
             saturated[position - first] = count
@@ -202,27 +214,25 @@ def _conv(row, act, operands, arranged, largest, acc, wrapped):
 
 
 @jit
-def _requant(row, acc, records, out, wrapped):
-    first, pixels, channels, param_index, out_start, out_type = row[1], row[2], row[3], row[4], row[5], row[6]
-    float32_scale, leaky, rounding = row[7] != 0, row[8] != 0, row[9]
+def _requant(row, acc, parameters, out, wrapped):
+    first, pixels, channels, out_type = row[1], row[2], row[3], row[6]
+    out_start, float32_scale, leaky, rounding = row[5], row[7] != 0, row[8] != 0, row[9]
     zero_point, qmin, qmax = row[10], row[11], row[12]
     entries = pixels * channels
     marks = wrapped[first:first + entries].view(np.uint8)
     marked = np.uint8(0)
     for e in range(_U(entries)):      # no early exit: the loop vectorises (entries are rarely marked)
         marked |= marks[e]
-    if marked:
+    bias, multiplier, shift, negative_multiplier, negative_shift, scale, valid = parameters
+    if marked or not valid:
         return -1
-    tile_records = records[param_index:param_index + channels]
-    for c in range(channels):
-        if tile_records[c].reserved != 0:
-            return -1
+    operands = (bias, multiplier, shift, negative_multiplier, negative_shift, scale, float32_scale, leaky, rounding,
+                zero_point, qmin, qmax)
     tile = acc[first:first + entries].reshape((pixels, channels))
     if out_type == _INT8:
-        target = out[out_start:out_start + entries].view(np.int8).reshape((pixels, channels))
-        return requant_tile(tile, tile_records, float32_scale, leaky, rounding, zero_point, qmin, qmax, target)
+        return requant_operands(tile, *operands, out[out_start:out_start + entries].view(np.int8).reshape(
+            (pixels, channels)))
     if out_type == _UINT8:
-        target8 = out[out_start:out_start + entries].reshape((pixels, channels))
-        return requant_tile(tile, tile_records, float32_scale, leaky, rounding, zero_point, qmin, qmax, target8)
-    target16 = out[out_start:out_start + 2 * entries].view(np.int16).reshape((pixels, channels))
-    return requant_tile(tile, tile_records, float32_scale, leaky, rounding, zero_point, qmin, qmax, target16)
+        return requant_operands(tile, *operands, out[out_start:out_start + entries].reshape((pixels, channels)))
+    return requant_operands(tile, *operands, out[out_start:out_start + 2 * entries].view(np.int16).reshape(
+        (pixels, channels)))

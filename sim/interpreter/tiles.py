@@ -169,29 +169,50 @@ def _gemm_conv(x, x_zero_point, x_bound, ws_by_depth, weight_max, kh, kw, stride
 
 
 @jit
-def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin, qmax, out):
-    """out [P, C] = the requantizer on acc int32 [P, C] with one parameter record (arch.PARAM_DTYPE) per channel,
-    as :func:`requantize_records` computes it for a stage of these fields; returns the saturated count, or -1,
-    with ``out`` untouched, if a record field is outside its range (requantize_records says which)."""
-    pixels, channels = acc.shape
+def record_operands(records, float32_scale, leaky):
+    """The per-channel operands of parameter records (arch.PARAM_DTYPE) for a stage of these fields: bias,
+    multiplier, shift, negative multiplier and shift (int64), scale (float32), and whether every field the
+    stage uses is in its range and every reserved field is 0 (requantize_records and the interpreter's step
+    name what is not). A layer's tiles share their records: the run loop makes these once for all of them."""
+    channels = records.shape[0]
     bias = np.empty(channels, np.int64)
     multiplier, shift = np.empty(channels, np.int64), np.empty(channels, np.int64)
     negative_multiplier, negative_shift = np.empty(channels, np.int64), np.empty(channels, np.int64)
     scale = np.empty(channels, np.float32)
+    valid = True
     for c in range(channels):
         record = records[c]
         bias[c] = record.bias
         multiplier[c], shift[c] = record.multiplier, record.shift
         negative_multiplier[c], negative_shift[c] = record.negative_multiplier, record.negative_shift
         scale[c] = record.scale
-        if not _BIAS_MIN <= bias[c] <= _BIAS_MAX:
-            return -1
+        valid &= record.reserved == 0 and _BIAS_MIN <= bias[c] <= _BIAS_MAX
         if float32_scale:
-            if not (0 < scale[c] < np.inf):
-                return -1
-        elif not (multiplier[c] <= MULTIPLIER_MAX and shift[c] <= SHIFT_MAX and (not leaky or (
-                negative_multiplier[c] <= MULTIPLIER_MAX and negative_shift[c] <= SHIFT_MAX))):
-            return -1
+            valid &= 0 < scale[c] < np.inf
+        else:
+            valid &= multiplier[c] <= MULTIPLIER_MAX and shift[c] <= SHIFT_MAX and (not leaky or (
+                negative_multiplier[c] <= MULTIPLIER_MAX and negative_shift[c] <= SHIFT_MAX))
+    return bias, multiplier, shift, negative_multiplier, negative_shift, scale, valid
+
+
+@jit
+def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin, qmax, out):
+    """out [P, C] = the requantizer on acc int32 [P, C] with one parameter record (arch.PARAM_DTYPE) per channel,
+    as :func:`requantize_records` computes it for a stage of these fields; returns the saturated count, or -1,
+    with ``out`` untouched, if a record field is outside its range or a reserved one is not 0."""
+    bias, multiplier, shift, negative_multiplier, negative_shift, scale, valid = record_operands(records,
+                                                                                                float32_scale, leaky)
+    if not valid:
+        return -1
+    return requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative_shift, scale, float32_scale,
+                            leaky, rounding, zero_point, qmin, qmax, out)
+
+
+@jit
+def requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative_shift, scale, float32_scale, leaky,
+                     rounding, zero_point, qmin, qmax, out):
+    """:func:`requant_tile` on the operands :func:`record_operands` made of valid records."""
+    pixels, channels = acc.shape
     if not (float32_scale or leaky):
         return native_requant_channels_last(acc, bias, multiplier, shift, rounding, zero_point, qmin, qmax, out)
     # The other kernels take [1, C, P], their inner loop running long: [P, 1] is that already.
