@@ -304,6 +304,13 @@ def depthwise_flat(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, pad
                 flat_out[target + t] = np.int32(acc[t])
 
 
+@numba.njit(inline="always", fastmath=True, error_model="numpy")
+def _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4):
+    """Five taps' products at run position ``e`` (plane runs from s0..s4, repeated weights from w0..w4)."""
+    return (plane[s0 + e] * weights[w0 + e] + plane[s1 + e] * weights[w1 + e] + plane[s2 + e] * weights[w2 + e]
+            + plane[s3 + e] * weights[w3 + e] + plane[s4 + e] * weights[w4 + e])
+
+
 _REPEAT_FLOATS = 256     # a depthwise tap's repeated weights span about this many floats
 
 
@@ -333,8 +340,8 @@ def depthwise_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_
     contiguous run of OW*C values per output row, multiplied element by element with its repeated weights,
     so the vector loops run over pixels and channels together however few channels a tile has. The run is
     taken in blocks as long as the repeated weights (on a 2-row tile, repeating them along whole rows cost a
-    fifth of the call, measured). A 3x3 kernel is one pass straight to the output; others add passes of
-    up to nine taps in a float32 row. Only the plane's padding is zeroed, not the whole plane.
+    fifth of the call, measured). A 3x3 kernel is one pass straight to the output, a 5x5 one five passes;
+    others add passes of up to nine taps in a float32 row. Only the plane's padding is zeroed, not the whole plane.
     Exact under the same float32 bound as :func:`grouped_conv_taps`.
     """
     batch, height, width_in, channels = x.shape
@@ -403,6 +410,25 @@ def depthwise_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_
                             + plane[s4 + e] * weights[w4 + e] + plane[s5 + e] * weights[w5 + e]
                             + plane[s6 + e] * weights[w6 + e] + plane[s7 + e] * weights[w7 + e]
                             + plane[s8 + e] * weights[w8 + e])
+                    continue
+                if taps == 25:          # 5x5: five taps a pass, the first setting the row, the last converting
+                    # it (15 % faster than 9 + 9 + 3 + 3 + 1 taps after zeroing the row, measured)
+                    for i in range(5):
+                        t = 5 * i
+                        s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
+                        s3, s4 = line + offsets[t + 3], line + offsets[t + 4]
+                        w0, w1, w2 = _U(t) * block, _U(t + 1) * block, _U(t + 2) * block
+                        w3, w4 = _U(t + 3) * block, _U(t + 4) * block
+                        if i == 0:
+                            for e in range(count):
+                                row[e] = _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
+                        elif i < 4:
+                            for e in range(count):
+                                row[e] += _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
+                        else:
+                            for e in range(count):
+                                target[begin + e] = np.int32(row[e] + _five_taps(plane, weights, e, s0, s1, s2, s3, s4,
+                                                                                 w0, w1, w2, w3, w4))
                     continue
                 row[:] = 0.0
                 t = 0

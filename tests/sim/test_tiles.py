@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,6 +62,23 @@ def test_conv_tile_equals_the_golden_sums_or_refuses(case):
     if groups == 1 or (takes_conv(channels, k, kh, kw, groups) and (channels // groups) * kh * kw * 255 * 255
                        <= 2 ** 24):
         assert done     # a dense conv in chunks when float32 is short (these sums all fit int32)
+
+
+@pytest.mark.parametrize("kh, kw", [(3, 3), (5, 5), (25, 1), (7, 7), (3, 5)])
+@pytest.mark.parametrize("stride, dilation, channels", [((1, 1), (1, 1), 40), ((2, 2), (1, 1), 16), ((1, 2), (2, 1), 3)])
+def test_depthwise_tiles_of_every_pass_structure_equal_the_golden_sums(kh, kw, stride, dilation, channels):
+    """The depthwise kernel's one-pass 3x3, five-pass 5x5 (any 25 taps) and general paths, padded unevenly."""
+    rng = np.random.default_rng(kh * 10 + kw)
+    padding = (kh // 2, kw // 2 + 1, kh // 2 + 1, kw // 2)
+    x = rng.integers(-128, 128, ((kh - 1) * dilation[0] + 5, (kw - 1) * dilation[1] + 6, channels)).astype(np.int8)
+    w = rng.integers(-128, 128, (channels, kh, kw, 1)).astype(np.int8)
+    geometry = golden.conv_geometry((1, channels, *x.shape[:2]), x.dtype, (channels, 1, kh, kw), np.int8,
+                                    x_zero_point=-7, w_zero_point=2, stride=stride, padding=padding,
+                                    dilation=dilation, groups=channels)
+    expected = golden.conv_sums(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), geometry)[0].transpose(1, 2, 0)
+    out = np.full(expected.shape, SENTINEL, np.int32)
+    assert conv_tile(x, -7, *weight_operands(w, 2, False), *stride, *padding[:2], *dilation, out)
+    np.testing.assert_array_equal(out, expected)
 
 
 def _records(rng: np.random.Generator, channels: int, *, bad_field: str | None = None) -> np.ndarray:
