@@ -311,6 +311,13 @@ def _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4):
             + plane[s3 + e] * weights[w3 + e] + plane[s4 + e] * weights[w4 + e])
 
 
+@numba.njit(inline="always", fastmath=True, error_model="numpy")
+def _nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2, w3, w4, w5, w6, w7, w8):
+    """Nine taps' products at run position ``e`` (as :func:`_five_taps`)."""
+    return (_five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4) + plane[s5 + e] * weights[w5 + e]
+            + plane[s6 + e] * weights[w6 + e] + plane[s7 + e] * weights[w7 + e] + plane[s8 + e] * weights[w8 + e])
+
+
 _REPEAT_FLOATS = 256     # a depthwise tap's repeated weights span about this many floats
 
 
@@ -397,19 +404,15 @@ def depthwise_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_
             for begin in range(_U(0), run, block):
                 count = min(block, run - begin)
                 line = _U(y * stride_h) * row_size + begin
-                if taps == 9:           # 3x3: one pass, straight to the output (a third faster, measured)
+                if taps == 9:           # 3x3: one pass, straight to the output (1.2-1.4x faster, measured)
                     s0, s1, s2 = line + offsets[0], line + offsets[1], line + offsets[2]
                     s3, s4, s5 = line + offsets[3], line + offsets[4], line + offsets[5]
                     s6, s7, s8 = line + offsets[6], line + offsets[7], line + offsets[8]
                     w1, w2, w3, w4 = block, _U(2) * block, _U(3) * block, _U(4) * block
                     w5, w6, w7, w8 = _U(5) * block, _U(6) * block, _U(7) * block, _U(8) * block
                     for e in range(count):
-                        target[begin + e] = np.int32(
-                            plane[s0 + e] * weights[e] + plane[s1 + e] * weights[w1 + e]
-                            + plane[s2 + e] * weights[w2 + e] + plane[s3 + e] * weights[w3 + e]
-                            + plane[s4 + e] * weights[w4 + e] + plane[s5 + e] * weights[w5 + e]
-                            + plane[s6 + e] * weights[w6 + e] + plane[s7 + e] * weights[w7 + e]
-                            + plane[s8 + e] * weights[w8 + e])
+                        target[begin + e] = np.int32(_nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8,
+                                                                _U(0), w1, w2, w3, w4, w5, w6, w7, w8))
                     continue
                 if taps == 25:          # 5x5: five taps a pass, the first setting the row, the last converting
                     # it (15 % faster than 9 + 9 + 3 + 3 + 1 taps after zeroing the row, measured)
@@ -440,11 +443,8 @@ def depthwise_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_
                     w3, w4, w5 = _U(t + 3) * block, _U(t + 4) * block, _U(t + 5) * block
                     w6, w7, w8 = _U(t + 6) * block, _U(t + 7) * block, _U(t + 8) * block
                     for e in range(count):
-                        row[e] += (plane[s0 + e] * weights[w0 + e] + plane[s1 + e] * weights[w1 + e]
-                                   + plane[s2 + e] * weights[w2 + e] + plane[s3 + e] * weights[w3 + e]
-                                   + plane[s4 + e] * weights[w4 + e] + plane[s5 + e] * weights[w5 + e]
-                                   + plane[s6 + e] * weights[w6 + e] + plane[s7 + e] * weights[w7 + e]
-                                   + plane[s8 + e] * weights[w8 + e])
+                        row[e] += _nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2, w3, w4,
+                                             w5, w6, w7, w8)
                     t += 9
                 while t + 3 <= taps:      # three taps per pass: a third of the row's loads and stores
                     s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
