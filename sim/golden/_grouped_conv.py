@@ -318,145 +318,174 @@ def _nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2
             + plane[s6 + e] * weights[w6 + e] + plane[s7 + e] * weights[w7 + e] + plane[s8 + e] * weights[w8 + e])
 
 
-_REPEAT_FLOATS = 256     # a depthwise tap's repeated weights span about this many floats
+_REPEAT_FLOATS = 256     # a virtual tap's repeated weights span about this many floats
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def repeated_depthwise_weights(ws):
-    """:func:`depthwise_channels_last`'s weight operand from ws float32 [KH*KW, C]: per tap, its C weights repeated
-    over whole pixels to about _REPEAT_FLOATS floats, [KH*KW, m*C]. A layer's tiles share it: made once."""
-    taps, channels = ws.shape
-    copies = max(1, _REPEAT_FLOATS // max(channels, 1))
-    repeated = np.empty((taps, copies * channels), np.float32)
-    for t in range(taps):
-        for copy in range(copies):
-            repeated[t, copy * channels:(copy + 1) * channels] = ws[t]
+def repeated_group_weights(ws, groups):
+    """:func:`grouped_channels_last`'s weight operand from ws float32 [K, KH*KW, C/G] (weights minus their zero
+    point, in w's layout): for output o of every group and virtual tap v = c*KH*KW + t, the ``groups``
+    weights ws[g*Kg + o, t, c] repeated over whole pixels to about _REPEAT_FLOATS floats, [Kg, C/G*KH*KW,
+    m*G]. A layer's tiles share it: made once."""
+    k, taps, group_c = ws.shape
+    per_group = k // groups
+    copies = max(1, _REPEAT_FLOATS // max(groups, 1))
+    repeated = np.empty((per_group, group_c * taps, copies * groups), np.float32)
+    for o in range(per_group):
+        for c in range(group_c):
+            for t in range(taps):
+                line = repeated[o, c * taps + t]
+                for g in range(groups):
+                    value = ws[g * per_group + o, t, c]
+                    for copy in range(copies):
+                        line[copy * groups + g] = value
     return repeated
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
-def depthwise_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
-                            dilation_w, out):
-    """out[n, y, x', c] = sum over i, j of ws[i*KW + j, c] * (x - zp)[n, y*sh + i*dh - pt, x'*sw + j*dw - pl, c],
-    taps outside x being 0: a depthwise conv on channels-last operands, as the NPU's buffers hold a tile.
+def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
+                          dilation_w, out):
+    """out[n, y, x', g*Kg + o] = sum over c, i, j of ws[g*Kg + o, i*KW + j, c] * (x - zp)[n, y*sh + i*dh - pt,
+    x'*sw + j*dw - pl, g*Cg + c], taps outside x being 0: a grouped conv (depthwise with Cg = 1) on
+    channels-last operands, as the NPU's buffers hold a tile.
 
-    x: int8/uint8 [N, H, W, C] C-contiguous; ``repeated``: float32 ws (weights minus their zero point,
-    [KH*KW, C]) with each tap's row repeated over whole pixels (:func:`repeated_depthwise_weights`); out:
-    int32 [N, OH, OW, C] C-contiguous. The padded input is converted once into a float32 plane whose rows
-    are split by column phase, ``plane[r, b, q, c] = padded[r, q*sw + b, c]``: a tap then reads one
-    contiguous run of OW*C values per output row, multiplied element by element with its repeated weights,
-    so the vector loops run over pixels and channels together however few channels a tile has. The run is
-    taken in blocks as long as the repeated weights (on a 2-row tile, repeating them along whole rows cost a
-    fifth of the call, measured). A 3x3 kernel is one pass straight to the output, a 5x5 one five passes;
-    others add passes of up to nine taps in a float32 row. Only the plane's padding is zeroed, not the whole plane.
-    Exact under the same float32 bound as :func:`grouped_conv_taps`.
+    x: int8/uint8 [N, H, W, C] C-contiguous; ``repeated``: the weights as :func:`repeated_group_weights` makes
+    them, [Kg, Cg*KH*KW, m*G]; out: int32 [N, OH, OW, K] C-contiguous. The padded input is converted once into
+    one float32 plane per channel c of a group, its G lanes per pixel the groups' c-th channels, its rows
+    split by column phase, ``plane[c, r, b, q, g] = padded[r, q*sw + b, g*Cg + c]``. Each (c, tap) pair is a
+    virtual tap that reads one contiguous run of OW*G values per output row, multiplied element by element
+    with its repeated weights, so the vector loops run over pixels and groups together however few groups a
+    tile has. The run is taken in blocks as long as the repeated weights (on a 2-row tile, repeating them
+    along whole rows cost a fifth of the call, measured). Nine virtual taps (a 3x3 depthwise kernel) are one
+    pass straight to the output, 25 (5x5) five passes; others add passes of up to nine in a float32 row.
+    With several outputs per group, output o's row goes through a scratch row into every Kg-th channel. Only
+    the planes' padding is zeroed, not the whole planes. Exact under the same float32 bound as
+    :func:`grouped_conv_taps`.
     """
     batch, height, width_in, channels = x.shape
-    oh, ow = out.shape[1], out.shape[2]
-    lanes = _U(channels)
+    oh, ow, k = out.shape[1], out.shape[2], out.shape[3]
+    per_group, virtual = repeated.shape[0], repeated.shape[1]
+    groups = k // per_group
+    group_c = channels // groups
+    lanes, step = _U(groups), _U(group_c)
+    taps = kh * kw
     phase_w = (ow - 1) + ((kw - 1) * dilation_w) // stride_w + 1
     rows = (oh - 1) * stride_h + (kh - 1) * dilation_h + 1
     row_size = _U(stride_w * phase_w) * lanes
+    plane_size = _U(rows) * row_size
     run = _U(ow) * lanes
-    taps = kh * kw
-    block = _U(repeated.shape[1])
+    block = _U(repeated.shape[2])
     weights = repeated.ravel()
-    offsets = np.empty(taps, np.uint64)             # where a tap reads, from its output row's first plane row
-    for j in range(kw):
-        column, phase = divmod(j * dilation_w, stride_w)
-        for i in range(kh):
-            offsets[i * kw + j] = _U(i * dilation_h) * row_size + _U(phase * phase_w + column) * lanes
+    offsets = np.empty(virtual, np.uint64)          # where a virtual tap reads, from its output row's first row
+    for c in range(group_c):
+        for j in range(kw):
+            column, phase = divmod(j * dilation_w, stride_w)
+            for i in range(kh):
+                offsets[c * taps + i * kw + j] = (_U(c) * plane_size + _U(i * dilation_h) * row_size
+                                                  + _U(phase * phase_w + column) * lanes)
     # Per column phase b: the phase columns [first, last) that hold x, from input column first * sw + b - pl.
     first_q, last_q = np.empty(stride_w, np.int64), np.empty(stride_w, np.int64)
     for b in range(stride_w):
         first_q[b] = min(phase_w, max(0, -((b - pad_left) // stride_w)))
         last_q[b] = max(first_q[b], min(phase_w, (width_in - 1 - b + pad_left) // stride_w + 1))
-    plane = np.empty(_U(rows) * row_size, np.float32)
+    plane = np.empty(step * plane_size, np.float32)
     row = np.empty(block, np.float32)
+    scattered = per_group > 1
+    scratch = np.empty(run if scattered else _U(0), np.int32)    # output o's row before its scatter
     zero_point = np.float32(x_zero_point)
     for n in range(batch):
         for r in range(rows):
             y = r - pad_top
-            base = _U(r) * row_size
-            if y < 0 or y >= height:
-                for e in range(row_size):
-                    plane[base + e] = 0.0
-                continue
-            source = x[n, y].ravel()
-            for b in range(stride_w):
-                phase = base + _U(b * phase_w) * lanes
-                first, last = _U(first_q[b]) * lanes, _U(last_q[b]) * lanes
-                for e in range(first):
-                    plane[phase + e] = 0.0
-                for e in range(last, _U(phase_w) * lanes):
-                    plane[phase + e] = 0.0
-                if stride_w == 1:       # one phase: the row's pixels are one contiguous run
-                    pixels = _U(first_q[0] - pad_left) * lanes
-                    for e in range(last - first):
-                        plane[phase + first + e] = np.float32(source[pixels + e]) - zero_point
+            for c in range(group_c):
+                base = _U(c) * plane_size + _U(r) * row_size
+                if y < 0 or y >= height:
+                    for e in range(row_size):
+                        plane[base + e] = 0.0
                     continue
-                for q in range(first_q[b], last_q[b]):
-                    pixel, target = _U(q * stride_w + b - pad_left) * lanes, phase + _U(q) * lanes
-                    for c in range(lanes):
-                        plane[target + c] = np.float32(source[pixel + c]) - zero_point
+                source = x[n, y].ravel()
+                for b in range(stride_w):
+                    phase = base + _U(b * phase_w) * lanes
+                    first, last = _U(first_q[b]) * lanes, _U(last_q[b]) * lanes
+                    for e in range(first):
+                        plane[phase + e] = 0.0
+                    for e in range(last, _U(phase_w) * lanes):
+                        plane[phase + e] = 0.0
+                    if stride_w == 1 and group_c == 1:      # the row's pixels are one contiguous run
+                        pixels = _U(first_q[0] - pad_left) * lanes
+                        for e in range(last - first):
+                            plane[phase + first + e] = np.float32(source[pixels + e]) - zero_point
+                        continue
+                    for q in range(first_q[b], last_q[b]):
+                        pixel = _U(q * stride_w + b - pad_left) * _U(channels) + _U(c)
+                        target = phase + _U(q) * lanes
+                        for g in range(lanes):
+                            plane[target + g] = np.float32(source[pixel + g * step]) - zero_point
         for y in range(oh):
-            target = out[n, y].ravel()
-            for begin in range(_U(0), run, block):
-                count = min(block, run - begin)
-                line = _U(y * stride_h) * row_size + begin
-                if taps == 9:           # 3x3: one pass, straight to the output (1.2-1.4x faster, measured)
-                    s0, s1, s2 = line + offsets[0], line + offsets[1], line + offsets[2]
-                    s3, s4, s5 = line + offsets[3], line + offsets[4], line + offsets[5]
-                    s6, s7, s8 = line + offsets[6], line + offsets[7], line + offsets[8]
-                    w1, w2, w3, w4 = block, _U(2) * block, _U(3) * block, _U(4) * block
-                    w5, w6, w7, w8 = _U(5) * block, _U(6) * block, _U(7) * block, _U(8) * block
-                    for e in range(count):
-                        target[begin + e] = np.int32(_nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8,
-                                                                _U(0), w1, w2, w3, w4, w5, w6, w7, w8))
-                    continue
-                if taps == 25:          # 5x5: five taps a pass, the first setting the row, the last converting
-                    # it (15 % faster than 9 + 9 + 3 + 3 + 1 taps after zeroing the row, measured)
-                    for i in range(5):
-                        t = 5 * i
+            line_out = out[n, y].ravel()
+            target = scratch if scattered else line_out
+            for o in range(per_group):
+                wb = _U(o * virtual) * block       # output o's weights
+                for begin in range(_U(0), run, block):
+                    count = min(block, run - begin)
+                    line = _U(y * stride_h) * row_size + begin
+                    if virtual == 9:    # 3x3: one pass, straight to the output (1.2-1.4x faster, measured)
+                        s0, s1, s2 = line + offsets[0], line + offsets[1], line + offsets[2]
+                        s3, s4, s5 = line + offsets[3], line + offsets[4], line + offsets[5]
+                        s6, s7, s8 = line + offsets[6], line + offsets[7], line + offsets[8]
+                        w1, w2, w3, w4 = wb + block, wb + _U(2) * block, wb + _U(3) * block, wb + _U(4) * block
+                        w5, w6, w7, w8 = wb + _U(5) * block, wb + _U(6) * block, wb + _U(7) * block, wb + _U(8) * block
+                        for e in range(count):
+                            target[begin + e] = np.int32(_nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7,
+                                                                    s8, wb, w1, w2, w3, w4, w5, w6, w7, w8))
+                        continue
+                    if virtual == 25:   # 5x5: five taps a pass, the first setting the row, the last converting
+                        # it (15 % faster than 9 + 9 + 3 + 3 + 1 taps after zeroing the row, measured)
+                        for i in range(5):
+                            t = 5 * i
+                            s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
+                            s3, s4 = line + offsets[t + 3], line + offsets[t + 4]
+                            w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
+                            w3, w4 = wb + _U(t + 3) * block, wb + _U(t + 4) * block
+                            if i == 0:
+                                for e in range(count):
+                                    row[e] = _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
+                            elif i < 4:
+                                for e in range(count):
+                                    row[e] += _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
+                            else:
+                                for e in range(count):
+                                    target[begin + e] = np.int32(row[e] + _five_taps(plane, weights, e, s0, s1, s2,
+                                                                                     s3, s4, w0, w1, w2, w3, w4))
+                        continue
+                    row[:] = 0.0
+                    t = 0
+                    while t + 9 <= virtual:       # nine taps per pass: 2-17 % faster than three (measured)
                         s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
-                        s3, s4 = line + offsets[t + 3], line + offsets[t + 4]
-                        w0, w1, w2 = _U(t) * block, _U(t + 1) * block, _U(t + 2) * block
-                        w3, w4 = _U(t + 3) * block, _U(t + 4) * block
-                        if i == 0:
-                            for e in range(count):
-                                row[e] = _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
-                        elif i < 4:
-                            for e in range(count):
-                                row[e] += _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
-                        else:
-                            for e in range(count):
-                                target[begin + e] = np.int32(row[e] + _five_taps(plane, weights, e, s0, s1, s2, s3, s4,
-                                                                                 w0, w1, w2, w3, w4))
-                    continue
-                row[:] = 0.0
-                t = 0
-                while t + 9 <= taps:      # nine taps per pass: 2-17 % faster than three (measured)
-                    s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
-                    s3, s4, s5 = line + offsets[t + 3], line + offsets[t + 4], line + offsets[t + 5]
-                    s6, s7, s8 = line + offsets[t + 6], line + offsets[t + 7], line + offsets[t + 8]
-                    w0, w1, w2 = _U(t) * block, _U(t + 1) * block, _U(t + 2) * block
-                    w3, w4, w5 = _U(t + 3) * block, _U(t + 4) * block, _U(t + 5) * block
-                    w6, w7, w8 = _U(t + 6) * block, _U(t + 7) * block, _U(t + 8) * block
+                        s3, s4, s5 = line + offsets[t + 3], line + offsets[t + 4], line + offsets[t + 5]
+                        s6, s7, s8 = line + offsets[t + 6], line + offsets[t + 7], line + offsets[t + 8]
+                        w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
+                        w3, w4, w5 = wb + _U(t + 3) * block, wb + _U(t + 4) * block, wb + _U(t + 5) * block
+                        w6, w7, w8 = wb + _U(t + 6) * block, wb + _U(t + 7) * block, wb + _U(t + 8) * block
+                        for e in range(count):
+                            row[e] += _nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2,
+                                                 w3, w4, w5, w6, w7, w8)
+                        t += 9
+                    while t + 3 <= virtual:       # three taps per pass: a third of the row's loads and stores
+                        s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
+                        w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
+                        for e in range(count):
+                            row[e] += (plane[s0 + e] * weights[w0 + e] + plane[s1 + e] * weights[w1 + e]
+                                       + plane[s2 + e] * weights[w2 + e])
+                        t += 3
+                    while t < virtual:
+                        s0, w0 = line + offsets[t], wb + _U(t) * block
+                        for e in range(count):
+                            row[e] += plane[s0 + e] * weights[w0 + e]
+                        t += 1
                     for e in range(count):
-                        row[e] += _nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2, w3, w4,
-                                             w5, w6, w7, w8)
-                    t += 9
-                while t + 3 <= taps:      # three taps per pass: a third of the row's loads and stores
-                    s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
-                    w0, w1, w2 = _U(t) * block, _U(t + 1) * block, _U(t + 2) * block
-                    for e in range(count):
-                        row[e] += (plane[s0 + e] * weights[w0 + e] + plane[s1 + e] * weights[w1 + e]
-                                   + plane[s2 + e] * weights[w2 + e])
-                    t += 3
-                while t < taps:
-                    s0, w0 = line + offsets[t], _U(t) * block
-                    for e in range(count):
-                        row[e] += plane[s0 + e] * weights[w0 + e]
-                    t += 1
-                for e in range(count):
-                    target[begin + e] = np.int32(row[e])
+                        target[begin + e] = np.int32(row[e])
+                if scattered:
+                    for q in range(_U(ow)):
+                        at, first = q * _U(k) + _U(o), q * lanes
+                        for g in range(lanes):
+                            line_out[at + g * _U(per_group)] = scratch[first + g]

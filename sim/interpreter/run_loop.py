@@ -76,7 +76,7 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
     the module docstring)."""
     acc = spaces[_ACC].view(np.int32)
     # The weight operands of the last CONV, kept while no LOAD writes WEIGHT: a layer's tiles share them.
-    weights_key = np.full(7, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point, dense
+    weights_key = np.full(7, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point, groups
     operands, arranged = np.empty((0, 0, 0, 0), np.float32), np.empty((0, 0), np.float32)
     largest = np.float32(0.0)
     # The operands of the last REQUANT's parameter records, kept while no LOAD writes PARAM.
@@ -95,12 +95,12 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
             _store(row, spaces[_OUT], spaces[DRAM_SPACE])
         elif kind == CONV:
             wgt_start, k, kh, kw, group_c = row[6], row[7], row[8], row[9], row[10]
-            dense = group_c == row[4]
-            if not ((weights_key[:6] == row[6:12]).all() and weights_key[6] == dense):
+            groups = row[4] // group_c
+            if not ((weights_key[:6] == row[6:12]).all() and weights_key[6] == groups):
                 w = spaces[_WEIGHT][wgt_start:wgt_start + k * kh * kw * group_c].view(np.int8)
-                operands, arranged, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11], dense)
+                operands, arranged, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11], groups)
                 weights_key[:6] = row[6:12]
-                weights_key[6] = dense
+                weights_key[6] = groups
             if not _conv(row, spaces[_ACT], operands, arranged, largest, acc, wrapped):
                 return position
         elif kind == REQUANT:

@@ -22,10 +22,10 @@ import numpy as np
 
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 
-from aipu.sim.golden._grouped_conv import depthwise_channels_last, grouped_conv_taps, repeated_depthwise_weights
+from aipu.sim.golden._grouped_conv import grouped_channels_last, grouped_conv_taps, repeated_group_weights
 from aipu.sim.golden._requant_kernels import (float32_requant, float32_requant_wide, native_requant,
                                               native_requant_channels_last)
-from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT
+from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
 from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
 # The decorator of the tile kernels and of run_loop.py: numba.njit(cache=True, nogil=True), its cache
@@ -36,6 +36,7 @@ _BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
 ACC_MIN, ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)   # what an ACC entry holds
 _U = np.uint64
 _BLOCK = 16           # _transpose's block side (8-24 measured alike; 64 spills)
+_takes_channels_last = jit(takes_channels_last)
 
 
 def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
@@ -47,13 +48,13 @@ def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
 
 
 @jit
-def weight_operands(w, w_zero_point, dense):
-    """The multiplier operands of int8 weights w [K, KH, KW, C/G]: float32 w - zero point in w's layout
-    (exact: sim/golden/conv.py); the same arranged for the kernel that takes them, [KH*KW*C, K] for a
-    ``dense`` conv (the GEMM's operand, whose row ranges are its reduction chunks), for one input channel
-    per group the depthwise kernel's repeated weights (repeated_depthwise_weights), else [K, C/G*KH*KW] (the
-    grouped tap kernel's); and their largest magnitude. A layer's tiles share their weights: the caller makes
-    these once for all of them."""
+def weight_operands(w, w_zero_point, groups):
+    """The multiplier operands of int8 weights w [K, KH, KW, C/G] of a conv of ``groups`` groups: float32 w -
+    zero point in w's layout (exact: sim/golden/conv.py); the same arranged for the kernel that takes them,
+    [KH*KW*C, K] for a dense conv (the GEMM's operand, whose row ranges are its reduction chunks), the
+    channels-last kernel's repeated weights where it takes the conv (repeated_group_weights), else
+    [K, C/G*KH*KW] (the tap kernel's); and their largest magnitude. A layer's tiles share their weights: the
+    caller makes these once for all of them."""
     k, kh, kw, group_c = w.shape
     taps, depth = kh * kw, w.size // max(k, 1)
     operands = np.empty(w.shape, np.float32)
@@ -64,11 +65,11 @@ def weight_operands(w, w_zero_point, dense):
         flat[e] = np.float32(values[e]) - zero_point
     for e in range(_U(values.size)):
         largest = max(largest, abs(np.int32(values[e]) - np.int32(w_zero_point)))
-    if dense:
+    if groups == 1:
         arranged = np.empty((depth, k), np.float32)
         _transpose(flat, k, depth, arranged.ravel())
-    elif group_c == 1:
-        arranged = repeated_depthwise_weights(np.ascontiguousarray(operands.reshape((k, taps)).T))
+    elif _takes_channels_last(groups, group_c):
+        arranged = repeated_group_weights(operands.reshape((k, taps, group_c)), groups).reshape((k // groups, -1))
     else:                                    # per output channel [taps, C/G] -> [C/G, taps]
         arranged = np.empty((k, depth), np.float32)
         for o in range(_U(k)):
@@ -88,24 +89,22 @@ def conv_tile(x, x_zero_point, ws, ws_arranged, weight_max, stride_h, stride_w, 
     k, kh, kw, group_c = ws.shape
     oh, ow = out.shape[0], out.shape[1]
     groups = channels // group_c
-    depthwise = group_c == 1 and k == groups > 1
-    direct = group_c <= _DIRECT_MAX_GROUP_CHANNELS
     info = np.iinfo(x.dtype)
     x_max = max(np.int64(info.max) - x_zero_point, x_zero_point - np.int64(info.min))
     if groups == 1:
         return _gemm_conv(x, x_zero_point, x_max, ws_arranged, weight_max, kh, kw, stride_h, stride_w, pad_top,
                           pad_left, dilation_h, dilation_w, out)
-    if not (depthwise or direct) or group_c * kh * kw * x_max * weight_max > _FLOAT32_EXACT:
+    if group_c > _DIRECT_MAX_GROUP_CHANNELS or group_c * kh * kw * x_max * weight_max > _FLOAT32_EXACT:
         return False      # a wide group, or partial sums one float32 pass would not hold exactly
-    if depthwise:
-        depthwise_channels_last(x.reshape((1, height, width, channels)), x_zero_point, ws_arranged, kh, kw, stride_h,
-                                stride_w, pad_top, pad_left, dilation_h, dilation_w, out.reshape((1, oh, ow, k)))
+    if _takes_channels_last(groups, group_c):
+        grouped_channels_last(x.reshape((1, height, width, channels)), x_zero_point,
+                              ws_arranged.reshape((k // groups, group_c * kh * kw, -1)), kh, kw, stride_h, stride_w,
+                              pad_top, pad_left, dilation_h, dilation_w, out.reshape((1, oh, ow, k)))
         return True
     planes = np.empty((1, channels, height, width), x.dtype)     # the tap kernel's NCHW operands
     _transpose(x.ravel(), height * width, channels, planes.ravel())
     sums = np.empty((1, k, oh, ow), np.int32)
-    by_group = ws.reshape((k, kh * kw)) if group_c == 1 else ws_arranged      # [K, C/G*KH*KW]
-    grouped_conv_taps(planes, x_zero_point, by_group, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
+    grouped_conv_taps(planes, x_zero_point, ws_arranged, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
                       dilation_w, sums)
     _transpose(sums.ravel(), k, oh * ow, out.ravel())
     return True

@@ -16,11 +16,11 @@ SENTINEL = -12345
 
 @st.composite
 def _conv_case(draw):
-    kind = draw(st.sampled_from(["depthwise", "grouped", "dense", "pointwise", "long"]))
+    kind = draw(st.sampled_from(["depthwise", "grouped", "many_groups", "dense", "pointwise", "long"]))
     group_c = 1 if kind == "depthwise" else draw(st.integers(200, 700) if kind == "long" else st.integers(1, 20))
-    group_count = st.integers(2, 6) if kind == "grouped" else st.integers(1, 40)
+    group_count = {"grouped": st.integers(2, 6), "many_groups": st.integers(16, 24)}.get(kind, st.integers(1, 40))
     groups = 1 if kind in ("dense", "pointwise", "long") else draw(group_count)
-    per_group = 1 if kind == "depthwise" else draw(st.integers(1, 4 if kind == "grouped" else 40))
+    per_group = draw(st.integers(1, {"depthwise": 3, "grouped": 4, "many_groups": 3}.get(kind, 40)))
     kh, kw = (1, 1) if kind == "pointwise" else (draw(st.integers(1, 3 if kind == "long" else 5)),
                                                  draw(st.integers(1, 3 if kind == "long" else 5)))
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
@@ -49,7 +49,7 @@ def test_conv_tile_equals_the_golden_sums_or_refuses(case):
     expected = golden.conv_sums(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), geometry, wide=True)[0]
     expected = expected.transpose(1, 2, 0)
     out = np.full(expected.shape, SENTINEL, np.int32)
-    operands, arranged, largest = weight_operands(w, w_zero_point, groups == 1)
+    operands, arranged, largest = weight_operands(w, w_zero_point, groups)
     done = conv_tile(x, x_zero_point, operands, arranged, largest, *stride, *padding[:2], *dilation, out)
     if done:
         np.testing.assert_array_equal(out, expected)
@@ -77,7 +77,7 @@ def test_depthwise_tiles_of_every_pass_structure_equal_the_golden_sums(kh, kw, s
                                     dilation=dilation, groups=channels)
     expected = golden.conv_sums(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), geometry)[0].transpose(1, 2, 0)
     out = np.full(expected.shape, SENTINEL, np.int32)
-    assert conv_tile(x, -7, *weight_operands(w, 2, False), *stride, *padding[:2], *dilation, out)
+    assert conv_tile(x, -7, *weight_operands(w, 2, channels), *stride, *padding[:2], *dilation, out)
     np.testing.assert_array_equal(out, expected)
 
 

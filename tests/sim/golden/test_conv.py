@@ -429,25 +429,34 @@ def test_depthwise_layers_outside_the_unpadded_kernel_take_the_padded_one(shape,
     np.testing.assert_array_equal(got, tapwise_int64_conv(x, w, -3, 0, stride, padding, (1, 1), shape[1]))
 
 
-def test_channels_last_depthwise_tiles_take_their_own_kernel(monkeypatch):
-    """A depthwise tile of several channels in the buffers' layout is computed where it lies (no transposes)."""
+@pytest.mark.parametrize("groups, group_c, per_group, taken", [
+    (10, 1, 1, True),      # depthwise
+    (6, 1, 3, True),       # depthwise with a channel multiplier
+    (16, 3, 2, True),      # many groups of several channels
+    (4, 3, 2, False),      # few groups of several channels: transposed for the NCHW tap kernel
+])
+def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, group_c, per_group, taken):
+    """A grouped tile in the buffers' layout is computed where it lies (no transposes) where the channels-last
+    kernel is the faster one (takes_channels_last), and equals the straightforward sums either way."""
     import aipu.sim.golden._grouped_conv as kernel_module
 
     calls = []
-    kernel = kernel_module.depthwise_channels_last
-    monkeypatch.setattr(kernel_module, "depthwise_channels_last", lambda *args: calls.append(1) or kernel(*args))
+    kernel = kernel_module.grouped_channels_last
+    monkeypatch.setattr(kernel_module, "grouped_channels_last", lambda *args: calls.append(1) or kernel(*args))
     rng = np.random.default_rng(3)
-    x, w = rng.integers(-128, 128, (1, 9, 11, 10), dtype=np.int8), rng.integers(-128, 128, (10, 3, 3, 1), dtype=np.int8)
-    geometry = conv_geometry((1, 10, 9, 11), x.dtype, (10, 1, 3, 3), w.dtype, x_zero_point=5, stride=(2, 1),
-                             padding=(1, 1, 1, 1), groups=10)
+    c, k = groups * group_c, groups * per_group
+    x = rng.integers(-128, 128, (1, 9, 11, c), dtype=np.int8)
+    w = rng.integers(-128, 128, (k, 3, 3, group_c), dtype=np.int8)
+    geometry = conv_geometry((1, c, 9, 11), x.dtype, (k, group_c, 3, 3), w.dtype, x_zero_point=5, stride=(2, 1),
+                             padding=(1, 1, 1, 1), groups=groups)
     got = conv_sums_channels_last(x, w, geometry)
-    assert calls
+    assert bool(calls) == taken
     np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), tapwise_int64_conv(
-        x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), 5, 0, (2, 1), (1, 1, 1, 1), (1, 1), 10))
+        x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), 5, 0, (2, 1), (1, 1, 1, 1), (1, 1), groups))
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2 ** 32 - 1), groups=st.sampled_from([1, 1, 2, 3]), wide=st.booleans())
+@given(seed=st.integers(0, 2 ** 32 - 1), groups=st.sampled_from([1, 1, 2, 3, 16]), wide=st.booleans())
 def test_channels_last_sums_equal_conv2d(seed, groups, wide):
     """conv_sums_channels_last (the interpreter's path: channels-last operands, no transposes) against conv2d
     on the same operands transposed, on the GEMM path (many outputs, or a reduction beyond float32's exact
