@@ -3,7 +3,7 @@
 Both run on one thread in the same process (OpenBLAS limited with threadpoolctl; ORT with
 intra/inter-op threads = 1) on ResNet-18 dense layer shapes and the MobileNetV2/V3 layer kinds
 (depthwise 3x3 and 5x5 at stride 1 and 2, grouped, dilated), batch 1, int8 activations and weights.
-Each measurement is the best of several repetitions; the outputs are checked to be identical
+Each measurement is the best of several rounds that time both sides in turn; the outputs are checked to be identical
 (the golden float32 requant mode is bit-exact to ORT), so the timing compares equal work. The weights
 stay in ORT_EXACT_INT8_WEIGHTS, where onnxruntime is exact on every CPU; the values do not change the timing.
 """
@@ -40,13 +40,23 @@ GOAL_MAX_RATIO = 1.0     # the golden model no slower than onnxruntime on every 
 
 
 def best_seconds(func, budget: float = 0.6, max_reps: int = 20) -> float:
-    func()  # warm-up
-    best, spent, reps = math.inf, 0.0, 0
+    return best_seconds_paired((func,), budget, max_reps)[0]
+
+
+def best_seconds_paired(funcs, budget: float = 0.6, max_reps: int = 20) -> list[float]:
+    """The best time of each of ``funcs``, timed in turn (one call of each per round, at least 3 rounds, then
+    until ``budget`` seconds or ``max_reps`` rounds): sides that are compared share the machine's slow and fast
+    spells, which on a shared VM moved one side's time by up to a quarter between seconds (measured)."""
+    for func in funcs:
+        func()  # warm-up
+    best, spent, reps = [math.inf] * len(funcs), 0.0, 0
     while reps < 3 or (spent < budget and reps < max_reps):
-        start = time.perf_counter()
-        func()
-        elapsed = time.perf_counter() - start
-        best, spent, reps = min(best, elapsed), spent + elapsed, reps + 1
+        for index, func in enumerate(funcs):
+            start = time.perf_counter()
+            func()
+            elapsed = time.perf_counter() - start
+            best[index], spent = min(best[index], elapsed), spent + elapsed
+        reps += 1
     return best
 
 
@@ -92,7 +102,7 @@ def run() -> dict:
             if not np.array_equal(y_golden, y_ort):
                 raise AssertionError(f"{name}: {disagreement(y_golden, y_ort, exact_qlinear_conv(case), 'onnxruntime')}")
             macs = k * (c // groups) * kernel * kernel * y_ort.shape[2] * y_ort.shape[3]
-            t_golden, t_ort = best_seconds(golden), best_seconds(onnxruntime)
+            t_golden, t_ort = best_seconds_paired((golden, onnxruntime), budget=1.2, max_reps=20)
             ratios.append(t_golden / t_ort)
             rows.append({"shape": name, "macs": macs, "golden_ms": round(t_golden * 1e3, 3),
                          "ort_ms": round(t_ort * 1e3, 3), "golden_gmacs": round(macs / t_golden / 1e9, 2),

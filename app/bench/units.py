@@ -1,7 +1,7 @@
 """`aipu bench units`: the golden model's units other than conv (requant, LUT, pooling, element-wise) next to
 the onnxruntime operator that does the same job, on MobileNetV2/V3 and ResNet-18 feature maps, batch 1.
 
-Both sides run on one thread in the same process, as in `aipu bench golden` (whose ``best_seconds`` times
+Both sides run on one thread in the same process, as in `aipu bench golden` (whose ``best_seconds_paired`` times
 them). The pairs, and whether their results must be equal:
 
 * requant: ``requantize_float32`` (int32 accumulator, per-channel float32 scale, bias) against
@@ -378,7 +378,7 @@ def run(names=None, *, budget: float = 0.6) -> dict:
     """Time the cases called ``names`` (default: all), each side for about ``budget`` seconds."""
     from threadpoolctl import threadpool_limits
 
-    from aipu.app.bench.golden import best_seconds
+    from aipu.app.bench.golden import best_seconds_paired
     from aipu.app.ort_compare import single_thread_session
 
     rows, ratios = [], []
@@ -395,7 +395,7 @@ def run(names=None, *, budget: float = 0.6) -> dict:
             y_golden, y_ort = setup.golden(), onnxruntime()
             comparison = _compare(case, setup, session, y_golden, y_ort)
             # up to 200 runs: most cases take well under a millisecond, and the best of 20 would still be noisy
-            t_golden, t_ort = best_seconds(setup.golden, budget, 200), best_seconds(onnxruntime, budget, 200)
+            t_golden, t_ort = best_seconds_paired((setup.golden, onnxruntime), 2 * budget, 200)
             ratios.append(t_golden / t_ort)
             rows.append({"case": case.name, "unit": case.unit, "golden": case.golden, "onnxruntime": case.onnxruntime,
                          "shape": "x".join(map(str, y_ort.shape)), "dtype": y_ort.dtype.name,
