@@ -100,6 +100,27 @@ def _native_requant_loop(acc, bias, multiplier, shift, negative_multiplier, nega
     return saturated
 
 
+def _channels_last_loop(rounding):
+    """native_requant_channels_last's loop over blocks with ``rounding`` a constant: a function of its own per
+    mode (a runtime mode took 1.15-1.2x the time on 16-224 channel tiles; the loop inlined per mode, as
+    native_requant's, ran 2x slower on 16 channels, measured)."""
+    @numba.njit(nogil=True, error_model="numpy")
+    def loop(values, results, total, block, block_bias, block_multiplier, block_shift, zero_point, qmin, qmax):
+        saturated = 0
+        for begin in range(_U(0), total, block):
+            for e in range(min(block, total - begin)):     # a flat unsigned index: SIMD
+                value = _shift_right((np.int64(values[begin + e]) + block_bias[e]) * block_multiplier[e],
+                                     block_shift[e], rounding) + zero_point
+                kept = min(max(value, qmin), qmax)
+                results[begin + e] = kept
+                saturated += kept != value
+        return saturated
+    return loop
+
+
+_FLOOR_LOOP, _HALF_UP_LOOP, _HALF_EVEN_LOOP, _HALF_AWAY_LOOP = (_channels_last_loop(code) for code in range(4))
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def native_requant_channels_last(acc, bias, multiplier, shift, rounding, zero_point, qmin, qmax, out):
     """:func:`native_requant` without the negative pair on acc [pixels, channels] as the NPU's ACC holds a
@@ -122,15 +143,14 @@ def native_requant_channels_last(acc, bias, multiplier, shift, rounding, zero_po
         for e in range(block):
             c = e % lanes
             block_bias[e], block_multiplier[e], block_shift[e] = bias[c], multiplier[c], shift[c]
-    saturated = 0
-    for begin in range(_U(0), total, block):
-        for e in range(min(block, total - begin)):     # a flat unsigned index: SIMD
-            value = _shift_right((np.int64(values[begin + e]) + block_bias[e]) * block_multiplier[e], block_shift[e],
-                                 rounding) + zero_point
-            kept = min(max(value, qmin), qmax)
-            results[begin + e] = kept
-            saturated += kept != value
-    return saturated
+    operands = (values, results, total, block, block_bias, block_multiplier, block_shift, zero_point, qmin, qmax)
+    if rounding == 0:
+        return _FLOOR_LOOP(*operands)
+    if rounding == 1:
+        return _HALF_UP_LOOP(*operands)
+    if rounding == 2:
+        return _HALF_EVEN_LOOP(*operands)
+    return _HALF_AWAY_LOOP(*operands)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"nnan", "nsz", "reassoc"})

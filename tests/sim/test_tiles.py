@@ -118,3 +118,19 @@ def test_requant_tile_equals_requantize_records_or_refuses(pixels, channels, mod
         return
     assert count == saturated
     np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("rounding", list(golden.ROUNDING_MODES))
+@pytest.mark.parametrize("pixels, channels", [(40, 16), (6, 128), (3, 3)])
+def test_requant_tile_places_every_tie_of_small_shifts(rounding, pixels, channels):
+    """Shifts of 0-3 on small sums of both signs make ties of every kind, where the rounding modes differ
+    (random records almost never tie): each mode's loop against rounding_shift_right."""
+    rng = np.random.default_rng(channels)
+    acc = rng.integers(-40, 40, (pixels, channels)).astype(np.int32)
+    records = np.zeros(channels, PARAM_DTYPE)
+    records["multiplier"], records["shift"] = 1, np.arange(channels) % 4
+    stage = golden.requant_stage(float32_scale=False, rounding=rounding, out_dtype=np.int8)
+    out = np.zeros((pixels, channels), np.int8)
+    assert requant_tile(acc, records, False, False, stage.rounding, 0, -128, 127, out) == 0
+    expected = golden.rounding_shift_right(acc.astype(np.int64), records["shift"].astype(np.int64), rounding)
+    np.testing.assert_array_equal(out, expected)
