@@ -20,7 +20,6 @@ convs the golden GEMM path's windows-times-weights in one exact float32 BLAS cal
 """
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 import random
@@ -578,8 +577,8 @@ class _LoopPlan:
             if not has_row[position]:
                 end = position
             self.run_end[position] = end
-        self.requants = [int(position) for position in np.flatnonzero(self.table[:, 0] == run_loop.REQUANT)]
-        self.labels = [step.where.split()[0] for step in steps]
+        self.requants = np.flatnonzero(self.table[:, 0] == run_loop.REQUANT)
+        self.requant_labels = [steps[position].where.split()[0] for position in self.requants]
 
     def run(self, position: int, state: _State) -> int:
         """Run rows from ``position`` to the end of their run, or to the row the loop stopped at; returns where it
@@ -588,9 +587,9 @@ class _LoopPlan:
         saturated = np.empty(end - position, np.int64)
         stop = run_loop.run_rows(self.table, position, end, state.loop_spaces, state.records, state.wrapped,
                                  saturated)
-        for requant in self.requants[bisect.bisect_left(self.requants, position):
-                                     bisect.bisect_left(self.requants, stop)]:
-            state.stats.saturations[self.labels[requant]] = int(saturated[requant - position])
+        first, last = np.searchsorted(self.requants, (position, stop))
+        counts = saturated[self.requants[first:last] - position].tolist()
+        state.stats.saturations.update(zip(self.requant_labels[first:last], counts))
         return stop
 
 
