@@ -35,7 +35,7 @@ jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "ma
 _BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
 ACC_MIN, ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)   # what an ACC entry holds
 _U = np.uint64
-_BLOCK = 16           # _transpose's block side (8-24 measured alike; 64 spills)
+_BLOCK = 16           # _transpose's block side (8-24 measured alike; 64 was 6x slower on 256 x 128)
 _takes_channels_last = jit(takes_channels_last)
 
 
@@ -236,7 +236,7 @@ def requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative
 @jit
 def _transpose(source, rows, columns, target):
     """target [columns, rows] = source [rows, columns] (flat, C order), in blocks of _BLOCK x _BLOCK that stay in
-    cache (a 256 x 128 weight matrix: 95 -> 12 us). Unsigned indices: numba's wrap-around of negative ones
+    cache (weight_operands on 256 x 128 weights: 95 -> 12 us). Unsigned indices: numba's wrap-around of negative ones
     costs more than the copy (a tile is a few thousand values)."""
     if rows == 1 or columns == 1:
         for e in range(_U(rows * columns)):
