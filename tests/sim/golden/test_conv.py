@@ -429,13 +429,16 @@ def test_depthwise_layers_outside_the_unpadded_kernel_take_the_padded_one(shape,
     np.testing.assert_array_equal(got, tapwise_int64_conv(x, w, -3, 0, stride, padding, (1, 1), shape[1]))
 
 
-@pytest.mark.parametrize("groups, group_c, per_group, taken", [
-    (10, 1, 1, True),      # depthwise
-    (6, 1, 3, True),       # depthwise with a channel multiplier
-    (16, 3, 2, True),      # many groups of several channels
-    (4, 3, 2, False),      # few groups of several channels: transposed for the NCHW tap kernel
+@pytest.mark.parametrize("groups, group_c, per_group, stride, taken", [
+    (10, 1, 1, (2, 1), True),      # depthwise
+    (6, 1, 3, (2, 1), True),       # depthwise with a channel multiplier
+    (16, 3, 2, (2, 1), True),      # many groups of several channels
+    (16, 2, 1, (1, 2), True),      # 2, 4 and 8 channels a group: converted as interleaved vectors
+    (17, 4, 2, (2, 2), True),
+    (16, 8, 1, (1, 1), True),
+    (4, 3, 2, (2, 1), False),      # few groups of several channels: transposed for the NCHW tap kernel
 ])
-def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, group_c, per_group, taken):
+def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, group_c, per_group, stride, taken):
     """A grouped tile in the buffers' layout is computed where it lies (no transposes) where the channels-last
     kernel is the faster one (takes_channels_last), and equals the straightforward sums either way."""
     import aipu.sim.golden._grouped_conv as kernel_module
@@ -447,12 +450,12 @@ def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, 
     c, k = groups * group_c, groups * per_group
     x = rng.integers(-128, 128, (1, 9, 11, c), dtype=np.int8)
     w = rng.integers(-128, 128, (k, 3, 3, group_c), dtype=np.int8)
-    geometry = conv_geometry((1, c, 9, 11), x.dtype, (k, group_c, 3, 3), w.dtype, x_zero_point=5, stride=(2, 1),
+    geometry = conv_geometry((1, c, 9, 11), x.dtype, (k, group_c, 3, 3), w.dtype, x_zero_point=5, stride=stride,
                              padding=(1, 1, 1, 1), groups=groups)
     got = conv_sums_channels_last(x, w, geometry)
     assert bool(calls) == taken
     np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), tapwise_int64_conv(
-        x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), 5, 0, (2, 1), (1, 1, 1, 1), (1, 1), groups))
+        x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), 5, 0, stride, (1, 1, 1, 1), (1, 1), groups))
 
 
 @settings(max_examples=60, deadline=None)
