@@ -3,6 +3,7 @@
 general loops), dilation, padding, zero point, divisor rule and rounding mode, and the accumulator check."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
 from aipu.sim.golden import avg_pool2d, global_avg_pool, max_pool2d
+from aipu.sim.golden._pool_kernels import ROUNDING_CODES, _rounded_quotient
 from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_divide
 
 DTYPES = (np.int8, np.uint8, np.int16)
@@ -106,3 +108,23 @@ def test_an_image_without_pixels_has_no_divisor():
         avg_pool2d(x, 2, **geometry)
     with pytest.raises(ValueError, match="divisor=0"):
         global_avg_pool(x)
+
+
+@numba.njit
+def _quotients(totals, divisor, rounding, out):
+    for i in range(totals.size):
+        out[i] = _rounded_quotient(totals[i], divisor, 1.0 / divisor, rounding)
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+def test_the_quotient_by_a_reciprocal_is_the_exact_rounded_quotient(rounding):
+    """The average kernels divide by multiplying with 1 / divisor and correcting by the remainder: every total
+    near 0, near each multiple of the divisor (where the product falls just below an integer) and at the
+    extremes of a mean of 16-bit values, for divisors 1 to 200, against the exact rational division."""
+    for divisor in range(1, 201):
+        multiples = np.arange(-2 ** 16, 2 ** 16, 97, dtype=np.int64) * divisor
+        totals = np.concatenate([np.arange(-3 * divisor, 3 * divisor + 1), (multiples[:, None] + [-1, 0, 1]).ravel(),
+                                 [-(2 ** 16) * divisor, (2 ** 16 - 1) * divisor]]).astype(np.int64)
+        out = np.empty_like(totals)
+        _quotients(totals, np.int64(divisor), ROUNDING_CODES[rounding], out)
+        assert np.array_equal(out, rounding_divide(totals, np.int64(divisor), rounding)), divisor
