@@ -7,6 +7,7 @@ import numbers
 import numpy as np
 
 from aipu.sim.machine.arch import DTYPE_NUMPY
+from aipu.sim.golden._lazy import kernels
 
 #: Activation / weight storage types the NPU reads and writes (arch.DType).
 QUANT_DTYPES = tuple(DTYPE_NUMPY.values())
@@ -65,7 +66,12 @@ def check_int(name: str, value, lo: int | None = None, hi: int | None = None) ->
     return value
 
 
+_INT_TYPE = {int}
+
+
 def check_int_tuple(name: str, value, length: int, lo: int) -> tuple[int, ...]:
+    if type(value) is tuple and len(value) == length and set(map(type, value)) == _INT_TYPE and min(value) >= lo:
+        return value    # the common case (a tuple of Python ints), in a third of the time of the checks below
     if isinstance(value, (int, np.integer)):
         value = (value,) * length
     value = tuple(value)
@@ -90,8 +96,8 @@ def check_int_param(name: str, value, lo: int, hi: int, channels: int | None) ->
         raise ValueError(f"{name} must be a scalar{'' if channels is None else ' or 1-D'}, got shape {arr.shape}")
     if arr.ndim == 1 and arr.shape[0] != channels:
         raise ValueError(f"{name} has {arr.shape[0]} entries, expected {channels} (one per channel)")
-    type_lo, type_hi = dtype_range(arr.dtype)
-    arr = arr.astype(np.int64)
+    type_lo, type_hi = _integer_range(arr.dtype)
+    arr = arr.astype(np.int64, copy=False)      # read only by the callers: an int64 array is not copied
     if arr.size and (type_lo < lo or type_hi > hi):     # no pass if the type fits
         bad = first_outside(arr.ravel(), lo, hi)
         if bad >= 0:
@@ -99,15 +105,9 @@ def check_int_param(name: str, value, lo: int, hi: int, channels: int | None) ->
     return arr
 
 
-@functools.cache
-def _first_outside_kernel():
-    from aipu.sim.golden._check_kernels import first_outside as kernel
-    return kernel
-
-
 def first_outside(values: np.ndarray, lo, hi) -> int:
     """The flat index of the first of ``values`` (1-D) not within [lo, hi] (NaN is not), or -1."""
-    return int(_first_outside_kernel()(values, lo, hi))
+    return int(kernels("_check_kernels").first_outside(values, lo, hi))
 
 
 def per_channel(param: np.ndarray, ndim: int, axis: int) -> np.ndarray:

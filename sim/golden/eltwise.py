@@ -18,6 +18,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from aipu.sim.machine.arch import ACC_DTYPE, ELTWISE_SUM_BITS, MAC_OPERAND_MAX, MULTIPLIER_MAX, SHIFT_MAX
+from aipu.sim.golden._lazy import kernels
 from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, dtype_range
 from aipu.sim.golden.requant import _check_scales, _output_checks, quantize_multiplier, requantize
 from aipu.sim.golden.rounding import check_rounding, round_half_away
@@ -43,11 +44,10 @@ def _pair(name: str, value, lo: int, hi: int) -> tuple[int, int]:
 def _tie_rule(rounding: str, shift: int) -> int:
     """What the kernels do on an exact half after rounding it up: nothing for floor (no offset, no ties) and
     where the shift is 0 (nothing is rounded)."""
-    import aipu.sim.golden._eltwise_kernels as kernels
-
-    rules = {"floor": kernels.NO_TIE, "half_up": kernels.NO_TIE, "half_to_even": kernels.TIE_TO_EVEN,
-             "half_away_from_zero": kernels.TIE_AWAY_FROM_ZERO}
-    return rules[rounding] if shift else kernels.NO_TIE
+    module = kernels("_eltwise_kernels")
+    rules = {"floor": module.NO_TIE, "half_up": module.NO_TIE, "half_to_even": module.TIE_TO_EVEN,
+             "half_away_from_zero": module.TIE_AWAY_FROM_ZERO}
+    return rules[rounding] if shift else module.NO_TIE
 
 
 def _offsets(e: int, low: int, rounding: str) -> tuple[int, int, int]:
@@ -92,8 +92,7 @@ class _Plan(NamedTuple):
 def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_point, b_zero_point, out_zero_point,
           qmin, qmax, out_dtype, rounding) -> _Plan:
     """eltwise's checks, in its order, of everything but the operands' values, and the kernel call they give."""
-    import aipu.sim.golden._eltwise_kernels as kernels
-
+    module = kernels("_eltwise_kernels")
     if op not in ELTWISE_OPS:
         raise ValueError(f"op={op!r} is not one of {ELTWISE_OPS}")
     check_rounding(rounding)
@@ -117,11 +116,11 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
         h_x, h_y, low = _offsets(e, n - e, rounding)
         # N = 0 rounds nothing: a product past 2**17 / M saturates every output type, so it is capped there
         product_max = MAC_OPERAND_MAX ** 2 if n else (1 << 17) // max(m, 1) + 1
-        kernel, tie_rule = kernels.mul, _tie_rule(rounding, n)
+        kernel, tie_rule = module.mul, _tie_rule(rounding, n)
         parameters = _int32(flip_a, za + flip_a, flip_b, zb + flip_b, product_max, m >> e, h_x, m & ((1 << e) - 1),
                             h_y, e, low, zp, qmin, qmax)
     elif op in ("max", "min"):
-        kernel, tie_rule = kernels.max_min, _tie_rule(rounding, 1)
+        kernel, tie_rule = module.max_min, _tie_rule(rounding, 1)
         parameters = _int32(op == "max", flip_a, *_single_term(za + flip_a, ma, na, rounding),
                             flip_b, *_single_term(zb + flip_b, mb, nb, rounding), zp, qmin, qmax)
     else:
@@ -129,7 +128,7 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
         terms = [(flip_a, za + flip_a, ma, na, 1), (flip_b, zb + flip_b, mb, nb, sign)]
         (flip_f, z_f, m_f, n_f, s_f), (flip_s, z_s, m_s, n_s, s_s) = terms[::-1] if swap else terms
         h_x, h_y, low = _offsets(n_s - n_f, n_f, rounding)
-        kernel, tie_rule = kernels.add, _tie_rule(rounding, n_s)
+        kernel, tie_rule = module.add, _tie_rule(rounding, n_s)
         parameters = _int32(flip_f, s_f * m_f, h_x - s_f * m_f * z_f, flip_s, s_s * m_s, h_y - s_s * m_s * z_s,
                             n_s - n_f, low, zp, qmin, qmax)
     return _Plan(kernel, parameters, tie_rule, swap, shape, _storage(dtype), dtype)
@@ -234,10 +233,8 @@ def concat(inputs, *, axis: int = 1, zero_points, multipliers, shifts, out_zero_
         elif plan.copy:
             part = x
         else:
-            from aipu.sim.golden._eltwise_kernels import rescale
-
             part = np.empty(x.shape, plan.storage)
-            rescale(_bytes(x, x.shape), plan.parameters, plan.tie_rule, part.reshape(-1))
+            kernels("_eltwise_kernels").rescale(_bytes(x, x.shape), plan.parameters, plan.tie_rule, part.reshape(-1))
             part = part.view(plan.dtype)
         parts.append(part)
     try:

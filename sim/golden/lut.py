@@ -16,6 +16,7 @@ import numpy as np
 
 from aipu.sim.machine.arch import (LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT8_ENTRIES,
                                 LUT_ENTRY_DTYPE, bit_range, storage_dtype)
+from aipu.sim.golden._lazy import kernels
 from aipu.sim.golden._checks import (BYTE_DTYPES, QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype,
                                      dtype_range)
 from aipu.sim.golden.rounding import round_half_away
@@ -30,11 +31,10 @@ def lut8(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     check_array("table", table, QUANT_DTYPES)
     if table.shape != (LUT8_ENTRIES,):
         raise ValueError(f"table must have shape ({LUT8_ENTRIES},), got {table.shape}")
-    from aipu.sim.golden._lut_kernels import PAIRS_MIN_SIZE, lookup, lookup_pairs
-
+    module = kernels("_lut_kernels")
     codes = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
     out = np.empty(x.shape, table.dtype)
-    kernel = lookup_pairs if table.itemsize == 1 and codes.size >= PAIRS_MIN_SIZE else lookup
+    kernel = module.lookup_pairs if table.itemsize == 1 and codes.size >= module.PAIRS_MIN_SIZE else module.lookup
     kernel(codes, table, out.reshape(-1))
     return out[()]      # a 0-d x gives a scalar, as indexing did
 
@@ -64,12 +64,11 @@ def lut16(x: np.ndarray, table: np.ndarray, *, index_shift: int, input_min: int 
     dtype = check_out_dtype("out_dtype", out_dtype)
     lo, hi = dtype_range(dtype)
     qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
-    from aipu.sim.golden._lut_kernels import interpolated_table, lookup_int16
-
+    module = kernels("_lut_kernels")
     outputs = np.empty(1 << LUT16_INPUT_BITS, dtype)     # the result for every int16 input
-    interpolated_table(table, f, input_min, qmin, qmax, outputs)
+    module.interpolated_table(table, f, input_min, qmin, qmax, outputs)
     out = np.empty(x.shape, dtype)
-    clipped = lookup_int16(np.ascontiguousarray(x).reshape(-1), outputs, input_min, input_min + 2 ** (k + f),
+    clipped = module.lookup_int16(np.ascontiguousarray(x).reshape(-1), outputs, input_min, input_min + 2 ** (k + f),
                            out.reshape(-1), return_clipped)
     out = out[()]       # a 0-d x gives a scalar, as numpy's arithmetic did
     return (out, int(clipped)) if return_clipped else out

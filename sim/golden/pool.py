@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from aipu.sim.machine.arch import ACC_BITS, bit_range
+from aipu.sim.golden._lazy import kernels
 from aipu.sim.golden._checks import QUANT_DTYPES, check_array, check_int, check_int_tuple, dtype_range
 from aipu.sim.golden.rounding import check_rounding
 
@@ -39,20 +40,17 @@ def _planes(x: np.ndarray) -> np.ndarray:
 
 def max_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), dilation=(1, 1)) -> np.ndarray:
     """Window maximum; padded taps hold the dtype minimum so they never win (stride defaults to kernel)."""
-    from aipu.sim.golden._pool_kernels import max_pool
-
     check_array("x", x, QUANT_DTYPES)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _), (oh, ow) = _geometry(x, kernel, stride, padding, dilation)
     out = np.empty((*x.shape[:2], oh, ow), x.dtype)
-    max_pool(_planes(x), kh, kw, sh, sw, pt, pl, dh, dw, dtype_range(x.dtype)[0], out.reshape(-1, oh, ow))
+    kernels("_pool_kernels").max_pool(_planes(x), kh, kw, sh, sw, pt, pl, dh, dw, dtype_range(x.dtype)[0], out.reshape(-1, oh, ow))
     return out
 
 
 def avg_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), count_include_pad: bool = False,
                x_zero_point=0, rounding: str = "half_up") -> np.ndarray:
     """round(sum(x - zp) / divisor) + zp, with the exact rational division of :func:`rounding_divide`."""
-    from aipu.sim.golden._pool_kernels import ROUNDING_CODES, avg_pool
-
+    module = kernels("_pool_kernels")
     check_array("x", x, QUANT_DTYPES)
     check_rounding(rounding)
     zp = check_int("x_zero_point", x_zero_point, *dtype_range(x.dtype))
@@ -60,16 +58,15 @@ def avg_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), coun
     if not count_include_pad and 0 in x.shape[2:]:
         raise ValueError("divisor=0 must be positive")   # no pixel inside any window: rounding_divide's error
     out = np.empty((*x.shape[:2], oh, ow), x.dtype)
-    sums = avg_pool(_planes(x), zp, kh, kw, sh, sw, pt, pl, bool(count_include_pad), ROUNDING_CODES[rounding],
-                    out.reshape(-1, oh, ow))
+    sums = module.avg_pool(_planes(x), zp, kh, kw, sh, sw, pt, pl, bool(count_include_pad),
+                           module.ROUNDING_CODES[rounding], out.reshape(-1, oh, ow))
     _check_sum(*sums)
     return out
 
 
 def global_avg_pool(x: np.ndarray, *, x_zero_point=0, rounding: str = "half_up") -> np.ndarray:
     """Average over H x W -> [N, C, 1, 1]: round(sum(x - zp) / (H * W)) + zp."""
-    from aipu.sim.golden._pool_kernels import ROUNDING_CODES, global_avg_pool as kernel
-
+    module = kernels("_pool_kernels")
     check_array("x", x, QUANT_DTYPES)
     if x.ndim != 4:
         raise ValueError(f"x must be 4-D [N, C, H, W], got shape {x.shape}")
@@ -78,8 +75,8 @@ def global_avg_pool(x: np.ndarray, *, x_zero_point=0, rounding: str = "half_up")
     if 0 in x.shape[2:]:
         raise ValueError("divisor=0 must be positive")   # no pixel to average: rounding_divide's error
     out = np.empty((*x.shape[:2], 1, 1), x.dtype)
-    sums = kernel(np.ascontiguousarray(x).reshape(-1, x.shape[2] * x.shape[3]), zp, ROUNDING_CODES[rounding],
-                  out.reshape(-1))
+    sums = module.global_avg_pool(np.ascontiguousarray(x).reshape(-1, x.shape[2] * x.shape[3]), zp,
+                                  module.ROUNDING_CODES[rounding], out.reshape(-1))
     _check_sum(*sums)
     return out
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX,
                                 TFLITE_MULTIPLIER_BITS, bit_range)
+from aipu.sim.golden._lazy import kernels
 from aipu.sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
                                 check_int_param, dtype_range, first_outside, per_channel)
 from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
@@ -99,20 +100,12 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
     return (out, saturated) if return_saturated else out
 
 
-@functools.cache
-def _kernels():
-    """sim/golden/_requant_kernels.py, imported on first use (importing the golden model stays cheap, and this
-    costs 0.07 us a call where an import statement inside a function costs 0.5-0.7)."""
-    import aipu.sim.golden._requant_kernels as kernels
-    return kernels
-
-
 def _float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out) -> int:
     """The float32 requant kernel in 32-bit lanes, or the float64 one where some acc + bias leaves int32."""
-    kernels = _kernels()
-    saturated = kernels.float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out)
-    return saturated if saturated >= 0 else kernels.float32_requant_wide(blocks, bias, scale, zero_point, qmin, qmax,
-                                                                          out)
+    module = kernels("_requant_kernels")
+    saturated = module.float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out)
+    return saturated if saturated >= 0 else module.float32_requant_wide(blocks, bias, scale, zero_point, qmin, qmax,
+                                                                         out)
 
 
 def _output_stage(value: np.ndarray, out_zero_point, qmin, qmax, out_dtype, return_saturated: bool):
@@ -148,9 +141,9 @@ def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=
     else:
         negative = (m, n)
     # |(acc + bias) * M| < 2**48 (REQUANT_PRODUCT_BITS): exact in the kernel's int64
-    kernels = _kernels()
-    return _run_kernel(kernels.native_requant, channels,
-                       (bias, m, n, *negative, leaky, kernels.ROUNDING_CODES[rounding]),
+    module = kernels("_requant_kernels")
+    return _run_kernel(module.native_requant, channels,
+                       (bias, m, n, *negative, leaky, module.ROUNDING_CODES[rounding]),
                        out_zero_point, qmin, qmax, out_dtype, return_saturated)
 
 
@@ -176,7 +169,8 @@ def requant_stage(*, float32_scale: bool, leaky: bool = False, rounding: str = "
     if float32_scale and leaky:
         raise ValueError("leaky = 1 is not supported with a float32 scale")
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
-    return RequantStage(bool(float32_scale), bool(leaky), _kernels().ROUNDING_CODES[rounding], dtype, zp, qmin, qmax)
+    return RequantStage(bool(float32_scale), bool(leaky), kernels("_requant_kernels").ROUNDING_CODES[rounding],
+                        dtype, zp, qmin, qmax)
 
 
 def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage) -> tuple[np.ndarray, int]:
@@ -199,8 +193,8 @@ def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage
         n = _record_field(records, "shift", 0, SHIFT_MAX)
         negative = ((_record_field(records, "negative_multiplier", 0, MULTIPLIER_MAX),
                      _record_field(records, "negative_shift", 0, SHIFT_MAX)) if stage.leaky else (m, n))
-        saturated = _kernels().native_requant(blocks, bias, m, n, *negative, stage.leaky, stage.rounding, True,
-                                              *clamp)
+        saturated = kernels("_requant_kernels").native_requant(blocks, bias, m, n, *negative, stage.leaky,
+                                                               stage.rounding, True, *clamp)
     return out[0].T, int(saturated)
 
 
