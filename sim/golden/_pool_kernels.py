@@ -120,12 +120,13 @@ def avg_pool(x, zero_point, kh, kw, sh, sw, pt, pl, include_pad, rounding, out):
     for p in range(planes):
         for oy in range(oh):
             top, bottom = max(0, oy * sh - pt), min(height, oy * sh - pt + kh)
-            if top >= bottom:        # no row inside (an image of no rows): sums of nothing
+            if top < bottom:
+                source = _U(p * height + top) * _U(width)
+                for w in range(columns):
+                    padded[left + w] = np.int64(flat_x[source + w])
+            else:       # no row inside (an image of no rows): sums of nothing
                 for w in range(columns):
                     padded[left + w] = 0
-            source = _U(p * height + top) * _U(width)
-            for w in range(columns if top < bottom else _U(0)):
-                padded[left + w] = np.int64(flat_x[source + w])
             for y in range(top + 1, bottom):
                 source = _U(p * height + y) * _U(width)
                 for w in range(columns):

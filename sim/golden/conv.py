@@ -285,7 +285,7 @@ def _direct_grouped_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, geome
     flat = (cg == 1 and k == x.shape[1] and kh <= _FLAT_DEPTHWISE_MAX_KERNEL
             and height * width <= _FLAT_DEPTHWISE_MAX_PLANE
             and module.flat_depthwise_fits(width, geometry.out_hw[1], kw, geometry.stride[1], geometry.padding[1],
-                                    geometry.dilation[1]))
+                                           geometry.dilation[1]))
     kernel = module.depthwise_flat if flat else module.grouped_conv_taps
     kernel(np.ascontiguousarray(x), x_zero_point, np.ascontiguousarray(ws).reshape(k, cg * kh * kw), kh, kw,
            *geometry.stride, *geometry.padding[:2], *geometry.dilation, out)
