@@ -43,7 +43,8 @@ def max_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), dila
     check_array("x", x, QUANT_DTYPES)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _), (oh, ow) = _geometry(x, kernel, stride, padding, dilation)
     out = np.empty((*x.shape[:2], oh, ow), x.dtype)
-    kernels("_pool_kernels").max_pool(_planes(x), kh, kw, sh, sw, pt, pl, dh, dw, dtype_range(x.dtype)[0], out.reshape(-1, oh, ow))
+    kernels("_pool_kernels").max_pool(_planes(x), kh, kw, sh, sw, pt, pl, dh, dw, dtype_range(x.dtype)[0],
+                                      out.reshape(-1, oh, ow))
     return out
 
 
