@@ -11,6 +11,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from aipu.sim.golden.conv import _FLOAT32_EXACT
+
 _U = np.uint64
 _LANES = 16   # runs are rounded up to this many floats, so no tap loop ends in a scalar remainder
 
@@ -306,16 +308,19 @@ def depthwise_flat(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, pad
 
 @numba.njit(inline="always", fastmath=True, error_model="numpy")
 def _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4):
-    """Five taps' products at run position ``e`` (plane runs from s0..s4, repeated weights from w0..w4)."""
-    return (plane[s0 + e] * weights[w0 + e] + plane[s1 + e] * weights[w1 + e] + plane[s2 + e] * weights[w2 + e]
-            + plane[s3 + e] * weights[w3 + e] + plane[s4 + e] * weights[w4 + e])
+    """Five taps' products at run position ``e`` (plane runs from s0..s4, repeated weights from w0..w4; an
+    integer plane is converted as it is read)."""
+    return (np.float32(plane[s0 + e]) * weights[w0 + e] + np.float32(plane[s1 + e]) * weights[w1 + e]
+            + np.float32(plane[s2 + e]) * weights[w2 + e] + np.float32(plane[s3 + e]) * weights[w3 + e]
+            + np.float32(plane[s4 + e]) * weights[w4 + e])
 
 
 @numba.njit(inline="always", fastmath=True, error_model="numpy")
 def _nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2, w3, w4, w5, w6, w7, w8):
     """Nine taps' products at run position ``e`` (as :func:`_five_taps`)."""
-    return (_five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4) + plane[s5 + e] * weights[w5 + e]
-            + plane[s6 + e] * weights[w6 + e] + plane[s7 + e] * weights[w7 + e] + plane[s8 + e] * weights[w8 + e])
+    return (_five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
+            + np.float32(plane[s5 + e]) * weights[w5 + e] + np.float32(plane[s6 + e]) * weights[w6 + e]
+            + np.float32(plane[s7 + e]) * weights[w7 + e] + np.float32(plane[s8 + e]) * weights[w8 + e])
 
 
 def _deinterleaver(factor):
@@ -371,15 +376,16 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
     x: int8/uint8 [N, H, W, C] C-contiguous; ``repeated``: the weights as :func:`repeated_group_weights` makes
     them, [Kg, Cg*KH*KW, m*G]; out: int32 [N, OH, OW, K] C-contiguous. The padded input is converted once into
     one float32 plane per channel c of a group, its G lanes per pixel the groups' c-th channels, its rows
-    split by column phase, ``plane[c, r, b, q, g] = padded[r, q*sw + b, g*Cg + c]``. Each (c, tap) pair is a
-    virtual tap that reads one contiguous run of OW*G values per output row, multiplied element by element
-    with its repeated weights, so the vector loops run over pixels and groups together however few groups a
-    tile has. The run is taken in blocks as long as the repeated weights (on a 2-row tile, repeating them
-    along whole rows cost a fifth of the call, measured). Nine virtual taps (a 3x3 depthwise kernel) are one
-    pass straight to the output, 25 (5x5) five passes; others add passes of up to nine in a float32 row.
-    With several outputs per group, output o's row goes through a scratch row into every Kg-th channel. Only
-    the planes' padding is zeroed, not the whole planes. Exact under the same float32 bound as
-    :func:`grouped_conv_taps`.
+    split by column phase, ``plane[c, r, b, q, g] = padded[r, q*sw + b, g*Cg + c]``, which
+    :func:`_tap_passes` reads. Only the planes' padding is zeroed, not the whole planes. Exact under the same
+    float32 bound as :func:`grouped_conv_taps`.
+
+    A depthwise conv of stride 1 across with no top or left padding and its windows inside x (the
+    interpreter's tiles, whose LOAD wrote the padding) needs no planes: x's rows are the runs the taps read,
+    converted as they are read, and the zero point comes off as -zp * (sum of the tap weights) per channel,
+    the pass's starting value. Exact where the sum of the terms' magnitudes stays within 2**24 (|w| * (|x| +
+    |zp|) per tap; at most 25 * 255 * 510 for a 5x5 kernel); 1.3x faster than converting on 2-row tiles, whose
+    rows the planes converted once per tile (measured).
     """
     batch, height, width_in, channels = x.shape
     oh, ow, k = out.shape[1], out.shape[2], out.shape[3]
@@ -390,11 +396,44 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
     taps = kh * kw
     phase_w = (ow - 1) + ((kw - 1) * dilation_w) // stride_w + 1
     rows = (oh - 1) * stride_h + (kh - 1) * dilation_h + 1
-    row_size = _U(stride_w * phase_w) * lanes
-    plane_size = _U(rows) * row_size
-    run = _U(ow) * lanes
     block = _U(repeated.shape[2])
     weights = repeated.ravel()
+    row = np.empty(block, np.float32)
+    scratch = np.empty(_U(ow) * lanes if per_group > 1 else _U(0), np.int32)    # output o's row before its scatter
+    # Views are made once: numba counts each view's references atomically, and a view per row (x[n, y]) cost
+    # 5.2 -> 3.75 us on a stride-2 tile of 29 rows (measured). Rows are offsets into the flat arrays.
+    flat_x, flat_out = x.ravel(), out.ravel()
+    x_row, out_image = _U(width_in * channels), _U(oh * ow * k)
+    if group_c == 1 and stride_w == 1 and pad_top == 0 and pad_left == 0 and rows <= height and phase_w <= width_in:
+        # Exact where every output's sum of |w| * (|x| + |zp|) over its taps is within 2**24: then any partial
+        # sum, in any order, is an exact float32 integer.
+        starts = np.zeros(_U(per_group) * block, np.float32)    # output o's tap weights summed, per lane
+        spans = np.zeros(_U(per_group) * block, np.float64)     # and their magnitudes
+        for o in range(_U(per_group)):
+            for t in range(_U(virtual)):
+                first, lane = (o * _U(virtual) + t) * block, o * block
+                for e in range(block):
+                    starts[lane + e] += weights[first + e]
+                    spans[lane + e] += abs(weights[first + e])
+        info = np.iinfo(x.dtype)
+        x_bound = max(np.float64(info.max), -np.float64(info.min)) + abs(np.float64(x_zero_point))
+        inexact = False
+        for e in range(spans.size):      # no early exit: the loop vectorises
+            inexact |= spans[e] * x_bound > _FLOAT32_EXACT
+        if not inexact:
+            offsets = np.empty(virtual, np.uint64)
+            for i in range(kh):
+                for j in range(kw):
+                    offsets[i * kw + j] = _U(i * dilation_h) * x_row + _U(j * dilation_w) * lanes
+            zero_point = np.float32(x_zero_point)
+            for e in range(starts.size):
+                starts[e] *= -zero_point
+            for n in range(batch):
+                _tap_passes(flat_x, _U(n * height) * x_row, x_row, offsets, starts, weights, block, per_group,
+                            virtual, oh, ow, k, stride_h, lanes, row, scratch, flat_out, _U(n) * out_image)
+            return
+    row_size = _U(stride_w * phase_w) * lanes
+    plane_size = _U(rows) * row_size
     offsets = np.empty(virtual, np.uint64)          # where a virtual tap reads, from its output row's first row
     for c in range(group_c):
         for j in range(kw):
@@ -408,15 +447,7 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
         first_q[b] = min(phase_w, max(0, -((b - pad_left) // stride_w)))
         last_q[b] = max(first_q[b], min(phase_w, (width_in - 1 - b + pad_left) // stride_w + 1))
     plane = np.empty(step * plane_size, np.float32)
-    row = np.empty(block, np.float32)
-    scattered = per_group > 1
-    scratch = np.empty(run if scattered else _U(0), np.int32)    # output o's row before its scatter
     zero_point = np.float32(x_zero_point)
-    # Views are made once: numba counts each view's references atomically, and a view per row (x[n, y]) cost
-    # 5.2 -> 3.75 us on a stride-2 tile of 29 rows (measured). Rows are offsets into the flat arrays.
-    flat_x, flat_out = x.ravel(), out.ravel()
-    target = scratch if scattered else flat_out     # where a pass's outputs go
-    x_row, out_row = _U(width_in * channels), _U(ow * k)
     for n in range(batch):
         for r in range(rows):
             y = r - pad_top
@@ -457,73 +488,109 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
                         at = phase + _U(q) * lanes
                         for g in range(lanes):
                             plane[at + g] = np.float32(flat_x[x_at + pixel + g * step]) - zero_point
-        for y in range(oh):
-            out_at = _U(n * oh + y) * out_row
-            start = _U(0) if scattered else out_at
-            for o in range(per_group):
-                wb = _U(o * virtual) * block       # output o's weights
-                for begin in range(_U(0), run, block):
-                    count = min(block, run - begin)
-                    line = _U(y * stride_h) * row_size + begin
-                    if virtual == 9:    # 3x3: one pass, straight to the output (1.2-1.4x faster, measured)
-                        s0, s1, s2 = line + offsets[0], line + offsets[1], line + offsets[2]
-                        s3, s4, s5 = line + offsets[3], line + offsets[4], line + offsets[5]
-                        s6, s7, s8 = line + offsets[6], line + offsets[7], line + offsets[8]
-                        w1, w2, w3, w4 = wb + block, wb + _U(2) * block, wb + _U(3) * block, wb + _U(4) * block
-                        w5, w6, w7, w8 = wb + _U(5) * block, wb + _U(6) * block, wb + _U(7) * block, wb + _U(8) * block
+        _tap_passes(plane, _U(0), row_size, offsets, None, weights, block, per_group, virtual, oh, ow, k, stride_h,
+                    lanes, row, scratch, flat_out, _U(n) * out_image)
+
+
+@numba.njit(nogil=True, fastmath=True, error_model="numpy")
+def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, per_group, virtual, oh, ow, k, stride_h,
+                lanes, row, scratch, flat_out, out_first):
+    """grouped_channels_last's sums of one image from ``source`` (its float32 planes, or x itself), rows of
+    ``row_size`` from ``first_row``: each virtual tap v reads one contiguous run of OW*G values per output
+    row from ``offsets[v]`` on, multiplied element by element with its repeated weights, so the vector loops
+    run over pixels and groups together however few groups a tile has; ``starts`` (None: 0) are the sums'
+    starting values, per output o a block. The run is taken in blocks as long as the repeated weights (on a
+    2-row tile, repeating them along whole rows cost a fifth of the call, measured). Nine virtual taps (a 3x3
+    depthwise kernel) are one pass straight to the output, 25 (5x5) five passes; others add passes of up to
+    nine in a float32 row. With several outputs per group, output o's row goes through ``scratch`` into
+    every Kg-th channel."""
+    run, out_row = _U(ow) * lanes, _U(ow * k)
+    scattered = per_group > 1
+    target = scratch if scattered else flat_out     # where a pass's outputs go
+    for y in range(oh):
+        out_at = out_first + _U(y) * out_row
+        start = _U(0) if scattered else out_at
+        for o in range(per_group):
+            wb = _U(o * virtual) * block       # output o's weights
+            first = _U(o) * block               # and starting values
+            for begin in range(_U(0), run, block):
+                count = min(block, run - begin)
+                line = first_row + _U(y * stride_h) * row_size + begin
+                if virtual == 9:    # 3x3: one pass, straight to the output (1.2-1.4x faster, measured)
+                    s0, s1, s2 = line + offsets[0], line + offsets[1], line + offsets[2]
+                    s3, s4, s5 = line + offsets[3], line + offsets[4], line + offsets[5]
+                    s6, s7, s8 = line + offsets[6], line + offsets[7], line + offsets[8]
+                    w1, w2, w3, w4 = wb + block, wb + _U(2) * block, wb + _U(3) * block, wb + _U(4) * block
+                    w5, w6, w7, w8 = wb + _U(5) * block, wb + _U(6) * block, wb + _U(7) * block, wb + _U(8) * block
+                    if starts is None:
                         for e in range(count):
-                            target[start + begin + e] = np.int32(_nine_taps(plane, weights, e, s0, s1, s2, s3, s4,
+                            target[start + begin + e] = np.int32(_nine_taps(source, weights, e, s0, s1, s2, s3, s4,
                                                                             s5, s6, s7, s8, wb, w1, w2, w3, w4, w5,
                                                                             w6, w7, w8))
-                        continue
-                    if virtual == 25:   # 5x5: five taps a pass, the first setting the row, the last converting
-                        # it (15 % faster than 9 + 9 + 3 + 3 + 1 taps after zeroing the row, measured)
-                        for i in range(5):
-                            t = 5 * i
-                            s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
-                            s3, s4 = line + offsets[t + 3], line + offsets[t + 4]
-                            w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
-                            w3, w4 = wb + _U(t + 3) * block, wb + _U(t + 4) * block
-                            if i == 0:
+                    else:
+                        for e in range(count):
+                            target[start + begin + e] = np.int32(starts[first + e] + _nine_taps(
+                                source, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, wb, w1, w2, w3, w4, w5, w6,
+                                w7, w8))
+                    continue
+                if virtual == 25:   # 5x5: five taps a pass, the first setting the row, the last converting
+                    # it (15 % faster than 9 + 9 + 3 + 3 + 1 taps after zeroing the row, measured)
+                    for i in range(5):
+                        t = 5 * i
+                        s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
+                        s3, s4 = line + offsets[t + 3], line + offsets[t + 4]
+                        w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
+                        w3, w4 = wb + _U(t + 3) * block, wb + _U(t + 4) * block
+                        if i == 0:
+                            if starts is None:
                                 for e in range(count):
-                                    row[e] = _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
-                            elif i < 4:
-                                for e in range(count):
-                                    row[e] += _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
+                                    row[e] = _five_taps(source, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
                             else:
                                 for e in range(count):
-                                    target[start + begin + e] = np.int32(row[e] + _five_taps(
-                                        plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4))
-                        continue
+                                    row[e] = starts[first + e] + _five_taps(source, weights, e, s0, s1, s2, s3, s4,
+                                                                            w0, w1, w2, w3, w4)
+                        elif i < 4:
+                            for e in range(count):
+                                row[e] += _five_taps(source, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
+                        else:
+                            for e in range(count):
+                                target[start + begin + e] = np.int32(row[e] + _five_taps(
+                                    source, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4))
+                    continue
+                if starts is None:
                     row[:] = 0.0
-                    t = 0
-                    while t + 9 <= virtual:       # nine taps per pass: 2-17 % faster than three (measured)
-                        s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
-                        s3, s4, s5 = line + offsets[t + 3], line + offsets[t + 4], line + offsets[t + 5]
-                        s6, s7, s8 = line + offsets[t + 6], line + offsets[t + 7], line + offsets[t + 8]
-                        w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
-                        w3, w4, w5 = wb + _U(t + 3) * block, wb + _U(t + 4) * block, wb + _U(t + 5) * block
-                        w6, w7, w8 = wb + _U(t + 6) * block, wb + _U(t + 7) * block, wb + _U(t + 8) * block
-                        for e in range(count):
-                            row[e] += _nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2,
-                                                 w3, w4, w5, w6, w7, w8)
-                        t += 9
-                    while t + 3 <= virtual:       # three taps per pass: a third of the row's loads and stores
-                        s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
-                        w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
-                        for e in range(count):
-                            row[e] += (plane[s0 + e] * weights[w0 + e] + plane[s1 + e] * weights[w1 + e]
-                                       + plane[s2 + e] * weights[w2 + e])
-                        t += 3
-                    while t < virtual:
-                        s0, w0 = line + offsets[t], wb + _U(t) * block
-                        for e in range(count):
-                            row[e] += plane[s0 + e] * weights[w0 + e]
-                        t += 1
+                else:
                     for e in range(count):
-                        target[start + begin + e] = np.int32(row[e])
-                if scattered:
-                    for q in range(_U(ow)):
-                        at, first = q * _U(k) + _U(o), q * lanes
-                        for g in range(lanes):
-                            flat_out[out_at + at + g * _U(per_group)] = scratch[first + g]
+                        row[e] = starts[first + e]
+                t = 0
+                while t + 9 <= virtual:       # nine taps per pass: 2-17 % faster than three (measured)
+                    s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
+                    s3, s4, s5 = line + offsets[t + 3], line + offsets[t + 4], line + offsets[t + 5]
+                    s6, s7, s8 = line + offsets[t + 6], line + offsets[t + 7], line + offsets[t + 8]
+                    w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
+                    w3, w4, w5 = wb + _U(t + 3) * block, wb + _U(t + 4) * block, wb + _U(t + 5) * block
+                    w6, w7, w8 = wb + _U(t + 6) * block, wb + _U(t + 7) * block, wb + _U(t + 8) * block
+                    for e in range(count):
+                        row[e] += _nine_taps(source, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2,
+                                             w3, w4, w5, w6, w7, w8)
+                    t += 9
+                while t + 3 <= virtual:       # three taps per pass: a third of the row's loads and stores
+                    s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
+                    w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
+                    for e in range(count):
+                        row[e] += (np.float32(source[s0 + e]) * weights[w0 + e]
+                                   + np.float32(source[s1 + e]) * weights[w1 + e]
+                                   + np.float32(source[s2 + e]) * weights[w2 + e])
+                    t += 3
+                while t < virtual:
+                    s0, w0 = line + offsets[t], wb + _U(t) * block
+                    for e in range(count):
+                        row[e] += np.float32(source[s0 + e]) * weights[w0 + e]
+                    t += 1
+                for e in range(count):
+                    target[start + begin + e] = np.int32(row[e])
+            if scattered:
+                for q in range(_U(ow)):
+                    at, first_lane = q * _U(k) + _U(o), q * lanes
+                    for g in range(lanes):
+                        flat_out[out_at + at + g * _U(per_group)] = scratch[first_lane + g]

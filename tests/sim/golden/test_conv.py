@@ -458,6 +458,50 @@ def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, 
         x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), 5, 0, stride, (1, 1, 1, 1), (1, 1), groups))
 
 
+@pytest.mark.parametrize("kernel", [(3, 3), (5, 5), (3, 5), (1, 1), (7, 1)])
+@pytest.mark.parametrize("stride_h, dilation, per_group", [(1, (1, 1), 1), (2, (2, 2), 1), (1, (1, 2), 3)])
+@pytest.mark.parametrize("x_dtype, zx", [(np.int8, -128), (np.int8, 127), (np.uint8, 0), (np.uint8, 255)])
+def test_unpadded_depthwise_tiles_read_x_unconverted(kernel, stride_h, dilation, per_group, x_dtype, zx):
+    """A depthwise tile with no top/left padding, stride 1 across and its windows inside x (a tile whose LOAD
+    wrote the padding) is summed from x as it lies, the zero point taken off as -zp * the sum of the tap
+    weights: every kernel pass structure (one 3x3 pass, five 5x5 passes, the general passes), row strides
+    and dilations, channel multipliers, both byte types at the zero point's extremes, bytes at their
+    extremes too."""
+    rng = np.random.default_rng(kernel[0] * 7 + kernel[1] + stride_h * 100 + per_group * 1000 + zx)
+    (kh, kw), channels = kernel, 19
+    oh, ow = 3, 5
+    height, width = (oh - 1) * stride_h + dilation[0] * (kh - 1) + 1, ow + dilation[1] * (kw - 1)
+    info = np.iinfo(x_dtype)
+    x = rng.choice(np.array([info.min, info.max, info.min + 1, 0, 1], x_dtype), (1, height, width, channels))
+    x[0, 1] = rng.integers(info.min, info.max + 1, (width, channels), dtype=x_dtype)
+    w = rng.integers(-128, 128, (channels * per_group, kh, kw, 1), dtype=np.int8)
+    geometry = conv_geometry((1, channels, height, width), x.dtype, (channels * per_group, 1, kh, kw), w.dtype,
+                             x_zero_point=zx, w_zero_point=-128, stride=(stride_h, 1), dilation=dilation,
+                             groups=channels)
+    got = conv_sums_channels_last(x, w, geometry)
+    np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), tapwise_int64_conv(
+        x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), zx, -128, (stride_h, 1), (0, 0, 0, 0), dilation,
+        channels))
+
+
+@pytest.mark.parametrize("weight", [2001, 5285])
+def test_unconverted_depthwise_sums_stay_within_float32(weight):
+    """The unconverted path's partial sums reach sum |w| * (|x| + |zp|) where the converted planes' reach
+    sum |w| * |x - zp|: with x = zp = 127 and 25 odd weights of 5285 the planes hold zeros, while
+    -zp * sum w = -16779875 is no float32 (over 2**24, odd): the kernel converts instead, and the sums are 0.
+    Weights of 2001 keep both within 2**24: the unconverted path, exact."""
+    from aipu.sim.golden._grouped_conv import grouped_channels_last, repeated_group_weights
+
+    channels = 16
+    x = np.full((1, 5, 5, channels), 127, np.int8)
+    x[0, 2, 2, ::2] = -128          # the centre tap far from the zero point on every other channel
+    ws = np.full((channels, 25, 1), weight, np.float32)
+    out = np.empty((1, 1, 1, channels), np.int32)
+    grouped_channels_last(x, 127, repeated_group_weights(ws, channels), 5, 5, 1, 1, 0, 0, 1, 1, out)
+    want = np.einsum("ntc,ct->nc", x.reshape(1, 25, channels).astype(np.int64) - 127, ws[:, :, 0].astype(np.int64))
+    np.testing.assert_array_equal(out.reshape(1, channels), want)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), groups=st.sampled_from([1, 1, 2, 3, 16]), wide=st.booleans())
 def test_channels_last_sums_equal_conv2d(seed, groups, wide):
