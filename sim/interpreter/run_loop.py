@@ -223,11 +223,11 @@ def _requant(row, acc, parameters, out, wrapped):
     marked = np.uint8(0)
     for e in range(_U(entries)):      # no early exit: the loop vectorises (entries are rarely marked)
         marked |= marks[e]
-    bias, multiplier, shift, negative_multiplier, negative_shift, scale, valid = parameters
+    bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid = parameters
     if marked or not valid:
         return -1
-    operands = (bias, multiplier, shift, negative_multiplier, negative_shift, scale, float32_scale, leaky, rounding,
-                zero_point, qmin, qmax)
+    operands = (bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, float32_scale, leaky,
+                rounding, zero_point, qmin, qmax)
     tile = acc[first:first + entries].reshape((pixels, channels))
     if out_type == _INT8:
         return requant_operands(tile, *operands, out[out_start:out_start + entries].view(np.int8).reshape(

@@ -23,8 +23,8 @@ import numpy as np
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 
 from aipu.sim.golden._grouped_conv import grouped_channels_last, grouped_conv_taps, repeated_group_weights
-from aipu.sim.golden._requant_kernels import (float32_requant, float32_requant_wide, native_requant,
-                                              native_requant_channels_last)
+from aipu.sim.golden._requant_kernels import (channels_last_blocks, float32_requant, float32_requant_wide,
+                                              native_requant, native_requant_channels_last)
 from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
 from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
@@ -172,9 +172,10 @@ def _gemm_conv(x, x_zero_point, x_bound, ws_by_depth, weight_max, kh, kw, stride
 @jit
 def record_operands(records, float32_scale, leaky):
     """The per-channel operands of parameter records (arch.PARAM_DTYPE) for a stage of these fields: bias,
-    multiplier, shift, negative multiplier and shift (int64), scale (float32), and whether every field the
-    stage uses is in its range and every reserved field is 0 (requantize_records and the interpreter's step
-    name what is not). A layer's tiles share their records: the run loop makes these once for all of them."""
+    multiplier, shift, negative multiplier and shift (int64), scale (float32), the first three as
+    native_requant_channels_last takes them (channels_last_blocks), and whether every field the stage uses is
+    in its range and every reserved field is 0 (requantize_records and the interpreter's step name what is
+    not). A layer's tiles share their records: the run loop makes these once for all of them."""
     channels = records.shape[0]
     bias = np.empty(channels, np.int64)
     multiplier, shift = np.empty(channels, np.int64), np.empty(channels, np.int64)
@@ -193,7 +194,8 @@ def record_operands(records, float32_scale, leaky):
         else:
             valid &= multiplier[c] <= MULTIPLIER_MAX and shift[c] <= SHIFT_MAX and (not leaky or (
                 negative_multiplier[c] <= MULTIPLIER_MAX and negative_shift[c] <= SHIFT_MAX))
-    return bias, multiplier, shift, negative_multiplier, negative_shift, scale, valid
+    blocks = channels_last_blocks(bias, multiplier, shift)
+    return bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid
 
 
 @jit
@@ -201,21 +203,21 @@ def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin,
     """out [P, C] = the requantizer on acc int32 [P, C] with one parameter record (arch.PARAM_DTYPE) per channel,
     as :func:`requantize_records` computes it for a stage of these fields; returns the saturated count, or -1,
     with ``out`` untouched, if a record field is outside its range or a reserved one is not 0."""
-    bias, multiplier, shift, negative_multiplier, negative_shift, scale, valid = record_operands(records,
-                                                                                                float32_scale, leaky)
+    bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid = record_operands(
+        records, float32_scale, leaky)
     if not valid:
         return -1
-    return requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative_shift, scale, float32_scale,
-                            leaky, rounding, zero_point, qmin, qmax, out)
+    return requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks,
+                            float32_scale, leaky, rounding, zero_point, qmin, qmax, out)
 
 
 @jit
-def requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative_shift, scale, float32_scale, leaky,
-                     rounding, zero_point, qmin, qmax, out):
+def requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, float32_scale,
+                     leaky, rounding, zero_point, qmin, qmax, out):
     """:func:`requant_tile` on the operands :func:`record_operands` made of valid records."""
     pixels, channels = acc.shape
     if not (float32_scale or leaky):
-        return native_requant_channels_last(acc, bias, multiplier, shift, rounding, zero_point, qmin, qmax, out)
+        return native_requant_channels_last(acc, *blocks, rounding, zero_point, qmin, qmax, out)
     # The other kernels take [1, C, P], their inner loop running long: [P, 1] is that already.
     blocks, results = acc.reshape((1, channels, pixels)), out.reshape((1, channels, pixels))
     if channels > 1:

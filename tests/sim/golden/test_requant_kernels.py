@@ -196,3 +196,25 @@ def test_records_entry_refuses_a_shift_its_field_type_allows_but_the_contract_do
     records["shift"] = [3, SHIFT_MAX + 1]
     with pytest.raises(ValueError, match=rf"shift={SHIFT_MAX + 1} is outside \[0, {SHIFT_MAX}\]"):
         requantize_records(np.zeros((4, 2), np.int32), records, requant_stage(float32_scale=False))
+
+
+@pytest.mark.parametrize("pixels, channels", [(1, 1), (7, 3), (33, 16), (5, 100), (3, 300)])
+def test_channels_last_kernel_equals_the_numpy_form_for_every_block_length(pixels, channels):
+    """native_requant_channels_last reads its parameters as channels_last_blocks repeats them: blocks of whole
+    pixels, one pixel from 256 channels, the last block of a tile shorter; blocks of another length are
+    refused, not read out of step."""
+    from aipu.sim.golden._requant_kernels import channels_last_blocks, native_requant_channels_last
+
+    rng = np.random.default_rng(pixels * channels)
+    acc = rng.integers(-(1 << 24), 1 << 24, (pixels, channels), dtype=np.int32)
+    bias = rng.integers(-5000, 5000, channels).astype(np.int64)
+    m, n = rng.integers(0, MULTIPLIER_MAX + 1, channels), rng.integers(0, 40, channels)
+    out = np.empty((pixels, channels), np.int8)
+    count = native_requant_channels_last(acc, *channels_last_blocks(bias, m, n), 1, 3, -128, 127, out)
+    expected, saturated = native_reference(acc, bias, m, n, None, "half_up", 3, -128, 127, np.int8, 1)
+    np.testing.assert_array_equal(out, expected)
+    assert count == saturated
+    other = 2 * channels + 1      # blocks of a length no tile of ``channels`` takes
+    with pytest.raises(ValueError, match="channel count"):
+        native_requant_channels_last(acc, *channels_last_blocks(bias[:1].repeat(other), m[:1].repeat(other),
+                                                                n[:1].repeat(other)), 1, 3, -128, 127, out)
