@@ -343,19 +343,24 @@ _DEINTERLEAVE_2, _DEINTERLEAVE_4, _DEINTERLEAVE_8 = (_deinterleaver(factor) for 
 
 
 _REPEAT_FLOATS = 256     # a virtual tap's repeated weights span about this many floats
+SUM_LINES = 2            # after an output's virtual taps: their weights' sum and their magnitudes' sum
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def repeated_group_weights(ws, groups):
     """:func:`grouped_channels_last`'s weight operand from ws float32 [K, KH*KW, C/G] (weights minus their zero
     point, in w's layout): for output o of every group and virtual tap v = c*KH*KW + t, the ``groups``
-    weights ws[g*Kg + o, t, c] repeated over whole pixels to about _REPEAT_FLOATS floats, [Kg, C/G*KH*KW,
-    m*G]. A layer's tiles share it: made once."""
+    weights ws[g*Kg + o, t, c] repeated over whole pixels to about _REPEAT_FLOATS floats, then SUM_LINES
+    lines of the same length: per lane, the sum of o's virtual taps' weights and of their magnitudes (exact
+    integers in float32 up to 65793 taps), [Kg, C/G*KH*KW + SUM_LINES, m*G]. A layer's tiles share it: made
+    once (the sums made per tile took a tenth of a 3x3 depthwise tile, measured)."""
     k, taps, group_c = ws.shape
     per_group = k // groups
     copies = max(1, _REPEAT_FLOATS // max(groups, 1))
-    repeated = np.empty((per_group, group_c * taps, copies * groups), np.float32)
+    virtual = group_c * taps
+    repeated = np.zeros((per_group, virtual + SUM_LINES, copies * groups), np.float32)
     for o in range(per_group):
+        sums, magnitudes = repeated[o, virtual], repeated[o, virtual + 1]
         for c in range(group_c):
             for t in range(taps):
                 line = repeated[o, c * taps + t]
@@ -363,6 +368,9 @@ def repeated_group_weights(ws, groups):
                     value = ws[g * per_group + o, t, c]
                     for copy in range(copies):
                         line[copy * groups + g] = value
+                for e in range(line.size):
+                    sums[e] += line[e]
+                    magnitudes[e] += abs(line[e])
     return repeated
 
 
@@ -374,23 +382,24 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
     channels-last operands, as the NPU's buffers hold a tile.
 
     x: int8/uint8 [N, H, W, C] C-contiguous; ``repeated``: the weights as :func:`repeated_group_weights` makes
-    them, [Kg, Cg*KH*KW, m*G]; out: int32 [N, OH, OW, K] C-contiguous. The padded input is converted once into
-    one float32 plane per channel c of a group, its G lanes per pixel the groups' c-th channels, its rows
-    split by column phase, ``plane[c, r, b, q, g] = padded[r, q*sw + b, g*Cg + c]``, which
-    :func:`_tap_passes` reads. Only the planes' padding is zeroed, not the whole planes. Exact under the same
-    float32 bound as :func:`grouped_conv_taps`.
+    them, [Kg, Cg*KH*KW + SUM_LINES, m*G]; out: int32 [N, OH, OW, K] C-contiguous. The padded input is
+    converted once into one float32 plane per channel c of a group, its G lanes per pixel the groups' c-th
+    channels, its rows split by column phase, ``plane[c, r, b, q, g] = padded[r, q*sw + b, g*Cg + c]``,
+    which :func:`_tap_passes` reads. Only the planes' padding is zeroed, not the whole planes. Exact under
+    the same float32 bound as :func:`grouped_conv_taps`.
 
     A depthwise conv of stride 1 across with no top or left padding and its windows inside x (the
     interpreter's tiles, whose LOAD wrote the padding) needs no planes: x's rows are the runs the taps read,
-    converted as they are read, and the zero point comes off as -zp * (sum of the tap weights) per channel,
-    the pass's starting value. Exact where the sum of the terms' magnitudes stays within 2**24 (|w| * (|x| +
-    |zp|) per tap; at most 25 * 255 * 510 for a 5x5 kernel), else the tile is converted. 1.1-1.2x faster than
-    converting on 3x3 tiles of 2 output rows, whose planes hold every input row once per tile; 5x5 alike
+    converted as they are read, and the zero point comes off as -zp * (sum of the tap weights) per channel
+    (repeated_group_weights' sum line), the pass's starting value. Exact where the sum of the terms'
+    magnitudes stays within 2**24 (|w| * (|x| + |zp|) per tap; at most 25 * 255 * 510 for a 5x5 kernel),
+    else the tile is converted. 1.1-1.2x faster than converting on 3x3 tiles of 2 output rows, whose planes
+    hold every input row once per tile; 5x5 alike
     (measured).
     """
     batch, height, width_in, channels = x.shape
     oh, ow, k = out.shape[1], out.shape[2], out.shape[3]
-    per_group, virtual = repeated.shape[0], repeated.shape[1]
+    per_group, virtual = repeated.shape[0], repeated.shape[1] - SUM_LINES
     groups = k // per_group
     group_c = channels // groups
     lanes, step = _U(groups), _U(group_c)
@@ -408,27 +417,22 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
     if group_c == 1 and stride_w == 1 and pad_top == 0 and pad_left == 0 and rows <= height and phase_w <= width_in:
         # Exact where every output's sum of |w| * (|x| + |zp|) over its taps is within 2**24: then any partial
         # sum, in any order, is an exact float32 integer.
-        starts = np.zeros(_U(per_group) * block, np.float32)    # output o's tap weights summed, per lane
-        spans = np.zeros(_U(per_group) * block, np.float64)     # and their magnitudes
-        for o in range(_U(per_group)):
-            for t in range(_U(virtual)):
-                first, lane = (o * _U(virtual) + t) * block, o * block
-                for e in range(block):
-                    starts[lane + e] += weights[first + e]
-                    spans[lane + e] += abs(weights[first + e])
         info = np.iinfo(x.dtype)
         x_bound = max(np.float64(info.max), -np.float64(info.min)) + abs(np.float64(x_zero_point))
+        lines = _U(virtual + SUM_LINES)
+        starts = np.empty(_U(per_group) * block, np.float32)    # output o's sums start at -zp * its weights' sum
+        zero_point = np.float32(x_zero_point)
         inexact = False
-        for e in range(spans.size):      # no early exit: the loop vectorises
-            inexact |= spans[e] * x_bound > _FLOAT32_EXACT
+        for o in range(_U(per_group)):
+            sums = (o * lines + _U(virtual)) * block
+            for e in range(block):      # no early exit: the loop vectorises
+                starts[o * block + e] = weights[sums + e] * -zero_point
+                inexact |= np.float64(weights[sums + block + e]) * x_bound > _FLOAT32_EXACT
         if not inexact:
             offsets = np.empty(virtual, np.uint64)
             for i in range(kh):
                 for j in range(kw):
                     offsets[i * kw + j] = _U(i * dilation_h) * x_row + _U(j * dilation_w) * lanes
-            zero_point = np.float32(x_zero_point)
-            for e in range(starts.size):
-                starts[e] *= -zero_point
             for n in range(batch):
                 _tap_passes(flat_x, _U(n * height) * x_row, x_row, offsets, starts, weights, block, per_group,
                             virtual, oh, ow, k, stride_h, lanes, row, scratch, flat_out, _U(n) * out_image)
@@ -512,7 +516,7 @@ def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, pe
         out_at = out_first + _U(y) * out_row
         start = _U(0) if scattered else out_at
         for o in range(per_group):
-            wb = _U(o * virtual) * block       # output o's weights
+            wb = _U(o * (virtual + SUM_LINES)) * block       # output o's weights
             first = _U(o) * block               # and starting values
             for begin in range(_U(0), run, block):
                 count = min(block, run - begin)

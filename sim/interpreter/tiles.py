@@ -22,7 +22,8 @@ import numpy as np
 
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 
-from aipu.sim.golden._grouped_conv import grouped_channels_last, grouped_conv_taps, repeated_group_weights
+from aipu.sim.golden._grouped_conv import (SUM_LINES, grouped_channels_last, grouped_conv_taps,
+                                           repeated_group_weights)
 from aipu.sim.golden._requant_kernels import (channels_last_blocks, float32_requant, float32_requant_wide,
                                               native_requant, native_requant_channels_last)
 from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
@@ -98,8 +99,8 @@ def conv_tile(x, x_zero_point, ws, ws_arranged, weight_max, stride_h, stride_w, 
         return False      # a wide group, or partial sums one float32 pass would not hold exactly
     if _takes_channels_last(groups, group_c):
         grouped_channels_last(x.reshape((1, height, width, channels)), x_zero_point,
-                              ws_arranged.reshape((k // groups, group_c * kh * kw, -1)), kh, kw, stride_h, stride_w,
-                              pad_top, pad_left, dilation_h, dilation_w, out.reshape((1, oh, ow, k)))
+                              ws_arranged.reshape((k // groups, group_c * kh * kw + SUM_LINES, -1)), kh, kw, stride_h,
+                              stride_w, pad_top, pad_left, dilation_h, dilation_w, out.reshape((1, oh, ow, k)))
         return True
     planes = np.empty((1, channels, height, width), x.dtype)     # the tap kernel's NCHW operands
     _transpose(x.ravel(), height * width, channels, planes.ravel())
