@@ -140,20 +140,9 @@ def _gemm_conv(x, x_zero_point, x_bound, ws_by_depth, weight_max, kh, kw, stride
         t1 = min(taps, t0 + taps_per_chunk)
         for c0 in range(0, channels, slice_c):
             c1 = min(channels, c0 + slice_c)
-            lanes = _U(c1 - c0)
             rows = np.zeros((oh * ow, (t1 - t0) * (c1 - c0)), np.float32)     # taps in the padding stay 0
-            for y in range(oh):
-                for q in range(ow):
-                    row = rows[y * ow + q]
-                    for t in range(t0, t1):
-                        i, j = t // kw, t % kw
-                        line = y * stride_h + i * dilation_h - pad_top
-                        column = q * stride_w + j * dilation_w - pad_left
-                        if line < 0 or line >= height or column < 0 or column >= width:
-                            continue
-                        pixel, first = x[line, column], _U(t - t0) * lanes
-                        for c in range(lanes):
-                            row[first + c] = np.float32(pixel[_U(c0) + c]) - zero_point
+            _window_rows(x, zero_point, t0, t1, c0, c1, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
+                         dilation_w, ow, rows)
             sums = np.dot(rows, ws_by_depth[t0 * channels + c0:(t1 - 1) * channels + c1])
             if single:
                 target, flat = out.ravel(), sums.ravel()
@@ -168,6 +157,36 @@ def _gemm_conv(x, x_zero_point, x_bound, ws_by_depth, weight_max, kh, kw, stride
     for e in range(_U(flat.size)):
         target[e] = np.int32(flat[e])
     return True
+
+
+@jit
+def _window_rows(x, zero_point, t0, t1, c0, c1, kw, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w, ow,
+                 rows):
+    """rows [OH*OW, (t1 - t0) * (c1 - c0)] = x [H, W, C] - zero point at taps [t0, t1) and channels [c0, c1) of
+    each output pixel's window (taps in the padding left as they are). Where dilation_w is 1, the chunk's taps
+    of one kernel row inside x are one contiguous run of x, copied as one (a 3-channel stem's copy per tap was
+    3 values long; a chunk that slices the channels has one tap). Flat unsigned offsets: a numba view per
+    tap costs more than such a copy."""
+    height, width, channels = x.shape
+    source, target = x.ravel(), rows.ravel()
+    lanes = c1 - c0
+    depth = _U((t1 - t0) * lanes)
+    for y in range(rows.shape[0] // ow):
+        for q in range(ow):
+            first = _U(y * ow + q) * depth
+            t = t0
+            while t < t1:
+                i, j = t // kw, t % kw
+                line = y * stride_h + i * dilation_h - pad_top
+                taps = min(kw - j, t1 - t) if dilation_w == 1 else 1     # this kernel row's taps in the chunk
+                column = q * stride_w + j * dilation_w - pad_left
+                inside_from, inside_to = max(column, 0), min(column + taps, width)
+                if 0 <= line < height and inside_from < inside_to:
+                    at = _U(((line * width + inside_from) * channels) + c0)
+                    to = first + _U((t - t0 + inside_from - column) * lanes)
+                    for e in range(_U((inside_to - inside_from) * lanes)):
+                        target[to + e] = np.float32(source[at + e]) - zero_point
+                t += taps
 
 
 @jit
