@@ -8,6 +8,8 @@ Threads: the golden model's float32 GEMMs run on numpy's BLAS. Every command run
 ``--threads`` threads (default: $AIPU_THREADS, else 1), so that results are reproducible in time
 and two commands (or test workers) side by side do not oversubscribe the cores. Benchmarks that
 compare against onnxruntime pin both to one thread regardless.
+
+Vectors: every command asks numba for 512-bit vectors on AVX-512 CPUs (aipu.app.vector_width).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import argparse
 import importlib
 import os
 import sys
+
+from aipu.app.vector_width import use_full_width_vectors
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "aipu.app.demo",
@@ -52,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        use_full_width_vectors()       # before anything is compiled
+    except ValueError as exc:
+        print(f"aipu: error: {exc}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     from threadpoolctl import threadpool_limits
 

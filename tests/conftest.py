@@ -6,6 +6,8 @@
 * Hypothesis: the default suite is repeatable (``derandomize``: the same examples on every run and machine),
   so a red CI is a real change, not a new random draw. Random exploration is the slow suite's job; run any
   test with fresh draws by ``HYPOTHESIS_PROFILE=explore``.
+* Vectors: numba compiles for 512-bit vectors on AVX-512 CPUs, as the `aipu` CLI asks it to
+  (aipu.app.vector_width), so the tests run the kernels users run; set before anything is compiled.
 * ``--sim icarus`` (or ``--sim verilator,icarus``): the Verilog simulators the co-simulation tests run on; the
   same as ``AIPU_SIM`` in the environment (default: Verilator).
 """
@@ -18,6 +20,10 @@ import numpy as np
 import pytest
 from hypothesis import settings
 from threadpoolctl import threadpool_limits
+
+from aipu.app.vector_width import use_full_width_vectors
+
+use_full_width_vectors()
 
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
