@@ -17,19 +17,22 @@ class _Features(dict):
 
 @pytest.fixture
 def host(monkeypatch):
-    """A CPU of the given features and an environment without numba's CPU variables; numba's config is not
-    reloaded (the worker's own compiles keep theirs). Returns the setter and the reloads seen."""
+    """A CPU of the given features and an environment of its own without numba's CPU variables (a copy:
+    what the function writes must not reach the worker's later subprocesses, which a variable deleted
+    with monkeypatch.delenv and set again would); numba's config is not reloaded (the worker's own
+    compiles keep theirs). Returns the setter and the reloads seen."""
     reloads = []
     monkeypatch.setattr("numba.core.config.reload_config", lambda: reloads.append(True))
-    for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", VECTOR_BITS_VARIABLE):
-        monkeypatch.delenv(name, raising=False)
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", VECTOR_BITS_VARIABLE)}
+    monkeypatch.setattr(os, "environ", environment)
 
     def set_features(**features):
         monkeypatch.setattr("llvmlite.binding.get_host_cpu_features", lambda: _Features(features))
     return set_features, reloads
 
 
-def test_an_avx512_cpu_gets_full_width_vectors(host, monkeypatch):
+def test_an_avx512_cpu_gets_full_width_vectors(host):
     set_features, reloads = host
     set_features(avx512f=True, avx2=True)
     use_full_width_vectors()
@@ -43,19 +46,18 @@ def test_an_avx512_cpu_gets_full_width_vectors(host, monkeypatch):
     ({"avx512f": True}, {"NUMBA_CPU_FEATURES": "+avx2"}),                # the user's numba setting wins
     ({"avx512f": True}, {"NUMBA_CPU_NAME": "generic"}),
 ])
-def test_full_width_vectors_only_where_wanted(host, monkeypatch, features, environment):
+def test_full_width_vectors_only_where_wanted(host, features, environment):
     set_features, reloads = host
     set_features(**features)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
+    os.environ.update(environment)
     use_full_width_vectors()
     assert os.environ.get("NUMBA_CPU_FEATURES") == environment.get("NUMBA_CPU_FEATURES")
     assert reloads == []
 
 
-def test_the_cli_refuses_a_bad_vector_width_in_one_line(host, monkeypatch, capsys):
+def test_the_cli_refuses_a_bad_vector_width_in_one_line(host, capsys):
     from aipu.app.cli import main
 
-    monkeypatch.setenv(VECTOR_BITS_VARIABLE, "1024")
+    os.environ[VECTOR_BITS_VARIABLE] = "1024"
     assert main(["isa-doc"]) == 2
     assert capsys.readouterr().err == "aipu: error: $AIPU_VECTOR_BITS = '1024': expected one of 512, 256\n"
