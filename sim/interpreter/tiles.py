@@ -120,7 +120,7 @@ def _gemm_conv(x, x_zero_point, x_bound, ws_by_depth, weight_max, kh, kw, stride
     whole taps, or a slice of one tap's channels where a tap alone is too long. ``x_bound``: the largest
     |x - zero point| x's type allows; the tile's own largest is looked up only where that bound needs
     chunks. False (``out`` untouched) where a sum leaves int32."""
-    height, width, channels = x.shape
+    channels = x.shape[2]
     k = ws_by_depth.shape[1]
     oh, ow = out.shape[0], out.shape[1]
     taps = kh * kw
