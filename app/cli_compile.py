@@ -75,7 +75,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     outputs: dict[str, list[np.ndarray]] = {entry.tensor.name: [] for entry in directory.outputs}
     started = time.perf_counter()
     for index in range(count):
-        result = prepared.run(input_memory(directory, samples, index), seed=args.seed)
+        result = prepared.run(input_memory(directory, samples, index), seed=args.seed, in_place=True)
         for entry in directory.outputs:
             tensor = entry.tensor
             value = load_tensor(result.memory.dram, entry.dram_address, tensor.shape, tensor.dtype)

@@ -57,7 +57,7 @@ def _cmd_run_layer(args: argparse.Namespace) -> int:
     if args.output:
         lowered.program.write(args.output)
     started = time.perf_counter()
-    result = run(lowered.program, lowered.memory(), seed=args.schedule_seed)
+    result = run(lowered.program, lowered.memory(), seed=args.schedule_seed, in_place=True)
     seconds = time.perf_counter() - started
     expected = layer.reference()
     got = lowered.read_output(result.memory)

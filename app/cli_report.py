@@ -34,7 +34,7 @@ def _input_run(directory, prepared, path: str, seed: int | None):
 
     samples = read_samples(path, {entry.tensor.name: entry.tensor.shape for entry in directory.inputs})
     count = next(iter(samples.values())).shape[0]
-    return summed_stats(prepared.run(input_memory(directory, samples, index), seed=seed).stats
+    return summed_stats(prepared.run(input_memory(directory, samples, index), seed=seed, in_place=True).stats
                         for index in range(count))
 
 

@@ -57,7 +57,7 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
     predictions, runs, mismatches, macs, started = [], [], 0, 0, time.perf_counter()
     for image in images:
         x = qmodel.quantize_inputs({name: image[None]})
-        result = prepared.run(network.memory(x))
+        result = prepared.run(network.memory(x), in_place=True)
         logits = network.read(result.memory, output)
         mismatches += int(np.count_nonzero(logits != qmodel.run(x)[output]))
         macs += result.stats.macs

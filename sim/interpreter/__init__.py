@@ -513,11 +513,14 @@ class PreparedProgram:
     def __post_init__(self) -> None:
         object.__setattr__(self, "loop", _LoopPlan([self.steps[key] for key in self.order]))
 
-    def run(self, memory: Memory, *, seed: int | None = None, compiled: bool = True) -> Result:
-        """Execute on a copy of ``memory``. seed None: the fixed schedule (lowest-numbered ready unit first);
-        otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering). ``compiled``: run
-        consecutive LOAD/STORE/CONV/REQUANT commands in the compiled loop (run_loop.py); False runs every
-        command's Python step, the straightforward form the tests compare it with."""
+    def run(self, memory: Memory, *, seed: int | None = None, compiled: bool = True,
+            in_place: bool = False) -> Result:
+        """Execute on a copy of ``memory``, or on ``memory`` itself if ``in_place`` (for an image built for this
+        one run: the copy of a whole image, 1.2 MB for a MobileNet layer, costs as much as a quarter of the run).
+        seed None: the fixed schedule (lowest-numbered ready unit first); otherwise a ``random.Random(seed)`` picks
+        any ready unit (a legal reordering). ``compiled``: run consecutive LOAD/STORE/CONV/REQUANT commands in the
+        compiled loop (run_loop.py); False runs every command's Python step, the straightforward form the tests
+        compare it with."""
         if memory.config != self.config:
             raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
                              f"the program for {self.config.config_hash()}")
@@ -529,7 +532,8 @@ class PreparedProgram:
             order, _, failure = schedule(self.queues, self.config.queues.token_depth, random.Random(seed))
             if failure is not None:      # cannot happen after the fixed schedule passed (see ordering.schedule)
                 raise failure
-        memory = memory.copy()
+        if not in_place:
+            memory = memory.copy()
         stats = Stats(self.stats.macs, Counter(self.stats.bytes_moved), Counter(self.stats.commands))
         state = _State(memory, stats)
         plan = self.loop if order is self.order else _LoopPlan([self.steps[key] for key in order])
@@ -609,8 +613,9 @@ def prepare(program: Program, dram_bytes: int, *, check_hazards: bool = True) ->
 
 
 def run(program: Program | PreparedProgram, memory: Memory, *, seed: int | None = None,
-        check_hazards: bool = True) -> Result:
-    """Execute ``program`` on a copy of ``memory`` (a :class:`PreparedProgram` skips the checks it has had).
+        check_hazards: bool = True, in_place: bool = False) -> Result:
+    """Execute ``program`` on a copy of ``memory``, or on ``memory`` itself if ``in_place`` (a
+    :class:`PreparedProgram` skips the checks it has had).
 
     seed None: whenever several units are ready, the lowest-numbered unit runs (a fixed schedule);
     otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering)."""
@@ -619,4 +624,4 @@ def run(program: Program | PreparedProgram, memory: Memory, *, seed: int | None 
             raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
                              f"the program for {program.config.config_hash()}")
         program = prepare(program, memory.dram.size, check_hazards=check_hazards)
-    return program.run(memory, seed=seed)
+    return program.run(memory, seed=seed, in_place=in_place)

@@ -285,6 +285,24 @@ def test_memory_and_program_configs_must_agree():
         run(_two_unit(), Memory.create(config, 64))
 
 
+def test_a_run_leaves_its_input_image_alone_unless_in_place():
+    """By default the run works on a copy; in_place runs on the caller's image (no copy) to the same result."""
+    table = RNG.integers(-128, 128, LUT8_ENTRIES).astype(np.int16)
+    x = RNG.integers(-128, 128, 64).astype(np.int8)
+    lut = Command.make(Opcode.LUT, src_buf=Buffer.ACT, count=x.size, mode=LutMode.DIRECT8, in_type=DType.INT8,
+                       out_type=DType.INT8, dst_addr=0x40, table_addr=0x10)
+    program = _vector_program(_dram(), lut, out_bytes=x.size,
+                              loads=[_load(Buffer.ACT, 0, x.size), _load(Buffer.LUT, 0x100, 512, sram_addr=0x10)])
+    image = Memory.create(DEFAULT, _dram((0, x), (0x100, table)))
+    before = image.copy()
+    copied = run(program, image)
+    assert image == before and copied.memory is not image
+    in_place = run(program, image, in_place=True)
+    assert in_place.memory is image and image == copied.memory and image != before
+    out = image.dram[OUT_ADDR:OUT_ADDR + x.size].view(np.int8)
+    np.testing.assert_array_equal(out, golden.lut8(x, table.astype(np.int8)))
+
+
 @pytest.mark.parametrize("mode", ["native", "leaky", "float32"])
 def test_requant_modes_against_golden(mode):
     pixels, channels = 9, 5
