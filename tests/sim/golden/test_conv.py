@@ -1,4 +1,5 @@
 """conv2d / matmul: hand-worked vectors, a direct int64 loop reference, overflow policy, bad input."""
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -501,6 +502,22 @@ def test_unconverted_depthwise_sums_stay_within_float32(weight):
     want = np.einsum("ntc,ct->nc", x.reshape(1, 25, channels).astype(np.int64) - 127, ws[:, :, 0].astype(np.int64))
     np.testing.assert_array_equal(out.reshape(1, channels), want)
 
+
+
+@pytest.mark.parametrize("count", [0, 1, 17, 1000])
+def test_kernel_buffers_start_on_a_cache_line(count):
+    """The grouped kernels' weights and scratch buffers begin on a 64-byte line, whole and zeroed where asked
+    (numba's own arrays are aligned to 32 bytes only)."""
+    from aipu.sim.golden._grouped_conv import _aligned_empty, _aligned_zeros, repeated_group_weights
+
+    @numba.njit
+    def buffers(count):
+        empty, zeros = _aligned_empty(count, np.float32), _aligned_zeros(count, np.int64)
+        return empty.ctypes.data % 64, empty.size, zeros.ctypes.data % 64, zeros.size, zeros.sum()
+
+    assert buffers(count) == (0, count, 0, count, 0)
+    for groups in (3, 16, 144):
+        assert repeated_group_weights(np.ones((groups, 9, 1), np.float32), groups).ctypes.data % 64 == 0
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), groups=st.sampled_from([1, 1, 2, 3, 16]), wide=st.booleans())
