@@ -360,6 +360,36 @@ def _deinterleaver(factor):
 _DEINTERLEAVE_2, _DEINTERLEAVE_4, _DEINTERLEAVE_8 = (_deinterleaver(factor) for factor in (2, 4, 8))
 
 
+def _interleaver(factor):
+    """A function that writes ``factor`` rows of a run's sums into every ``factor``-th output: out[at + p*factor
+    + o] = rows[o*run + p]. With ``factor`` a constant LLVM stores them as interleaved vectors; one row at a
+    time, a strided loop, ran scalar (an eighth of a 3x3 tile of 32 groups of 4, measured)."""
+    @numba.njit(nogil=True, error_model="numpy")
+    def interleave(rows, run, out, at):
+        for p in range(run):
+            for o in range(_U(factor)):
+                out[at + p * _U(factor) + o] = rows[o * run + p]
+    return interleave
+
+
+_INTERLEAVE_2, _INTERLEAVE_4, _INTERLEAVE_8 = (_interleaver(factor) for factor in (2, 4, 8))
+
+
+@numba.njit(nogil=True, error_model="numpy")
+def _interleave(rows, run, per_group, out, at):
+    """out[at + p*per_group + o] = rows[o*run + p]: each output's row of sums into its channel of every pixel."""
+    if per_group == 2:
+        _INTERLEAVE_2(rows, run, out, at)
+    elif per_group == 4:
+        _INTERLEAVE_4(rows, run, out, at)
+    elif per_group == 8:
+        _INTERLEAVE_8(rows, run, out, at)
+    else:
+        for p in range(run):
+            for o in range(_U(per_group)):
+                out[at + p * _U(per_group) + o] = rows[o * run + p]
+
+
 _REPEAT_FLOATS = 256     # a virtual tap's repeated weights span about this many floats
 SUM_LINES = 2            # after an output's virtual taps: their weights' sum and their magnitudes' sum
 
@@ -428,7 +458,7 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
     block = _U(repeated.shape[2])
     weights = repeated.ravel()
     row = _aligned_empty(block, np.float32)
-    scratch = _aligned_empty(_U(ow) * lanes if per_group > 1 else _U(0), np.int32)    # output o's row before its scatter
+    scratch = _aligned_empty(_U(ow) * lanes * _U(per_group) if per_group > 1 else _U(0), np.int32)  # see _tap_passes
     # Views are made once: numba counts each view's references atomically, and a view per row (x[n, y]) cost
     # 5.2 -> 3.75 us on a stride-2 tile of 29 rows (measured). Rows are offsets into the flat arrays.
     flat_x, flat_out = x.ravel(), out.ravel()
@@ -526,15 +556,15 @@ def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, pe
     starting values, per output o a block. The run is taken in blocks as long as the repeated weights (on a
     2-row tile, repeating them along whole rows cost a fifth of the call, measured). Nine virtual taps (a 3x3
     depthwise kernel) are one pass straight to the output, 25 (5x5) five passes; others add passes of up to
-    nine in a float32 row. With several outputs per group, output o's row goes through ``scratch`` into
-    every Kg-th channel."""
+    nine in a float32 row. With several outputs per group, output o's row goes to row o of ``scratch``,
+    whose rows :func:`_interleave` then writes into every Kg-th channel."""
     run, out_row = _U(ow) * lanes, _U(ow * k)
     scattered = per_group > 1
     target = scratch if scattered else flat_out     # where a pass's outputs go
     for y in range(oh):
         out_at = out_first + _U(y) * out_row
-        start = _U(0) if scattered else out_at
         for o in range(per_group):
+            start = _U(o) * run if scattered else out_at
             wb = _U(o * (virtual + SUM_LINES)) * block       # output o's weights
             first = _U(o) * block               # and starting values
             for begin in range(_U(0), run, block):
@@ -613,8 +643,5 @@ def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, pe
                     t += 1
                 for e in range(count):
                     target[start + begin + e] = np.int32(row[e])
-            if scattered:
-                for q in range(_U(ow)):
-                    at, first_lane = q * _U(k) + _U(o), q * lanes
-                    for g in range(lanes):
-                        flat_out[out_at + at + g * _U(per_group)] = scratch[first_lane + g]
+        if scattered:
+            _interleave(scratch, run, per_group, flat_out, out_at)

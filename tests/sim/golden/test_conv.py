@@ -437,6 +437,9 @@ def test_depthwise_layers_outside_the_unpadded_kernel_take_the_padded_one(shape,
     (16, 2, 1, (1, 2), True),      # 2, 4 and 8 channels a group: converted as interleaved vectors
     (17, 4, 2, (2, 2), True),
     (16, 8, 1, (1, 1), True),
+    (16, 4, 4, (1, 1), True),      # 2, 4 and 8 outputs a group: written as interleaved vectors, 5 one by one
+    (16, 2, 8, (2, 1), True),
+    (16, 3, 5, (1, 1), True),
     (4, 3, 2, (2, 1), False),      # few groups of several channels: transposed for the NCHW tap kernel
 ])
 def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, group_c, per_group, stride, taken):
