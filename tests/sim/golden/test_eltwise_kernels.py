@@ -92,6 +92,10 @@ def test_eltwise_kernels_equal_the_int64_form(c):
                                              c["zp"], c["qmin"], c["qmax"], c["dtype"], c["rounding"])
     assert got.dtype == want.dtype and got.shape == want.shape
     assert np.array_equal(got, want) and saturated == want_saturated
+    uncounted = eltwise(c["a"], c["b"], c["op"], multiplier=c["multiplier"], shift=c["shift"], a_zero_point=c["za"],
+                        b_zero_point=c["zb"], out_zero_point=c["zp"], qmin=c["qmin"], qmax=c["qmax"],
+                        out_dtype=c["dtype"], rounding=c["rounding"])     # clamped by the type's range if it is that
+    assert uncounted.dtype == want.dtype and np.array_equal(uncounted, want)
 
 
 def test_eltwise_ties_in_every_mode():
