@@ -65,10 +65,11 @@ def _rounded(x, y, e, low, tie_rule):
 @numba.njit(cache=True, nogil=True, inline="always")
 def _specialised(loop, a, b, out, parameters, tie_rule, count):
     """The saturation count of loop((a, b, out, parameters), tie_rule, count, to_type) over runs of _RUN values,
-    with tie_rule, count and to_type (clamp to out's type range: qmin and qmax, the last two parameters, are
-    that range, and nothing is counted) constants of each loop."""
+    with tie_rule, count and to_type constants of each loop. to_type: nothing is counted, the zero point (the
+    third last parameter) is 0 -- the caller folds it into the rounding's sum where it can -- and qmin and
+    qmax (the last two) are out's type range, a clamp of one saturating narrowing."""
     info = np.iinfo(out.dtype)
-    to_type = not count and parameters[-2] == info.min and parameters[-1] == info.max
+    to_type = not count and parameters[-3] == 0 and parameters[-2] == info.min and parameters[-1] == info.max
     saturated = 0
     for start in range(0, out.size, _RUN):
         run = (a[start:start + _RUN], b[start:start + _RUN], out[start:start + _RUN], parameters)
@@ -96,6 +97,12 @@ def _specialised(loop, a, b, out, parameters, tie_rule, count):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _plus(u, zero_point, to_type):
+    """u + the zero point, which is 0 where ``to_type`` (no add at all then)."""
+    return u if to_type else _I32(u + zero_point)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _clamped(v, o, qmin, qmax, to_type):
     """v clamped to [qmin, qmax], or to o's type range as constants (one saturating narrowing) if ``to_type``."""
     if to_type:
@@ -111,7 +118,7 @@ def _add_loop(run, tie_rule, count, to_type):
     clamped = _I32(0)
     for i in range(_U(o.size)):
         x, y = _I32(_I32(f[i]) * k_f + c_f), _I32(_I32(s[i]) * k_s + c_s)
-        v = _I32(_rounded(x, y, e, low, tie_rule) + zero_point)
+        v = _plus(_rounded(x, y, e, low, tie_rule), zero_point, to_type)
         kept = _clamped(v, o, qmin, qmax, to_type)
         o[i] = kept
         if count:
@@ -136,7 +143,7 @@ def _mul_loop(run, tie_rule, count, to_type):
     for i in range(_U(o.size)):
         p = _I32((_I32(a[i]) - z_a) * (_I32(b[i]) - z_b))
         p = min(max(p, product_min), product_max)
-        v = _I32(_rounded(_I32(p * m_high + h_x), _I32(p * m_low + h_y), e, low, tie_rule) + zero_point)
+        v = _plus(_rounded(_I32(p * m_high + h_x), _I32(p * m_low + h_y), e, low, tie_rule), zero_point, to_type)
         kept = _clamped(v, o, qmin, qmax, to_type)
         o[i] = kept
         if count:
@@ -160,7 +167,7 @@ def _max_min_loop(run, tie_rule, count, to_type):
     for i in range(_U(o.size)):
         u_a = _rounded(_I32(_I32(a[i]) * k_a + c_a), zero, zero, low_a, tie_rule)
         u_b = _rounded(_I32(_I32(b[i]) * k_b + c_b), zero, zero, low_b, tie_rule)
-        v = _I32((max(u_a, u_b) if is_max else min(u_a, u_b)) + zero_point)
+        v = _plus(max(u_a, u_b) if is_max else min(u_a, u_b), zero_point, to_type)
         kept = _clamped(v, o, qmin, qmax, to_type)
         o[i] = kept
         if count:
@@ -181,7 +188,7 @@ def _rescale_loop(run, tie_rule, count, to_type):
     k, c, low, zero_point, qmin, qmax = parameters
     zero = _I32(0)
     for i in range(_U(o.size)):
-        v = _I32(_rounded(_I32(_I32(x[i]) * k + c), zero, zero, low, tie_rule) + zero_point)
+        v = _plus(_rounded(_I32(_I32(x[i]) * k + c), zero, zero, low, tie_rule), zero_point, to_type)
         o[i] = _clamped(v, o, qmin, qmax, to_type)
     return 0
 

