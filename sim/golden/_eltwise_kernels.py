@@ -74,26 +74,22 @@ def _specialised(loop, a, b, out, parameters, tie_rule, count):
     for start in range(0, out.size, _RUN):
         run = (a[start:start + _RUN], b[start:start + _RUN], out[start:start + _RUN], parameters)
         if count:
-            if tie_rule == NO_TIE:
-                saturated += loop(run, NO_TIE, True, False)
-            elif tie_rule == TIE_TO_EVEN:
-                saturated += loop(run, TIE_TO_EVEN, True, False)
-            else:
-                saturated += loop(run, TIE_AWAY_FROM_ZERO, True, False)
+            saturated += _tie_rule_constant(loop, run, tie_rule, True, False)
         elif to_type:
-            if tie_rule == NO_TIE:
-                loop(run, NO_TIE, False, True)
-            elif tie_rule == TIE_TO_EVEN:
-                loop(run, TIE_TO_EVEN, False, True)
-            else:
-                loop(run, TIE_AWAY_FROM_ZERO, False, True)
-        elif tie_rule == NO_TIE:
-            loop(run, NO_TIE, False, False)
-        elif tie_rule == TIE_TO_EVEN:
-            loop(run, TIE_TO_EVEN, False, False)
+            _tie_rule_constant(loop, run, tie_rule, False, True)
         else:
-            loop(run, TIE_AWAY_FROM_ZERO, False, False)
+            _tie_rule_constant(loop, run, tie_rule, False, False)
     return saturated
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _tie_rule_constant(loop, run, tie_rule, count, to_type):
+    """loop(run, tie_rule, count, to_type) with tie_rule a constant too."""
+    if tie_rule == NO_TIE:
+        return loop(run, NO_TIE, count, to_type)
+    if tie_rule == TIE_TO_EVEN:
+        return loop(run, TIE_TO_EVEN, count, to_type)
+    return loop(run, TIE_AWAY_FROM_ZERO, count, to_type)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
