@@ -20,7 +20,7 @@ import numpy as np
 
 from aipu.sim.machine.arch import ACC_DTYPE, ELTWISE_SUM_BITS, MAC_OPERAND_MAX, MULTIPLIER_MAX, SHIFT_MAX
 from aipu.sim.golden._lazy import kernels
-from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, dtype_range
+from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, dtype_range, plain_scalars
 from aipu.sim.golden.requant import _check_scales, _output_checks, quantize_multiplier, requantize
 from aipu.sim.golden.rounding import check_rounding, round_half_away
 
@@ -150,20 +150,9 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
 
 
 _cached_plan = functools.lru_cache(maxsize=1024)(_plan)
-_PLAIN_TYPES = {int, type(None)}
-
-
 def _cacheable(rounding, out_dtype, scalars) -> bool:
-    """Arguments whose equal values are equally valid, so that a plan cached for one holds for the other: True ==
-    1.0 == 1, but only 1 passes the checks. Scalars: ints (not bools or numpy scalars), pairs of them and None.
-    (A loop: a set of the types took a tenth of a 14x14x256 add.)"""
-    if type(rounding) is not str or not isinstance(out_dtype, (type, str, np.dtype)):
-        return False
-    for value in scalars:
-        for v in (value if type(value) is tuple else (value,)):
-            if type(v) not in _PLAIN_TYPES:
-                return False
-    return True
+    """Arguments a plan cached for equal ones holds for (plain_scalars), with a rounding mode and a type."""
+    return type(rounding) is str and isinstance(out_dtype, (type, str, np.dtype)) and plain_scalars(scalars)
 
 
 def _flat(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

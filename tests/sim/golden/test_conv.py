@@ -178,6 +178,19 @@ def test_bad_conv_inputs(call, error, match):
         call()
 
 
+def test_remembered_checks_still_reject_what_equals_a_valid_argument():
+    """conv2d remembers the checks of plain int arguments; values equal to those but not ints (1.0, True,
+    numpy scalars) are checked afresh, and rejected where invalid."""
+    x, w = np.zeros((1, 2, 4, 4), np.int8), np.zeros((2, 1, 3, 3), np.int8)
+    conv2d(x, w, stride=(1, 1), groups=2)
+    conv2d(x, w, stride=(1, 1), groups=1 + 1, x_zero_point=np.int64(0))
+    with pytest.raises(TypeError, match=r"stride\[0\] must be an integer"):
+        conv2d(x, w, stride=(1.0, 1), groups=2)
+    conv2d(np.zeros((1, 1, 4, 4), np.int8), np.zeros((2, 1, 3, 3), np.int8), groups=1)
+    with pytest.raises(TypeError, match="groups must be an integer"):
+        conv2d(np.zeros((1, 1, 4, 4), np.int8), np.zeros((2, 1, 3, 3), np.int8), groups=True)
+
+
 def test_uint8_operands_map_to_int8_with_shifted_zero_points():
     # docs/arithmetic.md D4: (w - z) = ((w - 128) - (z - 128)), so uint8 weights/activations become int8
     rng = np.random.default_rng(3)
