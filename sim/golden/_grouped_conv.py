@@ -611,22 +611,43 @@ def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, pe
                                 target[start + begin + e] = np.int32(row[e] + _five_taps(
                                     source, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4))
                     continue
-                if starts is None:
-                    row[:] = 0.0
-                else:
-                    for e in range(count):
-                        row[e] = starts[first + e]
+                # Nine taps per pass (2-17 % faster than three, measured). Where every tap is in such a pass
+                # (3x3 kernels of several channels a group), the first pass sets the row and the last one
+                # writes the output: no passes of their own that zero the row and convert it (3-5 % of a 3x3
+                # tile of 32 groups of 4, measured).
+                nines = virtual % 9 == 0        # 18 or more here: 9 took the one-pass branch above
+                if not nines:
+                    if starts is None:
+                        row[:] = 0.0
+                    else:
+                        for e in range(count):
+                            row[e] = starts[first + e]
                 t = 0
-                while t + 9 <= virtual:       # nine taps per pass: 2-17 % faster than three (measured)
+                while t + 9 <= virtual:
                     s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
                     s3, s4, s5 = line + offsets[t + 3], line + offsets[t + 4], line + offsets[t + 5]
                     s6, s7, s8 = line + offsets[t + 6], line + offsets[t + 7], line + offsets[t + 8]
                     w0, w1, w2 = wb + _U(t) * block, wb + _U(t + 1) * block, wb + _U(t + 2) * block
                     w3, w4, w5 = wb + _U(t + 3) * block, wb + _U(t + 4) * block, wb + _U(t + 5) * block
                     w6, w7, w8 = wb + _U(t + 6) * block, wb + _U(t + 7) * block, wb + _U(t + 8) * block
-                    for e in range(count):
-                        row[e] += _nine_taps(source, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2,
-                                             w3, w4, w5, w6, w7, w8)
+                    if nines and t == 0:
+                        if starts is None:
+                            for e in range(count):
+                                row[e] = _nine_taps(source, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1,
+                                                    w2, w3, w4, w5, w6, w7, w8)
+                        else:
+                            for e in range(count):
+                                row[e] = starts[first + e] + _nine_taps(source, weights, e, s0, s1, s2, s3, s4, s5,
+                                                                        s6, s7, s8, w0, w1, w2, w3, w4, w5, w6, w7, w8)
+                    elif nines and t + 9 == virtual:
+                        for e in range(count):
+                            target[start + begin + e] = np.int32(row[e] + _nine_taps(
+                                source, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2, w3, w4, w5, w6,
+                                w7, w8))
+                    else:
+                        for e in range(count):
+                            row[e] += _nine_taps(source, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2,
+                                                 w3, w4, w5, w6, w7, w8)
                     t += 9
                 while t + 3 <= virtual:       # three taps per pass: a third of the row's loads and stores
                     s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
@@ -641,7 +662,8 @@ def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, pe
                     for e in range(count):
                         row[e] += np.float32(source[s0 + e]) * weights[w0 + e]
                     t += 1
-                for e in range(count):
-                    target[start + begin + e] = np.int32(row[e])
+                if not nines:
+                    for e in range(count):
+                        target[start + begin + e] = np.int32(row[e])
         if scattered:
             _interleave(scratch, run, per_group, flat_out, out_at)

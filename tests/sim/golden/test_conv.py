@@ -475,13 +475,14 @@ def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, 
         x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), 5, 0, stride, (1, 1, 1, 1), (1, 1), groups))
 
 
-@pytest.mark.parametrize("kernel", [(3, 3), (5, 5), (3, 5), (1, 1), (7, 1)])
+@pytest.mark.parametrize("kernel", [(3, 3), (5, 5), (3, 5), (1, 1), (7, 1), (3, 6)])
 @pytest.mark.parametrize("stride_h, dilation, per_group", [(1, (1, 1), 1), (2, (2, 2), 1), (1, (1, 2), 3)])
 @pytest.mark.parametrize("x_dtype, zx", [(np.int8, -128), (np.int8, 127), (np.uint8, 0), (np.uint8, 255)])
 def test_unpadded_depthwise_tiles_read_x_unconverted(kernel, stride_h, dilation, per_group, x_dtype, zx):
     """A depthwise tile with no top/left padding, stride 1 across and its windows inside x (a tile whose LOAD
     wrote the padding) is summed from x as it lies, the zero point taken off as -zp * the sum of the tap
-    weights: every kernel pass structure (one 3x3 pass, five 5x5 passes, the general passes), row strides
+    weights: every kernel pass structure (one 3x3 pass, five 5x5 passes, passes of nine that start and end
+    the sums (3x6), the general passes), row strides
     and dilations, channel multipliers, both byte types at the zero point's extremes, bytes at their
     extremes too."""
     rng = np.random.default_rng(kernel[0] * 7 + kernel[1] + stride_h * 100 + per_group * 1000 + zx)
