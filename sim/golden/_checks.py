@@ -16,9 +16,7 @@ BYTE_DTYPES = tuple(dtype for dtype in QUANT_DTYPES if dtype.itemsize == 1)
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def _integer_range(dtype: np.dtype) -> tuple[int, int]:
-    """An integer type's range, remembered (np.iinfo takes 0.9 us, a few of them a tenth of a small requant)."""
     info = np.iinfo(dtype)
     return int(info.min), int(info.max)
 
