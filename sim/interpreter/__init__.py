@@ -516,7 +516,8 @@ class PreparedProgram:
     def run(self, memory: Memory, *, seed: int | None = None, compiled: bool = True,
             in_place: bool = False) -> Result:
         """Execute on a copy of ``memory``, or on ``memory`` itself if ``in_place`` (for an image built for this
-        one run: the copy of a whole image, 1.2 MB for a MobileNet layer, costs as much as a quarter of the run).
+        one run: the copy of a whole image, 1.2 MB for a MobileNet layer, costs as much as a quarter of the run;
+        a run that raises leaves such an image as far as it got).
         seed None: the fixed schedule (lowest-numbered ready unit first); otherwise a ``random.Random(seed)`` picks
         any ready unit (a legal reordering). ``compiled``: run consecutive LOAD/STORE/CONV/REQUANT commands in the
         compiled loop (run_loop.py); False runs every command's Python step, the straightforward form the tests
