@@ -8,5 +8,5 @@ import importlib
 
 @functools.cache
 def kernels(module: str):
-    """The module ``aipu.sim.golden.<module>`` (one of the ``_*_kernels`` / ``_grouped_conv`` modules)."""
+    """The module ``aipu.sim.golden.<module>`` (one of the ``_*_kernels`` / ``_*_conv`` modules)."""
     return importlib.import_module(f"aipu.sim.golden.{module}")

@@ -251,7 +251,7 @@ def _windows(xs: np.ndarray, geometry: ConvGeometry, axes: tuple[int, int]) -> n
 
 def takes_channels_last(groups: int, group_c: int) -> bool:
     """Whether a grouped conv on channels-last operands takes the channels-last kernel
-    (_grouped_conv.grouped_channels_last) rather than transposes around the NCHW tap kernel: every
+    (_channels_last_conv.grouped_channels_last) rather than transposes around the NCHW tap kernel: every
     depthwise-like conv (one input channel per group), and several channels per group from
     _CHANNELS_LAST_MIN_GROUPS groups on. Its vector loops run over the groups: with 4-8 groups of 8-16
     channels, transposing was as fast or up to 1.8x faster on 3x3 tiles (measured)."""
@@ -311,7 +311,7 @@ def _grouped_channels_last(x: np.ndarray, ws: np.ndarray, geometry: ConvGeometry
     """A grouped conv on channels-last x [N, H, W, C] and float32 operands ws [K, KH, KW, C/G], with no
     transposes in or out (1.4-2.3x faster than transposing for the direct kernel on 4-40 channel depthwise
     tiles, 1.1-1.2x on 3x3 tiles of 32 groups of 4 channels, measured)."""
-    module = kernels("_grouped_conv")
+    module = kernels("_channels_last_conv")
     k, kh, kw, cg = ws.shape
     out = np.empty((x.shape[0], *geometry.out_hw, k), ACC_DTYPE)
     repeated = module.repeated_group_weights(np.ascontiguousarray(ws).reshape(k, kh * kw, cg), geometry.groups)

@@ -3,7 +3,7 @@ and a REQUANT command's outputs on operands in the layout the NPU's buffers hold
 
 The interpreter's compiled run loop (run_loop.py) calls these so that a program of many small commands
 does not return to Python per command. They use the kernels :func:`conv_sums_channels_last` and
-:func:`requantize_records` use (sim/golden/_grouped_conv.py, sim/golden/_requant_kernels.py), or compute
+:func:`requantize_records` use (sim/golden/_grouped_conv.py, _channels_last_conv.py, _requant_kernels.py), or compute
 as those do (a dense conv's GEMM in exact float32 chunks, the native requantizer on channels-last tiles).
 Where a case is not theirs -- a grouped conv with wide groups or partial sums float32 would not hold
 exactly, a dense sum outside int32, a parameter record field outside its range -- they return a refusal,
@@ -22,8 +22,8 @@ import numpy as np
 
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 
-from aipu.sim.golden._grouped_conv import (SUM_LINES, grouped_channels_last, grouped_conv_taps,
-                                           repeated_group_weights)
+from aipu.sim.golden._channels_last_conv import SUM_LINES, grouped_channels_last, repeated_group_weights
+from aipu.sim.golden._grouped_conv import grouped_conv_taps
 from aipu.sim.golden._requant_kernels import (channels_last_blocks, float32_requant, float32_requant_wide,
                                               native_requant, native_requant_channels_last)
 from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last

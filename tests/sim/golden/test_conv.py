@@ -458,7 +458,7 @@ def test_depthwise_layers_outside_the_unpadded_kernel_take_the_padded_one(shape,
 def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, group_c, per_group, stride, taken):
     """A grouped tile in the buffers' layout is computed where it lies (no transposes) where the channels-last
     kernel is the faster one (takes_channels_last), and equals the straightforward sums either way."""
-    import aipu.sim.golden._grouped_conv as kernel_module
+    import aipu.sim.golden._channels_last_conv as kernel_module
 
     calls = []
     kernel = kernel_module.grouped_channels_last
@@ -508,7 +508,7 @@ def test_unconverted_depthwise_sums_stay_within_float32(weight):
     sum |w| * |x - zp|: with x = zp = 127 and 25 odd weights of 5285 the planes hold zeros, while
     -zp * sum w = -16779875 is no float32 (over 2**24, odd): the kernel converts instead, and the sums are 0.
     Weights of 2001 keep both within 2**24: the unconverted path, exact."""
-    from aipu.sim.golden._grouped_conv import grouped_channels_last, repeated_group_weights
+    from aipu.sim.golden._channels_last_conv import grouped_channels_last, repeated_group_weights
 
     channels = 16
     x = np.full((1, 5, 5, channels), 127, np.int8)
@@ -525,7 +525,8 @@ def test_unconverted_depthwise_sums_stay_within_float32(weight):
 def test_kernel_buffers_start_on_a_cache_line(count):
     """The grouped kernels' weights and scratch buffers begin on a 64-byte line, whole and zeroed where asked
     (numba's own arrays are aligned to 32 bytes only)."""
-    from aipu.sim.golden._grouped_conv import _aligned_empty, _aligned_zeros, repeated_group_weights
+    from aipu.sim.golden._channels_last_conv import repeated_group_weights
+    from aipu.sim.golden._grouped_conv import _aligned_empty, _aligned_zeros
 
     @numba.njit
     def buffers(count):
