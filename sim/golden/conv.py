@@ -265,14 +265,15 @@ def _takes_direct_path(x: np.ndarray, geometry: ConvGeometry, ws: np.ndarray) ->
     k, cg, kh, kw = geometry.w_shape
     few_outputs = geometry.groups > 1 or k <= _DIRECT_MAX_GROUP_CHANNELS
     return (cg <= _DIRECT_MAX_GROUP_CHANNELS and few_outputs
-            and _direct_sums_exact(x, geometry.x_zero_point, ws, cg * kh * kw, geometry))
+            and _direct_sums_exact(x, ws, cg * kh * kw, geometry))
 
 
-def _direct_sums_exact(x: np.ndarray, zx: int, ws: np.ndarray, reduction: int, geometry: ConvGeometry) -> bool:
+def _direct_sums_exact(x: np.ndarray, ws: np.ndarray, reduction: int, geometry: ConvGeometry) -> bool:
     """Whether every partial sum of a ``reduction``-term output is within 2**24 (exact in float32): first
     under the bounds of both operands' types and zero points, which need no pass over either (a depthwise or
     small-group kernel always fits them: 25 taps of 255 x 255), then under w's actual values and the bound of
     x's type, then under x's actual values too."""
+    zx = geometry.x_zero_point
     lo, hi = dtype_range(x.dtype)
     x_bound = max(hi - zx, zx - lo)
     w_lo, w_hi = dtype_range(geometry.w_dtype)
