@@ -126,8 +126,8 @@ def _channels_last_loop(rounding):
         for begin in range(_U(0), total, block):
             for e in range(min(block, total - begin)):     # a flat unsigned index: SIMD
                 if rounding <= 1:
-                    value = ((np.int64(values[begin + e]) * np.int64(block_multiplier[e]) + offsets[e]) >> block_shift[e]
-                             ) + zero_point
+                    product = np.int64(values[begin + e]) * np.int64(block_multiplier[e])
+                    value = ((product + offsets[e]) >> block_shift[e]) + zero_point
                 else:
                     value = _shift_right((np.int64(values[begin + e]) + block_bias[e]) * block_multiplier[e],
                                          block_shift[e], rounding) + zero_point
@@ -143,16 +143,16 @@ _FLOOR_LOOP, _HALF_UP_LOOP, _HALF_EVEN_LOOP, _HALF_AWAY_LOOP = (_channels_last_l
 
 @numba.njit(cache=True, nogil=True)
 def channels_last_blocks(bias, multiplier, shift):
-    """:func:`native_requant_channels_last`'s parameter operands: the per-channel bias, multiplier (int32) and
-    shift (int64) repeated over whole pixels to a block of at least _CHANNELS_LAST_BLOCK values (from that many
-    channels a block is one pixel), and [2, block] offsets bias * M + the rounding offset of floor (0) and of
-    half up (2**(N-1), 0 where N = 0). A layer's tiles share them: made once (made per call, they took a
-    seventh of a 16-channel tile's requant, measured)."""
+    """:func:`native_requant_channels_last`'s parameter operands: the per-channel bias (int64), multiplier (in
+    its own type: an int32 one is multiplied as a sign-extended 32-bit value, one 32 x 32 -> 64-bit instruction
+    instead of a three-uop 64-bit multiply, 5-10 % of the loop) and shift (int64) repeated over whole pixels to
+    a block of at least _CHANNELS_LAST_BLOCK values (from that many channels a block is one pixel), and
+    [2, block] offsets bias * M + the rounding offset of floor (0) and of half up (2**(N-1), 0 where N = 0). A
+    layer's tiles share them: made once (made per call, they took a seventh of a 16-channel tile's requant,
+    measured)."""
     channels = bias.size
     block = channels * max(1, _CHANNELS_LAST_BLOCK // max(channels, 1))
-    # the multiplier in int32 (it is 16-bit): LLVM then multiplies two sign-extended 32-bit values with one
-    # 32 x 32 -> 64-bit instruction instead of a full 64-bit multiply (three uops; 5-10 % of the loop)
-    block_bias, block_multiplier, block_shift = np.empty(block, np.int64), np.empty(block, np.int32), \
+    block_bias, block_multiplier, block_shift = np.empty(block, np.int64), np.empty(block, multiplier.dtype), \
         np.empty(block, np.int64)
     block_offsets = np.empty((2, block), np.int64)
     for e in range(block):

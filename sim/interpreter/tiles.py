@@ -27,7 +27,7 @@ from aipu.sim.golden._grouped_conv import grouped_conv_taps
 from aipu.sim.golden._requant_kernels import (channels_last_blocks, float32_requant, float32_requant_wide,
                                               native_requant, native_requant_channels_last)
 from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
-from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
+from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
 # The decorator of the tile kernels and of run_loop.py: numba.njit(cache=True, nogil=True), its cache
 # keyed by every source they are built from.
@@ -38,6 +38,7 @@ ACC_MIN, ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)   
 _U = np.uint64
 _BLOCK = 16           # _transpose's block side (8-24 measured alike; 64 was 6x slower on 256 x 128)
 _takes_channels_last = jit(takes_channels_last)
+_BLOCK_MULTIPLIER = np.int32 if MULTIPLIER_BITS < 32 else np.int64   # channels_last_blocks: the faster type
 
 
 def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
@@ -214,7 +215,7 @@ def record_operands(records, float32_scale, leaky):
         else:
             valid &= multiplier[c] <= MULTIPLIER_MAX and shift[c] <= SHIFT_MAX and (not leaky or (
                 negative_multiplier[c] <= MULTIPLIER_MAX and negative_shift[c] <= SHIFT_MAX))
-    blocks = channels_last_blocks(bias, multiplier, shift)
+    blocks = channels_last_blocks(bias, multiplier.astype(_BLOCK_MULTIPLIER), shift)   # used where valid only
     return bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid
 
 
