@@ -21,6 +21,13 @@ def _five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4):
 
 
 @numba.njit(inline="always", fastmath=True, error_model="numpy")
+def _five_across(plane, weights, e, s, across, w, block):
+    """:func:`_five_taps` of one kernel row: its taps ``across`` apart from s, their weights ``block`` apart from w."""
+    return _five_taps(plane, weights, e, s, s + across, s + _U(2) * across, s + _U(3) * across, s + _U(4) * across, w,
+                      w + block, w + _U(2) * block, w + _U(3) * block, w + _U(4) * block)
+
+
+@numba.njit(inline="always", fastmath=True, error_model="numpy")
 def _nine_taps(plane, weights, e, s0, s1, s2, s3, s4, s5, s6, s7, s8, w0, w1, w2, w3, w4, w5, w6, w7, w8):
     """Nine taps' products at run position ``e`` (as :func:`_five_taps`)."""
     return (_five_taps(plane, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4)
@@ -131,7 +138,8 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
     magnitudes stays within 2**24 (|w| * (|x| + |zp|) per tap; at most 25 * 255 * 510 for a 5x5 kernel),
     else the tile is converted. 1.1-1.2x faster than converting on 3x3 tiles of 2 output rows, whose planes
     hold every input row once per tile; 5x5 alike
-    (measured).
+    (measured). Strided across, such a tile with a 3x3 or 5x5 kernel and one output per channel is summed one
+    output pixel at a time (:func:`_pixel_taps`), under the same bound, also without planes.
     """
     batch, height, width_in, channels = x.shape
     oh, ow, k = out.shape[1], out.shape[2], out.shape[3]
@@ -150,7 +158,10 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
     # 5.2 -> 3.75 us on a stride-2 tile of 29 rows (measured). Rows are offsets into the flat arrays.
     flat_x, flat_out = x.ravel(), out.ravel()
     x_row, out_image = _U(width_in * channels), _U(oh * ow * k)
-    if group_c == 1 and stride_w == 1 and pad_top == 0 and pad_left == 0 and rows <= height and phase_w <= width_in:
+    inside = (pad_top == 0 and pad_left == 0 and rows <= height            # every window inside x
+              and (ow - 1) * stride_w + (kw - 1) * dilation_w < width_in)
+    by_pixel = stride_w != 1 and per_group == 1 and kh == kw and (kh == 3 or kh == 5)
+    if group_c == 1 and inside and (stride_w == 1 or by_pixel):
         # Exact where every output's sum of |w| * (|x| + |zp|) over its taps is within 2**24: then any partial
         # sum, in any order, is an exact float32 integer.
         info = np.iinfo(x.dtype)
@@ -164,6 +175,11 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
             for e in range(block):      # no early exit: the loop vectorises
                 starts[o * block + e] = weights[sums + e] * -zero_point
                 inexact |= np.float64(weights[sums + block + e]) * x_bound > _FLOAT32_EXACT
+        if not inexact and by_pixel:
+            for n in range(batch):
+                _pixel_taps(flat_x, _U(n * height) * x_row, x_row, weights, block, starts, kh, stride_h, stride_w,
+                            dilation_h, dilation_w, oh, ow, lanes, flat_out, _U(n) * out_image)
+            return
         if not inexact:
             offsets = np.empty(virtual, np.uint64)
             for i in range(kh):
@@ -231,6 +247,39 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
                             plane[at + g] = np.float32(flat_x[x_at + pixel + g * step]) - zero_point
         _tap_passes(plane, _U(0), row_size, offsets, None, weights, block, per_group, virtual, oh, ow, k, stride_h,
                     lanes, row, scratch, flat_out, _U(n) * out_image)
+
+
+@numba.njit(nogil=True, fastmath=True, error_model="numpy")
+def _pixel_taps(flat_x, x_first, x_row, weights, block, starts, kh, stride_h, stride_w, dilation_h, dilation_w, oh,
+                ow, lanes, flat_out, out_first):
+    """grouped_channels_last's sums of one image of a depthwise tile (one output per channel, a 3x3 or 5x5
+    kernel, its windows inside x) from x as it lies, one output pixel at a time: a pixel's taps are runs of
+    its ``lanes`` channels however far apart the pixels are, so a tile strided across needs no planes split
+    by column phase. The zero point comes off as the per-channel ``starts``; the first ``lanes`` values of
+    each repeated weight line are the taps' weights. On stride-2 tiles 1.2-1.7x faster than converting the
+    planes, which took 60 % of a 3x3 tile (measured)."""
+    across, down = _U(dilation_w) * lanes, _U(dilation_h) * x_row      # from a tap to the next across, down
+    twice = _U(2) * across
+    for y in range(oh):
+        top = x_first + _U(y * stride_h) * x_row
+        for column in range(ow):
+            s = top + _U(column * stride_w) * lanes
+            at = out_first + _U(y * ow + column) * lanes
+            if kh == 3:
+                below, bottom = s + down, s + _U(2) * down
+                for g in range(lanes):
+                    flat_out[at + g] = np.int32(starts[g] + _nine_taps(
+                        flat_x, weights, g, s, s + across, s + twice, below, below + across, below + twice, bottom,
+                        bottom + across, bottom + twice, _U(0), block, _U(2) * block, _U(3) * block, _U(4) * block,
+                        _U(5) * block, _U(6) * block, _U(7) * block, _U(8) * block))
+            else:
+                for g in range(lanes):
+                    flat_out[at + g] = np.int32(
+                        starts[g] + _five_across(flat_x, weights, g, s, across, _U(0), block)
+                        + _five_across(flat_x, weights, g, s + down, across, _U(5) * block, block)
+                        + _five_across(flat_x, weights, g, s + _U(2) * down, across, _U(10) * block, block)
+                        + _five_across(flat_x, weights, g, s + _U(3) * down, across, _U(15) * block, block)
+                        + _five_across(flat_x, weights, g, s + _U(4) * down, across, _U(20) * block, block))
 
 
 @numba.njit(nogil=True, fastmath=True, error_model="numpy")

@@ -476,38 +476,41 @@ def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, 
 
 
 @pytest.mark.parametrize("kernel", [(3, 3), (5, 5), (3, 5), (1, 1), (7, 1), (3, 6)])
-@pytest.mark.parametrize("stride_h, dilation, per_group", [(1, (1, 1), 1), (2, (2, 2), 1), (1, (1, 2), 3)])
+@pytest.mark.parametrize("stride, dilation, per_group", [((1, 1), (1, 1), 1), ((2, 1), (2, 2), 1), ((1, 1), (1, 2), 3),
+                                                         ((2, 2), (1, 1), 1), ((1, 3), (2, 1), 1), ((2, 2), (1, 1), 2)])
 @pytest.mark.parametrize("x_dtype, zx", [(np.int8, -128), (np.int8, 127), (np.uint8, 0), (np.uint8, 255)])
-def test_unpadded_depthwise_tiles_read_x_unconverted(kernel, stride_h, dilation, per_group, x_dtype, zx):
-    """A depthwise tile with no top/left padding, stride 1 across and its windows inside x (a tile whose LOAD
-    wrote the padding) is summed from x as it lies, the zero point taken off as -zp * the sum of the tap
-    weights: every kernel pass structure (one 3x3 pass, five 5x5 passes, passes of nine that start and end
-    the sums (3x6), the general passes), row strides
-    and dilations, channel multipliers, both byte types at the zero point's extremes, bytes at their
-    extremes too."""
-    rng = np.random.default_rng(kernel[0] * 7 + kernel[1] + stride_h * 100 + per_group * 1000 + zx)
-    (kh, kw), channels = kernel, 19
+def test_unpadded_depthwise_tiles_read_x_unconverted(kernel, stride, dilation, per_group, x_dtype, zx):
+    """A depthwise tile with no top/left padding and its windows inside x (a tile whose LOAD wrote the padding)
+    is summed from x as it lies, the zero point taken off as -zp * the sum of the tap weights: stride 1 across
+    in every kernel pass structure (one 3x3 pass, five 5x5 passes, passes of nine that start and end the sums
+    (3x6), the general passes), strided across one pixel at a time (3x3, 5x5; the others, and a channel
+    multiplier, converted), row strides and dilations, channel multipliers, both byte types at the zero point's
+    extremes, bytes at their extremes too."""
+    rng = np.random.default_rng(kernel[0] * 7 + kernel[1] + stride[0] * 100 + stride[1] * 10 + per_group * 1000 + zx)
+    (kh, kw), (stride_h, stride_w), channels = kernel, stride, 19
     oh, ow = 3, 5
-    height, width = (oh - 1) * stride_h + dilation[0] * (kh - 1) + 1, ow + dilation[1] * (kw - 1)
+    height = (oh - 1) * stride_h + dilation[0] * (kh - 1) + 1
+    width = (ow - 1) * stride_w + dilation[1] * (kw - 1) + 1 + stride_w // 2   # a column past the windows, or not
     info = np.iinfo(x_dtype)
     x = rng.choice(np.array([info.min, info.max, info.min + 1, 0, 1], x_dtype), (1, height, width, channels))
     x[0, 1] = rng.integers(info.min, info.max + 1, (width, channels), dtype=x_dtype)
     w = rng.integers(-128, 128, (channels * per_group, kh, kw, 1), dtype=np.int8)
     geometry = conv_geometry((1, channels, height, width), x.dtype, (channels * per_group, 1, kh, kw), w.dtype,
-                             x_zero_point=zx, w_zero_point=-128, stride=(stride_h, 1), dilation=dilation,
+                             x_zero_point=zx, w_zero_point=-128, stride=stride, dilation=dilation,
                              groups=channels)
     got = conv_sums_channels_last(x, w, geometry)
     np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), tapwise_int64_conv(
-        x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), zx, -128, (stride_h, 1), (0, 0, 0, 0), dilation,
-        channels))
+        x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), zx, -128, stride, (0, 0, 0, 0), dilation, channels))
 
 
+@pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("weight", [2001, 5285])
-def test_unconverted_depthwise_sums_stay_within_float32(weight):
+def test_unconverted_depthwise_sums_stay_within_float32(weight, stride):
     """The unconverted path's partial sums reach sum |w| * (|x| + |zp|) where the converted planes' reach
     sum |w| * |x - zp|: with x = zp = 127 and 25 odd weights of 5285 the planes hold zeros, while
     -zp * sum w = -16779875 is no float32 (over 2**24, odd): the kernel converts instead, and the sums are 0.
-    Weights of 2001 keep both within 2**24: the unconverted path, exact."""
+    Weights of 2001 keep both within 2**24: the unconverted path, exact. Stride 2 takes the one-pixel-at-a-time
+    form of the unconverted path, under the same bound."""
     from aipu.sim.golden._channels_last_conv import grouped_channels_last, repeated_group_weights
 
     channels = 16
@@ -515,7 +518,7 @@ def test_unconverted_depthwise_sums_stay_within_float32(weight):
     x[0, 2, 2, ::2] = -128          # the centre tap far from the zero point on every other channel
     ws = np.full((channels, 25, 1), weight, np.float32)
     out = np.empty((1, 1, 1, channels), np.int32)
-    grouped_channels_last(x, 127, repeated_group_weights(ws, channels), 5, 5, 1, 1, 0, 0, 1, 1, out)
+    grouped_channels_last(x, 127, repeated_group_weights(ws, channels), 5, 5, stride, stride, 0, 0, 1, 1, out)
     want = np.einsum("ntc,ct->nc", x.reshape(1, 25, channels).astype(np.int64) - 127, ws[:, :, 0].astype(np.int64))
     np.testing.assert_array_equal(out.reshape(1, channels), want)
 
