@@ -115,9 +115,13 @@ def _native_requant_loop(acc, bias, multiplier, shift, negative_multiplier, nega
 def _channels_last_loop(rounding):
     """native_requant_channels_last's loop over blocks with ``rounding`` a constant: a function of its own per
     mode (a runtime mode took 1.15-1.2x the time on 16-224 channel tiles; the loop inlined per mode, as
-    native_requant's, ran 2x slower on 16 channels, measured). Floor and half up add their rounding offset and
-    the bias times M as one per-lane constant, (acc * M + bias * M + half) >> N: exact in int64 as (acc + bias)
-    * M is, and 10-30 % faster than forming the sum and the offset per value (measured)."""
+    native_requant's, ran 2x slower on 16 channels, measured). Floor and half up add their rounding offset,
+    the bias times M and the zero point times 2**N as one per-lane constant, (acc * M + bias * M + half +
+    zp * 2**N) >> N = floor((acc + bias) * M / 2**N + 1/2) + zp: exact in int64 (channels_last_blocks bounds
+    it), and 10-30 % faster than forming the sum and the offset per value, 5-9 % than adding the zero point
+    after the shift (measured). The multiplier, an int32 value in an int64 lane, is sign-extended from its
+    low half in so many words: LLVM then multiplies two 32-bit halves in one instruction on the lane as loaded
+    (an int32 block widened each lane first: 4-6 % slower, measured)."""
     @numba.njit(nogil=True, error_model="numpy")
     def loop(values, results, total, block, block_bias, block_multiplier, block_shift, block_offsets, zero_point,
              qmin, qmax):
@@ -126,8 +130,8 @@ def _channels_last_loop(rounding):
         for begin in range(_U(0), total, block):
             for e in range(min(block, total - begin)):     # a flat unsigned index: SIMD
                 if rounding <= 1:
-                    product = np.int64(values[begin + e]) * np.int64(block_multiplier[e])
-                    value = ((product + offsets[e]) >> block_shift[e]) + zero_point
+                    product = np.int64(values[begin + e]) * ((block_multiplier[e] << 32) >> 32)
+                    value = (product + offsets[e]) >> block_shift[e]
                 else:
                     value = _shift_right((np.int64(values[begin + e]) + block_bias[e]) * block_multiplier[e],
                                          block_shift[e], rounding) + zero_point
@@ -142,41 +146,53 @@ _FLOOR_LOOP, _HALF_UP_LOOP, _HALF_EVEN_LOOP, _HALF_AWAY_LOOP = (_channels_last_l
 
 
 @numba.njit(cache=True, nogil=True)
-def channels_last_blocks(bias, multiplier, shift):
-    """:func:`native_requant_channels_last`'s parameter operands: the per-channel bias (int64), multiplier (in
-    its own type: an int32 one is multiplied as a sign-extended 32-bit value, one 32 x 32 -> 64-bit instruction
-    instead of a three-uop 64-bit multiply, 5-10 % of the loop) and shift (int64) repeated over whole pixels to
-    a block of at least _CHANNELS_LAST_BLOCK values (from that many channels a block is one pixel), and
-    [2, block] offsets bias * M + the rounding offset of floor (0) and of half up (2**(N-1), 0 where N = 0). A
-    layer's tiles share them: made once (made per call, they took a seventh of a 16-channel tile's requant,
-    measured)."""
+def channels_last_blocks(bias, multiplier, shift, zero_point):
+    """:func:`native_requant_channels_last`'s parameter operands for outputs of zero point ``zero_point``: the
+    per-channel bias, multiplier and shift (int64) repeated over whole pixels to a block of at least
+    _CHANNELS_LAST_BLOCK values (from that many channels a block is one pixel), [2, block] offsets bias * M +
+    zp * 2**N + the rounding offset of floor (0) and of half up (2**(N-1), 0 where N = 0), and the zero point.
+    A layer's tiles share them: made once (made per call, they took a seventh of a 16-channel tile's requant,
+    measured). ValueError where a multiplier leaves int32 (the loop multiplies 32-bit halves) or an offset
+    could leave int64 with an int32 accumulator added in: |zp| * 2**N + |bias * M| + 2**31 |M| + 2**N must
+    stay below 2**63 (2**62 + 3 * 2**47 at most with the NPU's fields: docs/arithmetic.md §4.1)."""
     channels = bias.size
     block = channels * max(1, _CHANNELS_LAST_BLOCK // max(channels, 1))
-    block_bias, block_multiplier, block_shift = np.empty(block, np.int64), np.empty(block, multiplier.dtype), \
+    block_bias, block_multiplier, block_shift = np.empty(block, np.int64), np.empty(block, np.int64), \
         np.empty(block, np.int64)
     block_offsets = np.empty((2, block), np.int64)
+    for c in range(channels):
+        m, n = np.int64(multiplier[c]), np.int64(shift[c])
+        if not (_INT32_MIN <= m <= _INT32_MAX and 0 <= n < 63):
+            raise ValueError("channels_last_blocks: a multiplier outside int32 or a shift outside [0, 62]")
+        reach = (abs(np.float64(zero_point)) * 2.0 ** n + abs(np.float64(bias[c]) * np.float64(m))
+                 + 2.0 ** 31 * abs(np.float64(m)) + 2.0 ** n)
+        if reach >= 2.0 ** 63:
+            raise ValueError("channels_last_blocks: zero point, bias and multiplier could leave int64")
     for e in range(block):
         c = e % channels
         block_bias[e], block_multiplier[e], block_shift[e] = bias[c], multiplier[c], shift[c]
-        block_offsets[0, e] = np.int64(bias[c]) * np.int64(multiplier[c])
+        block_offsets[0, e] = np.int64(bias[c]) * np.int64(multiplier[c]) + (np.int64(zero_point) << shift[c])
         block_offsets[1, e] = block_offsets[0, e] + ((np.int64(1) << shift[c]) >> 1)
-    return block_bias, block_multiplier, block_shift, block_offsets
+    return block_bias, block_multiplier, block_shift, block_offsets, np.int64(zero_point)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def native_requant_channels_last(acc, block_bias, block_multiplier, block_shift, block_offsets, rounding, zero_point,
-                                 qmin, qmax, out):
+def native_requant_channels_last(acc, block_bias, block_multiplier, block_shift, block_offsets, blocks_zero_point,
+                                 rounding, zero_point, qmin, qmax, out):
     """:func:`native_requant` without the negative pair on acc [pixels, channels] as the NPU's ACC holds a
     tile, with no transposes, its parameters as :func:`channels_last_blocks` repeats them for ``channels``.
     The values are taken as one flat run in blocks of whole pixels as long as the parameters: the vector
     loop then runs long however few channels a tile has (a loop over one pixel's 16 channels ran 1.6x, over
-    8 channels 2.7x, the time of blocks of 64 values; blocks of 256 took 0.85x the time of 64, measured)."""
+    8 channels 2.7x, the time of blocks of 64 values; blocks of 256 took 0.85x the time of 64, measured).
+    Blocks made for another channel count or zero point are refused, not read out of step."""
     pixels, channels = acc.shape
     total = _U(pixels) * _U(channels)
     if total == 0:
         return 0
     if block_bias.size != channels * max(1, _CHANNELS_LAST_BLOCK // channels):
         raise ValueError("native_requant_channels_last: parameter blocks not made for the tile's channel count")
+    if blocks_zero_point != zero_point:
+        raise ValueError("native_requant_channels_last: parameter blocks made for another zero point")
     values, results = acc.ravel(), out.ravel()
     block = min(total, _U(block_bias.size))
     operands = (values, results, total, block, block_bias, block_multiplier, block_shift, block_offsets, zero_point,

@@ -80,8 +80,8 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
     operands, arranged = np.empty((0, 0, 0, 0), np.float32), np.empty((0, 0), np.float32)
     largest = np.float32(0.0)
     # The operands of the last REQUANT's parameter records, kept while no LOAD writes PARAM.
-    records_key = np.full(4, -1, np.int64)         # param_index, channels, float32 scale, leaky
-    parameters = record_operands(records[:0], False, False)
+    records_key = np.full(5, -1, np.int64)         # param_index, channels, float32 scale, leaky, zero point
+    parameters = record_operands(records[:0], False, False, 0)
     for position in range(first, last):
         row = table[position]
         kind = row[0]
@@ -106,9 +106,11 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
         elif kind == REQUANT:
             param_index, channels = row[4], row[3]
             if not (records_key[0] == param_index and records_key[1] == channels and records_key[2] == row[7]
-                    and records_key[3] == row[8]):
-                parameters = record_operands(records[param_index:param_index + channels], row[7] != 0, row[8] != 0)
+                    and records_key[3] == row[8] and records_key[4] == row[10]):
+                parameters = record_operands(records[param_index:param_index + channels], row[7] != 0, row[8] != 0,
+                                             row[10])
                 records_key[0], records_key[1], records_key[2], records_key[3] = param_index, channels, row[7], row[8]
+                records_key[4] = row[10]
             count = _requant(row, acc, parameters, spaces[_OUT], wrapped)
             if count < 0:
                 return position

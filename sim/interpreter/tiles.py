@@ -27,7 +27,7 @@ from aipu.sim.golden._grouped_conv import grouped_conv_taps
 from aipu.sim.golden._requant_kernels import (channels_last_blocks, float32_requant, float32_requant_wide,
                                               native_requant, native_requant_channels_last)
 from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
-from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
+from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
 # The decorator of the tile kernels and of run_loop.py: numba.njit(cache=True, nogil=True), its cache
 # keyed by every source they are built from.
@@ -38,7 +38,6 @@ ACC_MIN, ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)   
 _U = np.uint64
 _BLOCK = 16           # _transpose's block side (8-24 measured alike; 64 was 6x slower on 256 x 128)
 _takes_channels_last = jit(takes_channels_last)
-_BLOCK_MULTIPLIER = np.int32 if MULTIPLIER_BITS < 32 else np.int64   # channels_last_blocks: the faster type
 
 
 def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
@@ -191,11 +190,11 @@ def _window_rows(x, zero_point, t0, t1, c0, c1, kw, stride_h, stride_w, pad_top,
 
 
 @jit
-def record_operands(records, float32_scale, leaky):
-    """The per-channel operands of parameter records (arch.PARAM_DTYPE) for a stage of these fields: bias,
-    multiplier, shift, negative multiplier and shift (int64), scale (float32), the first three as
-    native_requant_channels_last takes them (channels_last_blocks), and whether every field the stage uses is
-    in its range and every reserved field is 0 (requantize_records and the interpreter's step name what is
+def record_operands(records, float32_scale, leaky, zero_point):
+    """The per-channel operands of parameter records (arch.PARAM_DTYPE) for a stage of these fields and output
+    zero point: bias, multiplier, shift, negative multiplier and shift (int64), scale (float32), the first three
+    as native_requant_channels_last takes them (channels_last_blocks), and whether every field the stage uses
+    is in its range and every reserved field is 0 (requantize_records and the interpreter's step name what is
     not). A layer's tiles share their records: the run loop makes these once for all of them."""
     channels = records.shape[0]
     bias = np.empty(channels, np.int64)
@@ -215,7 +214,11 @@ def record_operands(records, float32_scale, leaky):
         else:
             valid &= multiplier[c] <= MULTIPLIER_MAX and shift[c] <= SHIFT_MAX and (not leaky or (
                 negative_multiplier[c] <= MULTIPLIER_MAX and negative_shift[c] <= SHIFT_MAX))
-    blocks = channels_last_blocks(bias, multiplier.astype(_BLOCK_MULTIPLIER), shift)   # used where valid only
+    if valid and not (float32_scale or leaky):      # the stage native_requant_channels_last serves
+        blocks = channels_last_blocks(bias, multiplier, shift, zero_point)
+    else:       # unused: fields out of range (refused) or of another stage need not fit its int64 offsets
+        blocks = channels_last_blocks(np.zeros(channels, np.int64), np.zeros(channels, np.int64),
+                                      np.zeros(channels, np.int64), zero_point)
     return bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid
 
 
@@ -225,7 +228,7 @@ def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin,
     as :func:`requantize_records` computes it for a stage of these fields; returns the saturated count, or -1,
     with ``out`` untouched, if a record field is outside its range or a reserved one is not 0."""
     bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid = record_operands(
-        records, float32_scale, leaky)
+        records, float32_scale, leaky, zero_point)
     if not valid:
         return -1
     return requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks,

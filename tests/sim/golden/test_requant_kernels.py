@@ -210,11 +210,67 @@ def test_channels_last_kernel_equals_the_numpy_form_for_every_block_length(pixel
     bias = rng.integers(-5000, 5000, channels).astype(np.int64)
     m, n = rng.integers(0, MULTIPLIER_MAX + 1, channels), rng.integers(0, 40, channels)
     out = np.empty((pixels, channels), np.int8)
-    count = native_requant_channels_last(acc, *channels_last_blocks(bias, m, n), 1, 3, -128, 127, out)
+    count = native_requant_channels_last(acc, *channels_last_blocks(bias, m, n, 3), 1, 3, -128, 127, out)
     expected, saturated = native_reference(acc, bias, m, n, None, "half_up", 3, -128, 127, np.int8, 1)
     np.testing.assert_array_equal(out, expected)
     assert count == saturated
     other = 2 * channels + 1      # blocks of a length no tile of ``channels`` takes
     with pytest.raises(ValueError, match="channel count"):
         native_requant_channels_last(acc, *channels_last_blocks(bias[:1].repeat(other), m[:1].repeat(other),
-                                                                n[:1].repeat(other)), 1, 3, -128, 127, out)
+                                                                n[:1].repeat(other), 3), 1, 3, -128, 127, out)
+    with pytest.raises(ValueError, match="another zero point"):     # its offsets hold the zero point
+        native_requant_channels_last(acc, *channels_last_blocks(bias, m, n, 2), 1, 3, -128, 127, out)
+
+
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+@pytest.mark.parametrize("zero_point", [-(1 << 15), -1, 0, (1 << 15) - 1])
+def test_channels_last_kernel_is_exact_at_the_int64_bound(rounding, zero_point):
+    """The zero point folded into the channels-last kernel's offsets (zp * 2**N, up to 2**62) with the extreme
+    accumulators, biases, multipliers and shifts the NPU's fields allow: int16 outputs equal the numpy form
+    (int64 steps, zero point added after the shift) in every rounding mode, each clamp counted."""
+    from aipu.sim.golden._requant_kernels import ROUNDING_CODES, channels_last_blocks, native_requant_channels_last
+
+    rng = np.random.default_rng(zero_point & 0xFFFF)
+    channels = 24
+    acc = rng.choice(np.array([-(1 << 31), (1 << 31) - 1, -1, 0, 1], np.int32), (40, channels))
+    acc[::3] = rng.integers(-(1 << 31), 1 << 31, (len(acc[::3]), channels), dtype=np.int64).astype(np.int32)
+    bias = rng.choice(np.array([-(1 << 31), (1 << 31) - 1, 0, 7], np.int64), channels)
+    m = rng.choice(np.array([0, 1, MULTIPLIER_MAX, 40503], np.int64), channels)
+    n = rng.choice(np.array([0, 1, 16, SHIFT_MAX], np.int64), channels)
+    out = np.empty(acc.shape, np.int16)
+    count = native_requant_channels_last(acc, *channels_last_blocks(bias, m, n, zero_point),
+                                         ROUNDING_CODES[rounding], zero_point, -(1 << 15), (1 << 15) - 1, out)
+    expected, saturated = native_reference(acc, bias, m, n, None, rounding, zero_point, -(1 << 15), (1 << 15) - 1,
+                                           np.int16, 1)
+    np.testing.assert_array_equal(out, expected)
+    assert count == saturated
+
+
+@pytest.mark.parametrize("multiplier", [-(1 << 31), -1, (1 << 31) - 1, (1 << 30) + 12345])
+def test_channels_last_kernel_multiplies_any_int32_multiplier(multiplier):
+    """The loop reads each multiplier as the int32 in its lane's low half: at int32's extremes, negative too,
+    the products of extreme accumulators are exact (half up and floor, the modes that read it so)."""
+    from aipu.sim.golden._requant_kernels import channels_last_blocks, native_requant_channels_last
+
+    acc = np.array([[-(1 << 31), (1 << 31) - 1, 12345, -7]], np.int32).repeat(3, axis=0)
+    bias, m, n = np.full(4, 5, np.int64), np.full(4, multiplier, np.int64), np.array([40, 45, 47, 31], np.int64)
+    for rounding, code in (("floor", 0), ("half_up", 1)):
+        out = np.empty(acc.shape, np.int16)
+        count = native_requant_channels_last(acc, *channels_last_blocks(bias, m, n, 9), code, 9, -(1 << 15),
+                                             (1 << 15) - 1, out)
+        expected, saturated = native_reference(acc, bias, m, n, None, rounding, 9, -(1 << 15), (1 << 15) - 1,
+                                               np.int16, 1)
+        np.testing.assert_array_equal(out, expected)
+        assert count == saturated
+
+
+def test_channels_last_blocks_refuse_parameters_their_loop_cannot_hold():
+    """A multiplier outside int32 (the loop multiplies 32-bit halves) or a zero point whose 2**N multiple could
+    leave int64 is refused, not wrapped."""
+    from aipu.sim.golden._requant_kernels import channels_last_blocks
+
+    ones = np.ones(3, np.int64)
+    with pytest.raises(ValueError, match="multiplier outside int32"):
+        channels_last_blocks(ones, ones << 31, ones, 0)
+    with pytest.raises(ValueError, match="could leave int64"):
+        channels_last_blocks(ones, ones, ones * 62, 2)
