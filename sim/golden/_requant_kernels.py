@@ -115,13 +115,13 @@ def _native_requant_loop(acc, bias, multiplier, shift, negative_multiplier, nega
 def _channels_last_loop(rounding):
     """native_requant_channels_last's loop over blocks with ``rounding`` a constant: a function of its own per
     mode (a runtime mode took 1.15-1.2x the time on 16-224 channel tiles; the loop inlined per mode, as
-    native_requant's, ran 2x slower on 16 channels, measured). Floor and half up add their rounding offset,
-    the bias times M and the zero point times 2**N as one per-lane constant, (acc * M + bias * M + half +
-    zp * 2**N) >> N = floor((acc + bias) * M / 2**N + 1/2) + zp: exact in int64 (channels_last_blocks bounds
-    it), and 10-30 % faster than forming the sum and the offset per value, 5-9 % than adding the zero point
+    native_requant's, ran 2x slower on 16 channels, measured). Floor and half up add their rounding offset r,
+    the bias times M and the zero point times 2**N as one per-lane constant: (acc * M + bias * M + r +
+    zp * 2**N) >> N = floor(((acc + bias) * M + r) / 2**N) + zp, exact in int64 (channels_last_blocks bounds
+    it), 10-30 % faster than forming the sum and the offset per value and 5-9 % than adding the zero point
     after the shift (measured). The multiplier, an int32 value in an int64 lane, is sign-extended from its
-    low half in so many words: LLVM then multiplies two 32-bit halves in one instruction on the lane as loaded
-    (an int32 block widened each lane first: 4-6 % slower, measured)."""
+    low half in the code: LLVM then multiplies the two 32-bit halves in one instruction on the lane as
+    loaded (an int32 block, widened lane by lane first: 4-6 % slower, measured)."""
     @numba.njit(nogil=True, error_model="numpy")
     def loop(values, results, total, block, block_bias, block_multiplier, block_shift, block_offsets, zero_point,
              qmin, qmax):
