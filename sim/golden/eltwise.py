@@ -150,6 +150,8 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
 
 
 _cached_plan = functools.lru_cache(maxsize=1024)(_plan)
+
+
 def _cacheable(rounding, out_dtype, scalars) -> bool:
     """Arguments a plan cached for equal ones holds for (plain_scalars), with a rounding mode and a type."""
     return type(rounding) is str and isinstance(out_dtype, (type, str, np.dtype)) and plain_scalars(scalars)

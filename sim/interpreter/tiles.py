@@ -217,8 +217,8 @@ def record_operands(records, float32_scale, leaky, zero_point):
     if valid and not (float32_scale or leaky):      # the stage native_requant_channels_last serves
         blocks = channels_last_blocks(bias, multiplier, shift, zero_point)
     else:       # unused: fields out of range (refused) or of another stage need not fit its int64 offsets
-        blocks = channels_last_blocks(np.zeros(channels, np.int64), np.zeros(channels, np.int64),
-                                      np.zeros(channels, np.int64), zero_point)
+        zeros = np.zeros(channels, np.int64)
+        blocks = channels_last_blocks(zeros, zeros, zeros, zero_point)
     return bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid
 
 
