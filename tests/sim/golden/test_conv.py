@@ -428,6 +428,24 @@ def test_unpadded_row_depthwise_kernel_matches_reference(seed, direct_path_calls
     np.testing.assert_array_equal(got, tapwise_int64_conv(x, w, zx, zw, stride, padding, dilation, channels))
 
 
+@pytest.mark.parametrize("width", [27, 28, 31, 32, 33, 34, 47, 56, 57, 64, 66])
+@pytest.mark.parametrize("kernel, padding", [(3, (1, 1, 1, 1)), (5, (2, 2, 2, 2)), (3, (0, 1, 2, 1)), (5, (1, 2, 0, 2))])
+def test_stride_2_rows_split_sixteen_pairs_at_a_time(width, kernel, padding, direct_path_calls):
+    """The unpadded-row kernel splits a stride-2 row's column pairs 16 at a time: rows of fewer pairs (zeros
+    after them, under rows that are padding too), exactly 16, more (the last 16 overlapping), odd widths; the
+    last channel's last rows, whose 32-byte read would pass x's end, take the scalar loop."""
+    rng = np.random.default_rng(width * 10 + kernel + padding[0])
+    for x_dtype in (np.int8, np.uint8):
+        info = np.iinfo(x_dtype)
+        x = rng.integers(info.min, info.max + 1, (2, 3, int(rng.integers(kernel, 12)), width), dtype=x_dtype)
+        w = rng.integers(-128, 128, (3, 1, kernel, kernel), dtype=np.int8)
+        zx = int(rng.integers(info.min, info.max + 1))
+        direct_path_calls.clear()
+        got = conv2d(x, w, x_zero_point=zx, w_zero_point=-3, stride=(2, 2), padding=padding, groups=3)
+        assert direct_path_calls == ["depthwise_flat"]
+        np.testing.assert_array_equal(got, tapwise_int64_conv(x, w, zx, -3, (2, 2), padding, (1, 1), 3))
+
+
 @pytest.mark.parametrize("shape, padding, stride", [
     ((1, 4, 9, 9), (1, 0, 1, 0), (1, 1)),      # no left padding: the columns to the right reach past OW
     ((1, 4, 9, 10), (1, 0, 1, 0), (2, 2)),     # stride 2: the even phase (5 columns) is wider than OW = 4
