@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
+from aipu.sim.golden._simd import PAIRS, split_pairs
 from aipu.sim.golden.conv import _FLOAT32_EXACT
 
 _U = np.uint64
 _LANES = 16   # runs are rounded up to this many floats, so no tap loop ends in a scalar remainder
 _LINE = 64    # bytes in a cache line, and in an AVX-512 vector
-_PAIRS = 16   # column pairs _split_pairs converts at once: one 512-bit vector of floats per column phase
 
 
 @numba.njit(inline="always", nogil=True)
@@ -39,67 +36,18 @@ def _aligned_zeros(count, dtype):
     return zeros
 
 
-def _splat(builder, value, vector_type):
-    """``value`` in every lane of ``vector_type`` (LLVM IR)."""
-    lane0 = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-    return builder.shuffle_vector(lane0, ir.Constant(vector_type, ir.Undefined),
-                                  ir.Constant(ir.VectorType(ir.IntType(32), vector_type.count), [0] * vector_type.count))
-
-
-@intrinsic
-def _split_pairs(typingctx, x, source, buf, even, odd, zero_point, count):
-    """``buf[even + m] = x[source + 2m] - zero_point`` and ``buf[odd + m] = x[source + 2m + 1] - zero_point`` for
-    m < ``count``, and 0.0 for ``count`` <= m < 16: whatever ``count``, 32 bytes of x are read and 16 floats
-    written at each of ``even`` and ``odd`` (the caller keeps both inside their arrays).
-
-    One vector load, conversion, subtraction, two lane shuffles and two stores, written as LLVM vectors: a
-    stride-2 depthwise layer's phase rows are 14 or 28 floats long, where numba's loop over the pairs ran
-    LLVM's 4-wide shuffles and every other shape of loop tried was slower (docs/performance.md, sessions
-    27-29). x: 1-D C-contiguous int8 or uint8; buf: 1-D C-contiguous float32.
-    """
-    bytes_ok = (isinstance(x, types.Array) and x.ndim == 1 and x.layout == "C"
-                and x.dtype in (types.int8, types.uint8))
-    if not (bytes_ok and isinstance(buf, types.Array) and buf.ndim == 1 and buf.layout == "C"
-            and buf.dtype == types.float32):
-        return None
-    signature = types.void(x, types.uint64, buf, types.uint64, types.uint64, types.float32, types.uint64)
-    signed = x.dtype.signed
-
-    def codegen(context, builder, sig, args):
-        x_value, source_index, buf_value, even_index, odd_index, zero_point_value, count_value = args
-        x_data = context.make_array(sig.args[0])(context, builder, x_value).data
-        buf_data = context.make_array(sig.args[2])(context, builder, buf_value).data
-        lane = ir.IntType(32)
-        raw = builder.load(builder.bitcast(builder.gep(x_data, [source_index]),
-                                           ir.VectorType(ir.IntType(8), 2 * _PAIRS).as_pointer()), align=1)
-        floats = ir.VectorType(ir.FloatType(), 2 * _PAIRS)
-        values = (builder.sitofp if signed else builder.uitofp)(raw, floats)
-        values = builder.fsub(values, _splat(builder, zero_point_value, floats))
-        phase = ir.VectorType(ir.FloatType(), _PAIRS)
-        kept = builder.icmp_unsigned("<", ir.Constant(ir.VectorType(lane, _PAIRS), list(range(_PAIRS))),
-                                     _splat(builder, builder.trunc(count_value, lane), ir.VectorType(lane, _PAIRS)))
-        for first, index in ((0, even_index), (1, odd_index)):
-            half = builder.shuffle_vector(values, values,
-                                          ir.Constant(ir.VectorType(lane, _PAIRS), list(range(first, 2 * _PAIRS, 2))))
-            half = builder.select(kept, half, ir.Constant(phase, [0.0] * _PAIRS))
-            builder.store(half, builder.bitcast(builder.gep(buf_data, [index]), phase.as_pointer()), align=4)
-        return context.get_dummy_value()
-
-    return signature, codegen
-
-
 @numba.njit(inline="always", nogil=True)
 def _split_row(flat_x, source, buf, even, odd, zero_point, pairs):
     """An input row's first ``pairs`` column pairs from ``flat_x[source]`` on, even columns to ``buf[even]`` on
     and odd ones to ``buf[odd]`` on, as x - zero point. Up to 16 - ``pairs`` zeros follow each phase row
     (``buf`` leaves room for them); longer rows are converted 16 pairs at a time, the last 16 ending at the
     row's last pair. A row whose 32-byte read would pass the end of x takes a scalar loop."""
-    if pairs >= _PAIRS:
-        for start in range(0, pairs, _PAIRS):
-            first = min(_U(start), pairs - _U(_PAIRS))
-            _split_pairs(flat_x, source + _U(2) * first, buf, even + first, odd + first, zero_point, _U(_PAIRS))
-    elif source + _U(2 * _PAIRS) <= _U(flat_x.size):
-        _split_pairs(flat_x, source, buf, even, odd, zero_point, pairs)
+    if pairs >= PAIRS:
+        for start in range(0, pairs, PAIRS):
+            first = min(_U(start), pairs - _U(PAIRS))
+            split_pairs(flat_x, source + _U(2) * first, buf, even + first, odd + first, zero_point, _U(PAIRS))
+    elif source + _U(2 * PAIRS) <= _U(flat_x.size):
+        split_pairs(flat_x, source, buf, even, odd, zero_point, pairs)
     else:
         for m in range(pairs):
             buf[even + m] = np.float32(flat_x[source + _U(2) * m]) - zero_point
@@ -259,7 +207,7 @@ def depthwise_flat(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, pad
     oh, ow = out.shape[2], out.shape[3]
     taps = kh * kw
     phase_rows = oh + ((kh - 1) * dilation_h) // stride_h
-    phase_stride = phase_rows * ow + _PAIRS     # a phase's rows, then room for _split_row's zeros
+    phase_stride = phase_rows * ow + PAIRS     # a phase's rows, then room for _split_row's zeros
     phase_of = np.empty(kw, np.int64)       # per kernel column: its column phase b ...
     shifts = np.empty(kw, np.int64)         # ... and the phase column it reads for output column 0
     for j in range(kw):

@@ -521,6 +521,29 @@ def test_unpadded_depthwise_tiles_read_x_unconverted(kernel, stride, dilation, p
         x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), zx, -128, stride, (0, 0, 0, 0), dilation, channels))
 
 
+@pytest.mark.parametrize("kernel", [3, 5])
+@pytest.mark.parametrize("stride_w, dilation_w", [(1, 1), (1, 2), (2, 1), (2, 2), (1, 3), (2, 4), (3, 1)])
+@pytest.mark.parametrize("channels, ow", [(16, 1), (16, 9), (40, 5), (17, 2), (48, 14)])
+def test_depthwise_window_slides_along_chains(kernel, stride_w, dilation_w, channels, ow):
+    """The windowed depthwise kernel (16 channels a vector, the last overlapping the one before it) on
+    unpadded tiles: windows one tap column apart along chains of pixels (stride 1 at any dilation, stride 2
+    at dilation 2 and 4), two apart (stride 2), chains longer and shorter than a row and empty ones (OW
+    below the dilation); stride 3 takes the converted planes. Two images, two output rows, row stride 2."""
+    rng = np.random.default_rng(kernel * 1000 + stride_w * 100 + dilation_w * 10 + channels + ow)
+    oh, stride, dilation = 2, (2, stride_w), (1, dilation_w)
+    height = (oh - 1) * 2 + kernel
+    width = (ow - 1) * stride_w + dilation_w * (kernel - 1) + 1 + int(rng.integers(0, 3))
+    for x_dtype, zx in ((np.int8, -128), (np.uint8, 255), (np.uint8, 7)):
+        info = np.iinfo(x_dtype)
+        x = rng.integers(info.min, info.max + 1, (2, height, width, channels), dtype=x_dtype)
+        w = rng.integers(-128, 128, (channels, kernel, kernel, 1), dtype=np.int8)
+        geometry = conv_geometry((2, channels, height, width), x.dtype, (channels, 1, kernel, kernel), w.dtype,
+                                 x_zero_point=zx, w_zero_point=3, stride=stride, dilation=dilation, groups=channels)
+        got = conv_sums_channels_last(x, w, geometry)
+        np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), tapwise_int64_conv(
+            x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), zx, 3, stride, (0, 0, 0, 0), dilation, channels))
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("weight", [2001, 5285])
 def test_unconverted_depthwise_sums_stay_within_float32(weight, stride):
