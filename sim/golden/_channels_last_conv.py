@@ -10,7 +10,7 @@ import numba
 import numpy as np
 
 from aipu.sim.golden._grouped_conv import _U, _aligned_empty, _aligned_zeros
-from aipu.sim.golden._simd import LANES, load_bytes, load_floats, multiply_add, store_int32
+from aipu.sim.golden._simd import LANES, load_bytes, load_floats, multiply_add_rotated, store_int32
 from aipu.sim.golden.conv import _FLOAT32_EXACT
 
 
@@ -114,14 +114,15 @@ def repeated_group_weights(ws, groups):
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
-def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w, pad_top, pad_left, dilation_h,
-                          dilation_w, out):
+def grouped_channels_last(x, x_zero_point, repeated, windowed, kh, kw, stride_h, stride_w, pad_top, pad_left,
+                          dilation_h, dilation_w, out):
     """out[n, y, x', g*Kg + o] = sum over c, i, j of ws[g*Kg + o, i*KW + j, c] * (x - zp)[n, y*sh + i*dh - pt,
     x'*sw + j*dw - pl, g*Cg + c], taps outside x being 0: a grouped conv (depthwise with Cg = 1) on
     channels-last operands, as the NPU's buffers hold a tile.
 
     x: int8/uint8 [N, H, W, C] C-contiguous; ``repeated``: the weights as :func:`repeated_group_weights` makes
-    them, [Kg, Cg*KH*KW + SUM_LINES, m*G]; out: int32 [N, OH, OW, K] C-contiguous. The padded input is
+    them, [Kg, Cg*KH*KW + SUM_LINES, m*G]; ``windowed``: as :func:`window_weights` makes them (no lines
+    where the window kernel does not take the conv); out: int32 [N, OH, OW, K] C-contiguous. The padded input is
     converted once into one float32 plane per channel c of a group, its G lanes per pixel the groups' c-th
     channels, its rows split by column phase, ``plane[c, r, b, q, g] = padded[r, q*sw + b, g*Cg + c]``,
     which :func:`_tap_passes` reads. Only the planes' padding is zeroed, not the whole planes. Exact under
@@ -133,10 +134,11 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
     (repeated_group_weights' sum line), the pass's starting value. Exact where the sum of the terms'
     magnitudes stays within 2**24 (|w| * (|x| + |zp|) per tap; at most 25 * 255 * 510 for a 5x5 kernel),
     else the tile is converted. 1.1-1.2x faster than converting on 3x3 tiles of 2 output rows, whose planes
-    hold every input row once per tile; 5x5 alike (measured). Such a tile with a 3x3 or 5x5 kernel, one
-    output per channel and at least 16 channels, at stride 1 or 2 across (any dilation whose windows lie
-    one or two tap columns apart), is summed 16 channels at a time by :func:`_window_taps`, under the same
-    bound; strided across, other such tiles are converted.
+    hold every input row once per tile; 5x5 alike (measured). Such a tile with a 3x3 or 5x5 depthwise
+    kernel, or a 3x3 one in groups of 4 channels and 4 outputs, of at least 16 channels, at stride 1 or 2
+    across (any dilation whose windows lie one or two tap columns apart), is summed 16 channels at a time by
+    :func:`_window_taps`, under the same bound (its starts from window_weights' sum line); strided across,
+    other such tiles are converted.
     """
     batch, height, width_in, channels = x.shape
     oh, ow, k = out.shape[1], out.shape[2], out.shape[3]
@@ -157,27 +159,36 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
     x_row, out_image = _U(width_in * channels), _U(oh * ow * k)
     inside = (pad_top == 0 and pad_left == 0 and rows <= height            # every window inside x
               and (ow - 1) * stride_w + (kw - 1) * dilation_w < width_in)
-    windowed = (per_group == 1 and kh == kw and (kh == 3 or kh == 5) and channels >= LANES
-                and stride_w // math.gcd(stride_w, dilation_w) <= 2)
-    if group_c == 1 and inside and (stride_w == 1 or windowed):
-        # Exact where every output's sum of |w| * (|x| + |zp|) over its taps is within 2**24: then any partial
-        # sum, in any order, is an exact float32 integer.
-        info = np.iinfo(x.dtype)
-        x_bound = max(np.float64(info.max), -np.float64(info.min)) + abs(np.float64(x_zero_point))
+    # Exact where every output's sum of |w| * (|x| + |zp|) over its taps is within 2**24: then any partial sum,
+    # in any order, is an exact float32 integer.
+    info = np.iinfo(x.dtype)
+    x_bound = max(np.float64(info.max), -np.float64(info.min)) + abs(np.float64(x_zero_point))
+    zero_point = np.float32(x_zero_point)
+    if (inside and (per_group == 1 if group_c == 1 else windowed.shape[0] == taps * group_c + SUM_LINES)
+            and kh == kw and (kh == 3 or (kh == 5 and group_c == 1)) and channels >= LANES
+            and stride_w // math.gcd(stride_w, dilation_w) <= 2):
+        # the window kernel's weight lines: a depthwise kernel's are the repeated ones (its first K entries)
+        window, apart = (weights, block) if group_c == 1 else (windowed.ravel(), _U(k))
+        sums = _U(taps * group_c) * apart
+        starts = _aligned_empty(_U(k), np.float32)        # output k's sum starts at -zp * its weights' sum
+        inexact = False
+        for o in range(_U(k)):      # no early exit: the loop vectorises
+            starts[o] = window[sums + o] * -zero_point
+            inexact |= np.float64(window[sums + apart + o]) * x_bound > _FLOAT32_EXACT
+        if not inexact:
+            for n in range(batch):
+                _window_taps(flat_x, _U(n * height) * x_row, x_row, window, apart, starts, group_c, kh, stride_h,
+                             stride_w, dilation_h, dilation_w, oh, ow, _U(channels), flat_out, _U(n) * out_image)
+            return
+    if group_c == 1 and inside and stride_w == 1:
         lines = _U(virtual + SUM_LINES)
         starts = _aligned_empty(_U(per_group) * block, np.float32)    # output o's sums start at -zp * its weights' sum
-        zero_point = np.float32(x_zero_point)
         inexact = False
         for o in range(_U(per_group)):
             sums = (o * lines + _U(virtual)) * block
             for e in range(block):      # no early exit: the loop vectorises
                 starts[o * block + e] = weights[sums + e] * -zero_point
                 inexact |= np.float64(weights[sums + block + e]) * x_bound > _FLOAT32_EXACT
-        if not inexact and windowed:
-            for n in range(batch):
-                _window_taps(flat_x, _U(n * height) * x_row, x_row, weights, block, starts, kh, stride_h, stride_w,
-                             dilation_h, dilation_w, oh, ow, lanes, flat_out, _U(n) * out_image)
-            return
         if not inexact:
             offsets = np.empty(virtual, np.uint64)
             for i in range(kh):
@@ -202,7 +213,6 @@ def grouped_channels_last(x, x_zero_point, repeated, kh, kw, stride_h, stride_w,
         first_q[b] = min(phase_w, max(0, -((b - pad_left) // stride_w)))
         last_q[b] = max(first_q[b], min(phase_w, (width_in - 1 - b + pad_left) // stride_w + 1))
     plane = _aligned_empty(step * plane_size, np.float32)
-    zero_point = np.float32(x_zero_point)
     for n in range(batch):
         for r in range(rows):
             y = r - pad_top
@@ -259,31 +269,36 @@ def _column5(flat_x, at, down):
 
 
 @numba.njit(inline="always", nogil=True, error_model="numpy")
-def _sum3(column, weights, at, block, total):
-    total = multiply_add(column[0], load_floats(weights, at), total)
-    total = multiply_add(column[1], load_floats(weights, at + block), total)
-    return multiply_add(column[2], load_floats(weights, at + _U(2) * block), total)
+def _sum3(column, weights, at, rows_apart, apart, group, total):
+    """total + a 3-row window column's products with its taps' weights (see :func:`_window_chain`)."""
+    total = multiply_add_rotated(column[0], weights, at, apart, group, total)
+    total = multiply_add_rotated(column[1], weights, at + rows_apart, apart, group, total)
+    return multiply_add_rotated(column[2], weights, at + _U(2) * rows_apart, apart, group, total)
 
 
 @numba.njit(inline="always", nogil=True, error_model="numpy")
-def _sum5(column, weights, at, block, total):
-    total = multiply_add(column[0], load_floats(weights, at), total)
-    total = multiply_add(column[1], load_floats(weights, at + block), total)
-    total = multiply_add(column[2], load_floats(weights, at + _U(2) * block), total)
-    total = multiply_add(column[3], load_floats(weights, at + _U(3) * block), total)
-    return multiply_add(column[4], load_floats(weights, at + _U(4) * block), total)
+def _sum5(column, weights, at, rows_apart, apart, group, total):
+    """total + a 5-row window column's products with its taps' weights."""
+    total = multiply_add_rotated(column[0], weights, at, apart, group, total)
+    total = multiply_add_rotated(column[1], weights, at + rows_apart, apart, group, total)
+    total = multiply_add_rotated(column[2], weights, at + _U(2) * rows_apart, apart, group, total)
+    total = multiply_add_rotated(column[3], weights, at + _U(3) * rows_apart, apart, group, total)
+    return multiply_add_rotated(column[4], weights, at + _U(4) * rows_apart, apart, group, total)
 
 
-def _window_chain(kernel, shift):
+def _window_chain(kernel, shift, group):
     """The sums of one chain of output pixels (see :func:`_window_taps`) with a ``kernel`` x ``kernel`` (3 or
-    5) window sliding ``shift`` (1 or 2) columns a pixel, both constants: with them variables, LLVM kept
-    the window's columns in fewer registers and spilt them (5x5 1.2x instead of 1.6x faster, measured)."""
+    5) window sliding ``shift`` (1 or 2) columns a pixel, in groups of ``group`` channels, all constants:
+    with the first two variables, LLVM kept the window's columns in fewer registers and spilt them (5x5 1.2x
+    instead of 1.6x faster, measured). ``weights`` are window_weights' lines: tap t's rotation r at
+    (t * group + r) * ``apart``."""
     column, column_sum = (_column3, _sum3) if kernel == 3 else (_column5, _sum5)
     kept = kernel - shift                      # columns a pixel shares with the previous one
 
     @numba.njit(inline="always", nogil=True, error_model="numpy")
-    def chain_sums(flat_x, at, across, down, step, weights, v, block, start, flat_out, out_at, out_step, pixels):
-        rows_apart = _U(kernel) * block        # a kernel column's weight lines (KW = KH lines apart)
+    def chain_sums(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at, out_step, pixels):
+        tap = _U(group) * apart                # from a tap's weight lines to the next tap's
+        rows_apart = _U(kernel) * tap          # from a kernel row's to the next row's
         c0 = column(flat_x, at, down)
         c1 = column(flat_x, at + across, down) if kept > 1 else c0
         c2 = column(flat_x, at + _U(2) * across, down) if kept > 2 else c0
@@ -293,19 +308,19 @@ def _window_chain(kernel, shift):
                 if kept < 2:
                     c1 = column(flat_x, at + across, down)
                 c2 = column(flat_x, at + _U(2) * across, down)
-                total = column_sum(c0, weights, v, rows_apart, start)
-                total = column_sum(c1, weights, v + block, rows_apart, total)
-                total = column_sum(c2, weights, v + _U(2) * block, rows_apart, total)
+                total = column_sum(c0, weights, v, rows_apart, apart, group, start)
+                total = column_sum(c1, weights, v + tap, rows_apart, apart, group, total)
+                total = column_sum(c2, weights, v + _U(2) * tap, rows_apart, apart, group, total)
                 c0, c1 = (c1, c2) if shift == 1 else (c2, c2)
             else:
                 if kept < 4:
                     c3 = column(flat_x, at + _U(3) * across, down)
                 c4 = column(flat_x, at + _U(4) * across, down)
-                total = column_sum(c0, weights, v, rows_apart, start)
-                total = column_sum(c1, weights, v + block, rows_apart, total)
-                total = column_sum(c2, weights, v + _U(2) * block, rows_apart, total)
-                total = column_sum(c3, weights, v + _U(3) * block, rows_apart, total)
-                total = column_sum(c4, weights, v + _U(4) * block, rows_apart, total)
+                total = column_sum(c0, weights, v, rows_apart, apart, group, start)
+                total = column_sum(c1, weights, v + tap, rows_apart, apart, group, total)
+                total = column_sum(c2, weights, v + _U(2) * tap, rows_apart, apart, group, total)
+                total = column_sum(c3, weights, v + _U(3) * tap, rows_apart, apart, group, total)
+                total = column_sum(c4, weights, v + _U(4) * tap, rows_apart, apart, group, total)
                 c0, c1, c2, c3 = (c1, c2, c3, c4) if shift == 1 else (c2, c3, c4, c4)
             store_int32(flat_out, out_at, total)
             at += step
@@ -314,22 +329,55 @@ def _window_chain(kernel, shift):
     return chain_sums
 
 
-_CHAIN_3_BY_1, _CHAIN_3_BY_2, _CHAIN_5_BY_1, _CHAIN_5_BY_2 = (_window_chain(kernel, shift) for kernel in (3, 5)
-                                                              for shift in (1, 2))
+# depthwise 3x3 and 5x5 at either shift; groups of 4 (ResNeXt's first stage) 3x3. Each is a large inlined
+# loop: more of them lengthen grouped_channels_last's compile (13 s a type of x, cold).
+_DEPTHWISE_3_BY_1, _DEPTHWISE_3_BY_2, _DEPTHWISE_5_BY_1, _DEPTHWISE_5_BY_2 = (
+    _window_chain(kernel, shift, 1) for kernel in (3, 5) for shift in (1, 2))
+_GROUPS_OF_4_BY_1, _GROUPS_OF_4_BY_2 = (_window_chain(3, shift, 4) for shift in (1, 2))
+WINDOW_GROUPS = (4,)     # channels a group (and outputs) of the grouped convs the window kernel takes
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def window_weights(ws, groups):
+    """The window kernel's weight operand for a grouped conv (ws float32 [K, KH*KW, C/G], weights minus their
+    zero point) whose groups have as many outputs as inputs, C/G in WINDOW_GROUPS: [KH*KW*C/G + SUM_LINES,
+    K], line t*C/G + r entry k the weight of output k's input channel (k + r) mod C/G of its group at tap t
+    (the rotation :func:`_simd.multiply_add_rotated` brings that channel to lane k), then per output the sum
+    of its weights and of their magnitudes. [0, K] for other convs: a depthwise kernel reads the repeated
+    weights' lines (their first K entries are these), the others do not take the window kernel. Made once
+    per layer, as the repeated weights."""
+    k, taps, group_c = ws.shape
+    if k // groups != group_c or group_c not in WINDOW_GROUPS:
+        return np.empty((0, k), np.float32)
+    virtual = taps * group_c
+    lines = _aligned_zeros((virtual + SUM_LINES) * k, np.float32).reshape((virtual + SUM_LINES, k))
+    sums, magnitudes = lines[virtual], lines[virtual + 1]
+    for t in range(taps):
+        for r in range(group_c):
+            line = lines[t * group_c + r]
+            for first in range(0, k, group_c):
+                for o in range(group_c):
+                    c = o + r
+                    line[first + o] = ws[first + o, t, c - group_c if c >= group_c else c]
+            for o in range(k):      # every channel of a group once over its rotations
+                sums[o] += line[o]
+                magnitudes[o] += abs(line[o])
+    return lines
 
 
 @numba.njit(nogil=True, error_model="numpy")
-def _window_taps(flat_x, x_first, x_row, weights, block, starts, kh, stride_h, stride_w, dilation_h, dilation_w,
-                 oh, ow, lanes, flat_out, out_first):
-    """grouped_channels_last's sums of one image of a depthwise tile (one output per channel, a 3x3 or 5x5
-    kernel, its windows inside x, at least 16 channels) from x as it lies, 16 channels at a time in explicit
-    vectors (_simd.py): the pixels of an output row whose windows lie whole tap columns apart form chains,
-    and along a chain a window of converted input columns slides by ``shift`` columns a pixel, so each
-    input vector is converted once per output row and kernel row instead of once per tap (a fifth to a third
-    of the conversions). The zero point comes off as the per-channel ``starts``; the first ``lanes`` values
-    of each repeated weight line are the taps' weights. The channels' last vector may overlap the one
-    before it (those outputs are written twice, equal). 1.5-1.7x faster than the vectorised tap loops on
-    3x3 tiles, 1.2-1.6x on 5x5 (measured)."""
+def _window_taps(flat_x, x_first, x_row, weights, apart, starts, group, kh, stride_h, stride_w, dilation_h,
+                 dilation_w, oh, ow, lanes, flat_out, out_first):
+    """grouped_channels_last's sums of one image of a tile (a 3x3 or 5x5 depthwise kernel, or a 3x3 one in
+    groups of 4 channels and 4 outputs; its windows inside x; at least 16 channels) from x as it lies, 16
+    channels at a time in explicit vectors (_simd.py): the pixels of an output row whose windows lie whole tap
+    columns apart form chains, and along a chain a window of converted input columns slides by ``shift``
+    columns a pixel, so each input vector is converted once per output row and kernel row instead of once
+    per tap (a fifth to a third of the conversions). ``weights``: the taps' weight lines, ``apart`` floats
+    apart (the repeated weights' for a depthwise kernel, window_weights' for groups of 4); the zero point
+    comes off as the per-channel ``starts``. The channels' last vector may overlap the one before it (a whole
+    number of groups: those outputs are written twice, equal). On depthwise tiles 1.5-1.7x faster than the
+    vectorised tap loops with 3x3 kernels, 1.2-1.6x with 5x5; 1.8x on 3x3 tiles of 32 groups of 4 (measured)."""
     spacing = math.gcd(stride_w, dilation_w)
     chains, shift = dilation_w // spacing, stride_w // spacing      # pixels a chain steps, columns it slides
     across, down = _U(dilation_w) * lanes, _U(dilation_h) * x_row    # from a tap to the next across, down
@@ -342,19 +390,24 @@ def _window_taps(flat_x, x_first, x_row, weights, block, starts, kh, stride_h, s
                 at = x_first + _U(y * stride_h) * x_row + _U(chain * stride_w) * lanes + v
                 out_at = out_first + _U(y * ow + chain) * lanes + v
                 pixels = (ow - chain + chains - 1) // chains
-                if kh == 3:
-                    if shift == 1:
-                        _CHAIN_3_BY_1(flat_x, at, across, down, step, weights, v, block, start, flat_out, out_at,
+                if group == 4 and shift == 1:
+                    _GROUPS_OF_4_BY_1(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
                                       out_step, pixels)
-                    else:
-                        _CHAIN_3_BY_2(flat_x, at, across, down, step, weights, v, block, start, flat_out, out_at,
+                elif group == 4:
+                    _GROUPS_OF_4_BY_2(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
+                                      out_step, pixels)
+                elif kh == 3 and shift == 1:
+                    _DEPTHWISE_3_BY_1(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
+                                      out_step, pixels)
+                elif kh == 3:
+                    _DEPTHWISE_3_BY_2(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
                                       out_step, pixels)
                 elif shift == 1:
-                    _CHAIN_5_BY_1(flat_x, at, across, down, step, weights, v, block, start, flat_out, out_at, out_step,
-                                  pixels)
+                    _DEPTHWISE_5_BY_1(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
+                                      out_step, pixels)
                 else:
-                    _CHAIN_5_BY_2(flat_x, at, across, down, step, weights, v, block, start, flat_out, out_at, out_step,
-                                  pixels)
+                    _DEPTHWISE_5_BY_2(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
+                                      out_step, pixels)
 
 
 @numba.njit(nogil=True, fastmath=True, error_model="numpy")

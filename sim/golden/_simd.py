@@ -77,18 +77,32 @@ def load_floats(typingctx, array, index):
     return floats16(array, types.uint64), codegen
 
 
-@intrinsic
-def multiply_add(typingctx, a, b, c):
-    """a * b + c lane by lane, one fused multiply-add where the CPU has them (the kernels' sums are integers
-    within 2**24, exact either way)."""
-    if not (a == b == c == floats16):
+@intrinsic(prefer_literal=True)
+def multiply_add_rotated(typingctx, x, weights, at, apart, group, total):
+    """total + the sum over r < ``group`` of x rotated by r within each run of ``group`` lanes (lane l takes
+    x[l - l % group + (l + r) % group]) times weights[at + r * apart:][:16] (``group`` a constant: 1, 2, 4, 8
+    or 16). A grouped conv whose groups have as many outputs as inputs, 16 // group groups in a vector, sums
+    each input channel c of a group into its output o through the rotation r = c - o, which stays inside the
+    group: a lane shuffle per rotation, no gathers (the weights laid out by rotation, window_weights)."""
+    if not (x == total == floats16 and _flat(weights, (types.float32,)) and isinstance(group, types.IntegerLiteral)
+            and group.literal_value in (1, 2, 4, 8, 16)):
         return None
+    size = group.literal_value
 
     def codegen(context, builder, signature, args):
-        product = builder.fmul(args[0], args[1], flags=("contract",))
-        return builder.fadd(product, args[2], flags=("contract",))
+        x_value, weights_value, at_value, apart_value, _, sum_value = args
+        lane = ir.IntType(32)
+        index = at_value
+        for rotation in range(size):
+            rotated = x_value if rotation == 0 else builder.shuffle_vector(x_value, x_value, ir.Constant(
+                ir.VectorType(lane, LANES), [l - l % size + (l + rotation) % size for l in range(LANES)]))
+            weight = builder.load(_vector_pointer(context, builder, signature.args[1], weights_value, index,
+                                                  ir.FloatType()), align=4)
+            sum_value = builder.fadd(builder.fmul(rotated, weight, flags=("contract",)), sum_value, flags=("contract",))
+            index = builder.add(index, apart_value)
+        return sum_value
 
-    return floats16(floats16, floats16, floats16), codegen
+    return floats16(floats16, weights, types.uint64, types.uint64, group, floats16), codegen
 
 
 @intrinsic

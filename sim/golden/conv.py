@@ -317,9 +317,11 @@ def _grouped_channels_last(x: np.ndarray, ws: np.ndarray, geometry: ConvGeometry
     module = kernels("_channels_last_conv")
     k, kh, kw, cg = ws.shape
     out = np.empty((x.shape[0], *geometry.out_hw, k), ACC_DTYPE)
-    repeated = module.repeated_group_weights(np.ascontiguousarray(ws).reshape(k, kh * kw, cg), geometry.groups)
-    module.grouped_channels_last(np.ascontiguousarray(x), geometry.x_zero_point, repeated, kh, kw, *geometry.stride,
-                                 *geometry.padding[:2], *geometry.dilation, out)
+    by_tap = np.ascontiguousarray(ws).reshape(k, kh * kw, cg)
+    repeated = module.repeated_group_weights(by_tap, geometry.groups)
+    windowed = module.window_weights(by_tap, geometry.groups)
+    module.grouped_channels_last(np.ascontiguousarray(x), geometry.x_zero_point, repeated, windowed, kh, kw,
+                                 *geometry.stride, *geometry.padding[:2], *geometry.dilation, out)
     return out
 
 

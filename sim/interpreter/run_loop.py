@@ -77,7 +77,8 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
     acc = spaces[_ACC].view(np.int32)
     # The weight operands of the last CONV, kept while no LOAD writes WEIGHT: a layer's tiles share them.
     weights_key = np.full(7, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point, groups
-    operands, arranged = np.empty((0, 0, 0, 0), np.float32), np.empty((0, 0), np.float32)
+    operands, arranged, windowed = np.empty((0, 0, 0, 0), np.float32), np.empty((0, 0), np.float32), \
+        np.empty((0, 0), np.float32)
     largest = np.float32(0.0)
     # The operands of the last REQUANT's parameter records, kept while no LOAD writes PARAM.
     records_key = np.full(5, -1, np.int64)         # param_index, channels, float32 scale, leaky, zero point
@@ -98,10 +99,11 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
             groups = row[4] // group_c
             if not ((weights_key[:6] == row[6:12]).all() and weights_key[6] == groups):
                 w = spaces[_WEIGHT][wgt_start:wgt_start + k * kh * kw * group_c].view(np.int8)
-                operands, arranged, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11], groups)
+                operands, arranged, windowed, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11],
+                                                                        groups)
                 weights_key[:6] = row[6:12]
                 weights_key[6] = groups
-            if not _conv(row, spaces[_ACT], operands, arranged, largest, acc, wrapped):
+            if not _conv(row, spaces[_ACT], operands, arranged, windowed, largest, acc, wrapped):
                 return position
         elif kind == REQUANT:
             param_index, channels = row[4], row[3]
@@ -181,7 +183,7 @@ def _copy_runs(source, source_start, source_step, target, target_start, target_s
 
 
 @jit
-def _conv(row, act, operands, arranged, largest, acc, wrapped):
+def _conv(row, act, operands, arranged, windowed, largest, acc, wrapped):
     in_start, height, width, channels, in_type = row[1], row[2], row[3], row[4], row[5]
     x_zero_point, k = row[12], row[7]
     stride_h, stride_w, pad_top, pad_left = row[13], row[14], row[15], row[16]
@@ -191,7 +193,7 @@ def _conv(row, act, operands, arranged, largest, acc, wrapped):
     held, marks = acc[first:first + entries], wrapped[first:first + entries]
     # Without accumulate the sums go straight into ACC: conv_tile leaves its output alone when it refuses.
     sums = np.empty((oh, ow, k), np.int32) if accumulate else held.reshape((oh, ow, k))
-    weights = (operands, arranged, largest)
+    weights = (operands, arranged, windowed, largest)
     if in_type == _INT8:
         done = conv_tile(x.view(np.int8).reshape((height, width, channels)), x_zero_point, *weights, stride_h,
                          stride_w, pad_top, pad_left, dilation_h, dilation_w, sums)

@@ -22,7 +22,8 @@ import numpy as np
 
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 
-from aipu.sim.golden._channels_last_conv import SUM_LINES, grouped_channels_last, repeated_group_weights
+from aipu.sim.golden._channels_last_conv import (SUM_LINES, grouped_channels_last, repeated_group_weights,
+                                                  window_weights)
 from aipu.sim.golden._grouped_conv import grouped_conv_taps
 from aipu.sim.golden._requant_kernels import (channels_last_blocks, float32_requant, float32_requant_wide,
                                               native_requant, native_requant_channels_last)
@@ -54,8 +55,9 @@ def weight_operands(w, w_zero_point, groups):
     zero point in w's layout (exact: sim/golden/conv.py); the same arranged for the kernel that takes them,
     [KH*KW*C, K] for a dense conv (the GEMM's operand, whose row ranges are its reduction chunks), the
     channels-last kernel's repeated weights where it takes the conv (repeated_group_weights), else
-    [K, C/G*KH*KW] (the tap kernel's); and their largest magnitude. A layer's tiles share their weights: the
-    caller makes these once for all of them."""
+    [K, C/G*KH*KW] (the tap kernel's); the channels-last window kernel's (window_weights; no lines where it
+    cannot take the conv); and their largest magnitude. A layer's tiles share their weights: the caller makes
+    these once for all of them."""
     k, kh, kw, group_c = w.shape
     taps, depth = kh * kw, w.size // max(k, 1)
     operands = np.empty(w.shape, np.float32)
@@ -66,23 +68,26 @@ def weight_operands(w, w_zero_point, groups):
         flat[e] = np.float32(values[e]) - zero_point
     for e in range(_U(values.size)):
         largest = max(largest, abs(np.int32(values[e]) - np.int32(w_zero_point)))
+    windowed = np.empty((0, k), np.float32)
     if groups == 1:
         arranged = np.empty((depth, k), np.float32)
         _transpose(flat, k, depth, arranged.ravel())
     elif _takes_channels_last(groups, group_c):
-        arranged = repeated_group_weights(operands.reshape((k, taps, group_c)), groups).reshape((k // groups, -1))
+        by_tap = operands.reshape((k, taps, group_c))
+        arranged = repeated_group_weights(by_tap, groups).reshape((k // groups, -1))
+        windowed = window_weights(by_tap, groups)
     else:                                    # per output channel [taps, C/G] -> [C/G, taps]
         arranged = np.empty((k, depth), np.float32)
         for o in range(_U(k)):
             _transpose(flat[o * _U(depth):(o + _U(1)) * _U(depth)], taps, group_c, arranged[o])
-    return operands, arranged, np.float32(largest)
+    return operands, arranged, windowed, np.float32(largest)
 
 
 @jit
-def conv_tile(x, x_zero_point, ws, ws_arranged, weight_max, stride_h, stride_w, pad_top, pad_left, dilation_h,
-              dilation_w, out):
+def conv_tile(x, x_zero_point, ws, ws_arranged, ws_windowed, weight_max, stride_h, stride_w, pad_top, pad_left,
+              dilation_h, dilation_w, out):
     """out[y, x', k] = the conv sums of channels-last x [H, W, C] (int8/uint8) and the weight operands ws
-    [K, KH, KW, C/G] (also as ``ws_arranged`` for its kernel) of largest magnitude ``weight_max``
+    [K, KH, KW, C/G] (also as ``ws_arranged`` and ``ws_windowed`` for its kernels) of largest magnitude ``weight_max``
     (:func:`weight_operands`), groups G = C / (C/G), padding bottom/right implied by out's shape [OH, OW, K]
     (int32). Returns False, with ``out`` untouched, where a grouped conv's partial sums do not all fit one
     exact float32 pass (conv_sums_channels_last then takes its GEMM path), or a dense conv's sums leave int32."""
@@ -99,8 +104,9 @@ def conv_tile(x, x_zero_point, ws, ws_arranged, weight_max, stride_h, stride_w, 
         return False      # a wide group, or partial sums one float32 pass would not hold exactly
     if _takes_channels_last(groups, group_c):
         grouped_channels_last(x.reshape((1, height, width, channels)), x_zero_point,
-                              ws_arranged.reshape((k // groups, group_c * kh * kw + SUM_LINES, -1)), kh, kw, stride_h,
-                              stride_w, pad_top, pad_left, dilation_h, dilation_w, out.reshape((1, oh, ow, k)))
+                              ws_arranged.reshape((k // groups, group_c * kh * kw + SUM_LINES, -1)), ws_windowed, kh,
+                              kw, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w,
+                              out.reshape((1, oh, ow, k)))
         return True
     planes = np.empty((1, channels, height, width), x.dtype)     # the tap kernel's NCHW operands
     _transpose(x.ravel(), height * width, channels, planes.ravel())

@@ -49,8 +49,8 @@ def test_conv_tile_equals_the_golden_sums_or_refuses(case):
     expected = golden.conv_sums(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), geometry, wide=True)[0]
     expected = expected.transpose(1, 2, 0)
     out = np.full(expected.shape, SENTINEL, np.int32)
-    operands, arranged, largest = weight_operands(w, w_zero_point, groups)
-    done = conv_tile(x, x_zero_point, operands, arranged, largest, *stride, *padding[:2], *dilation, out)
+    operands, arranged, windowed, largest = weight_operands(w, w_zero_point, groups)
+    done = conv_tile(x, x_zero_point, operands, arranged, windowed, largest, *stride, *padding[:2], *dilation, out)
     if done:
         np.testing.assert_array_equal(out, expected)
     else:

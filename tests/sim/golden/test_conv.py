@@ -544,22 +544,49 @@ def test_depthwise_window_slides_along_chains(kernel, stride_w, dilation_w, chan
             x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), zx, 3, stride, (0, 0, 0, 0), dilation, channels))
 
 
+@pytest.mark.parametrize("stride_w, dilation_w", [(1, 1), (1, 2), (2, 1), (3, 1)])
+@pytest.mark.parametrize("groups, group_c, per_group, kernel", [(16, 4, 4, 3), (17, 4, 4, 3), (32, 4, 4, 3),
+                                                                 (16, 4, 4, 5), (16, 4, 8, 3), (16, 2, 2, 3)])
+def test_grouped_tiles_in_groups_of_four_slide_a_window(groups, group_c, per_group, kernel, stride_w, dilation_w):
+    """Channels-last 3x3 convs (16 groups or more) in groups of 4 channels and 4 outputs take the window
+    kernel, each input channel of a group reaching each output through a rotation inside the group: 64, 68
+    (the last vector overlapping the one before by 13 groups) and 128 channels, strides 1, 2 and 3 (the last
+    converted), dilation 2; 5x5 kernels, 8 outputs a group and groups of 2 take the other paths. Every output
+    against the int64 reference, both byte types."""
+    rng = np.random.default_rng(groups * 100 + group_c * 10 + per_group + kernel + stride_w * 7 + dilation_w * 3)
+    channels, k, oh, ow = groups * group_c, groups * per_group, 2, 6
+    height = oh - 1 + kernel
+    width = (ow - 1) * stride_w + dilation_w * (kernel - 1) + 1
+    for x_dtype, zx in ((np.int8, -5), (np.uint8, 255)):
+        info = np.iinfo(x_dtype)
+        x = rng.integers(info.min, info.max + 1, (2, height, width, channels), dtype=x_dtype)
+        w = rng.integers(-128, 128, (k, kernel, kernel, group_c), dtype=np.int8)
+        geometry = conv_geometry((2, channels, height, width), x.dtype, (k, group_c, kernel, kernel), w.dtype,
+                                 x_zero_point=zx, w_zero_point=-7, stride=(1, stride_w), dilation=(1, dilation_w),
+                                 groups=groups)
+        got = conv_sums_channels_last(x, w, geometry)
+        np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), tapwise_int64_conv(
+            x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), zx, -7, (1, stride_w), (0, 0, 0, 0), (1, dilation_w),
+            groups))
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("weight", [2001, 5285])
-def test_unconverted_depthwise_sums_stay_within_float32(weight, stride):
-    """The unconverted path's partial sums reach sum |w| * (|x| + |zp|) where the converted planes' reach
+@pytest.mark.parametrize("channels", [16, 8])
+def test_unconverted_depthwise_sums_stay_within_float32(weight, stride, channels):
+    """The unconverted paths' partial sums reach sum |w| * (|x| + |zp|) where the converted planes' reach
     sum |w| * |x - zp|: with x = zp = 127 and 25 odd weights of 5285 the planes hold zeros, while
     -zp * sum w = -16779875 is no float32 (over 2**24, odd): the kernel converts instead, and the sums are 0.
-    Weights of 2001 keep both within 2**24: the unconverted path, exact. Stride 2 takes the one-pixel-at-a-time
-    form of the unconverted path, under the same bound."""
-    from aipu.sim.golden._channels_last_conv import grouped_channels_last, repeated_group_weights
+    Weights of 2001 keep both within 2**24: the unconverted path, exact. 16 channels take the window kernel
+    at both strides, 8 the tap passes at stride 1 (the planes at stride 2)."""
+    from aipu.sim.golden._channels_last_conv import grouped_channels_last, repeated_group_weights, window_weights
 
-    channels = 16
     x = np.full((1, 5, 5, channels), 127, np.int8)
     x[0, 2, 2, ::2] = -128          # the centre tap far from the zero point on every other channel
     ws = np.full((channels, 25, 1), weight, np.float32)
     out = np.empty((1, 1, 1, channels), np.int32)
-    grouped_channels_last(x, 127, repeated_group_weights(ws, channels), 5, 5, stride, stride, 0, 0, 1, 1, out)
+    grouped_channels_last(x, 127, repeated_group_weights(ws, channels), window_weights(ws, channels), 5, 5, stride,
+                          stride, 0, 0, 1, 1, out)
     want = np.einsum("ntc,ct->nc", x.reshape(1, 25, channels).astype(np.int64) - 127, ws[:, :, 0].astype(np.int64))
     np.testing.assert_array_equal(out.reshape(1, channels), want)
 
