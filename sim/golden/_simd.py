@@ -1,6 +1,7 @@
-"""LLVM vector code for the golden model's numba kernels: 16-lane float32 vectors as a numba value type with
-the few operations the channels-last depthwise kernel needs (sim/golden/_channels_last_conv.py), and the
-stride-2 split of an input row into its column phases (sim/golden/_grouped_conv.py), written as LLVM IR.
+"""LLVM vector code for the numba kernels: 16-lane float32 vectors as a numba value type with the few
+operations the channels-last window kernel needs (sim/golden/_channels_last_conv.py), the stride-2 split of
+an input row into its column phases (sim/golden/_grouped_conv.py) and the interpreter's copies of short
+runs (sim/interpreter/run_loop.py), written as LLVM IR.
 
 numba leaves vectorising to LLVM's loop vectoriser, which takes the innermost loop and, since numba's
 arrays may alias, reloads every operand on every pass. A depthwise tile's better loop runs over the pixels
@@ -161,3 +162,24 @@ def split_pairs(typingctx, x, source, buf, even, odd, zero_point, count):
         return context.get_dummy_value()
 
     return types.void(x, types.uint64, buf, types.uint64, types.uint64, types.float32, types.uint64), codegen
+
+
+@intrinsic(prefer_literal=True)
+def copy_bytes(typingctx, target, target_at, source, source_at, count):
+    """target[target_at:][:count] = source[source_at:][:count] for ``count`` a constant (16 or 64): one vector
+    load and store. The interpreter's strided DMA copies runs of a tile's channels (16 bytes a pixel in a
+    16-channel tile), where a byte loop per run took twice as long (LLVM's vector loop needs 64 or more)."""
+    if not (_flat(target, (types.uint8,)) and _flat(source, (types.uint8,)) and isinstance(count, types.IntegerLiteral)
+            and count.literal_value in (16, 64)):
+        return None
+    size = count.literal_value
+
+    def codegen(context, builder, signature, args):
+        target_value, target_index, source_value, source_index, _ = args
+        value = builder.load(_vector_pointer(context, builder, signature.args[2], source_value, source_index,
+                                             ir.IntType(8), size), align=1)
+        builder.store(value, _vector_pointer(context, builder, signature.args[0], target_value, target_index,
+                                             ir.IntType(8), size), align=1)
+        return context.get_dummy_value()
+
+    return types.void(target, types.uint64, source, types.uint64, count), codegen

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from aipu.sim.golden._simd import copy_bytes
 from aipu.sim.interpreter.tiles import (ACC_MAX, ACC_MIN, conv_tile, jit, record_operands, requant_operands,
                                         weight_operands)
 from aipu.sim.machine.arch import Buffer, DType
@@ -165,9 +166,11 @@ def _store(row, out, dram):
 
 @jit
 def _copy_runs(source, source_start, source_step, target, target_start, target_step, runs, run_bytes):
-    """``runs`` runs of ``run_bytes`` bytes, each ``source_step`` / ``target_step`` bytes after the previous one.
-    Unsigned indices (no wrap-around checks) and a loop per run length numba can unroll: numpy-style slice
-    copies cost about 100 ns each, and a channel of a tile is a 1-byte run per pixel."""
+    """``runs`` runs of ``run_bytes`` bytes, each ``source_step`` / ``target_step`` bytes after the previous one
+    (source and target distinct arrays). Unsigned indices (no wrap-around checks); runs of 16 bytes or more
+    as whole vectors (16-byte runs 144 bytes apart, a 16-channel tile of 144 channels: 1.6-2.6 -> 0.75 us
+    for 1682 runs; 128-byte runs 1.3x faster, measured), shorter ones a loop per run length: numpy-style
+    slice copies cost about 100 ns each, and a channel of a tile is a 1-byte run per pixel."""
     source_at, target_at = _U(source_start), _U(target_start)
     if source_step == run_bytes and target_step == run_bytes:      # one contiguous run
         for b in range(_U(runs * run_bytes)):
@@ -175,6 +178,16 @@ def _copy_runs(source, source_start, source_step, target, target_start, target_s
     elif run_bytes == 1:
         for r in range(_U(runs)):
             target[target_at + r * _U(target_step)] = source[source_at + r * _U(source_step)]
+    elif run_bytes >= 16:     # whole vectors, the last one ending at the run's end (overlapping: a copy again)
+        chunk = 64 if run_bytes >= 64 else 16
+        for r in range(_U(runs)):
+            from_at, to_at = source_at + r * _U(source_step), target_at + r * _U(target_step)
+            for first in range(0, run_bytes, chunk):
+                at = _U(min(first, run_bytes - chunk))
+                if chunk == 64:
+                    copy_bytes(target, to_at + at, source, from_at + at, 64)
+                else:
+                    copy_bytes(target, to_at + at, source, from_at + at, 16)
     else:
         for r in range(_U(runs)):
             from_at, to_at = source_at + r * _U(source_step), target_at + r * _U(target_step)

@@ -128,3 +128,20 @@ def test_the_loop_cache_key_covers_every_module_the_compiled_code_is_built_from(
     assert reached <= set(tiles.jit.source_files())
     assert {path.name for path in reached} >= {"run_loop.py", "tiles.py", "_grouped_conv.py", "_channels_last_conv.py",
                                                "_requant_kernels.py", "arch.py"}
+
+
+@pytest.mark.parametrize("run_bytes", [1, 3, 15, 16, 17, 31, 48, 63, 64, 65, 128, 130])
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_runs_copy_exactly_and_nothing_around_them(run_bytes, contiguous):
+    """The DMA copy's runs, as vectors of 16 or 64 bytes (the last overlapping the one before it) from 16 bytes
+    on and a byte loop below: every byte of every run, none between or around them."""
+    rng = np.random.default_rng(run_bytes)
+    source = rng.integers(0, 256, 3000, dtype=np.uint8)
+    target = np.full(3000, 7, np.uint8)
+    source_step, target_step = (run_bytes, run_bytes) if contiguous else (run_bytes + 9, run_bytes + 3)
+    run_loop._copy_runs(source, 5, source_step, target, 11, target_step, 6, run_bytes)
+    want = np.full(3000, 7, np.uint8)
+    for r in range(6):
+        want[11 + r * target_step:11 + r * target_step + run_bytes] = source[5 + r * source_step:
+                                                                            5 + r * source_step + run_bytes]
+    np.testing.assert_array_equal(target, want)
