@@ -497,15 +497,18 @@ def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, 
 @pytest.mark.parametrize("stride, dilation, per_group", [((1, 1), (1, 1), 1), ((2, 1), (2, 2), 1), ((1, 1), (1, 2), 3),
                                                          ((2, 2), (1, 1), 1), ((1, 3), (2, 1), 1), ((2, 2), (1, 1), 2)])
 @pytest.mark.parametrize("x_dtype, zx", [(np.int8, -128), (np.int8, 127), (np.uint8, 0), (np.uint8, 255)])
-def test_unpadded_depthwise_tiles_read_x_unconverted(kernel, stride, dilation, per_group, x_dtype, zx):
+@pytest.mark.parametrize("channels", [19, 7])
+def test_unpadded_depthwise_tiles_read_x_unconverted(kernel, stride, dilation, per_group, x_dtype, zx, channels):
     """A depthwise tile with no top/left padding and its windows inside x (a tile whose LOAD wrote the padding)
-    is summed from x as it lies, the zero point taken off as -zp * the sum of the tap weights: stride 1 across
-    in every kernel pass structure (one 3x3 pass, five 5x5 passes, passes of nine that start and end the sums
-    (3x6), the general passes), strided across one pixel at a time (3x3, 5x5; the others, and a channel
-    multiplier, converted), row strides and dilations, channel multipliers, both byte types at the zero point's
-    extremes, bytes at their extremes too."""
-    rng = np.random.default_rng(kernel[0] * 7 + kernel[1] + stride[0] * 100 + stride[1] * 10 + per_group * 1000 + zx)
-    (kh, kw), (stride_h, stride_w), channels = kernel, stride, 19
+    is summed from x as it lies, the zero point taken off as -zp * the sum of the tap weights: 19 channels by
+    the window kernel (3x3 and 5x5, one output a channel, stride 1 or 2 across), 7 channels (and the other
+    kernels) at stride 1 across by the tap passes in every pass structure (one 3x3 pass, five 5x5 passes,
+    passes of nine that start and end the sums (3x6), the general passes); the others, and a channel
+    multiplier, converted. Row strides and dilations, both byte types at the zero point's extremes, bytes at
+    their extremes too."""
+    rng = np.random.default_rng(kernel[0] * 7 + kernel[1] + stride[0] * 100 + stride[1] * 10 + per_group * 1000 + zx
+                                + channels)
+    (kh, kw), (stride_h, stride_w) = kernel, stride
     oh, ow = 3, 5
     height = (oh - 1) * stride_h + dilation[0] * (kh - 1) + 1
     width = (ow - 1) * stride_w + dilation[1] * (kw - 1) + 1 + stride_w // 2   # a column past the windows, or not
