@@ -162,7 +162,8 @@ def grouped_channels_last(x, x_zero_point, repeated, windowed, kh, kw, stride_h,
     info = np.iinfo(x.dtype)
     x_bound = max(np.float64(info.max), -np.float64(info.min)) + abs(np.float64(x_zero_point))
     zero_point = np.float32(x_zero_point)
-    if (inside and (per_group == 1 if group_c == 1 else windowed.shape[0] == taps * group_c + SUM_LINES)
+    window_lines = windowed.shape[0] == taps * group_c + SUM_LINES and windowed.shape[1] == k
+    if (inside and (per_group == 1 if group_c == 1 else window_lines)
             and kh == kw and (kh == 3 or (kh == 5 and group_c == 1)) and channels >= LANES
             and stride_w // math.gcd(stride_w, dilation_w) <= 2):
         # the window kernel's weight lines: a depthwise kernel's are the repeated ones (its first K entries)
@@ -290,9 +291,9 @@ def _sum5(column, weights, at, rows_apart, apart, group, total):
 def _window_chain(kernel, shift, group):
     """The sums of one chain of output pixels (see :func:`_window_taps`) with a ``kernel`` x ``kernel`` (3 or
     5) window sliding ``shift`` (1 or 2) columns a pixel, in groups of ``group`` channels, all constants:
-    with the first two variables, LLVM kept the window's columns in fewer registers and spilt them (5x5 1.2x
-    instead of 1.6x faster, measured). ``weights`` are window_weights' lines: tap t's rotation r at
-    (t * group + r) * ``apart``."""
+    with the first two variables, LLVM kept the window's columns in fewer registers and spilt them (5x5 tiles
+    1.2x instead of 1.4-1.5x faster, measured). Tap t's weight line for rotation r is at (t * group + r) *
+    ``apart`` (window_weights' lines, or the repeated ones of a depthwise kernel, where group is 1)."""
     column, column_sum = (_column3, _sum3) if kernel == 3 else (_column5, _sum5)
     kept = kernel - shift                      # columns a pixel shares with the previous one
 
