@@ -298,7 +298,8 @@ def _window_chain(kernel, shift, group):
     kept = kernel - shift                      # columns a pixel shares with the previous one
 
     @numba.njit(inline="always", nogil=True, error_model="numpy")
-    def chain_sums(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at, out_step, pixels):
+    def chain_sums(operands):
+        flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at, out_step, pixels = operands
         tap = _U(group) * apart                # from a tap's weight lines to the next tap's
         rows_apart = _U(kernel) * tap          # from a kernel row's to the next row's
         c0 = column(flat_x, at, down)
@@ -392,24 +393,20 @@ def _window_taps(flat_x, x_first, x_row, weights, apart, starts, group, kh, stri
                 at = x_first + _U(y * stride_h) * x_row + _U(chain * stride_w) * lanes + v
                 out_at = out_first + _U(y * ow + chain) * lanes + v
                 pixels = (ow - chain + chains - 1) // chains
+                operands = (flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at, out_step,
+                            pixels)
                 if group == 4 and shift == 1:
-                    _GROUPS_OF_4_BY_1(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
-                                      out_step, pixels)
+                    _GROUPS_OF_4_BY_1(operands)
                 elif group == 4:
-                    _GROUPS_OF_4_BY_2(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
-                                      out_step, pixels)
+                    _GROUPS_OF_4_BY_2(operands)
                 elif kh == 3 and shift == 1:
-                    _DEPTHWISE_3_BY_1(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
-                                      out_step, pixels)
+                    _DEPTHWISE_3_BY_1(operands)
                 elif kh == 3:
-                    _DEPTHWISE_3_BY_2(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
-                                      out_step, pixels)
+                    _DEPTHWISE_3_BY_2(operands)
                 elif shift == 1:
-                    _DEPTHWISE_5_BY_1(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
-                                      out_step, pixels)
+                    _DEPTHWISE_5_BY_1(operands)
                 else:
-                    _DEPTHWISE_5_BY_2(flat_x, at, across, down, step, weights, v, apart, start, flat_out, out_at,
-                                      out_step, pixels)
+                    _DEPTHWISE_5_BY_2(operands)
 
 
 @numba.njit(nogil=True, fastmath=True, error_model="numpy")
