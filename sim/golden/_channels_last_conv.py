@@ -261,11 +261,13 @@ def grouped_channels_last(x, x_zero_point, repeated, windowed, kh, kw, stride_h,
 
 @numba.njit(inline="always", nogil=True, error_model="numpy")
 def _column3(flat_x, at, down):
+    """A window column: the converted 16-channel vectors of 3 taps ``down`` apart from ``at``."""
     return load_bytes(flat_x, at), load_bytes(flat_x, at + down), load_bytes(flat_x, at + _U(2) * down)
 
 
 @numba.njit(inline="always", nogil=True, error_model="numpy")
 def _column5(flat_x, at, down):
+    """A window column of 5 taps."""
     return (load_bytes(flat_x, at), load_bytes(flat_x, at + down), load_bytes(flat_x, at + _U(2) * down),
             load_bytes(flat_x, at + _U(3) * down), load_bytes(flat_x, at + _U(4) * down))
 
