@@ -18,7 +18,7 @@ from numba import types
 from numba.extending import intrinsic, models, register_model
 
 LANES = 16
-PAIRS = 16   # column pairs split_pairs converts at once: one 512-bit vector of floats per column phase
+PAIRS = LANES   # column pairs split_pairs converts at once: one vector of floats per column phase
 _FLOATS = ir.VectorType(ir.FloatType(), LANES)
 
 
@@ -125,8 +125,8 @@ def store_int32(typingctx, array, index, value):
 def _splat(builder, value, vector_type):
     """``value`` in every lane of ``vector_type`` (LLVM IR)."""
     lane0 = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-    return builder.shuffle_vector(lane0, ir.Constant(vector_type, ir.Undefined),
-                                  ir.Constant(ir.VectorType(ir.IntType(32), vector_type.count), [0] * vector_type.count))
+    first_lane_everywhere = ir.Constant(ir.VectorType(ir.IntType(32), vector_type.count), [0] * vector_type.count)
+    return builder.shuffle_vector(lane0, ir.Constant(vector_type, ir.Undefined), first_lane_everywhere)
 
 
 @intrinsic

@@ -429,7 +429,8 @@ def test_unpadded_row_depthwise_kernel_matches_reference(seed, direct_path_calls
 
 
 @pytest.mark.parametrize("width", [27, 28, 31, 32, 33, 34, 47, 56, 57, 64, 66])
-@pytest.mark.parametrize("kernel, padding", [(3, (1, 1, 1, 1)), (5, (2, 2, 2, 2)), (3, (0, 1, 2, 1)), (5, (1, 2, 0, 2))])
+@pytest.mark.parametrize("kernel, padding", [(3, (1, 1, 1, 1)), (5, (2, 2, 2, 2)), (3, (0, 1, 2, 1)),
+                                             (5, (1, 2, 0, 2))])
 def test_stride_2_rows_split_sixteen_pairs_at_a_time(width, kernel, padding, direct_path_calls):
     """The unpadded-row kernel splits a stride-2 row's column pairs 16 at a time: rows of fewer pairs (zeros
     after them, under rows that are padding too), exactly 16, more (the last 16 overlapping), odd widths; the
