@@ -23,6 +23,8 @@ _COUNT_RUN = 1 << 22                     # values counted in one float32 sum (ex
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _U = np.uint64
 _CHANNELS_LAST_BLOCK = 256  # values per block of native_requant_channels_last, at least
+# The rows of channels_last_blocks' parameter array
+_BLOCK_BIAS, _BLOCK_MULTIPLIER, _BLOCK_SHIFT, _BLOCK_FLOOR_OFFSET, _BLOCK_HALF_UP_OFFSET = range(5)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -50,45 +52,56 @@ def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_s
                    zero_point, qmin, qmax, out):
     """clamp(round((acc + bias) * M >> N) + zp); sums below 0 take the negative pair when ``leaky``. Returns
     how many values the clamp changed, or 0 where neither ``count`` nor ``leaky`` (Leaky always counts).
+    ValueError where a multiplier leaves int32 or a zero point, bias and multiplier could leave int64
+    (:func:`_folded_offset`; never with the NPU's fields).
 
     The loop is inlined once per mode, each copy with the mode's flags as constants: a loop that chose the
     rounding per value (selects between the bumps; where Leaky is off, a per-value shift count too) took
     1.3-1.7x the time, one that counts 1.3x (144x56x56, AVX-512). Leaky always counting keeps the copies at
     12 (compiled in 3.4 s here; 16 took 6.5 s), plus two for half up and floor clamped to out's own type range
     without counting, where the clamp is one saturating narrowing (17-20 % faster on 256x14x14 and 144x56x56,
-    measured)."""
+    measured). Floor and half up without the negative pair take the folded loop (:func:`_folded_requant_loop`).
+    Each copy is reached by its own branch: copies that held both loops behind a constant condition compiled
+    in 2.7x the time (18.9 against 7.1 s, measured)."""
     m, n, zp = multiplier, shift, zero_point
     if leaky:
         m_n, n_n = negative_multiplier, negative_shift
-        return _native_requant_roundings(acc, bias, m, n, m_n, n_n, True, True, rounding, zp, qmin, qmax, out)
-    if count:
-        return _native_requant_roundings(acc, bias, m, n, m, n, False, True, rounding, zp, qmin, qmax, out)
-    info = np.iinfo(out.dtype)
-    if qmin == info.min and qmax == info.max and rounding <= 1:
         if rounding == 0:
-            return _native_requant_loop(acc, bias, m, n, m, n, False, 0, False, zp, qmin, qmax, out, True)
-        return _native_requant_loop(acc, bias, m, n, m, n, False, 1, False, zp, qmin, qmax, out, True)
-    return _native_requant_roundings(acc, bias, m, n, m, n, False, False, rounding, zp, qmin, qmax, out)
+            return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 0, True, zp, qmin, qmax, out)
+        if rounding == 1:
+            return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 1, True, zp, qmin, qmax, out)
+        if rounding == 2:
+            return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 2, True, zp, qmin, qmax, out)
+        return _native_requant_loop(acc, bias, m, n, m_n, n_n, True, 3, True, zp, qmin, qmax, out)
+    if rounding == 0:
+        return _folded_requant(acc, bias, m, n, 0, count, zp, qmin, qmax, out)
+    if rounding == 1:
+        return _folded_requant(acc, bias, m, n, 1, count, zp, qmin, qmax, out)
+    if rounding == 2:
+        if count:
+            return _native_requant_loop(acc, bias, m, n, m, n, False, 2, True, zp, qmin, qmax, out)
+        return _native_requant_loop(acc, bias, m, n, m, n, False, 2, False, zp, qmin, qmax, out)
+    if count:
+        return _native_requant_loop(acc, bias, m, n, m, n, False, 3, True, zp, qmin, qmax, out)
+    return _native_requant_loop(acc, bias, m, n, m, n, False, 3, False, zp, qmin, qmax, out)
 
 
 @numba.njit(nogil=True, error_model="numpy", inline="always")
-def _native_requant_roundings(acc, bias, m, n, m_n, n_n, leaky, count, rounding, zp, qmin, qmax, out):
-    """native_requant's branch to its loop with ``rounding`` a constant (``leaky`` and ``count`` are
-    constants where this is inlined)."""
-    if rounding == 0:
-        return _native_requant_loop(acc, bias, m, n, m_n, n_n, leaky, 0, count, zp, qmin, qmax, out, False)
-    if rounding == 1:
-        return _native_requant_loop(acc, bias, m, n, m_n, n_n, leaky, 1, count, zp, qmin, qmax, out, False)
-    if rounding == 2:
-        return _native_requant_loop(acc, bias, m, n, m_n, n_n, leaky, 2, count, zp, qmin, qmax, out, False)
-    return _native_requant_loop(acc, bias, m, n, m_n, n_n, leaky, 3, count, zp, qmin, qmax, out, False)
+def _folded_requant(acc, bias, m, n, rounding, count, zp, qmin, qmax, out):
+    """native_requant's branch to its folded loop with ``rounding`` a constant."""
+    if count:
+        return _folded_requant_loop(acc, bias, m, n, rounding, True, zp, qmin, qmax, out, False)
+    info = np.iinfo(out.dtype)
+    if qmin == info.min and qmax == info.max:
+        return _folded_requant_loop(acc, bias, m, n, rounding, False, zp, qmin, qmax, out, True)
+    return _folded_requant_loop(acc, bias, m, n, rounding, False, zp, qmin, qmax, out, False)
 
 
 @numba.njit(nogil=True, error_model="numpy", inline="always")
 def _native_requant_loop(acc, bias, multiplier, shift, negative_multiplier, negative_shift, leaky, rounding,
-                         count, zero_point, qmin, qmax, out, to_type):
-    """native_requant's loop; ``leaky``, ``rounding``, ``count`` and ``to_type`` (qmin and qmax are out's type
-    range, as constants) are constants where it is inlined."""
+                         count, zero_point, qmin, qmax, out):
+    """native_requant's loop where it does not fold (the negative pair, or half to even and half away);
+    ``leaky``, ``rounding`` and ``count`` are constants where it is inlined."""
     outer, channels, inner = acc.shape
     saturated = 0
     for o in range(outer):
@@ -101,8 +114,35 @@ def _native_requant_loop(acc, bias, multiplier, shift, negative_multiplier, nega
                 negative = total < 0
                 value = _shift_right(total * (m_negative if negative else m), n_negative if negative else n,
                                      rounding) + zero_point
-                if to_type:
-                    info = np.iinfo(results.dtype)
+                kept = min(max(value, qmin), qmax)
+                results[i] = kept
+                if count:
+                    saturated += kept != value
+    return saturated
+
+
+@numba.njit(nogil=True, error_model="numpy", inline="always")
+def _folded_requant_loop(acc, bias, multiplier, shift, rounding, count, zero_point, qmin, qmax, out, to_type):
+    """native_requant's loop for floor and half up without the negative pair: the bias, the rounding offset and
+    the zero point folded into one offset per channel, as the channels-last loop does: (acc * M + offset) >> N,
+    the product of two sign-extended 32-bit values one multiplication a lane (vpmuldq) where (acc + bias) * M
+    took an int64 one (vpmullq, three uops on these cores): 1.8x faster on 256x14x14 and 1.7x on 144x56x56
+    (measured)."""
+    outer, channels, inner = acc.shape
+    info = np.iinfo(out.dtype)
+    # The offsets and their checks before the loop: with the multiplier's range check in sight, LLVM drops
+    # the sign extension below as a no-op and multiplies in int64 again (1.8x slower, measured).
+    offsets = np.empty(channels, np.int64)
+    for c in range(channels):
+        offsets[c] = _folded_offset(bias[c], multiplier[c], shift[c], zero_point, rounding)
+    saturated = 0
+    for o in range(outer):
+        for c in range(channels):
+            m, n, offset = (multiplier[c] << 32) >> 32, shift[c], offsets[c]
+            values, results = acc[o, c], out[o, c]
+            for i in range(_U(inner)):      # 1-D views, an unsigned index, no branches: SIMD
+                value = (np.int64(values[i]) * m + offset) >> n
+                if to_type:     # qmin and qmax are the type's range, as constants: one saturating narrowing
                     kept = min(max(value, np.int64(info.min)), np.int64(info.max))
                 else:
                     kept = min(max(value, qmin), qmax)
@@ -110,6 +150,21 @@ def _native_requant_loop(acc, bias, multiplier, shift, negative_multiplier, nega
                 if count:
                     saturated += kept != value
     return saturated
+
+
+@numba.njit(nogil=True, error_model="numpy", inline="always")
+def _folded_offset(bias, multiplier, shift, zero_point, rounding):
+    """bias * M + zp * 2**N + the rounding offset of floor (0) or half up (2**(N-1), 0 where N = 0), after
+    checking that (acc * M + it) >> N is exact in int64 for every int32 acc (as channels_last_blocks does)."""
+    if not (_INT32_MIN <= multiplier <= _INT32_MAX and 0 <= shift < 63):
+        raise ValueError("requant kernels: a multiplier outside int32 or a shift outside [0, 62]")
+    power = np.float64(np.int64(1) << shift)      # 2.0 ** shift called pow: a fifth of 256x14x14's requant
+    reach = (abs(np.float64(zero_point)) * power + abs(np.float64(bias) * np.float64(multiplier))
+             + 2.0 ** 31 * abs(np.float64(multiplier)) + power)
+    if reach >= 2.0 ** 63:
+        raise ValueError("requant kernels: zero point, bias and multiplier could leave int64")
+    offset = np.int64(bias) * np.int64(multiplier) + (np.int64(zero_point) << shift)
+    return offset + ((np.int64(1) << shift) >> 1) if rounding == 1 else offset
 
 
 def _channels_last_loop(rounding):
@@ -123,10 +178,10 @@ def _channels_last_loop(rounding):
     low half in the code: LLVM then multiplies the two 32-bit halves in one instruction on the lane as
     loaded (an int32 block, widened lane by lane first: 4-6 % slower, measured)."""
     @numba.njit(nogil=True, error_model="numpy")
-    def loop(values, results, total, block, block_bias, block_multiplier, block_shift, block_offsets, zero_point,
-             qmin, qmax):
+    def loop(values, results, total, block, blocks, zero_point, qmin, qmax):
         saturated = 0
-        offsets = block_offsets[min(rounding, 1)]
+        block_bias, block_multiplier, block_shift = blocks[_BLOCK_BIAS], blocks[_BLOCK_MULTIPLIER], blocks[_BLOCK_SHIFT]
+        offsets = blocks[_BLOCK_FLOOR_OFFSET + min(rounding, 1)]
         for begin in range(_U(0), total, block):
             for e in range(min(block, total - begin)):     # a flat unsigned index: SIMD
                 if rounding <= 1:
@@ -147,38 +202,36 @@ _FLOOR_LOOP, _HALF_UP_LOOP, _HALF_EVEN_LOOP, _HALF_AWAY_LOOP = (_channels_last_l
 
 @numba.njit(cache=True, nogil=True)
 def channels_last_blocks(bias, multiplier, shift, zero_point):
-    """:func:`native_requant_channels_last`'s parameter operands for outputs of zero point ``zero_point``: the
-    per-channel bias, multiplier and shift (int64) repeated over whole pixels to a block of at least
-    _CHANNELS_LAST_BLOCK values (from that many channels a block is one pixel), [2, block] offsets bias * M +
-    zp * 2**N + the rounding offset of floor (0) and of half up (2**(N-1), 0 where N = 0), and the zero point.
-    A layer's tiles share them: made once (made per call, they took a seventh of a 16-channel tile's requant,
-    measured). ValueError where a multiplier leaves int32 (the loop multiplies 32-bit halves) or an offset
-    could leave int64 with an int32 accumulator added in: |zp| * 2**N + |bias * M| + 2**31 |M| + 2**N must
-    stay below 2**63 (2**62 + 3 * 2**47 at most with the NPU's fields: docs/arithmetic.md §4.1)."""
+    """:func:`native_requant_channels_last`'s parameter operands for outputs of zero point ``zero_point``: one
+    int64 array [5, block] of the per-channel bias, multiplier and shift repeated over whole pixels to a block
+    of at least _CHANNELS_LAST_BLOCK values (from that many channels a block is one pixel), and the offsets
+    bias * M + zp * 2**N + the rounding offset of floor (0) and of half up (2**(N-1), 0 where N = 0); and the
+    zero point. One array, not five: the run loop passes it down per tile, and each array passed costs
+    reference counts. A layer's tiles share them: made once (made per call, they took a seventh of a
+    16-channel tile's requant, measured). ValueError where a multiplier leaves int32 (the loop multiplies
+    32-bit halves) or an offset could leave int64 with an int32 accumulator added in (:func:`_folded_offset`):
+    |zp| * 2**N + |bias * M| + 2**31 |M| + 2**N must stay below 2**63 (2**62 + 3 * 2**47 at most with the
+    NPU's fields: docs/arithmetic.md §4.1)."""
     channels = bias.size
     block = channels * max(1, _CHANNELS_LAST_BLOCK // max(channels, 1))
-    block_bias, block_multiplier, block_shift = np.empty(block, np.int64), np.empty(block, np.int64), \
-        np.empty(block, np.int64)
-    block_offsets = np.empty((2, block), np.int64)
-    for c in range(channels):
-        m, n = np.int64(multiplier[c]), np.int64(shift[c])
-        if not (_INT32_MIN <= m <= _INT32_MAX and 0 <= n < 63):
-            raise ValueError("channels_last_blocks: a multiplier outside int32 or a shift outside [0, 62]")
-        reach = (abs(np.float64(zero_point)) * 2.0 ** n + abs(np.float64(bias[c]) * np.float64(m))
-                 + 2.0 ** 31 * abs(np.float64(m)) + 2.0 ** n)
-        if reach >= 2.0 ** 63:
-            raise ValueError("channels_last_blocks: zero point, bias and multiplier could leave int64")
+    blocks = np.empty((5, block), np.int64)
     for e in range(block):
         c = e % channels
-        block_bias[e], block_multiplier[e], block_shift[e] = bias[c], multiplier[c], shift[c]
-        block_offsets[0, e] = np.int64(bias[c]) * np.int64(multiplier[c]) + (np.int64(zero_point) << shift[c])
-        block_offsets[1, e] = block_offsets[0, e] + ((np.int64(1) << shift[c]) >> 1)
-    return block_bias, block_multiplier, block_shift, block_offsets, np.int64(zero_point)
+        blocks[_BLOCK_BIAS, e], blocks[_BLOCK_MULTIPLIER, e], blocks[_BLOCK_SHIFT, e] = bias[c], multiplier[c], \
+            shift[c]
+        if e < channels:
+            blocks[_BLOCK_FLOOR_OFFSET, e] = _folded_offset(bias[c], np.int64(multiplier[c]), np.int64(shift[c]),
+                                                            zero_point, 0)
+            blocks[_BLOCK_HALF_UP_OFFSET, e] = _folded_offset(bias[c], np.int64(multiplier[c]),
+                                                              np.int64(shift[c]), zero_point, 1)
+        else:
+            blocks[_BLOCK_FLOOR_OFFSET, e] = blocks[_BLOCK_FLOOR_OFFSET, c]
+            blocks[_BLOCK_HALF_UP_OFFSET, e] = blocks[_BLOCK_HALF_UP_OFFSET, c]
+    return blocks, np.int64(zero_point)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def native_requant_channels_last(acc, block_bias, block_multiplier, block_shift, block_offsets, blocks_zero_point,
-                                 rounding, zero_point, qmin, qmax, out):
+def native_requant_channels_last(acc, blocks, blocks_zero_point, rounding, zero_point, qmin, qmax, out):
     """:func:`native_requant` without the negative pair on acc [pixels, channels] as the NPU's ACC holds a
     tile, with no transposes, its parameters as :func:`channels_last_blocks` repeats them for ``channels``.
     The values are taken as one flat run in blocks of whole pixels as long as the parameters: the vector
@@ -189,21 +242,19 @@ def native_requant_channels_last(acc, block_bias, block_multiplier, block_shift,
     total = _U(pixels) * _U(channels)
     if total == 0:
         return 0
-    if block_bias.size != channels * max(1, _CHANNELS_LAST_BLOCK // channels):
+    if blocks.shape[1] != channels * max(1, _CHANNELS_LAST_BLOCK // channels):
         raise ValueError("native_requant_channels_last: parameter blocks not made for the tile's channel count")
     if blocks_zero_point != zero_point:
         raise ValueError("native_requant_channels_last: parameter blocks made for another zero point")
     values, results = acc.ravel(), out.ravel()
-    block = min(total, _U(block_bias.size))
-    operands = (values, results, total, block, block_bias, block_multiplier, block_shift, block_offsets, zero_point,
-                qmin, qmax)
+    block = min(total, _U(blocks.shape[1]))
     if rounding == 0:
-        return _FLOOR_LOOP(*operands)
+        return _FLOOR_LOOP(values, results, total, block, blocks, zero_point, qmin, qmax)
     if rounding == 1:
-        return _HALF_UP_LOOP(*operands)
+        return _HALF_UP_LOOP(values, results, total, block, blocks, zero_point, qmin, qmax)
     if rounding == 2:
-        return _HALF_EVEN_LOOP(*operands)
-    return _HALF_AWAY_LOOP(*operands)
+        return _HALF_EVEN_LOOP(values, results, total, block, blocks, zero_point, qmin, qmax)
+    return _HALF_AWAY_LOOP(values, results, total, block, blocks, zero_point, qmin, qmax)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"nnan", "nsz", "reassoc"})

@@ -105,7 +105,7 @@ class _Step:
 class _State:
     """The memory of one run, as the steps see it."""
 
-    __slots__ = ("spaces", "acc", "_exact_acc", "wrapped", "stats", "loop_spaces", "records")
+    __slots__ = ("spaces", "acc", "_exact_acc", "wrapped", "any_wrapped", "stats", "loop_spaces", "records")
 
     def __init__(self, memory: Memory, stats: Stats) -> None:
         self.spaces = {DRAM: memory.dram, **memory.buffers}
@@ -117,6 +117,7 @@ class _State:
         # consumed. Preloaded ACC content is exact.
         self._exact_acc: np.ndarray | None = None      # made when a sum first does not fit (most runs: never)
         self.wrapped = np.zeros(self.acc.shape, np.bool_)
+        self.any_wrapped = False       # whether an entry was ever marked: the run loop reads no marks until then
         self.stats = stats
 
     @property
@@ -136,6 +137,7 @@ class _State:
         fits = sums.dtype.itemsize <= ACC_DTYPE.itemsize or (_ACC_MIN <= sums.min() and sums.max() <= _ACC_MAX)
         if not fits:
             self.exact_acc[entries].reshape(sums.shape)[...] = sums
+            self.any_wrapped = True
         self.wrapped[entries] = not fits
 
     def unfit_sum(self, first: int, last: int) -> int | None:
@@ -591,7 +593,7 @@ class _LoopPlan:
         end = self.run_end[position]
         saturated = np.empty(end - position, np.int64)
         stop = run_loop.run_rows(self.table, position, end, state.loop_spaces, state.records, state.wrapped,
-                                 saturated)
+                                 state.any_wrapped, saturated)
         first, last = np.searchsorted(self.requants, (position, stop))
         counts = saturated[self.requants[first:last] - position].tolist()
         state.stats.saturations.update(zip(self.requant_labels[first:last], counts))

@@ -70,9 +70,10 @@ def requant_row(acc_first: int, pixels: int, channels: int, param_index: int, ou
 
 
 @jit
-def run_rows(table, first, last, spaces, records, wrapped, saturated):
+def run_rows(table, first, last, spaces, records, wrapped, any_wrapped, saturated):
     """Execute rows [first, last) of ``table`` on ``spaces`` (uint8 arrays: the buffers, then DRAM), with the
-    PARAM buffer as ``records`` and the ACC entries marked as wrapped; a REQUANT's saturated count goes to
+    PARAM buffer as ``records`` and the ACC entries marked as wrapped (none where not ``any_wrapped``: the
+    marks are then not read, the loop itself marks none); a REQUANT's saturated count goes to
     ``saturated`` at its row's offset from ``first``. Returns ``last``, or the row at which it stopped (see
     the module docstring)."""
     acc = spaces[_ACC].view(np.int32)
@@ -104,7 +105,7 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
                                                                         groups)
                 weights_key[:6] = row[6:12]
                 weights_key[6] = groups
-            if not _conv(row, spaces[_ACT], operands, arranged, windowed, largest, acc, wrapped):
+            if not _conv(row, spaces[_ACT], operands, arranged, windowed, largest, acc, wrapped, any_wrapped):
                 return position
         elif kind == REQUANT:
             param_index, channels = row[4], row[3]
@@ -114,7 +115,7 @@ def run_rows(table, first, last, spaces, records, wrapped, saturated):
                                              row[10])
                 records_key[0], records_key[1], records_key[2], records_key[3] = param_index, channels, row[7], row[8]
                 records_key[4] = row[10]
-            count = _requant(row, acc, parameters, spaces[_OUT], wrapped)
+            count = _requant(row, acc, parameters, spaces[_OUT], wrapped, any_wrapped)
             if count < 0:
                 return position
             saturated[position - first] = count
@@ -196,7 +197,7 @@ def _copy_runs(source, source_start, source_step, target, target_start, target_s
 
 
 @jit
-def _conv(row, act, operands, arranged, windowed, largest, acc, wrapped):
+def _conv(row, act, operands, arranged, windowed, largest, acc, wrapped, any_wrapped):
     in_start, height, width, channels, in_type = row[1], row[2], row[3], row[4], row[5]
     x_zero_point, k = row[12], row[7]
     stride_h, stride_w, pad_top, pad_left = row[13], row[14], row[15], row[16]
@@ -225,31 +226,33 @@ def _conv(row, act, operands, arranged, windowed, largest, acc, wrapped):
             return False
         for e in range(entries):
             held[e] += flat[e]
-    else:
+    elif any_wrapped:
         marks[:] = False
     return True
 
 
 @jit
-def _requant(row, acc, parameters, out, wrapped):
+def _requant(row, acc, parameters, out, wrapped, any_wrapped):
     first, pixels, channels, out_type = row[1], row[2], row[3], row[6]
     out_start, float32_scale, leaky, rounding = row[5], row[7] != 0, row[8] != 0, row[9]
     zero_point, qmin, qmax = row[10], row[11], row[12]
     entries = pixels * channels
-    marks = wrapped[first:first + entries].view(np.uint8)
     marked = np.uint8(0)
-    for e in range(_U(entries)):      # no early exit: the loop vectorises (entries are rarely marked)
-        marked |= marks[e]
-    bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid = parameters
+    if any_wrapped:
+        marks = wrapped[first:first + entries].view(np.uint8)
+        for e in range(_U(entries)):      # no early exit: the loop vectorises (entries are rarely marked)
+            marked |= marks[e]
+    fields, scale, blocks, blocks_zero_point, valid = parameters
     if marked or not valid:
         return -1
-    operands = (bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, float32_scale, leaky,
-                rounding, zero_point, qmin, qmax)
     tile = acc[first:first + entries].reshape((pixels, channels))
     if out_type == _INT8:
-        return requant_operands(tile, *operands, out[out_start:out_start + entries].view(np.int8).reshape(
-            (pixels, channels)))
+        results = out[out_start:out_start + entries].view(np.int8).reshape((pixels, channels))
+        return requant_operands(tile, fields, scale, blocks, blocks_zero_point, float32_scale, leaky, rounding,
+                                zero_point, qmin, qmax, results)
     if out_type == _UINT8:
-        return requant_operands(tile, *operands, out[out_start:out_start + entries].reshape((pixels, channels)))
-    return requant_operands(tile, *operands, out[out_start:out_start + 2 * entries].view(np.int16).reshape(
-        (pixels, channels)))
+        return requant_operands(tile, fields, scale, blocks, blocks_zero_point, float32_scale, leaky, rounding,
+                                zero_point, qmin, qmax, out[out_start:out_start + entries].reshape((pixels, channels)))
+    results = out[out_start:out_start + 2 * entries].view(np.int16).reshape((pixels, channels))
+    return requant_operands(tile, fields, scale, blocks, blocks_zero_point, float32_scale, leaky, rounding, zero_point,
+                            qmin, qmax, results)

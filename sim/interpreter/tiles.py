@@ -37,6 +37,8 @@ jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "ma
 _BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
 ACC_MIN, ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)   # what an ACC entry holds
 _U = np.uint64
+# The rows of record_operands' fields
+_BIAS, _MULTIPLIER, _SHIFT, _NEGATIVE_MULTIPLIER, _NEGATIVE_SHIFT = range(5)
 _BLOCK = 16           # _transpose's block side (8-24 measured alike; 64 was 6x slower on 256 x 128)
 _takes_channels_last = jit(takes_channels_last)
 
@@ -198,34 +200,36 @@ def _window_rows(x, zero_point, t0, t1, c0, c1, kw, stride_h, stride_w, pad_top,
 @jit
 def record_operands(records, float32_scale, leaky, zero_point):
     """The per-channel operands of parameter records (arch.PARAM_DTYPE) for a stage of these fields and output
-    zero point: bias, multiplier, shift, negative multiplier and shift (int64), scale (float32), the first three
-    as native_requant_channels_last takes them (channels_last_blocks), and whether every field the stage uses
-    is in its range and every reserved field is 0 (requantize_records and the interpreter's step name what is
-    not). A layer's tiles share their records: the run loop makes these once for all of them."""
+    zero point: ``fields`` int64 [5, channels] (bias, multiplier, shift, negative multiplier and shift), the
+    scale (float32), the first three as native_requant_channels_last takes them (channels_last_blocks: an
+    array and its zero point), and whether every field the stage uses is in its range and every reserved field
+    is 0 (requantize_records and the interpreter's step name what is not). A layer's tiles share their records:
+    the run loop makes these once for all of them. Few arrays: each one the run loop passes to a tile costs
+    reference counts."""
     channels = records.shape[0]
-    bias = np.empty(channels, np.int64)
-    multiplier, shift = np.empty(channels, np.int64), np.empty(channels, np.int64)
-    negative_multiplier, negative_shift = np.empty(channels, np.int64), np.empty(channels, np.int64)
+    fields = np.empty((5, channels), np.int64)
     scale = np.empty(channels, np.float32)
     valid = True
     for c in range(channels):
         record = records[c]
-        bias[c] = record.bias
-        multiplier[c], shift[c] = record.multiplier, record.shift
-        negative_multiplier[c], negative_shift[c] = record.negative_multiplier, record.negative_shift
+        fields[_BIAS, c] = record.bias
+        fields[_MULTIPLIER, c], fields[_SHIFT, c] = record.multiplier, record.shift
+        fields[_NEGATIVE_MULTIPLIER, c], fields[_NEGATIVE_SHIFT, c] = record.negative_multiplier, \
+            record.negative_shift
         scale[c] = record.scale
-        valid &= record.reserved == 0 and _BIAS_MIN <= bias[c] <= _BIAS_MAX
+        valid &= record.reserved == 0 and _BIAS_MIN <= fields[_BIAS, c] <= _BIAS_MAX
         if float32_scale:
             valid &= 0 < scale[c] < np.inf
         else:
-            valid &= multiplier[c] <= MULTIPLIER_MAX and shift[c] <= SHIFT_MAX and (not leaky or (
-                negative_multiplier[c] <= MULTIPLIER_MAX and negative_shift[c] <= SHIFT_MAX))
+            valid &= fields[_MULTIPLIER, c] <= MULTIPLIER_MAX and fields[_SHIFT, c] <= SHIFT_MAX and (not leaky or (
+                fields[_NEGATIVE_MULTIPLIER, c] <= MULTIPLIER_MAX and fields[_NEGATIVE_SHIFT, c] <= SHIFT_MAX))
     if valid and not (float32_scale or leaky):      # the stage native_requant_channels_last serves
-        blocks = channels_last_blocks(bias, multiplier, shift, zero_point)
+        blocks, blocks_zero_point = channels_last_blocks(fields[_BIAS], fields[_MULTIPLIER], fields[_SHIFT],
+                                                         zero_point)
     else:       # unused: fields out of range (refused) or of another stage need not fit its int64 offsets
         zeros = np.zeros(channels, np.int64)
-        blocks = channels_last_blocks(zeros, zeros, zeros, zero_point)
-    return bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid
+        blocks, blocks_zero_point = channels_last_blocks(zeros, zeros, zeros, zero_point)
+    return fields, scale, blocks, blocks_zero_point, valid
 
 
 @jit
@@ -233,33 +237,34 @@ def requant_tile(acc, records, float32_scale, leaky, rounding, zero_point, qmin,
     """out [P, C] = the requantizer on acc int32 [P, C] with one parameter record (arch.PARAM_DTYPE) per channel,
     as :func:`requantize_records` computes it for a stage of these fields; returns the saturated count, or -1,
     with ``out`` untouched, if a record field is outside its range or a reserved one is not 0."""
-    bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, valid = record_operands(
-        records, float32_scale, leaky, zero_point)
+    fields, scale, blocks, blocks_zero_point, valid = record_operands(records, float32_scale, leaky, zero_point)
     if not valid:
         return -1
-    return requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks,
-                            float32_scale, leaky, rounding, zero_point, qmin, qmax, out)
+    return requant_operands(acc, fields, scale, blocks, blocks_zero_point, float32_scale, leaky, rounding,
+                            zero_point, qmin, qmax, out)
 
 
 @jit
-def requant_operands(acc, bias, multiplier, shift, negative_multiplier, negative_shift, scale, blocks, float32_scale,
-                     leaky, rounding, zero_point, qmin, qmax, out):
+def requant_operands(acc, fields, scale, blocks, blocks_zero_point, float32_scale, leaky, rounding, zero_point, qmin,
+                     qmax, out):
     """:func:`requant_tile` on the operands :func:`record_operands` made of valid records."""
     pixels, channels = acc.shape
     if not (float32_scale or leaky):
-        return native_requant_channels_last(acc, *blocks, rounding, zero_point, qmin, qmax, out)
+        return native_requant_channels_last(acc, blocks, blocks_zero_point, rounding, zero_point, qmin, qmax, out)
     # The other kernels take [1, C, P], their inner loop running long: [P, 1] is that already.
-    blocks, results = acc.reshape((1, channels, pixels)), out.reshape((1, channels, pixels))
+    transposed, results = acc.reshape((1, channels, pixels)), out.reshape((1, channels, pixels))
     if channels > 1:
-        blocks, results = np.empty((1, channels, pixels), np.int32), np.empty((1, channels, pixels), out.dtype)
-        _transpose(acc.ravel(), pixels, channels, blocks.ravel())
+        transposed, results = np.empty((1, channels, pixels), np.int32), np.empty((1, channels, pixels), out.dtype)
+        _transpose(acc.ravel(), pixels, channels, transposed.ravel())
+    bias = fields[_BIAS]
     if float32_scale:
-        saturated = float32_requant(blocks, bias.astype(np.int32), scale, True, zero_point, qmin, qmax, results)
+        saturated = float32_requant(transposed, bias.astype(np.int32), scale, True, zero_point, qmin, qmax, results)
         if saturated < 0:
-            saturated = float32_requant_wide(blocks, bias.astype(np.int32), scale, zero_point, qmin, qmax, results)
+            saturated = float32_requant_wide(transposed, bias.astype(np.int32), scale, zero_point, qmin, qmax,
+                                             results)
     else:       # leaky
-        saturated = native_requant(blocks, bias, multiplier, shift, negative_multiplier, negative_shift, True,
-                                   rounding, True, zero_point, qmin, qmax, results)
+        saturated = native_requant(transposed, bias, fields[_MULTIPLIER], fields[_SHIFT], fields[_NEGATIVE_MULTIPLIER],
+                                   fields[_NEGATIVE_SHIFT], True, rounding, True, zero_point, qmin, qmax, results)
     if channels > 1:
         _transpose(results.ravel(), channels, pixels, out.ravel())
     return saturated
