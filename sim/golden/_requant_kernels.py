@@ -114,7 +114,7 @@ def _native_requant_loop(acc, bias, multiplier, shift, negative_multiplier, nega
                 negative = total < 0
                 value = _shift_right(total * (m_negative if negative else m), n_negative if negative else n,
                                      rounding) + zero_point
-                kept = min(max(value, qmin), qmax)
+                kept = _clamped(value, qmin, qmax, qmin, qmax, False)
                 results[i] = kept
                 if count:
                     saturated += kept != value
@@ -142,14 +142,21 @@ def _folded_requant_loop(acc, bias, multiplier, shift, rounding, count, zero_poi
             values, results = acc[o, c], out[o, c]
             for i in range(_U(inner)):      # 1-D views, an unsigned index, no branches: SIMD
                 value = (np.int64(values[i]) * m + offset) >> n
-                if to_type:     # qmin and qmax are the type's range, as constants: one saturating narrowing
-                    kept = min(max(value, np.int64(info.min)), np.int64(info.max))
-                else:
-                    kept = min(max(value, qmin), qmax)
+                kept = _clamped(value, qmin, qmax, np.int64(info.min), np.int64(info.max), to_type)
                 results[i] = kept
                 if count:
                     saturated += kept != value
     return saturated
+
+
+@numba.njit(nogil=True, error_model="numpy", inline="always")
+def _clamped(value, qmin, qmax, low, high, to_type):
+    """value clamped to [qmin, qmax], or where ``to_type`` to [low, high], the output type's range as constants
+    (one saturating narrowing). Scalars only: numba keeps the reference counts of an array passed to an inlined
+    helper inside the loop, which then stays scalar."""
+    if to_type:
+        return min(max(value, low), high)
+    return min(max(value, qmin), qmax)
 
 
 @numba.njit(nogil=True, error_model="numpy", inline="always")
