@@ -222,18 +222,16 @@ def channels_last_blocks(bias, multiplier, shift, zero_point):
     channels = bias.size
     block = channels * max(1, _CHANNELS_LAST_BLOCK // max(channels, 1))
     blocks = np.empty((5, block), np.int64)
-    for e in range(block):
-        c = e % channels
-        blocks[_BLOCK_BIAS, e], blocks[_BLOCK_MULTIPLIER, e], blocks[_BLOCK_SHIFT, e] = bias[c], multiplier[c], \
-            shift[c]
-        if e < channels:
-            blocks[_BLOCK_FLOOR_OFFSET, e] = _folded_offset(bias[c], np.int64(multiplier[c]), np.int64(shift[c]),
-                                                            zero_point, 0)
-            blocks[_BLOCK_HALF_UP_OFFSET, e] = _folded_offset(bias[c], np.int64(multiplier[c]),
-                                                              np.int64(shift[c]), zero_point, 1)
-        else:
-            blocks[_BLOCK_FLOOR_OFFSET, e] = blocks[_BLOCK_FLOOR_OFFSET, c]
-            blocks[_BLOCK_HALF_UP_OFFSET, e] = blocks[_BLOCK_HALF_UP_OFFSET, c]
+    for c in range(channels):
+        m, n = np.int64(multiplier[c]), np.int64(shift[c])
+        blocks[_BLOCK_BIAS, c], blocks[_BLOCK_MULTIPLIER, c], blocks[_BLOCK_SHIFT, c] = bias[c], m, n
+        offset = _folded_offset(bias[c], m, n, zero_point, 0)
+        blocks[_BLOCK_FLOOR_OFFSET, c], blocks[_BLOCK_HALF_UP_OFFSET, c] = offset, offset + ((np.int64(1) << n) >> 1)
+    filled = channels       # then whole copies of the first pixel, doubling (an index modulo per entry: 1.4 us)
+    while filled < block:
+        step = min(filled, block - filled)
+        blocks[:, filled:filled + step] = blocks[:, :step]
+        filled += step
     return blocks, np.int64(zero_point)
 
 
