@@ -98,18 +98,29 @@ def repeated_group_weights(ws, groups):
     virtual = group_c * taps
     repeated = _aligned_zeros(per_group * (virtual + SUM_LINES) * copies * groups, np.float32).reshape(
         (per_group, virtual + SUM_LINES, copies * groups))
+    # Each line's first pixel (its ``groups`` entries) and the sums over it, then copies of that pixel: a copy
+    # loop per value and sums over whole lines took 11.4 us on 224 x 25 depthwise weights, 34.8 on 672 x 25.
     for o in range(per_group):
         sums, magnitudes = repeated[o, virtual], repeated[o, virtual + 1]
         for c in range(group_c):
             for t in range(taps):
                 line = repeated[o, c * taps + t]
                 for g in range(groups):
-                    value = ws[g * per_group + o, t, c]
-                    for copy in range(copies):
-                        line[copy * groups + g] = value
-                for e in range(line.size):
-                    sums[e] += line[e]
-                    magnitudes[e] += abs(line[e])
+                    line[g] = ws[g * per_group + o, t, c]
+                for g in range(groups):     # vectorised across the groups: no chain of dependent adds
+                    sums[g] += line[g]
+                    magnitudes[g] += abs(line[g])
+        for line in range(virtual + SUM_LINES):
+            row = repeated[o, line]
+            if groups >= LANES:     # whole pixels, vectorised
+                for copy in range(_U(1), _U(copies)):
+                    for g in range(_U(groups)):
+                        row[copy * _U(groups) + g] = row[g]
+            else:                   # pixels shorter than a vector: each value down the line
+                for g in range(_U(groups)):
+                    value = row[g]
+                    for copy in range(_U(1), _U(copies)):
+                        row[copy * _U(groups) + g] = value
     return repeated
 
 

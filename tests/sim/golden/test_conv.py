@@ -612,6 +612,25 @@ def test_kernel_buffers_start_on_a_cache_line(count):
     for groups in (3, 16, 144):
         assert repeated_group_weights(np.ones((groups, 9, 1), np.float32), groups).ctypes.data % 64 == 0
 
+
+@pytest.mark.parametrize("groups", [1, 5, 15, 16, 17, 32, 255, 256, 300])
+@pytest.mark.parametrize("per_group, group_c, taps", [(1, 1, 9), (1, 1, 25), (2, 3, 9), (4, 4, 1)])
+def test_repeated_group_weights_repeat_whole_pixels_and_sum_each_lane(groups, per_group, group_c, taps):
+    """repeated_group_weights' lines, as numpy lays them out: virtual tap c*KH*KW + t of output o holds the
+    groups' weights ws[g*Kg + o, t, c] in lane g of every pixel of about 256 floats, then the lines of their
+    sums and of their magnitudes' sums. Pixels shorter and longer than a vector, one pixel or many."""
+    from aipu.sim.golden._channels_last_conv import SUM_LINES, repeated_group_weights
+
+    rng = np.random.default_rng(groups * 100 + taps)
+    ws = rng.integers(-255, 256, (groups * per_group, taps, group_c)).astype(np.float32)
+    virtual, copies = group_c * taps, max(1, 256 // groups)
+    by_output = ws.reshape(groups, per_group, taps, group_c).transpose(1, 3, 2, 0).reshape(per_group, virtual, groups)
+    lines = np.tile(by_output, (1, 1, copies))
+    expected = np.concatenate([lines, lines.sum(axis=1, keepdims=True), np.abs(lines).sum(axis=1, keepdims=True)],
+                              axis=1)
+    assert SUM_LINES == 2
+    np.testing.assert_array_equal(repeated_group_weights(ws, groups), expected)
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), groups=st.sampled_from([1, 1, 2, 3, 16]), wide=st.booleans())
 def test_channels_last_sums_equal_conv2d(seed, groups, wide):
