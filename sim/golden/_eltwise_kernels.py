@@ -11,7 +11,9 @@ and the nested floor division floor((X * 2**e + Y + h) / 2**(e + L)) = floor((X 
 evaluates it exactly from 32-bit values:
 
 * add/sub: X = d M of the input with the smaller shift (L = its N), Y = +-d M of the other (e = the difference
-  of the shifts, at most MAX_ALIGN = 22): t_a +- t_b = X 2**e + Y. |d M| <= 255 * 65535 < 2**24.
+  of the shifts, at most MAX_ALIGN = 22): t_a +- t_b = X 2**e + Y. |d M| <= 255 * 65535 < 2**24. Where
+  X 2**e + Y (offsets included) fits int32 for every operand value and no tie rule applies, add_one_sum
+  divides it as one sum (eltwise.py checks the bound at the types' corners).
 * mul: P = d_a d_b (|P| <= 255**2) and M = M_hi 2**e + M_lo with e = min(8, N): X = P M_hi, Y = P M_lo, both below
   2**24 when e = 8; when N < 8, L = 0 and u = X + round(Y / 2**N) with |X| < 2**31 for N >= 1. With N = 0 the
   product is not rounded and |P| is capped at 2**17 / M + 1 first: beyond that every output saturates anyway,
@@ -128,6 +130,29 @@ def add(first, second, parameters, tie_rule, out, count):
     into k and c); returns the saturation count if ``count``.
     parameters: k_f, c_f, k_s, c_s, e, low, zero_point, qmin, qmax."""
     return _specialised(_add_loop, first, second, out, parameters, tie_rule, count)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _add_one_sum_loop(run, tie_rule, count, to_type):
+    f, s, o, parameters = run
+    k_f, k_s, c, shift, zero_point, qmin, qmax = parameters
+    clamped = _I32(0)
+    for i in range(_U(o.size)):
+        v = _plus(_I32(_I32(_I32(f[i]) * k_f + _I32(s[i]) * k_s + c) >> (shift & 31)), zero_point, to_type)
+        kept = _clamped(v, o, qmin, qmax, to_type)
+        o[i] = kept
+        if count:
+            clamped = _I32(clamped + (v != kept))
+    return clamped
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def add_one_sum(first, second, parameters, tie_rule, out, count):
+    """add/sub where X * 2**e + Y itself fits int32 for every operand value (the caller checks it) and no tie
+    rule applies (floor, half up): floor((first * k_f + second * k_s + c) / 2**shift), the nested division's
+    terms taken together (k_f = the first term's k * 2**e, c = its c * 2**e + the second's c): one shift and
+    one add fewer a value than :func:`add`. parameters: k_f, k_s, c, shift, zero_point, qmin, qmax."""
+    return _specialised(_add_one_sum_loop, first, second, out, parameters, tie_rule, count)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
