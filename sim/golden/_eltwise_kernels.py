@@ -109,19 +109,31 @@ def _clamped(v, o, qmin, qmax, to_type):
     return min(max(v, qmin), qmax)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _add_loop(run, tie_rule, count, to_type):
-    f, s, o, parameters = run
-    k_f, c_f, k_s, c_s, e, low, zero_point, qmin, qmax = parameters
-    clamped = _I32(0)
-    for i in range(_U(o.size)):
-        x, y = _I32(_I32(f[i]) * k_f + c_f), _I32(_I32(s[i]) * k_s + c_s)
-        v = _plus(_rounded(x, y, e, low, tie_rule), zero_point, to_type)
-        kept = _clamped(v, o, qmin, qmax, to_type)
-        o[i] = kept
-        if count:
-            clamped = _I32(clamped + (v != kept))
-    return clamped
+def _add_loop_of(one_sum):
+    """add's loop, or add_one_sum's where ``one_sum`` (a constant of the loop)."""
+    @numba.njit(nogil=True, inline="always")
+    def loop(run, tie_rule, count, to_type):
+        f, s, o, parameters = run
+        zero_point, qmin, qmax = parameters[-3], parameters[-2], parameters[-1]
+        clamped = _I32(0)
+        for i in range(_U(o.size)):
+            if one_sum:
+                k_f, k_s, c, shift = parameters[0], parameters[1], parameters[2], parameters[3]
+                u = _I32(_I32(_I32(f[i]) * k_f + _I32(s[i]) * k_s + c) >> (shift & 31))
+            else:
+                k_f, c_f, k_s, c_s, e, low = (parameters[0], parameters[1], parameters[2], parameters[3],
+                                              parameters[4], parameters[5])
+                u = _rounded(_I32(_I32(f[i]) * k_f + c_f), _I32(_I32(s[i]) * k_s + c_s), e, low, tie_rule)
+            v = _plus(u, zero_point, to_type)
+            kept = _clamped(v, o, qmin, qmax, to_type)
+            o[i] = kept
+            if count:
+                clamped = _I32(clamped + (v != kept))
+        return clamped
+    return loop
+
+
+_ADD_LOOP, _ADD_ONE_SUM_LOOP = _add_loop_of(False), _add_loop_of(True)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -129,21 +141,7 @@ def add(first, second, parameters, tie_rule, out, count):
     """add/sub: X = first * k_f + c_f, Y likewise of ``second`` (zero points, signs and the rounding offset folded
     into k and c); returns the saturation count if ``count``.
     parameters: k_f, c_f, k_s, c_s, e, low, zero_point, qmin, qmax."""
-    return _specialised(_add_loop, first, second, out, parameters, tie_rule, count)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _add_one_sum_loop(run, tie_rule, count, to_type):
-    f, s, o, parameters = run
-    k_f, k_s, c, shift, zero_point, qmin, qmax = parameters
-    clamped = _I32(0)
-    for i in range(_U(o.size)):
-        v = _plus(_I32(_I32(_I32(f[i]) * k_f + _I32(s[i]) * k_s + c) >> (shift & 31)), zero_point, to_type)
-        kept = _clamped(v, o, qmin, qmax, to_type)
-        o[i] = kept
-        if count:
-            clamped = _I32(clamped + (v != kept))
-    return clamped
+    return _specialised(_ADD_LOOP, first, second, out, parameters, tie_rule, count)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -152,7 +150,7 @@ def add_one_sum(first, second, parameters, tie_rule, out, count):
     rule applies (floor, half up): floor((first * k_f + second * k_s + c) / 2**shift), the nested division's
     terms taken together (k_f = the first term's k * 2**e, c = its c * 2**e + the second's c): one shift and
     one add fewer a value than :func:`add`. parameters: k_f, k_s, c, shift, zero_point, qmin, qmax."""
-    return _specialised(_add_one_sum_loop, first, second, out, parameters, tie_rule, count)
+    return _specialised(_ADD_ONE_SUM_LOOP, first, second, out, parameters, tie_rule, count)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
