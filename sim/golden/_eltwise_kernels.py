@@ -114,15 +114,15 @@ def _add_loop_of(one_sum):
     @numba.njit(nogil=True, inline="always")
     def loop(run, tie_rule, count, to_type):
         f, s, o, parameters = run
-        zero_point, qmin, qmax = parameters[-3], parameters[-2], parameters[-1]
+        if one_sum:     # a constant: the other form's unpacking is pruned
+            k_f, k_s, c, shift, zero_point, qmin, qmax = parameters
+        else:
+            k_f, c_f, k_s, c_s, e, low, zero_point, qmin, qmax = parameters
         clamped = _I32(0)
         for i in range(_U(o.size)):
             if one_sum:
-                k_f, k_s, c, shift = parameters[0], parameters[1], parameters[2], parameters[3]
                 u = _I32(_I32(_I32(f[i]) * k_f + _I32(s[i]) * k_s + c) >> (shift & 31))
             else:
-                k_f, c_f, k_s, c_s, e, low = (parameters[0], parameters[1], parameters[2], parameters[3],
-                                              parameters[4], parameters[5])
                 u = _rounded(_I32(_I32(f[i]) * k_f + c_f), _I32(_I32(s[i]) * k_s + c_s), e, low, tie_rule)
             v = _plus(u, zero_point, to_type)
             kept = _clamped(v, o, qmin, qmax, to_type)

@@ -28,13 +28,19 @@ _BLOCK_BIAS, _BLOCK_MULTIPLIER, _BLOCK_SHIFT, _BLOCK_FLOOR_OFFSET, _BLOCK_HALF_U
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _half(shift):
+    """Half up's rounding offset for a right shift by ``shift``: 2**(shift-1), 0 where shift is 0."""
+    return (np.int64(1) << shift) >> 1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _shift_right(value, shift, rounding):
     """rounding_shift_right of one int64 (sim/golden/rounding.py) without branches, so that the loops
     vectorise: (value + bump) >> shift, the bump placing the ties. With half = 2**(shift-1): half up adds
     half; half to even adds half - 1 plus the floor quotient's parity (a tie then rounds up exactly when the
     quotient is odd); half away from zero adds half, less one for a negative value (its tie stays at the
     floor). A shift of 0 adds nothing."""
-    half = (np.int64(1) << shift) >> 1
+    half = _half(shift)
     shifting = np.int64(shift > 0)
     if rounding == 0:
         bump = np.int64(0)
@@ -114,7 +120,7 @@ def _native_requant_loop(acc, bias, multiplier, shift, negative_multiplier, nega
                 negative = total < 0
                 value = _shift_right(total * (m_negative if negative else m), n_negative if negative else n,
                                      rounding) + zero_point
-                kept = _clamped(value, qmin, qmax, qmin, qmax, False)
+                kept = min(max(value, qmin), qmax)
                 results[i] = kept
                 if count:
                     saturated += kept != value
@@ -152,8 +158,8 @@ def _folded_requant_loop(acc, bias, multiplier, shift, rounding, count, zero_poi
 @numba.njit(nogil=True, error_model="numpy", inline="always")
 def _clamped(value, qmin, qmax, low, high, to_type):
     """value clamped to [qmin, qmax], or where ``to_type`` to [low, high], the output type's range as constants
-    (one saturating narrowing). Scalars only: numba keeps the reference counts of an array passed to an inlined
-    helper inside the loop, which then stays scalar."""
+    (one saturating narrowing). Scalars only: numba kept the reference counts of an array passed to an inlined
+    helper inside the loop, which then stayed scalar (measured)."""
     if to_type:
         return min(max(value, low), high)
     return min(max(value, qmin), qmax)
@@ -171,7 +177,7 @@ def _folded_offset(bias, multiplier, shift, zero_point, rounding):
     if reach >= 2.0 ** 63:
         raise ValueError("requant kernels: zero point, bias and multiplier could leave int64")
     offset = np.int64(bias) * np.int64(multiplier) + (np.int64(zero_point) << shift)
-    return offset + ((np.int64(1) << shift) >> 1) if rounding == 1 else offset
+    return offset + _half(shift) if rounding == 1 else offset
 
 
 def _channels_last_loop(rounding):
@@ -226,7 +232,7 @@ def channels_last_blocks(bias, multiplier, shift, zero_point):
         m, n = np.int64(multiplier[c]), np.int64(shift[c])
         blocks[_BLOCK_BIAS, c], blocks[_BLOCK_MULTIPLIER, c], blocks[_BLOCK_SHIFT, c] = bias[c], m, n
         offset = _folded_offset(bias[c], m, n, zero_point, 0)
-        blocks[_BLOCK_FLOOR_OFFSET, c], blocks[_BLOCK_HALF_UP_OFFSET, c] = offset, offset + ((np.int64(1) << n) >> 1)
+        blocks[_BLOCK_FLOOR_OFFSET, c], blocks[_BLOCK_HALF_UP_OFFSET, c] = offset, offset + _half(n)
     filled = channels       # then whole copies of the first pixel, doubling (an index modulo per entry: 1.4 us)
     while filled < block:
         step = min(filled, block - filled)
