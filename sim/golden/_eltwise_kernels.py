@@ -30,7 +30,8 @@ a shift L beyond 26 changes neither the result (0, or -1 for floor) nor the ties
 there: every shift is below 32 (masked with 31, which lets LLVM keep it in 32 bits) and every value fits int32.
 
 tests/sim/golden/test_eltwise_kernels.py checks every op, rounding, type and broadcast against the int64 numpy
-form. Layout: operands as flat arrays of the output's size (broadcasts materialised) in their own types, which
+form. Layout: operands as flat arrays of the output's size (broadcasts materialised; mul_per_run takes b with a value
+per run of values as it is) in their own types, which
 numba compiles a kernel for each of (loading an int8 sign-extends it: no XOR of the raw byte, 12 % of an add);
 out flat, of the output's type. The integer parameters come as one int32 array (typing a dozen numpy scalars
 would cost numba's dispatch more than a small tensor's arithmetic), so that numba's arithmetic, which widens to
@@ -47,6 +48,9 @@ import numpy as np
 _U = np.uint64
 _I32 = np.int32
 _RUN = 1 << 30              # values per run, so that a run's saturation count fits its int32 counter
+#: values mul_per_run computes at a time: a constant count, which LLVM makes whole vectors of with no remainder
+#: loop (runs of 196 values spent more time in their scalar remainders than in the vectors); no run is shorter
+PER_RUN_BLOCK = 16
 NO_TIE, TIE_TO_EVEN, TIE_AWAY_FROM_ZERO = 0, 1, 2      # what a rounding does on an exact half, after half up
 
 
@@ -66,15 +70,18 @@ def _rounded(x, y, e, low, tie_rule):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _specialised(loop, a, b, out, parameters, tie_rule, count):
-    """The saturation count of loop((a, b, out, parameters), tie_rule, count, to_type) over runs of _RUN values,
-    with tie_rule, count and to_type constants of each loop. to_type: nothing is counted, the zero point (the
+    """The saturation count of loop((a, b, out, parameters), tie_rule, count, to_type) over runs of _RUN values
+    (of whole repeats where b holds a value per ``repeat`` of them), with tie_rule, count and to_type constants
+    of each loop. to_type: nothing is counted, the zero point (the
     third last parameter) is 0 -- the caller folds it into the rounding's sum where it can -- and qmin and
     qmax (the last two) are out's type range, a clamp of one saturating narrowing."""
     info = np.iinfo(out.dtype)
     to_type = not count and parameters[-3] == 0 and parameters[-2] == info.min and parameters[-1] == info.max
+    repeat = out.size // b.size if b.size else 1
+    step = max(_RUN // repeat, 1) * repeat
     saturated = 0
-    for start in range(0, out.size, _RUN):
-        run = (a[start:start + _RUN], b[start:start + _RUN], out[start:start + _RUN], parameters)
+    for start in range(0, out.size, step):
+        run = (a[start:start + step], b[start // repeat:(start + step) // repeat], out[start:start + step], parameters)
         if count:
             saturated += _tie_rule_constant(loop, run, tie_rule, True, False)
         elif to_type:
@@ -154,15 +161,27 @@ def add_one_sum(first, second, parameters, tie_rule, out, count):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _product_rounded(p, terms, tie_rule, to_type):
+    """mul's value of the product p = (a - z_a)(b - z_b) before the clamp to the output's range."""
+    product_max, m_high, h_x, m_low, h_y, e, low, zero_point = terms
+    p = min(max(p, _I32(-product_max)), product_max)
+    return _plus(_rounded(_I32(p * m_high + h_x), _I32(p * m_low + h_y), e, low, tie_rule), zero_point, to_type)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mul_terms(parameters):
+    """mul's parameters as (z_a, z_b, the terms of _product_rounded, qmin, qmax)."""
+    z_a, z_b, product_max, m_high, h_x, m_low, h_y, e, low, zero_point, qmin, qmax = parameters
+    return z_a, z_b, (product_max, m_high, h_x, m_low, h_y, e, low, zero_point), qmin, qmax
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _mul_loop(run, tie_rule, count, to_type):
     a, b, o, parameters = run
-    z_a, z_b, product_max, m_high, h_x, m_low, h_y, e, low, zero_point, qmin, qmax = parameters
-    product_min = _I32(-product_max)
+    z_a, z_b, terms, qmin, qmax = _mul_terms(parameters)
     clamped = _I32(0)
     for i in range(_U(o.size)):
-        p = _I32((_I32(a[i]) - z_a) * (_I32(b[i]) - z_b))
-        p = min(max(p, product_min), product_max)
-        v = _plus(_rounded(_I32(p * m_high + h_x), _I32(p * m_low + h_y), e, low, tie_rule), zero_point, to_type)
+        v = _product_rounded(_I32((_I32(a[i]) - z_a) * (_I32(b[i]) - z_b)), terms, tie_rule, to_type)
         kept = _clamped(v, o, qmin, qmax, to_type)
         o[i] = kept
         if count:
@@ -170,11 +189,37 @@ def _mul_loop(run, tie_rule, count, to_type):
     return clamped
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mul_per_run_loop(run, tie_rule, count, to_type):
+    """mul over runs of o.size // b.size values, each with one value of b, in blocks of PER_RUN_BLOCK values;
+    counts nothing (``count`` is False)."""
+    a, b, o, parameters = run
+    z_a, z_b, terms, qmin, qmax = _mul_terms(parameters)
+    repeat, width = _U(o.size // b.size if b.size else 0), _U(PER_RUN_BLOCK)
+    for j in range(_U(b.size)):
+        d_b = _I32(_I32(b[j]) - z_b)
+        stop = j * repeat + repeat
+        for block in range(j * repeat, stop, width):
+            first = min(block, stop - width)    # the last block moved back within the run, overlapping
+            for k in range(width):
+                v = _product_rounded(_I32((_I32(a[first + k]) - z_a) * d_b), terms, tie_rule, to_type)
+                o[first + k] = _clamped(v, o, qmin, qmax, to_type)
+    return 0
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def mul(a, b, parameters, tie_rule, out, count):
     """mul: P = clamp((a - z_a)(b - z_b), +-product_max), X = P m_high + h_x, Y = P m_low + h_y.
     parameters: z_a, z_b, product_max, m_high, h_x, m_low, h_y, e, low, zero_point, qmin, qmax."""
     return _specialised(_mul_loop, a, b, out, parameters, tie_rule, count)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def mul_per_run(a, b, parameters, tie_rule, out):
+    """mul where b holds one value for each run of out.size // b.size >= PER_RUN_BLOCK values of a (a value per
+    channel, as a squeeze-excite scale), without a saturation count: b's difference taken once a run, and no
+    copy of b repeated to a's size (a count per block of values would cost more than that copy)."""
+    _specialised(_mul_per_run_loop, a, b, out, parameters, tie_rule, False)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -97,7 +97,8 @@ class _Plan(NamedTuple):
     kernel: Callable            # add, mul or max_min of sim/golden/_eltwise_kernels.py
     parameters: np.ndarray      # its int32 parameters
     tie_rule: int
-    swap: bool                  # b goes first (add/sub: the operand with the smaller shift)
+    swap: bool                  # b goes first (add/sub: the operand with the smaller shift; mul: a has runs)
+    per_run_kernel: Callable | None     # mul_per_run where b (a after the swap) has a value per run of values
     shape: tuple[int, ...]
     dtype: np.dtype
 
@@ -122,8 +123,14 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
             raise ValueError(f"shift=({na}, {nb}) differ by {max(na, nb) - min(na, nb)} > {MAX_ALIGN}: the aligned "
                              f"terms would not fit {ELTWISE_SUM_BITS} bits")
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
-    swap = False
+    swap, per_run_kernel = False, None
     if op == "mul":
+        shortest = module.PER_RUN_BLOCK     # mul_per_run's shortest run
+        swap = b_shape == shape and _repeat(a_shape, shape) >= shortest
+        if swap or (a_shape == shape and _repeat(b_shape, shape) >= shortest):
+            per_run_kernel = module.mul_per_run
+        if swap:
+            za, zb = zb, za
         e = min(8, n)
         h_x, h_y, low = _offsets(e, n - e, rounding)
         # N = 0 rounds nothing: a product past 2**17 / M saturates every output type, so it is capped there
@@ -151,7 +158,7 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
                 k_f << e, k_s, (c_f << e) + c_s, dtype_range(first_range), dtype_range(second_range)):
             kernel, parameters = module.add_one_sum, _int32(k_f << e, k_s, (c_f << e) + c_s, e + low,
                                                             zp - (folded >> low), qmin, qmax)
-    return _Plan(kernel, parameters, tie_rule, swap, shape, dtype)
+    return _Plan(kernel, parameters, tie_rule, swap, per_run_kernel, shape, dtype)
 
 
 def _one_sum_fits(k_f: int, k_s: int, c: int, first_range: tuple[int, int], second_range: tuple[int, int]) -> bool:
@@ -170,17 +177,31 @@ def _cacheable(rounding, out_dtype, scalars) -> bool:
     return type(rounding) is str and isinstance(out_dtype, (type, str, np.dtype)) and plain_scalars(scalars)
 
 
+def _repeat(x_shape: tuple[int, ...], shape: tuple[int, ...]) -> int:
+    """How many times each value of an array of ``x_shape`` repeats in a row when broadcast to ``shape``: the
+    size of the trailing axes it is broadcast along where those are all it is broadcast along (a value per
+    channel, as a squeeze-excite scale), else 0. x's missing leading axes count as axes of size 1."""
+    if len(x_shape) > len(shape):
+        return 0
+    x_shape = (1,) * (len(shape) - len(x_shape)) + tuple(x_shape)
+    leading = next((axis for axis, size in enumerate(x_shape) if size != shape[axis]), len(shape))
+    return math.prod(shape[leading:]) if all(size == 1 for size in x_shape[leading:]) else 0
+
+
+def _values(x: np.ndarray) -> np.ndarray:
+    """x flat and C-contiguous; copied rather than read-only (numba would compile the kernels anew for a
+    read-only array)."""
+    return x.reshape(-1) if x.flags.c_contiguous and x.flags.writeable else x.flatten()
+
+
 def _flat(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """x flat and C-contiguous, broadcast to ``shape``; copied rather than read-only (numba would compile the
-    kernels anew for a read-only array). A broadcast along trailing axes only (a value per channel, as a
-    squeeze-excite scale) repeats each value: 1.5x faster than numpy's general broadcast copy."""
-    flags = x.flags
-    if x.shape == shape and flags.c_contiguous and flags.writeable:
-        return x.reshape(-1)
-    kept = len(shape) - x.ndim          # x's axes, aligned to the right, from shape[kept] on
-    leading = next((axis for axis in range(x.ndim) if x.shape[axis] != shape[kept + axis]), x.ndim)
-    if kept == 0 and all(size == 1 for size in x.shape[leading:]):
-        return np.repeat(x.reshape(-1), math.prod(shape[leading:]))
+    """x flat, broadcast to ``shape`` (:func:`_values`). A broadcast along trailing axes only repeats each value:
+    1.5x faster than numpy's general broadcast copy."""
+    if x.shape == shape:
+        return _values(x)
+    repeat = _repeat(x.shape, shape)
+    if repeat:
+        return np.repeat(x.reshape(-1), repeat)
     return np.broadcast_to(x, shape).copy().reshape(-1)
 
 
@@ -200,6 +221,9 @@ def eltwise(a: np.ndarray, b: np.ndarray, op: str, *, multiplier, shift, a_zero_
     plan = _cached_plan(*key) if type(op) is str and _cacheable(rounding, out_dtype, scalars) else _plan(*key)
     first, second = (b, a) if plan.swap else (a, b)
     out = np.empty(plan.shape, plan.dtype)
+    if plan.per_run_kernel is not None and not return_saturated:
+        plan.per_run_kernel(_values(first), _values(second), plan.parameters, plan.tie_rule, out.reshape(-1))
+        return out
     saturated = plan.kernel(_flat(first, plan.shape), _flat(second, plan.shape), plan.parameters, plan.tie_rule,
                             out.reshape(-1), return_saturated)
     return (out, int(saturated)) if return_saturated else out

@@ -16,10 +16,11 @@ from aipu.sim.machine.arch import MULTIPLIER_MAX, SHIFT_MAX
 
 BYTES = (np.int8, np.uint8)
 OUT_DTYPES = (np.int8, np.uint8, np.int16)
-# [N, C, H, W] against: itself, a value per channel, a value per image, one value, a row, a general broadcast
+# [N, C, H, W] against: itself, a value per channel, a value per image, one value, a row, a general broadcast,
+# an empty output, a vector; a value per channel without the batch axis, of one image and of two
 LAYOUTS = [((2, 3, 4, 5), (2, 3, 4, 5)), ((2, 3, 4, 5), (2, 3, 1, 1)), ((2, 3, 1, 1), (2, 3, 4, 5)),
            ((2, 3, 4, 5), (2, 1, 1, 1)), ((2, 3, 4, 5), (1,)), ((2, 3, 4, 5), (5,)), ((1, 3, 1, 5), (2, 1, 4, 1)),
-           ((2, 0, 3), (2, 1, 3)), ((7,), (7,))]
+           ((2, 0, 3), (2, 1, 3)), ((7,), (7,)), ((1, 3, 4, 5), (3, 1, 1)), ((2, 3, 4, 5), (3, 1, 1))]
 
 
 def finish(value, zp, qmin, qmax, dtype):
@@ -124,6 +125,25 @@ def test_mul_without_shift_saturates_where_the_product_is_capped():
                 want, want_saturated = eltwise_reference(a, b, "mul", multiplier, 0, za, zb, zp, -32768, 32767,
                                                          np.int16, "half_up")
                 assert np.array_equal(got, want) and saturated == want_saturated, (multiplier, zp, za, zb)
+
+
+@pytest.mark.parametrize("runs, repeat", [(3, 16), (5, 17), (2, 31), (4, 196), (2, 1000)])
+@pytest.mark.parametrize("rounding", ROUNDING_MODES)
+def test_mul_by_a_value_per_run_equals_the_int64_form(runs, repeat, rounding):
+    """mul_per_run's blocks of 16 values, the last one moved back within its run, on either operand; every
+    output type, with and without the type's own clamp. Runs shorter than 16 take mul on a repeated copy."""
+    rng = np.random.default_rng(repeat)
+    full = values(rng, (runs, repeat), np.uint8)
+    per_run = values(rng, (runs, 1), np.int8)
+    for dtype, (qmin, qmax) in [(np.int8, (None, None)), (np.uint8, (3, 250)), (np.int16, (-30000, 20000))]:
+        info = np.iinfo(dtype)
+        zp = 9 if dtype == np.uint8 else -5
+        for a, b, za, zb in ((full, per_run, 7, -3), (per_run, full, -128, 255)):
+            got = eltwise(a, b, "mul", multiplier=40000, shift=17, a_zero_point=za, b_zero_point=zb, out_zero_point=zp,
+                          qmin=qmin, qmax=qmax, out_dtype=dtype, rounding=rounding)
+            want, _ = eltwise_reference(a, b, "mul", 40000, 17, za, zb, zp, info.min if qmin is None else qmin,
+                                        info.max if qmax is None else qmax, dtype, rounding)
+            assert got.shape == want.shape and np.array_equal(got, want), (dtype, za)
 
 
 def test_cached_checks_still_reject_what_equals_a_valid_argument():
