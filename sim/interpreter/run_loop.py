@@ -79,7 +79,7 @@ def run_rows(table, first, last, spaces, records, wrapped, any_wrapped, saturate
     acc = spaces[_ACC].view(np.int32)
     # The weight operands of the last CONV, kept while no LOAD writes WEIGHT: a layer's tiles share them.
     weights_key = np.full(7, -1, np.int64)        # wgt_addr, K, KH, KW, C/G, zero point, groups
-    operands, arranged, windowed = np.empty((0, 0, 0, 0), np.float32), np.empty((0, 0), np.float32), \
+    weights, arranged, windowed = np.empty((0, 0, 0, 0), np.int8), np.empty((0, 0), np.float32), \
         np.empty((0, 0), np.float32)
     largest = np.float32(0.0)
     # The operands of the last REQUANT's parameter records, kept while no LOAD writes PARAM.
@@ -100,12 +100,12 @@ def run_rows(table, first, last, spaces, records, wrapped, any_wrapped, saturate
             wgt_start, k, kh, kw, group_c = row[6], row[7], row[8], row[9], row[10]
             groups = row[4] // group_c
             if not ((weights_key[:6] == row[6:12]).all() and weights_key[6] == groups):
-                w = spaces[_WEIGHT][wgt_start:wgt_start + k * kh * kw * group_c].view(np.int8)
-                operands, arranged, windowed, largest = weight_operands(w.reshape((k, kh, kw, group_c)), row[11],
-                                                                        groups)
+                weights = spaces[_WEIGHT][wgt_start:wgt_start + k * kh * kw * group_c].view(np.int8).reshape(
+                    (k, kh, kw, group_c))
+                arranged, windowed, largest = weight_operands(weights, row[11], groups)
                 weights_key[:6] = row[6:12]
                 weights_key[6] = groups
-            if not _conv(row, spaces[_ACT], operands, arranged, windowed, largest, acc, wrapped, any_wrapped):
+            if not _conv(row, spaces[_ACT], weights, arranged, windowed, largest, acc, wrapped, any_wrapped):
                 return position
         elif kind == REQUANT:
             param_index, channels = row[4], row[3]
@@ -197,7 +197,7 @@ def _copy_runs(source, source_start, source_step, target, target_start, target_s
 
 
 @jit
-def _conv(row, act, operands, arranged, windowed, largest, acc, wrapped, any_wrapped):
+def _conv(row, act, w, arranged, windowed, largest, acc, wrapped, any_wrapped):
     in_start, height, width, channels, in_type = row[1], row[2], row[3], row[4], row[5]
     x_zero_point, k = row[12], row[7]
     stride_h, stride_w, pad_top, pad_left = row[13], row[14], row[15], row[16]
@@ -207,7 +207,7 @@ def _conv(row, act, operands, arranged, windowed, largest, acc, wrapped, any_wra
     held, marks = acc[first:first + entries], wrapped[first:first + entries]
     # Without accumulate the sums go straight into ACC: conv_tile leaves its output alone when it refuses.
     sums = np.empty((oh, ow, k), np.int32) if accumulate else held.reshape((oh, ow, k))
-    weights = (operands, arranged, windowed, largest)
+    weights = (w, arranged, windowed, largest)
     if in_type == _INT8:
         done = conv_tile(x.view(np.int8).reshape((height, width, channels)), x_zero_point, *weights, stride_h,
                          stride_w, pad_top, pad_left, dilation_h, dilation_w, sums)

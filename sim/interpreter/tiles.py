@@ -53,48 +53,58 @@ def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
 
 @jit
 def weight_operands(w, w_zero_point, groups):
-    """The multiplier operands of int8 weights w [K, KH, KW, C/G] of a conv of ``groups`` groups: float32 w -
-    zero point in w's layout (exact: sim/golden/conv.py); the same arranged for the kernel that takes them,
-    [KH*KW*C, K] for a dense conv (the GEMM's operand, whose row ranges are its reduction chunks), the
-    channels-last kernel's repeated weights where it takes the conv (repeated_group_weights), else
-    [K, C/G*KH*KW] (the tap kernel's); the channels-last window kernel's (window_weights; no lines where it
-    cannot take the conv); and their largest magnitude. A layer's tiles share their weights: the caller makes
-    these once for all of them."""
+    """The multiplier operands of int8 weights w [K, KH, KW, C/G] of a conv of ``groups`` groups, float32 w -
+    zero point (exact: sim/golden/conv.py) arranged for the kernel that takes them: [KH*KW*C, K] for a dense conv
+    (the GEMM's operand, whose row ranges are its reduction chunks; transposed as bytes, then converted: 42 ->
+    27 us on 32 x 3 x 3 x 256 weights), the channels-last kernel's repeated weights where it takes the conv
+    (repeated_group_weights), else [K, C/G*KH*KW] (the tap kernel's); the channels-last window kernel's
+    (window_weights; no lines where it cannot take the conv); and their largest magnitude. A layer's tiles
+    share their weights: the caller makes these once for all of them."""
     k, kh, kw, group_c = w.shape
     taps, depth = kh * kw, w.size // max(k, 1)
-    operands = np.empty(w.shape, np.float32)
-    flat, values = operands.ravel(), w.ravel()
-    zero_point = np.float32(w_zero_point)
+    values = w.ravel()
     largest = np.int32(0)
-    for e in range(_U(values.size)):         # two loops: each vectorises alone
-        flat[e] = np.float32(values[e]) - zero_point
     for e in range(_U(values.size)):
         largest = max(largest, abs(np.int32(values[e]) - np.int32(w_zero_point)))
     windowed = np.empty((0, k), np.float32)
     if groups == 1:
-        arranged = np.empty((depth, k), np.float32)
-        _transpose(flat, k, depth, arranged.ravel())
-    elif _takes_channels_last(groups, group_c):
-        by_tap = operands.reshape((k, taps, group_c))
+        by_depth = np.empty(values.size, np.int8)
+        _transpose(values, k, depth, by_depth)
+        arranged = _minus_zero_point(by_depth, w_zero_point).reshape((depth, k))
+        return arranged, windowed, np.float32(largest)
+    flat = _minus_zero_point(values, w_zero_point)
+    if _takes_channels_last(groups, group_c):
+        by_tap = flat.reshape((k, taps, group_c))
         arranged = repeated_group_weights(by_tap, groups).reshape((k // groups, -1))
         windowed = window_weights(by_tap, groups)
     else:                                    # per output channel [taps, C/G] -> [C/G, taps]
         arranged = np.empty((k, depth), np.float32)
         for o in range(_U(k)):
             _transpose(flat[o * _U(depth):(o + _U(1)) * _U(depth)], taps, group_c, arranged[o])
-    return operands, arranged, windowed, np.float32(largest)
+    return arranged, windowed, np.float32(largest)
 
 
 @jit
-def conv_tile(x, x_zero_point, ws, ws_arranged, ws_windowed, weight_max, stride_h, stride_w, pad_top, pad_left,
+def _minus_zero_point(values, zero_point):
+    """float32 values - zero point, flat (a loop of its own: it vectorises alone)."""
+    flat = np.empty(values.size, np.float32)
+    offset = np.float32(zero_point)
+    for e in range(_U(values.size)):
+        flat[e] = np.float32(values[e]) - offset
+    return flat
+
+
+@jit
+def conv_tile(x, x_zero_point, w, ws_arranged, ws_windowed, weight_max, stride_h, stride_w, pad_top, pad_left,
               dilation_h, dilation_w, out):
-    """out[y, x', k] = the conv sums of channels-last x [H, W, C] (int8/uint8) and the weight operands ws
-    [K, KH, KW, C/G] (also as ``ws_arranged`` and ``ws_windowed`` for its kernels) of largest magnitude ``weight_max``
-    (:func:`weight_operands`), groups G = C / (C/G), padding bottom/right implied by out's shape [OH, OW, K]
+    """out[y, x', k] = the conv sums of channels-last x [H, W, C] (int8/uint8) and the weights w [K, KH, KW, C/G]
+    (only their shape read here: their operands come as ``ws_arranged`` and ``ws_windowed`` for the kernels, of
+    largest magnitude ``weight_max``, :func:`weight_operands`), groups G = C / (C/G), padding bottom/right implied
+    by out's shape [OH, OW, K]
     (int32). Returns False, with ``out`` untouched, where a grouped conv's partial sums do not all fit one
     exact float32 pass (conv_sums_channels_last then takes its GEMM path), or a dense conv's sums leave int32."""
     height, width, channels = x.shape
-    k, kh, kw, group_c = ws.shape
+    k, kh, kw, group_c = w.shape
     oh, ow = out.shape[0], out.shape[1]
     groups = channels // group_c
     info = np.iinfo(x.dtype)
@@ -273,11 +283,18 @@ def requant_operands(acc, fields, scale, blocks, blocks_zero_point, float32_scal
 @jit
 def _transpose(source, rows, columns, target):
     """target [columns, rows] = source [rows, columns] (flat, C order), in blocks of _BLOCK x _BLOCK that stay in
-    cache (weight_operands on 256 x 128 weights: 95 -> 12 us). Unsigned indices: numba's wrap-around of negative ones
-    costs more than the copy (a tile is a few thousand values)."""
+    cache (weight_operands on 256 x 128 weights: 95 -> 12 us); bytes in target's order, which numba makes
+    vectors of (2-4x faster than blocks on 32 x 2304, 144 x 784, 784 x 144 and 256 x 196 bytes; on wider values
+    up to 2x slower). Unsigned indices: numba's wrap-around of negative ones costs more than the copy (a tile is a
+    few thousand values)."""
     if rows == 1 or columns == 1:
         for e in range(_U(rows * columns)):
             target[e] = source[e]
+        return
+    if source.itemsize == 1:
+        for c in range(_U(columns)):
+            for r in range(_U(rows)):
+                target[c * _U(rows) + r] = source[r * _U(columns) + c]
         return
     for r0 in range(0, rows, _BLOCK):
         for c0 in range(0, columns, _BLOCK):

@@ -49,8 +49,8 @@ def test_conv_tile_equals_the_golden_sums_or_refuses(case):
     expected = golden.conv_sums(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), geometry, wide=True)[0]
     expected = expected.transpose(1, 2, 0)
     out = np.full(expected.shape, SENTINEL, np.int32)
-    operands, arranged, windowed, largest = weight_operands(w, w_zero_point, groups)
-    done = conv_tile(x, x_zero_point, operands, arranged, windowed, largest, *stride, *padding[:2], *dilation, out)
+    arranged, windowed, largest = weight_operands(w, w_zero_point, groups)
+    done = conv_tile(x, x_zero_point, w, arranged, windowed, largest, *stride, *padding[:2], *dilation, out)
     if done:
         np.testing.assert_array_equal(out, expected)
     else:
@@ -77,7 +77,7 @@ def test_depthwise_tiles_of_every_pass_structure_equal_the_golden_sums(kh, kw, s
                                     dilation=dilation, groups=channels)
     expected = golden.conv_sums(x.transpose(2, 0, 1)[None], w.transpose(0, 3, 1, 2), geometry)[0].transpose(1, 2, 0)
     out = np.full(expected.shape, SENTINEL, np.int32)
-    assert conv_tile(x, -7, *weight_operands(w, 2, channels), *stride, *padding[:2], *dilation, out)
+    assert conv_tile(x, -7, w, *weight_operands(w, 2, channels), *stride, *padding[:2], *dilation, out)
     np.testing.assert_array_equal(out, expected)
 
 
