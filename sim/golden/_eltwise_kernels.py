@@ -30,15 +30,14 @@ a shift L beyond 26 changes neither the result (0, or -1 for floor) nor the ties
 there: every shift is below 32 (masked with 31, which lets LLVM keep it in 32 bits) and every value fits int32.
 
 tests/sim/golden/test_eltwise_kernels.py checks every op, rounding, type and broadcast against the int64 numpy
-form. Layout: operands as flat arrays of the output's size (broadcasts materialised; mul_per_run takes b with a value
-per run of values as it is) in their own types, which
-numba compiles a kernel for each of (loading an int8 sign-extends it: no XOR of the raw byte, 12 % of an add);
-out flat, of the output's type. The integer parameters come as one int32 array (typing a dozen numpy scalars
-would cost numba's dispatch more than a small tensor's arithmetic), so that numba's arithmetic, which widens to
-int64, narrows back to 32-bit lanes. The rounding's tie rule, the saturation count and whether the clamp is
-the output type's own range are constants of each loop (nine copies): LLVM does not unswitch loops this large
-itself, and their branches inside the loop cost 2-3x; a clamp to the type's range is one saturating narrowing
-instruction where [qmin, qmax] takes two more (an add 10 % faster).
+form. Layout: operands as flat arrays of the output's size (broadcasts materialised; mul_per_run takes b with a
+value per run of values as it is) in their own types, which numba compiles a kernel for each of (loading an int8
+sign-extends it: no XOR of the raw byte, 12 % of an add); out flat, of the output's type. The integer parameters
+come as one int32 array (typing a dozen numpy scalars would cost numba's dispatch more than a small tensor's
+arithmetic), so that numba's arithmetic, which widens to int64, narrows back to 32-bit lanes. The rounding's tie
+rule, the saturation count and whether the clamp is the output type's own range are constants of each loop (nine
+copies): LLVM does not unswitch loops this large itself, and their branches inside the loop cost 2-3x; a clamp to
+the type's range is one saturating narrowing instruction where [qmin, qmax] takes two more (an add 10 % faster).
 """
 from __future__ import annotations
 
@@ -72,9 +71,9 @@ def _rounded(x, y, e, low, tie_rule):
 def _specialised(loop, a, b, out, parameters, tie_rule, count):
     """The saturation count of loop((a, b, out, parameters), tie_rule, count, to_type) over runs of _RUN values
     (of whole repeats where b holds a value per ``repeat`` of them), with tie_rule, count and to_type constants
-    of each loop. to_type: nothing is counted, the zero point (the
-    third last parameter) is 0 -- the caller folds it into the rounding's sum where it can -- and qmin and
-    qmax (the last two) are out's type range, a clamp of one saturating narrowing."""
+    of each loop. to_type: nothing is counted, the zero point (the third last parameter) is 0 -- the caller
+    folds it into the rounding's sum where it can -- and qmin and qmax (the last two) are out's type range, a
+    clamp of one saturating narrowing."""
     info = np.iinfo(out.dtype)
     to_type = not count and parameters[-3] == 0 and parameters[-2] == info.min and parameters[-1] == info.max
     repeat = out.size // b.size if b.size else 1
@@ -219,6 +218,8 @@ def mul_per_run(a, b, parameters, tie_rule, out):
     """mul where b holds one value for each run of out.size // b.size >= PER_RUN_BLOCK values of a (a value per
     channel, as a squeeze-excite scale), without a saturation count: b's difference taken once a run, and no
     copy of b repeated to a's size (a count per block of values would cost more than that copy)."""
+    if b.size and (out.size % b.size or out.size // b.size < PER_RUN_BLOCK):
+        raise ValueError("mul_per_run: out.size is not a multiple of at least PER_RUN_BLOCK of b.size")
     _specialised(_mul_per_run_loop, a, b, out, parameters, tie_rule, False)
 
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aipu.sim.golden import ELTWISE_OPS, concat, eltwise
+from aipu.sim.golden._lazy import kernels
 from aipu.sim.golden.eltwise import MAX_ALIGN
 from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_shift_right
 from aipu.sim.machine.arch import MULTIPLIER_MAX, SHIFT_MAX
@@ -144,6 +145,16 @@ def test_mul_by_a_value_per_run_equals_the_int64_form(runs, repeat, rounding):
             want, _ = eltwise_reference(a, b, "mul", 40000, 17, za, zb, zp, info.min if qmin is None else qmin,
                                         info.max if qmax is None else qmax, dtype, rounding)
             assert got.shape == want.shape and np.array_equal(got, want), (dtype, za)
+
+
+def test_mul_per_run_refuses_runs_shorter_than_its_block():
+    """Its last block moves back within the run: a shorter run would be written past, so it raises instead."""
+    module = kernels("_eltwise_kernels")
+    parameters = np.zeros(12, np.int32)
+    for size, values in ((30, 2), (32, 3)):     # runs of 15; 32 values not a multiple of 3
+        with pytest.raises(ValueError, match="mul_per_run"):
+            module.mul_per_run(np.zeros(size, np.int8), np.zeros(values, np.int8), parameters, 0,
+                               np.zeros(size, np.int8))
 
 
 def test_cached_checks_still_reject_what_equals_a_valid_argument():
