@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import ast
+import os
 import shutil
+import time
 from pathlib import Path
 
 from numba.core import config
@@ -26,6 +28,39 @@ def test_cache_directory_changes_when_any_njit_source_changes(tmp_path):
         probe.__dict__.pop("cache_dir", None)
         seen.add(probe.cache_dir)
     assert len(seen) == 1 + len(copies)
+
+
+def test_stale_cache_directories_of_other_sources_are_removed(tmp_path):
+    """A directory of the same root's other sources (or of the unnamed form of earlier versions) goes once
+    nothing was written in it for STALE_SECONDS; recent ones, the current one and others' stay."""
+    root = tmp_path / "unit"
+    root.mkdir()
+    (root / "kernel.py").write_text("x = 1\n")
+    parent = tmp_path / "cache"
+    parent.mkdir()
+    probe = jit_cache.SourceKeyedJit(root, ("*.py",))
+    saved = config.CACHE_DIR
+    config.CACHE_DIR = str(parent)
+    try:
+        current = Path(probe.cache_dir)
+        probe.__dict__.pop("cache_dir")
+        old = time.time() - jit_cache.STALE_SECONDS - 60
+        names = {"stale": "numba-unit-0123456789abcdef", "unnamed": "numba-fedcba9876543210",
+                 "recent": "numba-unit-00000000000000aa", "written_lately": "numba-unit-00000000000000bb",
+                 "other_root": "numba-codec-0123456789abcdef", "not_a_cache": "numba-unit-notahash",
+                 "current": current.name}
+        for key, name in names.items():
+            (parent / name / "module").mkdir(parents=True)
+            (parent / name / "module" / "f.nbi").write_bytes(b"")
+            if key != "recent":
+                for path in (parent / name, parent / name / "module", parent / name / "module" / "f.nbi"):
+                    if not (key == "written_lately" and path.name == "f.nbi"):
+                        os.utime(path, (old, old))
+        assert probe.cache_dir == str(current)
+    finally:
+        config.CACHE_DIR = saved
+    assert sorted(path.name for path in parent.iterdir()) == sorted(
+        name for key, name in names.items() if key not in ("stale", "unnamed"))
 
 
 def _codec_imports(path: Path) -> set[Path]:
