@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
 import shutil
 import time
@@ -84,7 +85,7 @@ def _untouched_since(directory: Path, moment: float) -> bool:
     that cannot be told: it vanished, or is not a directory)."""
     try:
         return directory.is_dir() and all(path.stat().st_mtime < moment
-                                          for path in (directory, *directory.rglob("*")))
+                                          for path in itertools.chain((directory,), directory.rglob("*")))
     except OSError:
         return False
 
