@@ -48,7 +48,8 @@ _U = np.uint64
 _I32 = np.int32
 _RUN = 1 << 30              # values per run, so that a run's saturation count fits its int32 counter
 #: values mul_per_run computes at a time: a constant count, which LLVM makes whole vectors of with no remainder
-#: loop (runs of 196 values spent more time in their scalar remainders than in the vectors); no run is shorter
+#: loop (a plain loop per run of 196 values, with its scalar remainder, took 46 us on 672 runs against 38.5 for
+#: mul on a repeated copy; the blocks 31); no run is shorter
 PER_RUN_BLOCK = 16
 NO_TIE, TIE_TO_EVEN, TIE_AWAY_FROM_ZERO = 0, 1, 2      # what a rounding does on an exact half, after half up
 

@@ -197,7 +197,7 @@ def _copy_runs(source, source_start, source_step, target, target_start, target_s
 
 
 @jit
-def _conv(row, act, w, arranged, windowed, largest, acc, wrapped, any_wrapped):
+def _conv(row, act, weights, arranged, windowed, largest, acc, wrapped, any_wrapped):
     in_start, height, width, channels, in_type = row[1], row[2], row[3], row[4], row[5]
     x_zero_point, k = row[12], row[7]
     stride_h, stride_w, pad_top, pad_left = row[13], row[14], row[15], row[16]
@@ -207,12 +207,12 @@ def _conv(row, act, w, arranged, windowed, largest, acc, wrapped, any_wrapped):
     held, marks = acc[first:first + entries], wrapped[first:first + entries]
     # Without accumulate the sums go straight into ACC: conv_tile leaves its output alone when it refuses.
     sums = np.empty((oh, ow, k), np.int32) if accumulate else held.reshape((oh, ow, k))
-    weights = (w, arranged, windowed, largest)
+    operands = (weights, arranged, windowed, largest)
     if in_type == _INT8:
-        done = conv_tile(x.view(np.int8).reshape((height, width, channels)), x_zero_point, *weights, stride_h,
+        done = conv_tile(x.view(np.int8).reshape((height, width, channels)), x_zero_point, *operands, stride_h,
                          stride_w, pad_top, pad_left, dilation_h, dilation_w, sums)
     else:
-        done = conv_tile(x.reshape((height, width, channels)), x_zero_point, *weights, stride_h, stride_w, pad_top,
+        done = conv_tile(x.reshape((height, width, channels)), x_zero_point, *operands, stride_h, stride_w, pad_top,
                          pad_left, dilation_h, dilation_w, sums)
     if not done:
         return False

@@ -284,8 +284,8 @@ def requant_operands(acc, fields, scale, blocks, blocks_zero_point, float32_scal
 def _transpose(source, rows, columns, target):
     """target [columns, rows] = source [rows, columns] (flat, C order), in blocks of _BLOCK x _BLOCK that stay in
     cache (256 x 128 float32 weights: 95 -> 12 us against a row-by-row copy); bytes in target's order, which numba makes
-    vectors of (2-4x faster than blocks on 32 x 2304, 144 x 784, 784 x 144 and 256 x 196 bytes; on wider values
-    up to 2x slower). Unsigned indices: numba's wrap-around of negative ones costs more than the copy (a tile is a
+    vectors of (2-4x faster than blocks on 32 x 2304, 144 x 784, 784 x 144 and 256 x 196 bytes; on 32-bit values
+    faster on some shapes, 1.5-1.9x slower on others: 3136 x 64, 196 x 256, 12544 x 32). Unsigned indices: numba's wrap-around of negative ones costs more than the copy (a tile is a
     few thousand values)."""
     if rows == 1 or columns == 1:
         for e in range(_U(rows * columns)):
