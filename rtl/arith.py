@@ -65,6 +65,16 @@ def leading_zeros(value) -> Value:
     return Mux(high != 0, leading_zeros(high), len(high) + leading_zeros(low))
 
 
+def bit_length(m: Module, value, width: int) -> Signal:
+    """The bit length of the unsigned ``width``-bit ``value`` (0 for 0) as a combinational signal: the
+    position above its highest one, found by a priority chain from the lowest bit up."""
+    result = Signal(range(width + 1))
+    for bit in range(width):
+        with m.If(value[bit]):
+            m.d.comb += result.eq(bit + 1)
+    return result
+
+
 def net(m: Module, value, name: str) -> Signal:
     """``value`` as a combinational signal. A network that uses one expression several times refers to the
     signal: Amaranth walks an expression as a tree, once per use, so unnamed reuse grows exponentially."""

@@ -1,0 +1,15 @@
+"""The named parts WDEC (aipu.rtl.wdec) is built from, one Amaranth component per module.
+
+  fetcher    DRAM words of the stream into a FIFO, handed on one a cycle
+  window     the bit window: the next NEED_BITS stream bits, refilled a word a cycle; the padding check
+  engine     the arithmetic decoder of 10.4.3.3: one bin a cycle (context, bypass or stuffing)
+  contexts   the context RAM with update_ctx, fresh at every command
+  syntax     the command's sequence: bounds, engine start, header, CTU flags, leaves, stuffing, padding;
+             it holds the profile's parts:
+    elements   the header fields and the per-CTU flags the profile fixes
+    leaves     the CTUs of the tensor and each CU's leaves in Morton order
+    levels     the bins of one leaf's level (nzflag, sign, UEGk) to an int8 level
+    writer     a level's byte at [O][KH][KW][I] in WEIGHT
+
+interfaces.py holds the signatures they connect through and what they share.
+"""

@@ -1,0 +1,69 @@
+"""What WDEC's parts share: the signatures between them, the bin kinds and the widths they agree on."""
+from __future__ import annotations
+
+from amaranth.lib import enum
+from amaranth.lib.wiring import In, Out, Signature
+
+from aipu.codec.npu_profile import ZERO_RUN_BITS
+from aipu.codec.reference.elements import NUM_CONTEXTS, element_spec
+from aipu.codec.reference.engine import LG_PMPS_MAX, RANGE_BITS, TRACE_STUFFING
+from aipu.rtl.commands import command_layout
+from aipu.sim.machine.arch import HardwareConfig
+from aipu.sim.machine.isa import Opcode
+
+# The most bits one cycle consumes: a renormalisation past ZERO_RUN_BITS - 1 zeros plus 9 bits, then an LPS
+# reading one bit and shifting by up to 9.
+NEED_BITS = (ZERO_RUN_BITS - 1 + RANGE_BITS) + 1 + RANGE_BITS
+LG_BITS = LG_PMPS_MAX.bit_length()
+
+
+class BinKind(enum.Enum, shape=2):
+    """How the engine decodes a bin: in a context (updated after), bypass or the stuffing bin (neither)."""
+    CONTEXT = 0
+    BYPASS = 1
+    STUFFING = 2
+
+
+def command_field(config: HardwareConfig, name: str):
+    """The shape of a WDEC command field (the parts take the fields they use as ports of that shape)."""
+    return command_layout(config, Opcode.WDEC)[name].shape
+
+
+def stream_span(config: HardwareConfig) -> Signature:
+    """From the syntax walk to the fetcher and the bit window: ``begin`` pulses when a command's stream is to
+    be read; ``dram_addr`` and ``length`` are the command's, held for the whole command."""
+    return Signature({"begin": Out(1), "dram_addr": Out(command_field(config, "dram_addr")),
+                      "length": Out(command_field(config, "length"))})
+
+
+# From the bit window to the engine: the next NEED_BITS stream bits MSB first (zero past the stream's end),
+# how many of them the stream still has (``avail``), whether the window holds all it may need (``ready``),
+# and the bits the engine takes this cycle (``consume``).
+BIT_WINDOW = Signature({"bits": Out(NEED_BITS), "avail": Out(range(NEED_BITS + 1)), "ready": Out(1),
+                        "consume": In(range(NEED_BITS + 1))})
+
+# From the syntax walk to the bit window: ``check`` asks whether the stream ends here (zero padding to the
+# next byte, then the stream's last byte); ``ended`` says it does (the padding is consumed), ``malformed``
+# that it does not. Both wait for the window to be ready.
+STREAM_END = Signature({"check": Out(1), "ended": In(1), "malformed": In(1)})
+
+# From the syntax walk to the engine: ``start`` the engine (its first 9 bits; ``started`` answers), or
+# ``decode`` a bin of ``kind`` in ``context``; ``decoded`` says the engine did, with ``bin``. ``overrun``: the
+# stream ends before the bits this cycle needs.
+BIN_REQUEST = Signature({"start": Out(1), "decode": Out(1), "kind": Out(BinKind), "context": Out(range(NUM_CONTEXTS)),
+                         "started": In(1), "decoded": In(1), "bin": In(1), "overrun": In(1)})
+
+# From the engine to the context memory: the state (mps, lgPmps) of context ``index``, and its ``update``
+# with the decoded ``bin`` at the end of the cycle.
+CONTEXT_PORT = Signature({"index": Out(range(NUM_CONTEXTS)), "mps": In(1), "lg": In(LG_BITS), "update": Out(1),
+                          "bin": Out(1)})
+
+# The bin decoded this cycle as the software trace's pair (ctxIdx, bin); ctxIdx -1 bypass, -2 stuffing.
+BIN_TRACE = Signature({"valid": Out(1), "context": Out(range(TRACE_STUFFING, NUM_CONTEXTS)), "bin": Out(1)})
+
+
+def context_index(name: str, rule: str) -> int:
+    """ctxIdxStart of ``name``, whose ctxIdxInc the hardware implements as ``rule`` (checked against the table)."""
+    spec = element_spec(name)
+    assert spec.inc_rule == rule, f"{name}: the hardware implements ctxIdxInc {rule}, the table says {spec.inc_rule}"
+    return spec.ctx_start
