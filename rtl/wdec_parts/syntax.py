@@ -1,0 +1,141 @@
+"""WDEC's syntax walk: one command from its bounds check to its padding, through the npu profile's syntax."""
+from __future__ import annotations
+
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from aipu.rtl.commands import command_layout
+from aipu.rtl.ports import write_port
+from aipu.rtl.wdec_parts.elements import SHAPE_FIELDS, CtuFlags, HeaderFields
+from aipu.rtl.wdec_parts.interfaces import BIN_REQUEST, STREAM_END, BinKind, stream_span
+from aipu.rtl.wdec_parts.leaves import LeafWalk
+from aipu.rtl.wdec_parts.levels import LevelDecoder
+from aipu.rtl.wdec_parts.writer import LevelWriter
+from aipu.sim.machine.arch import Buffer, HardwareConfig
+from aipu.sim.machine.isa import Opcode
+
+
+class SyntaxWalk(wiring.Component):
+    """The command's sequence, one state per stretch of the stream:
+
+      CHECK     the tensor within WEIGHT and the stream within the DRAM address space; the stream begins
+      PRIME     the engine's first 9 bits
+      HEADER    the header fields (bypass bins)
+      CTU       the CTU's flags (context bins)
+      LEAF      the CU's leaves: each leaf's level, written as it completes, Morton candidates outside
+                the CU skipped; the end-of-CTU bypass bin when the walk ends (last CTU: STUFFING)
+      STUFFING  the stuffing bin, then PADDING: the zero padding ends the stream
+
+    and the parts it holds for them: the header fields and CTU flags, the leaf walk, the level decoder and
+    the level writer. Any fault stops the command with ``fault`` naming it (an index into ``error_names``).
+
+    Signature: ``command`` (In: the WDEC command), ``start`` (In), ``done``, ``fault``, ``fault_field`` (Out,
+    per UnitComponent.elaborate_engine), ``span`` (Out: to the fetcher and the bit window), ``end`` (Out: the
+    window's padding check), ``bins`` (Out: the engine's requests), ``weight_write`` (the WEIGHT port).
+    """
+
+    def __init__(self, config: HardwareConfig, error_names: tuple[str, ...]):
+        self.config = config
+        self.error_names = error_names
+        super().__init__({"command": In(command_layout(config, Opcode.WDEC)), "start": In(1), "done": Out(1),
+                          "fault": Out(1), "fault_field": Out(range(len(error_names))),
+                          "span": Out(stream_span(config)), "end": Out(STREAM_END), "bins": Out(BIN_REQUEST),
+                          "weight_write": Out(write_port(config, Buffer.WEIGHT))})
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        config, cmd, bins = self.config, self.command, self.bins
+        m.submodules.header = header = HeaderFields(config, self.error_names)
+        m.submodules.flags = flags = CtuFlags()
+        m.submodules.leaves = leaves = LeafWalk(config)
+        m.submodules.levels = levels = LevelDecoder()
+        m.submodules.writer = writer = LevelWriter(config)
+        connect(m, flipped(self.weight_write), writer.weight_write)
+        m.d.comb += [self.span.dram_addr.eq(cmd.dram_addr), self.span.length.eq(cmd.length),
+                     header.begin.eq(self.span.begin), leaves.begin.eq(self.span.begin),
+                     header.bin.eq(bins.bin), flags.bin.eq(bins.bin), levels.bin.eq(bins.bin),
+                     leaves.ctu_size_idx.eq(header.ctu_size_idx), flags.split_coded.eq(leaves.split_coded),
+                     writer.level.eq(levels.level), writer.taps.eq(leaves.taps), writer.wgt_addr.eq(cmd.wgt_addr),
+                     writer.in_c.eq(cmd.in_c), writer.kernel.eq(leaves.kernel), writer.tap.eq(leaves.tap),
+                     writer.channel.eq(leaves.channel)]
+        m.d.comb += [getattr(part, name).eq(getattr(cmd, name)) for name in SHAPE_FIELDS.values()
+                     for part in (header, leaves)]
+
+        def fail(field):
+            """Stop the command on ``field`` (an error name, or a value holding an index of one)."""
+            index = self.error_names.index(field) if isinstance(field, str) else field
+            m.d.comb += [self.fault.eq(1), self.fault_field.eq(index)]
+            m.next = "IDLE"
+
+        def decode(kind, context=0):
+            """Ask the engine for a bin this cycle; returns whether it decoded one (on ``bins.bin``)."""
+            m.d.comb += [bins.decode.eq(1), bins.kind.eq(kind), bins.context.eq(context)]
+            with m.If(bins.overrun):
+                fail("stream")
+            return bins.decoded
+
+        with m.FSM(name="wdec"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                with m.If(cmd.wgt_addr + cmd.out_c * cmd.in_c * leaves.taps > config.buffer(Buffer.WEIGHT).bytes):
+                    fail("wgt_addr")
+                with m.Elif(cmd.dram_addr + cmd.length > (1 << config.dram.address_bits)):
+                    fail("dram_addr")
+                with m.Else():
+                    m.d.comb += self.span.begin.eq(1)
+                    m.next = "PRIME"
+            with m.State("PRIME"):
+                m.d.comb += bins.start.eq(1)
+                with m.If(bins.overrun):
+                    fail("stream")
+                with m.Elif(bins.started):
+                    m.next = "HEADER"
+            with m.State("HEADER"):
+                m.d.comb += header.decoded.eq(decode(BinKind.BYPASS))
+                with m.If(header.fault):
+                    fail(header.fault_field)
+                with m.Elif(header.complete):
+                    m.d.comb += flags.begin.eq(1)
+                    m.next = "CTU"
+            with m.State("CTU"):
+                m.d.comb += flags.decoded.eq(decode(BinKind.CONTEXT, flags.context))
+                with m.If(flags.mismatch):
+                    fail("profile")
+                with m.Elif(flags.complete):
+                    m.d.comb += [leaves.first_leaf.eq(1), levels.cu_start.eq(1)]
+                    m.next = "LEAF"
+            with m.State("LEAF"):
+                with m.If(leaves.cu_end):
+                    with m.If(decode(BinKind.BYPASS)):
+                        with m.If(bins.bin != leaves.last_ctu):
+                            fail("stream")
+                        with m.Elif(leaves.last_ctu):
+                            m.next = "STUFFING"
+                        with m.Else():
+                            m.d.comb += [leaves.next_ctu.eq(1), flags.begin.eq(1)]
+                            m.next = "CTU"
+                with m.Elif(leaves.outside):
+                    m.d.comb += leaves.skip.eq(1)
+                with m.Else():
+                    m.d.comb += levels.decoded.eq(decode(BinKind.CONTEXT, levels.context))
+                    with m.If(levels.too_large):
+                        fail("levels")
+                    with m.Elif(levels.complete):
+                        m.d.comb += [writer.valid.eq(1), leaves.next_leaf.eq(1)]
+            with m.State("STUFFING"):
+                with m.If(decode(BinKind.STUFFING)):
+                    with m.If(~bins.bin):
+                        fail("stream")
+                    with m.Else():
+                        m.next = "PADDING"
+            with m.State("PADDING"):
+                m.d.comb += self.end.check.eq(1)
+                with m.If(self.end.malformed):
+                    fail("stream")
+                with m.Elif(self.end.ended):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+        return m
