@@ -5,9 +5,9 @@ d = value - zero_point (signed 9 bit).
 * add/sub/max/min: each input has its own (M_i, N_i) approximating s_i / s_out. With N = max(N_a, N_b)
   both terms are aligned exactly, t_i = d_i * M_i * 2**(N - N_i), combined (t_a + t_b, t_a - t_b,
   max, min) in ELTWISE_SUM_BITS, then rounded once: round(. / 2**N) + zp_out, clamped.
-  This is seed 003 L1063-1065 (M' = M_2 M_3 2**(N1-N2), M'' = M_1 M_3, N' = N_1 + N_3) with the
+  This is the Zhouyi whitepaper's §4.24 (M' = M_2 M_3 2**(N1-N2), M'' = M_1 M_3, N' = N_1 + N_3) with the
   compiler multiplying the factors out offline, and only one rounding.
-* mul: round(d_a * d_b * M / 2**N) + zp_out with M / 2**N ~ s_a s_b / s_out (S003 L392-396).
+* mul: round(d_a * d_b * M / 2**N) + zp_out with M / 2**N ~ s_a s_b / s_out (Zhouyi whitepaper §3.3.2.1).
 The arithmetic runs in numba kernels with 32-bit lanes (sim/golden/_eltwise_kernels.py).
 """
 from __future__ import annotations
@@ -257,7 +257,7 @@ def concat(inputs, *, axis: int = 1, zero_points, multipliers, shifts, out_zero_
            out_dtype=np.int8, rounding: str = "half_up") -> np.ndarray:
     """Concatenate after requantizing each input: round((x_i - zp_i) * M_i / 2**N_i) + zp_out.
 
-    M_i = 1, N_i = 0 and zp_i = zp_out is an exact copy (S003 L719-756's unified-scale trick).
+    M_i = 1, N_i = 0 and zp_i = zp_out is an exact copy (the unified-scale trick of Zhouyi whitepaper §4.12).
     """
     inputs = list(inputs)
     if not inputs:
