@@ -137,7 +137,7 @@ def split_pairs(typingctx, x, source, buf, even, odd, zero_point, count):
 
     One vector load, conversion, subtraction, two lane shuffles and two stores: a stride-2 depthwise layer's
     phase rows are 14 or 28 floats long, where numba's loop over the pairs ran LLVM's 4-wide shuffles and
-    every other shape of loop tried was slower (docs/performance.md, sessions 27-29). x: 1-D C-contiguous
+    every other shape of loop tried was slower (docs/performance.md). x: 1-D C-contiguous
     int8 or uint8; buf: 1-D C-contiguous float32.
     """
     if not (_flat(x, _BYTES) and _flat(buf, (types.float32,))):
