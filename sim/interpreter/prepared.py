@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aipu.sim.interpreter.run_loop import REQUANT, ROW_WIDTH, run_rows
-from aipu.sim.interpreter.preparer import Preparer, Step
+from aipu.sim.interpreter.preparer import Preparer, Step, named_errors
 from aipu.sim.interpreter.results import Result, Stats
 from aipu.sim.interpreter.state import RunState
 from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.isa import Unit
-from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from aipu.sim.machine.ordering import schedule
@@ -70,21 +69,11 @@ class PreparedProgram:
                 position = plan.run(position, state)      # the run's end, or the command it stopped at
                 if position == end:
                     continue
-            _execute(steps[position], state)
+            step = steps[position]
+            if step.execute is not None:      # a command's Python step, its errors named after the command
+                named_errors(step.where, step.execute, state)
             position += 1
         return Result(memory, stats, list(order), list(plan.writes))
-
-
-def _execute(step: Step, state: RunState) -> None:
-    """A command's Python step, its errors named after the command."""
-    if step.execute is None:
-        return
-    try:
-        step.execute(state)
-    except ExecutionError:
-        raise
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise ExecutionError(f"{step.where}: {exc}") from exc
 
 
 class _LoopPlan:

@@ -32,6 +32,17 @@ class Step:
     row: np.ndarray | None = None                # the same data work as a row of the compiled run loop
 
 
+def named_errors(where: str, function: Callable, *arguments):
+    """``function(*arguments)``; a ValueError, TypeError or OverflowError it raises is raised again as an
+    ExecutionError that names the command ``where``."""
+    try:
+        return function(*arguments)
+    except ExecutionError:
+        raise
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ExecutionError(f"{where}: {exc}") from exc
+
+
 class Preparer:
     """Turns each command into a :class:`Step`, once per program: every check that does not depend on the data
     (field combinations, bounds, store patterns, races between accesses), and the counts the run reports
@@ -55,12 +66,7 @@ class Preparer:
         self.unit, self.index, self.clock, self.writes, self.traffic, self.row = unit, index, clock, [], [], None
         self.label = f"{unit.name}[{index}]"
         self.where = f"{self.label} {command.opcode.name}"
-        try:
-            execute = HANDLERS[command.opcode](self, command)
-        except ExecutionError:
-            raise
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise ExecutionError(f"{self.where}: {exc}") from exc
+        execute = named_errors(self.where, HANDLERS[command.opcode], self, command)
         self.stats.commands[unit.name] += 1
         return Step(unit, index, self.where, execute, tuple(self.writes), tuple(self.traffic), self.row)
 

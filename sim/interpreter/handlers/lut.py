@@ -65,14 +65,10 @@ def softmax(preparer: Preparer, cmd: Command):
     if cmd.src_buf == Buffer.OUT and x[1] < out[2] and out[1] < x[2]:    # a row is read whole before written
         raise ExecutionError(f"{preparer.where}: field dst_addr = {cmd.dst_addr:#x} overlaps the source at "
                              f"{cmd.src_addr:#x}")
-    where = preparer.where
     stage = dict(multiplier=cmd.multiplier, shift=cmd.shift, out_zero_point=cmd.out_zero_point, qmin=cmd.qmin,
                  qmax=cmd.qmax, out_dtype=out_dtype)
     golden.softmax(np.zeros((1, 1), in_dtype), np.ones(LUT8_ENTRIES, SOFTMAX_TABLE_DTYPE), **stage)  # the fields
 
-    def execute(state: RunState) -> None:
-        try:
-            view(state, out)[...] = golden.softmax(view(state, x), view(state, table), **stage)
-        except ValueError as exc:        # the table's entries are data: checked when the command runs
-            raise ExecutionError(f"{where}: {exc}") from exc
+    def execute(state: RunState) -> None:     # the table's entries are data: golden checks them as the command runs
+        view(state, out)[...] = golden.softmax(view(state, x), view(state, table), **stage)
     return execute
