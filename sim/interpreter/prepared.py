@@ -45,9 +45,7 @@ class PreparedProgram:
         any ready unit (a legal reordering). ``compiled``: run consecutive LOAD/STORE/CONV/REQUANT commands in the
         compiled loop (run_loop.py); False runs every command's Python step, the straightforward form the tests
         compare it with."""
-        if memory.config != self.config:
-            raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
-                             f"the program for {self.config.config_hash()}")
+        _check_config(memory, self.config)
         if memory.dram.size != self.dram_bytes:
             raise ValueError(f"memory image has {memory.dram.size} bytes of DRAM, the program was prepared for "
                              f"{self.dram_bytes}")
@@ -74,6 +72,13 @@ class PreparedProgram:
                 named_errors(step.where, step.execute, state)
             position += 1
         return Result(memory, stats, list(order), list(plan.writes))
+
+
+def _check_config(memory: Memory, config: HardwareConfig) -> None:
+    """Refuse a memory image made for another hardware configuration than the program's."""
+    if memory.config != config:
+        raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
+                         f"the program for {config.config_hash()}")
 
 
 class _LoopPlan:
@@ -134,8 +139,6 @@ def run(program: Program | PreparedProgram, memory: Memory, *, seed: int | None 
     seed None: whenever several units are ready, the lowest-numbered unit runs (a fixed schedule);
     otherwise a ``random.Random(seed)`` picks any ready unit (a legal reordering)."""
     if isinstance(program, Program):
-        if memory.config != program.config:
-            raise ValueError(f"memory image is for config {memory.config.config_hash()}, "
-                             f"the program for {program.config.config_hash()}")
+        _check_config(memory, program.config)
         program = prepare(program, memory.dram.size, check_hazards=check_hazards)
     return program.run(memory, seed=seed, in_place=in_place)
