@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.compiler.tiling import TENSOR_DTYPES, ConvLayer
+from aipu.compiler.lowering.conv_layer import TENSOR_DTYPES, ConvLayer
 from aipu.sim.machine.arch import (BIAS_DTYPE, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN,
                                 LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, MULTIPLIER_BITS, SHIFT_MAX, DType)
 from aipu.sim.machine.isa import LutMode, Rounding
