@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aipu.compiler.sample_layers import random_layer
+from aipu.app.sample_layers import random_layer
 from aipu.compiler.lowering.conv_layer import ConvLayer
 from aipu.compiler.lowering.conv_layers import lower_conv_layer, lower_conv_layers
 from aipu.compiler.lowering.conv_plan import plan_tiles

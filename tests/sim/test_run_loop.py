@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aipu.compiler.sample_layers import random_layer
+from aipu.app.sample_layers import random_layer
 from aipu.compiler.lowering.conv_layers import lower_conv_layer, lower_conv_layers
 from aipu.sim.interpreter import run_loop, tiles
 from aipu.sim.interpreter import ExecutionError, prepare

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aipu.compiler.sample_layers import random_layer
+from aipu.app.sample_layers import random_layer
 from aipu.compiler.lowering.conv_layers import lower_conv_layer
 from aipu.sim.cosim.result import RtlResult, first_mismatch
 from aipu.sim.interpreter import run as interpret
