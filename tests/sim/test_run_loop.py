@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aipu.compiler.sample_layers import random_layer
-from aipu.compiler.tiling import lower_conv_layer, lower_conv_layers
+from aipu.app.sample_layers import random_layer
+from aipu.compiler.lowering.conv_layers import lower_conv_layer, lower_conv_layers
 from aipu.sim.interpreter import run_loop, tiles
 from aipu.sim.interpreter import ExecutionError, prepare
 from aipu.sim.machine.arch import DEFAULT, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
