@@ -82,8 +82,8 @@ Matmul / fully connected is CONV with a 1x1 kernel.
 Operands enter as `value - zero_point` (signed {MAC_OPERAND_BITS} bit) and products accumulate in int{ACC_BITS}; the
 arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arithmetic.md).
 
-**Typical layer.** `compiler/tiling.py` lowers conv + requant: LOAD params, weights and an input row
-tile (padded) -> CONV (input-channel chunks accumulate) -> REQUANT -> STORE, with every buffer split in
+**Typical layer.** `compiler/lowering/` (`conv_plan.py`, `conv_emit.py`) lowers conv + requant: LOAD
+params, weights and an input row tile (padded) -> CONV (input-channel chunks accumulate) -> REQUANT -> STORE, with every buffer split in
 two halves (double buffering) and the token pattern LOAD->CONV, CONV->LOAD (half free), CONV->REQUANT,
 REQUANT->CONV, LOAD->REQUANT (params), REQUANT->LOAD, REQUANT->STORE, STORE->REQUANT (with a LUT:
 REQUANT->LUT->STORE). A token is pushed only if a later command pops it. Consecutive layers are
