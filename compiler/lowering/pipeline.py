@@ -17,8 +17,8 @@ item (a tile, a CONV step, a k-tile's parameter records); item j uses half j % 2
 * Between operators (``Link``) the first LOAD pops and the last STORE pushes a STORE -> LOAD token: all of
   the previous operator (its DRAM writes and buffer uses) happens before anything of this one.
 
-A command is appended with its pops and receives each push when the command that pops it is appended: a
-token is pushed only when a later command pops it, so the operator ends with every token queue empty.
+A command arrives with its pops and receives each push when the command that pops it arrives: a token is
+pushed only when a later command pops it, so the operator ends with every token queue empty.
 """
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ class Ring:
 
     def __init__(self, pipeline: Pipeline, units: tuple[Unit, ...]) -> None:
         self.pipeline, self.units = pipeline, units
-        self._latest: dict[Unit, tuple[int, int]] = {}     # unit -> (item, queue index) of its latest command
-        self._reader: dict[int, int] = {}                  # half -> queue index of its last reader's command
+        self._latest: dict[Unit, tuple[int, int]] = {}     # unit -> (item, command) of its latest command
+        self._reader: dict[int, int] = {}                  # half -> its last reader's latest command
 
     def pops(self, unit: Unit, item: int) -> set[Unit]:
         """The tokens ``unit``'s next command on ``item`` pops; pushes them on the commands that owe them."""
@@ -68,63 +68,71 @@ class Ring:
             reader = self._reader.pop(item % 2, None)
             if reader is None:
                 return set()
-            self.pipeline.push(self.units[-1], reader, unit)
+            self.pipeline.push(reader, unit)
             return {self.units[-1]}
         before = self.units[position - 1]
         written = self._latest.get(before)
         if written is None or written[0] != item:
             return set()
-        self.pipeline.push(before, written[1], unit)
+        self.pipeline.push(written[1], unit)
         return {before}
 
-    def record(self, unit: Unit, item: int, index: int) -> None:
-        self._latest[unit] = (item, index)
+    def record(self, unit: Unit, item: int, command: int) -> None:
+        self._latest[unit] = (item, command)
         if unit == self.units[-1]:
-            self._reader[item % 2] = index
+            self._reader[item % 2] = command
 
 
 class Pipeline:
-    """Appends one operator's commands to ``program`` with their tokens (module docstring); :meth:`close` at
-    the end."""
+    """One operator's commands with their tokens (module docstring), held until :meth:`close` appends them
+    to ``program``: a push is added to a held command when the command that pops it arrives."""
 
     def __init__(self, program: Program, link: Link, after_first_load: Iterable[Unit] = ()) -> None:
         self.program, self.link = program, link
         self.after_first_load = frozenset(after_first_load)
-        self.first_load = len(program.queues[Unit.LOAD])
-        self._started: set[Unit] = set()
+        self._commands: list[tuple[Opcode, dict, set[Unit], set[Unit]]] = []    # opcode, fields, pop, push
+        self._first: dict[Unit, int] = {}           # unit -> its first command
+        self._last_store: int | None = None
 
     def ring(self, *units: Unit) -> Ring:
         return Ring(self, units)
 
     def append(self, opcode: Opcode, fields: dict, *uses: tuple[Ring, int]) -> None:
-        """Append a command of ``fields``; ``uses``: the (ring, item) pairs it works on."""
+        """Add a command of ``fields``; ``uses``: the (ring, item) pairs it works on."""
         unit = COMMANDS[opcode].unit
         pop = set()
         for ring, item in uses:
             pop |= ring.pops(unit, item)
-        if unit == Unit.LOAD and unit not in self._started and self.link.after_previous:
-            pop.add(Unit.STORE)
-        if unit in self.after_first_load and unit not in self._started and Unit.LOAD not in pop:
-            if len(self.program.queues[Unit.LOAD]) == self.first_load:
-                raise ValueError(f"{unit.name} waits for the operator's first LOAD, which has not been appended")
-            self.push(Unit.LOAD, self.first_load, unit)
-            pop.add(Unit.LOAD)
-        self._started.add(unit)
-        queue = self.program.queues[unit]
+        command = len(self._commands)
+        if unit not in self._first:
+            if unit == Unit.LOAD and self.link.after_previous:
+                pop.add(Unit.STORE)
+            if unit in self.after_first_load and Unit.LOAD not in pop:
+                if Unit.LOAD not in self._first:
+                    raise ValueError(f"{unit.name} waits for the operator's first LOAD, which has not been added")
+                self.push(self._first[Unit.LOAD], unit)
+                pop.add(Unit.LOAD)
+            self._first[unit] = command
+        if unit == Unit.STORE:
+            self._last_store = command
         for ring, item in uses:
-            ring.record(unit, item, len(queue))
-        self.program.append(Command.make(opcode, pop=pop, **fields))
+            ring.record(unit, item, command)
+        self._commands.append((opcode, fields, pop, set()))
 
-    def push(self, unit: Unit, index: int, to: Unit) -> None:
-        """Command ``index`` of ``unit``'s queue also pushes a token to ``to``."""
-        queue = self.program.queues[unit]
-        command = queue[index]
-        queue[index] = Command(command.opcode, command.args, command.pop, command.push | {to})
+    def push(self, command: int, to: Unit) -> None:
+        """Held command ``command`` also pushes a token to ``to``."""
+        self._commands[command][3].add(to)
 
     def close(self) -> None:
-        """The last STORE pushes the token the next operator's first LOAD pops (``link.before_next``)."""
+        """Append the commands; the last STORE pushes the token the next operator's first LOAD pops
+        (``link.before_next``)."""
         if self.link.before_next:
-            self.push(Unit.STORE, len(self.program.queues[Unit.STORE]) - 1, Unit.LOAD)
+            if self._last_store is None:
+                raise ValueError("an operator joined to the next one needs a STORE")
+            self.push(self._last_store, Unit.LOAD)
+        for opcode, fields, pop, push in self._commands:
+            self.program.append(Command.make(opcode, pop=pop, push=push, **fields))
+        self._commands = []
 
 
 @dataclass
