@@ -10,13 +10,10 @@ Three parts:
             order with the UEGk de-binariser, and the write of each level at its [O][KH][KW][I] byte
 
 Every bin the engine decodes is visible on ``debug_bin_valid`` / ``debug_bin_ctx`` / ``debug_bin`` (the
-software trace's (ctxIdx, bin), -1 bypass, -2 stuffing), so tests compare the hardware bin by bin.
+software trace's (ctxIdx, bin), -1 bypass, -2 stuffing), so tests compare the hardware bin by bin. NEED_BITS
+and the cycles a command takes are ``aipu.sim.timing.wdec``.
 """
 from __future__ import annotations
-
-import hashlib
-import math
-from typing import NamedTuple
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib.fifo import SyncFIFO
@@ -24,21 +21,17 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
 from aipu.codec.npu_profile import (PROFILE_CTU_FLAGS, PROFILE_CU_FLAGS, PROFILE_HEADER, PROFILE_SPLIT_FLAG,
-                                    SPLIT_FLAG_MIN_CU, ZERO_RUN_BITS, decode_profile_compiled)
+                                    SPLIT_FLAG_MIN_CU, ZERO_RUN_BITS)
 from aipu.codec.reference.elements import NUM_CONTEXTS, element_spec
 from aipu.codec.reference.engine import (BOUND_S, BYPASS_LG_PMPS, LG_PMPS_INIT, LG_PMPS_MAX, LPS_INCREMENT,
                                          RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS, TRACE_STUFFING)
-from aipu.codec.errors import CodecError
 from aipu.codec.reference.geometry import CTU_SIZES
-from aipu.rtl.ports import DramPhases, dram_read_port, word_bytes, write_port
+from aipu.rtl.ports import dram_read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import Buffer, HardwareConfig
-from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.isa import KERNEL_BITS, Opcode, Unit
+from aipu.sim.timing.wdec import NEED_BITS
 
-# The most bits one cycle consumes: a renormalisation past ZERO_RUN_BITS - 1 zeros plus 9 bits, then an LPS
-# reading one bit and shifting by up to 9.
-NEED_BITS = (ZERO_RUN_BITS - 1 + RANGE_BITS) + 1 + RANGE_BITS
 UEGK_PREFIX = element_spec("uni_abs_q").c_max          # 16 context-coded unary bins before Exp-Golomb
 INT8_MAGNITUDE = 128
 MAX_EG_ONES = (INT8_MAGNITUDE - UEGK_PREFIX + 1).bit_length()   # this many Exp-Golomb ones: above int8 for sure
@@ -484,65 +477,3 @@ class Wdec(UnitComponent):
                     with m.Else():
                         m.d.comb += [consume.eq(pad), done.eq(1)]
                         m.next = "IDLE"
-
-
-def command_cycles(config: HardwareConfig, command, stream: bytes) -> int:
-    """Cycles of a WDEC command on a profile stream that decodes (docs/rtl-wdec.md): the check, the wait for
-    the first bits, the 9-bit engine start, one cycle per bin, per Morton candidate outside a CU and per
-    ZERO_RUN_BITS of a long zero run, and the padding check."""
-    return dram_phases(config, command, stream).cycles
-
-
-def dram_phases(config: HardwareConfig, command, stream: bytes) -> DramPhases:
-    """WDEC's cycles around its DRAM transfer: from the first word to the last bin the stream's words are
-    read at the pace the engine uses them (at most one a cycle); the check and the read latency come before,
-    the padding check after. A stream that does not decode has no timing: the RTL stops on it with an error."""
-    try:
-        decoded = decoded_profile(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
-    except CodecError as error:
-        raise ExecutionError(f"the weight stream at dram_addr = {command.dram_addr:#x} ({command.length} bytes) does "
-                             f"not decode in the npu profile: {error}") from None
-    first = first_bits_cycles(config, command.dram_addr, command.length) - config.dram.latency_cycles
-    bins = -(-decoded.bins // config.wdec.bins_per_cycle)      # the RTL: one a cycle
-    transfer = first + bins + decoded.morton_skips + decoded.zero_run_cycles
-    words = _stream_words(config, command.dram_addr, command.length)
-    return DramPhases(1 + config.dram.latency_cycles, transfer, min(words, transfer), 1)
-
-
-class StreamCounts(NamedTuple):
-    bins: int
-    morton_skips: int
-    zero_run_cycles: int
-
-
-def decoded_profile(stream: bytes, shape: tuple[int, int, int, int]) -> StreamCounts:
-    """The profile decoder's counts of one stream, remembered by the stream's digest (a report asks for the
-    cycles and the bins of the same streams; the decoded levels are not kept)."""
-    key = (hashlib.blake2b(stream, digest_size=16).digest(), tuple(shape))
-    counts = _STREAM_COUNTS.get(key)
-    if counts is None:
-        if len(_STREAM_COUNTS) >= _STREAM_COUNTS_KEPT:
-            _STREAM_COUNTS.clear()
-        decoded = decode_profile_compiled(stream, shape)
-        counts = _STREAM_COUNTS[key] = StreamCounts(decoded.bins, decoded.morton_skips, decoded.zero_run_cycles)
-    return counts
-
-
-_STREAM_COUNTS: dict[tuple[bytes, tuple], StreamCounts] = {}
-_STREAM_COUNTS_KEPT = 1 << 16
-
-
-def _stream_words(config: HardwareConfig, dram_addr: int, length: int) -> int:
-    """DRAM words that hold the stream's bytes."""
-    nbytes = config.dram.bytes_per_cycle
-    return (dram_addr + length - 1) // nbytes - dram_addr // nbytes + 1
-
-
-def first_bits_cycles(config: HardwareConfig, dram_addr: int, length: int) -> int:
-    """Cycles from the first DRAM request to the 9-bit engine start, which waits until the window holds
-    NEED_BITS (or the whole stream): the read latency, one cycle each into the FIFO and into the window, one
-    per word it takes (words arrive one a cycle) and the start itself."""
-    nbytes = config.dram.bytes_per_cycle
-    needed = math.ceil((8 * (dram_addr % nbytes) + NEED_BITS) / (8 * nbytes))
-    words = min(_stream_words(config, dram_addr, length), needed)
-    return config.dram.latency_cycles + 2 + words

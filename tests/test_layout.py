@@ -1,7 +1,8 @@
 """The layout holds: one `aipu` namespace, and imports that point only down the data flow (docs/architecture.md).
 
-Floors, bottom up: the specification; the golden model and the codec; the compiler, the interpreter and the
-RTL (siblings: none imports another); the co-simulation and the cycle model; the application. A module imports only its own room or a lower floor.
+Floors, bottom up: the specification; the golden model and the codec; the cycle formulas (no Amaranth); the
+compiler, the interpreter and the RTL (siblings: none imports another); the co-simulation and the cycle model;
+the application. A module imports only its own room or a lower floor.
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ FOLDERS = {"app": "aipu.app", "codec": "aipu.codec", "compiler": "aipu.compiler"
 FLOORS = {
     "aipu.sim.machine": 0,
     "aipu.sim.golden": 1, "aipu.codec": 1,
-    "aipu.compiler": 2, "aipu.sim.interpreter": 2, "aipu.rtl": 2,
-    "aipu.sim.cosim": 3, "aipu.sim.cycle": 3,
-    "aipu.app": 4,
+    "aipu.sim.timing": 2,
+    "aipu.compiler": 3, "aipu.sim.interpreter": 3, "aipu.rtl": 3,
+    "aipu.sim.cosim": 4, "aipu.sim.cycle": 4,
+    "aipu.app": 5,
 }
 NAMESPACE_ROOT = {"aipu.sim"}      # package __init__ files above the rooms: docstrings only, no imports
 
