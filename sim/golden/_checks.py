@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 
 from aipu.sim.machine.arch import DTYPE_NUMPY
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 
 #: Activation / weight storage types the NPU reads and writes (arch.DType).
 QUANT_DTYPES = tuple(DTYPE_NUMPY.values())
@@ -107,7 +107,7 @@ def check_int_param(name: str, value, lo: int, hi: int, channels: int | None) ->
 
 def first_outside(values: np.ndarray, lo, hi) -> int:
     """The flat index of the first of ``values`` (1-D) not within [lo, hi] (NaN is not), or -1."""
-    return int(kernels("_check_kernels").first_outside(values, lo, hi))
+    return int(kernels("checks").first_outside(values, lo, hi))
 
 
 _PLAIN_TYPES = frozenset({int, type(None)})

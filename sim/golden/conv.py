@@ -34,7 +34,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from aipu.sim.machine.arch import ACC_BITS, ACC_DTYPE, MAC_OPERAND_MAX, bit_range
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import (BYTE_DTYPES, check_array, check_int, check_int_param, check_int_tuple,
                                      dtype_range, plain_scalars)
 
@@ -251,7 +251,7 @@ def _windows(xs: np.ndarray, geometry: ConvGeometry, axes: tuple[int, int]) -> n
 
 def takes_channels_last(groups: int, group_c: int) -> bool:
     """Whether a grouped conv on channels-last operands takes the channels-last kernel
-    (_channels_last_conv.grouped_channels_last) rather than transposes around the NCHW tap kernel: every
+    (fast.channels_last_conv.grouped_channels_last) rather than transposes around the NCHW tap kernel: every
     depthwise-like conv (one input channel per group), and several channels per group from
     _CHANNELS_LAST_MIN_GROUPS groups on. Its vector loops run over the groups: with 4-8 groups of 8-16
     channels, transposing was as fast or up to 1.8x faster on 3x3 tiles (measured)."""
@@ -296,7 +296,7 @@ def _direct_grouped_conv(x: np.ndarray, x_zero_point: int, ws: np.ndarray, geome
     x: int8/uint8 [N, C, H, W]; ws: float32 operands [K, C/G, KH, KW]. Multiply-adds over the kernel taps
     (numba, float32, exact under the caller's bound) with no tensor-sized temporaries; returns int32 sums.
     """
-    module = kernels("_grouped_conv")
+    module = kernels("grouped_conv")
     k, cg, kh, kw = ws.shape
     height, width = x.shape[2:]
     out = np.empty((x.shape[0], k, *geometry.out_hw), ACC_DTYPE)
@@ -314,7 +314,7 @@ def _grouped_channels_last(x: np.ndarray, ws: np.ndarray, geometry: ConvGeometry
     """A grouped conv on channels-last x [N, H, W, C] and float32 operands ws [K, KH, KW, C/G], with no
     transposes in or out (1.4-2.3x faster than transposing for the direct kernel on 4-40 channel depthwise
     tiles, 1.1-1.2x on 3x3 tiles of 32 groups of 4 channels, measured)."""
-    module = kernels("_channels_last_conv")
+    module = kernels("channels_last_conv")
     k, kh, kw, cg = ws.shape
     out = np.empty((x.shape[0], *geometry.out_hw, k), ACC_DTYPE)
     by_tap = np.ascontiguousarray(ws).reshape(k, kh * kw, cg)

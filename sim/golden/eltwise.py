@@ -8,7 +8,7 @@ d = value - zero_point (signed 9 bit).
   This is seed 003 L1063-1065 (M' = M_2 M_3 2**(N1-N2), M'' = M_1 M_3, N' = N_1 + N_3) with the
   compiler multiplying the factors out offline, and only one rounding.
 * mul: round(d_a * d_b * M / 2**N) + zp_out with M / 2**N ~ s_a s_b / s_out (S003 L392-396).
-The arithmetic runs in numba kernels with 32-bit lanes (sim/golden/_eltwise_kernels.py).
+The arithmetic runs in numba kernels with 32-bit lanes (sim/golden/fast/eltwise.py).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from aipu.sim.machine.arch import ACC_DTYPE, ELTWISE_SUM_BITS, MAC_OPERAND_MAX, MULTIPLIER_MAX, SHIFT_MAX
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, dtype_range, plain_scalars
 from aipu.sim.golden.requant import _check_scales, _output_checks, quantize_multiplier, requantize
 from aipu.sim.golden.rounding import check_rounding, round_half_away
@@ -45,7 +45,7 @@ def _pair(name: str, value, lo: int, hi: int) -> tuple[int, int]:
 def _tie_rule(rounding: str, shift: int) -> int:
     """What the kernels do on an exact half after rounding it up: nothing for floor (no offset, no ties) and
     where the shift is 0 (nothing is rounded)."""
-    module = kernels("_eltwise_kernels")
+    module = kernels("eltwise")
     rules = {"floor": module.NO_TIE, "half_up": module.NO_TIE, "half_to_even": module.TIE_TO_EVEN,
              "half_away_from_zero": module.TIE_AWAY_FROM_ZERO}
     return rules[rounding] if shift else module.NO_TIE
@@ -53,7 +53,7 @@ def _tie_rule(rounding: str, shift: int) -> int:
 
 def _offsets(e: int, low: int, rounding: str) -> tuple[int, int, int]:
     """(h_x, h_y, low) to round (X * 2**e + Y) / 2**(e + low) in the kernels: half up's offset on X or on Y, and
-    ``low`` capped where it stops mattering (sim/golden/_eltwise_kernels.py)."""
+    ``low`` capped where it stops mattering (sim/golden/fast/eltwise.py)."""
     low = min(low, 26)
     if rounding == "floor" or e + low == 0:
         return 0, 0, low
@@ -78,7 +78,7 @@ def _folded(tie_rule: int, low: int, zero_point: int) -> int:
     zero point becoming 0): floor((X + zp 2**L) / 2**L) = floor(X / 2**L) + zp, where no tie rule looks at the
     rounded value's sign or parity and X stays far inside int32 (|X + floor(Y / 2**e)| < 2**25 for L >= 1).
     The kernels' uncounted loop then adds nothing after rounding (an add 5-7 % faster)."""
-    fold = tie_rule == kernels("_eltwise_kernels").NO_TIE and low >= 1 and abs(zero_point) << low <= 1 << 30
+    fold = tie_rule == kernels("eltwise").NO_TIE and low >= 1 and abs(zero_point) << low <= 1 << 30
     return zero_point << low if fold else 0
 
 
@@ -94,7 +94,7 @@ def _folded_terms(tie_rule: int, terms: list[tuple[int, int, int]], zero_point: 
 class _Plan(NamedTuple):
     """What eltwise makes of all its arguments but the operands' values: a kernel call."""
 
-    kernel: Callable            # add, mul or max_min of sim/golden/_eltwise_kernels.py
+    kernel: Callable            # add, mul or max_min of sim/golden/fast/eltwise.py
     parameters: np.ndarray      # its int32 parameters
     tie_rule: int
     swap: bool                  # b goes first (add/sub: the operand with the smaller shift; mul: a has runs)
@@ -106,7 +106,7 @@ class _Plan(NamedTuple):
 def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_point, b_zero_point, out_zero_point,
           qmin, qmax, out_dtype, rounding) -> _Plan:
     """eltwise's checks, in its order, of everything but the operands' values, and the kernel call they give."""
-    module = kernels("_eltwise_kernels")
+    module = kernels("eltwise")
     if op not in ELTWISE_OPS:
         raise ValueError(f"op={op!r} is not one of {ELTWISE_OPS}")
     check_rounding(rounding)
@@ -281,7 +281,7 @@ def concat(inputs, *, axis: int = 1, zero_points, multipliers, shifts, out_zero_
             part = x
         else:
             part = np.empty(x.shape, plan.dtype)
-            kernels("_eltwise_kernels").rescale(_flat(x, x.shape), plan.parameters, plan.tie_rule, part.reshape(-1))
+            kernels("eltwise").rescale(_flat(x, x.shape), plan.parameters, plan.tie_rule, part.reshape(-1))
         parts.append(part)
     try:
         return np.concatenate(parts, axis=check_int("axis", axis))

@@ -6,7 +6,7 @@ docs/arithmetic.md §6. Tables hold signed LUT_ENTRY_BITS entries.
 * lut16: an int16 input, a table of 2**k + 1 entries covering [input_min, input_min + 2**(k + f)];
   u = x - input_min, index u >> f, linear interpolation on the f low bits rounded half up; inputs
   outside the covered range use the end entries (and are counted).
-The loops are numba kernels in sim/golden/_lut_kernels.py.
+The loops are numba kernels in sim/golden/fast/lut.py.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from aipu.sim.machine.arch import (LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT8_ENTRIES,
                                 LUT_ENTRY_DTYPE, bit_range, storage_dtype)
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import (BYTE_DTYPES, QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype,
                                      dtype_range)
 from aipu.sim.golden.rounding import round_half_away
@@ -31,7 +31,7 @@ def lut8(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     check_array("table", table, QUANT_DTYPES)
     if table.shape != (LUT8_ENTRIES,):
         raise ValueError(f"table must have shape ({LUT8_ENTRIES},), got {table.shape}")
-    module = kernels("_lut_kernels")
+    module = kernels("lut")
     codes = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
     out = np.empty(x.shape, table.dtype)
     kernel = module.lookup_pairs if table.itemsize == 1 and codes.size >= module.PAIRS_MIN_SIZE else module.lookup
@@ -64,7 +64,7 @@ def lut16(x: np.ndarray, table: np.ndarray, *, index_shift: int, input_min: int 
     dtype = check_out_dtype("out_dtype", out_dtype)
     lo, hi = dtype_range(dtype)
     qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
-    module = kernels("_lut_kernels")
+    module = kernels("lut")
     outputs = np.empty(1 << LUT16_INPUT_BITS, dtype)     # the result for every int16 input
     module.interpolated_table(table, f, input_min, qmin, qmax, outputs)
     out = np.empty(x.shape, dtype)

@@ -4,14 +4,14 @@ docs/arithmetic.md §7. Layout NCHW, int8/uint8/int16, same quantization in and 
 ops, S003 §4.4/§4.43). Padding (top, left, bottom, right): max pooling ignores padded taps; average
 pooling treats them as real zeros (stored value x_zero_point) and divides either by the full kernel
 size (count_include_pad=True) or by the number of taps inside the image (False, ONNX default).
-The loops are numba kernels in sim/golden/_pool_kernels.py.
+The loops are numba kernels in sim/golden/fast/pool.py.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from aipu.sim.machine.arch import ACC_BITS, bit_range
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import QUANT_DTYPES, check_array, check_int, check_int_tuple, dtype_range
 from aipu.sim.golden.rounding import check_rounding
 
@@ -43,7 +43,7 @@ def max_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), dila
     check_array("x", x, QUANT_DTYPES)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _), (oh, ow) = _geometry(x, kernel, stride, padding, dilation)
     out = np.empty((*x.shape[:2], oh, ow), x.dtype)
-    kernels("_pool_kernels").max_pool(_planes(x), kh, kw, sh, sw, pt, pl, dh, dw, dtype_range(x.dtype)[0],
+    kernels("pool").max_pool(_planes(x), kh, kw, sh, sw, pt, pl, dh, dw, dtype_range(x.dtype)[0],
                                       out.reshape(-1, oh, ow))
     return out
 
@@ -51,7 +51,7 @@ def max_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), dila
 def avg_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), count_include_pad: bool = False,
                x_zero_point=0, rounding: str = "half_up") -> np.ndarray:
     """round(sum(x - zp) / divisor) + zp, with the exact rational division of :func:`rounding_divide`."""
-    module = kernels("_pool_kernels")
+    module = kernels("pool")
     check_array("x", x, QUANT_DTYPES)
     check_rounding(rounding)
     zp = check_int("x_zero_point", x_zero_point, *dtype_range(x.dtype))
@@ -67,7 +67,7 @@ def avg_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), coun
 
 def global_avg_pool(x: np.ndarray, *, x_zero_point=0, rounding: str = "half_up") -> np.ndarray:
     """Average over H x W -> [N, C, 1, 1]: round(sum(x - zp) / (H * W)) + zp."""
-    module = kernels("_pool_kernels")
+    module = kernels("pool")
     check_array("x", x, QUANT_DTYPES)
     if x.ndim != 4:
         raise ValueError(f"x must be 4-D [N, C, H, W], got shape {x.shape}")

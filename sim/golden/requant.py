@@ -19,7 +19,7 @@ import numpy as np
 
 from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX,
                                 TFLITE_MULTIPLIER_BITS, bit_range)
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
                                 check_int_param, dtype_range, first_outside, per_channel)
 from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
@@ -99,7 +99,7 @@ _hashable_output_checks = functools.lru_cache(maxsize=256, typed=True)(_check_ou
 
 def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, qmin, qmax, out_dtype,
                 return_saturated: bool):
-    """One of sim/golden/_requant_kernels.py over the accumulator, with the output stage's checks."""
+    """One of sim/golden/fast/requant.py over the accumulator, with the output stage's checks."""
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
     blocks = channels.blocks()
     out = np.empty(blocks.shape, dtype)
@@ -111,7 +111,7 @@ def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, 
 
 def _float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out) -> int:
     """The float32 requant kernel in 32-bit lanes, or the float64 one where some acc + bias leaves int32."""
-    module = kernels("_requant_kernels")
+    module = kernels("requant")
     saturated = module.float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out)
     return saturated if saturated >= 0 else module.float32_requant_wide(blocks, bias, scale, zero_point, qmin, qmax,
                                                                          out)
@@ -150,7 +150,7 @@ def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=
     else:
         negative = (m, n)
     # |(acc + bias) * M| < 2**48 (REQUANT_PRODUCT_BITS): exact in the kernel's int64
-    module = kernels("_requant_kernels")
+    module = kernels("requant")
     return _run_kernel(module.native_requant, channels,
                        (bias, m, n, *negative, leaky, module.ROUNDING_CODES[rounding]),
                        out_zero_point, qmin, qmax, out_dtype, return_saturated)
@@ -162,7 +162,7 @@ class RequantStage:
 
     float32_scale: bool
     leaky: bool
-    rounding: int           # a code of _requant_kernels.ROUNDING_CODES
+    rounding: int           # a code of fast.requant.ROUNDING_CODES
     out_dtype: np.dtype
     out_zero_point: int
     qmin: int
@@ -178,7 +178,7 @@ def requant_stage(*, float32_scale: bool, leaky: bool = False, rounding: str = "
     if float32_scale and leaky:
         raise ValueError("leaky = 1 is not supported with a float32 scale")
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
-    return RequantStage(bool(float32_scale), bool(leaky), kernels("_requant_kernels").ROUNDING_CODES[rounding],
+    return RequantStage(bool(float32_scale), bool(leaky), kernels("requant").ROUNDING_CODES[rounding],
                         dtype, zp, qmin, qmax)
 
 
@@ -202,7 +202,7 @@ def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage
         n = _record_field(records, "shift", 0, SHIFT_MAX)
         negative = ((_record_field(records, "negative_multiplier", 0, MULTIPLIER_MAX),
                      _record_field(records, "negative_shift", 0, SHIFT_MAX)) if stage.leaky else (m, n))
-        saturated = kernels("_requant_kernels").native_requant(blocks, bias, m, n, *negative, stage.leaky,
+        saturated = kernels("requant").native_requant(blocks, bias, m, n, *negative, stage.leaky,
                                                                stage.rounding, True, *clamp)
     return out[0].T, int(saturated)
 

@@ -22,18 +22,18 @@ import numpy as np
 
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 
-from aipu.sim.golden._channels_last_conv import (SUM_LINES, grouped_channels_last, repeated_group_weights,
+from aipu.sim.golden.fast.channels_last_conv import (SUM_LINES, grouped_channels_last, repeated_group_weights,
                                                   window_weights)
-from aipu.sim.golden._grouped_conv import grouped_conv_taps
-from aipu.sim.golden._requant_kernels import (channels_last_blocks, float32_requant, float32_requant_wide,
+from aipu.sim.golden.fast.grouped_conv import grouped_conv_taps
+from aipu.sim.golden.fast.requant import (channels_last_blocks, float32_requant, float32_requant_wide,
                                               native_requant, native_requant_channels_last)
 from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
 from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
 # The decorator of the tile kernels and of run_loop.py: numba.njit(cache=True, nogil=True), its cache
 # keyed by every source they are built from.
-jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "machine/*.py", "interpreter/run_loop.py",
-                                                            "interpreter/tiles.py"))
+jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "golden/fast/*.py", "machine/*.py",
+                                                            "interpreter/run_loop.py", "interpreter/tiles.py"))
 _BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
 ACC_MIN, ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)   # what an ACC entry holds
 _U = np.uint64

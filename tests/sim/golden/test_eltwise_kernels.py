@@ -1,4 +1,4 @@
-"""The elementwise and concat kernels (sim/golden/_eltwise_kernels.py) against the straightforward int64 numpy
+"""The elementwise and concat kernels (sim/golden/fast/eltwise.py) against the straightforward int64 numpy
 form of docs/arithmetic.md §8: every op and rounding mode, int8/uint8 operands, every output type and clamp,
 multipliers and shifts at their extremes (where the 32-bit kernels cap shifts or split the multiplier), every
 broadcast layout, saturation counts."""
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aipu.sim.golden import ELTWISE_OPS, concat, eltwise
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden.eltwise import MAX_ALIGN
 from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_shift_right
 from aipu.sim.machine.arch import MULTIPLIER_MAX, SHIFT_MAX
@@ -149,7 +149,7 @@ def test_mul_by_a_value_per_run_equals_the_int64_form(runs, repeat, rounding):
 
 def test_mul_per_run_refuses_runs_shorter_than_its_block():
     """Its last block moves back within the run: a shorter run would be written past, so it raises instead."""
-    module = kernels("_eltwise_kernels")
+    module = kernels("eltwise")
     parameters = np.zeros(12, np.int32)
     for size, values in ((30, 2), (32, 3)):     # runs of 15; 32 values not a multiple of 3
         with pytest.raises(ValueError, match="mul_per_run"):

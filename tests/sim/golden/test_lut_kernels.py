@@ -1,4 +1,4 @@
-"""The LUT kernels (sim/golden/_lut_kernels.py) against the straightforward numpy form of docs/arithmetic.md §6:
+"""The LUT kernels (sim/golden/fast/lut.py) against the straightforward numpy form of docs/arithmetic.md §6:
 lut8 by fancy indexing on both of its paths (byte pairs and single bytes), lut16 by int64 arithmetic over every
 table size, fraction width, window start, output type and clamp."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aipu.sim.golden import lut8, lut16
-from aipu.sim.golden._lut_kernels import PAIRS_MIN_SIZE
+from aipu.sim.golden.fast.lut import PAIRS_MIN_SIZE
 from aipu.sim.golden.rounding import rounding_shift_right
 
 OUT_DTYPES = (np.int8, np.uint8, np.int16)

@@ -1,4 +1,4 @@
-"""The pooling kernels (sim/golden/_pool_kernels.py) against the straightforward numpy form of docs/arithmetic.md
+"""The pooling kernels (sim/golden/fast/pool.py) against the straightforward numpy form of docs/arithmetic.md
 §7 (sliding windows over the padded input): every storage type, kernel size, stride (the kernels' stride 1, 2 and
 general loops), dilation, padding, zero point, divisor rule and rounding mode, and the accumulator check."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
 from aipu.sim.golden import avg_pool2d, global_avg_pool, max_pool2d
-from aipu.sim.golden._pool_kernels import ROUNDING_CODES, _rounded_quotient
+from aipu.sim.golden.fast.pool import ROUNDING_CODES, _rounded_quotient
 from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_divide
 
 DTYPES = (np.int8, np.uint8, np.int16)

@@ -1,4 +1,4 @@
-"""The requantizer's fused kernels (sim/golden/_requant_kernels.py) against the straightforward numpy form of
+"""The requantizer's fused kernels (sim/golden/fast/requant.py) against the straightforward numpy form of
 docs/arithmetic.md §4: every rounding, Leaky, per-channel and scalar parameters, every channel axis and output
 type, clamps, saturation counts, extreme accumulators, biases and float32 scales."""
 from __future__ import annotations
@@ -203,7 +203,7 @@ def test_channels_last_kernel_equals_the_numpy_form_for_every_block_length(pixel
     """native_requant_channels_last reads its parameters as channels_last_blocks repeats them: blocks of whole
     pixels, one pixel from 256 channels, the last block of a tile shorter; blocks of another length are
     refused, not read out of step."""
-    from aipu.sim.golden._requant_kernels import channels_last_blocks, native_requant_channels_last
+    from aipu.sim.golden.fast.requant import channels_last_blocks, native_requant_channels_last
 
     rng = np.random.default_rng(pixels * channels)
     acc = rng.integers(-(1 << 24), 1 << 24, (pixels, channels), dtype=np.int32)
@@ -228,7 +228,7 @@ def test_channels_last_kernel_is_exact_at_the_int64_bound(rounding, zero_point):
     """The zero point folded into the channels-last kernel's offsets (zp * 2**N, up to 2**62) with the extreme
     accumulators, biases, multipliers and shifts the NPU's fields allow: int16 outputs equal the numpy form
     (int64 steps, zero point added after the shift) in every rounding mode, each clamp counted."""
-    from aipu.sim.golden._requant_kernels import ROUNDING_CODES, channels_last_blocks, native_requant_channels_last
+    from aipu.sim.golden.fast.requant import ROUNDING_CODES, channels_last_blocks, native_requant_channels_last
 
     rng = np.random.default_rng(zero_point & 0xFFFF)
     channels = 24
@@ -250,7 +250,7 @@ def test_channels_last_kernel_is_exact_at_the_int64_bound(rounding, zero_point):
 def test_channels_last_kernel_multiplies_any_int32_multiplier(multiplier):
     """The loop reads each multiplier as the int32 in its lane's low half: at int32's extremes, negative too,
     the products of extreme accumulators are exact (half up and floor, the modes that read it so)."""
-    from aipu.sim.golden._requant_kernels import channels_last_blocks, native_requant_channels_last
+    from aipu.sim.golden.fast.requant import channels_last_blocks, native_requant_channels_last
 
     acc = np.array([[-(1 << 31), (1 << 31) - 1, 12345, -7]], np.int32).repeat(3, axis=0)
     bias, m, n = np.full(4, 5, np.int64), np.full(4, multiplier, np.int64), np.array([40, 45, 47, 31], np.int64)
@@ -267,7 +267,7 @@ def test_channels_last_kernel_multiplies_any_int32_multiplier(multiplier):
 def test_channels_last_blocks_refuse_parameters_their_loop_cannot_hold():
     """A multiplier outside int32 (the loop multiplies 32-bit halves) or a zero point whose 2**N multiple could
     leave int64 is refused, not wrapped."""
-    from aipu.sim.golden._requant_kernels import channels_last_blocks
+    from aipu.sim.golden.fast.requant import channels_last_blocks
 
     ones = np.ones(3, np.int64)
     with pytest.raises(ValueError, match="multiplier outside int32"):

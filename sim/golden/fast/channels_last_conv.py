@@ -1,5 +1,5 @@
 """numba kernel of a grouped/depthwise conv on channels-last operands, as the NPU's buffers hold a tile (kept
-apart so that importing the golden model stays cheap; the NCHW kernels are in _grouped_conv.py, whose unsigned
+apart so that importing the golden model stays cheap; the NCHW kernels are in grouped_conv.py, whose unsigned
 index convention and aligned buffers this module shares).
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 import numba
 import numpy as np
 
-from aipu.sim.golden._grouped_conv import _U, _aligned_empty, _aligned_zeros
-from aipu.sim.golden._simd import LANES, load_bytes, load_floats, multiply_add_rotated, store_int32
+from aipu.sim.golden.fast.grouped_conv import _U, _aligned_empty, _aligned_zeros
+from aipu.sim.golden.fast.simd import LANES, load_bytes, load_floats, multiply_add_rotated, store_int32
 from aipu.sim.golden.conv import _FLOAT32_EXACT
 
 
@@ -358,7 +358,7 @@ def window_weights(ws, groups):
     """The window kernel's weight operand for a grouped conv (ws float32 [K, KH*KW, C/G], weights minus their
     zero point) whose groups have as many outputs as inputs, C/G in WINDOW_GROUPS: [KH*KW*C/G + SUM_LINES,
     K], line t*C/G + r entry k the weight of output k's input channel (k + r) mod C/G of its group at tap t
-    (the rotation :func:`_simd.multiply_add_rotated` brings that channel to lane k), then per output the sum
+    (the rotation :func:`simd.multiply_add_rotated` brings that channel to lane k), then per output the sum
     of its weights and of their magnitudes. [0, K] for other convs: a depthwise kernel reads the repeated
     weights' lines (their first K entries are these), the others do not take the window kernel. Made once
     per layer, as the repeated weights."""
@@ -386,7 +386,7 @@ def _window_taps(flat_x, x_first, x_row, weights, apart, starts, group, kh, stri
                  dilation_w, oh, ow, lanes, flat_out, out_first):
     """grouped_channels_last's sums of one image of a tile (a 3x3 or 5x5 depthwise kernel, or a 3x3 one in
     groups of 4 channels and 4 outputs; its windows inside x; at least 16 channels) from x as it lies, 16
-    channels at a time in explicit vectors (_simd.py): the pixels of an output row whose windows lie whole tap
+    channels at a time in explicit vectors (simd.py): the pixels of an output row whose windows lie whole tap
     columns apart form chains, and along a chain a window of converted input columns slides by ``shift``
     columns a pixel, so each input vector is converted once per output row and kernel row instead of once
     per tap (a fifth to a third of the conversions). ``weights``: the taps' weight lines, ``apart`` floats

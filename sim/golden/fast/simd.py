@@ -1,6 +1,6 @@
 """LLVM vector code for the numba kernels: 16-lane float32 vectors as a numba value type with the few
-operations the channels-last window kernel needs (sim/golden/_channels_last_conv.py), the stride-2 split of
-an input row into its column phases (sim/golden/_grouped_conv.py) and the interpreter's copies of short
+operations the channels-last window kernel needs (sim/golden/fast/channels_last_conv.py), the stride-2 split of
+an input row into its column phases (sim/golden/fast/grouped_conv.py) and the interpreter's copies of short
 runs (sim/interpreter/run_loop.py), written as LLVM IR.
 
 numba leaves vectorising to LLVM's loop vectoriser, which takes the innermost loop and, since numba's

@@ -1,5 +1,5 @@
 """numba kernels of conv2d's grouped/depthwise path on NCHW operands (kept apart so that importing the golden
-model stays cheap); the channels-last kernel of the NPU's tiles is in _channels_last_conv.py.
+model stays cheap); the channels-last kernel of the NPU's tiles is in channels_last_conv.py.
 
 Every array index in the loops is an unsigned integer: numba wraps a negative signed index around (Python
 semantics), and that check on an index it cannot prove non-negative (``start + t``) keeps LLVM from
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from aipu.sim.golden._simd import PAIRS, split_pairs
+from aipu.sim.golden.fast.simd import PAIRS, split_pairs
 from aipu.sim.golden.conv import _FLOAT32_EXACT
 
 _U = np.uint64

@@ -3,7 +3,7 @@
 numpy's sliding windows reduce a strided 6-D view, which costs several times onnxruntime's pooling; here each
 max pooling output row collects its taps one kernel column at a time, a run over the row that vectorises, and
 average pooling sums each window's columns, then kw column sums (strides 1 and 2 get loops of their own, so
-that the stride is a constant). Every index is unsigned, as in _grouped_conv.py,
+that the stride is a constant). Every index is unsigned, as in grouped_conv.py,
 so that numba needs no negative-index check. tests/sim/golden/test_pool_kernels.py checks every kernel against
 the numpy form of docs/arithmetic.md §7.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from aipu.sim.golden._requant_kernels import ROUNDING_CODES
+from aipu.sim.golden.fast.requant import ROUNDING_CODES
 
 _U = np.uint64
 _FLOOR, _HALF_UP, _HALF_TO_EVEN = ROUNDING_CODES["floor"], ROUNDING_CODES["half_up"], ROUNDING_CODES["half_to_even"]
