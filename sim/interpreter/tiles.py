@@ -27,7 +27,7 @@ from aipu.sim.golden.fast.channels_last_conv import (SUM_LINES, grouped_channels
 from aipu.sim.golden.fast.grouped_conv import grouped_conv_taps
 from aipu.sim.golden.fast.requant import (channels_last_blocks, float32_requant, float32_requant_wide,
                                               native_requant, native_requant_channels_last)
-from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
+from aipu.sim.golden.fast.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
 from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
 # The decorator of the tile kernels and of run_loop.py: numba.njit(cache=True, nogil=True), its cache

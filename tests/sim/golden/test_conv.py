@@ -240,14 +240,14 @@ def test_medium_layers_match_tapwise_reference(seed, shape):
 def test_gemm_in_row_blocks_matches_tapwise_reference(seed, monkeypatch):
     """conv_sums runs a large layer's GEMM in blocks of output rows; blocks forced down to one or a few rows
     give the same sums, checked and wide, dense and with wide groups (C/G > 16 takes the GEMM)."""
-    import aipu.sim.golden.conv as conv_module
+    import aipu.sim.golden.fast.conv as conv_module
 
     rng = np.random.default_rng(seed)
     monkeypatch.setattr(conv_module, "_GEMM_BLOCK", 1)
     monkeypatch.setattr(conv_module, "_GEMM_MIN_PIXELS", int(rng.integers(1, 4)))     # blocks of 1-2 rows
     blocks = []
-    gemm = conv_module._exact_matmul
-    monkeypatch.setattr(conv_module, "_exact_matmul", lambda *args: blocks.append(1) or gemm(*args))
+    gemm = conv_module.exact_matmul
+    monkeypatch.setattr(conv_module, "exact_matmul", lambda *args: blocks.append(1) or gemm(*args))
     groups = 2 if seed % 2 else 1
     cg = 17 if groups == 2 else int(rng.integers(1, 20))
     kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
