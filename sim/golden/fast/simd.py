@@ -1,13 +1,13 @@
 """LLVM vector code for the numba kernels: 16-lane float32 vectors as a numba value type with the few
-operations the channels-last window kernel needs (sim/golden/_channels_last_conv.py), the stride-2 split of
-an input row into its column phases (sim/golden/_grouped_conv.py) and the interpreter's copies of short
+operations the channels-last window kernel needs (sim/golden/fast/channels_last_conv.py), the stride-2 split of
+an input row into its column phases (sim/golden/fast/grouped_conv.py) and the interpreter's copies of short
 runs (sim/interpreter/run_loop.py), written as LLVM IR.
 
 numba leaves vectorising to LLVM's loop vectoriser, which takes the innermost loop and, since numba's
 arrays may alias, reloads every operand on every pass. A depthwise tile's better loop runs over the pixels
 of a row with 16 channels in each vector and slides a window of converted input vectors along the row, so
 that each input byte is converted once per kernel row instead of once per tap: no loop shape made LLVM do
-that (a channel loop of 16 is unrolled and the pixel loop vectorised with gathers instead, measured). With
+that (a channel loop of 16 is unrolled and the pixel loop vectorised with gathers instead). With
 these, the kernel states the vectors itself. LLVM splits them into two 256-bit halves on CPUs without
 AVX-512 (and into whatever the target has elsewhere); the arithmetic is the same.
 """
