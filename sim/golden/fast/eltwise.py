@@ -30,8 +30,8 @@ a shift L beyond 26 changes neither the result (0, or -1 for floor) nor the ties
 there: every shift is below 32 (masked with 31, which lets LLVM keep it in 32 bits) and every value fits int32.
 
 tests/sim/golden/test_eltwise_kernels.py checks every op, rounding, type and broadcast against the definitions
-in sim/golden/eltwise.py. Layout: operands as flat arrays of the output's size (broadcasts materialised; mul_per_run takes b with a
-value per run of values as it is) in their own types, which numba compiles a kernel for each of (loading an int8
+in sim/golden/eltwise.py. Layout: operands as flat arrays of the output's size (broadcasts materialised;
+mul_per_run takes b with a value per run of values as it is) in their own types, which numba compiles a kernel for each of (loading an int8
 sign-extends it: no XOR of the raw byte); out flat, of the output's type. The integer parameters
 come as one int32 array (typing a dozen numpy scalars would cost numba's dispatch more than a small tensor's
 arithmetic), so that numba's arithmetic, which widens to int64, narrows back to 32-bit lanes. The rounding's tie
