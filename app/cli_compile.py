@@ -174,7 +174,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compile_parser.add_argument("--method", default="extrema",
                                 help="calibration: extrema, mean, nstd, kld or percentile (default extrema)")
     compile_parser.add_argument("--scheme", default="affine",
-                                help="affine (scale and zero point per tensor, default) or pow2 (seed 002: every "
+                                help="affine (scale and zero point per tensor, default) or pow2 (the shift-quantization patent: every "
                                      "scale a power of two, 7-bit weights, requantization by shifts)")
     compile_parser.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
     compile_parser.add_argument("--int16", action="append", metavar="TENSOR",

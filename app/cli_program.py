@@ -42,9 +42,9 @@ def _cmd_isa_doc(args: argparse.Namespace) -> int:
 
 
 def _cmd_run_layer(args: argparse.Namespace) -> int:
+    from aipu.app.sample_layers import random_layer
     from aipu.compiler.layer_file import read_layer
-    from aipu.compiler.sample_layers import random_layer
-    from aipu.compiler.tiling import lower_conv_layer
+    from aipu.compiler.lowering.conv_layers import lower_conv_layer
     from aipu.sim.interpreter import run
 
     config = load_hardware_config(args.config) if args.config else DEFAULT

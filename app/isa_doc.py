@@ -82,8 +82,8 @@ Matmul / fully connected is CONV with a 1x1 kernel.
 Operands enter as `value - zero_point` (signed {MAC_OPERAND_BITS} bit) and products accumulate in int{ACC_BITS}; the
 arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arithmetic.md).
 
-**Typical layer.** `compiler/tiling.py` lowers conv + requant: LOAD params, weights and an input row
-tile (padded) -> CONV (input-channel chunks accumulate) -> REQUANT -> STORE, with every buffer split in
+**Typical layer.** `compiler/lowering/` (`conv_plan.py`, `conv_emit.py`) lowers conv + requant: LOAD
+params, weights and an input row tile (padded) -> CONV (input-channel chunks accumulate) -> REQUANT -> STORE, with every buffer split in
 two halves (double buffering) and the token pattern LOAD->CONV, CONV->LOAD (half free), CONV->REQUANT,
 REQUANT->CONV, LOAD->REQUANT (params), REQUANT->LOAD, REQUANT->STORE, STORE->REQUANT (with a LUT:
 REQUANT->LUT->STORE). A token is pushed only if a later command pops it. Consecutive layers are
@@ -94,17 +94,17 @@ pops it, which orders the DRAM hand-over and every on-chip buffer reuse between 
 DECISIONS = """\
 ## Decisions recorded here
 
-- Rounding of right shifts is a per-command field with the four golden-model modes; FLOOR reproduces
-  seed 002 and HALF_UP is `rshift_rnd` (seed002_003_quant.md Part 3 "S002 needs a floor mode ... so the
-  requantizer needs a `rnd_mode` field"; Part 5 item 2 "Support both with a mode bit").
+- Rounding of right shifts is a per-command field with the four golden-model modes; FLOOR is the
+  plain shift of the shift-quantization patent (S640, A2-2) and HALF_UP adds 2^(N-1) first, the
+  Zhouyi whitepaper giving its `M/2^N` no rounding rule (§3.3.2, A3-1); docs/arithmetic.md D2.
 - Padding is written by LOAD with the command's `pad_value`; the compiler passes the input zero point
-  so padded taps contribute 0 (seed002_003_quant.md Part 5 item 9, Part 3.8 "Pad (constant -zp_x)").
+  so padded taps contribute 0 (Zhouyi whitepaper §2.2, §4.50, A3-9; docs/arithmetic.md D5).
 - Average pooling divides exactly by the window size or by the taps inside the image, chosen per
-  command (`count_include_pad`, seed002_003_quant.md Part 5 item 8, A3-8).
+  command (`count_include_pad`; Zhouyi whitepaper §4.4, A3-8; docs/arithmetic.md D17).
 - LUT tables hold signed 16-bit entries; 8-bit inputs index 256-entry tables directly, 16-bit inputs
-  use 2^k + 1 entries with interpolation (seed002_003_quant.md Part 3.6; Part 5 item 6).
-- Requant parameters are per output channel (seed002_003_quant.md Part 3.1 "Bias and requant params
-  are indexed by output channel"), stored as records in PARAM and shared by all tiles of a layer.
+  use 2^k + 1 entries with interpolation (Zhouyi whitepaper §3.3.2.2, A3-5; docs/arithmetic.md D15, D16).
+- Requant parameters are per output channel (the weights are quantized per output channel, Zhouyi
+  whitepaper §2.2.3, §3.3.1), stored as records in PARAM and shared by all tiles of a layer.
 """
 
 

@@ -1,6 +1,6 @@
 """Tensor layouts: framework tensors <-> the standard's sublayers.
 
-Chapter 10 codes a weight tensor as [R][S][C][K] reshaped to [RS][C][K] (10.1, L17310-17314). The
+Chapter 10 codes a weight tensor as [R][S][C][K] reshaped to [RS][C][K] (T/AI 115.1-2021 10.1). The
 frameworks store weights output-channel first:
 
 * conv ``[K][C][R][S]`` (ONNX/PyTorch)  -> shape (R, S, C, K), dim 4, levels[r*S + s][c][k] = w[k][c][r][s]

@@ -1,1 +1,2 @@
-"""ONNX -> quantized IR -> per-unit command streams (built in a later issue)."""
+"""The ONNX compiler: a float or pre-quantized model -> calibrated, quantized IR -> one command program for the
+units, with its DRAM image (docs/compiler.md)."""

@@ -1,9 +1,9 @@
-"""Calibration: run the float graph over a data set and choose each tensor's float range (seed 003 §2.2.5).
+"""Calibration: run the float graph over a data set and choose each tensor's float range (Zhouyi whitepaper §2.2.5).
 
-Seed 003 (L314-331) collects per-tensor statistics over a calibration set without labels and picks each
+The whitepaper (§2.2.5) collects per-tensor statistics over a calibration set without labels and picks each
 tensor's [min, max] by one of: extrema, mean (of the batches' extrema, weighted), N-std (mean +- N standard
 deviations) or KL divergence (TensorRT's entropy calibration, which it cites). Percentile, which the issue
-asks for and seed 003 does not name, clips at a percentile of |x|. docs/compiler.md §2 records the choices.
+asks for and the whitepaper does not name, clips at a percentile of |x|. docs/compiler.md §2 records the choices.
 
 :func:`collect` streams the set through onnxruntime in batches (the float graph with every tensor an
 output, so one run yields every activation) and keeps, per float tensor, the global and per-batch extrema
@@ -198,7 +198,7 @@ def choose_range(stats: TensorStats, method: str, *, n_std: float = 3.0, percent
 
 
 def _batch_weights(batches_seen: int, momentum: float | None) -> np.ndarray:
-    """Seed 003's alpha_i (sum 1): equal, or an exponential moving average with ``momentum`` (the newest batch
+    """The whitepaper's alpha_i (sum 1): equal, or an exponential moving average with ``momentum`` (the newest batch
     weighs 1 - momentum, the first keeps what the average started from)."""
     if momentum is None:
         return np.full(batches_seen, 1.0 / batches_seen)

@@ -2,8 +2,9 @@
 
 The file is hostile until validated: :func:`aipu.compiler.npz_file.read_npz` checks every member's .npy
 header (name, dtype, shape) before its data is read, so no member can allocate more than the layer bounds
-allow, and the layer is then checked as a whole (:func:`aipu.compiler.tiling.check_layer`). Every problem is
-an :class:`~aipu.sim.machine.errors.InputError` naming the file, the array, its value and what is allowed.
+allow, and the layer is then checked as a whole (:func:`aipu.compiler.lowering.conv_layer.check_layer`).
+Every problem is an :class:`~aipu.sim.machine.errors.InputError` naming the file, the array, its value and
+what is allowed.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import math
 
 import numpy as np
 
+from aipu.compiler.lowering.conv_layer import (MAX_LAYER_ELEMENTS, TENSOR_DTYPES, ConvLayer, check_layer, dtype_names,
+                                               enum_names)
 from aipu.compiler.npz_file import read_npz
-from aipu.compiler.tiling import MAX_LAYER_ELEMENTS, TENSOR_DTYPES, ConvLayer, check_layer, dtype_names, enum_names
 from aipu.sim.machine.arch import DType
 from aipu.sim.machine.errors import ArrayHeader, InputError
 from aipu.sim.machine.isa import Rounding

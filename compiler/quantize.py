@@ -1,23 +1,23 @@
 """The quantizer: a normalized float graph and its calibration statistics -> a :class:`~aipu.compiler.qir.QModel`.
 
-Seed 003's integer rules per operator (§3.3, §4), in this contract's conventions (docs/arithmetic.md D1:
-real = s * (q - zp)); docs/compiler.md §3 lists every choice with the source line it resolves:
+The Zhouyi whitepaper's integer rules per operator (§3.3, §4), in this contract's conventions (docs/arithmetic.md D1:
+real = s * (q - zp)); docs/compiler.md §3 lists every choice with the source clause it resolves:
 
 * activations per tensor, asymmetric by default (uint8 where the range is non-negative, else int8), or
   symmetric (zp 0); the range of each tensor by the calibration method, widened to contain 0 so that zero
   (padding) is exact;
-* weights int8, symmetric in the restricted range [-127, 127] (S003 §2.2.2), per output channel or per
+* weights int8, symmetric in the restricted range [-127, 127] (whitepaper §2.2.2), per output channel or per
   tensor; bias int32 at scale s_x * s_w; requant M / 2^N ~ s_x * s_w / s_y per channel (D8, D14);
 * a Relu, Clip or Leaky ReLU / PReLU (slopes > 0) right after a Conv or Gemm is fused into its requantizer
   (D10, D11), a Relu or Clip after Add/Sub/Mul into the eltwise unit's clamp; any other activation
   function, and one that cannot be fused, becomes an 8-bit table built by enumerating every input
-  (S003 L410-416, exact for 8-bit inputs);
-* pooling, reshapes and transposes keep their input's quantization (S003 §4.43); Add/Sub/Mul take per-input
+  (whitepaper §3.3.2.2, exact for 8-bit inputs);
+* pooling, reshapes and transposes keep their input's quantization (whitepaper §4.43); Add/Sub/Mul take per-input
   multipliers (D18), Concat requantizes each input to the output's scale (D19);
 * ``int16``: chosen tensors int16, symmetric (D21), read by interpolated tables, pooling, reshapes and the
   outputs; a MAC, element-wise or softmax operator reading one is refused (their units read 8 bits);
-* ``scheme="pow2"``: seed 002's power-of-two scheme instead (docs/compiler.md §3.1): scales 2^-e, 7-bit
-  weights with one exponent per layer, convolutions requantized by a floor shift.
+* ``scheme="pow2"``: the shift-quantization patent's power-of-two scheme instead (docs/compiler.md §3.1):
+  scales 2^-e, 7-bit weights with one exponent per layer, convolutions requantized by a floor shift.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from aipu.sim import golden
 from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, SOFTMAX_SHIFT_MAX, bit_range
 from aipu.sim.machine.errors import InputError
 
-_WEIGHT_MAX = 127                 # restricted symmetric int8 range (S003 §2.2.2): -128 never used
+_WEIGHT_MAX = 127                 # restricted symmetric int8 range (whitepaper §2.2.2): -128 never used
 _INT16_MAX = 32767                # int16 activations: symmetric, -32768 never used
 _ELTWISE_OPERANDS = "the element-wise unit reads 8-bit operands (ELTWISE a_type, b_type)"
 LUT16_TABLE_BITS = 9              # an int16 input's table: 2^9 + 1 entries over the whole int16 range
@@ -53,7 +53,7 @@ class QuantOptions:
     percentile: float = 99.99
     momentum: float | None = None
     rounding: str = "half_up"                 # of every shift (D2)
-    scheme: str = "affine"                    # SCHEMES: "pow2" is seed 002's power-of-two scheme
+    scheme: str = "affine"                    # SCHEMES: "pow2" is the shift-quantization patent's
     int16: tuple[str, ...] = ()               # tensors quantized to int16 (symmetric), where their readers allow
 
     def __post_init__(self):
@@ -96,7 +96,7 @@ TABLE_OPS = tuple(_activation_functions())
 
 
 class Quantizer:
-    """Seed 003's per-operator integer rules; each computed tensor's quantization from ``activation`` (calibrated
+    """The whitepaper's per-operator integer rules; each computed tensor's quantization from ``activation`` (calibrated
     here; given by the model for a pre-quantized one, compiler/prequantized.py)."""
 
     def __init__(self, graph: Graph, stats: dict[str, TensorStats], options: QuantOptions):
@@ -121,7 +121,7 @@ class Quantizer:
     def _fit(self, name: str, shape: tuple[int, ...], low: float, high: float) -> QTensor:
         """uint8 with zero point 0 for a non-negative range; else int8, asymmetric (zero point placing ``low``
         at -128) or symmetric (zero point 0, [-127, 127] as the weights). A range of one point gets scale 1
-        (S003 L267-271)."""
+        (Zhouyi whitepaper §2.2)."""
         if name in self.options.int16:          # symmetric over [-32767, 32767] (D21), power of two under pow2
             amax = max(-low, high)
             if self.options.scheme == "pow2":
@@ -129,7 +129,7 @@ class Quantizer:
             else:
                 scale = amax / _INT16_MAX if amax > 0 else 1.0
             return QTensor(name, tuple(shape), np.dtype(np.int16), float(scale), 0)
-        if self.options.scheme == "pow2":       # S002 formula (1): 2^-e, e = round(log2(QUAN / abs_max))
+        if self.options.scheme == "pow2":       # patent formula (1): 2^-e, e = round(log2(QUAN / abs_max))
             amax = max(-low, high)
             exponent = golden.pow2_scale_exponent(amax, golden.FEATURE_QUAN) if amax > 0 else 0
             return QTensor(name, tuple(shape), np.dtype(np.int8), 2.0 ** -exponent, 0)
@@ -289,7 +289,7 @@ class Quantizer:
     def _weights(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Symmetric int8 weights [-127, 127] and their scale per output channel (or one for all)."""
         flat = np.abs(weight.reshape(weight.shape[0], -1))
-        if self.options.scheme == "pow2":       # S002: one exponent per layer, 7-bit kernels (QUAN 63, L402)
+        if self.options.scheme == "pow2":       # patent: one exponent per layer, 7-bit kernels (QUAN 63, [0069])
             amax = float(flat.max(initial=0.0))
             exponent = golden.pow2_scale_exponent(amax, golden.KERNEL_QUAN) if amax > 0 else 0
             q = golden.pow2_quantize(weight, exponent, golden.KERNEL_QUAN)
@@ -305,7 +305,7 @@ class Quantizer:
             slope = np.broadcast_to(self._slope(activation), scale.shape)
             pair = golden.quantize_multiplier(scale * slope)
             negative = {"negative_multiplier": pair[0], "negative_shift": pair[1]}
-        if self.options.scheme == "pow2" and not negative:     # S002 S620-S640: M = 1, N = s, floor (§5)
+        if self.options.scheme == "pow2" and not negative:     # patent S620-S640: M = 1, N = s, floor (§5)
             exponents = -np.log2(scale)
             shifts = np.rint(exponents).astype(np.int64)
             if not np.array_equal(exponents, shifts):
@@ -435,7 +435,7 @@ class Quantizer:
                                 else 0))
 
     def softmax(self, node: Node) -> None:
-        """Seed 003's softmax (docs/arithmetic.md §6.4): the exp table for the input's scale, the output's
+        """The whitepaper's softmax (§4.66, docs/arithmetic.md §6.4): the exp table for the input's scale, the output's
         calibrated range (within [0, 1]), 1/s_y as M / 2^N."""
         x, y = node.inputs[0], node.outputs[0]
         x_spec, y_spec = self.tensors[x], self.activation(y)

@@ -9,11 +9,10 @@ read-add-write of its ``cols`` accumulators; the first block of an out-channel c
 ``accumulate`` is 0. A block lasts at least ``2 * beats + 1`` cycles, so a pixel's accumulators are written
 back before the next block of the same chunk reads them, however few pixels the tile has. Groups that fit
 share a block on the array's diagonal (``MacArrayConfig.groups_per_block`` in the machine specification, which
-the compiler's tiling also reads): a depthwise layer runs ``min(rows, cols)`` channels at once.
+the compiler's tiling also reads): a depthwise layer runs ``min(rows, cols)`` channels at once. The cycles
+this schedule takes are ``aipu.sim.timing.conv`` (``ConvTiming``, ``command_cycles``).
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -22,64 +21,9 @@ from amaranth.lib.wiring import Out
 from aipu.rtl.lanes import select_word, shift_down, shift_up
 from aipu.rtl.ports import read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
-from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_NUMPY, MAC_OPERAND_BITS, Buffer,
-                                   DType, HardwareConfig)
+from aipu.sim.machine.arch import ACC_BITS, DTYPE_NUMPY, MAC_OPERAND_BITS, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
-from aipu.sim.machine.program import Command
-
-ENTRY_BYTES = ACC_DTYPE.itemsize
-SETUP_CYCLES = 2          # decode the tile geometry, then check it (faults are raised in the second cycle)
-
-
-def _words_spanned(length: int, config: HardwareConfig, buffer: Buffer) -> int:
-    """Worst-case number of port words ``length`` bytes touch, starting at any legal address of ``buffer``."""
-    port = word_bytes(config, buffer)
-    worst_offset = port - min(port, BUFFER_UNIT_BYTES[buffer])
-    return (worst_offset + length + port - 1) // port
-
-
-def _beats(words: int) -> int:
-    """Cycles to move ``words`` words through a pair of ports."""
-    return (words + 1) // 2
-
-
-@dataclass(frozen=True)
-class ConvTiming:
-    """The cycle constants of a configuration: cycles per output pixel and per weight column."""
-
-    beats: int          # cycles per pixel: the ACT run of ``rows`` bytes and the ACC run of ``cols`` entries
-    weight_beats: int   # cycles per weight column: a run of ``rows`` bytes
-
-    @classmethod
-    def of(cls, config: HardwareConfig) -> ConvTiming:
-        act = _beats(_words_spanned(config.mac.rows, config, Buffer.ACT))
-        acc = _beats(_words_spanned(config.mac.cols * ENTRY_BYTES, config, Buffer.ACC))
-        return cls(max(act, acc), _beats(_words_spanned(config.mac.rows, config, Buffer.WEIGHT)))
-
-    def block_cycles(self, config: HardwareConfig, pixels: int) -> int:
-        """Cycles of every block but the last: the pixels, the next block's weights, the ACC write-back gap."""
-        return max(pixels * self.beats, config.mac.cols * self.weight_beats, 2 * self.beats + 1)
-
-
-def command_cycles(config: HardwareConfig, command: Command) -> int:
-    """Cycles from start to retire of a legal CONV command (docs/rtl-conv.md, "Cycles")."""
-    timing = ConvTiming.of(config)
-    c = command.args
-    group_in, group_out = c["in_c"] // c["groups"], c["out_c"] // c["groups"]
-    out_h = (c["in_h"] - c["dilation_h"] * (c["k_h"] - 1) - 1) // c["stride_h"] + 1
-    out_w = (c["in_w"] - c["dilation_w"] * (c["k_w"] - 1) - 1) // c["stride_w"] + 1
-    pixels = out_h * out_w
-    blocks = config.mac.blocks(c["groups"], group_in, group_out, c["k_h"] * c["k_w"])
-    return (SETUP_CYCLES + config.mac.cols * timing.weight_beats
-            + (blocks - 1) * timing.block_cycles(config, pixels) + (pixels + 1) * timing.beats + 1)
-
-
-def useful_macs(command: Command) -> int:
-    """Multiply-accumulates the command needs (what utilisation counts)."""
-    c = command.args
-    out_h = (c["in_h"] - c["dilation_h"] * (c["k_h"] - 1) - 1) // c["stride_h"] + 1
-    out_w = (c["in_w"] - c["dilation_w"] * (c["k_w"] - 1) - 1) // c["stride_w"] + 1
-    return out_h * out_w * c["out_c"] * c["k_h"] * c["k_w"] * (c["in_c"] // c["groups"])
+from aipu.sim.timing.conv import ENTRY_BYTES, ConvTiming
 
 
 class _Window:

@@ -8,7 +8,7 @@ walkers over the same pattern: one issues the read requests, the other replays t
 responses (they come back in order, ``dram.latency_cycles`` later), so requests never wait for responses.
 Runs that touch end to end in DRAM (and in the tile) are walked as one run. Every step is given a fixed
 number of cycles (its *slot*) so the buffer port keeps up; that makes each command's cycles a pure function
-of its fields, :func:`command_cycles`.
+of its fields, ``aipu.sim.timing.dma.command_cycles``.
 
 Before anything is written the engines check what the interpreter checks, and ask the DRAM model for the
 pattern's last word (a *probe*: the System raises ``dram_fault`` if it lies beyond the model).
@@ -22,14 +22,10 @@ from amaranth.hdl import C, Cat, Elaboratable, Module, Mux, Signal
 from amaranth.lib.wiring import Out
 
 from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, shift_up
-from aipu.rtl.ports import DramPhases, dram_read_port, dram_write_port, read_port, word_bytes, write_port
+from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
-from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import LOADABLE_BUFFERS, STRIDE_BYTES_BITS, Opcode, Unit
-from aipu.sim.machine.program import Command
-
-CHECK_CYCLES = 1          # the cycle after start: faults are raised or the probe goes out
-STORE_TAIL_CYCLES = 1     # after the last slot: its DRAM word is composed and written
 
 
 def _log2(value: int) -> int:
@@ -44,102 +40,6 @@ def window_words(config: HardwareConfig, port_bytes: int) -> int:
     """Words of ``port_bytes`` that one DRAM word's bytes can touch, with a partial word before them."""
     return -(-(port_bytes - 1 + config.dram.bytes_per_cycle) // port_bytes)
 
-
-# --- the pattern, shared by hardware and the cycle formula ----------------------------------------------
-
-def _run_shape(cmd, dense_gap: int) -> tuple[int, int, int]:
-    """(rows, runs per row, bytes per run) walked: runs adjacent in DRAM merge into one when they are
-    adjacent in the tile too (always within a row; across rows only with no padding between rows)."""
-    run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
-    rows, runs = cmd.y_size, cmd.x_size
-    if runs == 1 or cmd.dram_x_stride == run:
-        run, runs = run * runs, 1
-        if dense_gap == 0 and (rows == 1 or cmd.dram_y_stride == run):
-            run, rows = run * rows, 1
-    return rows, runs, run
-
-
-def _pattern_steps(config: HardwareConfig, cmd, dense_start: int, dense_gap: int):
-    """Per step of the walk (one DRAM word of one run): tile byte address, byte count, last step of a row."""
-    dram_bytes = config.dram.bytes_per_cycle
-    rows, runs, run = _run_shape(cmd, dense_gap)
-    starts = (cmd.dram_addr + np.arange(rows, dtype=np.int64)[:, None] * cmd.dram_y_stride
-              + np.arange(runs, dtype=np.int64)[None, :] * cmd.dram_x_stride).reshape(-1)
-    first_word, last_word = starts // dram_bytes, (starts + run - 1) // dram_bytes
-    words = last_word - first_word + 1
-    step_run = np.repeat(np.arange(starts.size), words)
-    word = first_word[step_run] + np.arange(step_run.size) - np.repeat(np.cumsum(words) - words, words)
-    low = np.maximum(word * dram_bytes, starts[step_run])
-    count = np.minimum((word + 1) * dram_bytes, starts[step_run] + run) - low
-    row = step_run // runs
-    dense = dense_start + row * dense_gap + np.cumsum(count) - count
-    row_end = np.zeros(step_run.size, bool)
-    row_end[np.cumsum(words)[runs - 1::runs] - 1] = True
-    return dense, count, row_end
-
-
-def _load_dense(cmd) -> tuple[int, int, int, int]:
-    """(bytes per tile row, tile rows, first data byte, padding bytes between data rows) of a LOAD."""
-    run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
-    row_bytes = (cmd.x_size + cmd.pad_left + cmd.pad_right) * run
-    rows = cmd.y_size + cmd.pad_top + cmd.pad_bottom
-    return row_bytes, rows, cmd.sram_addr + cmd.pad_top * row_bytes + cmd.pad_left * run, \
-        (cmd.pad_left + cmd.pad_right) * run
-
-
-def _words_touched(start, length, port_bytes: int):
-    return np.where(length > 0, (start + length - 1) // port_bytes - start // port_bytes + 1, 0)
-
-
-def _load_phases(config: HardwareConfig, cmd) -> DramPhases:
-    port = word_bytes(config, Buffer(cmd.buffer))
-    row_bytes, rows, data_start, gap = _load_dense(cmd)
-    dense, count, row_end = _pattern_steps(config, cmd, data_start, gap)
-    ends = dense + count
-    written = ends // port - dense // port + (row_end & (ends % port != 0))
-    run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
-    data_bytes = cmd.x_size * run
-    inner = data_start + np.arange(cmd.y_size - 1, dtype=np.int64) * row_bytes + data_bytes
-    first_len, last_len = data_start - cmd.sram_addr, cmd.pad_right * run + cmd.pad_bottom * row_bytes
-    pad_words = (int(_words_touched(inner, gap, port).sum()) + int(_words_touched(cmd.sram_addr, first_len, port))
-                 + int(_words_touched(cmd.sram_addr + rows * row_bytes - last_len, last_len, port)))
-    return DramPhases(CHECK_CYCLES + config.dram.latency_cycles, int(np.maximum(written, 1).sum()), written.size,
-                      max(pad_words, 1))
-
-
-def _overlap_scan_cycles(cmd) -> int:
-    """Cycles of STORE's check that no two runs share a byte: one per row distance that could overlap."""
-    if cmd.y_size == 1:
-        return 1
-    run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
-    extent = (cmd.x_size - 1) * cmd.dram_x_stride + run
-    return min(cmd.y_size - 1, -(-extent // cmd.dram_y_stride))
-
-
-def _store_phases(config: HardwareConfig, cmd) -> DramPhases:
-    port = word_bytes(config, Buffer.OUT)
-    dense, count, _ = _pattern_steps(config, cmd, cmd.sram_addr, 0)
-    last_read = (dense + count - 1) // port
-    reads = np.diff(last_read, prepend=cmd.sram_addr // port - 1)
-    return DramPhases(CHECK_CYCLES + _overlap_scan_cycles(cmd), int(np.maximum(reads, 1).sum()), reads.size,
-                      STORE_TAIL_CYCLES)
-
-
-def command_cycles(config: HardwareConfig, command: Command) -> int:
-    """Cycles from start to retire of a legal LOAD or STORE (docs/rtl-dma.md, "Cycles")."""
-    return dram_phases(config, command).cycles
-
-
-def dram_phases(config: HardwareConfig, command: Command) -> DramPhases:
-    """A LOAD's or STORE's cycles around its DRAM transfer: the walk's slots, one DRAM word each."""
-    if command.opcode == Opcode.LOAD:
-        return _load_phases(config, command)
-    if command.opcode == Opcode.STORE:
-        return _store_phases(config, command)
-    raise ValueError(f"{command.opcode.name} is not a DMA command")
-
-
-# --- hardware ----------------------------------------------------------------------------------------------
 
 class PatternWalker(Elaboratable):
     """Steps through a strided DRAM pattern one DRAM word at a time (``restart``, then ``advance``).
@@ -200,7 +100,7 @@ class PatternWalker(Elaboratable):
 
 
 def _pattern(m: Module, config: HardwareConfig, cmd, dense_gap_zero) -> SimpleNamespace:
-    """What both engines derive from the command: the merged run shape (as :func:`_run_shape`), the
+    """What both engines derive from the command: the merged run shape (as ``aipu.sim.timing.dma.run_shape``), the
     pattern's last byte and whether it lies beyond the DRAM address space."""
     width = config.dram.address_bits + 2 * STRIDE_BYTES_BITS
     run = Signal(width)
@@ -393,7 +293,7 @@ def _pad_value_fits(cmd):
 
 
 def _load_dense_signals(m: Module, cmd) -> SimpleNamespace:
-    """The tile of a LOAD in its buffer, as :func:`_load_dense` (byte addresses)."""
+    """The tile of a LOAD in its buffer, as ``aipu.sim.timing.dma.load_dense`` (byte addresses)."""
     width = 64
     dense = SimpleNamespace(**{name: Signal(width, name=f"tile_{name}") for name in (
         "sram_addr", "run", "row_bytes", "data_start", "gap", "data_bytes", "first_len", "last_len", "end")})

@@ -2,8 +2,8 @@
 
 :class:`SourceReads` reads a run of bytes at any address of ACT or OUT per cycle, :func:`pack_output`
 writes groups of output elements as whole OUT words, :func:`dtype_bounds` / :func:`element_value` read
-the element types. :class:`EltwiseEngine` takes a group of :func:`lanes` element pairs per cycle through
-three stages, each lane:
+the element types. :class:`EltwiseEngine` takes a group of ``lanes`` element pairs per cycle
+(``aipu.sim.timing.pool.lanes``) through three stages, each lane:
 
   issue   read a[i : i + lanes] (two words of a_buf) and b[i : i + lanes] (two words of b_buf)
   scale   d = value - zero point; ADD/SUB/MAX/MIN: t_a = d_a * (M_a << (N - N_a)), t_b likewise, with
@@ -27,6 +27,7 @@ from aipu.sim.golden.eltwise import MAX_ALIGN
 from aipu.sim.machine.arch import (DTYPE_BYTES, DTYPE_NUMPY, ELTWISE_SUM_BITS, MAC_OPERAND_BITS, MULTIPLIER_BITS,
                                    SHIFT_BITS, Buffer, DType, HardwareConfig)
 from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, EltwiseOp
+from aipu.sim.timing.pool import lanes
 
 SOURCE_BUFFERS = VECTOR_SOURCE_BUFFERS       # where POOL and ELTWISE read
 ELEMENT = signed(8 * max(DTYPE_BYTES.values()) + 1)   # holds a value of every element type
@@ -54,12 +55,6 @@ def element_value(dtype, low_byte, high_byte):
 def is_wide(dtype):
     """1 for the two-byte element type."""
     return dtype == DType.INT16
-
-
-def lanes(config: HardwareConfig) -> int:
-    """ELTWISE elements per cycle: a group of int16 results fills at most one OUT word, and a group of
-    operand bytes at most one source word (so each group touches two words of each)."""
-    return max(1, min(word_bytes(config, Buffer.OUT) // 2, *(word_bytes(config, b) for b in SOURCE_BUFFERS)))
 
 
 class SourceReads:
@@ -101,7 +96,7 @@ class SourceReads:
 def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, valid, values, count, flush) -> None:
     """Write a contiguous stream of output elements (from ``dst_addr``; when ``valid``, the first ``count`` of
     ``values``) to OUT, a word at a time: bytes gather in a pending word that is written when its last byte
-    arrives; ``flush`` writes it as it is. A group is at most one word (:func:`lanes`), so one that crosses
+    arrives; ``flush`` writes it as it is. A group is at most one word (``lanes``), so one that crosses
     a word boundary completes the first word and starts the second: at most one write per cycle."""
     nbytes = word_bytes(config, Buffer.OUT)
     if nbytes < 2:

@@ -20,6 +20,8 @@ before the source and its elements are no wider (the compiler's rule; the interp
 
 SOFTMAX (docs/arithmetic.md §6.4) shares the LOAD phase (its exp table is 512 16-bit entries), the fault
 decision and the output packing; its rows stream through :mod:`aipu.rtl.softmax` instead of RUN.
+
+The table's row width, the groups and the cycles they take are ``aipu.sim.timing.lut``.
 """
 from __future__ import annotations
 
@@ -30,16 +32,14 @@ from amaranth.lib.wiring import Out
 
 from aipu.rtl.arith import clamp, rounding_shift_right
 from aipu.rtl.ports import read_port, word_bytes, write_port
-from aipu.rtl.softmax import LATENCY as SOFTMAX_LATENCY
-from aipu.rtl.softmax import TABLE_BYTES, exp_row_bad, softmax_datapath, softmax_violations
+from aipu.rtl.softmax import exp_row_bad, softmax_datapath, softmax_violations
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import (DTYPE_BYTES, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
                                    LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT_ENTRY_BITS, SOFTMAX_ENTRY_BYTES,
-                                   Buffer, DType, HardwareConfig, storage_dtype)
+                                   Buffer, HardwareConfig, storage_dtype)
 from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, LutMode, Opcode, Rounding, Unit
-from aipu.sim.machine.program import Command
+from aipu.sim.timing.lut import ENTRY_BYTES, SOFTMAX_TABLE_BYTES, entries_per_row
 
-ENTRY_BYTES = LUT_ENTRY_BITS // 8
 DIRECT8_INDEX_BITS = (LUT8_ENTRIES - 1).bit_length()
 DIRECT8_ZERO_FIELDS = ("table_log2", "index_shift", "input_min", "qmin", "qmax")   # the interpreter's order
 INTERP16_INPUT = next(d for d, t in DTYPE_NUMPY.items() if t == storage_dtype(LUT16_INPUT_BITS, signed=True))
@@ -48,45 +48,6 @@ TYPE_RANGES = {dtype: np.iinfo(numpy_type) for dtype, numpy_type in DTYPE_NUMPY.
 
 def _log2(value: int) -> int:
     return value.bit_length() - 1
-
-
-def entries_per_row(config: HardwareConfig) -> int:
-    """Table entries one LUT word carries: the local table's row width, so loading takes a row per cycle."""
-    return word_bytes(config, Buffer.LUT) // ENTRY_BYTES
-
-
-def group_elements(config: HardwareConfig, src_buf: Buffer, in_type: DType, out_type: DType) -> int:
-    """Elements per RUN cycle: as many as both the source word and the destination word hold."""
-    return min(word_bytes(config, src_buf) // DTYPE_BYTES[in_type], word_bytes(config, Buffer.OUT)
-               // DTYPE_BYTES[out_type])
-
-
-def table_entries(command: Command) -> int:
-    """16-bit entries the LOAD phase copies (a softmax exp entry is two)."""
-    if command.opcode == Opcode.SOFTMAX:
-        return TABLE_BYTES // ENTRY_BYTES
-    return LUT8_ENTRIES if command.mode == LutMode.DIRECT8 else (1 << command.table_log2) + 1
-
-
-def command_cycles(config: HardwareConfig, command: Command) -> int:
-    """Cycles from start to retire of a LUT or SOFTMAX command that executes (docs/rtl-lut.md, "Cycles")."""
-    load_rows = -(-table_entries(command) // entries_per_row(config))
-    out_bytes = DTYPE_BYTES[DType(command.out_type)]
-    if command.opcode == Opcode.SOFTMAX:     # three passes of one element per cycle, then the divider's latency
-        elements = command.rows * command.length
-        spill = _spill(config, command.dst_addr, elements, 1, out_bytes)
-        return 3 + load_rows + 3 * elements + SOFTMAX_LATENCY + spill
-    lanes = group_elements(config, Buffer(command.src_buf), DType(command.in_type), DType(command.out_type))
-    return 3 + load_rows + -(-command.count // lanes) + _spill(config, command.dst_addr, command.count, lanes,
-                                                                out_bytes)
-
-
-def _spill(config: HardwareConfig, dst_addr: int, count: int, lanes: int, out_bytes: int) -> int:
-    """1 if the last group's bytes run into one more output word than the packer writes with it."""
-    groups = -(-count // lanes)
-    out_word = word_bytes(config, Buffer.OUT)
-    last_offset = (dst_addr + (groups - 1) * lanes * out_bytes) % out_word
-    return int(last_offset + (count - (groups - 1) * lanes) * out_bytes > out_word)
 
 
 class LutUnit(UnitComponent):
@@ -147,7 +108,7 @@ class LutUnit(UnitComponent):
                                       source_log2 - in_log2, _log2(out_word_bytes) - out_log2))
         group_in_bytes = Const(1) << (group_log2 + in_log2)
         source_word_bytes = Const(1) << source_log2
-        entries = Mux(is_softmax, TABLE_BYTES // ENTRY_BYTES,
+        entries = Mux(is_softmax, SOFTMAX_TABLE_BYTES // ENTRY_BYTES,
                       Mux(direct, LUT8_ENTRIES, (Const(1) << cmd.table_log2) + 1))
         load_rows = (entries + row_entries - 1) >> _log2(row_entries)
         src_len, dst_len = cmd.count << in_log2, cmd.count << out_log2
@@ -174,7 +135,8 @@ class LutUnit(UnitComponent):
 
         # --- the local table: one write port for the load, two read ports per lane -------------------------
         table_rows = -(-((1 << LUT16_INDEX_BITS_MAX) + 2) // row_entries)   # entry 2**k + 1 is read (times 0)
-        assert table_rows * row_entries * ENTRY_BYTES >= TABLE_BYTES, "the softmax exp table fits the local table"
+        assert table_rows * row_entries * ENTRY_BYTES >= SOFTMAX_TABLE_BYTES, \
+            "the softmax exp table fits the local table"
         m.submodules.table = table = Memory(shape=unsigned(LUT_ENTRY_BITS * row_entries), depth=table_rows,
                                             init=[])
         table_write = table.write_port()

@@ -1,6 +1,6 @@
 """The POOL unit: max/average pooling (POOL) and the element-wise operations (ELTWISE) of one queue.
 
-Both commands share the unit's ports and its back end (docs/rtl-pool.md):
+Both commands share the unit's ports and its back end (docs/rtl-pool.md; the cycles: ``aipu.sim.timing.pool``):
 
   CHECK   register the command's geometry (window extents, output size, region sizes)
   VERIFY  refuse, naming the field, everything the interpreter refuses; nothing is written before this
@@ -20,16 +20,13 @@ from amaranth.lib.wiring import Out
 
 from aipu.rtl.arith import net
 from aipu.rtl.eltwise import (ELEMENT, SOURCE_BUFFERS, EltwiseEngine, SourceReads, dtype_bounds, element_value,
-                              is_wide, lanes, pack_output, region_beyond)
+                              is_wide, pack_output, region_beyond)
 from aipu.rtl.ports import read_port, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, HardwareConfig
 from aipu.sim.machine.isa import COMMANDS, Opcode, PoolMode, Rounding, Unit
-from aipu.sim.machine.program import Command
+from aipu.sim.timing.pool import lanes
 
-CHECK_CYCLES = 2          # CHECK and VERIFY
-FLUSH_CYCLES = 1          # the last output word
-PIPELINE_LATENCY = 3      # item issued -> element read -> registered result -> output to the packer
 MAX_WINDOW = COMMANDS[Opcode.POOL].field("k_h").legal_range(HardwareConfig())[1] * \
     COMMANDS[Opcode.POOL].field("k_w").legal_range(HardwareConfig())[1]
 #: widest |x - zero point| of a pooled element: the span of the widest element type
@@ -52,23 +49,6 @@ def reciprocal_table() -> list[int]:
         assert 0 <= reciprocal * divisor - (1 << RECIPROCAL_SHIFT) <= 1 << (RECIPROCAL_SHIFT - WINDOW_SUM_BITS)
         table.append(reciprocal)
     return table
-
-
-def pool_output_size(command: Command) -> tuple[int, int]:
-    """(out_h, out_w) of a POOL command whose window fits its padded input."""
-    span_h, span_w = command.dilation_h * (command.k_h - 1) + 1, command.dilation_w * (command.k_w - 1) + 1
-    return ((command.in_h + command.pad_top + command.pad_bottom - span_h) // command.stride_h + 1,
-            (command.in_w + command.pad_left + command.pad_right - span_w) // command.stride_w + 1)
-
-
-def command_cycles(config: HardwareConfig, command: Command) -> int:
-    """Cycles from start to retire of a legal POOL or ELTWISE command (docs/rtl-pool.md, "Cycles")."""
-    if command.opcode == Opcode.POOL:
-        out_h, out_w = pool_output_size(command)
-        items = out_h * out_w * command.channels * command.k_h * command.k_w
-    else:
-        items = -(-command.count // lanes(config))
-    return CHECK_CYCLES + items + PIPELINE_LATENCY + FLUSH_CYCLES
 
 
 def round_up(rounding, above, tie, odd, negative):

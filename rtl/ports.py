@@ -16,7 +16,6 @@ Timing (docs/rtl.md, "Ports"):
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -24,22 +23,6 @@ from amaranth.lib.wiring import In, Out
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 
 PORT_NAME = re.compile(r"^(?P<space>act|weight|acc|out|lut|param|dram)_(?P<kind>read|write)(?:_\w+)?$")
-
-
-class DramPhases(NamedTuple):
-    """A DMA command's cycles split around its DRAM transfer (docs/cycle-model.md, "A DRAM shared by the DMA
-    units"): ``before`` and ``after`` it, and the ``transfer`` itself, which moves ``words`` DRAM words. Its
-    formula's cycles are the sum of the three; the cycle model stretches only the transfer, when several DMA
-    units want more words per cycle than the DRAM gives."""
-
-    before: int
-    transfer: int
-    words: int
-    after: int
-
-    @property
-    def cycles(self) -> int:
-        return self.before + self.transfer + self.after
 
 
 def word_bytes(config: HardwareConfig, buffer: Buffer) -> int:

@@ -8,10 +8,10 @@ One command runs in four phases:
   STREAM   ``lanes`` accumulators per cycle through a two-stage pipeline: (A) read one ACC word and each
            lane's record, (B) compute every lane and merge the output bytes into a two-word window that
            writes OUT one full word at a time (a last partial word in one FLUSH cycle)
+
+The lanes and record geometry (``RequantGeometry``) and the cycles are ``aipu.sim.timing.requant``.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 from amaranth.hdl import Cat, Const, Mux, Signal, signed, unsigned
@@ -22,11 +22,10 @@ from amaranth.lib.wiring import Out
 from aipu.rtl import arith
 from aipu.rtl.ports import read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
-from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, DTYPE_BYTES, DTYPE_NUMPY, PARAM_RECORD,
-                                   PARAM_RECORD_BYTES, SHIFT_BITS, SHIFT_MAX, Buffer,
-                                   HardwareConfig)
-from aipu.sim.machine.isa import COMMANDS, ZERO_POINT_BITS, Opcode, RequantMode, Unit
-from aipu.sim.machine.program import Command
+from aipu.sim.machine.arch import (ACC_BITS, DTYPE_BYTES, DTYPE_NUMPY, PARAM_RECORD, PARAM_RECORD_BYTES, SHIFT_BITS,
+                                   SHIFT_MAX, Buffer, HardwareConfig)
+from aipu.sim.machine.isa import ZERO_POINT_BITS, Opcode, RequantMode, Unit
+from aipu.sim.timing.requant import WIDEST_ELEMENT_BYTES, RequantGeometry
 
 # The record as the PARAM buffer stores it (little-endian, packed): integers keep their signedness, the
 # float32 scale is its bit pattern.
@@ -35,46 +34,6 @@ PARAM_LAYOUT = data.StructLayout({
 # FLOAT32 results are saturated at 2**FLOAT_INT_BITS before + zero point and the clamp: beyond any zero point
 # plus any clamp bound, so the clamp decides exactly as golden's does on the unsaturated value.
 FLOAT_INT_BITS = ZERO_POINT_BITS + 1
-WIDEST_ELEMENT_BYTES = max(DTYPE_BYTES.values())
-
-
-@dataclass(frozen=True)
-class RequantGeometry:
-    """What the configuration fixes: lanes, and how words of ACC, OUT and PARAM hold entries and records."""
-
-    lanes: int                  # accumulators per cycle
-    acc_entries: int            # int32 entries per ACC word
-    out_bytes: int              # bytes per OUT word
-    param_chunk_bytes: int      # bytes of a record one PARAM read delivers
-    reads_per_record: int
-    records: int                # local record memory depth: the most channels a legal command has
-
-    @classmethod
-    def of(cls, config: HardwareConfig) -> RequantGeometry:
-        acc_entries = word_bytes(config, Buffer.ACC) // ACC_DTYPE.itemsize
-        out_bytes = word_bytes(config, Buffer.OUT)
-        if acc_entries < 1 or out_bytes < WIDEST_ELEMENT_BYTES:
-            raise ValueError(f"REQUANT needs an ACC port of at least {ACC_DTYPE.itemsize} bytes and an OUT port of "
-                             f"at least {WIDEST_ELEMENT_BYTES} (got {word_bytes(config, Buffer.ACC)} and {out_bytes})")
-        # One lane group lies in one ACC word, and its widest output fits one OUT word.
-        lanes = min(acc_entries, out_bytes // WIDEST_ELEMENT_BYTES)
-        chunk = min(word_bytes(config, Buffer.PARAM), PARAM_RECORD_BYTES)
-        channels = next(fld for fld in COMMANDS[Opcode.REQUANT].fields if fld.name == "channels")
-        records = min(channels.legal_range(config)[1], config.buffer_units(Buffer.PARAM))
-        return cls(lanes, acc_entries, out_bytes, chunk, PARAM_RECORD_BYTES // chunk, records)
-
-
-#: Cycles outside the stream: CHECK, the load's last read landing, VERDICT, the pipeline's stage B of the last
-#: group, FLUSH.
-FIXED_CYCLES = 5
-
-
-def command_cycles(config: HardwareConfig, command: Command) -> int:
-    """Cycles from start to retire of a REQUANT that executes (docs/rtl-requant.md, "Cycles")."""
-    geometry = RequantGeometry.of(config)
-    elements = command.pixels * command.channels
-    groups = (command.acc_addr + elements - 1) // geometry.lanes - command.acc_addr // geometry.lanes + 1
-    return FIXED_CYCLES + command.channels * geometry.reads_per_record + groups
 
 
 def _by_type(out_type, values: dict):

@@ -7,9 +7,9 @@ the faults; this module then streams the rows, one element per cycle, three pass
   SUM     S = Σ E[m − x]                                 one table read per element, a 32-bit accumulator
   DIVIDE  q = (E[m − x] · M + ⌊D/2⌋) div D, D = S · 2^N  a restoring divider, one quotient bit per stage
 
-The divider is a pipeline of ``QUOTIENT_BITS`` stages carrying each element's divisor, so a row's divisions
-overlap the next row's passes; the results leave it in element order, one per cycle, for the LUT unit's
-output packer.
+The divider is a pipeline of ``SOFTMAX_QUOTIENT_BITS`` stages carrying each element's divisor, so a row's
+divisions overlap the next row's passes; the results leave it in element order, one per cycle, for the LUT
+unit's output packer. The quotient's width and the pipeline's latency are named in ``aipu.sim.timing.lut``.
 """
 from __future__ import annotations
 
@@ -21,16 +21,14 @@ from amaranth.lib.memory import Memory
 
 from aipu.rtl.arith import clamp
 from aipu.rtl.ports import word_bytes
-from aipu.sim.machine.arch import (LUT8_ENTRIES, MULTIPLIER_BITS, SOFTMAX_ENTRY_BYTES, SOFTMAX_EXP_BITS,
-                                   SOFTMAX_SHIFT_MAX, SOFTMAX_SUM_BITS, Buffer, DType, HardwareConfig)
+from aipu.sim.machine.arch import (LUT8_ENTRIES, SOFTMAX_ENTRY_BYTES, SOFTMAX_EXP_BITS, SOFTMAX_SHIFT_MAX,
+                                   SOFTMAX_SUM_BITS, Buffer, DType, HardwareConfig)
+from aipu.sim.timing.lut import SOFTMAX_QUOTIENT_BITS, SOFTMAX_TABLE_BYTES
 
 EXP_BITS = 8 * SOFTMAX_ENTRY_BYTES
-TABLE_BYTES = LUT8_ENTRIES * SOFTMAX_ENTRY_BYTES
-QUOTIENT_BITS = MULTIPLIER_BITS + 1          # q <= M / 2^N + 1/2 <= 2^16: e <= S, so e·M / D <= M / 2^N
 DIVISOR_BITS = SOFTMAX_SUM_BITS + SOFTMAX_SHIFT_MAX        # D = S · 2^N < 2^62; the numerator stays below too
 DISTANCE_BITS = (LUT8_ENTRIES - 1).bit_length()     # m − x of 8-bit elements indexes the 256-entry table
 INPUT_BITS = DISTANCE_BITS + 1                       # an int8 or uint8 element, signed
-LATENCY = 2 + QUOTIENT_BITS    # from an element's DIVIDE read to its result: table read, product, the stages
 
 
 class Pass(IntEnum):
@@ -59,7 +57,7 @@ def softmax_violations(config: HardwareConfig, cmd, out_bytes, out_min, out_max,
     dst_end = cmd.dst_addr + elements * out_bytes
     overlap = (cmd.src_buf == Buffer.OUT) & (cmd.src_addr < dst_end) & (cmd.dst_addr < cmd.src_addr + elements)
     return [(cmd.src_addr + elements > source_size, "src_addr"),
-            (cmd.table_addr + TABLE_BYTES > config.buffer(Buffer.LUT).bytes, "table_addr"),
+            (cmd.table_addr + SOFTMAX_TABLE_BYTES > config.buffer(Buffer.LUT).bytes, "table_addr"),
             ((dst_end > config.buffer(Buffer.OUT).bytes) | overlap, "dst_addr"),
             ((cmd.out_zero_point < out_min) | (cmd.out_zero_point > out_max), "out_zero_point"),
             ((cmd.qmin < out_min) | (cmd.qmin > out_max), "qmin"),
@@ -132,17 +130,17 @@ def softmax_datapath(m: Module, config: HardwareConfig, cmd, begin: Value, table
     def stage_signals(k: int) -> dict:
         return dict(remainder=Signal(DIVISOR_BITS, name=f"remainder{k}"),
                     divisor=Signal(DIVISOR_BITS, name=f"divisor{k}"),
-                    quotient=Signal(QUOTIENT_BITS, name=f"quotient{k}"),
+                    quotient=Signal(SOFTMAX_QUOTIENT_BITS, name=f"quotient{k}"),
                     valid=Signal(name=f"valid{k}"), last=Signal(name=f"last{k}"))
 
-    stages = [stage_signals(k) for k in range(QUOTIENT_BITS + 1)]
+    stages = [stage_signals(k) for k in range(SOFTMAX_QUOTIENT_BITS + 1)]
     divisor = Signal(unsigned(DIVISOR_BITS))
     m.d.comb += divisor.eq(total << cmd.shift)
     first = stages[0]
     m.d.sync += [first["remainder"].eq(exp * cmd.multiplier + (divisor >> 1)), first["divisor"].eq(divisor),
                  first["quotient"].eq(0), first["valid"].eq(dividing), first["last"].eq(dividing & divide_last)]
     for k, (here, after) in enumerate(zip(stages, stages[1:])):
-        bit = QUOTIENT_BITS - 1 - k
+        bit = SOFTMAX_QUOTIENT_BITS - 1 - k
         fits = (here["remainder"] >> bit) >= here["divisor"]
         m.d.sync += [after["remainder"].eq(Mux(fits, here["remainder"] - (here["divisor"] << bit), here["remainder"])),
                      after["quotient"].eq((here["quotient"] << 1) | fits), after["divisor"].eq(here["divisor"]),

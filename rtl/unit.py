@@ -12,7 +12,9 @@ one legal command. The sequencer here does the rest, identically for every unit 
          ``fault`` -> ERROR naming the field the engine names
   ERROR  stops for good: ``error`` = 1, ``error_field`` indexes ``error_names``
 
-The cycles of a command are counted from its ``start`` pulse to its ``retire`` pulse.
+The cycles of a command are counted from its ``start`` pulse to its ``retire`` pulse. IDLE, CHECK and the
+cycle WAIT starts in are the fixed steps ``aipu.sim.timing.sequencer`` names (``FIRST_START``,
+``NEXT_START``) for the cycle model; tests/rtl/test_system.py checks them here.
 """
 from __future__ import annotations
 

@@ -11,32 +11,26 @@ The engine is wired from named parts (aipu.rtl.wdec_parts), one Verilog module e
             [O][KH][KW][I] byte
 
 Every bin the engine decodes is visible on ``debug_bin_valid`` / ``debug_bin_ctx`` / ``debug_bin`` (the
-software trace's (ctxIdx, bin), -1 bypass, -2 stuffing), so tests compare the hardware bin by bin.
+software trace's (ctxIdx, bin), -1 bypass, -2 stuffing), so tests compare the hardware bin by bin. NEED_BITS
+and the cycles a command takes are ``aipu.sim.timing.wdec``.
 """
 from __future__ import annotations
-
-import hashlib
-import math
-from typing import NamedTuple
 
 from amaranth.hdl import Signal
 from amaranth.lib.wiring import Out, connect, flipped
 
-from aipu.codec.errors import CodecError
-from aipu.codec.npu_profile import decode_profile_compiled
 from aipu.codec.reference.elements import NUM_CONTEXTS
 from aipu.codec.reference.engine import TRACE_STUFFING
-from aipu.rtl.ports import DramPhases, dram_read_port, write_port
+from aipu.rtl.ports import dram_read_port, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.rtl.wdec_parts.contexts import ContextMemory
 from aipu.rtl.wdec_parts.engine import ArithmeticDecoder
 from aipu.rtl.wdec_parts.fetcher import WordFetcher
-from aipu.rtl.wdec_parts.interfaces import NEED_BITS
 from aipu.rtl.wdec_parts.syntax import SyntaxWalk
 from aipu.rtl.wdec_parts.window import BitWindow
 from aipu.sim.machine.arch import Buffer, HardwareConfig
-from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.timing.wdec import NEED_BITS
 
 
 class Wdec(UnitComponent):
@@ -77,65 +71,3 @@ class Wdec(UnitComponent):
         connect(m, flipped(self.weight_write), syntax.weight_write)
         m.d.comb += [self.debug_bin_valid.eq(engine.trace.valid), self.debug_bin_ctx.eq(engine.trace.context),
                      self.debug_bin.eq(engine.trace.bin)]
-
-
-def command_cycles(config: HardwareConfig, command, stream: bytes) -> int:
-    """Cycles of a WDEC command on a profile stream that decodes (docs/rtl-wdec.md): the check, the wait for
-    the first bits, the 9-bit engine start, one cycle per bin, per Morton candidate outside a CU and per
-    ZERO_RUN_BITS of a long zero run, and the padding check."""
-    return dram_phases(config, command, stream).cycles
-
-
-def dram_phases(config: HardwareConfig, command, stream: bytes) -> DramPhases:
-    """WDEC's cycles around its DRAM transfer: from the first word to the last bin the stream's words are
-    read at the pace the engine uses them (at most one a cycle); the check and the read latency come before,
-    the padding check after. A stream that does not decode has no timing: the RTL stops on it with an error."""
-    try:
-        decoded = decoded_profile(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
-    except CodecError as error:
-        raise ExecutionError(f"the weight stream at dram_addr = {command.dram_addr:#x} ({command.length} bytes) does "
-                             f"not decode in the npu profile: {error}") from None
-    first = first_bits_cycles(config, command.dram_addr, command.length) - config.dram.latency_cycles
-    bins = -(-decoded.bins // config.wdec.bins_per_cycle)      # the RTL: one a cycle
-    transfer = first + bins + decoded.morton_skips + decoded.zero_run_cycles
-    words = _stream_words(config, command.dram_addr, command.length)
-    return DramPhases(1 + config.dram.latency_cycles, transfer, min(words, transfer), 1)
-
-
-class StreamCounts(NamedTuple):
-    bins: int
-    morton_skips: int
-    zero_run_cycles: int
-
-
-def decoded_profile(stream: bytes, shape: tuple[int, int, int, int]) -> StreamCounts:
-    """The profile decoder's counts of one stream, remembered by the stream's digest (a report asks for the
-    cycles and the bins of the same streams; the decoded levels are not kept)."""
-    key = (hashlib.blake2b(stream, digest_size=16).digest(), tuple(shape))
-    counts = _STREAM_COUNTS.get(key)
-    if counts is None:
-        if len(_STREAM_COUNTS) >= _STREAM_COUNTS_KEPT:
-            _STREAM_COUNTS.clear()
-        decoded = decode_profile_compiled(stream, shape)
-        counts = _STREAM_COUNTS[key] = StreamCounts(decoded.bins, decoded.morton_skips, decoded.zero_run_cycles)
-    return counts
-
-
-_STREAM_COUNTS: dict[tuple[bytes, tuple], StreamCounts] = {}
-_STREAM_COUNTS_KEPT = 1 << 16
-
-
-def _stream_words(config: HardwareConfig, dram_addr: int, length: int) -> int:
-    """DRAM words that hold the stream's bytes."""
-    nbytes = config.dram.bytes_per_cycle
-    return (dram_addr + length - 1) // nbytes - dram_addr // nbytes + 1
-
-
-def first_bits_cycles(config: HardwareConfig, dram_addr: int, length: int) -> int:
-    """Cycles from the first DRAM request to the 9-bit engine start, which waits until the window holds
-    NEED_BITS (or the whole stream): the read latency, one cycle each into the FIFO and into the window, one
-    per word it takes (words arrive one a cycle) and the start itself."""
-    nbytes = config.dram.bytes_per_cycle
-    needed = math.ceil((8 * (dram_addr % nbytes) + NEED_BITS) / (8 * nbytes))
-    words = min(_stream_words(config, dram_addr, length), needed)
-    return config.dram.latency_cycles + 2 + words

@@ -1,12 +1,12 @@
 """The cycle model: when each command of a program starts and retires on the NPU, without computing any data.
 
 It runs the same programs as ``sim.interpreter`` and the RTL. Each command costs the cycles of its documented
-per-command formula (``aipu.rtl.timing.command_cycles``: docs/rtl-*.md, the formulas the RTL is checked against
+per-command formula (``aipu.sim.timing.command_cycles``: docs/rtl-*.md, the formulas the RTL is checked against
 on every command). The units run concurrently and wait on each other exactly as the RTL's sequencer does (docs/rtl.md,
 "Units"; ``rtl/unit.py``, ``rtl/system.py``):
 
 * a unit takes its next command in the cycle after the previous one retired, checks it in the next, and may
-  start it in the one after (a unit's first command can start in cycle 2);
+  start it in the one after (a unit's first command can start in cycle 2: ``aipu.sim.timing.sequencer``);
 * a popped token must have been pushed (at its producer's retire) in an earlier cycle, and a push needs room
   in its token queue (``queues.token_depth``) when the command starts;
 * FINISH starts once every other unit has retired its last command (in an earlier cycle), and retires as it
@@ -30,17 +30,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from aipu.rtl.conv import useful_macs
-from aipu.rtl.timing import DMA_OPCODES, command_cycles, dram_phases
 from aipu.sim.machine.arch import DTYPE_BYTES, DType
 from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.ordering import schedule
 from aipu.sim.machine.program import Program
+from aipu.sim.timing import DMA_OPCODES, command_cycles, dram_phases
+from aipu.sim.timing.conv import useful_macs
+from aipu.sim.timing.sequencer import FIRST_START, NEXT_START
 
-FIRST_START = 2         # take (cycle 0), check (cycle 1), start (cycle 2)
-NEXT_START = 3          # after a retire in cycle r: take r + 1, check r + 2, start r + 3
 DramModel = Literal["shared", "ports"]
 DRAM_MODELS = ("shared", "ports")
 

@@ -20,7 +20,7 @@ GOAL_MAX_RATIO = 2.0     # the interpreter at no less than half the golden model
 
 
 def _layer(rng, c: int, h: int, k: int, kernel: int, stride: int, pad: int, groups: int, dilation: int):
-    from aipu.compiler.tiling import ConvLayer
+    from aipu.compiler.lowering.conv_layer import ConvLayer
 
     return ConvLayer(x=rng.integers(-128, 128, (1, c, h, h)).astype(np.int8),
                      w=rng.integers(-128, 128, (k, c // groups, kernel, kernel)).astype(np.int8),
@@ -33,7 +33,7 @@ def run() -> dict:
     from threadpoolctl import threadpool_limits
 
     from aipu.app.bench.golden import LAYERS, best_seconds, best_seconds_paired
-    from aipu.compiler.tiling import lower_conv_layer
+    from aipu.compiler.lowering.conv_layers import lower_conv_layer
     from aipu.sim.interpreter import prepare
     from aipu.sim.interpreter import run as interpret
 

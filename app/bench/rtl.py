@@ -32,8 +32,8 @@ UNIT_COMMANDS = 250       # per unit family: long enough that the simulator's st
 
 
 def _layer(name: str, channels: int, size: int, out_channels: int, kernel: int, groups: int):
-    from aipu.compiler.sample_layers import shaped_layer
-    from aipu.compiler.tiling import lower_conv_layer
+    from aipu.app.sample_layers import shaped_layer
+    from aipu.compiler.lowering.conv_layers import lower_conv_layer
     from aipu.sim.interpreter import run as interpret
 
     lowered = lower_conv_layer(shaped_layer(np.random.default_rng(0), channels, size, out_channels, kernel,

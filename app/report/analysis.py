@@ -19,13 +19,13 @@ from importlib.metadata import version
 from pathlib import Path
 
 from aipu.compiler.program_dir import MANIFEST_FILE, PROGRAM_FILE, ProgramDir
-from aipu.rtl.conv import useful_macs
-from aipu.rtl.wdec import decoded_profile
 from aipu.sim.cycle import CycleResult, DramModel, simulate
 from aipu.sim.interpreter import DRAM, PreparedProgram, Stats, prepare
 from aipu.sim.machine.errors import ExecutionError, InputError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
+from aipu.sim.timing.conv import useful_macs
+from aipu.sim.timing.wdec import decoded_profile
 
 FORMAT, SCHEMA_VERSION = "aipu-report", 1
 SCHEMA_PATH = Path(__file__).with_name("schema.json")

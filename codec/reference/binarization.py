@@ -6,10 +6,10 @@ to a context (Table 337's ctxIdxInc) or to bypass. ``read_bin(bin_idx) -> bin`` 
 ``write_bin(bin_idx, bin)`` encodes one.
 
 Decisions (docs/codec-engine.md):
-* FL is MSB first (A22; 10.4.3.4.2, L20773-20775 does not say).
-* UEGk uses ``leadingOneBits < cMax`` where the text prints ``<=`` (A19; 10.4.3.4.6, L20946): with
+* FL is MSB first (A22; 10.4.3.4.2 does not say).
+* UEGk uses ``leadingOneBits < cMax`` where the text prints ``<=`` (A19; 10.4.3.4.6): with
   ``<=`` and k > 0 the values cMax+1 .. cMax+2**k-1 cannot be coded. For k = 0 both readings give the
-  same bins. The exponent is leadingOneBits where the text prints leadingZeroBits (L20845, L20955).
+  same bins. The exponent is leadingOneBits where the text prints leadingZeroBits (10.4.3.4.5, 10.4.3.4.6).
 * Every decoder loop is bounded by the largest legal value: a corrupt stream raises CodecError
   instead of reading a unary prefix forever.
 """
@@ -23,7 +23,7 @@ from ..errors import CodecError
 ReadBin = Callable[[int], int]
 WriteBin = Callable[[int, int], None]
 
-MAX_FL_LENGTH = 32                 # the widest FL element (sublayer_cmaxw, Table 338 L20656)
+MAX_FL_LENGTH = 32                 # the widest FL element (sublayer_cmaxw, Table 338)
 MAX_EG_VALUE = (1 << 32) - 1       # largest EGk / UEGk value accepted: every coded magnitude is < 2**32
 
 

@@ -64,8 +64,8 @@ reorder_flag             FL1          591   3     0
 signalled_flag           FL1          594   48    0
 qval_minus_one           UEGk(8,8)    642   48    binIdx<23 ? binIdx+1 : 23
 --- not in Tables 337/338: project decisions (docs/codec-engine.md) ----------------------------------
-end_of_last_layer_flag   FL1          bypass                                               (10.4.3.1 L20136)
-end_of_last_layer_ctu_flag FL1        bypass                                               (10.4.3.1 L20138)
+end_of_last_layer_flag   FL1          bypass                                               (10.4.3.1)
+end_of_last_layer_ctu_flag FL1        bypass                                               (10.4.3.1)
 cbook_sign               FL1          78    -     0 (sign_delta's block)
 tgtm_nzflag_q            FL1          363   -     as tgtm_nzflag_index                     c0 c1
 uni_tgt_nzflag_index     FL1          474   -     0 (as uni_tgt_nzflag_q)
@@ -74,10 +74,10 @@ uni_abs_q                UEGk(16,0)   309   -     as uni_qmap_val (sign = 0)
 uni_map_sign             FL1          258   -     as uni_sign                              c0
 ======================== ============ ===== ===== ======================================== ======================
 
-[1] the syntax's ``select_map_mode_flag`` (Table 327, L17986); [2] the syntax's ``tag_mode`` (Table 329,
-L18236). Both names are accepted. Table 337 is implemented literally, overlaps included (A20): the
-shared starts 360/375/423/486/534, esc_abs_q's count of 3 spilling over 591..636, and the Inc of 48 that
-abs_delta / oct_abs_q / esc_abs_q reach with sign = 1 at binIdx 46.
+[1] the syntax's ``select_map_mode_flag`` (Table 327); [2] the syntax's ``tag_mode`` (Table 329). Both
+names are accepted. Table 337 is implemented literally, overlaps included (A20): the shared starts
+360/375/423/486/534, esc_abs_q's count of 3 spilling over 591..636, and the Inc of 48 that abs_delta /
+oct_abs_q / esc_abs_q reach with sign = 1 at binIdx 46.
 
 Signed values stay the syntax's business: every element here is an unsigned bin string.
 """
@@ -132,7 +132,7 @@ class ElementSpec:
     fixed_length: int | None = None   # FL: the length, or None when it is the input ``length``
     c_max: int = 0               # UEGk
     k: int = 0                   # UEGk
-    source: str = ""             # seed 000 lines (context row, binarisation row) or the decision
+    source: str = ""             # the rows of T/AI 115.1-2021 it comes from, or "decision: ..."
 
     @property
     def bypass(self) -> bool:
@@ -151,22 +151,24 @@ class ElementSpec:
         return INC_RULES[self.inc_rule][0](bin_idx, inputs)
 
 
-def _bypass(name: str, length: int | None, table338_line: int, list_line: int) -> ElementSpec:
+_TABLES_337_338 = "Table 337 and Table 338, the element's rows"
+
+
+def _bypass(name: str, length: int | None, in_table_338: bool = True) -> ElementSpec:
     return ElementSpec(name, "FL", BYPASS, 0, "0", fixed_length=length,
-                       source=f"bypass L{list_line}; FL L{table338_line}")
+                       source="10.4.3.1 bypass list" + ("; Table 338's row" if in_table_338 else ""))
 
 
-def _fl1(name: str, start: int, count: int, rule: str, line337: int, line338: int) -> ElementSpec:
-    return ElementSpec(name, "FL", start, count, rule, fixed_length=1, source=f"L{line337}; L{line338}")
+def _fl1(name: str, start: int, count: int, rule: str) -> ElementSpec:
+    return ElementSpec(name, "FL", start, count, rule, fixed_length=1, source=_TABLES_337_338)
 
 
-def _uegk(name: str, start: int, count: int, rule: str, c_max: int, k: int, line337: int,
-          line338: int) -> ElementSpec:
-    return ElementSpec(name, "UEGk", start, count, rule, c_max=c_max, k=k, source=f"L{line337}; L{line338}")
+def _uegk(name: str, start: int, count: int, rule: str, c_max: int, k: int) -> ElementSpec:
+    return ElementSpec(name, "UEGk", start, count, rule, c_max=c_max, k=k, source=_TABLES_337_338)
 
 
-def _unary(name: str, start: int, count: int, rule: str, line337: int, line338: int) -> ElementSpec:
-    return ElementSpec(name, "U", start, count, rule, source=f"L{line337}; L{line338}")
+def _unary(name: str, start: int, count: int, rule: str) -> ElementSpec:
+    return ElementSpec(name, "U", start, count, rule, source=_TABLES_337_338)
 
 
 _CLAMP23 = "binIdx<23?binIdx+1:23"
@@ -174,95 +176,95 @@ _CLAMP46 = "binIdx<46?binIdx+2:46"
 _CLAMP46S = "binIdx<46+sign?binIdx+2:46+sign"
 _PAIR = "C0!=0&&C1!=0?0:C0==0&&C1==0?1:2"
 
-# Bypass elements: the list of 10.4.3.1 (L20136-20167) with Table 338's FL lengths (L20640-20668).
+# Bypass elements: the list of 10.4.3.1 with Table 338's FL lengths.
 _BYPASS_ELEMENTS = (
-    _bypass("end_of_last_layer_flag", 1, 0, 20136),
-    _bypass("end_of_last_layer_ctu_flag", 1, 0, 20138),
-    _bypass("integer_input", 1, 20640, 20140),
-    _bypass("total_trainable_layer", 16, 20642, 20142),
-    _bypass("enable_escape_reorder", 1, 20644, 20144),
-    _bypass("enable_zdep_reorder", 1, 20646, 20146),
-    _bypass("enable_max_ctu3d_size", 1, 20648, 20147),
-    _bypass("max_ctu3d_idx", 2, 20650, 20149),
-    _bypass("array1d_depth", 5, 20652, 20151),
-    _bypass("total_sublayer", 4, 20654, 20153),
-    _bypass("sublayer_cmaxw", 32, 20656, 20155),
-    _bypass("sublayer_dim", 2, 20658, 20157),
-    _bypass("sublayer_shape", 16, 20660, 20159),
-    _bypass("include_bias_array1d", 1, 20662, 20161),
-    _bypass("sublayer_scan_order", 1, 20664, 20163),
-    _bypass("sublayer_bitdepth", 5, 20666, 20165),
-    _bypass("bias_abs_q", None, 20668, 20167),
+    _bypass("end_of_last_layer_flag", 1, in_table_338=False),
+    _bypass("end_of_last_layer_ctu_flag", 1, in_table_338=False),
+    _bypass("integer_input", 1),
+    _bypass("total_trainable_layer", 16),
+    _bypass("enable_escape_reorder", 1),
+    _bypass("enable_zdep_reorder", 1),
+    _bypass("enable_max_ctu3d_size", 1),
+    _bypass("max_ctu3d_idx", 2),
+    _bypass("array1d_depth", 5),
+    _bypass("total_sublayer", 4),
+    _bypass("sublayer_cmaxw", 32),
+    _bypass("sublayer_dim", 2),
+    _bypass("sublayer_shape", 16),
+    _bypass("include_bias_array1d", 1),
+    _bypass("sublayer_scan_order", 1),
+    _bypass("sublayer_bitdepth", 5),
+    _bypass("bias_abs_q", None),
 )
 
-# Table 337 (L20179-20375) joined with Table 338 (L20670-20769), in table order.
+# Table 337 joined with Table 338, in table order.
 TABLE_337 = (
-    _fl1("bias_sign", 0, 3, "0", 20189, 20670),
-    _fl1("bias_nz_flag", 3, 3, "0", 20191, 20672),
-    _fl1("split_flag", 6, 3, "0", 20193, 20674),
-    _fl1("ctu3d_map_mode_flag", 9, 3, "0", 20195, 20676),
-    _fl1("map_mode_flag", 9, 3, "1", 20197, 20678),
-    _fl1("enable_start_depth", 12, 3, "0", 20199, 20680),
-    _fl1("cu3d_map_mode", 15, 3, "0", 20201, 20682),
-    _uegk("abs_predicted_diff", 18, 48, _CLAMP23, 6, 0, 20203, 20684),
-    _fl1("predicted_sign", 66, 3, "0", 20205, 20686),
-    _fl1("predicted_flag", 69, 3, "0", 20207, 20688),
-    _unary("signalled_size", 72, 3, "0", 20209, 20690),
-    _fl1("nzflag_delta", 75, 3, "0", 20211, 20692),
-    _fl1("sign_delta", 78, 3, "0", 20213, 20694),
-    _uegk("abs_delta", 81, 48, _CLAMP46S, 6, 0, 20218, 20696),
-    _fl1("oct_cbook_esc_mode", 129, 3, "0", 20226, 20698),
-    _fl1("uni_mode", 132, 3, "0", 20228, 20700),
-    _unary("oct_start_depth_delta", 135, 3, "binIdx?1:0", 20230, 20702),
-    _fl1("oct_nzflag", 138, 9, "oct_nzflag", 20232, 20704),
-    _fl1("oct_sign", 147, 3, _PAIR, 20250, 20706),
-    _uegk("oct_index", 150, 48, _CLAMP46, 16, 0, 20256, 20708),
-    _uegk("oct_abs_q", 198, 48, _CLAMP46S, 16, 0, 20258, 20710),
-    _fl1("uni_nzflag", 246, 3, "0", 20266, 20717),
-    _fl1("uni_map_nzflag", 249, 9, "N0==N1?N0:2", 20268, 20719),
-    _fl1("uni_sign", 258, 3, "C0<0?0:C0==0?1:2", 20274, 20721),
-    _uegk("uni_cmap_val", 261, 48, _CLAMP46, 16, 0, 20280, 20723),
-    _uegk("uni_qmap_val", 309, 48, _CLAMP46, 16, 0, 20288, 20725),
-    _fl1("tag_cbook_esc_mode", 357, 3, "0", 20296, 20727),
-    _fl1("tgt_mode", 360, 3, "0", 20298, 20729),
-    _unary("tag_start_depth_delta", 360, 3, "binIdx?1:0", 20300, 20731),
-    _fl1("tgtm_nzflag_index", 363, 9, _PAIR, 20302, 20733),
-    _fl1("tgtm_sign_q", 372, 3, "0", 20308, 20735),
-    _uegk("tgtm_index", 375, 48, _CLAMP46, 16, 0, 20313, 20737),
-    _uegk("tgtm_delta_index", 375, 48, _CLAMP23, 0, 5, 20321, 20739),
-    _uegk("tgtm_abs_q", 423, 48, _CLAMP46, 16, 4, 20323, 20741),
-    _uegk("tgtm_delta_abs_q", 423, 48, _CLAMP23, 0, 8, 20331, 20743),
-    _fl1("uni_tgt_nzflag", 471, 3, "0", 20333, 20745),
-    _fl1("uni_tgt_nzflag_q", 474, 9, "0", 20335, 20747),
-    _fl1("uni_tgt_sign_q", 483, 3, "0", 20337, 20749),
-    _uegk("uni_tgt_index", 486, 48, _CLAMP46, 16, 0, 20339, 20751),
-    _uegk("uni_tgt_delta_index", 486, 48, _CLAMP23, 0, 5, 20347, 20753),
-    _uegk("uni_tgt_abs_q", 534, 48, _CLAMP46, 16, 4, 20349, 20755),
-    _uegk("uni_tgt_delta_abs_q", 534, 48, _CLAMP23, 0, 8, 20357, 20757),
-    _fl1("esc_nzflag", 582, 3, "0", 20359, 20759),
-    _fl1("esc_sign", 585, 3, "0", 20361, 20761),
-    _uegk("esc_abs_q", 588, 3, _CLAMP46S, 16, 4, 20363, 20763),
-    _fl1("reorder_flag", 591, 3, "0", 20371, 20765),
-    _fl1("signalled_flag", 594, 48, "0", 20373, 20767),
-    _uegk("qval_minus_one", 642, 48, _CLAMP23, 8, 8, 20375, 20769),
+    _fl1("bias_sign", 0, 3, "0"),
+    _fl1("bias_nz_flag", 3, 3, "0"),
+    _fl1("split_flag", 6, 3, "0"),
+    _fl1("ctu3d_map_mode_flag", 9, 3, "0"),
+    _fl1("map_mode_flag", 9, 3, "1"),
+    _fl1("enable_start_depth", 12, 3, "0"),
+    _fl1("cu3d_map_mode", 15, 3, "0"),
+    _uegk("abs_predicted_diff", 18, 48, _CLAMP23, 6, 0),
+    _fl1("predicted_sign", 66, 3, "0"),
+    _fl1("predicted_flag", 69, 3, "0"),
+    _unary("signalled_size", 72, 3, "0"),
+    _fl1("nzflag_delta", 75, 3, "0"),
+    _fl1("sign_delta", 78, 3, "0"),
+    _uegk("abs_delta", 81, 48, _CLAMP46S, 6, 0),
+    _fl1("oct_cbook_esc_mode", 129, 3, "0"),
+    _fl1("uni_mode", 132, 3, "0"),
+    _unary("oct_start_depth_delta", 135, 3, "binIdx?1:0"),
+    _fl1("oct_nzflag", 138, 9, "oct_nzflag"),
+    _fl1("oct_sign", 147, 3, _PAIR),
+    _uegk("oct_index", 150, 48, _CLAMP46, 16, 0),
+    _uegk("oct_abs_q", 198, 48, _CLAMP46S, 16, 0),
+    _fl1("uni_nzflag", 246, 3, "0"),
+    _fl1("uni_map_nzflag", 249, 9, "N0==N1?N0:2"),
+    _fl1("uni_sign", 258, 3, "C0<0?0:C0==0?1:2"),
+    _uegk("uni_cmap_val", 261, 48, _CLAMP46, 16, 0),
+    _uegk("uni_qmap_val", 309, 48, _CLAMP46, 16, 0),
+    _fl1("tag_cbook_esc_mode", 357, 3, "0"),
+    _fl1("tgt_mode", 360, 3, "0"),
+    _unary("tag_start_depth_delta", 360, 3, "binIdx?1:0"),
+    _fl1("tgtm_nzflag_index", 363, 9, _PAIR),
+    _fl1("tgtm_sign_q", 372, 3, "0"),
+    _uegk("tgtm_index", 375, 48, _CLAMP46, 16, 0),
+    _uegk("tgtm_delta_index", 375, 48, _CLAMP23, 0, 5),
+    _uegk("tgtm_abs_q", 423, 48, _CLAMP46, 16, 4),
+    _uegk("tgtm_delta_abs_q", 423, 48, _CLAMP23, 0, 8),
+    _fl1("uni_tgt_nzflag", 471, 3, "0"),
+    _fl1("uni_tgt_nzflag_q", 474, 9, "0"),
+    _fl1("uni_tgt_sign_q", 483, 3, "0"),
+    _uegk("uni_tgt_index", 486, 48, _CLAMP46, 16, 0),
+    _uegk("uni_tgt_delta_index", 486, 48, _CLAMP23, 0, 5),
+    _uegk("uni_tgt_abs_q", 534, 48, _CLAMP46, 16, 4),
+    _uegk("uni_tgt_delta_abs_q", 534, 48, _CLAMP23, 0, 8),
+    _fl1("esc_nzflag", 582, 3, "0"),
+    _fl1("esc_sign", 585, 3, "0"),
+    _uegk("esc_abs_q", 588, 3, _CLAMP46S, 16, 4),
+    _fl1("reorder_flag", 591, 3, "0"),
+    _fl1("signalled_flag", 594, 48, "0"),
+    _uegk("qval_minus_one", 642, 48, _CLAMP23, 8, 8),
 )
 
-# Elements the syntax uses but Tables 337/338 miss (A21; digest §5.5): project decisions, each
+# Elements the syntax uses but Tables 337/338 miss (A21): project decisions, each
 # documented in docs/codec-engine.md. ctx_count 0 marks "no row of its own".
 PROJECT_ELEMENTS = (
-    ElementSpec("cbook_sign", "FL", 78, 0, "0", fixed_length=1, source="decision: Table 331 L18367"),
-    ElementSpec("tgtm_nzflag_q", "FL", 363, 0, _PAIR, fixed_length=1, source="decision: Table 334 L18811"),
+    ElementSpec("cbook_sign", "FL", 78, 0, "0", fixed_length=1, source="decision: Table 331"),
+    ElementSpec("tgtm_nzflag_q", "FL", 363, 0, _PAIR, fixed_length=1, source="decision: Table 334"),
     ElementSpec("uni_tgt_nzflag_index", "FL", 474, 0, "0", fixed_length=1,
-                source="decision: Table 335 L19089"),
-    ElementSpec("uni_index", "UEGk", 261, 0, _CLAMP46, c_max=16, source="decision: Table 332 L18511"),
-    ElementSpec("uni_abs_q", "UEGk", 309, 0, _CLAMP46, c_max=16, source="decision: Table 332 L18521"),
+                source="decision: Table 335"),
+    ElementSpec("uni_index", "UEGk", 261, 0, _CLAMP46, c_max=16, source="decision: Table 332"),
+    ElementSpec("uni_abs_q", "UEGk", 309, 0, _CLAMP46, c_max=16, source="decision: Table 332"),
     ElementSpec("uni_map_sign", "FL", 258, 0, "C0<0?0:C0==0?1:2", fixed_length=1,
-                source="decision: Table 332 L18536"),
+                source="decision: Table 332"),
 )
 
 ELEMENTS: dict[str, ElementSpec] = {spec.name: spec for spec in _BYPASS_ELEMENTS + TABLE_337 + PROJECT_ELEMENTS}
 
-# The syntax tables name two elements differently from Tables 337/338 (A6 L17986, A10 L18236).
+# The syntax tables name two elements differently from Tables 337/338 (A6 Table 327, A10 Table 329).
 ALIASES: dict[str, str] = {"select_map_mode_flag": "ctu3d_map_mode_flag", "tag_mode": "tgt_mode"}
 
 BYPASS_ELEMENTS: tuple[str, ...] = tuple(spec.name for spec in _BYPASS_ELEMENTS)

@@ -1,8 +1,8 @@
 """The arithmetic (AEC) engine of T/AI 115.1-2021 10.4.2 / 10.4.3.3, and its matching encoder.
 
-The decoder is a line-by-line reading of the standard's pseudo-code (seed 000 L20088-20122 for the
-initialisation, L20397-20525 ``decode_decision``, L20526-20536 ``decode_aec_stuffing_bit``,
-L20538-20548 ``decode_bypass``, L20550-20627 ``update_ctx``). Only the bit fetch is byte-oriented: a run
+The decoder is a line-by-line reading of the standard's pseudo-code (10.4.2 for the initialisation,
+10.4.3.3.2 ``decode_decision``, 10.4.3.3.3 ``decode_aec_stuffing_bit``, 10.4.3.3.4 ``decode_bypass``,
+10.4.3.3.5 ``update_ctx``). Only the bit fetch is byte-oriented: a run
 of n bits the pseudo-code reads one at a time is fetched at once, which changes nothing observable.
 
 The encoder is not in the standard; docs/codec-engine.md derives it. In short, the decoder's
@@ -10,7 +10,7 @@ The encoder is not in the standard; docs/codec-engine.md derives it. In short, t
 keeps an always-normalised range ``R`` in 256..511 and a low end that grows one bit per normalising
 shift; a bin's split is exactly the decoder's (MPS below, LPS above).
 
-Termination (docs/codec-engine.md, resolving A23 / L20381-20395 where StuffingBitFlag is never set):
+Termination (docs/codec-engine.md, resolving A23 / 10.4.3.3.1 where StuffingBitFlag is never set):
 the encoder ends every stream with one stuffing bin of value 1 (``decode_aec_stuffing_bit``, an LPS of
 width 1), writes the low end of the final interval and pads with 0 bits to a byte boundary. A decoder
 that decodes that bin has then read exactly the written bits, never one more; ``AecDecoder.finish``
@@ -23,12 +23,12 @@ import math
 from ..errors import CodecError
 from .elements import NUM_CONTEXTS
 
-BOUND_S = 254                # boundS (10.4.2.2, L20100-20114): not fixed by the text; AVS2's value
-LG_PMPS_INIT = 1023          # 10.4.2.1 (L20094-20096): mps = 0, cycno = 0, lgPmps = 1023
-LG_PMPS_MAX = 1023           # update_ctx flips the MPS above this (L20613-20617)
-BYPASS_LG_PMPS = 1024        # decode_bypass: lgPmps = 1024, mps = 0, no update (L20544-20546)
-STUFFING_LG_PMPS = 4         # decode_aec_stuffing_bit: lgPmps = 4, mps = 0, no update (L20532-20534)
-LPS_INCREMENT = (197, 95, 46)  # update_ctx's switch for cwr = 3, 4, 5 (L20593-20611)
+BOUND_S = 254                # boundS (10.4.2.2): not fixed by the text; AVS2's value
+LG_PMPS_INIT = 1023          # 10.4.2.1: mps = 0, cycno = 0, lgPmps = 1023
+LG_PMPS_MAX = 1023           # update_ctx flips the MPS above this (10.4.3.3.5)
+BYPASS_LG_PMPS = 1024        # decode_bypass: lgPmps = 1024, mps = 0, no update (10.4.3.3.4)
+STUFFING_LG_PMPS = 4         # decode_aec_stuffing_bit: lgPmps = 4, mps = 0, no update (10.4.3.3.3)
+LPS_INCREMENT = (197, 95, 46)  # update_ctx's switch for cwr = 3, 4, 5 (10.4.3.3.5)
 TRACE_BYPASS = -1            # trace ctxIdx of a bypass bin
 TRACE_STUFFING = -2          # trace ctxIdx of a stuffing bin (the terminator)
 RANGE_BITS = 9               # the range mantissa 256 + rT1 and the first read_bits(9)
@@ -64,7 +64,7 @@ class ContextModels:
         return self.mps[ctx_idx], self.cycno[ctx_idx], self.lg_pmps[ctx_idx]
 
     def update(self, ctx_idx: int, bin_val: int) -> None:
-        """update_ctx (10.4.3.3.5, L20550-20627)."""
+        """update_ctx (10.4.3.3.5)."""
         cycno = self.cycno[ctx_idx]
         lg_pmps = self.lg_pmps[ctx_idx]
         cwr = 3 if cycno <= 1 else (4 if cycno == 2 else 5)   # taken before cycno changes
@@ -109,7 +109,7 @@ class AecDecoder:
         self.trace: list[tuple[int, int]] | None = [] if trace else None
         self.bins_decoded = 0
         self._finished = False
-        # 10.4.2.2 (L20100-20120)
+        # 10.4.2.2
         self._rs1 = 0
         self._rt1 = 0xFF
         self._bflag = 0
@@ -137,7 +137,7 @@ class AecDecoder:
         return (chunk >> (8 * last_byte - stop)) & ((1 << count) - 1)
 
     def _decode(self, pred_mps: int, lg_pmps_full: int) -> int:
-        """decode_decision (10.4.3.3.2, L20397-20525) for one bin; returns binVal."""
+        """decode_decision (10.4.3.3.2) for one bin; returns binVal."""
         if self._finished:
             raise CodecError("decoding after finish()", bit_position=self._pos)
         lg_pmps = lg_pmps_full >> 2

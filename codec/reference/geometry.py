@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from .headers import SCAN_KC, StreamHeader, Sublayer
 
-MIN_CU3D_SIZE = 8            # 10.1 [L17310-17314]
-CTU_SIZES = (64, 32, 16, 8)  # maxCtu3dWidth3d by max_ctu3d_idx, 10.3.3 [L19355-19387]
+MIN_CU3D_SIZE = 8            # 10.1
+CTU_SIZES = (64, 32, 16, 8)  # maxCtu3dWidth3d by max_ctu3d_idx, 10.3.3
 
 
 def get_bitdepth(w: int) -> int:
-    """Table 320 with A2 [L17612-17622]: the number of significant bits of w (1 for w = 0)."""
+    """Table 320 with A2: the number of significant bits of w (1 for w = 0)."""
     return max(1, int(w).bit_length())
 
 
 def ctu_size_from_idx(max_ctu3d_idx: int) -> int:
-    """maxCtu3dWidth3d = maxCtu3dHeight3d per 10.3.3 [L19355-19387]."""
+    """maxCtu3dWidth3d = maxCtu3dHeight3d per 10.3.3."""
     return CTU_SIZES[max_ctu3d_idx]
 
 
@@ -59,7 +59,7 @@ class CtuGeometry:
 
 
 def max_ctu_dims(header: StreamHeader, sub: Sublayer) -> tuple[int, int]:
-    """MaxCtu3dHeight/Width of 10.5.4 [L21026-21125]."""
+    """MaxCtu3dHeight/Width of 10.5.4."""
     size = ctu_size_from_idx(header.max_ctu3d_idx)
     if not header.enable_max_ctu3d_size:
         return size, size

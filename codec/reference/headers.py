@@ -6,7 +6,7 @@ bounds the header values a decoder accepts, so that an absurd header fails befor
 (docs/codec.md §4). Both directions run the same code through an ``ElementIO``.
 
 Where the printed text is broken the resolution of docs/codec.md is applied; the comments cite the defect id
-(A1 ... A38 of the digest, spec/seed000_codec.md §11) and the source line.
+(A1 ... A38, docs/codec.md §2) and the clause or table of T/AI 115.1-2021.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ DEFAULT_LIMITS = DecoderLimits()
 
 @dataclass
 class StreamHeader:
-    """nnc_header(), Table 323 [L17782-17798]; total_trainable_layer is the number of layers coded."""
+    """nnc_header(), Table 323; total_trainable_layer is the number of layers coded."""
 
     integer_input: int = 0
     enable_escape_reorder: int = 1
@@ -74,14 +74,14 @@ class Sublayer:
 
 
 def dequantw(levels: np.ndarray, step_size: np.float32) -> np.ndarray:
-    """Table 321 [L17633-17647]: sign(q)·(|q|·step) in float32; the clip bounds are computed but unused (A3)."""
+    """Table 321: sign(q)·(|q|·step) in float32; the clip bounds are computed but unused (A3)."""
     q = np.asarray(levels, dtype=np.int64)
     magnitude = np.abs(q).astype(np.float32) * np.float32(step_size)
     return np.where(q < 0, -magnitude, magnitude).astype(np.float32)
 
 
 def step_size(cmaxw: int, bitdepth: int, integer_input: int, one_d: bool) -> np.float32:
-    """SubLayerStepSize of Table 324 [L17870-17900] in float32, with A13: 3-D divides cmaxw by 256, 1-D not."""
+    """SubLayerStepSize of Table 324 in float32, with A13: 3-D divides cmaxw by 256, 1-D not."""
     if integer_input:
         return np.float32(1.0)
     if bitdepth == 0:
@@ -91,7 +91,7 @@ def step_size(cmaxw: int, bitdepth: int, integer_input: int, one_d: bool) -> np.
 
 
 def code_nnc_header(io: ElementIO, header: StreamHeader | None, layer_count: int) -> tuple[StreamHeader, int]:
-    """nnc_header(), Table 323 [L17782-17798]."""
+    """nnc_header(), Table 323."""
     src = header or StreamHeader()
     integer_input = io.code("integer_input", src.integer_input)
     layers = io.code("total_trainable_layer", layer_count)
@@ -107,7 +107,7 @@ def code_nnc_header(io: ElementIO, header: StreamHeader | None, layer_count: int
 
 def code_layer_header(io: ElementIO, header: StreamHeader, sublayers: list[Sublayer] | None,
                       limits: DecoderLimits = DEFAULT_LIMITS) -> list[Sublayer]:
-    """layer_header(), Table 324 [L17812-17903]; returns the sublayers (levels not yet coded)."""
+    """layer_header(), Table 324; returns the sublayers (levels not yet coded)."""
     total = io.code("total_sublayer", 0 if io.decoding else len(sublayers))
     if total == 0:
         raise CodecError("total_sublayer is 0: the do-while of Table 322 needs one sublayer",
@@ -132,7 +132,7 @@ def code_layer_header(io: ElementIO, header: StreamHeader, sublayers: list[Subla
                 include_bias = False
                 shape[3] = result[index - 1].shape[3]
                 dim = 1
-            if 0 in shape:     # L19403-19413 are silent on 0; an empty tensor is not a coded sublayer
+            if 0 in shape:     # 10.3.3 (layer header) is silent on 0; an empty tensor is not a coded sublayer
                 raise CodecError(f"sublayer_shape {tuple(shape)} has a zero extent", element="sublayer_shape")
             sub = Sublayer(dim=dim, shape=tuple(shape), cmaxw=cmaxw)
             if not io.decoding and sub.shape != tuple(src.shape):
@@ -163,7 +163,7 @@ def code_layer_header(io: ElementIO, header: StreamHeader, sublayers: list[Subla
 
 
 def code_array1d(io: ElementIO, header: StreamHeader, sub: Sublayer, truth: np.ndarray | None) -> np.ndarray:
-    """array1d(), Table 325 [L17915-17952] with A18 (q = 0 unless bias_nz_flag)."""
+    """array1d(), Table 325 with A18 (q = 0 unless bias_nz_flag)."""
     length = sub.shape[3]
     levels = np.zeros(length, dtype=np.int64)
     if not sub.cmaxw:

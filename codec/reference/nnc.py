@@ -17,7 +17,7 @@ from .sublayer_coder import Planner, code_weight_sublayer
 def code_nnc(io: ElementIO, header: StreamHeader | None = None, layers: list[list[Sublayer]] | None = None,
              planner: Planner | None = None, limits: DecoderLimits = DEFAULT_LIMITS
              ) -> tuple[StreamHeader, list[list[Sublayer]], list[dict[str, int]]]:
-    """nnc(), Table 322 [L17665-17760] with A1 (the do-while increments after the if/else).
+    """nnc(), Table 322 with A1 (the do-while increments after the if/else).
 
     Returns the stream header, the layers (decoded levels filled in) and per-layer mode statistics.
     """

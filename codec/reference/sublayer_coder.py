@@ -12,7 +12,7 @@ directions) and ``decode_weight_sublayer`` (every CTU of a sublayer, decoding); 
 this module's element order and checks, and the tests compare the two.
 
 Where the printed text is broken the resolution of docs/codec.md is applied; the comments cite the defect id
-(A1 ... A38 of the digest, spec/seed000_codec.md §11) and the source line.
+(A1 ... A38, docs/codec.md §2) and the clause or table of T/AI 115.1-2021.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .geometry import CtuGeometry, ctu_geometries, tree_shapes
 from .headers import DEFAULT_LIMITS, DecoderLimits, StreamHeader, Sublayer
 from .tree_coder import TREES, TreeCoder
 
-MAX_CBOOK_SIZE = 31          # MaxCbookSize, 10.5.6 [L21140-21247]
+MAX_CBOOK_SIZE = 31          # MaxCbookSize, 10.5.6
 MAX_PREDICTOR_SIZE = 64      # MaxPredictorSize, 10.5.6
 # (cu3d_map_mode, uni_mode or tag_mode) of each tree type (Table 329; 10.3.8)
 TREE_MODE_BITS = {"octree": (0, 0), "unitree": (0, 1), "tagtree": (1, 1), "uni_tagtree": (1, 0)}
@@ -151,7 +151,7 @@ class SublayerCoder:
 
     # ---------------------------------------------------------------- CTU
     def code_ctu(self, ctu: CtuGeometry) -> None:
-        """ctu3d() and ctu3d_header(), Tables 326-327 [L17964-18000]."""
+        """ctu3d() and ctu3d_header(), Tables 326-327."""
         io = self.io
         self.ctu = ctu
         choice = None if io.decoding else self.planner.ctu_header(self, ctu)
@@ -169,7 +169,7 @@ class SublayerCoder:
         self.code_cu(0, 0, 0)
 
     def zdep_array(self, permutation: tuple[int, ...] | None) -> list[int]:
-        """zdep_array(), Table 328 [L18011-18102]."""
+        """zdep_array(), Table 328."""
         io, zdepth = self.io, self.sub.zdepth
         reorder = 0
         if self.header.enable_zdep_reorder and zdepth > 2:
@@ -191,7 +191,7 @@ class SublayerCoder:
 
     # ---------------------------------------------------------------- CU
     def code_cu(self, depth: int, y_idx: int, x_idx: int) -> None:
-        """cu3d(), Table 329 [L18124-18250]: split recursion, then a leaf CU."""
+        """cu3d(), Table 329: split recursion, then a leaf CU."""
         grid_h, grid_w = self.ctu.grids[depth]
         if y_idx >= grid_h or x_idx >= grid_w:
             return
@@ -283,7 +283,7 @@ class SublayerCoder:
 
     # ---------------------------------------------------------------- codebooks
     def _predicted_codebook(self, choice: LeafChoice | None) -> list[int]:
-        """predicted_codebook(), Table 330 [L18262-18296] with A17."""
+        """predicted_codebook(), Table 330 with A17."""
         io = self.io
         if not self.predictor:
             return []
@@ -306,7 +306,7 @@ class SublayerCoder:
         return predicted
 
     def _signalled_codebook(self, predicted: list[int], choice: LeafChoice | None) -> list[int]:
-        """signalled_codebook(), Table 331 [L18305-18375] with A16 (nzflag_delta inferred 1)."""
+        """signalled_codebook(), Table 331 with A16 (nzflag_delta inferred 1)."""
         io = self.io
         cbook = [self.predictor[position] for position in predicted]
         wanted = [] if io.decoding else list(choice.codebook[len(predicted):])
@@ -347,7 +347,7 @@ class SublayerCoder:
     # ---------------------------------------------------------------- escape
     def _escape(self, index_map: np.ndarray, cbook: list[int], esc_mode: int,
                 truth: np.ndarray | None) -> np.ndarray:
-        """escape(CbookEscMode) rewritten per 10.5.16 (A9) [L19268-19336, L21572-21598]; returns levels."""
+        """escape(CbookEscMode) rewritten per 10.5.16 (A9; Table 336); returns levels."""
         if esc_mode == 0:
             return index_map
         io = self.io
@@ -387,7 +387,7 @@ def map_to_indices(levels: np.ndarray, cbook: list[int], esc_mode: int) -> np.nd
 
 def code_weight_sublayer(io: ElementIO, header: StreamHeader, sub: Sublayer, planner: Planner | None,
                          limits: DecoderLimits) -> dict[str, int]:
-    """The CTU loop of Table 322 [L17720-17750] with end_of_last_layer_ctu_flag checked (10.3.2).
+    """The CTU loop of Table 322 with end_of_last_layer_ctu_flag checked (10.3.2).
 
     Returns the mode statistics. A reader with ``decode_weight_sublayer`` (codec.compiled.element_io, the same loop
     in numba) decodes the whole sublayer in one call.

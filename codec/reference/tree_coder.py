@@ -5,7 +5,7 @@ uni-tagtree. The compiled path ports these walks to numba (``codec.compiled.tree
 and read exactly the same bins; the tests compare the two.
 
 Where the printed text is broken the resolution of docs/codec.md is applied; the comments cite the defect id
-(A1 ... A38 of the digest, spec/seed000_codec.md §11) and the source line.
+(A1 ... A38, docs/codec.md §2) and the clause or table of T/AI 115.1-2021.
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ class TreeCoder:
         self.coef_p[1] = self.coef_p[0]
         self.coef_p[0] = value
 
-    # ---------------------------------------------------------------- octree, Table 333 [L18558-18740]
+    # ---------------------------------------------------------------- octree, Table 333
     def octree(self, start_depth: int) -> None:
         shapes = tree_shapes(*self.shape, planar=False)
         self.levels = shapes
@@ -139,7 +139,7 @@ class TreeCoder:
         self.map[z, y, x] = value
         self._push_coef(value)
 
-    # ---------------------------------------------------------------- unitree, Table 332 [L18386-18546]
+    # ---------------------------------------------------------------- unitree, Table 332
     def unitree(self, start_depth: int) -> None:
         shapes = tree_shapes(*self.shape, planar=False)
         self.levels = shapes
@@ -195,7 +195,7 @@ class TreeCoder:
         self.map[z, y, x] = value
         self._push_coef(value)
 
-    # ---------------------------------------------------------------- tagtree, Table 334 [L18756-19020]
+    # ---------------------------------------------------------------- tagtree, Table 334
     def tagtree(self, start_depth: int) -> None:
         shapes = tree_shapes(*self.shape, planar=False)
         self.levels = shapes
@@ -252,7 +252,7 @@ class TreeCoder:
                 self._tagtree_node(start_depth, depth + 1, *kid, inferred)
             any_equal = any_equal or parent == abs(int(self.values[depth + 1][kid]))
 
-    # ---------------------------------------------------------------- uni-tagtree, Table 335 [L19035-19251]
+    # ---------------------------------------------------------------- uni-tagtree, Table 335
     def uni_tagtree(self, start_depth: int) -> None:
         shapes = tree_shapes(*self.shape, planar=True)
         self.levels = shapes

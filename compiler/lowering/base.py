@@ -16,7 +16,7 @@ import numpy as np
 from aipu.compiler.lowering.memory import DramPlan, channels_last
 from aipu.compiler.lowering.pipeline import Link
 from aipu.compiler.qir import QTensor
-from aipu.sim.machine.arch import DTYPE_NUMPY, DType
+from aipu.sim.machine.arch import DTYPE_NUMPY, DType, HardwareConfig
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import COMMANDS, Opcode
 from aipu.sim.machine.program import Program
@@ -31,6 +31,10 @@ class Context:
     compress: bool = False                 # conv weights as npu-profile streams that WDEC decodes
     weight_streams: list[dict] = field(default_factory=list)    # what compression placed, for the manifest
 
+    @property
+    def config(self) -> HardwareConfig:
+        return self.program.config
+
     def address(self, name: str) -> int:
         """A tensor's DRAM byte address; a model constant is placed (channels-last) on first use."""
         if name not in self.plan.regions:
@@ -44,10 +48,10 @@ class Lowering(Protocol):
     def emit(self, plan, context: Context, link: Link) -> None: ...
 
 
-def field_max(context: Context, opcode: Opcode, *names: str) -> int:
+def field_max(config: HardwareConfig, opcode: Opcode, *names: str) -> int:
     """The largest value every one of a command's ``names`` fields takes: the lowering's limits are the ISA's."""
     spec = COMMANDS[opcode]
-    return min(spec.field(name).legal_range(context.program.config)[1] for name in names)
+    return min(spec.field(name).legal_range(config)[1] for name in names)
 
 
 def dtype_code(dtype: np.dtype) -> DType:

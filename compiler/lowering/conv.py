@@ -1,6 +1,6 @@
-"""Conv, fully connected, depthwise 1x1 (BN, PReLU) and transposed conv layers: the conv tiler
-(compiler/tiling.py), with an 8-bit activation table applied before STORE when a table operator is the conv's
-only reader.
+"""Conv, fully connected, depthwise 1x1 (BN, PReLU) and transposed conv layers of a model: each a ConvLayer
+(conv_layer.py) planned by conv_plan.py and emitted by conv_emit.py, with an 8-bit activation table applied
+before STORE when a table operator is the conv's only reader.
 
 A transposed convolution (qir.QConv with ``upsample`` s) is not run on its zero-filled conv form: output
 pixels of one phase (row % s_h, column % s_w) see only the kernel taps whose positions land on real input
@@ -15,10 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from aipu.compiler.lowering.base import Context, dtype_code, image_shape
+from aipu.compiler.lowering.conv_emit import emit_conv_layer
+from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer, layer_constants
+from aipu.compiler.lowering.conv_plan import TilePlan, plan_tiles
 from aipu.compiler.lowering.pipeline import Link
+from aipu.compiler.lowering.weight_streams import WeightStreams
 from aipu.compiler.qir import QConv, QLut
-from aipu.compiler.tiling import ConvLayer, TilePlan, check_layer, emit_conv_layer, layer_constants, plan_tiles
-from aipu.compiler.weight_streams import WeightStreams
 from aipu.sim.machine.arch import LUT_ENTRY_DTYPE
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Rounding
@@ -148,7 +150,7 @@ class ConvLowering:
                           **({"lut_index_shift": table.index_shift}     # the default domain: all of int16
                              if table is not None and table.index_shift is not None else {}))
         check_layer(layer)
-        return ConvPart(layer, plan_tiles(layer, context.program.config))
+        return ConvPart(layer, plan_tiles(layer, context.config))
 
     def emit(self, plan: ConvPlan, context: Context, link: Link) -> None:
         y = context.tensors[plan.y]
@@ -157,16 +159,14 @@ class ConvLowering:
         last = len(plan.parts) - 1
         for index, part in enumerate(plan.parts):       # phases one after another: they share the buffers
             prefix = plan.op.name if last == 0 else f"{plan.op.name}/phase{index}"
-            constants = layer_constants(part.layer, context.program.config)
+            constants = layer_constants(part.layer, context.config)
             addresses = _PlacedOnUse(lambda name: context.plan.constant(f"{prefix}/{name}", constants[name]),
                                      input=source + part.input_offset * elem_in,
                                      output=target + part.output_offset * elem_out)
-            emit_conv_layer(context.program, part.layer, part.tiles, addresses,
-                            after_previous=link.after_previous if index == 0 else True,
-                            before_next=link.before_next if index == last else True,
+            phase_link = Link(link.after_previous if index == 0 else True, link.before_next if index == last else True)
+            emit_conv_layer(context.program, part.layer, part.tiles, addresses, phase_link,
                             input_row=part.input_row, output_steps=part.output_steps,
-                            weight_stream=WeightStreams(part.layer.w, prefix, lambda name, blob: context.plan.constant(
-                                name, np.frombuffer(blob, np.uint8)), context.weight_streams)
+                            weight_stream=WeightStreams(part.layer.w, prefix, context.plan, context.weight_streams)
                             if context.compress else None)
 
 

@@ -25,8 +25,8 @@ _OPERAND_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 def _tiles(context: Context, height: int, width: int, channels: int, bytes_in: int, bytes_out: int,
            name: str) -> tuple[int, int]:
     """(rows, channels) per tile: the largest whose operands fit half the ACT buffer and result half OUT."""
-    count_max = field_max(context, Opcode.ELTWISE, "count")
-    size_max = field_max(context, Opcode.LOAD, "y_size", "x_size", "run")     # STORE's are as wide
+    count_max = field_max(context.config, Opcode.ELTWISE, "count")
+    size_max = field_max(context.config, Opcode.LOAD, "y_size", "x_size", "run")     # STORE's are as wide
     for tc in sorted({-(-channels // n) for n in range(1, channels + 1)}, reverse=True):
         for rows in range(height, 0, -1):
             count = rows * width * tc

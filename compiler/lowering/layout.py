@@ -119,8 +119,8 @@ class LayoutLowering:
         if np.array_equal(sources, np.arange(sources.size)):
             return LayoutPlan(op, True, [])
         halves = min(half_bytes(context.program, Buffer.ACT), half_bytes(context.program, Buffer.OUT))
-        limit = min(halves // x.dtype.itemsize, field_max(context, Opcode.POOL, "channels"))
-        size_max = field_max(context, Opcode.LOAD, "y_size", "x_size", "run")
+        limit = min(halves // x.dtype.itemsize, field_max(context.config, Opcode.POOL, "channels"))
+        size_max = field_max(context.config, Opcode.LOAD, "y_size", "x_size", "run")
         tiles, current, filled = [], [], 0
         for pattern, from_fill in _segments(sources, size_max):
             for piece in _split(pattern, limit):

@@ -33,17 +33,18 @@ class PoolLowering:
             kernel, stride, padding = op.kernel, op.stride, op.padding
         for name, values, field in (("kernel", kernel, "k_h"), ("stride", stride, "stride_h"),
                                     ("dilation", op.dilation, "dilation_h"), ("padding", padding, "pad_top")):
-            if max(values) > field_max(context, Opcode.POOL, field):
+            if max(values) > field_max(context.config, Opcode.POOL, field):
                 raise InputError(f"layer {op.name!r} {name}", list(values),
-                                 f"at most {field_max(context, Opcode.POOL, field)} (POOL {field})")
+                                 f"at most {field_max(context.config, Opcode.POOL, field)} (POOL {field})")
         elem = x.dtype.itemsize
         span = (kernel[0] - 1) * op.dilation[0] + 1
+        size_max = field_max(context.config, Opcode.POOL, "in_h", "in_w", "channels")
         for channels in sorted({-(-c // n) for n in range(1, c + 1)}, reverse=True):
             for rows in range(out_h, 0, -1):
                 in_rows = min(h, (rows - 1) * stride[0] + span)
                 if (in_rows * w * channels * elem <= half_bytes(context.program, Buffer.ACT)
                         and rows * out_w * channels * elem <= half_bytes(context.program, Buffer.OUT)
-                        and max(in_rows, w, channels) <= field_max(context, Opcode.POOL, "in_h", "in_w", "channels")):
+                        and max(in_rows, w, channels) <= size_max):
                     return PoolPlan(op, kernel, stride, padding, rows, channels)
         raise InputError(f"layer {op.name!r}", f"{h}x{w}x{c}", "no tile of it fits half the ACT and OUT buffers")
 

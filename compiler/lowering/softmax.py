@@ -27,9 +27,9 @@ class SoftmaxLowering:
         x, y = context.tensors[op.x], context.tensors[op.y]
         length = op.length(x.shape)
         rows = math.prod(x.shape) // length
-        if length > field_max(context, Opcode.SOFTMAX, "length"):
+        if length > field_max(context.config, Opcode.SOFTMAX, "length"):
             raise InputError(f"layer {op.name!r} softmax axis", length,
-                             f"at most {field_max(context, Opcode.SOFTMAX, 'length')} elements (the 32-bit sum)")
+                             f"at most {field_max(context.config, Opcode.SOFTMAX, 'length')} elements (the 32-bit sum)")
         if op.table.nbytes > context.program.config.buffer(Buffer.LUT).bytes:
             raise InputError(f"layer {op.name!r} table", f"{op.table.nbytes} bytes", "fits the LUT memory")
         row_bytes = length * max(x.dtype.itemsize, y.dtype.itemsize)
@@ -37,8 +37,8 @@ class SoftmaxLowering:
         if fit < 1:
             raise InputError(f"layer {op.name!r} softmax row", f"{row_bytes} bytes",
                              "fits half the activation and output buffers")
-        rows_per_tile = min(fit, rows, field_max(context, Opcode.SOFTMAX, "rows"),
-                            field_max(context, Opcode.LOAD, "run") // length)
+        rows_per_tile = min(fit, rows, field_max(context.config, Opcode.SOFTMAX, "rows"),
+                            field_max(context.config, Opcode.LOAD, "run") // length)
         return SoftmaxPlan(op, rows, length, rows_per_tile)
 
     def emit(self, plan: SoftmaxPlan, context: Context, link: Link) -> None:

@@ -30,7 +30,7 @@ class TableLowering:
             raise InputError(f"layer {op.name!r} table", op.table.size, "fits the LUT memory")
         per_tile = min(half_bytes(context.program, Buffer.ACT) // x.dtype.itemsize,
                        half_bytes(context.program, Buffer.OUT) // y.dtype.itemsize,
-                       field_max(context, Opcode.LUT, "count"), field_max(context, Opcode.LOAD, "run"))
+                       field_max(context.config, Opcode.LUT, "count"), field_max(context.config, Opcode.LOAD, "run"))
         return TablePlan(op, per_tile)
 
     def emit(self, plan: TablePlan, context: Context, link: Link) -> None:

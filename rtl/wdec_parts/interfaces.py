@@ -4,16 +4,13 @@ from __future__ import annotations
 from amaranth.lib import enum
 from amaranth.lib.wiring import In, Out, Signature
 
-from aipu.codec.npu_profile import ZERO_RUN_BITS
 from aipu.codec.reference.elements import NUM_CONTEXTS, element_spec
-from aipu.codec.reference.engine import LG_PMPS_MAX, RANGE_BITS, TRACE_STUFFING
+from aipu.codec.reference.engine import LG_PMPS_MAX, TRACE_STUFFING
 from aipu.rtl.commands import command_layout
 from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.isa import Opcode
+from aipu.sim.timing.wdec import NEED_BITS
 
-# The most bits one cycle consumes: a renormalisation past ZERO_RUN_BITS - 1 zeros plus 9 bits, then an LPS
-# reading one bit and shifting by up to 9.
-NEED_BITS = (ZERO_RUN_BITS - 1 + RANGE_BITS) + 1 + RANGE_BITS
 LG_BITS = LG_PMPS_MAX.bit_length()
 
 

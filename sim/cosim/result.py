@@ -63,7 +63,7 @@ def first_difference(expected: Memory, got: Memory) -> str | None:
 class Mismatch:
     """The first wrong element of an RTL run, named by the command that should have produced it.
 
-    A tile is a command here: the lowering (:mod:`aipu.compiler.tiling`) keeps no map from commands to the
+    A tile is a command here: the lowering (:mod:`aipu.compiler.lowering`) keeps no map from commands to the
     tiles they belong to, so the unit and queue index are the tile's identity."""
 
     space: str                  # DRAM or a buffer name

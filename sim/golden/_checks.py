@@ -6,8 +6,8 @@ import numbers
 
 import numpy as np
 
-from aipu.sim.machine.arch import DTYPE_NUMPY
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.machine.arch import ACC_BITS, DTYPE_NUMPY, bit_range
+from aipu.sim.golden.fast import kernels
 
 #: Activation / weight storage types the NPU reads and writes (arch.DType).
 QUANT_DTYPES = tuple(DTYPE_NUMPY.values())
@@ -107,7 +107,7 @@ def check_int_param(name: str, value, lo: int, hi: int, channels: int | None) ->
 
 def first_outside(values: np.ndarray, lo, hi) -> int:
     """The flat index of the first of ``values`` (1-D) not within [lo, hi] (NaN is not), or -1."""
-    return int(kernels("_check_kernels").first_outside(values, lo, hi))
+    return int(kernels("checks").first_outside(values, lo, hi))
 
 
 _PLAIN_TYPES = frozenset({int, type(None)})
@@ -145,3 +145,12 @@ def check_clamp(qmin, qmax, out_dtype) -> tuple[int, int]:
     if qmin > qmax:
         raise ValueError(f"qmin={qmin} is greater than qmax={qmax}")
     return qmin, qmax
+
+
+def check_accumulator(op: str, low, high) -> None:
+    """OverflowError naming the value farthest out where the smallest or largest sum (``low``, ``high``) leaves
+    the ACC_BITS accumulator (docs/arithmetic.md §3.3)."""
+    acc_min, acc_max = bit_range(ACC_BITS, signed=True)
+    if low < acc_min or high > acc_max:
+        worst = int(low if -low > high else high)
+        raise OverflowError(f"{op}: accumulator value {worst} does not fit in int{ACC_BITS} [{acc_min}, {acc_max}]")

@@ -5,10 +5,12 @@ d = value - zero_point (signed 9 bit).
 * add/sub/max/min: each input has its own (M_i, N_i) approximating s_i / s_out. With N = max(N_a, N_b)
   both terms are aligned exactly, t_i = d_i * M_i * 2**(N - N_i), combined (t_a + t_b, t_a - t_b,
   max, min) in ELTWISE_SUM_BITS, then rounded once: round(. / 2**N) + zp_out, clamped.
-  This is seed 003 L1063-1065 (M' = M_2 M_3 2**(N1-N2), M'' = M_1 M_3, N' = N_1 + N_3) with the
+  This is the Zhouyi whitepaper's §4.24 (M' = M_2 M_3 2**(N1-N2), M'' = M_1 M_3, N' = N_1 + N_3) with the
   compiler multiplying the factors out offline, and only one rounding.
-* mul: round(d_a * d_b * M / 2**N) + zp_out with M / 2**N ~ s_a s_b / s_out (S003 L392-396).
-The arithmetic runs in numba kernels with 32-bit lanes (sim/golden/_eltwise_kernels.py).
+* mul: round(d_a * d_b * M / 2**N) + zp_out with M / 2**N ~ s_a s_b / s_out (Zhouyi whitepaper §3.3.2.1).
+The module opens with the definitions in int64 numpy; :func:`eltwise` and :func:`concat` check their arguments
+and run the kernels of aipu.sim.golden.fast.eltwise (32-bit lanes; per-channel concat parameters take
+:func:`requantize`), which tests/sim/golden/test_eltwise_kernels.py checks against the definitions.
 """
 from __future__ import annotations
 
@@ -19,16 +21,41 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from aipu.sim.machine.arch import ACC_DTYPE, ELTWISE_SUM_BITS, MAC_OPERAND_MAX, MULTIPLIER_MAX, SHIFT_MAX
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import BYTE_DTYPES, check_array, check_int, dtype_range, plain_scalars
 from aipu.sim.golden.requant import _check_scales, _output_checks, quantize_multiplier, requantize
-from aipu.sim.golden.rounding import check_rounding, round_half_away
+from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
 
 ELTWISE_OPS = ("add", "sub", "max", "min", "mul")
 #: largest exact alignment 2**(N - N_i) such that MAC_OPERAND_MAX * MULTIPLIER_MAX * 2**align + the other
 #: term fits ELTWISE_SUM_BITS
 MAX_ALIGN = ELTWISE_SUM_BITS - 2 - (MAC_OPERAND_MAX * MULTIPLIER_MAX).bit_length()
+_COMBINE = {"add": np.add, "sub": np.subtract, "max": np.maximum, "min": np.minimum}
 
+
+# The definition (docs/arithmetic.md §8): u, the value before the output stage (requant.output_stage adds the
+# output zero point and clamps).
+
+def eltwise_value(a: np.ndarray, b: np.ndarray, op: str, multiplier, shift, a_zero_point: int, b_zero_point: int,
+                  rounding: str) -> np.ndarray:
+    """u of a and b broadcast, int64: add/sub/max/min (multiplier (M_a, M_b), shift (N_a, N_b), §8.1) combine
+    the exactly aligned terms t_i = d_i * M_i * 2**(N - N_i), N = max(N_a, N_b), and round once; mul (M, N,
+    §8.2) rounds d_a * d_b * M. d = value - zero point."""
+    d_a, d_b = a.astype(np.int64) - a_zero_point, b.astype(np.int64) - b_zero_point
+    if op == "mul":
+        return rounding_shift_right(d_a * d_b * multiplier, shift, rounding)
+    (m_a, m_b), (n_a, n_b) = multiplier, shift
+    n = max(n_a, n_b)
+    t_a, t_b = d_a * (m_a << (n - n_a)), d_b * (m_b << (n - n_b))
+    return rounding_shift_right(_COMBINE[op](t_a, t_b), n, rounding)
+
+
+def rescale_value(x: np.ndarray, zero_point: int, multiplier, shift, rounding: str) -> np.ndarray:
+    """Concat's requant of one input before the output stage (§8.3): round((x - zp_i) * M_i / 2**N_i), int64."""
+    return rounding_shift_right((x.astype(np.int64) - zero_point) * multiplier, shift, rounding)
+
+
+# The public functions: checks, then the kernels.
 
 def _zero_point(name: str, dtype: np.dtype, zero_point) -> int:
     """The checks of an operand's type (on an empty array of it, for check_array's words) and zero point."""
@@ -42,59 +69,10 @@ def _pair(name: str, value, lo: int, hi: int) -> tuple[int, int]:
     return check_int(f"{name}[0]", value[0], lo, hi), check_int(f"{name}[1]", value[1], lo, hi)
 
 
-def _tie_rule(rounding: str, shift: int) -> int:
-    """What the kernels do on an exact half after rounding it up: nothing for floor (no offset, no ties) and
-    where the shift is 0 (nothing is rounded)."""
-    module = kernels("_eltwise_kernels")
-    rules = {"floor": module.NO_TIE, "half_up": module.NO_TIE, "half_to_even": module.TIE_TO_EVEN,
-             "half_away_from_zero": module.TIE_AWAY_FROM_ZERO}
-    return rules[rounding] if shift else module.NO_TIE
-
-
-def _offsets(e: int, low: int, rounding: str) -> tuple[int, int, int]:
-    """(h_x, h_y, low) to round (X * 2**e + Y) / 2**(e + low) in the kernels: half up's offset on X or on Y, and
-    ``low`` capped where it stops mattering (sim/golden/_eltwise_kernels.py)."""
-    low = min(low, 26)
-    if rounding == "floor" or e + low == 0:
-        return 0, 0, low
-    return (1 << (low - 1), 0, low) if low else (0, 1 << (e - 1), low)
-
-
-def _single_term(zero_point: int, multiplier: int, shift: int, rounding: str) -> tuple[int, int, int]:
-    """(k, c, low) with which the kernels round (x - zero_point) * M / 2**N as (x * k + c) / 2**low; N = 0 as
-    2 M / 2**1, which has no ties (the kernels' tie rule then needs no exception)."""
-    if shift == 0:
-        multiplier, shift = 2 * multiplier, 1
-    h, _, low = _offsets(0, shift, rounding)
-    return multiplier, h - zero_point * multiplier, low
-
-
-def _int32(*values) -> np.ndarray:
-    return np.array(values, np.int32)
-
-
-def _folded(tie_rule: int, low: int, zero_point: int) -> int:
-    """What of the output zero point goes into the rounding's sum X (zero_point * 2**low, then added to X, the
-    zero point becoming 0): floor((X + zp 2**L) / 2**L) = floor(X / 2**L) + zp, where no tie rule looks at the
-    rounded value's sign or parity and X stays far inside int32 (|X + floor(Y / 2**e)| < 2**25 for L >= 1).
-    The kernels' uncounted loop then adds nothing after rounding (an add 5-7 % faster)."""
-    fold = tie_rule == kernels("_eltwise_kernels").NO_TIE and low >= 1 and abs(zero_point) << low <= 1 << 30
-    return zero_point << low if fold else 0
-
-
-def _folded_terms(tie_rule: int, terms: list[tuple[int, int, int]], zero_point: int) -> tuple[list, int]:
-    """Single terms (k, c, low) with the output zero point folded into each c where every one takes it
-    (:func:`_folded`; max, min and concat add it after rounding them), and the zero point left to add."""
-    folds = [_folded(tie_rule, low, zero_point) for _, _, low in terms]
-    if zero_point and all(folds):
-        return [(k, c + fold, low) for (k, c, low), fold in zip(terms, folds)], 0
-    return terms, zero_point
-
-
 class _Plan(NamedTuple):
     """What eltwise makes of all its arguments but the operands' values: a kernel call."""
 
-    kernel: Callable            # add, mul or max_min of sim/golden/_eltwise_kernels.py
+    kernel: Callable            # add, add_one_sum, mul or max_min of sim/golden/fast/eltwise.py
     parameters: np.ndarray      # its int32 parameters
     tie_rule: int
     swap: bool                  # b goes first (add/sub: the operand with the smaller shift; mul: a has runs)
@@ -106,7 +84,7 @@ class _Plan(NamedTuple):
 def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_point, b_zero_point, out_zero_point,
           qmin, qmax, out_dtype, rounding) -> _Plan:
     """eltwise's checks, in its order, of everything but the operands' values, and the kernel call they give."""
-    module = kernels("_eltwise_kernels")
+    module = kernels("eltwise")
     if op not in ELTWISE_OPS:
         raise ValueError(f"op={op!r} is not one of {ELTWISE_OPS}")
     check_rounding(rounding)
@@ -131,42 +109,15 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
             per_run_kernel = module.mul_per_run
         if swap:
             za, zb = zb, za
-        e = min(8, n)
-        h_x, h_y, low = _offsets(e, n - e, rounding)
-        # N = 0 rounds nothing: a product past 2**17 / M saturates every output type, so it is capped there
-        product_max = MAC_OPERAND_MAX ** 2 if n else (1 << 17) // max(m, 1) + 1
-        kernel, tie_rule = module.mul, _tie_rule(rounding, n)
-        folded = _folded(tie_rule, low, zp)
-        parameters = _int32(za, zb, product_max, m >> e, h_x + folded, m & ((1 << e) - 1), h_y, e, low,
-                            zp - (folded >> low), qmin, qmax)
+        kernel, parameters, tie_rule = module.mul_parameters(m, n, za, zb, zp, qmin, qmax, rounding)
     elif op in ("max", "min"):
-        kernel, tie_rule = module.max_min, _tie_rule(rounding, 1)
-        (term_a, term_b), zp = _folded_terms(tie_rule, [_single_term(za, ma, na, rounding),
-                                                        _single_term(zb, mb, nb, rounding)], zp)
-        parameters = _int32(op == "max", *term_a, *term_b, zp, qmin, qmax)
+        kernel, parameters, tie_rule = module.max_min_parameters(op == "max", (za, ma, na), (zb, mb, nb), zp, qmin,
+                                                                 qmax, rounding)
     else:
-        sign, swap = (1 if op == "add" else -1), na > nb
-        terms = [(za, ma, na, 1), (zb, mb, nb, sign)]
-        (z_f, m_f, n_f, s_f), (z_s, m_s, n_s, s_s) = terms[::-1] if swap else terms
-        h_x, h_y, low = _offsets(n_s - n_f, n_f, rounding)
-        kernel, tie_rule = module.add, _tie_rule(rounding, n_s)
-        folded = _folded(tie_rule, low, zp)
-        k_f, c_f, k_s, c_s, e = s_f * m_f, h_x - s_f * m_f * z_f + folded, s_s * m_s, h_y - s_s * m_s * z_s, n_s - n_f
-        parameters = _int32(k_f, c_f, k_s, c_s, e, low, zp - (folded >> low), qmin, qmax)
-        first_range, second_range = (b_dtype, a_dtype) if swap else (a_dtype, b_dtype)
-        if tie_rule == module.NO_TIE and e + low < 32 and _one_sum_fits(
-                k_f << e, k_s, (c_f << e) + c_s, dtype_range(first_range), dtype_range(second_range)):
-            kernel, parameters = module.add_one_sum, _int32(k_f << e, k_s, (c_f << e) + c_s, e + low,
-                                                            zp - (folded >> low), qmin, qmax)
+        kernel, parameters, tie_rule, swap = module.add_parameters(
+            1 if op == "add" else -1, (za, ma, na, dtype_range(a_dtype)), (zb, mb, nb, dtype_range(b_dtype)), zp,
+            qmin, qmax, rounding)
     return _Plan(kernel, parameters, tie_rule, swap, per_run_kernel, shape, dtype)
-
-
-def _one_sum_fits(k_f: int, k_s: int, c: int, first_range: tuple[int, int], second_range: tuple[int, int]) -> bool:
-    """Whether first * k_f + second * k_s + c stays within int32 for every value of the operands' types (its
-    extremes are at their corners): add_one_sum then forms X * 2**e + Y in one sum, 11-12 % faster than the
-    nested division on 64x56x56, 24x56x56 (uint8) and 256x14x14 adds (measured)."""
-    extremes = [f * k_f + s * k_s + c for f in first_range for s in second_range]
-    return -(1 << 31) <= min(extremes) and max(extremes) < 1 << 31
 
 
 _cached_plan = functools.lru_cache(maxsize=1024)(_plan)
@@ -195,8 +146,8 @@ def _values(x: np.ndarray) -> np.ndarray:
 
 
 def _flat(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """x flat, broadcast to ``shape`` (:func:`_values`). A broadcast along trailing axes only repeats each value:
-    1.5x faster than numpy's general broadcast copy."""
+    """x flat, broadcast to ``shape`` (:func:`_values`). A broadcast along trailing axes only repeats each value,
+    which np.repeat does faster than numpy's general broadcast copy."""
     if x.shape == shape:
         return _values(x)
     repeat = _repeat(x.shape, shape)
@@ -257,7 +208,7 @@ def concat(inputs, *, axis: int = 1, zero_points, multipliers, shifts, out_zero_
            out_dtype=np.int8, rounding: str = "half_up") -> np.ndarray:
     """Concatenate after requantizing each input: round((x_i - zp_i) * M_i / 2**N_i) + zp_out.
 
-    M_i = 1, N_i = 0 and zp_i = zp_out is an exact copy (S003 L719-756's unified-scale trick).
+    M_i = 1, N_i = 0 and zp_i = zp_out is an exact copy (the unified-scale trick of Zhouyi whitepaper §4.12).
     """
     inputs = list(inputs)
     if not inputs:
@@ -281,7 +232,7 @@ def concat(inputs, *, axis: int = 1, zero_points, multipliers, shifts, out_zero_
             part = x
         else:
             part = np.empty(x.shape, plan.dtype)
-            kernels("_eltwise_kernels").rescale(_flat(x, x.shape), plan.parameters, plan.tie_rule, part.reshape(-1))
+            kernels("eltwise").rescale(_flat(x, x.shape), plan.parameters, plan.tie_rule, part.reshape(-1))
         parts.append(part)
     try:
         return np.concatenate(parts, axis=check_int("axis", axis))
@@ -307,10 +258,8 @@ def _rescale_plan(name, dtype, zero_point, multiplier, shift, out_zero_point, qm
         return _Rescale(zero_point, None)
     check_rounding(rounding)
     out, low, high, out_zero_point = _output_checks(out_zero_point, qmin, qmax, out_dtype)
-    tie_rule = _tie_rule(rounding, 1)
-    (term,), folded_zero_point = _folded_terms(tie_rule, [_single_term(zero_point, multiplier, shift, rounding)],
-                                               out_zero_point)
-    parameters = _int32(*term, folded_zero_point, low, high)
+    parameters, tie_rule = kernels("eltwise").rescale_parameters(zero_point, multiplier, shift, out_zero_point, low,
+                                                                 high, rounding)
     copy = (multiplier == 1 << shift and zero_point == out_zero_point and out == dtype
             and (low, high) == dtype_range(out))
     return _Rescale(zero_point, parameters, tie_rule, out, copy)

@@ -6,7 +6,9 @@ docs/arithmetic.md §6. Tables hold signed LUT_ENTRY_BITS entries.
 * lut16: an int16 input, a table of 2**k + 1 entries covering [input_min, input_min + 2**(k + f)];
   u = x - input_min, index u >> f, linear interpolation on the f low bits rounded half up; inputs
   outside the covered range use the end entries (and are counted).
-The loops are numba kernels in sim/golden/_lut_kernels.py.
+The module opens with the definitions of both lookups in int64 numpy; :func:`lut8` and :func:`lut16` check
+their arguments and run the kernels of aipu.sim.golden.fast.lut, which tests/sim/golden/test_lut_kernels.py
+checks against the definitions.
 """
 from __future__ import annotations
 
@@ -16,14 +18,42 @@ import numpy as np
 
 from aipu.sim.machine.arch import (LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, LUT8_ENTRIES,
                                 LUT_ENTRY_DTYPE, bit_range, storage_dtype)
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import (BYTE_DTYPES, QUANT_DTYPES, check_array, check_clamp, check_int, check_out_dtype,
                                      dtype_range)
-from aipu.sim.golden.rounding import round_half_away
+from aipu.sim.golden.rounding import round_half_away, rounding_shift_right
 
 _INPUT_DTYPE = storage_dtype(LUT16_INPUT_BITS, signed=True)          # lut16's input, int16
 _INPUT_MIN, _INPUT_MAX = bit_range(LUT16_INPUT_BITS, signed=True)
 
+
+# The definition (docs/arithmetic.md §6.1, §6.2)
+
+def direct_lookup(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """out = T[x mod 256]: the raw byte of int8 or uint8 ``x`` is the address (int8 -1 reads entry 255)."""
+    return table[x.view(np.uint8)]
+
+
+def interpolated_lookup(x: np.ndarray, table: np.ndarray, index_shift: int, input_min: int, qmin: int, qmax: int,
+                        dtype) -> tuple[np.ndarray, int]:
+    """lut16 of int16 ``x`` in a table of 2**k + 1 entries with f = ``index_shift`` fraction bits, and how many
+    inputs lie outside the covered range [input_min, input_min + 2**(k + f)]:
+    u = clamp(x - input_min, 0, 2**(k + f)), i = u >> f, r = u & (2**f - 1),
+    y = T[i] + rounding_shift_right((T[i+1] - T[i]) * r, f, half_up), out = clamp(y, qmin, qmax)."""
+    k = (table.shape[0] - 1).bit_length() - 1
+    top = 1 << (k + index_shift)
+    position = x.astype(np.int64) - input_min
+    outside = int(np.count_nonzero((position < 0) | (position > top)))
+    u = np.clip(position, 0, top)
+    i, r = u >> index_shift, u & ((1 << index_shift) - 1)
+    entries = table.astype(np.int64)
+    base = entries[i]
+    step = entries[np.minimum(i + 1, 1 << k)] - base        # T[i+1] is not read where r = 0, i.e. i = 2**k
+    y = base + rounding_shift_right(step * r, index_shift, "half_up")
+    return np.clip(y, qmin, qmax).astype(dtype), outside
+
+
+# The public functions: checks, then the kernels.
 
 def lut8(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     """table[raw byte of x] for int8/uint8 ``x``; output dtype = table dtype (int8, uint8 or int16)."""
@@ -31,7 +61,7 @@ def lut8(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     check_array("table", table, QUANT_DTYPES)
     if table.shape != (LUT8_ENTRIES,):
         raise ValueError(f"table must have shape ({LUT8_ENTRIES},), got {table.shape}")
-    module = kernels("_lut_kernels")
+    module = kernels("lut")
     codes = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
     out = np.empty(x.shape, table.dtype)
     kernel = module.lookup_pairs if table.itemsize == 1 and codes.size >= module.PAIRS_MIN_SIZE else module.lookup
@@ -64,7 +94,7 @@ def lut16(x: np.ndarray, table: np.ndarray, *, index_shift: int, input_min: int 
     dtype = check_out_dtype("out_dtype", out_dtype)
     lo, hi = dtype_range(dtype)
     qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
-    module = kernels("_lut_kernels")
+    module = kernels("lut")
     outputs = np.empty(1 << LUT16_INPUT_BITS, dtype)     # the result for every int16 input
     module.interpolated_table(table, f, input_min, qmin, qmax, outputs)
     out = np.empty(x.shape, dtype)

@@ -1,20 +1,69 @@
 """The pooling unit: max, average (exact division, selectable rounding) and global average.
 
 docs/arithmetic.md §7. Layout NCHW, int8/uint8/int16, same quantization in and out (pass-through
-ops, S003 §4.4/§4.43). Padding (top, left, bottom, right): max pooling ignores padded taps; average
+ops, Zhouyi whitepaper §4.4/§4.43). Padding (top, left, bottom, right): max pooling ignores padded taps; average
 pooling treats them as real zeros (stored value x_zero_point) and divides either by the full kernel
 size (count_include_pad=True) or by the number of taps inside the image (False, ONNX default).
-The loops are numba kernels in sim/golden/_pool_kernels.py.
+The module opens with the definitions in int64 numpy over the padded input's windows; the public functions
+check their arguments and run the kernels of aipu.sim.golden.fast.pool, which
+tests/sim/golden/test_pool_kernels.py checks against the definitions.
 """
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from aipu.sim.machine.arch import ACC_BITS, bit_range
-from aipu.sim.golden._lazy import kernels
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import QUANT_DTYPES, check_array, check_int, check_int_tuple, dtype_range
-from aipu.sim.golden.rounding import check_rounding
+from aipu.sim.golden.rounding import check_rounding, rounding_divide
 
+
+# The definition (docs/arithmetic.md §7). x is [N, C, H, W]; kernel, stride and dilation are (height, width)
+# pairs and padding is (top, left, bottom, right), as the public functions check them.
+
+def windows(x: np.ndarray, kernel, stride, padding, dilation, fill) -> np.ndarray:
+    """The windows of x padded with ``fill``: [N, C, OH, OW, KH, KW], tap (i, j) of output (y, x') being
+    padded[y * sh + i * dh, x' * sw + j * dw]."""
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = kernel, stride, dilation, padding
+    padded = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=fill)
+    view = sliding_window_view(padded, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
+    return view[:, :, ::sh, ::sw, ::dh, ::dw]
+
+
+def max_pool(x: np.ndarray, kernel, stride, padding, dilation) -> np.ndarray:
+    """The largest tap of each window; padded taps hold the type's minimum, so they never win."""
+    return windows(x, kernel, stride, padding, dilation, np.iinfo(x.dtype).min).max(axis=(4, 5))
+
+
+def avg_pool(x: np.ndarray, kernel, stride, padding, count_include_pad: bool, zero_point: int,
+             rounding: str) -> np.ndarray:
+    """rounding_divide(S, D, mode) + zp, S the window's sum of x - zp (padded taps are real zeros) within
+    ACC_BITS, D = KH * KW (count_include_pad) or the number of the window's taps inside the image."""
+    sums = windows(x.astype(np.int64) - zero_point, kernel, stride, padding, (1, 1), 0).sum(axis=(4, 5))
+    check_window_sums(sums)
+    if count_include_pad:
+        divisor = np.int64(kernel[0] * kernel[1])
+    else:
+        inside = np.ones((1, 1, *x.shape[2:]), np.int64)
+        divisor = windows(inside, kernel, stride, padding, (1, 1), 0).sum(axis=(4, 5))
+    return (rounding_divide(sums, divisor, rounding) + zero_point).astype(x.dtype)
+
+
+def global_average(x: np.ndarray, zero_point: int, rounding: str) -> np.ndarray:
+    """[N, C, 1, 1]: rounding_divide(S, H * W, mode) + zp, S the plane's sum of x - zp within ACC_BITS."""
+    sums = (x.astype(np.int64) - zero_point).sum(axis=(2, 3), keepdims=True)
+    check_window_sums(sums)
+    return (rounding_divide(sums, np.int64(x.shape[2] * x.shape[3]), rounding) + zero_point).astype(x.dtype)
+
+
+def check_window_sums(sums: np.ndarray) -> None:
+    """OverflowError naming the sum farthest out where a window sum leaves the ACC_BITS accumulator."""
+    if sums.size:
+        _check_sum(int(sums.min()), int(sums.max()))
+
+
+# The public functions: checks, then the kernels.
 
 def _geometry(x: np.ndarray, kernel, stride, padding, dilation):
     """((kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr), (oh, ow)) after validating the geometry."""
@@ -43,7 +92,7 @@ def max_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), dila
     check_array("x", x, QUANT_DTYPES)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _), (oh, ow) = _geometry(x, kernel, stride, padding, dilation)
     out = np.empty((*x.shape[:2], oh, ow), x.dtype)
-    kernels("_pool_kernels").max_pool(_planes(x), kh, kw, sh, sw, pt, pl, dh, dw, dtype_range(x.dtype)[0],
+    kernels("pool").max_pool(_planes(x), kh, kw, sh, sw, pt, pl, dh, dw, dtype_range(x.dtype)[0],
                                       out.reshape(-1, oh, ow))
     return out
 
@@ -51,7 +100,7 @@ def max_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), dila
 def avg_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), count_include_pad: bool = False,
                x_zero_point=0, rounding: str = "half_up") -> np.ndarray:
     """round(sum(x - zp) / divisor) + zp, with the exact rational division of :func:`rounding_divide`."""
-    module = kernels("_pool_kernels")
+    module = kernels("pool")
     check_array("x", x, QUANT_DTYPES)
     check_rounding(rounding)
     zp = check_int("x_zero_point", x_zero_point, *dtype_range(x.dtype))
@@ -67,7 +116,7 @@ def avg_pool2d(x: np.ndarray, kernel, *, stride=None, padding=(0, 0, 0, 0), coun
 
 def global_avg_pool(x: np.ndarray, *, x_zero_point=0, rounding: str = "half_up") -> np.ndarray:
     """Average over H x W -> [N, C, 1, 1]: round(sum(x - zp) / (H * W)) + zp."""
-    module = kernels("_pool_kernels")
+    module = kernels("pool")
     check_array("x", x, QUANT_DTYPES)
     if x.ndim != 4:
         raise ValueError(f"x must be 4-D [N, C, H, W], got shape {x.shape}")

@@ -8,6 +8,12 @@ which also implements fused ReLU/ReLU6/Clip):
   rounding, plus an optional second (M, N) pair for negative sums (Leaky ReLU / PReLU).
 * :func:`requantize_float32` -- the ONNX-compatible mode: an IEEE float32 scale, as onnxruntime.
 * :func:`requantize_tflite` -- TFLite's SaturatingRoundingDoublingHighMul + RoundingDivideByPOT.
+
+The module opens with each mode's definition, int64 numpy step for step as docs/arithmetic.md writes it.
+The public functions check their arguments, then run the native and float32 modes through the fused kernels
+of aipu.sim.golden.fast.requant (tests/sim/golden/test_requant_kernels.py checks them against the
+definitions); the TFLite mode runs its definition, and the float64 variant of the float32 mode (onnx.reference's
+order, not the NPU's) is plain numpy in :func:`requantize_float32`.
 """
 from __future__ import annotations
 
@@ -18,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX,
-                                TFLITE_MULTIPLIER_BITS, bit_range)
-from aipu.sim.golden._lazy import kernels
+                                   TFLITE_MULTIPLIER_BITS, bit_range)
+from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
-                                check_int_param, dtype_range, first_outside, per_channel)
+                                     check_int_param, dtype_range, first_outside, per_channel)
 from aipu.sim.golden.rounding import check_rounding, round_half_away, rounding_shift_right
 
 _TFLITE_INT_BITS = TFLITE_MULTIPLIER_BITS + 1      # TFLite computes in int32: a Q0.31 multiplier and a sign
@@ -29,6 +35,48 @@ _TFLITE_INT_MIN, _TFLITE_INT_MAX = bit_range(_TFLITE_INT_BITS, signed=True)
 _FLOAT_BOUND = 2.0 ** 40
 _INT32_BIAS = bit_range(BIAS_BITS, signed=True) == dtype_range(np.dtype(np.int32))   # int32's type bounds a bias
 
+
+# The definition (docs/arithmetic.md §4). ``total`` is t = acc + bias in int64; every parameter is a scalar or
+# broadcasts against it (one entry per channel along its channel axis).
+
+def native_requant(total: np.ndarray, multiplier, shift, rounding: str, negative_multiplier=None,
+                   negative_shift=None) -> np.ndarray:
+    """u = rounding_shift_right(t * M', N', mode), (M', N') = (M-, N-) where t < 0 and a negative pair is given,
+    else (M, N) (§4.1, §4.2). |t * M'| < 2**48: exact in int64."""
+    if negative_multiplier is not None:
+        multiplier = np.where(total < 0, negative_multiplier, multiplier)
+        shift = np.where(total < 0, negative_shift, shift)
+    return rounding_shift_right(total * multiplier, shift, rounding)
+
+
+def float32_requant(total: np.ndarray, scale) -> np.ndarray:
+    """round_half_to_even(fp32(fp32(t) * scale)) (§4.5): t rounded to float32 (RNE), times the float32 scale in
+    float32 (RNE), rounded half to even to an integer. Bounded to +-2**40 first (beyond it every output type
+    saturates), so that +-inf and the int64 conversion stay defined."""
+    with np.errstate(over="ignore"):
+        product = total.astype(np.float32) * np.asarray(scale, np.float32)
+    return np.rint(np.clip(product.astype(np.float64), -_FLOAT_BOUND, _FLOAT_BOUND)).astype(np.int64)
+
+
+def tflite_requant(total: np.ndarray, multiplier, shift) -> np.ndarray:
+    """TFLite's MultiplyByQuantizedMultiplier (§4.6) on t within int32, shift in [-31, 30]:
+    SaturatingRoundingDoublingHighMul(t * 2**left, M) = round_half_up(t * 2**left * M / 2**31), then
+    RoundingDivideByPOT(., right) = round_half_away_from_zero(. / 2**right); left = max(shift, 0),
+    right = max(-shift, 0)."""
+    left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+    high = rounding_shift_right((total << left) * multiplier, TFLITE_MULTIPLIER_BITS, "half_up")
+    return rounding_shift_right(high, right, "half_away_from_zero")
+
+
+def output_stage(value: np.ndarray, zero_point, qmin: int, qmax: int, dtype) -> tuple[np.ndarray, int]:
+    """v = u + zp_out, out = clamp(v, qmin, qmax) in the output type (§4.1), and how many values the clamp
+    changed."""
+    shifted = value + zero_point
+    saturated = int(np.count_nonzero((shifted < qmin) | (shifted > qmax)))
+    return np.clip(shifted, qmin, qmax).astype(dtype), saturated
+
+
+# The public functions: checks, then the fused kernels (native, float32) or the definition (TFLite).
 
 class _Channels:
     """Validates the accumulator and turns scalar / per-channel parameters into broadcastable int64."""
@@ -51,8 +99,7 @@ class _Channels:
 
     def bias32(self, bias) -> np.ndarray:
         """The checked bias (None: 0) as int32, one entry per channel: an int32 array of one entry per channel
-        as it is (its type bounds it), with no copies to int64 and back (a tenth of a 240x14x14 requant's
-        Python, measured)."""
+        as it is (its type bounds it), with no copies to int64 and back."""
         if _INT32_BIAS and type(bias) is np.ndarray and bias.dtype == np.int32 and bias.shape == (self.count,):
             return np.ascontiguousarray(bias)
         return self.vector("bias", 0 if bias is None else bias, *bit_range(BIAS_BITS, signed=True)).astype(np.int32)
@@ -79,7 +126,8 @@ class _Channels:
 
 def _output_checks(out_zero_point, qmin, qmax, out_dtype) -> tuple[np.dtype, int, int, int]:
     """The output type, the clamp bounds (default: the type's range) and the zero point, checked: remembered for
-    arguments that hash (0.2 us instead of 1.1 per call), checked afresh for the others (an array zero point)."""
+    arguments that hash (a command repeats them for every tile), checked afresh for the others (an array zero
+    point)."""
     try:
         return _hashable_output_checks(out_zero_point, qmin, qmax, out_dtype)
     except TypeError:       # unhashable, or a bad type: checking again raises the right error
@@ -99,30 +147,28 @@ _hashable_output_checks = functools.lru_cache(maxsize=256, typed=True)(_check_ou
 
 def _run_kernel(kernel, channels: _Channels, parameters: tuple, out_zero_point, qmin, qmax, out_dtype,
                 return_saturated: bool):
-    """One of sim/golden/_requant_kernels.py over the accumulator, with the output stage's checks."""
+    """One of sim/golden/fast/requant.py over the accumulator, with the output stage's checks."""
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
     blocks = channels.blocks()
     out = np.empty(blocks.shape, dtype)
-    # Python ints (numba types them faster); the clamped values are counted only if asked (a count costs 1.2-1.3x)
+    # Python ints (numba types them faster); the clamped values are counted only if asked (counting costs time)
     saturated = int(kernel(blocks, *parameters, return_saturated, zp, qmin, qmax, out))
     out = out.reshape(channels.acc.shape)
     return (out, saturated) if return_saturated else out
 
 
-def _float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out) -> int:
+def _float32_kernels(blocks, bias, scale, count, zero_point, qmin, qmax, out) -> int:
     """The float32 requant kernel in 32-bit lanes, or the float64 one where some acc + bias leaves int32."""
-    module = kernels("_requant_kernels")
+    module = kernels("requant")
     saturated = module.float32_requant(blocks, bias, scale, count, zero_point, qmin, qmax, out)
     return saturated if saturated >= 0 else module.float32_requant_wide(blocks, bias, scale, zero_point, qmin, qmax,
                                                                          out)
 
 
 def _output_stage(value: np.ndarray, out_zero_point, qmin, qmax, out_dtype, return_saturated: bool):
-    """+ zero point, clamp to [qmin, qmax] (default: the dtype range), cast; count clamped values."""
+    """:func:`output_stage` after its checks (qmin and qmax default to the output type's range)."""
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
-    shifted = value + zp
-    saturated = int(np.count_nonzero((shifted < qmin) | (shifted > qmax))) if return_saturated else None
-    out = np.clip(shifted, qmin, qmax, out=shifted).astype(dtype)  # in place: fewer tensor-sized temporaries
+    out, saturated = output_stage(value, zp, qmin, qmax, dtype)
     return (out, saturated) if return_saturated else out
 
 
@@ -150,7 +196,7 @@ def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=
     else:
         negative = (m, n)
     # |(acc + bias) * M| < 2**48 (REQUANT_PRODUCT_BITS): exact in the kernel's int64
-    module = kernels("_requant_kernels")
+    module = kernels("requant")
     return _run_kernel(module.native_requant, channels,
                        (bias, m, n, *negative, leaky, module.ROUNDING_CODES[rounding]),
                        out_zero_point, qmin, qmax, out_dtype, return_saturated)
@@ -162,7 +208,7 @@ class RequantStage:
 
     float32_scale: bool
     leaky: bool
-    rounding: int           # a code of _requant_kernels.ROUNDING_CODES
+    rounding: int           # a code of fast.requant.ROUNDING_CODES
     out_dtype: np.dtype
     out_zero_point: int
     qmin: int
@@ -178,7 +224,7 @@ def requant_stage(*, float32_scale: bool, leaky: bool = False, rounding: str = "
     if float32_scale and leaky:
         raise ValueError("leaky = 1 is not supported with a float32 scale")
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
-    return RequantStage(bool(float32_scale), bool(leaky), kernels("_requant_kernels").ROUNDING_CODES[rounding],
+    return RequantStage(bool(float32_scale), bool(leaky), kernels("requant").ROUNDING_CODES[rounding],
                         dtype, zp, qmin, qmax)
 
 
@@ -196,13 +242,13 @@ def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage
     if stage.float32_scale:
         scale = np.ascontiguousarray(records["scale"])
         _require_positive_finite(scale)
-        saturated = _float32_requant(blocks, bias.astype(np.int32), scale, True, *clamp)
+        saturated = _float32_kernels(blocks, bias.astype(np.int32), scale, True, *clamp)
     else:
         m = _record_field(records, "multiplier", 0, MULTIPLIER_MAX)
         n = _record_field(records, "shift", 0, SHIFT_MAX)
         negative = ((_record_field(records, "negative_multiplier", 0, MULTIPLIER_MAX),
                      _record_field(records, "negative_shift", 0, SHIFT_MAX)) if stage.leaky else (m, n))
-        saturated = kernels("_requant_kernels").native_requant(blocks, bias, m, n, *negative, stage.leaky,
+        saturated = kernels("requant").native_requant(blocks, bias, m, n, *negative, stage.leaky,
                                                                stage.rounding, True, *clamp)
     return out[0].T, int(saturated)
 
@@ -244,7 +290,7 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
                          f"got shape {scale.shape}")
     _require_positive_finite(scale)
     if product == "float32":      # the hardware mode: one fused pass (an overflow to +-inf saturates)
-        return _run_kernel(_float32_requant, channels, (channels.bias32(bias), channels.spread(scale)),
+        return _run_kernel(_float32_kernels, channels, (channels.bias32(bias), channels.spread(scale)),
                            out_zero_point, qmin, qmax, out_dtype, return_saturated)
     total = channels.biased(bias)
     dtype = check_out_dtype("out_dtype", out_dtype)
@@ -260,25 +306,19 @@ def requantize_float32(acc: np.ndarray, *, bias=None, scale, out_zero_point=0, q
 
 def requantize_tflite(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=0, qmin=None,
                       qmax=None, channel_axis: int = 1, out_dtype=np.int8, return_saturated: bool = False):
-    """TFLite's MultiplyByQuantizedMultiplier (double rounding), then + zp and clamp.
+    """TFLite's MultiplyByQuantizedMultiplier (double rounding: :func:`tflite_requant`), then + zp and clamp.
 
-    x = acc + bias must fit int32 (TFLite adds in int32); with left = max(shift, 0) and
-    right = max(-shift, 0): SaturatingRoundingDoublingHighMul(x * 2**left, M) is exactly
-    round_half_up(x * 2**left * M / 2**31) (the saturating case needs M = -2**31, excluded here),
-    and RoundingDivideByPOT(., right) is exactly round_half_away_from_zero(. / 2**right).
-    multiplier in [0, 2**31 - 1] (Q0.31), shift in [-31, 30].
+    x = acc + bias and x * 2**max(shift, 0) must fit int32 (TFLite computes in int32; OverflowError otherwise);
+    multiplier in [0, 2**31 - 1] (Q0.31: the saturating case of SaturatingRoundingDoublingHighMul needs
+    M = -2**31, excluded here), shift in [-31, 30].
     """
     channels = _Channels(acc, channel_axis)
     total = channels.biased(bias)
     m = channels.param("multiplier", multiplier, *bit_range(TFLITE_MULTIPLIER_BITS, signed=False))
     s = channels.param("shift", shift, -TFLITE_MULTIPLIER_BITS, TFLITE_MULTIPLIER_BITS - 1)
-    left, right = np.maximum(s, 0), np.maximum(-s, 0)
     _require_int32("requantize_tflite: acc + bias", total)
-    shifted = total << left
-    _require_int32("requantize_tflite: (acc + bias) << shift", shifted)
-    high = rounding_shift_right(shifted * m, TFLITE_MULTIPLIER_BITS, "half_up")
-    scaled = rounding_shift_right(high, right, "half_away_from_zero")
-    return _output_stage(scaled, out_zero_point, qmin, qmax, out_dtype, return_saturated)
+    _require_int32("requantize_tflite: (acc + bias) << shift", total << np.maximum(s, 0))
+    return _output_stage(tflite_requant(total, m, s), out_zero_point, qmin, qmax, out_dtype, return_saturated)
 
 
 def _require_int32(what: str, values: np.ndarray) -> None:

@@ -83,7 +83,7 @@ def rounding_divide(x, divisor, mode: str = "half_up") -> np.ndarray:
 def round_half_away(values) -> np.ndarray:
     """Offline float -> int rounding of the compiler helpers: ties away from zero, exactly.
 
-    Implements "四舍五入" of seed 002 formulas (1)-(2). floor(|v| + 0.5) is wrong for
+    Implements "四舍五入" of the shift-quantization patent's formulas (1)-(2). floor(|v| + 0.5) is wrong for
     0.49999999999999994 (the addition rounds up), so the fraction is compared instead;
     |v| - floor(|v|) is exact in binary floating point.
     """

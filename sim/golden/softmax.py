@@ -1,6 +1,6 @@
 """Softmax on the LUT unit (docs/arithmetic.md §6.4): row max, exp table, 32-bit sum, one rounded division.
 
-Seed 003 §4.66 (L2239-2280): e^x from a table whose largest entry is 2^20, summed in a 32-bit accumulator,
+Zhouyi whitepaper §4.66: e^x from a table whose largest entry is 2^20, summed in a 32-bit accumulator,
 the numerator times M, an integer division rounded by the remainder, then the output zero point. Here the
 table is indexed by ``max - x`` (the row's largest element reads entry 0 = 2^20, so the sum never depends on
 where the inputs sit) and the output scale's shift is folded into the divisor, so the one division is the
@@ -18,6 +18,22 @@ from aipu.sim.machine.arch import (LUT8_ENTRIES, MULTIPLIER_MAX, SOFTMAX_EXP_BIT
 EXP_MAX = 1 << SOFTMAX_EXP_BITS
 _INPUT_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 
+
+# The definition (docs/arithmetic.md §6.4)
+
+def row_softmax(x: np.ndarray, table: np.ndarray, multiplier: int, shift: int, zero_point: int, qmin: int, qmax: int,
+                dtype) -> np.ndarray:
+    """Per row of x: m = max(row), e_j = E[m - x_j], S = sum of e_j, D = S * 2^N,
+    q_j = (e_j * M + D // 2) // D, y_j = clamp(q_j + zp, qmin, qmax) in the output type."""
+    values = x.astype(np.int64)
+    exps = table.astype(np.int64)[values.max(axis=1, keepdims=True) - values]
+    divisor = exps.sum(axis=1, keepdims=True) << shift                # < 2^32 · 2^30
+    quotient = (exps * multiplier + divisor // 2) // divisor           # numerator < 2^37
+    return np.clip(quotient + zero_point, qmin, qmax).astype(dtype)
+
+
+# The public functions: the table builder; softmax checks its arguments and runs the definition (the unit has
+# no fast path).
 
 def build_softmax_table(in_scale: float) -> np.ndarray:
     """The exp table for inputs of scale ``in_scale``: entry d = round_half_away(2^20 · e^(−in_scale · d)) for
@@ -54,8 +70,4 @@ def softmax(x: np.ndarray, table: np.ndarray, *, multiplier: int, shift: int, ou
     check_int("out_zero_point", out_zero_point, low, high)
     qmin = low if qmin is None else check_int("qmin", qmin, low, high)
     qmax = high if qmax is None else check_int("qmax", qmax, qmin, high)
-    values = x.astype(np.int64)
-    exps = table.astype(np.int64)[values.max(axis=1, keepdims=True) - values]
-    divisor = exps.sum(axis=1, keepdims=True) << shift                # < 2^32 · 2^30
-    quotient = (exps * multiplier + divisor // 2) // divisor           # numerator < 2^37
-    return np.clip(quotient + out_zero_point, qmin, qmax).astype(out_dtype)
+    return row_softmax(x, table, multiplier, shift, out_zero_point, qmin, qmax, out_dtype)

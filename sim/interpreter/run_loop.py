@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.golden._simd import copy_bytes
+from aipu.sim.golden.fast.simd import copy_bytes
 from aipu.sim.interpreter.tiles import (ACC_MAX, ACC_MIN, conv_tile, jit, record_operands, requant_operands,
                                         weight_operands)
 from aipu.sim.machine.arch import Buffer, DType

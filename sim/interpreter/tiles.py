@@ -3,7 +3,7 @@ and a REQUANT command's outputs on operands in the layout the NPU's buffers hold
 
 The interpreter's compiled run loop (run_loop.py) calls these so that a program of many small commands
 does not return to Python per command. They use the kernels :func:`conv_sums_channels_last` and
-:func:`requantize_records` use (sim/golden/_grouped_conv.py, _channels_last_conv.py, _requant_kernels.py), or compute
+:func:`requantize_records` use (sim/golden/fast/grouped_conv.py, channels_last_conv.py, requant.py), or compute
 as those do (a dense conv's GEMM in exact float32 chunks, the native requantizer on channels-last tiles).
 Where a case is not theirs -- a grouped conv with wide groups or partial sums float32 would not hold
 exactly, a dense sum outside int32, a parameter record field outside its range -- they return a refusal,
@@ -22,18 +22,18 @@ import numpy as np
 
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 
-from aipu.sim.golden._channels_last_conv import (SUM_LINES, grouped_channels_last, repeated_group_weights,
+from aipu.sim.golden.fast.channels_last_conv import (SUM_LINES, grouped_channels_last, repeated_group_weights,
                                                   window_weights)
-from aipu.sim.golden._grouped_conv import grouped_conv_taps
-from aipu.sim.golden._requant_kernels import (channels_last_blocks, float32_requant, float32_requant_wide,
+from aipu.sim.golden.fast.grouped_conv import grouped_conv_taps
+from aipu.sim.golden.fast.requant import (channels_last_blocks, float32_requant, float32_requant_wide,
                                               native_requant, native_requant_channels_last)
-from aipu.sim.golden.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
+from aipu.sim.golden.fast.conv import _DIRECT_MAX_GROUP_CHANNELS, _FLOAT32_EXACT, takes_channels_last
 from aipu.sim.machine.arch import ACC_DTYPE, BIAS_BITS, MULTIPLIER_MAX, SHIFT_MAX, bit_range
 
 # The decorator of the tile kernels and of run_loop.py: numba.njit(cache=True, nogil=True), its cache
 # keyed by every source they are built from.
-jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "machine/*.py", "interpreter/run_loop.py",
-                                                            "interpreter/tiles.py"))
+jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("golden/*.py", "golden/fast/*.py", "machine/*.py",
+                                                            "interpreter/run_loop.py", "interpreter/tiles.py"))
 _BIAS_MIN, _BIAS_MAX = bit_range(BIAS_BITS, signed=True)
 ACC_MIN, ACC_MAX = int(np.iinfo(ACC_DTYPE).min), int(np.iinfo(ACC_DTYPE).max)   # what an ACC entry holds
 _U = np.uint64
@@ -54,7 +54,7 @@ def takes_conv(in_c: int, out_c: int, kh: int, kw: int, groups: int) -> bool:
 @jit
 def weight_operands(w, w_zero_point, groups):
     """The multiplier operands of int8 weights w [K, KH, KW, C/G] of a conv of ``groups`` groups, float32 w -
-    zero point (exact: sim/golden/conv.py) arranged for the kernel that takes them: [KH*KW*C, K] for a dense conv
+    zero point (exact: sim/golden/fast/conv.py) arranged for the kernel that takes them: [KH*KW*C, K] for a dense conv
     (the GEMM's operand, whose row ranges are its reduction chunks; transposed as bytes, then converted: 57.5 ->
     28.5 us on 32 x 3 x 3 x 256 weights), the channels-last kernel's repeated weights where it takes the conv
     (repeated_group_weights), else [K, C/G*KH*KW] (the tap kernel's); the channels-last window kernel's
@@ -134,7 +134,7 @@ def _gemm_conv(x, x_zero_point, x_bound, ws_by_depth, weight_max, kh, kw, stride
                dilation_h, dilation_w, out):
     """conv_tile's dense case as conv_sums_channels_last computes it: the windows' rows [OH*OW, KH*KW*C] times
     the weights [KH*KW*C, K], one float32 BLAS call per chunk of the reduction in which every partial sum
-    is an exact float32 integer (sim/golden/conv.py), the chunks' sums added in int64. A chunk is a run of
+    is an exact float32 integer (sim/golden/fast/conv.py), the chunks' sums added in int64. A chunk is a run of
     whole taps, or a slice of one tap's channels where a tap alone is too long. ``x_bound``: the largest
     |x - zero point| x's type allows; the tile's own largest is looked up only where that bound needs
     chunks. False (``out`` untouched) where a sum leaves int32."""

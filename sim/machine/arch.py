@@ -35,10 +35,10 @@ LUT_ENTRY_BITS = 16           # LUT entries are signed 16 bit (int8/uint8 tables
 LUT16_INDEX_BITS_MIN = 1      # wide LUT: 2**k + 1 entries, k in MIN .. MAX, linear interpolation
 LUT16_INDEX_BITS_MAX = 10
 LUT16_INPUT_BITS = 16         # wide LUT input: signed 16 bit; up to all of its bits are interpolated
-SOFTMAX_EXP_BITS = 20         # softmax exp table: unsigned entries <= 2**20 (S003 L2241), the row max's entry
+SOFTMAX_EXP_BITS = 20         # softmax exp table: unsigned entries <= 2**20 (whitepaper §4.66), the row max's entry
 SOFTMAX_ENTRY_BYTES = 4       # one exp-table entry in LUT memory: little-endian uint32
-SOFTMAX_SUM_BITS = 32         # the row's sum of table entries: unsigned 32 bit (S003 L2241)
-# elements per row: the most whose sum of entries fits the sum, 4095 (S003 L2280 says 4096, which can wrap)
+SOFTMAX_SUM_BITS = 32         # the row's sum of table entries: unsigned 32 bit (Zhouyi whitepaper §4.66)
+# elements per row: the most whose sum of entries fits the sum, 4095 (whitepaper §4.66 says 4096, which can wrap)
 SOFTMAX_LENGTH_MAX = ((1 << SOFTMAX_SUM_BITS) - 1) >> SOFTMAX_EXP_BITS
 SOFTMAX_SHIFT_MAX = 30        # N of the softmax M/2^N: the divisor sum * 2**N stays below 2**62
 

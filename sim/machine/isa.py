@@ -53,8 +53,8 @@ VECTOR_SOURCE_BUFFERS = (Buffer.ACT, Buffer.OUT)   # where LUT/POOL/ELTWISE read
 class Rounding(IntEnum):
     """Rounding of right shifts; names are the golden model's mode strings in upper case."""
 
-    FLOOR = 0                 # plain arithmetic shift (seed 002 mode)
-    HALF_UP = 1               # add 2^(N-1) then floor: rshift_rnd of seed002_003_quant.md Part 3
+    FLOOR = 0                 # plain arithmetic shift (the shift-quantization patent's S640)
+    HALF_UP = 1               # add 2^(N-1) then floor (docs/arithmetic.md D2)
     HALF_TO_EVEN = 2          # ties to even (ONNX / vendor float round)
     HALF_AWAY_FROM_ZERO = 3   # ties away from zero
 

@@ -1,6 +1,7 @@
-"""Seed 002's power-of-two scheme end to end (`aipu compile --scheme pow2`, docs/compiler.md §3.4): every
-scale a power of two, 7-bit weights with one exponent per layer, convolutions requantized by the patent's
-forward step (docs/arithmetic.md §5.2), the lowered program bit-exact, accuracy close to float."""
+"""The shift-quantization patent's power-of-two scheme end to end (`aipu compile --scheme pow2`,
+docs/compiler.md §3.1): every scale a power of two, 7-bit weights with one exponent per layer, convolutions
+requantized by the patent's forward step (docs/arithmetic.md §5.2), the lowered program bit-exact, accuracy
+close to float."""
 from __future__ import annotations
 
 import json

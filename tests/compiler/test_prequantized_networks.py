@@ -135,7 +135,8 @@ def test_every_layer_matches_onnxruntime_on_its_inputs_and_the_program_equals_th
         np.testing.assert_array_equal(network.read(result.memory, output), ours[output])
         agree += int(np.argmax(ours[output]) == np.argmax(ort[names[0]]))
     assert len(compared) >= len(qmodel.ops) // 2           # most layers were checked against onnxruntime
-    assert agree >= 0.95 * len(images[name])
+    if exact_macs:      # elsewhere onnxruntime's own MAC layers saturate (docs/arithmetic.md §4.5): its top-1 is off
+        assert agree >= 0.95 * len(images[name])
 
 
 def test_a_float_operator_left_by_the_qoperator_format_is_named_with_the_way_out(quantized):

@@ -1,5 +1,6 @@
-"""Softmax through the compiler (docs/arithmetic.md §6.4, docs/compiler.md §3): quantized per seed 003, within
-half an output step of onnxruntime's float Softmax of the same dequantized input, bit-exact when lowered."""
+"""Softmax through the compiler (docs/arithmetic.md §6.4, docs/compiler.md §3): quantized per the Zhouyi
+whitepaper §4.66, within half an output step of onnxruntime's float Softmax of the same dequantized input,
+bit-exact when lowered."""
 from __future__ import annotations
 
 import numpy as np

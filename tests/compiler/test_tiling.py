@@ -6,8 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aipu.compiler.sample_layers import random_layer
-from aipu.compiler.tiling import ConvLayer, lower_conv_layer, lower_conv_layers, plan_tiles
+from aipu.app.sample_layers import random_layer
+from aipu.compiler.lowering.conv_layer import ConvLayer
+from aipu.compiler.lowering.conv_layers import lower_conv_layer, lower_conv_layers
+from aipu.compiler.lowering.conv_plan import plan_tiles
 from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT, DTYPE_NUMPY, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import Opcode, Rounding, Unit

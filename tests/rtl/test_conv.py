@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from amaranth.back import verilog
 
-from aipu.rtl.conv import ConvUnit, command_cycles, useful_macs
+from aipu.rtl.conv import ConvUnit
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import RtlError, first_difference
 from aipu.sim.cosim.stimulus import Stimulus
@@ -18,6 +18,7 @@ from aipu.sim.machine.arch import ACC_DTYPE, DEFAULT, Buffer, DType
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.timing.conv import command_cycles, useful_macs
 from tests.rtl.checks import assert_matches
 from tests.rtl.configs import CONFIGS, EVERY_CONFIG, SMALL
 

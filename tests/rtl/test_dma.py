@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from amaranth.back import verilog
 
-from aipu.rtl.dma import LoadUnit, StoreUnit, command_cycles
+from aipu.rtl.dma import LoadUnit, StoreUnit
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import first_difference
 from aipu.sim.cosim.stimulus import Stimulus
@@ -18,6 +18,7 @@ from aipu.sim.machine.arch import DEFAULT, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.timing.dma import command_cycles
 from tests.rtl.checks import assert_matches
 from tests.rtl.configs import EVERY_CONFIG, SMALL
 

@@ -13,7 +13,7 @@ import pytest
 from amaranth.back import verilog
 from amaranth.hdl import UnusedElaboratable
 
-from aipu.rtl.lut import LutUnit, command_cycles
+from aipu.rtl.lut import LutUnit
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import first_difference
 from aipu.sim.cosim.stimulus import Stimulus, unit_program
@@ -28,6 +28,7 @@ from aipu.sim.machine.arch import (DEFAULT, LUT8_ENTRIES, LUT16_INPUT_BITS, LUT_
 from aipu.sim.machine.isa import LutMode, Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.timing.lut import command_cycles
 from tests.rtl.checks import assert_matches
 from tests.rtl.configs import CONFIGS, EVERY_CONFIG, SMALL
 

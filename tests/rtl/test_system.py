@@ -6,8 +6,8 @@ from aipu.sim.machine.arch import DEFAULT, DType
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.timing.sequencer import FIRST_START, NEXT_START
 from tests.sim.cosim.toy_units import ENGINE_CYCLES, timed_unit
-
 
 
 def _store(**tokens) -> Command:
@@ -37,6 +37,20 @@ def test_tokens_order_two_units_and_finish_waits_for_both():
     for (_, load_retire), (store_start, _) in zip(loads, stores[:2]):
         assert store_start > load_retire       # each STORE starts only after the LOAD that feeds it retired
     assert stores[2][0] >= max(end for _, end in loads + stores[:2])
+
+
+def test_a_unit_starts_its_commands_after_the_sequencer_s_fixed_steps():
+    """Take, check, start: the first command starts in cycle FIRST_START, the next NEXT_START cycles after the
+    previous one retired (what the cycle model assumes)."""
+    program = Program(DEFAULT)
+    for _ in range(3):
+        program.append(_load())
+    program.append(Command.make(Opcode.FINISH, unit=Unit.LOAD))
+    result = run_amaranth(program, Memory.create(DEFAULT, 64), [timed_unit(Unit.LOAD)], max_cycles=100)
+    assert result.done and not result.errors
+    spans = result.cycles[Unit.LOAD]
+    assert spans[0][0] == FIRST_START
+    assert [start for start, _ in spans[1:3]] == [retire + NEXT_START for _, retire in spans[:2]]
 
 
 def test_finish_with_a_token_left_reports_it():

@@ -9,17 +9,18 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from aipu.rtl.conv import command_cycles as conv_cycles
-from aipu.rtl.conv import useful_macs
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.stimulus import RANDOM
 from aipu.sim.cosim.stimulus.dma import random_load, random_memory, random_store
-from aipu.sim.cycle import FIRST_START, NEXT_START, _fair_paces, simulate
+from aipu.sim.cycle import _fair_paces, simulate
 from aipu.sim.machine.arch import DEFAULT, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.errors import DeadlockError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.timing.conv import command_cycles as conv_cycles
+from aipu.sim.timing.conv import useful_macs
+from aipu.sim.timing.sequencer import FIRST_START, NEXT_START
 from tests.rtl.configs import SMALL
 
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
-from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, _Preparer, run
+from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, run
+from aipu.sim.interpreter.handlers import HANDLERS
 from aipu.sim.machine.ordering import _pattern_offsets, writes_a_byte_twice
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -50,7 +51,7 @@ RNG = np.random.default_rng(7)
 
 
 def test_every_opcode_has_a_handler():
-    assert set(_Preparer.HANDLERS) == set(Opcode)
+    assert set(HANDLERS) == set(Opcode)
 
 
 @pytest.mark.parametrize("out_type", [DType.INT8, DType.UINT8, DType.INT16])

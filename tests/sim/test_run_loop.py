@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aipu.compiler.sample_layers import random_layer
-from aipu.compiler.tiling import lower_conv_layer, lower_conv_layers
+from aipu.app.sample_layers import random_layer
+from aipu.compiler.lowering.conv_layers import lower_conv_layer, lower_conv_layers
 from aipu.sim.interpreter import run_loop, tiles
 from aipu.sim.interpreter import ExecutionError, prepare
 from aipu.sim.machine.arch import DEFAULT, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
@@ -126,8 +126,8 @@ def test_the_loop_cache_key_covers_every_module_the_compiled_code_is_built_from(
             pending += _aipu_imports(path)
     reached.discard(Path(run_loop.__file__).resolve().parent / "__init__.py")   # imports them, is not compiled
     assert reached <= set(tiles.jit.source_files())
-    assert {path.name for path in reached} >= {"run_loop.py", "tiles.py", "_grouped_conv.py", "_channels_last_conv.py",
-                                               "_requant_kernels.py", "arch.py"}
+    assert {path.name for path in reached} >= {"run_loop.py", "tiles.py", "grouped_conv.py", "channels_last_conv.py",
+                                               "requant.py", "arch.py"}
 
 
 @pytest.mark.parametrize("run_bytes", [1, 3, 15, 16, 17, 31, 48, 63, 64, 65, 128, 130])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aipu.rtl.timing import command_cycles as expected_cycles
 from aipu.sim.cosim.result import RtlResult, first_mismatch
 from aipu.sim.interpreter import Result, run
 from aipu.sim.golden._checks import dtype_range
@@ -12,6 +11,7 @@ from aipu.sim.machine.arch import DTYPE_NUMPY, DType, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.timing import command_cycles as expected_cycles
 
 SLACK_CYCLES = 8    # per command, on top of its formula, before a run counts as hung (the formula is exact)
 

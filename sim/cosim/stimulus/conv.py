@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.rtl.conv import ConvUnit, command_cycles
+from aipu.rtl.conv import ConvUnit
 from aipu.sim.cosim.stimulus.base import Stimulus, unit_program
 from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.timing.conv import command_cycles
 
 KINDS = ("regular", "strided", "dilated", "grouped", "depthwise", "matmul")
 MAX_COMMAND_CYCLES = 3000     # keeps one command, and so a simulation, short on the default array

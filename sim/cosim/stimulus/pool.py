@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.rtl.pool import PoolUnit, pool_output_size
+from aipu.rtl.pool import PoolUnit
 from aipu.sim.cosim.stimulus.base import Stimulus, dtype_limits, unit_program
 from aipu.sim.golden.eltwise import MAX_ALIGN
 from aipu.sim.machine.arch import DTYPE_BYTES, MULTIPLIER_MAX, SHIFT_MAX, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import EltwiseOp, Opcode, PoolMode, Rounding, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
+from aipu.sim.timing.pool import pool_output_size
 
 SOURCES = (Buffer.ACT, Buffer.OUT)
 

@@ -34,7 +34,7 @@ def test_every_context_index_inside_the_array():
             assert min(reach) >= 0 and max(reach) < NUM_CONTEXTS, spec.name
 
 
-def test_reachable_ranges_of_the_digest():
+def test_reachable_context_ranges():
     expected = {"abs_predicted_diff": (19, 41), "abs_delta": (83, 129), "oct_nzflag": (138, 140),
                 "oct_index": (152, 197), "oct_abs_q": (200, 246), "uni_map_nzflag": (249, 251),
                 "tgtm_delta_index": (376, 398), "esc_abs_q": (590, 636), "qval_minus_one": (643, 665),

@@ -117,7 +117,7 @@ def test_round_trip_skewed_mixes(seed):
 
 @pytest.mark.parametrize("bound_s", [1, 2, 3, 8, 254, 1000])
 def test_bins_do_not_depend_on_bound_s(bound_s):
-    """boundS only moves when bits are fetched (10.4.2.2 note, L20108-20112); 1..3 exercise bFlag."""
+    """boundS only moves when bits are fetched (the note of T/AI 115.1-2021 10.4.2.2); 1..3 exercise bFlag."""
     rng = random.Random(bound_s)
     for _ in range(4):
         assert_round_trip(random_ops(rng, 1500), bound_s=bound_s)

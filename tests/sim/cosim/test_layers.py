@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from aipu.compiler.sample_layers import random_layer, shaped_layer
-from aipu.compiler.tiling import lower_conv_layer
+from aipu.app.sample_layers import random_layer, shaped_layer
+from aipu.compiler.lowering.conv_layers import lower_conv_layer
 from aipu.sim.cosim.cocotb_run import run_on, verilog_backends
 from aipu.sim.cosim.verilog import available_units
 from aipu.sim.cosim.waves import mismatch_report

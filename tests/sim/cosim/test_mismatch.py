@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aipu.compiler.sample_layers import random_layer
-from aipu.compiler.tiling import lower_conv_layer
+from aipu.app.sample_layers import random_layer
+from aipu.compiler.lowering.conv_layers import lower_conv_layer
 from aipu.sim.cosim.result import RtlResult, first_mismatch
 from aipu.sim.interpreter import run as interpret
 from aipu.sim.machine.arch import Buffer

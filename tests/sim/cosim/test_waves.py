@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aipu.compiler.sample_layers import random_layer
-from aipu.compiler.tiling import lower_conv_layer
+from aipu.app.sample_layers import random_layer
+from aipu.compiler.lowering.conv_layers import lower_conv_layer
 from aipu.sim.cosim.cocotb_run import run_verilog
 from aipu.sim.cosim.result import first_mismatch
 from aipu.sim.cosim.verilog import available_units

@@ -240,14 +240,14 @@ def test_medium_layers_match_tapwise_reference(seed, shape):
 def test_gemm_in_row_blocks_matches_tapwise_reference(seed, monkeypatch):
     """conv_sums runs a large layer's GEMM in blocks of output rows; blocks forced down to one or a few rows
     give the same sums, checked and wide, dense and with wide groups (C/G > 16 takes the GEMM)."""
-    import aipu.sim.golden.conv as conv_module
+    import aipu.sim.golden.fast.conv as conv_module
 
     rng = np.random.default_rng(seed)
     monkeypatch.setattr(conv_module, "_GEMM_BLOCK", 1)
     monkeypatch.setattr(conv_module, "_GEMM_MIN_PIXELS", int(rng.integers(1, 4)))     # blocks of 1-2 rows
     blocks = []
-    gemm = conv_module._exact_matmul
-    monkeypatch.setattr(conv_module, "_exact_matmul", lambda *args: blocks.append(1) or gemm(*args))
+    gemm = conv_module.exact_matmul
+    monkeypatch.setattr(conv_module, "exact_matmul", lambda *args: blocks.append(1) or gemm(*args))
     groups = 2 if seed % 2 else 1
     cg = 17 if groups == 2 else int(rng.integers(1, 20))
     kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
@@ -308,7 +308,7 @@ def test_accumulator_range_is_exact_and_attained():
 @pytest.fixture
 def direct_path_calls(monkeypatch):
     """Names the numba grouped/depthwise kernels conv2d called, to prove which path it took."""
-    import aipu.sim.golden._grouped_conv as kernel_module
+    import aipu.sim.golden.fast.grouped_conv as kernel_module
 
     calls = []
 
@@ -477,7 +477,7 @@ def test_depthwise_layers_outside_the_unpadded_kernel_take_the_padded_one(shape,
 def test_channels_last_grouped_tiles_take_their_own_kernel(monkeypatch, groups, group_c, per_group, stride, taken):
     """A grouped tile in the buffers' layout is computed where it lies (no transposes) where the channels-last
     kernel is the faster one (takes_channels_last), and equals the straightforward sums either way."""
-    import aipu.sim.golden._channels_last_conv as kernel_module
+    import aipu.sim.golden.fast.channels_last_conv as kernel_module
 
     calls = []
     kernel = kernel_module.grouped_channels_last
@@ -583,7 +583,7 @@ def test_unconverted_depthwise_sums_stay_within_float32(weight, stride, channels
     -zp * sum w = -16779875 is no float32 (over 2**24, odd): the kernel converts instead, and the sums are 0.
     Weights of 2001 keep both within 2**24: the unconverted path, exact. 16 channels take the window kernel
     at both strides, 8 the tap passes at stride 1 (the planes at stride 2)."""
-    from aipu.sim.golden._channels_last_conv import grouped_channels_last, repeated_group_weights, window_weights
+    from aipu.sim.golden.fast.channels_last_conv import grouped_channels_last, repeated_group_weights, window_weights
 
     x = np.full((1, 5, 5, channels), 127, np.int8)
     x[0, 2, 2, ::2] = -128          # the centre tap far from the zero point on every other channel
@@ -600,8 +600,8 @@ def test_unconverted_depthwise_sums_stay_within_float32(weight, stride, channels
 def test_kernel_buffers_start_on_a_cache_line(count):
     """The grouped kernels' weights and scratch buffers begin on a 64-byte line, whole and zeroed where asked
     (numba's own arrays are aligned to 32 bytes only)."""
-    from aipu.sim.golden._channels_last_conv import repeated_group_weights
-    from aipu.sim.golden._grouped_conv import _aligned_empty, _aligned_zeros
+    from aipu.sim.golden.fast.channels_last_conv import repeated_group_weights
+    from aipu.sim.golden.fast.grouped_conv import _aligned_empty, _aligned_zeros
 
     @numba.njit
     def buffers(count):
@@ -619,7 +619,7 @@ def test_repeated_group_weights_repeat_whole_pixels_and_sum_each_lane(groups, pe
     """repeated_group_weights' lines, as numpy lays them out: virtual tap c*KH*KW + t of output o holds the
     groups' weights ws[g*Kg + o, t, c] in lane g of every pixel of about 256 floats, then the lines of their
     sums and of their magnitudes' sums. Pixels shorter and longer than a vector, one pixel or many."""
-    from aipu.sim.golden._channels_last_conv import SUM_LINES, repeated_group_weights
+    from aipu.sim.golden.fast.channels_last_conv import SUM_LINES, repeated_group_weights
 
     rng = np.random.default_rng(groups * 100 + taps)
     ws = rng.integers(-255, 256, (groups * per_group, taps, group_c)).astype(np.float32)

@@ -1,5 +1,5 @@
-"""The pooling kernels (sim/golden/_pool_kernels.py) against the straightforward numpy form of docs/arithmetic.md
-§7 (sliding windows over the padded input): every storage type, kernel size, stride (the kernels' stride 1, 2 and
+"""The pooling kernels (sim/golden/fast/pool.py) against the definitions in sim/golden/pool.py (docs/arithmetic.md
+§7: sliding windows over the padded input): every storage type, kernel size, stride (the kernels' stride 1, 2 and
 general loops), dilation, padding, zero point, divisor rule and rounding mode, and the accumulator check."""
 from __future__ import annotations
 
@@ -8,34 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numpy.lib.stride_tricks import sliding_window_view
 
 from aipu.sim.golden import avg_pool2d, global_avg_pool, max_pool2d
-from aipu.sim.golden._pool_kernels import ROUNDING_CODES, _rounded_quotient
+from aipu.sim.golden.fast.pool import ROUNDING_CODES, _rounded_quotient
+from aipu.sim.golden.pool import avg_pool, global_average, max_pool
 from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_divide
 
 DTYPES = (np.int8, np.uint8, np.int16)
-
-
-def windows(x, kernel, stride, padding, dilation, fill):
-    (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = kernel, stride, dilation, padding
-    padded = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=fill)
-    view = sliding_window_view(padded, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
-    return view[:, :, ::sh, ::sw, ::dh, ::dw]
-
-
-def max_pool_reference(x, kernel, stride, padding, dilation):
-    return windows(x, kernel, stride, padding, dilation, np.iinfo(x.dtype).min).max(axis=(4, 5))
-
-
-def avg_pool_reference(x, kernel, stride, padding, include_pad, zp, rounding):
-    sums = windows(x.astype(np.int64) - zp, kernel, stride, padding, (1, 1), 0).sum(axis=(4, 5))
-    if include_pad:
-        divisor = np.int64(kernel[0] * kernel[1])
-    else:
-        inside = np.ones((1, 1) + x.shape[2:], np.int64)
-        divisor = windows(inside, kernel, stride, padding, (1, 1), 0).sum(axis=(4, 5))
-    return (rounding_divide(sums, divisor, rounding) + zp).astype(x.dtype)
 
 
 @st.composite
@@ -60,36 +39,38 @@ def problems(draw, dilated: bool):
 
 @settings(max_examples=200, deadline=None)
 @given(problems(dilated=True))
-def test_max_pool_kernel_equals_the_numpy_form(p):
+def test_max_pool_kernel_equals_the_definition(p):
     got = max_pool2d(p["x"], p["kernel"], stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
-    want = max_pool_reference(p["x"], p["kernel"], p["stride"], p["padding"], p["dilation"])
+    want = max_pool(p["x"], p["kernel"], p["stride"], p["padding"], p["dilation"])
     assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 @settings(max_examples=200, deadline=None)
 @given(problems(dilated=False), st.booleans(), st.sampled_from(ROUNDING_MODES))
-def test_avg_pool_kernel_equals_the_numpy_form(p, include_pad, rounding):
+def test_avg_pool_kernel_equals_the_definition(p, include_pad, rounding):
     got = avg_pool2d(p["x"], p["kernel"], stride=p["stride"], padding=p["padding"], count_include_pad=include_pad,
                      x_zero_point=p["zp"], rounding=rounding)
-    want = avg_pool_reference(p["x"], p["kernel"], p["stride"], p["padding"], include_pad, p["zp"], rounding)
+    want = avg_pool(p["x"], p["kernel"], p["stride"], p["padding"], include_pad, p["zp"], rounding)
     assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 @settings(max_examples=100, deadline=None)
 @given(problems(dilated=False), st.sampled_from(ROUNDING_MODES))
-def test_global_avg_pool_kernel_equals_the_numpy_form(p, rounding):
+def test_global_avg_pool_kernel_equals_the_definition(p, rounding):
     x = p["x"]
     got = global_avg_pool(x, x_zero_point=p["zp"], rounding=rounding)
-    sums = (x.astype(np.int64) - p["zp"]).sum(axis=(2, 3), keepdims=True)
-    want = (rounding_divide(sums, x.shape[2] * x.shape[3], rounding) + p["zp"]).astype(x.dtype)
+    want = global_average(x, p["zp"], rounding)
     assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
 
 
 def test_sums_beyond_the_accumulator_raise_naming_the_worst():
-    """182 x 182 int16 taps of -32768 - 32767 sum to -2170781340 < -2**31, in either average; 181 x 181 fit."""
+    """182 x 182 int16 taps of -32768 - 32767 sum to -2170781340 < -2**31, in either average (kernel and
+    definition alike); 181 x 181 fit."""
     x = np.full((1, 1, 182, 182), -32768, np.int16)
     for pool in (lambda x: avg_pool2d(x, x.shape[2], x_zero_point=32767),
-                 lambda x: global_avg_pool(x, x_zero_point=32767)):
+                 lambda x: global_avg_pool(x, x_zero_point=32767),
+                 lambda x: avg_pool(x, x.shape[2:], x.shape[2:], (0, 0, 0, 0), False, 32767, "half_up"),
+                 lambda x: global_average(x, 32767, "half_up")):
         with pytest.raises(OverflowError, match="window sum -2170781340 does not fit in int32"):
             pool(x)
         x[0, 0, 0, 0] = 32767      # a tap of 0: the mean of -65535 * 32760 / 32761 is -65533.0

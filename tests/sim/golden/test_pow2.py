@@ -1,4 +1,4 @@
-"""Seed 002 (power-of-two shift quantization) on the requantizer: the patent's numbers and the proof."""
+"""The shift-quantization patent (power-of-two quantization) on the requantizer: the patent's numbers and the proof."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -8,9 +8,9 @@ from aipu.sim.golden import (FEATURE_QUAN, KERNEL_QUAN, pow2_quantize, pow2_requ
 
 
 def test_patent_example_input_scale():
-    # S002 L412-414: abs_max 255, QUAN 127: log2(127/255) = -1.00567 -> scale_feature[0] = -1
+    # the patent's [0071]: abs_max 255, QUAN 127: log2(127/255) = -1.00567 -> scale_feature[0] = -1
     assert pow2_scale_exponent(255, FEATURE_QUAN) == -1
-    assert (FEATURE_QUAN, KERNEL_QUAN) == (127, 63)   # L402: 8-bit features, 7-bit kernels
+    assert (FEATURE_QUAN, KERNEL_QUAN) == (127, 63)   # [0069]: 8-bit features, 7-bit kernels
 
 
 def test_spec_chain_1_6():

@@ -282,7 +282,7 @@ def test_leaky_single_rounding_beats_whitepaper_two_stage():
     # D11 on one value: scale 2**-4, slope 0.3, acc -1000: exact -1000 * 0.0625 * 0.3 = -18.75 -> -19.
     # Ours: 0.01875 = 0.6 * 2**-5 -> M- = round(0.01875 * 2**21) = 39322, N- = 21;
     #   -1000 * 39322 / 2**21 = -18.7502 -> half_up -19.
-    # S003 L811 two-stage with N_l = 7: t = -1000 * 2**-4 = -62.5 -> half_up -62; l_q = round(0.3 * 128) = 38;
+    # whitepaper §4.14 two-stage with N_l = 7: t = -1000 * 2**-4 = -62.5 -> half_up -62; l_q = round(0.3 * 128) = 38;
     #   -62 * 38 / 128 = -18.41 -> -18 (one LSB off).
     params = leaky_relu_multipliers(2.0 ** -4, 0.3)
     assert (params["negative_multiplier"], params["negative_shift"]) == (39322, 21)

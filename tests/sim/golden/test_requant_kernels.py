@@ -1,6 +1,7 @@
-"""The requantizer's fused kernels (sim/golden/_requant_kernels.py) against the straightforward numpy form of
-docs/arithmetic.md §4: every rounding, Leaky, per-channel and scalar parameters, every channel axis and output
-type, clamps, saturation counts, extreme accumulators, biases and float32 scales."""
+"""The requantizer's fused kernels (sim/golden/fast/requant.py) against the definition in sim/golden/requant.py
+(docs/arithmetic.md §4): every rounding, Leaky, per-channel and scalar parameters, every channel axis and output
+type, clamps, saturation counts, extreme accumulators, biases and float32 scales, and the switch to the wide
+float32 kernel."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aipu.sim.golden import requant_stage, requantize, requantize_float32, requantize_records
+from aipu.sim.golden.fast.requant import ROUNDING_CODES, channels_last_blocks, native_requant_channels_last
+from aipu.sim.golden.requant import float32_requant, native_requant, output_stage
 from aipu.sim.golden.rounding import ROUNDING_MODES, rounding_shift_right
 from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX, bit_range
 
 OUT_DTYPES = (np.int8, np.uint8, np.int16)
-FLOAT_BOUND = 2.0 ** 40
 
 
 def _broadcast(param, ndim: int, axis: int):
@@ -25,27 +27,18 @@ def _broadcast(param, ndim: int, axis: int):
     return param.reshape(shape)
 
 
-def _finish(value, zp, qmin, qmax, dtype):
-    shifted = value + zp
-    saturated = int(np.count_nonzero((shifted < qmin) | (shifted > qmax)))
-    return np.clip(shifted, qmin, qmax).astype(dtype), saturated
-
-
 def native_reference(acc, bias, m, n, neg, rounding, zp, qmin, qmax, dtype, axis):
+    """The definition of the native mode on acc with its parameters along ``axis``: (out, saturated count)."""
     total = acc.astype(np.int64) + _broadcast(bias, acc.ndim, axis)
     m, n = _broadcast(m, acc.ndim, axis), _broadcast(n, acc.ndim, axis)
-    if neg is not None:
-        m = np.where(total < 0, _broadcast(neg[0], acc.ndim, axis), m)
-        n = np.where(total < 0, _broadcast(neg[1], acc.ndim, axis), n)
-    return _finish(rounding_shift_right(total * m, n, rounding), zp, qmin, qmax, dtype)
+    negative = () if neg is None else (_broadcast(neg[0], acc.ndim, axis), _broadcast(neg[1], acc.ndim, axis))
+    return output_stage(native_requant(total, m, n, rounding, *negative), zp, qmin, qmax, dtype)
 
 
 def float32_reference(acc, bias, scale, zp, qmin, qmax, dtype, axis):
+    """The definition of the float32 mode: (out, saturated count)."""
     total = acc.astype(np.int64) + _broadcast(bias, acc.ndim, axis)
-    with np.errstate(over="ignore"):
-        product = total.astype(np.float32) * _broadcast(scale, acc.ndim, axis)
-    rounded = np.rint(np.clip(product.astype(np.float64), -FLOAT_BOUND, FLOAT_BOUND)).astype(np.int64)
-    return _finish(rounded, zp, qmin, qmax, dtype)
+    return output_stage(float32_requant(total, _broadcast(scale, acc.ndim, axis)), zp, qmin, qmax, dtype)
 
 
 @st.composite
@@ -81,7 +74,7 @@ def cases(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(cases(), st.sampled_from(ROUNDING_MODES))
-def test_native_kernel_equals_the_numpy_form(case, rounding):
+def test_native_kernel_equals_the_definition(case, rounding):
     """With the count of clamped values and without it (the kernel's loop without the count)."""
     arguments = dict(bias=case["bias"], multiplier=case["m"], shift=case["n"], out_zero_point=case["zp"],
                      qmin=case["qmin"], qmax=case["qmax"], rounding=rounding, channel_axis=case["axis"],
@@ -97,7 +90,7 @@ def test_native_kernel_equals_the_numpy_form(case, rounding):
 
 @settings(max_examples=150, deadline=None)
 @given(cases())
-def test_float32_kernel_equals_the_numpy_form(case):
+def test_float32_kernel_equals_the_definition(case):
     """With the count of clamped values and without it (the kernel's loop without the count)."""
     arguments = dict(bias=case["bias"], scale=case["scale"], out_zero_point=case["zp"], qmin=case["qmin"],
                      qmax=case["qmax"], channel_axis=case["axis"], out_dtype=case["dtype"])
@@ -199,12 +192,10 @@ def test_records_entry_refuses_a_shift_its_field_type_allows_but_the_contract_do
 
 
 @pytest.mark.parametrize("pixels, channels", [(1, 1), (7, 3), (33, 16), (5, 100), (3, 300)])
-def test_channels_last_kernel_equals_the_numpy_form_for_every_block_length(pixels, channels):
+def test_channels_last_kernel_equals_the_definition_for_every_block_length(pixels, channels):
     """native_requant_channels_last reads its parameters as channels_last_blocks repeats them: blocks of whole
     pixels, one pixel from 256 channels, the last block of a tile shorter; blocks of another length are
     refused, not read out of step."""
-    from aipu.sim.golden._requant_kernels import channels_last_blocks, native_requant_channels_last
-
     rng = np.random.default_rng(pixels * channels)
     acc = rng.integers(-(1 << 24), 1 << 24, (pixels, channels), dtype=np.int32)
     bias = rng.integers(-5000, 5000, channels).astype(np.int64)
@@ -226,10 +217,8 @@ def test_channels_last_kernel_equals_the_numpy_form_for_every_block_length(pixel
 @pytest.mark.parametrize("zero_point", [-(1 << 15), -1, 0, (1 << 15) - 1])
 def test_channels_last_kernel_is_exact_at_the_int64_bound(rounding, zero_point):
     """The zero point folded into the channels-last kernel's offsets (zp * 2**N, up to 2**62) with the extreme
-    accumulators, biases, multipliers and shifts the NPU's fields allow: int16 outputs equal the numpy form
+    accumulators, biases, multipliers and shifts the NPU's fields allow: int16 outputs equal the definition
     (int64 steps, zero point added after the shift) in every rounding mode, each clamp counted."""
-    from aipu.sim.golden._requant_kernels import ROUNDING_CODES, channels_last_blocks, native_requant_channels_last
-
     rng = np.random.default_rng(zero_point & 0xFFFF)
     channels = 24
     acc = rng.choice(np.array([-(1 << 31), (1 << 31) - 1, -1, 0, 1], np.int32), (40, channels))
@@ -250,8 +239,6 @@ def test_channels_last_kernel_is_exact_at_the_int64_bound(rounding, zero_point):
 def test_channels_last_kernel_multiplies_any_int32_multiplier(multiplier):
     """The loop reads each multiplier as the int32 in its lane's low half: at int32's extremes, negative too,
     the products of extreme accumulators are exact (half up and floor, the modes that read it so)."""
-    from aipu.sim.golden._requant_kernels import channels_last_blocks, native_requant_channels_last
-
     acc = np.array([[-(1 << 31), (1 << 31) - 1, 12345, -7]], np.int32).repeat(3, axis=0)
     bias, m, n = np.full(4, 5, np.int64), np.full(4, multiplier, np.int64), np.array([40, 45, 47, 31], np.int64)
     for rounding, code in (("floor", 0), ("half_up", 1)):
@@ -267,8 +254,6 @@ def test_channels_last_kernel_multiplies_any_int32_multiplier(multiplier):
 def test_channels_last_blocks_refuse_parameters_their_loop_cannot_hold():
     """A multiplier outside int32 (the loop multiplies 32-bit halves) or a zero point whose 2**N multiple could
     leave int64 is refused, not wrapped."""
-    from aipu.sim.golden._requant_kernels import channels_last_blocks
-
     ones = np.ones(3, np.int64)
     with pytest.raises(ValueError, match="multiplier outside int32"):
         channels_last_blocks(ones, ones << 31, ones, 0)

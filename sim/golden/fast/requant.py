@@ -1,9 +1,9 @@
-"""numba kernels of the requantizer (kept apart so that importing the golden model stays cheap).
+"""numba kernels of the requantizer: the fast path of sim/golden/requant.py.
 
 One pass per element instead of numpy's chain of tensor-sized temporaries (int64 sum, product, quotient,
 remainder, masks, clip, cast): the output stage of a depthwise layer otherwise costs several times its
 convolution. The arithmetic is docs/arithmetic.md §4 step for step; tests/sim/golden/test_requant_kernels.py
-checks every mode against the straightforward numpy form.
+checks every mode against the definitions in sim/golden/requant.py.
 
 Layout: the accumulator as [outer, channels, inner] (any tensor with its channel axis in the middle), the
 per-channel parameters as arrays of ``channels`` entries, ``out`` preallocated in the output type. Each
@@ -62,13 +62,12 @@ def native_requant(acc, bias, multiplier, shift, negative_multiplier, negative_s
     (:func:`_folded_offset`; never with the NPU's fields).
 
     The loop is inlined once per mode, each copy with the mode's flags as constants: a loop that chose the
-    rounding per value (selects between the bumps; where Leaky is off, a per-value shift count too) took
-    1.3-1.7x the time, one that counts 1.3x (144x56x56, AVX-512). Leaky always counting keeps the copies at
-    12 (compiled in 3.4 s here; 16 took 6.5 s), plus two for half up and floor clamped to out's own type range
-    without counting, where the clamp is one saturating narrowing (17-20 % faster on 256x14x14 and 144x56x56,
-    measured). Floor and half up without the negative pair take the folded loop (:func:`_folded_requant_loop`).
-    Each copy is reached by its own branch: copies that held both loops behind a constant condition compiled
-    in 2.7x the time (18.9 against 7.1 s, measured)."""
+    rounding per value (selects between the bumps; where Leaky is off, a per-value shift count too), or counted
+    where not asked to, ran slower. Leaky always counting keeps the copies at 12 (each copy lengthens the
+    compile), plus two for half up and floor clamped to out's own type range without counting, where the
+    clamp is one saturating narrowing. Floor and half up without the negative pair take the folded loop
+    (:func:`_folded_requant_loop`). Each copy is reached by its own branch: copies that held both loops behind
+    a constant condition took far longer to compile."""
     m, n, zp = multiplier, shift, zero_point
     if leaky:
         m_n, n_n = negative_multiplier, negative_shift
@@ -132,12 +131,11 @@ def _folded_requant_loop(acc, bias, multiplier, shift, rounding, count, zero_poi
     """native_requant's loop for floor and half up without the negative pair: the bias, the rounding offset and
     the zero point folded into one offset per channel, as the channels-last loop does: (acc * M + offset) >> N,
     the product of two sign-extended 32-bit values one multiplication a lane (vpmuldq) where (acc + bias) * M
-    took an int64 one (vpmullq, three uops on these cores): 1.8x faster on 256x14x14 and 1.7x on 144x56x56
-    (measured)."""
+    took an int64 one (vpmullq, three uops on these cores)."""
     outer, channels, inner = acc.shape
     info = np.iinfo(out.dtype)
     # The offsets and their checks before the loop: with the multiplier's range check in sight, LLVM drops
-    # the sign extension below as a no-op and multiplies in int64 again (1.8x slower, measured).
+    # the sign extension below as a no-op and multiplies in int64 again.
     offsets = np.empty(channels, np.int64)
     for c in range(channels):
         offsets[c] = _folded_offset(bias[c], multiplier[c], shift[c], zero_point, rounding)
@@ -159,7 +157,7 @@ def _folded_requant_loop(acc, bias, multiplier, shift, rounding, count, zero_poi
 def _clamped(value, qmin, qmax, low, high, to_type):
     """value clamped to [qmin, qmax], or where ``to_type`` to [low, high], the output type's range as constants
     (one saturating narrowing). Scalars only: numba kept the reference counts of an array passed to an inlined
-    helper inside the loop, which then stayed scalar (measured)."""
+    helper inside the loop, which then stayed scalar."""
     if to_type:
         return min(max(value, low), high)
     return min(max(value, qmin), qmax)
@@ -171,7 +169,7 @@ def _folded_offset(bias, multiplier, shift, zero_point, rounding):
     checking that (acc * M + it) >> N is exact in int64 for every int32 acc (as channels_last_blocks does)."""
     if not (_INT32_MIN <= multiplier <= _INT32_MAX and 0 <= shift < 63):
         raise ValueError("requant kernels: a multiplier outside int32 or a shift outside [0, 62]")
-    power = np.float64(np.int64(1) << shift)      # 2.0 ** shift called pow: a fifth of 256x14x14's requant
+    power = np.float64(np.int64(1) << shift)      # 2.0 ** shift would call pow
     reach = (abs(np.float64(zero_point)) * power + abs(np.float64(bias) * np.float64(multiplier))
              + 2.0 ** 31 * abs(np.float64(multiplier)) + power)
     if reach >= 2.0 ** 63:
@@ -182,14 +180,12 @@ def _folded_offset(bias, multiplier, shift, zero_point, rounding):
 
 def _channels_last_loop(rounding):
     """native_requant_channels_last's loop over blocks with ``rounding`` a constant: a function of its own per
-    mode (a runtime mode took 1.15-1.2x the time on 16-224 channel tiles; the loop inlined per mode, as
-    native_requant's, ran 2x slower on 16 channels, measured). Floor and half up add their rounding offset r,
-    the bias times M and the zero point times 2**N as one per-lane constant: (acc * M + bias * M + r +
-    zp * 2**N) >> N = floor(((acc + bias) * M + r) / 2**N) + zp, exact in int64 (channels_last_blocks bounds
-    it), 10-30 % faster than forming the sum and the offset per value and 4-10 % than adding the zero point
-    after the shift (measured). The multiplier, an int32 value in an int64 lane, is sign-extended from its
-    low half in the code: LLVM then multiplies the two 32-bit halves in one instruction on the lane as
-    loaded (an int32 block, widened lane by lane first: 4-6 % slower, measured)."""
+    mode (a mode read at run time, or the loop inlined per mode as native_requant's, ran slower). Floor and
+    half up add their rounding offset r, the bias times M and the zero point times 2**N as one per-lane
+    constant: (acc * M + bias * M + r + zp * 2**N) >> N = floor(((acc + bias) * M + r) / 2**N) + zp, exact in
+    int64 (channels_last_blocks bounds it), which saves forming the sum, the offset and the zero point's add
+    per value. The multiplier, an int32 value in an int64 lane, is sign-extended from its low half in the
+    code: LLVM then multiplies the two 32-bit halves in one instruction on the lane as loaded."""
     @numba.njit(nogil=True, error_model="numpy")
     def loop(values, results, total, block, blocks, zero_point, qmin, qmax):
         saturated = 0
@@ -220,9 +216,9 @@ def channels_last_blocks(bias, multiplier, shift, zero_point):
     of at least _CHANNELS_LAST_BLOCK values (from that many channels a block is one pixel), and the offsets
     bias * M + zp * 2**N + the rounding offset of floor (0) and of half up (2**(N-1), 0 where N = 0); and the
     zero point. One array, not five: the run loop passes it down per tile, and each array passed costs
-    reference counts. A layer's tiles share them: made once (made per call, they took a seventh of a
-    16-channel tile's requant, measured). ValueError where a multiplier leaves int32 (the loop multiplies
-    32-bit halves) or an offset could leave int64 with an int32 accumulator added in (:func:`_folded_offset`):
+    reference counts. A layer's tiles share them: made once, not per call. ValueError where a multiplier leaves
+    int32 (the loop multiplies 32-bit halves) or an offset could leave int64 with an int32 accumulator added in
+    (:func:`_folded_offset`):
     |zp| * 2**N + |bias * M| + 2**31 |M| + 2**N must stay below 2**63 (2**62 + 3 * 2**47 at most with the
     NPU's fields: docs/arithmetic.md §4.1)."""
     channels = bias.size
@@ -233,7 +229,7 @@ def channels_last_blocks(bias, multiplier, shift, zero_point):
         blocks[_BLOCK_BIAS, c], blocks[_BLOCK_MULTIPLIER, c], blocks[_BLOCK_SHIFT, c] = bias[c], m, n
         offset = _folded_offset(bias[c], m, n, zero_point, 0)
         blocks[_BLOCK_FLOOR_OFFSET, c], blocks[_BLOCK_HALF_UP_OFFSET, c] = offset, offset + _half(n)
-    filled = channels       # then whole copies of the first pixel, doubling (an index modulo per entry: 1.4 us)
+    filled = channels       # then whole copies of the first pixel, doubling (not an index modulo per entry)
     while filled < block:
         step = min(filled, block - filled)
         blocks[:, filled:filled + step] = blocks[:, :step]
@@ -246,8 +242,7 @@ def native_requant_channels_last(acc, blocks, blocks_zero_point, rounding, zero_
     """:func:`native_requant` without the negative pair on acc [pixels, channels] as the NPU's ACC holds a
     tile, with no transposes, its parameters as :func:`channels_last_blocks` repeats them for ``channels``.
     The values are taken as one flat run in blocks of whole pixels as long as the parameters: the vector
-    loop then runs long however few channels a tile has (a loop over one pixel's 16 channels ran 1.6x, over
-    8 channels 2.7x, the time of blocks of 64 values; blocks of 256 took 0.85x the time of 64, measured).
+    loop then runs long however few channels a tile has (a loop over one pixel's channels is short).
     Blocks made for another channel count or zero point are refused, not read out of step."""
     pixels, channels = acc.shape
     total = _U(pixels) * _U(channels)
@@ -273,12 +268,12 @@ def float32_requant(acc, bias, scale, count, zero_point, qmin, qmax, out):
     """clamp(round_half_even(fp32(fp32(acc + bias) * scale)) + zp, qmin, qmax) in 32-bit lanes, or -1 (``out``
     then unspecified) if some acc + bias does not fit int32: the caller then runs ``float32_requant_wide``.
     The clamped values are counted only when ``count`` (else 0 is returned): the loop is inlined once with
-    counting and once without (1.2x faster on 672x14x14, where each channel's run is short).
+    counting and once without (where each channel's run is short, counting costs most).
 
     acc + bias is formed in int32 (a sum outside it is found from the channel's extreme values); its conversion
     to float32 is the one RNE rounding of the exact sum. The saturated values are counted as a float sum of
-    ones, one per value the clamp changed (a select, 19 % faster than an integer count or a sum of
-    |rounded - clamped|, measured): integers, exact in any order (hence ``reassoc``) while a run of one
+    ones, one per value the clamp changed (a select, which beat an integer count and a sum of
+    |rounded - clamped|): integers, exact in any order (hence ``reassoc``) while a run of one
     channel stays below 2**24, which ``_COUNT_RUN`` keeps. No NaN arises (finite sums times a positive finite
     scale), hence ``nnan``; an overflow to +-inf clamps.
     """

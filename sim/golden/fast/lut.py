@@ -1,10 +1,10 @@
-"""numba kernels of the LUT unit (kept apart so that importing the golden model stays cheap).
+"""numba kernels of the LUT unit: the fast path of sim/golden/lut.py.
 
-numpy's fancy indexing costs about 2 ns per byte looked up and lut16's chain of int64 temporaries far more;
-these loops do one table read per value. x86 has no fast byte gather, so a lookup stays a scalar load: lut8
+numpy's fancy indexing and lut16's chain of int64 temporaries cost more than one table read per value, which
+is what these loops do. x86 has no fast byte gather, so a lookup stays a scalar load: lut8
 halves the loads by looking up two bytes at once in a table of all 65536 byte pairs, and lut16 evaluates its
 interpolation once per int16 value into a table and then looks inputs up in it.
-tests/sim/golden/test_lut_kernels.py checks both against the numpy form of docs/arithmetic.md §6.
+tests/sim/golden/test_lut_kernels.py checks both against the definitions in sim/golden/lut.py.
 """
 from __future__ import annotations
 

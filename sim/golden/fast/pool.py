@@ -1,11 +1,11 @@
-"""numba kernels of the pooling unit (kept apart so that importing the golden model stays cheap).
+"""numba kernels of the pooling unit: the fast path of sim/golden/pool.py.
 
-numpy's sliding windows reduce a strided 6-D view, which costs several times onnxruntime's pooling; here each
+The definition's sliding windows reduce a strided 6-D view, which is slow; here each
 max pooling output row collects its taps one kernel column at a time, a run over the row that vectorises, and
 average pooling sums each window's columns, then kw column sums (strides 1 and 2 get loops of their own, so
-that the stride is a constant). Every index is unsigned, as in _grouped_conv.py,
+that the stride is a constant). Every index is unsigned, as in grouped_conv.py,
 so that numba needs no negative-index check. tests/sim/golden/test_pool_kernels.py checks every kernel against
-the numpy form of docs/arithmetic.md §7.
+the definitions in sim/golden/pool.py.
 
 Layout: x as [planes, H, W] (planes = N * C), out as [planes, OH, OW], both C-contiguous.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from aipu.sim.golden._requant_kernels import ROUNDING_CODES
+from aipu.sim.golden.fast.requant import ROUNDING_CODES
 
 _U = np.uint64
 _FLOOR, _HALF_UP, _HALF_TO_EVEN = ROUNDING_CODES["floor"], ROUNDING_CODES["half_up"], ROUNDING_CODES["half_to_even"]
@@ -66,8 +66,8 @@ def _rounded_quotient(total, divisor, inverse, rounding):
 
     The quotient is a mean of 16-bit values, below 2**16 in magnitude, so the float64 product total * inverse
     (two roundings of relative size 2**-53) is within 2**-35 of it and its floor at most one away from the exact
-    floor; one step by the remainder corrects that. A multiply where a division took most of the average
-    pooling kernel's time (measured)."""
+    floor; one step by the remainder corrects that. A multiply, where a division would take most of the
+    average pooling kernel's time."""
     quotient = np.int64(np.floor(np.float64(total) * inverse))
     remainder = total - quotient * divisor
     over, under = np.int64(remainder >= divisor), np.int64(remainder < 0)
@@ -92,7 +92,7 @@ def avg_pool(x, zero_point, kh, kw, sh, sw, pt, pl, include_pad, rounding, out):
     Separable: per output row, the column sums of its input rows go into a row whose padding columns stay 0,
     and each output is the sum of kw of them; the zero point is taken off once per tap inside, and the
     divisions run over the whole plane. A run per kernel tap adding into the row's sums at shifting column
-    offsets stalled on store forwarding (3x3 stride 1 on 256x14x14: 349 -> 82 us, measured)."""
+    offsets stalled on store forwarding."""
     planes, height, width = x.shape
     oh, ow = out.shape[1], out.shape[2]
     span = (ow - 1) * sw + kw                    # padded columns the windows read

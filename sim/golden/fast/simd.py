@@ -1,13 +1,13 @@
 """LLVM vector code for the numba kernels: 16-lane float32 vectors as a numba value type with the few
-operations the channels-last window kernel needs (sim/golden/_channels_last_conv.py), the stride-2 split of
-an input row into its column phases (sim/golden/_grouped_conv.py) and the interpreter's copies of short
+operations the channels-last window kernel needs (sim/golden/fast/channels_last_conv.py), the stride-2 split of
+an input row into its column phases (sim/golden/fast/grouped_conv.py) and the interpreter's copies of short
 runs (sim/interpreter/run_loop.py), written as LLVM IR.
 
 numba leaves vectorising to LLVM's loop vectoriser, which takes the innermost loop and, since numba's
 arrays may alias, reloads every operand on every pass. A depthwise tile's better loop runs over the pixels
 of a row with 16 channels in each vector and slides a window of converted input vectors along the row, so
 that each input byte is converted once per kernel row instead of once per tap: no loop shape made LLVM do
-that (a channel loop of 16 is unrolled and the pixel loop vectorised with gathers instead, measured). With
+that (a channel loop of 16 is unrolled and the pixel loop vectorised with gathers instead). With
 these, the kernel states the vectors itself. LLVM splits them into two 256-bit halves on CPUs without
 AVX-512 (and into whatever the target has elsewhere); the arithmetic is the same.
 """
@@ -137,7 +137,7 @@ def split_pairs(typingctx, x, source, buf, even, odd, zero_point, count):
 
     One vector load, conversion, subtraction, two lane shuffles and two stores: a stride-2 depthwise layer's
     phase rows are 14 or 28 floats long, where numba's loop over the pairs ran LLVM's 4-wide shuffles and
-    every other shape of loop tried was slower (docs/performance.md, sessions 27-29). x: 1-D C-contiguous
+    every other shape of loop tried was slower (docs/performance.md). x: 1-D C-contiguous
     int8 or uint8; buf: 1-D C-contiguous float32.
     """
     if not (_flat(x, _BYTES) and _flat(buf, (types.float32,))):

@@ -1,9 +1,9 @@
-"""numba kernels of conv2d's grouped/depthwise path on NCHW operands (kept apart so that importing the golden
-model stays cheap); the channels-last kernel of the NPU's tiles is in _channels_last_conv.py.
+"""numba kernels of conv2d's grouped/depthwise path on NCHW operands (chosen by fast/conv.py); the channels-last
+kernel of the NPU's tiles is in channels_last_conv.py.
 
 Every array index in the loops is an unsigned integer: numba wraps a negative signed index around (Python
 semantics), and that check on an index it cannot prove non-negative (``start + t``) keeps LLVM from
-vectorising the loop, at a cost of 10-15x (measured). Mixing uint64 with a signed integer gives a float in
+vectorising the loop. Mixing uint64 with a signed integer gives a float in
 numba, hence ``_U`` around every constant that meets one.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from aipu.sim.golden._simd import PAIRS, split_pairs
-from aipu.sim.golden.conv import _FLOAT32_EXACT
+from aipu.sim.golden.fast.simd import PAIRS, split_pairs
+from aipu.sim.golden.fast.conv import _FLOAT32_EXACT
 
 _U = np.uint64
 _LANES = 16   # runs are rounded up to this many floats, so no tap loop ends in a scalar remainder
@@ -22,8 +22,7 @@ _LINE = 64    # bytes in a cache line, and in an AVX-512 vector
 @numba.njit(inline="always", nogil=True)
 def _aligned_empty(count, dtype):
     """np.empty(count, dtype) starting on a cache line. numba aligns arrays to 32 bytes: every other buffer
-    made so began mid-line, and a 512-bit load from it read two lines (a 3x3 tile of 32 groups of 4 took
-    21.5 instead of 16.9 us with its weights so placed, measured)."""
+    made so began mid-line, and a 512-bit load from it read two lines."""
     whole = np.empty(count + _LINE, dtype)
     skip = (-whole.ctypes.data % _LINE) // whole.itemsize
     return whole[skip:skip + count]
@@ -114,7 +113,7 @@ def grouped_conv_taps(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, 
                         row_base = x_base + _U(row * width_in)
                         if stride_w == 2:
                             # Both column phases in one loop over the row's column pairs: LLVM reads the pairs
-                            # with SIMD shuffles (a strided loop per phase took 1.6x the layer's time, measured).
+                            # with SIMD shuffles (a strided loop per phase is slower).
                             # Input column 2m + e is padded column 2m + e + pl: phase (e + pl) % 2, entry
                             # m + (e + pl) // 2; ``pairs`` keeps both entries inside a phase row.
                             even = _U((a * 2 + pad_left % 2) * phase_size + p * width + pad_left // 2)
@@ -141,7 +140,7 @@ def grouped_conv_taps(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, 
                     plane = _U(o) * run
                     weights = ws[g * kg + o, c * taps:(c + 1) * taps]
                     tap = 0
-                    while tap + 9 <= taps:    # nine taps per pass (a 3x3 kernel in one): 3-17 % faster (measured)
+                    while tap + 9 <= taps:    # nine taps per pass (a 3x3 kernel in one)
                         w0, w1, w2, w3 = weights[tap], weights[tap + 1], weights[tap + 2], weights[tap + 3]
                         w4, w5, w6, w7, w8 = (weights[tap + 4], weights[tap + 5], weights[tap + 6], weights[tap + 7],
                                               weights[tap + 8])
@@ -197,8 +196,8 @@ def depthwise_flat(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, pad
     whole output plane does a tap for every pixel. Where that run crosses a row edge it reads the
     neighbouring row's pixel instead of padding; a 0/1 mask per kernel column (periodic in OW, built once)
     cancels those products. The planes' conversion and the output are single loops over the plane too,
-    not one short loop per row (the padded-row kernel spent 40-60 % of its time there on 14x14 and 28x28
-    planes, measured); at stride 2 each input row is split into its two column phases 16 pairs at a time
+    not one short loop per row (where the padded-row kernel spends much of its time on small planes); at
+    stride 2 each input row is split into its two column phases 16 pairs at a time
     (:func:`_split_row`; the phases lie 16 floats apart for the zeros it writes after a short row).
     Exact under the same float32 bound as :func:`grouped_conv_taps` (a masked column sum is a sum of at
     most KH such products).
@@ -273,7 +272,7 @@ def depthwise_flat(x, x_zero_point, ws, kh, kw, stride_h, stride_w, pad_top, pad
                                                     + (w1 * buf[s1 + t] + w4 * buf[s4 + t] + w7 * buf[s7 + t])
                                                     + m2[t] * (w2 * buf[s2 + t] + w5 * buf[s5 + t] + w8 * buf[s8 + t]))
                 continue
-            if kh == 5 and kw == 5:   # 5x5: columns 0-1, 2-3, then 4 straight to the output (12 % faster, measured)
+            if kh == 5 and kw == 5:   # 5x5: columns 0-1, 2-3, then 4 straight to the output
                 for first in (0, 2):
                     m0, m1 = masks[first], masks[first + 1]
                     a0, a1, a2, a3, a4 = (weights[first], weights[first + 5], weights[first + 10],

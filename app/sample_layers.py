@@ -1,10 +1,10 @@
-"""Random and real-network-shaped conv layers for tests, benchmarks and `aipu run-layer --random`: legal by
+"""Random and real-network-shaped conv layers for `aipu run-layer --random`, benchmarks and tests: legal by
 construction, with outputs spread over the output range so that only the tails saturate."""
 from __future__ import annotations
 
 import numpy as np
 
-from aipu.compiler.tiling import TENSOR_DTYPES, ConvLayer
+from aipu.compiler.lowering.conv_layer import TENSOR_DTYPES, ConvLayer
 from aipu.sim.machine.arch import (BIAS_DTYPE, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN,
                                 LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, MULTIPLIER_BITS, SHIFT_MAX, DType)
 from aipu.sim.machine.isa import LutMode, Rounding
@@ -17,34 +17,12 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
     and with ``with_lut`` a random activation table (DIRECT8 for 8-bit outputs, INTERP16 for int16).
     Given ``x`` (e.g. the previous layer's output) the layer is built around its shape and dtype."""
     c = int(rng.integers(1, max_channels + 1)) if x is None else x.shape[1]
-    kind = rng.choice(["dense", "depthwise", "grouped"])
-    groups = 1
-    if kind == "depthwise":
-        groups = c
-        k = c * int(rng.integers(1, 3))
-    elif kind == "grouped" and c > 1:
-        divisors = [d for d in range(2, c + 1) if c % d == 0]
-        groups = int(rng.choice(divisors))
-        k = groups * int(rng.integers(1, 4))
-    else:
-        k = int(rng.integers(1, max_channels + 1))
-    while True:   # geometry; with a given x, retry until the kernel fits it
-        kh, kw = (int(v) for v in rng.choice([1, 2, 3, 5], size=2))
-        stride = tuple(int(v) for v in rng.integers(1, 3, size=2))
-        dilation = tuple(int(v) for v in rng.integers(1, 3, size=2))
-        reach = [d * (kk - 1) for d, kk in zip(dilation, (kh, kw))]
-        padding = tuple(int(rng.integers(0, r + 1)) for r in (reach[0], reach[1], reach[0], reach[1]))
-        if x is None:
-            h = int(rng.integers(max(1, reach[0] + 1 - padding[0] - padding[2]), max_size + reach[0] + 1))
-            w = int(rng.integers(max(1, reach[1] + 1 - padding[1] - padding[3]), max_size + reach[1] + 1))
-            break
-        h, w = x.shape[2:]
-        if h + padding[0] + padding[2] > reach[0] and w + padding[1] + padding[3] > reach[1]:
-            break
+    groups, k = _random_grouping(rng, c, max_channels)
+    kh, kw, stride, dilation, padding, size = _random_geometry(rng, max_size, None if x is None else x.shape[2:])
     if x is None:
         x_dtype = np.uint8 if rng.integers(2) else np.int8
         info = np.iinfo(x_dtype)
-        x = rng.integers(info.min, info.max + 1, size=(1, c, h, w)).astype(x_dtype)
+        x = rng.integers(info.min, info.max + 1, size=(1, c, *size)).astype(x_dtype)
     info = np.iinfo(x.dtype)
     w_info = np.iinfo(TENSOR_DTYPES["w"][0])
     wgt = rng.integers(w_info.min, w_info.max + 1, size=(k, c // groups, kh, kw)).astype(TENSOR_DTYPES["w"][0])
@@ -57,15 +35,50 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
                       dilation=dilation, groups=groups)
     _spread_outputs(layer, rng)
     if with_lut:
-        if layer.lut_mode == LutMode.DIRECT8:
-            info = np.iinfo(layer.out_dtype)
-            layer.lut = rng.integers(info.min, info.max + 1, LUT8_ENTRIES).astype(LUT_ENTRY_DTYPE)
-        else:
-            index_bits = int(rng.integers(LUT16_INDEX_BITS_MIN, LUT16_INDEX_BITS_MAX + 1))
-            entries = np.iinfo(LUT_ENTRY_DTYPE)
-            layer.lut = np.sort(rng.integers(entries.min, entries.max + 1, 2 ** index_bits + 1)).astype(LUT_ENTRY_DTYPE)
-            layer.lut_index_shift = LUT16_INPUT_BITS - index_bits
+        _random_table(layer, rng)
     return layer
+
+
+def _random_grouping(rng: np.random.Generator, c: int, max_channels: int) -> tuple[int, int]:
+    """(groups, output channels) of a dense, depthwise or grouped layer on ``c`` input channels."""
+    kind = rng.choice(["dense", "depthwise", "grouped"])
+    if kind == "depthwise":
+        return c, c * int(rng.integers(1, 3))
+    if kind == "grouped" and c > 1:
+        divisors = [d for d in range(2, c + 1) if c % d == 0]
+        groups = int(rng.choice(divisors))
+        return groups, groups * int(rng.integers(1, 4))
+    return 1, int(rng.integers(1, max_channels + 1))
+
+
+def _random_geometry(rng: np.random.Generator, max_size: int, size: tuple[int, int] | None):
+    """Kernel (kh, kw), stride, dilation, padding and the input's (h, w): a random size up to ``max_size``
+    past the kernel's reach, or the given ``size``, drawing again until the kernel fits it."""
+    while True:
+        kh, kw = (int(v) for v in rng.choice([1, 2, 3, 5], size=2))
+        stride = tuple(int(v) for v in rng.integers(1, 3, size=2))
+        dilation = tuple(int(v) for v in rng.integers(1, 3, size=2))
+        reach = [d * (kk - 1) for d, kk in zip(dilation, (kh, kw))]
+        padding = tuple(int(rng.integers(0, r + 1)) for r in (reach[0], reach[1], reach[0], reach[1]))
+        if size is None:
+            h = int(rng.integers(max(1, reach[0] + 1 - padding[0] - padding[2]), max_size + reach[0] + 1))
+            w = int(rng.integers(max(1, reach[1] + 1 - padding[1] - padding[3]), max_size + reach[1] + 1))
+            return kh, kw, stride, dilation, padding, (h, w)
+        h, w = size
+        if h + padding[0] + padding[2] > reach[0] and w + padding[1] + padding[3] > reach[1]:
+            return kh, kw, stride, dilation, padding, (h, w)
+
+
+def _random_table(layer: ConvLayer, rng: np.random.Generator) -> None:
+    """A random activation table: DIRECT8 entries within the output range, or a sorted INTERP16 table."""
+    if layer.lut_mode == LutMode.DIRECT8:
+        info = np.iinfo(layer.out_dtype)
+        layer.lut = rng.integers(info.min, info.max + 1, LUT8_ENTRIES).astype(LUT_ENTRY_DTYPE)
+    else:
+        index_bits = int(rng.integers(LUT16_INDEX_BITS_MIN, LUT16_INDEX_BITS_MAX + 1))
+        entries = np.iinfo(LUT_ENTRY_DTYPE)
+        layer.lut = np.sort(rng.integers(entries.min, entries.max + 1, 2 ** index_bits + 1)).astype(LUT_ENTRY_DTYPE)
+        layer.lut_index_shift = LUT16_INPUT_BITS - index_bits
 
 
 def _spread_outputs(layer: ConvLayer, rng: np.random.Generator) -> None:

@@ -1,6 +1,6 @@
-"""numba kernel of a grouped/depthwise conv on channels-last operands, as the NPU's buffers hold a tile (kept
-apart so that importing the golden model stays cheap; the NCHW kernels are in _grouped_conv.py, whose unsigned
-index convention and aligned buffers this module shares).
+"""numba kernel of a grouped/depthwise conv on channels-last operands, as the NPU's buffers hold a tile (chosen by
+fast/conv.py and the interpreter's tiles; the NCHW kernels are in grouped_conv.py, whose unsigned index
+convention and aligned buffers this module shares).
 """
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import math
 import numba
 import numpy as np
 
-from aipu.sim.golden._grouped_conv import _U, _aligned_empty, _aligned_zeros
-from aipu.sim.golden._simd import LANES, load_bytes, load_floats, multiply_add_rotated, store_int32
-from aipu.sim.golden.conv import _FLOAT32_EXACT
+from aipu.sim.golden.fast.grouped_conv import _U, _aligned_empty, _aligned_zeros
+from aipu.sim.golden.fast.simd import LANES, load_bytes, load_floats, multiply_add_rotated, store_int32
+from aipu.sim.golden.fast.conv import _FLOAT32_EXACT
 
 
 @numba.njit(inline="always", fastmath=True, error_model="numpy")
@@ -35,8 +35,8 @@ def _deinterleaver(factor):
     """A function that converts ``factor`` interleaved channels: plane[c*plane_size + into + q*lanes + g] =
     flat_x[source + q*pixel_step + g*factor + c] - zero point for the channels c of every group g of ``columns``
     pixels. A group's channels are one loop, which with ``factor`` a constant LLVM reads as interleaved vectors
-    (a strided loop per channel ran scalar: a tile of 32 groups of 4, 3x3, 2 rows took 14-33 % less, measured);
-    a function of its own, since inlined into grouped_channels_last it slowed the depthwise tiles by 15-25 %."""
+    (a strided loop per channel ran scalar); a function of its own, since inlined into grouped_channels_last it
+    slowed the depthwise tiles."""
     @numba.njit(nogil=True, error_model="numpy")
     def deinterleave(flat_x, source, pixel_step, columns, plane, into, lanes, plane_size, zero_point):
         for q in range(_U(columns)):
@@ -53,7 +53,7 @@ _DEINTERLEAVE_2, _DEINTERLEAVE_4, _DEINTERLEAVE_8 = (_deinterleaver(factor) for 
 def _interleaver(factor):
     """A function that writes ``factor`` rows of a run's sums into every ``factor``-th output: out[at + p*factor
     + o] = rows[o*run + p]. With ``factor`` a constant LLVM stores them as interleaved vectors; one row at a
-    time, a strided loop, ran scalar (an eighth of a 3x3 tile of 32 groups of 4, measured)."""
+    time, a strided loop, ran scalar."""
     @numba.njit(nogil=True, error_model="numpy")
     def interleave(rows, run, out, at):
         for p in range(run):
@@ -91,15 +91,15 @@ def repeated_group_weights(ws, groups):
     weights ws[g*Kg + o, t, c] repeated over whole pixels to about _REPEAT_FLOATS floats, then SUM_LINES
     lines of the same length: per lane, the sum of o's virtual taps' weights and of their magnitudes (exact
     integers in float32 up to 65793 taps), [Kg, C/G*KH*KW + SUM_LINES, m*G]. A layer's tiles share it: made
-    once (the sums made per tile took a tenth of a 3x3 depthwise tile, measured)."""
+    once, not per tile."""
     k, taps, group_c = ws.shape
     per_group = k // groups
     copies = max(1, _REPEAT_FLOATS // max(groups, 1))
     virtual = group_c * taps
     repeated = _aligned_zeros(per_group * (virtual + SUM_LINES) * copies * groups, np.float32).reshape(
         (per_group, virtual + SUM_LINES, copies * groups))
-    # Each line's first pixel (its ``groups`` entries) and the sums over it, then copies of that pixel: a copy
-    # loop per value and sums over whole lines took 11.4 us on 224 x 25 depthwise weights, 34.8 on 672 x 25.
+    # Each line's first pixel (its ``groups`` entries) and the sums over it, then copies of that pixel (not a
+    # copy loop per value and sums over whole lines).
     for o in range(per_group):
         sums, magnitudes = repeated[o, virtual], repeated[o, virtual + 1]
         for c in range(group_c):
@@ -144,8 +144,8 @@ def grouped_channels_last(x, x_zero_point, repeated, windowed, kh, kw, stride_h,
     converted as they are read, and the zero point comes off as -zp * (sum of the tap weights) per channel
     (repeated_group_weights' sum line), the pass's starting value. Exact where the sum of the terms'
     magnitudes stays within 2**24 (|w| * (|x| + |zp|) per tap; at most 25 * 255 * 510 for a 5x5 kernel),
-    else the tile is converted. 1.1-1.2x faster than converting on 3x3 tiles of 2 output rows, whose planes
-    hold every input row once per tile; 5x5 alike (measured). Such a tile with a 3x3 or 5x5 depthwise
+    else the tile is converted (on tiles of few output rows the planes would hold every input row once per
+    tile). Such a tile with a 3x3 or 5x5 depthwise
     kernel, or a 3x3 one in groups of 4 channels and 4 outputs, of at least 16 channels, at stride 1 or 2
     across (any dilation whose windows lie one or two tap columns apart), is summed 16 channels at a time by
     :func:`_window_taps`, under the same bound (its starts from window_weights' sum line); strided across,
@@ -162,8 +162,8 @@ def grouped_channels_last(x, x_zero_point, repeated, windowed, kh, kw, stride_h,
     rows = (oh - 1) * stride_h + (kh - 1) * dilation_h + 1
     block = _U(repeated.shape[2])
     weights = repeated.ravel()
-    # Views are made once: numba counts each view's references atomically, and a view per row (x[n, y]) cost
-    # 5.2 -> 3.75 us on a stride-2 tile of 29 rows (measured). Rows are offsets into the flat arrays.
+    # Views are made once: numba counts each view's references atomically, which a view per row (x[n, y])
+    # would pay for every row. Rows are offsets into the flat arrays.
     flat_x, flat_out = x.ravel(), out.ravel()
     x_row, out_image = _U(width_in * channels), _U(oh * ow * k)
     inside = (pad_top == 0 and pad_left == 0 and rows <= height            # every window inside x
@@ -304,9 +304,9 @@ def _sum5(column, weights, at, rows_apart, apart, group, total):
 def _window_chain(kernel, shift, group):
     """The sums of one chain of output pixels (see :func:`_window_taps`) with a ``kernel`` x ``kernel`` (3 or
     5) window sliding ``shift`` (1 or 2) columns a pixel, in groups of ``group`` channels, all constants:
-    with the first two variables, LLVM kept the window's columns in fewer registers and spilt them (5x5 tiles
-    1.2x instead of 1.4-1.5x faster, measured). Tap t's weight line for rotation r is at (t * group + r) *
-    ``apart`` (window_weights' lines, or the repeated ones of a depthwise kernel, where group is 1)."""
+    with the first two variables, LLVM kept the window's columns in fewer registers and spilt them. Tap t's
+    weight line for rotation r is at (t * group + r) * ``apart`` (window_weights' lines, or the repeated ones
+    of a depthwise kernel, where group is 1)."""
     column, column_sum = (_column3, _sum3) if kernel == 3 else (_column5, _sum5)
     kept = kernel - shift                      # columns a pixel shares with the previous one
 
@@ -346,7 +346,7 @@ def _window_chain(kernel, shift, group):
 
 
 # depthwise 3x3 and 5x5 at either shift; groups of 4 (ResNeXt's first stage) 3x3. Each is a large inlined
-# loop: more of them lengthen grouped_channels_last's compile (13 s a type of x, cold).
+# loop: more of them lengthen grouped_channels_last's compile.
 _DEPTHWISE_3_BY_1, _DEPTHWISE_3_BY_2, _DEPTHWISE_5_BY_1, _DEPTHWISE_5_BY_2 = (
     _window_chain(kernel, shift, 1) for kernel in (3, 5) for shift in (1, 2))
 _GROUPS_OF_4_BY_1, _GROUPS_OF_4_BY_2 = (_window_chain(3, shift, 4) for shift in (1, 2))
@@ -358,7 +358,7 @@ def window_weights(ws, groups):
     """The window kernel's weight operand for a grouped conv (ws float32 [K, KH*KW, C/G], weights minus their
     zero point) whose groups have as many outputs as inputs, C/G in WINDOW_GROUPS: [KH*KW*C/G + SUM_LINES,
     K], line t*C/G + r entry k the weight of output k's input channel (k + r) mod C/G of its group at tap t
-    (the rotation :func:`_simd.multiply_add_rotated` brings that channel to lane k), then per output the sum
+    (the rotation :func:`simd.multiply_add_rotated` brings that channel to lane k), then per output the sum
     of its weights and of their magnitudes. [0, K] for other convs: a depthwise kernel reads the repeated
     weights' lines (their first K entries are these), the others do not take the window kernel. Made once
     per layer, as the repeated weights."""
@@ -386,14 +386,13 @@ def _window_taps(flat_x, x_first, x_row, weights, apart, starts, group, kh, stri
                  dilation_w, oh, ow, lanes, flat_out, out_first):
     """grouped_channels_last's sums of one image of a tile (a 3x3 or 5x5 depthwise kernel, or a 3x3 one in
     groups of 4 channels and 4 outputs; its windows inside x; at least 16 channels) from x as it lies, 16
-    channels at a time in explicit vectors (_simd.py): the pixels of an output row whose windows lie whole tap
+    channels at a time in explicit vectors (simd.py): the pixels of an output row whose windows lie whole tap
     columns apart form chains, and along a chain a window of converted input columns slides by ``shift``
     columns a pixel, so each input vector is converted once per output row and kernel row instead of once
     per tap (a fifth to a third of the conversions). ``weights``: the taps' weight lines, ``apart`` floats
     apart (the repeated weights' for a depthwise kernel, window_weights' for groups of 4); the zero point
     comes off as the per-channel ``starts``. The channels' last vector may overlap the one before it (a whole
-    number of groups: those outputs are written twice, equal). On depthwise tiles 1.5-1.7x faster than the
-    vectorised tap loops with 3x3 kernels, 1.2-1.6x with 5x5; 1.8x on 3x3 tiles of 32 groups of 4 (measured)."""
+    number of groups: those outputs are written twice, equal)."""
     spacing = math.gcd(stride_w, dilation_w)
     chains, shift = dilation_w // spacing, stride_w // spacing      # pixels a chain steps, columns it slides
     across, down = _U(dilation_w) * lanes, _U(dilation_h) * x_row    # from a tap to the next across, down
@@ -429,8 +428,8 @@ def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, pe
     ``row_size`` from ``first_row``: each virtual tap v reads one contiguous run of OW*G values per output
     row from ``offsets[v]`` on, multiplied element by element with its repeated weights, so the vector loops
     run over pixels and groups together however few groups a tile has; ``starts`` (None: 0) are the sums'
-    starting values, per output o a block. The run is taken in blocks as long as the repeated weights (on a
-    2-row tile, repeating them along whole rows cost a fifth of the call, measured). Nine virtual taps (a 3x3
+    starting values, per output o a block. The run is taken in blocks as long as the repeated weights (not
+    repeated along whole rows, which would cost a small tile much). Nine virtual taps (a 3x3
     depthwise kernel) are one pass straight to the output, 25 (5x5) five passes; others add passes of up to
     nine in a float32 row. With several outputs per group, output o's row goes to row o of ``scratch``,
     whose rows :func:`_interleave` then writes into every Kg-th channel."""
@@ -446,7 +445,7 @@ def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, pe
             for begin in range(_U(0), run, block):
                 count = min(block, run - begin)
                 line = first_row + _U(y * stride_h) * row_size + begin
-                if virtual == 9:    # 3x3: one pass, straight to the output (1.2-1.4x faster, measured)
+                if virtual == 9:    # 3x3: one pass, straight to the output
                     s0, s1, s2 = line + offsets[0], line + offsets[1], line + offsets[2]
                     s3, s4, s5 = line + offsets[3], line + offsets[4], line + offsets[5]
                     s6, s7, s8 = line + offsets[6], line + offsets[7], line + offsets[8]
@@ -464,7 +463,7 @@ def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, pe
                                 w7, w8))
                     continue
                 if virtual == 25:   # 5x5: five taps a pass, the first setting the row, the last converting
-                    # it (15 % faster than 9 + 9 + 3 + 3 + 1 taps after zeroing the row, measured)
+                    # it (rather than 9 + 9 + 3 + 3 + 1 taps after zeroing the row)
                     for i in range(5):
                         t = 5 * i
                         s0, s1, s2 = line + offsets[t], line + offsets[t + 1], line + offsets[t + 2]
@@ -487,10 +486,9 @@ def _tap_passes(source, first_row, row_size, offsets, starts, weights, block, pe
                                 target[start + begin + e] = np.int32(row[e] + _five_taps(
                                     source, weights, e, s0, s1, s2, s3, s4, w0, w1, w2, w3, w4))
                     continue
-                # Nine taps per pass (2-17 % faster than three, measured). Where every tap is in such a pass
-                # (3x3 kernels of several channels a group), the first pass sets the row and the last one
-                # writes the output: no passes of their own that zero the row and convert it (3-5 % of a 3x3
-                # tile of 32 groups of 4, measured).
+                # Nine taps per pass (rather than three). Where every tap is in such a pass (3x3 kernels of
+                # several channels a group), the first pass sets the row and the last one writes the output:
+                # no passes of their own that zero the row and convert it.
                 nines = virtual % 9 == 0        # 18 or more here: 9 took the one-pass branch above
                 if not nines:
                     if starts is None:

@@ -1,9 +1,9 @@
-"""numba kernels of the elementwise unit and of concat's rescale (kept apart so that importing the golden model
-stays cheap).
+"""numba kernels of the elementwise unit and of concat's rescale: the fast path of sim/golden/eltwise.py, and the
+parameters they take for checked arguments.
 
-numpy's form of docs/arithmetic.md §8 builds an int64 tensor for every step and costs 30-100x onnxruntime's
-QLinearAdd. These loops make one pass in 32-bit lanes (twice as many per vector as int64, and a 32-bit
-multiply where x86 has no fast 64-bit one), which needs the up to 48-bit sum taken apart. Every rounding here is
+The definition's numpy form of docs/arithmetic.md §8 builds an int64 tensor for every step. These loops make one
+pass in 32-bit lanes (twice as many per vector as int64, and a 32-bit multiply where x86 has no fast 64-bit one),
+which needs the up to 48-bit sum taken apart. Every rounding here is
 
     u = round((X * 2**e + Y) / 2**(e + L))      with |X|, |Y| < 2**24 unless said otherwise,
 
@@ -29,27 +29,29 @@ from half up's result there when it is odd, or not positive. Since |X + floor(Y 
 a shift L beyond 26 changes neither the result (0, or -1 for floor) nor the ties (none), so the caller caps it
 there: every shift is below 32 (masked with 31, which lets LLVM keep it in 32 bits) and every value fits int32.
 
-tests/sim/golden/test_eltwise_kernels.py checks every op, rounding, type and broadcast against the int64 numpy
-form. Layout: operands as flat arrays of the output's size (broadcasts materialised; mul_per_run takes b with a
-value per run of values as it is) in their own types, which numba compiles a kernel for each of (loading an int8
-sign-extends it: no XOR of the raw byte, 12 % of an add); out flat, of the output's type. The integer parameters
+tests/sim/golden/test_eltwise_kernels.py checks every op, rounding, type and broadcast against the definitions
+in sim/golden/eltwise.py. Layout: operands as flat arrays of the output's size (broadcasts materialised;
+mul_per_run takes b with a value per run of values as it is) in their own types, which numba compiles a kernel for each of (loading an int8
+sign-extends it: no XOR of the raw byte); out flat, of the output's type. The integer parameters
 come as one int32 array (typing a dozen numpy scalars would cost numba's dispatch more than a small tensor's
 arithmetic), so that numba's arithmetic, which widens to int64, narrows back to 32-bit lanes. The rounding's tie
 rule, the saturation count and whether the clamp is the output type's own range are constants of each loop (nine
-copies): LLVM does not unswitch loops this large itself, and their branches inside the loop cost 2-3x; a clamp to
-the type's range is one saturating narrowing instruction where [qmin, qmax] takes two more (an add 10 % faster).
+copies): LLVM does not unswitch loops this large itself, and their branches inside the loop cost more than the
+arithmetic; a clamp to the type's range is one saturating narrowing instruction where [qmin, qmax] takes two more.
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
+from aipu.sim.machine.arch import MAC_OPERAND_MAX
+
 _U = np.uint64
 _I32 = np.int32
 _RUN = 1 << 30              # values per run, so that a run's saturation count fits its int32 counter
 #: values mul_per_run computes at a time: a constant count, which LLVM makes whole vectors of with no remainder
-#: loop (a plain loop per run of 196 values, with its scalar remainder, took 46 us on 672 runs against 38.5 for
-#: mul on a repeated copy; the blocks 31); no run is shorter
+#: loop (a plain loop per run, with its scalar remainder, was slower than mul on a repeated copy); no run is
+#: shorter
 PER_RUN_BLOCK = 16
 NO_TIE, TIE_TO_EVEN, TIE_AWAY_FROM_ZERO = 0, 1, 2      # what a rounding does on an exact half, after half up
 
@@ -264,3 +266,115 @@ def rescale(x, parameters, tie_rule, out):
     """concat's requant of flat ``x``: round((x * k + c) / 2**low) + zero point, clamped.
     parameters: k, c, low, zero_point, qmin, qmax."""
     _specialised(_rescale_loop, x, x, out, parameters, tie_rule, False)
+
+
+# The kernels' parameters for checked arguments: plain Python, which sim/golden/eltwise.py calls once per set of
+# arguments and caches.
+
+def tie_rule_of(rounding: str, shift: int) -> int:
+    """What the kernels do on an exact half after rounding it up: nothing for floor (no offset, no ties) and
+    where the shift is 0 (nothing is rounded)."""
+    rules = {"floor": NO_TIE, "half_up": NO_TIE, "half_to_even": TIE_TO_EVEN,
+             "half_away_from_zero": TIE_AWAY_FROM_ZERO}
+    return rules[rounding] if shift else NO_TIE
+
+
+def _offsets(e: int, low: int, rounding: str) -> tuple[int, int, int]:
+    """(h_x, h_y, low) to round (X * 2**e + Y) / 2**(e + low) in the kernels: half up's offset on X or on Y, and
+    ``low`` capped where it stops mattering (module docstring)."""
+    low = min(low, 26)
+    if rounding == "floor" or e + low == 0:
+        return 0, 0, low
+    return (1 << (low - 1), 0, low) if low else (0, 1 << (e - 1), low)
+
+
+def _single_term(zero_point: int, multiplier: int, shift: int, rounding: str) -> tuple[int, int, int]:
+    """(k, c, low) with which the kernels round (x - zero_point) * M / 2**N as (x * k + c) / 2**low; N = 0 as
+    2 M / 2**1, which has no ties (the kernels' tie rule then needs no exception)."""
+    if shift == 0:
+        multiplier, shift = 2 * multiplier, 1
+    h, _, low = _offsets(0, shift, rounding)
+    return multiplier, h - zero_point * multiplier, low
+
+
+def _int32(*values) -> np.ndarray:
+    return np.array(values, np.int32)
+
+
+def _folded(tie_rule: int, low: int, zero_point: int) -> int:
+    """What of the output zero point goes into the rounding's sum X (zero_point * 2**low, then added to X, the
+    zero point becoming 0): floor((X + zp 2**L) / 2**L) = floor(X / 2**L) + zp, where no tie rule looks at the
+    rounded value's sign or parity and X stays far inside int32 (|X + floor(Y / 2**e)| < 2**25 for L >= 1).
+    The kernels' uncounted loop then adds nothing after rounding."""
+    fold = tie_rule == NO_TIE and low >= 1 and abs(zero_point) << low <= 1 << 30
+    return zero_point << low if fold else 0
+
+
+def _folded_terms(tie_rule: int, terms: list[tuple[int, int, int]], zero_point: int) -> tuple[list, int]:
+    """Single terms (k, c, low) with the output zero point folded into each c where every one takes it
+    (:func:`_folded`; max, min and concat add it after rounding them), and the zero point left to add."""
+    folds = [_folded(tie_rule, low, zero_point) for _, _, low in terms]
+    if zero_point and all(folds):
+        return [(k, c + fold, low) for (k, c, low), fold in zip(terms, folds)], 0
+    return terms, zero_point
+
+
+def mul_parameters(multiplier: int, shift: int, a_zero_point: int, b_zero_point: int, zero_point: int, qmin: int,
+                   qmax: int, rounding: str):
+    """(:func:`mul`, its parameters, its tie rule) for mul's checked arguments (:func:`mul_per_run` takes the
+    same parameters)."""
+    e = min(8, shift)
+    h_x, h_y, low = _offsets(e, shift - e, rounding)
+    # N = 0 rounds nothing: a product past 2**17 / M saturates every output type, so it is capped there
+    product_max = MAC_OPERAND_MAX ** 2 if shift else (1 << 17) // max(multiplier, 1) + 1
+    tie_rule = tie_rule_of(rounding, shift)
+    folded = _folded(tie_rule, low, zero_point)
+    parameters = _int32(a_zero_point, b_zero_point, product_max, multiplier >> e, h_x + folded,
+                        multiplier & ((1 << e) - 1), h_y, e, low, zero_point - (folded >> low), qmin, qmax)
+    return mul, parameters, tie_rule
+
+
+def max_min_parameters(is_max: bool, a_term: tuple[int, int, int], b_term: tuple[int, int, int], zero_point: int,
+                       qmin: int, qmax: int, rounding: str):
+    """(:func:`max_min`, its parameters, its tie rule) for max or min; a term is (zero point, M, N) of an
+    operand."""
+    tie_rule = tie_rule_of(rounding, 1)
+    (term_a, term_b), zero_point = _folded_terms(tie_rule, [_single_term(*a_term, rounding),
+                                                            _single_term(*b_term, rounding)], zero_point)
+    return max_min, _int32(is_max, *term_a, *term_b, zero_point, qmin, qmax), tie_rule
+
+
+def add_parameters(sign: int, a_term: tuple, b_term: tuple, zero_point: int, qmin: int, qmax: int, rounding: str):
+    """(:func:`add` or :func:`add_one_sum`, its parameters, its tie rule, whether b goes first) for add (``sign``
+    1) or sub (-1); a term is (zero point, M, N, (type min, type max)) of an operand. The operand of the smaller
+    shift goes first (X, e = the shifts' difference)."""
+    (z_a, m_a, n_a, a_range), (z_b, m_b, n_b, b_range) = a_term, b_term
+    swap = n_a > n_b
+    terms = [(z_a, m_a, n_a, 1, a_range), (z_b, m_b, n_b, sign, b_range)]
+    (z_f, m_f, n_f, s_f, first_range), (z_s, m_s, n_s, s_s, second_range) = terms[::-1] if swap else terms
+    h_x, h_y, low = _offsets(n_s - n_f, n_f, rounding)
+    tie_rule = tie_rule_of(rounding, n_s)
+    folded = _folded(tie_rule, low, zero_point)
+    k_f, c_f, k_s, c_s, e = s_f * m_f, h_x - s_f * m_f * z_f + folded, s_s * m_s, h_y - s_s * m_s * z_s, n_s - n_f
+    if tie_rule == NO_TIE and e + low < 32 and _one_sum_fits(k_f << e, k_s, (c_f << e) + c_s, first_range,
+                                                             second_range):
+        return (add_one_sum, _int32(k_f << e, k_s, (c_f << e) + c_s, e + low, zero_point - (folded >> low), qmin,
+                                    qmax), tie_rule, swap)
+    return add, _int32(k_f, c_f, k_s, c_s, e, low, zero_point - (folded >> low), qmin, qmax), tie_rule, swap
+
+
+def _one_sum_fits(k_f: int, k_s: int, c: int, first_range: tuple[int, int], second_range: tuple[int, int]) -> bool:
+    """Whether first * k_f + second * k_s + c stays within int32 for every value of the operands' types (its
+    extremes are at their corners): add_one_sum then forms X * 2**e + Y in one sum, one shift and one add fewer
+    a value than the nested division."""
+    extremes = [f * k_f + s * k_s + c for f in first_range for s in second_range]
+    return -(1 << 31) <= min(extremes) and max(extremes) < 1 << 31
+
+
+def rescale_parameters(zero_point: int, multiplier: int, shift: int, out_zero_point: int, qmin: int, qmax: int,
+                       rounding: str):
+    """(:func:`rescale`'s parameters, its tie rule) for one input of concat."""
+    tie_rule = tie_rule_of(rounding, 1)
+    (term,), folded_zero_point = _folded_terms(tie_rule, [_single_term(zero_point, multiplier, shift, rounding)],
+                                               out_zero_point)
+    return _int32(*term, folded_zero_point, qmin, qmax), tie_rule

@@ -1,0 +1,236 @@
+"""Emit one conv layer (conv + requant, + LUT) as per-unit commands, tiled by its :class:`TilePlan`.
+
+The input (HWC), weights (OHWI), per-channel parameter records and the output (HWC) lie in DRAM. The output
+is split into tiles of ``tile_k`` output channels x ``tile_rows`` output rows (always the full width); the
+input channels of a tile are split into chunks of ``tile_c`` that CONV accumulates, one CONV step each. Every
+on-chip buffer is used as two halves, handed along its units by the pipeline (pipeline.py), which gives the
+tokens:
+
+* ACT and WEIGHT halves, per CONV step: LOAD -> CONV after a step's loads; CONV -> LOAD frees them.
+* PARAM halves, per k-tile: LOAD -> REQUANT after the records; REQUANT -> LOAD frees them.
+* ACC halves, per tile: CONV -> REQUANT after the tile's last CONV; REQUANT -> CONV frees them.
+* OUT halves, per tile: REQUANT (-> LUT, in place) -> STORE; STORE -> REQUANT frees them.
+* With compressed weights, WDEC writes a step's weight half instead of a LOAD: WDEC -> CONV after it;
+  CONV -> WDEC from the last CONV that read the half frees it; LOAD -> WDEC from the layer's first LOAD
+  (which follows the previous layer) before the layer's first WDEC. The activation table is loaded first and
+  LOAD -> LUT announces it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from aipu.compiler.lowering.base import dtype_code
+from aipu.compiler.lowering.conv_layer import ConvLayer
+from aipu.compiler.lowering.conv_plan import TilePlan
+from aipu.compiler.lowering.pipeline import Link, Pipeline, half
+from aipu.sim.machine.arch import DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, DType
+from aipu.sim.machine.isa import LutMode, Opcode, RequantMode, Unit
+from aipu.sim.machine.program import Program
+
+WeightStream = Callable[[int, int, int, int], tuple[int, int] | None]
+
+
+def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int], link: Link, *,
+                    input_row: int | None = None, output_steps: tuple[int, int] | None = None,
+                    weight_stream: WeightStream | None = None) -> None:
+    """Append one layer's commands to ``program``, joined to its neighbours by ``link``.
+
+    ``addresses``: DRAM byte addresses of "input" (HWC), "weights" (OHWI), "params" (records), "output"
+    (HWC) and, with a table, "lut" ("weights" is only read when a weight tile is loaded raw). The input and
+    the output may be views of larger tensors: ``input_row`` elements between input rows (default W * C),
+    ``output_steps`` elements between output rows and between output pixels (default out_w * K and K), as a
+    transposed convolution's phases read and write them. ``weight_stream(k0, k, c0, c)``: where the compressed
+    stream of the weights [k0:k0+k, c0:c0+c] lies in DRAM (address, length), or None to load that tile raw; a
+    placed tile is decoded by WDEC instead."""
+    _ConvEmitter(program, layer, plan, addresses, link, input_row, output_steps, weight_stream).emit()
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """One output tile: ``channels`` output channels from ``k0`` (k-tile ``kt``) x ``rows`` rows from ``r0``, and
+    the input rows it reads: ``in_rows`` from ``in_first``, of which ``pad_top`` and ``pad_bottom`` are padding."""
+
+    index: int
+    kt: int
+    k0: int
+    channels: int
+    r0: int
+    rows: int
+    in_first: int
+    in_rows: int
+    pad_top: int
+    pad_bottom: int
+    loads_params: bool       # the tile's records (and, unless chunks reload them, weights) arrive with it
+
+
+class _ConvEmitter:
+    """The layer's work (tiles, CONV steps) and the commands of each, appended through one pipeline."""
+
+    def __init__(self, program: Program, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int],
+                 link: Link, input_row: int | None, output_steps: tuple[int, int] | None,
+                 weight_stream: WeightStream | None) -> None:
+        self.program, self.layer, self.plan, self.addresses = program, layer, plan, addresses
+        self.weight_stream = weight_stream
+        _, c, _, w = layer.x.shape
+        k, cg, _, _ = layer.w.shape
+        self.kg = k // layer.groups
+        self.input_row = w * c if input_row is None else input_row
+        self.out_row, self.out_pixel = (plan.out_w * k, k) if output_steps is None else output_steps
+        self.in_type = dtype_code(layer.x.dtype)
+        self.k_tiles = [(k0, min(plan.tile_k, k - k0)) for k0 in range(0, k, plan.tile_k)]
+        self.row_tiles = [(r0, min(plan.tile_rows, plan.out_h - r0)) for r0 in range(0, plan.out_h, plan.tile_rows)]
+        self.dense = layer.groups == 1 or plan.tile_c < cg      # a chunked grouped tile holds one group: dense
+        per_conv = c if layer.groups == 1 else cg
+        self.chunks = ([(c0, min(plan.tile_c, per_conv - c0)) for c0 in range(0, per_conv, plan.tile_c)]
+                       if self.dense else [None])
+        self.reload_weights = len(self.chunks) > 1
+        # A grouped layer whose weights and records all fit one half loads them once: its tiles differ only there.
+        self.resident = (not self.dense and len(self.k_tiles) > 1
+                         and layer.w.size <= program.config.buffer(Buffer.WEIGHT).bytes // 2
+                         and k <= program.config.buffer_units(Buffer.PARAM) // 2)
+        self.pipeline = pipeline = Pipeline(program, link, after_first_load=[Unit.WDEC, Unit.LUT])
+        self.steps, self.params = pipeline.ring(Unit.LOAD, Unit.CONV), pipeline.ring(Unit.LOAD, Unit.REQUANT)
+        self.weights, self.accumulators = pipeline.ring(Unit.WDEC, Unit.CONV), pipeline.ring(Unit.CONV, Unit.REQUANT)
+        self.outputs = pipeline.ring(Unit.REQUANT, *([Unit.LUT] if layer.lut is not None else []), Unit.STORE)
+        self.step = 0
+
+    def emit(self) -> None:
+        if self.layer.lut is not None:   # the table stays in LUT memory for the whole layer
+            self.pipeline.append(Opcode.LOAD, dict(buffer=Buffer.LUT, dram_addr=self.addresses["lut"],
+                                                   run=self.layer.lut.nbytes))
+        for tile in self._tiles():
+            for chunk_index, chunk in enumerate(self.chunks):
+                self._conv_step(tile, chunk_index, chunk)
+            self._requantize(tile)
+            if self.layer.lut is not None:
+                self._apply_table(tile)
+            self._store(tile)
+        self.pipeline.close()
+
+    def _tiles(self) -> list[_Tile]:
+        """The output tiles, k-tile by k-tile, with the input rows each reads."""
+        layer = self.layer
+        h = layer.x.shape[2]
+        stride, top = layer.stride[0], layer.padding[0]
+        span = layer.dilation[0] * (layer.w.shape[2] - 1) + 1
+        tiles = []
+        for kt, (k0, tk) in enumerate(self.k_tiles):
+            for rt, (r0, rows) in enumerate(self.row_tiles):
+                in_first, in_rows = r0 * stride - top, (rows - 1) * stride + span
+                loads_params = kt == 0 and rt == 0 if self.resident else rt == 0
+                tiles.append(_Tile(len(tiles), kt, k0, tk, r0, rows, in_first, in_rows, max(0, -in_first),
+                                   max(0, in_first + in_rows - h), loads_params))
+        return tiles
+
+    def _conv_step(self, tile: _Tile, chunk_index: int, chunk: tuple[int, int] | None) -> None:
+        """One CONV step: its loads (records, weights by LOAD or WDEC, activations) and its CONV."""
+        _, cg, _, _ = self.layer.w.shape
+        group_base = 0 if self.layer.groups == 1 else (tile.k0 // self.kg) * cg      # the tile's first input channel
+        c0, tc = (group_base + chunk[0], chunk[1]) if chunk is not None else (group_base, tile.channels // self.kg * cg)
+        weight_item = self.step if self.reload_weights else 0 if self.resident else tile.kt
+        brings_params = tile.loads_params and chunk_index == 0
+        if brings_params:
+            self._load_params(tile)
+        placed = None
+        if self.reload_weights or brings_params:
+            weights = (tile.k0, self.layer.w.shape[0] if self.resident else tile.channels,
+                       c0 - group_base if self.dense else 0, tc if self.dense else cg)
+            placed = self.weight_stream(*weights) if self.weight_stream is not None else None
+            if placed is None:
+                self._load_weights(weight_item, *weights)
+        self._load_activations(tile, c0, tc)
+        if placed is not None:
+            self._decode_weights(weight_item, placed, *weights[1:])
+        self._convolve(tile, chunk_index, tc, weight_item)
+        self.step += 1
+
+    def _param_item(self, tile: _Tile) -> int:
+        """The PARAM half's item of a tile: its k-tile, or the one load of a resident layer."""
+        return 0 if self.resident else tile.kt
+
+    def _load_params(self, tile: _Tile) -> None:
+        loaded_k = self.layer.w.shape[0] if self.resident else tile.channels
+        self.pipeline.append(Opcode.LOAD, dict(
+            buffer=Buffer.PARAM, sram_addr=half(self.program, Buffer.PARAM, tile.kt) * PARAM_RECORD_BYTES,
+            dram_addr=self.addresses["params"] + tile.k0 * PARAM_RECORD_BYTES, elem_type=DType.INT8, y_size=1,
+            x_size=1, run=loaded_k * PARAM_RECORD_BYTES),
+            (self.steps, self.step), (self.params, self._param_item(tile)))
+
+    def _load_weights(self, item: int, k0: int, out_c: int, c0: int, in_c: int) -> None:
+        """The raw weights [k0:k0+out_c, c0:c0+in_c] (OHWI in DRAM) into weight half ``item``."""
+        _, cg, kh, kw = self.layer.w.shape
+        self.pipeline.append(Opcode.LOAD, dict(
+            buffer=Buffer.WEIGHT, sram_addr=half(self.program, Buffer.WEIGHT, item),
+            dram_addr=self.addresses["weights"] + k0 * kh * kw * cg + c0, elem_type=DType.INT8, y_size=out_c,
+            x_size=kh * kw, run=in_c, dram_y_stride=kh * kw * cg, dram_x_stride=cg), (self.steps, self.step))
+
+    def _decode_weights(self, item: int, placed: tuple[int, int], out_c: int, c0: int, in_c: int) -> None:
+        """WDEC of the stream ``placed`` (DRAM address, length) into weight half ``item``."""
+        _, _, kh, kw = self.layer.w.shape
+        self.pipeline.append(Opcode.WDEC, dict(
+            dram_addr=placed[0], length=placed[1], wgt_addr=half(self.program, Buffer.WEIGHT, item), out_c=out_c,
+            in_c=in_c, k_h=kh, k_w=kw), (self.weights, item))
+
+    def _load_activations(self, tile: _Tile, c0: int, channels: int) -> None:
+        """The tile's input rows, channels ``c0``.. (HWC in DRAM), padded as the CONV reads them."""
+        layer = self.layer
+        _, c, _, w = layer.x.shape
+        real_rows = tile.in_rows - tile.pad_top - tile.pad_bottom
+        self.pipeline.append(Opcode.LOAD, dict(
+            buffer=Buffer.ACT, sram_addr=half(self.program, Buffer.ACT, self.step),
+            dram_addr=self.addresses["input"] + (max(0, tile.in_first) * self.input_row + c0),
+            elem_type=self.in_type, y_size=real_rows, x_size=w, run=channels, dram_y_stride=self.input_row,
+            dram_x_stride=c, pad_top=tile.pad_top, pad_bottom=tile.pad_bottom, pad_left=layer.padding[1],
+            pad_right=layer.padding[3], pad_value=layer.x_zero_point), (self.steps, self.step))
+
+    def _convolve(self, tile: _Tile, chunk_index: int, channels: int, weight_item: int) -> None:
+        """The step's CONV into the tile's accumulator half (adding to it after the first chunk)."""
+        layer = self.layer
+        _, cg, kh, kw = layer.w.shape
+        wgt_addr = half(self.program, Buffer.WEIGHT, weight_item) + (tile.k0 * kh * kw * cg if self.resident else 0)
+        self.pipeline.append(Opcode.CONV, dict(
+            in_addr=half(self.program, Buffer.ACT, self.step), in_h=tile.in_rows,
+            in_w=layer.x.shape[3] + layer.padding[1] + layer.padding[3], in_c=channels, in_type=self.in_type,
+            in_zero_point=layer.x_zero_point, wgt_addr=wgt_addr, w_zero_point=layer.w_zero_point,
+            out_c=tile.channels, k_h=kh, k_w=kw, stride_h=layer.stride[0], stride_w=layer.stride[1],
+            dilation_h=layer.dilation[0], dilation_w=layer.dilation[1],
+            groups=1 if self.dense else tile.channels // self.kg,
+            acc_addr=half(self.program, Buffer.ACC, tile.index), accumulate=int(chunk_index > 0)),
+            (self.steps, self.step), (self.weights, weight_item), (self.accumulators, tile.index))
+
+    def _requantize(self, tile: _Tile) -> None:
+        layer = self.layer
+        qmin, qmax = layer.clamp
+        param_index = (half(self.program, Buffer.PARAM, 0) + tile.k0 if self.resident
+                       else half(self.program, Buffer.PARAM, tile.kt))
+        self.pipeline.append(Opcode.REQUANT, dict(
+            acc_addr=half(self.program, Buffer.ACC, tile.index), out_addr=half(self.program, Buffer.OUT, tile.index),
+            pixels=tile.rows * self.plan.out_w, channels=tile.channels, param_index=param_index,
+            out_type=layer.out_type, out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax,
+            mode=RequantMode.NATIVE if layer.scale is None else RequantMode.FLOAT32,
+            rounding=layer.rounding, leaky=int(layer.negative_multiplier is not None)),
+            (self.accumulators, tile.index), (self.params, self._param_item(tile)), (self.outputs, tile.index))
+
+    def _apply_table(self, tile: _Tile) -> None:
+        """The activation table, in place on the tile's output half."""
+        layer = self.layer
+        out_info = np.iinfo(layer.out_dtype)
+        table = dict(table_log2=(len(layer.lut) - 1).bit_length() - 1, index_shift=layer.lut_index_shift,
+                     input_min=layer.lut_input_min, qmin=int(out_info.min), qmax=int(out_info.max)) \
+            if layer.lut_mode == LutMode.INTERP16 else {}
+        out = half(self.program, Buffer.OUT, tile.index)
+        self.pipeline.append(Opcode.LUT, dict(
+            src_buf=Buffer.OUT, src_addr=out, dst_addr=out, count=tile.rows * self.plan.out_w * tile.channels,
+            mode=layer.lut_mode, in_type=layer.out_type, out_type=layer.out_type, **table), (self.outputs, tile.index))
+
+    def _store(self, tile: _Tile) -> None:
+        out_bytes = DTYPE_BYTES[self.layer.out_type]
+        self.pipeline.append(Opcode.STORE, dict(
+            sram_addr=half(self.program, Buffer.OUT, tile.index),
+            dram_addr=self.addresses["output"] + (tile.r0 * self.out_row + tile.k0) * out_bytes,
+            elem_type=self.layer.out_type, y_size=tile.rows, x_size=self.plan.out_w, run=tile.channels,
+            dram_y_stride=self.out_row * out_bytes, dram_x_stride=self.out_pixel * out_bytes),
+            (self.outputs, tile.index))

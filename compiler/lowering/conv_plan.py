@@ -1,0 +1,154 @@
+"""How a conv layer is cut into tiles: output channels x output rows (always the full width), the input
+channels of a tile in chunks that CONV accumulates, each tile's data in half of every buffer.
+
+Among every even split of K and every halving of C and of the output rows that fits, the plan with the
+fewest estimated cycles wins, and among the plans within ESTIMATE_TOLERANCE of it the one with the fewest
+commands (docs/compiler.md, "Tiling"). The estimate (:func:`estimate_cost`) is an approximate copy of the
+DMA's and the CONV unit's timing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aipu.compiler.lowering.base import field_max
+from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, output_size
+from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, HardwareConfig
+from aipu.sim.machine.isa import Opcode
+
+ESTIMATE_TOLERANCE = 1.03   # plans whose estimated cycles are this close to the fastest count as ties
+_PIXELS_MAX = field_max(DEFAULT, Opcode.REQUANT, "pixels")      # output pixels of one tile
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    tile_k: int          # output channels per tile (groups > 1: a whole number of groups)
+    tile_c: int          # input channels per CONV, chunks accumulated (groups > 1: per group; below C/G only
+                         # when the tile holds one group, which then runs as a dense conv)
+    tile_rows: int       # output rows per tile
+    out_h: int
+    out_w: int
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """The sizes of a layer that its plan weighs, taken once per layer."""
+
+    c: int               # input channels
+    w: int               # input width
+    k: int               # output channels
+    cg: int              # input channels per group
+    kh: int
+    kw: int
+    groups: int
+    out_h: int
+    out_w: int
+    in_w: int            # padded input width
+    out_bytes: int       # bytes per output element
+    stride_h: int
+    dilation_h: int
+
+    @classmethod
+    def of(cls, layer: ConvLayer) -> ConvGeometry:
+        _, c, _, w = layer.x.shape
+        k, cg, kh, kw = layer.w.shape
+        return cls(c, w, k, cg, kh, kw, layer.groups, *output_size(layer), w + layer.padding[1] + layer.padding[3],
+                   DTYPE_BYTES[layer.out_type], layer.stride[0], layer.dilation[0])
+
+    def input_rows(self, rows: int) -> int:
+        """Input rows that ``rows`` output rows read."""
+        return (rows - 1) * self.stride_h + self.dilation_h * (self.kh - 1) + 1
+
+    def input_channels(self, tk: int, tc: int) -> int:
+        """Input channels a tile of ``tk`` output channels reads per CONV."""
+        return tc if self.groups == 1 else tk // (self.k // self.groups) * tc
+
+
+def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
+               tile_c: int | None = None, tile_rows: int | None = None) -> TilePlan:
+    """Tiles that fit half of every buffer, chosen among even splits of K and halvings of C and of the output
+    rows: the fewest commands among the plans within ESTIMATE_TOLERANCE of the fewest estimated cycles (the
+    DMA's DRAM words and latency per command against the MAC array's blocks; docs/compiler.md, "Tiling").
+    Explicitly given sizes are kept."""
+    shape = ConvGeometry.of(layer)
+    halves = {buffer: config.buffer(buffer).bytes // 2 for buffer in Buffer}
+    step_k = shape.k // shape.groups if shape.groups > 1 else 1
+    if tile_k is not None and (tile_k % step_k or not 1 <= tile_k <= shape.k):
+        raise ValueError(f"tile_k = {tile_k}: must be 1..{shape.k} and a multiple of the {step_k} output channels "
+                         "per group")
+    if ((tile_c is not None and not 1 <= tile_c <= shape.c)
+            or (tile_rows is not None and not 1 <= tile_rows <= shape.out_h)):
+        raise ValueError(f"tile_c = {tile_c} / tile_rows = {tile_rows}: must be 1..{shape.c} / 1..{shape.out_h}")
+    # A grouped tile reads whole groups (tile_c = C/G), or, holding one group, a chunk of its channels.
+    candidates = [(*estimate_cost(shape, config, tk, tc, rows), -rows, tk, tc, rows)
+                  for tk in ([tile_k] if tile_k else [n * step_k for n in _even_splits(shape.k // step_k)])
+                  for tc in (([tile_c] if tile_c else _halvings(shape.c)) if shape.groups == 1 else _halvings(shape.cg))
+                  for rows in ([tile_rows] if tile_rows else _halvings(shape.out_h))
+                  if (shape.groups == 1 or tc == shape.cg or tk == step_k)
+                  and all(_fits(shape, halves, tk, tc, rows).values())]
+    if not candidates:
+        tk, tc, rows = tile_k or step_k, tile_c or 1 if shape.groups == 1 else 1, tile_rows or 1
+        failed = [name for name, good in _fits(shape, halves, tk, tc, rows).items() if not good]
+        raise ValueError(f"layer does not fit the buffers even with tile_k={tk}, tile_c={tc}, tile_rows={rows} "
+                         f"(too large for: {', '.join(failed)})")
+    # The estimate is not exact to a few percent: among the plans that close to the fastest, the fewest commands.
+    fastest = min(candidate[0] for candidate in candidates)
+    _, _, _, tk, tc, rows = min(candidates, key=lambda candidate: (candidate[0] > fastest * ESTIMATE_TOLERANCE,
+                                                                    candidate[1:]))
+    return TilePlan(tk, tc, rows, shape.out_h, shape.out_w)
+
+
+def _halvings(full: int) -> list[int]:
+    sizes = [full]
+    while sizes[-1] > 1:
+        sizes.append(-(-sizes[-1] // 2))
+    return sizes
+
+
+def _even_splits(full: int) -> list[int]:
+    """Every tile size that splits ``full`` into n tiles as evenly as possible (ceil(full / n))."""
+    return sorted({-(-full // n) for n in range(1, full + 1)}, reverse=True)
+
+
+def _fits(shape: ConvGeometry, halves: dict[Buffer, int], tk: int, tc: int, rows: int) -> dict[str, bool]:
+    """For each limit, whether the tile (tk, tc, rows) keeps it: ``halves`` of the buffers (bytes), the CONV
+    and REQUANT fields."""
+    channels, in_rows = shape.input_channels(tk, tc), shape.input_rows(rows)
+    return {"weight": tk * shape.kh * shape.kw * tc <= halves[Buffer.WEIGHT],
+            "param": tk * PARAM_RECORD_BYTES <= halves[Buffer.PARAM],
+            "acc": rows * shape.out_w * tk * BUFFER_UNIT_BYTES[Buffer.ACC] <= halves[Buffer.ACC],
+            "out": rows * shape.out_w * tk * shape.out_bytes <= halves[Buffer.OUT],
+            "act": in_rows * shape.in_w * channels <= halves[Buffer.ACT],
+            "fields": max(tk, channels, in_rows) <= DIM_MAX and rows * shape.out_w <= _PIXELS_MAX}
+
+
+def estimate_cost(shape: ConvGeometry, config: HardwareConfig, tk: int, tc: int, rows: int) -> tuple[float, int]:
+    """(cycles, commands) of the plan (tk, tc, rows): an approximate copy of the DMA's and the CONV unit's
+    timing. The DMA's cycles: DRAM words plus its latency per LOAD/STORE; inputs are re-read per k-tile
+    (groups == 1; a grouped tile reads only its own groups' channels), weights per row tile when the input
+    channels are split (the weight half then changes every step); a slice of a few channels of an HWC tensor
+    costs a whole word per pixel. The MAC array's: per weight block (``MacArrayConfig.blocks``) one per pixel,
+    and at least the ``cols`` cycles that load the next block's weights (docs/rtl-conv.md); edge tiles counted
+    as full. The two overlap across tiles (double buffering): the busier one's cycles plus the other's share of
+    one tile, the pipeline's fill."""
+    c, w, k, cg, kh, kw, groups = shape.c, shape.w, shape.k, shape.cg, shape.kh, shape.kw, shape.groups
+    out_h, out_w, out_bytes = shape.out_h, shape.out_w, shape.out_bytes
+    kg = k // groups
+    word = config.dram.bytes_per_cycle
+
+    def words(pixels: int, run: int, pixel_stride: int) -> int:
+        """DRAM words the DMA walks for ``pixels`` runs of ``run`` bytes ``pixel_stride`` apart (one per
+        cycle, partly used or not): adjacent runs merge into one (docs/rtl-dma.md)."""
+        return -(-pixels * run // word) if run == pixel_stride else pixels * -(-run // word)
+
+    k_tiles, row_tiles, chunks = -(-k // tk), -(-out_h // rows), -(-(c if groups == 1 else cg) // tc)
+    tiles = k_tiles * row_tiles
+    steps = tiles * chunks
+    inputs = k_tiles * chunks * words(row_tiles * shape.input_rows(rows) * w, shape.input_channels(tk, tc), c)
+    weights = chunks * words(k * kh * kw, min(tc, cg), cg) * (row_tiles if chunks > 1 else 1)
+    outputs = k_tiles * words(out_h * out_w, tk * out_bytes, k * out_bytes)
+    transfers = steps + (steps if chunks > 1 else k_tiles) + k_tiles + tiles
+    dma = inputs + weights + outputs + config.dram.latency_cycles * transfers
+    dense = groups == 1 or tc < cg
+    blocks = config.mac.blocks(1 if dense else tk // kg, tc if dense else cg, tk if dense else kg, kh * kw)
+    mac = steps * blocks * max(rows * out_w, config.mac.cols)
+    return max(dma, mac) + min(dma, mac) / tiles, transfers + steps + tiles

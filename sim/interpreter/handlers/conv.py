@@ -1,0 +1,49 @@
+"""The CONV unit's handler: a convolution tile of the activation and weight buffers into the accumulator."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from aipu.sim import golden
+from aipu.sim.interpreter.run_loop import conv_row
+from aipu.sim.interpreter.state import RunState, view
+from aipu.sim.interpreter.tiles import takes_conv
+from aipu.sim.machine.arch import ACC_DTYPE, DTYPE_NUMPY, Buffer, DType
+from aipu.sim.machine.errors import ExecutionError
+from aipu.sim.machine.program import Command
+
+if TYPE_CHECKING:
+    from aipu.sim.interpreter.preparer import Preparer
+
+
+def conv(preparer: Preparer, cmd: Command):
+    if cmd.in_c % cmd.groups or cmd.out_c % cmd.groups:
+        raise ExecutionError(f"{preparer.where}: field groups = {cmd.groups} must divide in_c = {cmd.in_c} "
+                             f"and out_c = {cmd.out_c}")
+    group_c = cmd.in_c // cmd.groups
+    in_dtype = DTYPE_NUMPY[DType(cmd.in_type)]
+    x = preparer.tensor(Buffer.ACT, "in_addr", cmd.in_addr, (cmd.in_h, cmd.in_w, cmd.in_c), in_dtype)
+    w = preparer.tensor(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, (cmd.out_c, cmd.k_h, cmd.k_w, group_c), np.int8)
+    geometry = golden.conv_geometry((1, cmd.in_c, cmd.in_h, cmd.in_w), in_dtype,
+                                    (cmd.out_c, group_c, cmd.k_h, cmd.k_w), np.int8,
+                                    x_zero_point=cmd.in_zero_point, w_zero_point=cmd.w_zero_point,
+                                    stride=(cmd.stride_h, cmd.stride_w), dilation=(cmd.dilation_h, cmd.dilation_w),
+                                    groups=cmd.groups)
+    shape = (*geometry.out_hw, cmd.out_c)          # [out_h][out_w][out_c]
+    entries = math.prod(shape)
+    if cmd.accumulate:
+        preparer.tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (entries,), ACC_DTYPE)
+    preparer.tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (entries,), ACC_DTYPE, written=True)
+    preparer.stats.macs += entries * group_c * cmd.k_h * cmd.k_w
+    first, accumulate = cmd.acc_addr, cmd.accumulate
+    if takes_conv(cmd.in_c, cmd.out_c, cmd.k_h, cmd.k_w, cmd.groups):
+        preparer.row = conv_row(x[1], x[4], DType(cmd.in_type), w[1], w[4], cmd.w_zero_point, cmd.in_zero_point,
+                                geometry.stride, geometry.padding, geometry.dilation, geometry.out_hw,
+                                first, bool(accumulate))
+
+    def execute(state: RunState) -> None:
+        sums = golden.conv_sums_channels_last(view(state, x)[None], view(state, w), geometry, wide=True)[0]
+        state.accumulate(first, sums, accumulate)
+    return execute

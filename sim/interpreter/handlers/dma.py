@@ -1,0 +1,94 @@
+"""The DMA units' handlers: LOAD (strided DRAM to a buffer, with a padded border), STORE (the output buffer to
+strided DRAM) and WDEC (a compressed weight stream in DRAM decoded into the weight buffer)."""
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from aipu.sim.interpreter.run_loop import load_row, store_row
+from aipu.sim.interpreter.results import DRAM
+from aipu.sim.interpreter.state import RunState, strided_view, view
+from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType
+from aipu.sim.machine.errors import ExecutionError
+from aipu.sim.machine.program import Command
+
+if TYPE_CHECKING:
+    from aipu.sim.interpreter.preparer import Preparer
+
+
+def load(preparer: Preparer, cmd: Command):
+    buffer, elem = Buffer(cmd.buffer), DType(cmd.elem_type)
+    source = preparer.strided_dram("dram_addr", cmd.dram_addr, cmd, write=False)
+    rows, cols = cmd.y_size + cmd.pad_top + cmd.pad_bottom, cmd.x_size + cmd.pad_left + cmd.pad_right
+    info = np.iinfo(DTYPE_NUMPY[elem])
+    if not info.min <= cmd.pad_value <= info.max:
+        raise ExecutionError(f"{preparer.where}: field pad_value = {cmd.pad_value}: outside {elem.name} range")
+    run_bytes = source[1][2]
+    start, stop = preparer.span(buffer, "sram_addr", cmd.sram_addr, rows * cols * run_bytes, DTYPE_NUMPY[elem],
+                                byte_address=True)
+    preparer.stats.bytes_moved[f"DRAM->{buffer.name}"] += cmd.y_size * cmd.x_size * run_bytes
+    top, left, bottom, right, pad_value = cmd.pad_top, cmd.pad_left, cmd.pad_bottom, cmd.pad_right, cmd.pad_value
+    inside = (slice(top, top + cmd.y_size), slice(left, left + cmd.x_size))
+    padded = top or left or bottom or right
+    preparer.row = load_row(int(buffer), start, rows, cols, DTYPE_BYTES[elem], top, left, source, pad_value)
+
+    def execute(state: RunState) -> None:
+        target = state.spaces[buffer][start:stop]
+        if padded:       # the border, element by element, then the data inside it
+            elements = target.view(DTYPE_NUMPY[elem]).reshape(rows, cols, cmd.run)
+            elements[:top] = elements[rows - bottom:] = pad_value
+            elements[inside[0], :left] = elements[inside[0], cols - right:] = pad_value
+        target.reshape(rows, cols, run_bytes)[inside] = strided_view(state, source)
+    return execute
+
+
+def store(preparer: Preparer, cmd: Command):
+    run_bytes = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
+    source = preparer.tensor(Buffer.OUT, "sram_addr", cmd.sram_addr, (cmd.y_size, cmd.x_size, run_bytes), np.uint8)
+    target = preparer.strided_dram("dram_addr", cmd.dram_addr, cmd, write=True)
+    preparer.stats.bytes_moved["OUT->DRAM"] += cmd.y_size * cmd.x_size * run_bytes
+    preparer.row = store_row(source[1], target)
+
+    def execute(state: RunState) -> None:
+        strided_view(state, target)[...] = view(state, source)
+    return execute
+
+
+def wdec(preparer: Preparer, cmd: Command):
+    start, stop = preparer.span(DRAM, "dram_addr", cmd.dram_addr, cmd.length, None)
+    shape = (cmd.out_c, cmd.in_c, cmd.k_h, cmd.k_w)
+    out = preparer.tensor(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, (cmd.out_c, cmd.k_h, cmd.k_w, cmd.in_c), np.int8,
+                          written=True)
+    preparer.stats.bytes_moved["DRAM->WDEC"] += cmd.length
+    preparer.stats.bytes_moved["WDEC->WEIGHT"] += math.prod(shape)
+
+    def execute(state: RunState) -> None:
+        stream = state.spaces[DRAM][start:stop].tobytes()
+        view(state, out)[...] = decode_weight_stream(stream, shape).transpose(0, 2, 3, 1)
+    return execute
+
+
+DECODED_STREAMS_KEPT = 256     # weight tiles whose decoded levels the interpreter keeps
+
+
+@functools.lru_cache(maxsize=DECODED_STREAMS_KEPT)
+def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:
+    """WDEC's decoder: one layer's bare nnc() stream of an [O, I, KH, KW] weight tensor in the npu profile
+    (what rtl/wdec.py executes; the full chapter-10 syntax is refused as the hardware refuses it) to int8
+    levels (read-only); levels outside int8 are an error, never a wrap. The last DECODED_STREAMS_KEPT results
+    are kept: a network run on many inputs decodes each of its weight tiles once."""
+    from aipu import codec
+
+    try:
+        levels = codec.decode_profile_compiled(stream, shape).levels
+    except codec.CodecError as exc:
+        raise ValueError(f"weight stream does not decode in the npu profile: {exc}") from None
+    info8 = np.iinfo(np.int8)
+    if levels.size and (levels.min() < info8.min or levels.max() > info8.max):
+        raise ValueError(f"decoded weight levels {levels.min()}..{levels.max()} do not fit int8")
+    levels = levels.astype(np.int8)
+    levels.flags.writeable = False
+    return levels

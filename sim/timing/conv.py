@@ -1,0 +1,80 @@
+"""CONV's cycles (docs/rtl-conv.md, "Cycles"): the weight-stationary schedule ``aipu.rtl.conv`` executes.
+
+The command is cut into blocks (``MacArrayConfig.blocks``). While a block's weights sit in one register
+bank, every output pixel streams through the array in ``beats`` cycles (two ACT and two ACC words a cycle,
+so any byte alignment works), and the next block's ``cols`` weight columns load into the other bank at
+``weight_beats`` cycles each. A block lasts at least ``2 * beats + 1`` cycles, so a pixel's accumulators are
+written back before the next block of the same chunk reads them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aipu.sim.machine.arch import ACC_DTYPE, BUFFER_UNIT_BYTES, Buffer, HardwareConfig
+from aipu.sim.machine.program import Command
+
+ENTRY_BYTES = ACC_DTYPE.itemsize
+SETUP_CYCLES = 2          # decode the tile geometry, then check it (faults are raised in the second cycle)
+
+
+def _words_spanned(length: int, config: HardwareConfig, buffer: Buffer) -> int:
+    """Worst-case number of port words ``length`` bytes touch, starting at any legal address of ``buffer``."""
+    port = config.buffer(buffer).port_bytes
+    worst_offset = port - min(port, BUFFER_UNIT_BYTES[buffer])
+    return (worst_offset + length + port - 1) // port
+
+
+def _beats(words: int) -> int:
+    """Cycles to move ``words`` words through a pair of ports."""
+    return (words + 1) // 2
+
+
+@dataclass(frozen=True)
+class ConvTiming:
+    """The cycle constants of a configuration: cycles per output pixel and per weight column."""
+
+    beats: int          # cycles per pixel: the ACT run of ``rows`` bytes and the ACC run of ``cols`` entries
+    weight_beats: int   # cycles per weight column: a run of ``rows`` bytes
+
+    @classmethod
+    def of(cls, config: HardwareConfig) -> ConvTiming:
+        act = _beats(_words_spanned(config.mac.rows, config, Buffer.ACT))
+        acc = _beats(_words_spanned(config.mac.cols * ENTRY_BYTES, config, Buffer.ACC))
+        return cls(max(act, acc), _beats(_words_spanned(config.mac.rows, config, Buffer.WEIGHT)))
+
+    def block_cycles(self, config: HardwareConfig, pixels: int) -> int:
+        """Cycles of every block but the last: the pixels, the next block's weights, the ACC write-back gap."""
+        return max(pixels * self.beats, config.mac.cols * self.weight_beats, 2 * self.beats + 1)
+
+
+def conv_cycles(config: HardwareConfig, *, groups: int, group_in: int, group_out: int, taps: int,
+                pixels: int) -> int:
+    """Cycles from start to retire of a legal CONV of ``groups`` groups of ``group_in`` input and ``group_out``
+    output channels, ``taps`` kernel taps (k_h * k_w) and ``pixels`` output pixels (docs/rtl-conv.md,
+    "Cycles"): the numbers a tile plan knows, without a command."""
+    timing = ConvTiming.of(config)
+    blocks = config.mac.blocks(groups, group_in, group_out, taps)
+    return (SETUP_CYCLES + config.mac.cols * timing.weight_beats
+            + (blocks - 1) * timing.block_cycles(config, pixels) + (pixels + 1) * timing.beats + 1)
+
+
+def conv_output_size(command: Command) -> tuple[int, int]:
+    """(out_h, out_w) of a CONV command (its input is padded already)."""
+    c = command.args
+    return ((c["in_h"] - c["dilation_h"] * (c["k_h"] - 1) - 1) // c["stride_h"] + 1,
+            (c["in_w"] - c["dilation_w"] * (c["k_w"] - 1) - 1) // c["stride_w"] + 1)
+
+
+def command_cycles(config: HardwareConfig, command: Command) -> int:
+    """Cycles from start to retire of a legal CONV command (docs/rtl-conv.md, "Cycles")."""
+    c = command.args
+    out_h, out_w = conv_output_size(command)
+    return conv_cycles(config, groups=c["groups"], group_in=c["in_c"] // c["groups"],
+                       group_out=c["out_c"] // c["groups"], taps=c["k_h"] * c["k_w"], pixels=out_h * out_w)
+
+
+def useful_macs(command: Command) -> int:
+    """Multiply-accumulates the command needs (what utilisation counts)."""
+    c = command.args
+    out_h, out_w = conv_output_size(command)
+    return out_h * out_w * c["out_c"] * c["k_h"] * c["k_w"] * (c["in_c"] // c["groups"])

@@ -1,0 +1,62 @@
+"""The cycle formulas (sim/timing/) sit below the RTL: the cycle model runs without Amaranth, and CONV's formula
+takes a tile plan's numbers as well as a command. The RTL tests (tests/rtl/) check every command against the
+formulas; tests/sim/test_cycle.py checks the cycle model built on them against the RTL."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from aipu.sim.machine.arch import DEFAULT, DType
+from aipu.sim.machine.isa import Opcode
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command
+from aipu.sim.timing import command_cycles
+from aipu.sim.timing.conv import conv_cycles, conv_output_size
+from tests.rtl.configs import CONFIGS
+
+CYCLE_MODEL_ALONE = """
+import sys
+from aipu.sim.cycle import simulate
+from aipu.sim.machine.arch import DEFAULT, Buffer, DType
+from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
+
+program = Program(DEFAULT)
+program.append(Command.make(Opcode.LOAD, buffer=Buffer.ACT, sram_addr=0, dram_addr=0, elem_type=DType.INT8,
+                            y_size=4, x_size=1, run=64, dram_y_stride=64, dram_x_stride=64, push={Unit.CONV}))
+program.append(Command.make(Opcode.CONV, in_h=4, in_w=4, in_c=4, out_c=8, k_h=3, k_w=3, stride_h=1, stride_w=1,
+                            dilation_h=1, dilation_w=1, groups=1, in_type=DType.INT8, pop={Unit.LOAD}))
+program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
+assert simulate(program, Memory.create(DEFAULT, 256)).total_cycles > 0
+print(sorted(name for name in sys.modules if name.split(".")[0] in ("amaranth", "numba")))
+"""
+
+
+def test_the_cycle_model_imports_and_runs_without_amaranth_or_numba():
+    """A program without WDEC is timed with neither Amaranth (the RTL) nor numba (WDEC's stream counts)."""
+    run = subprocess.run([sys.executable, "-c", CYCLE_MODEL_ALONE], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", f"loaded by the cycle model: {run.stdout.strip()}"
+
+
+@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+@pytest.mark.parametrize("groups, in_c, out_c, k, stride, size", [
+    (1, 64, 64, 3, 1, 30), (1, 3, 16, 7, 2, 23), (4, 32, 64, 3, 1, 12), (32, 32, 32, 3, 2, 15), (1, 300, 20, 1, 1, 9)])
+def test_a_tile_plan_s_numbers_give_the_conv_command_s_cycles(config, groups, in_c, out_c, k, stride, size):
+    """What a tiler knows of a CONV (groups, channels per group, taps, output pixels) is all its cycles need."""
+    conv = Command.make(Opcode.CONV, in_h=size, in_w=size + 3, in_c=in_c, out_c=out_c, k_h=k, k_w=k,
+                        stride_h=stride, stride_w=stride, dilation_h=1, dilation_w=1, groups=groups,
+                        in_type=DType.INT8)
+    out_h, out_w = conv_output_size(conv)
+    assert (out_h, out_w) == ((size - k) // stride + 1, (size + 3 - k) // stride + 1)
+    planned = conv_cycles(config, groups=groups, group_in=in_c // groups, group_out=out_c // groups, taps=k * k,
+                          pixels=out_h * out_w)
+    assert planned == command_cycles(config, conv, Memory.create(config, 64))
+
+
+def test_conv_cycles_gives_the_documented_count():
+    """docs/rtl-conv.md, "Utilisation": a 3x3 conv of 16 to 16 channels over 16x16 output pixels on DEFAULT."""
+    assert conv_cycles(DEFAULT, groups=1, group_in=16, group_out=16, taps=9, pixels=256) == 2324
