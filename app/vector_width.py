@@ -2,9 +2,8 @@
 
 numba compiles for the host CPU through LLVM, whose tuning for Intel's AVX-512 server cores prefers 256-bit
 vectors (as clang's default -mprefer-vector-width does, against the clock drop of the older cores), so the
-kernels run half-width there; AMD's Zen 4 tuning already takes 512. On an Emerald Rapids Xeon the full width
-took the golden model's stride-2 depthwise layers from 1.67x and 1.44x onnxruntime's time to 0.98-0.99x and
-1.05-1.08x, and the interpreter's depthwise layers 1.04-1.6x less time (docs/performance.md). Every `aipu`
+kernels run half-width there; AMD's Zen 4 tuning already takes 512. The full width is what brings the golden
+model's stride-2 depthwise layers level with onnxruntime on those cores (docs/performance.md). Every `aipu`
 command and the test suite therefore ask numba for 512-bit vectors where the CPU has AVX-512F, through
 NUMBA_CPU_FEATURES, which the processes they start inherit. A NUMBA_CPU_NAME or NUMBA_CPU_FEATURES of your
 own is left as it is; AIPU_VECTOR_BITS=256 keeps LLVM's choice. The kernels' results do not depend on it:
