@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from aipu.codec import CodecError
-from aipu.codec.reference.engine import TRACE_BYPASS, TRACE_STUFFING, AecDecoder, AecEncoder, ContextModels
+from aipu.codec.reference.engine import TRACE_BYPASS, TRACE_STUFFING, AecDecoder, ContextModels
 from aipu.rtl.wdec_parts.engine import ArithmeticDecoder
 from aipu.rtl.wdec_parts.interfaces import NEED_BITS, BinKind
+from tests.codec.bin_streams import encode_ops
 from tests.rtl.wdec_parts.simulate import simulate
 
 CONTEXTS = (0, 5, 17, 400)
@@ -87,15 +88,7 @@ def test_bins_of_an_encoded_sequence():
     rng = np.random.default_rng(6)
     requests = _requests(rng, 300)
     sent = [int(rng.random() < (0.9 if request == 17 else 0.5)) for request in requests[:-1]] + [1]
-    encoder = AecEncoder()
-    for request, bin_ in zip(requests, sent):
-        if request == TRACE_BYPASS:
-            encoder.encode_bypass(bin_)
-        elif request == TRACE_STUFFING:
-            encoder.encode_stuffing_bit(bin_)
-        else:
-            encoder.encode_decision(request, bin_)
-    assert _hardware(encoder.finish(), requests) == (sent, True)
+    assert _hardware(encode_ops(list(zip(requests, sent))), requests) == (sent, True)
 
 
 @pytest.mark.parametrize("stream", [bytes(40), b"\xff" * 12, b"\x00\x01" * 20, b"\x80" + bytes(30), b"\x01"],
