@@ -3,8 +3,8 @@ channels of a tile in chunks that CONV accumulates, each tile's data in half of 
 
 Among every even split of K and every halving of C and of the output rows that fits, the plan with the
 fewest estimated cycles wins, and among the plans within ESTIMATE_TOLERANCE of it the one with the fewest
-commands (docs/compiler.md, "Tiling"). The estimate (:func:`estimate_cost`) is an approximate copy of the
-DMA's and the CONV unit's timing.
+commands (docs/compiler.md, "Tiling"). The estimate (:class:`CostEstimate`) adds up the units' own timing
+(``aipu.sim.timing``) over a plan's commands, before they are placed in DRAM and in the buffers.
 """
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from aipu.compiler.lowering.base import field_max
 from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, output_size
 from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, HardwareConfig
 from aipu.sim.machine.isa import Opcode
+from aipu.sim.timing.conv import ConvTiming
+from aipu.sim.timing.dma import least_cycles, walk_words
 
-ESTIMATE_TOLERANCE = 1.03   # plans whose estimated cycles are this close to the fastest count as ties
+ESTIMATE_TOLERANCE = 1.02   # plans whose estimated cycles are this close to the fastest count as ties
 _PIXELS_MAX = field_max(DEFAULT, Opcode.REQUANT, "pixels")      # output pixels of one tile
 
 
@@ -66,8 +68,8 @@ class ConvGeometry:
 def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
                tile_c: int | None = None, tile_rows: int | None = None) -> TilePlan:
     """Tiles that fit half of every buffer, chosen among even splits of K and halvings of C and of the output
-    rows: the fewest commands among the plans within ESTIMATE_TOLERANCE of the fewest estimated cycles (the
-    DMA's DRAM words and latency per command against the MAC array's blocks; docs/compiler.md, "Tiling").
+    rows: the fewest commands among the plans within ESTIMATE_TOLERANCE of the fewest estimated cycles
+    (:class:`CostEstimate`; docs/compiler.md, "Tiling").
     Explicitly given sizes are kept."""
     shape = ConvGeometry.of(layer)
     halves = {buffer: config.buffer(buffer).bytes // 2 for buffer in Buffer}
@@ -79,7 +81,8 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
             or (tile_rows is not None and not 1 <= tile_rows <= shape.out_h)):
         raise ValueError(f"tile_c = {tile_c} / tile_rows = {tile_rows}: must be 1..{shape.c} / 1..{shape.out_h}")
     # A grouped tile reads whole groups (tile_c = C/G), or, holding one group, a chunk of its channels.
-    candidates = [(*estimate_cost(shape, config, tk, tc, rows), -rows, tk, tc, rows)
+    estimate = CostEstimate(shape, config)
+    candidates = [(*estimate(tk, tc, rows), -rows, tk, tc, rows)
                   for tk in ([tile_k] if tile_k else [n * step_k for n in _even_splits(shape.k // step_k)])
                   for tc in (([tile_c] if tile_c else _halvings(shape.c)) if shape.groups == 1 else _halvings(shape.cg))
                   for rows in ([tile_rows] if tile_rows else _halvings(shape.out_h))
@@ -121,34 +124,42 @@ def _fits(shape: ConvGeometry, halves: dict[Buffer, int], tk: int, tc: int, rows
             "fields": max(tk, channels, in_rows) <= DIM_MAX and rows * shape.out_w <= _PIXELS_MAX}
 
 
-def estimate_cost(shape: ConvGeometry, config: HardwareConfig, tk: int, tc: int, rows: int) -> tuple[float, int]:
-    """(cycles, commands) of the plan (tk, tc, rows): an approximate copy of the DMA's and the CONV unit's
-    timing. The DMA's cycles: DRAM words plus its latency per LOAD/STORE; inputs are re-read per k-tile
-    (groups == 1; a grouped tile reads only its own groups' channels), weights per row tile when the input
-    channels are split (the weight half then changes every step); a slice of a few channels of an HWC tensor
-    costs a whole word per pixel. The MAC array's: per weight block (``MacArrayConfig.blocks``) one per pixel,
-    and at least the ``cols`` cycles that load the next block's weights (docs/rtl-conv.md); edge tiles counted
-    as full. The two overlap across tiles (double buffering): the busier one's cycles plus the other's share of
-    one tile, the pipeline's fill."""
-    c, w, k, cg, kh, kw, groups = shape.c, shape.w, shape.k, shape.cg, shape.kh, shape.kw, shape.groups
-    out_h, out_w, out_bytes = shape.out_h, shape.out_w, shape.out_bytes
-    kg = k // groups
-    word = config.dram.bytes_per_cycle
+class CostEstimate:
+    """(cycles, commands) of a layer's plans (tk, tc, rows), from the units' own timing (``aipu.sim.timing``):
+    each CONV's cycles on a full tile (edge tiles counted as full), and the DMA's walk, a slot per DRAM word
+    plus each LOAD's and STORE's fixed cycles. Inputs are re-read per k-tile (groups == 1; a grouped tile reads
+    only its own groups' channels), weights per row tile when the input channels are split (the weight half
+    then changes every step). The DMA and the MAC array overlap across tiles (double buffering): the busier
+    one's cycles plus the other's share of one tile, the pipeline's fill."""
 
-    def words(pixels: int, run: int, pixel_stride: int) -> int:
-        """DRAM words the DMA walks for ``pixels`` runs of ``run`` bytes ``pixel_stride`` apart (one per
-        cycle, partly used or not): adjacent runs merge into one (docs/rtl-dma.md)."""
-        return -(-pixels * run // word) if run == pixel_stride else pixels * -(-run // word)
+    def __init__(self, shape: ConvGeometry, config: HardwareConfig) -> None:
+        self.shape, self.config = shape, config
+        self.conv = ConvTiming.of(config)       # the configuration's constants, taken once per layer
+        self.load, self.store = (least_cycles(config, opcode) for opcode in (Opcode.LOAD, Opcode.STORE))
 
-    k_tiles, row_tiles, chunks = -(-k // tk), -(-out_h // rows), -(-(c if groups == 1 else cg) // tc)
-    tiles = k_tiles * row_tiles
-    steps = tiles * chunks
-    inputs = k_tiles * chunks * words(row_tiles * shape.input_rows(rows) * w, shape.input_channels(tk, tc), c)
-    weights = chunks * words(k * kh * kw, min(tc, cg), cg) * (row_tiles if chunks > 1 else 1)
-    outputs = k_tiles * words(out_h * out_w, tk * out_bytes, k * out_bytes)
-    transfers = steps + (steps if chunks > 1 else k_tiles) + k_tiles + tiles
-    dma = inputs + weights + outputs + config.dram.latency_cycles * transfers
-    dense = groups == 1 or tc < cg
-    blocks = config.mac.blocks(1 if dense else tk // kg, tc if dense else cg, tk if dense else kg, kh * kw)
-    mac = steps * blocks * max(rows * out_w, config.mac.cols)
-    return max(dma, mac) + min(dma, mac) / tiles, transfers + steps + tiles
+    def __call__(self, tk: int, tc: int, rows: int) -> tuple[float, int]:
+        shape = self.shape
+        k_tiles, row_tiles = -(-shape.k // tk), -(-shape.out_h // rows)
+        chunks = -(-(shape.c if shape.groups == 1 else shape.cg) // tc)
+        tiles = k_tiles * row_tiles
+        steps = tiles * chunks
+        loads = steps + (steps if chunks > 1 else k_tiles) + k_tiles      # activations, weights, records
+        dma = self._dram_words(tk, tc, rows, k_tiles, row_tiles, chunks) + self.load * loads + self.store * tiles
+        dense = shape.groups == 1 or tc < shape.cg
+        kg = shape.k // shape.groups
+        mac = steps * self.conv.cycles(self.config, groups=1 if dense else tk // kg,
+                                       group_in=tc if dense else shape.cg, group_out=tk if dense else kg,
+                                       taps=shape.kh * shape.kw, pixels=rows * shape.out_w)
+        return max(dma, mac) + min(dma, mac) / tiles, loads + tiles + steps + tiles
+
+    def _dram_words(self, tk: int, tc: int, rows: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
+        """DRAM words the DMA walks for the plan's inputs, weights and outputs (a slice of a few channels of
+        an HWC tensor costs a word per pixel at least; adjacent runs merge)."""
+        shape, word = self.shape, self.config.dram.bytes_per_cycle
+        inputs = k_tiles * chunks * walk_words(word, row_tiles * shape.input_rows(rows) * shape.w,
+                                               shape.input_channels(tk, tc), shape.c)
+        weights = (chunks * walk_words(word, shape.k * shape.kh * shape.kw, min(tc, shape.cg), shape.cg)
+                   * (row_tiles if chunks > 1 else 1))
+        outputs = k_tiles * walk_words(word, shape.out_h * shape.out_w, tk * shape.out_bytes,
+                                       shape.k * shape.out_bytes)
+        return inputs + weights + outputs

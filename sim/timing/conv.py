@@ -46,16 +46,21 @@ class ConvTiming:
         """Cycles of every block but the last: the pixels, the next block's weights, the ACC write-back gap."""
         return max(pixels * self.beats, config.mac.cols * self.weight_beats, 2 * self.beats + 1)
 
+    def cycles(self, config: HardwareConfig, *, groups: int, group_in: int, group_out: int, taps: int,
+               pixels: int) -> int:
+        """:func:`conv_cycles` with this configuration's constants taken already (a tiler weighs many plans)."""
+        blocks = config.mac.blocks(groups, group_in, group_out, taps)
+        return (SETUP_CYCLES + config.mac.cols * self.weight_beats
+                + (blocks - 1) * self.block_cycles(config, pixels) + (pixels + 1) * self.beats + 1)
+
 
 def conv_cycles(config: HardwareConfig, *, groups: int, group_in: int, group_out: int, taps: int,
                 pixels: int) -> int:
     """Cycles from start to retire of a legal CONV of ``groups`` groups of ``group_in`` input and ``group_out``
     output channels, ``taps`` kernel taps (k_h * k_w) and ``pixels`` output pixels (docs/rtl-conv.md,
     "Cycles"): the numbers a tile plan knows, without a command."""
-    timing = ConvTiming.of(config)
-    blocks = config.mac.blocks(groups, group_in, group_out, taps)
-    return (SETUP_CYCLES + config.mac.cols * timing.weight_beats
-            + (blocks - 1) * timing.block_cycles(config, pixels) + (pixels + 1) * timing.beats + 1)
+    return ConvTiming.of(config).cycles(config, groups=groups, group_in=group_in, group_out=group_out, taps=taps,
+                                        pixels=pixels)
 
 
 def conv_output_size(command: Command) -> tuple[int, int]:

@@ -8,6 +8,8 @@ DMA units (WDEC's formula splits the same way).
 """
 from __future__ import annotations
 
+import math
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -46,6 +48,34 @@ def run_shape(cmd, dense_gap: int) -> tuple[int, int, int]:
         if dense_gap == 0 and (rows == 1 or cmd.dram_y_stride == run):
             run, rows = run * rows, 1
     return rows, runs, run
+
+
+@lru_cache(maxsize=4096)
+def walk_words(dram_bytes: int, runs: int, run: int, stride: int, start: int = 0) -> int:
+    """DRAM words the walk steps through for ``runs`` runs of ``run`` bytes, ``stride`` bytes apart, the first
+    at DRAM byte ``start``: one step per DRAM word a run touches, runs that touch end to end walked as one
+    (``dram_bytes`` a word). A plan's count before its commands exist; the walk below counts the same."""
+    if runs == 0 or run == 0:
+        return 0
+    if stride == run:
+        runs, run = 1, runs * run
+    period = dram_bytes // math.gcd(stride, dram_bytes)       # the runs' offsets in their words repeat
+
+    def touched(count: int) -> int:
+        return sum(((start + i * stride) % dram_bytes + run - 1) // dram_bytes + 1 for i in range(count))
+
+    full, rest = divmod(runs, period)
+    return full * touched(period) + touched(rest)
+
+
+def least_cycles(config: HardwareConfig, opcode: Opcode) -> int:
+    """A LOAD's or STORE's cycles besides one slot per DRAM word of its walk, at the least: the check, a LOAD's
+    DRAM latency and its padding's slot (one at least), a STORE's overlap scan (one at least) and its tail."""
+    if opcode == Opcode.LOAD:
+        return CHECK_CYCLES + config.dram.latency_cycles + 1
+    if opcode == Opcode.STORE:
+        return CHECK_CYCLES + 1 + STORE_TAIL_CYCLES
+    raise ValueError(f"{opcode.name} is not a LOAD or STORE")
 
 
 def _pattern_steps(config: HardwareConfig, cmd, dense_start: int, dense_gap: int):

@@ -6,14 +6,17 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from aipu.sim.machine.arch import DEFAULT, DType
+from aipu.sim.cosim.stimulus.dma import random_load, random_store
+from aipu.sim.machine.arch import DEFAULT, Buffer, DType
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
 from aipu.sim.timing import command_cycles
 from aipu.sim.timing.conv import conv_cycles, conv_output_size
+from aipu.sim.timing.dma import dram_phases, least_cycles, load_dense, run_shape, walk_words
 from tests.rtl.configs import CONFIGS
 
 CYCLE_MODEL_ALONE = """
@@ -60,3 +63,29 @@ def test_a_tile_plan_s_numbers_give_the_conv_command_s_cycles(config, groups, in
 def test_conv_cycles_gives_the_documented_count():
     """docs/rtl-conv.md, "Utilisation": a 3x3 conv of 16 to 16 channels over 16x16 output pixels on DEFAULT."""
     assert conv_cycles(DEFAULT, groups=1, group_in=16, group_out=16, taps=9, pixels=256) == 2324
+
+
+@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+def test_a_plan_s_dram_words_are_the_walk_s_and_its_fixed_cycles_a_floor(config):
+    """``walk_words`` counts the steps the DMA's walk takes, row by row, and every LOAD or STORE takes at least
+    ``least_cycles`` besides them: the tiler weighs its plans with these two."""
+    rng = np.random.default_rng(11)
+    for i in range(400):
+        command = (random_load if i % 2 else random_store)(config, rng, size=8)
+        phases = dram_phases(config, command)
+        gap = load_dense(command)[3] if command.opcode == Opcode.LOAD else 0
+        rows, runs, run = run_shape(command, gap)
+        words = sum(walk_words(config.dram.bytes_per_cycle, runs, run, command.dram_x_stride,
+                               command.dram_addr + row * command.dram_y_stride) for row in range(rows))
+        assert words == phases.words, command
+        assert phases.cycles >= least_cycles(config, command.opcode) + words, command
+
+
+def test_an_aligned_dense_load_takes_its_fixed_cycles_and_a_slot_per_word():
+    """A LOAD of whole DRAM words into whole port words: nothing but the fixed cycles and the walk."""
+    word = DEFAULT.dram.bytes_per_cycle
+    load = Command.make(Opcode.LOAD, buffer=Buffer.ACT, sram_addr=0, dram_addr=4 * word, elem_type=DType.INT8,
+                        y_size=6, x_size=10, run=word, dram_y_stride=10 * word, dram_x_stride=word)
+    words = walk_words(word, 60, word, word, 4 * word)
+    assert words == 60
+    assert command_cycles(DEFAULT, load, Memory.create(DEFAULT, 64)) == least_cycles(DEFAULT, Opcode.LOAD) + words
