@@ -54,9 +54,14 @@ class UnitComponent(wiring.Component):
 
     def __init__(self, config: HardwareConfig):
         self.config = config
-        names = error_fields(self.UNIT)
-        self.error_names = names + tuple(name for name in self.ENGINE_ERRORS if name not in names)
+        self.error_names = self.unit_error_names()
         super().__init__({**control_members(self.error_names), **self.ports(config)})
+
+    @classmethod
+    def unit_error_names(cls) -> tuple[str, ...]:
+        """The names ``error_field`` indexes: the checker's fields, then the engine's own errors."""
+        names = error_fields(cls.UNIT)
+        return names + tuple(name for name in cls.ENGINE_ERRORS if name not in names)
 
     def ports(self, config: HardwareConfig) -> dict:
         """Signature members of the unit's buffer and DRAM ports (names per :mod:`aipu.rtl.ports`)."""

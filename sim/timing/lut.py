@@ -1,6 +1,6 @@
 """LUT's and SOFTMAX's cycles (docs/rtl-lut.md, "Cycles"): the LUT unit (``aipu.rtl.lut``) copies its table
 into a local table memory a LUT word a cycle, then runs a group of elements a cycle (SOFTMAX: three passes
-of one element a cycle, then its divider pipeline, ``aipu.rtl.softmax``), and writes one more output word
+of one element a cycle, then its divider pipeline, ``aipu.rtl.lut_parts.softmax``), and writes one more output word
 when the last group spills into it.
 """
 from __future__ import annotations

@@ -1,0 +1,37 @@
+"""What REQUANT's parts share: the record as PARAM stores it, the record checks' flags and the command's
+per-type constants."""
+from __future__ import annotations
+
+import numpy as np
+from amaranth.hdl import signed, unsigned
+from amaranth.lib import data
+
+from aipu.rtl.commands import command_layout
+from aipu.rtl.parts import by_type
+from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, PARAM_RECORD, HardwareConfig
+from aipu.sim.machine.isa import Opcode
+
+# The record as the PARAM buffer stores it (little-endian, packed): integers keep their signedness, the
+# float32 scale is its bit pattern.
+PARAM_LAYOUT = data.StructLayout({
+    name: (signed if dtype.kind == "i" else unsigned)(8 * dtype.itemsize) for name, dtype, _ in PARAM_RECORD})
+
+# Sticky over a command's load: some record has non-zero reserved bits, a shift or negative shift above
+# SHIFT_MAX, a scale that is not finite and positive.
+RECORD_FLAGS = data.StructLayout({"reserved": 1, "shift": 1, "negative_shift": 1, "scale": 1})
+
+
+def command(config: HardwareConfig) -> data.FlexibleLayout:
+    """The REQUANT command word's layout (the parts take the word as a port of it)."""
+    return command_layout(config, Opcode.REQUANT)
+
+
+def element_bytes(cmd):
+    """Bytes of one output element of ``out_type``."""
+    return by_type(cmd.out_type, DTYPE_BYTES)
+
+
+def type_range(cmd):
+    """(least, greatest) value of ``out_type``."""
+    return (by_type(cmd.out_type, {t: int(np.iinfo(d).min) for t, d in DTYPE_NUMPY.items()}),
+            by_type(cmd.out_type, {t: int(np.iinfo(d).max) for t, d in DTYPE_NUMPY.items()}))

@@ -1,0 +1,77 @@
+"""The record store loads the command's records from PARAM, serves each lane the record of its channel, and
+flags exactly the records golden refuses."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aipu.rtl.requant_parts.records import RecordStore
+from aipu.sim.cosim.stimulus.requant import random_records
+from aipu.sim.machine.arch import SHIFT_MAX, Buffer
+from aipu.sim.machine.isa import Opcode
+from aipu.sim.timing.requant import RequantGeometry
+from tests.rtl.configs import CONFIGS
+from tests.rtl.parts import behind_buffers, command_word
+from tests.rtl.wdec_parts.simulate import simulate
+
+BAD = {"reserved": ("reserved", 1), "shift": ("shift", SHIFT_MAX + 1),
+       "negative_shift": ("negative_shift", SHIFT_MAX + 1), "scale": ("scale", -1.0)}
+
+
+def _load(config, records: np.ndarray, param_index: int, channels: int):
+    """(the records the lanes read back, channel by channel; the flags) after loading ``channels`` records."""
+    dut = RecordStore(config)
+    geometry = RequantGeometry.of(config)
+    image = np.zeros(config.buffer(Buffer.PARAM).bytes, np.uint8)
+    image[:records.nbytes] = records.view(np.uint8)
+    read, outcome = [], {}
+
+    async def testbench(ctx):
+        ctx.set(dut.command.as_value(), command_word(config, Opcode.REQUANT, param_index=param_index,
+                                                     channels=channels))
+        ctx.set(dut.begin, 1)
+        await ctx.tick()
+        ctx.set(dut.begin, 0)
+        ctx.set(dut.load, 1)
+        reads = 0
+        while True:
+            reads += 1
+            last = ctx.get(dut.last_read)
+            await ctx.tick()
+            if last:
+                break
+        assert reads == channels * geometry.reads_per_record
+        ctx.set(dut.load, 0)
+        await ctx.tick()                # the last read lands
+        outcome["flags"] = {name: ctx.get(getattr(dut.flags, name)) for name in BAD}
+        for first in range(0, channels, geometry.lanes):
+            for j, channel in enumerate(dut.channel):
+                ctx.set(channel, min(first + j, channels - 1))
+            await ctx.tick()
+            read.extend(ctx.get(record.as_value()) for record in dut.record)
+        outcome["records"] = read[:channels]
+
+    simulate(behind_buffers(dut, {"param_read": image}), testbench)
+    return outcome["records"], outcome["flags"]
+
+
+@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+def test_the_lanes_read_the_loaded_records(config):
+    rng = np.random.default_rng(3)
+    records = random_records(rng, config.buffer_units(Buffer.PARAM))
+    param_index, channels = 5, 19
+    got, flags = _load(config, records, param_index, channels)
+    assert got == [int.from_bytes(r.tobytes(), "little") for r in records[param_index:param_index + channels]]
+    assert not any(flags.values())
+
+
+@pytest.mark.parametrize("flag", list(BAD))
+def test_a_refused_record_raises_its_flag(flag):
+    config = CONFIGS["small"]
+    records = random_records(np.random.default_rng(4), 16)
+    field, value = BAD[flag]
+    records[9][field] = value
+    _, inside = _load(config, records, 2, 10)
+    assert inside == {name: int(name == flag) for name in BAD}
+    _, outside = _load(config, records, 10, 6)       # the bad record is not the command's
+    assert not any(outside.values())
