@@ -1,7 +1,8 @@
 """What CONV's parts share: the signatures between them and the register ranges they agree on.
 
-Every range is the one the value can take (or the register it is truncated into), so that no part narrows a
-value another part still computes with: the parts together compute exactly what one module would.
+A member's range is that of the register the value is held in, or of the values it takes in a legal command,
+or (an address) wide enough for every bit the port address and the byte offset use: the parts together
+compute the same bits in the same cycles as one module would.
 """
 from __future__ import annotations
 
