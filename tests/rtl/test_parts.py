@@ -4,7 +4,7 @@ from __future__ import annotations
 import itertools
 
 from aipu.rtl.parts import FirstFault
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 ERROR_NAMES = ("opcode", "reserved", "src_addr", "dst_addr", "qmin", "qmax")
 CHECKS = ["dst_addr", "qmin", "src_addr", "qmin", "qmax"]      # a name may come back later in the order

@@ -10,7 +10,7 @@ from aipu.sim.machine.arch import DEFAULT, DTYPE_BYTES, Buffer, DType
 from aipu.sim.machine.isa import LutMode, Opcode
 from aipu.sim.timing.lut import group_elements
 from tests.rtl.parts import command_word
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 ACT, OUT, LUT = (DEFAULT.buffer(b).bytes for b in (Buffer.ACT, Buffer.OUT, Buffer.LUT))
 DIRECT8 = dict(mode=LutMode.DIRECT8, table_log2=0, index_shift=0, input_min=0, qmin=0, qmax=0, in_type=DType.INT8,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aipu.rtl.lut_parts.control import LutControl
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 NAMES = ("opcode", "src_addr", "table_addr")
 OUTPUTS = ("begin", "load", "prime", "prime_hold", "advance", "softmax_begin", "fault")

@@ -11,7 +11,7 @@ from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.lut import group_elements
 from tests.rtl.configs import CONFIGS
 from tests.rtl.parts import behind_buffers, command_word
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 CASES = [(Buffer.ACT, DType.INT8, DType.INT8, 0, 40), (Buffer.OUT, DType.UINT8, DType.INT16, 5, 23),
          (Buffer.ACT, DType.INT16, DType.INT8, 6, 17), (Buffer.OUT, DType.INT16, DType.INT16, 3, 1)]

@@ -11,7 +11,7 @@ from aipu.sim.golden.lut import direct_lookup, interpolated_lookup
 from aipu.sim.machine.arch import LUT8_ENTRIES
 from aipu.sim.timing.lut import entries_per_row
 from tests.rtl.configs import CONFIGS
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 def _lookups(config, table: np.ndarray, inputs, fields: dict, interp: bool) -> list[int]:

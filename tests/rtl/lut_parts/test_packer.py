@@ -10,7 +10,7 @@ from aipu.rtl.lut_parts.packer import OutputPacker
 from aipu.sim.machine.arch import Buffer
 from tests.rtl.configs import CONFIGS
 from tests.rtl.parts import WrittenImage
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 def _pack(config, dst_addr: int, out_bytes: int, groups: list[list[int]], softmax: bool):

@@ -10,7 +10,7 @@ from aipu.sim.machine.arch import SOFTMAX_EXP_BITS, Buffer
 from aipu.sim.timing.lut import entries_per_row
 from tests.rtl.configs import CONFIGS
 from tests.rtl.parts import behind_buffers
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 def _load(config, image: np.ndarray, operands: dict) -> tuple[dict, bool, int]:

@@ -9,7 +9,7 @@ from aipu.rtl.requant_parts.checks import RequantChecks
 from aipu.sim.machine.arch import DEFAULT, Buffer, DType
 from aipu.sim.machine.isa import Opcode, RequantMode
 from tests.rtl.parts import command_word
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 ACC, OUT = DEFAULT.buffer_units(Buffer.ACC), DEFAULT.buffer_units(Buffer.OUT)
 FLOAT = dict(mode=RequantMode.FLOAT32)

@@ -6,7 +6,7 @@ import pytest
 
 from aipu.rtl.requant_parts.control import RequantControl
 from aipu.sim.timing.requant import FIXED_CYCLES
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 NAMES = ("opcode", "acc_addr", "param_shift")
 

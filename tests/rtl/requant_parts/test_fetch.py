@@ -11,7 +11,7 @@ from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.requant import RequantGeometry
 from tests.rtl.configs import CONFIGS
 from tests.rtl.parts import behind_buffers, command_word
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 CASES = [(0, 4, 8, 0, DType.INT8), (3, 5, 3, 7, DType.INT16), (13, 2, 11, 1, DType.UINT8), (6, 9, 1, 30, DType.INT16)]
 

@@ -10,7 +10,7 @@ from aipu.sim import golden
 from aipu.sim.cosim.stimulus.requant import random_accumulators, random_records
 from aipu.sim.machine.arch import DTYPE_NUMPY, DType, DEFAULT
 from aipu.sim.machine.isa import RequantMode, Rounding
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 def _lane(accumulators, records, fields: dict) -> list[int]:

@@ -12,7 +12,7 @@ from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.requant import RequantGeometry
 from tests.rtl.configs import CONFIGS
 from tests.rtl.parts import behind_buffers, command_word
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 BAD = {"reserved": ("reserved", 1), "shift": ("shift", SHIFT_MAX + 1),
        "negative_shift": ("negative_shift", SHIFT_MAX + 1), "scale": ("scale", -1.0)}

@@ -11,7 +11,7 @@ from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.requant import RequantGeometry
 from tests.rtl.configs import CONFIGS
 from tests.rtl.parts import WrittenImage, command_word
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 @pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))

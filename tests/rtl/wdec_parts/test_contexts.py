@@ -6,7 +6,7 @@ import numpy as np
 
 from aipu.codec.reference.engine import LG_PMPS_INIT, ContextModels
 from aipu.rtl.wdec_parts.contexts import ContextMemory
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 def test_updates_follow_update_ctx_and_clear_makes_contexts_fresh():

@@ -11,7 +11,7 @@ from aipu.codec.reference.engine import TRACE_BYPASS
 from aipu.rtl.wdec_parts.elements import CtuFlags, HeaderFields
 from aipu.sim.cosim.stimulus.wdec import layer_stream, random_weights
 from aipu.sim.machine.arch import DEFAULT
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 ERROR_NAMES = ("k_h", "k_w", "in_c", "out_c", "stream", "profile")
 SHAPE = (5, 3, 2, 3)

@@ -10,7 +10,7 @@ from aipu.codec.reference.engine import TRACE_BYPASS, TRACE_STUFFING, AecDecoder
 from aipu.rtl.wdec_parts.engine import ArithmeticDecoder
 from aipu.rtl.wdec_parts.interfaces import NEED_BITS, BinKind
 from tests.codec.bin_streams import encode_ops
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 CONTEXTS = (0, 5, 17, 400)
 KINDS = {TRACE_BYPASS: BinKind.BYPASS, TRACE_STUFFING: BinKind.STUFFING}

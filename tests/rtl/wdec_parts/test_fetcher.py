@@ -7,7 +7,7 @@ import pytest
 
 from aipu.rtl.wdec_parts.fetcher import WordFetcher
 from tests.rtl.configs import CONFIGS, SMALL
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 def _fetch(config, dram_addr: int, length: int, rng, stall: float) -> tuple[list[int], list[int], bool]:

@@ -7,7 +7,7 @@ import pytest
 from aipu.codec.npu_profile import SPLIT_FLAG_MIN_CU, morton_leaves
 from aipu.rtl.wdec_parts.leaves import LeafWalk
 from aipu.sim.machine.arch import DEFAULT
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 def _expected(out_c: int, in_c: int, k_h: int, k_w: int, ctu_size: int) -> list:

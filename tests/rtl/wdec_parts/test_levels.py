@@ -7,7 +7,7 @@ import numpy as np
 from aipu.codec.reference.binarization import encode_uegk
 from aipu.codec.reference.elements import element_spec
 from aipu.rtl.wdec_parts.levels import LevelDecoder
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 NZFLAG, SIGN, MAGNITUDE = (element_spec(name).ctx_start for name in ("uni_map_nzflag", "uni_sign", "uni_abs_q"))
 

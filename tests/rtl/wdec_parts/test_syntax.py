@@ -15,7 +15,7 @@ from aipu.sim.machine.arch import DEFAULT, Buffer
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.program import Command
 from tests.rtl.configs import SMALL
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 ERROR_NAMES = ("wgt_addr", "dram_addr", "k_h", "k_w", "in_c", "out_c", "stream", "profile", "levels")
 TRACE_KINDS = {BinKind.BYPASS: TRACE_BYPASS, BinKind.STUFFING: TRACE_STUFFING}

@@ -8,7 +8,7 @@ import pytest
 from aipu.rtl.wdec_parts.interfaces import NEED_BITS
 from aipu.rtl.wdec_parts.window import BitWindow
 from tests.rtl.configs import CONFIGS, SMALL
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 def _next_bits(stream: bytes, position: int) -> int:

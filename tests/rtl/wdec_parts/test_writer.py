@@ -6,7 +6,7 @@ import pytest
 from aipu.rtl.wdec_parts.writer import LevelWriter
 from aipu.sim.machine.arch import Buffer
 from tests.rtl.configs import CONFIGS
-from tests.rtl.wdec_parts.simulate import simulate
+from tests.rtl.simulate import simulate
 
 
 @pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))

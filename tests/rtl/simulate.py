@@ -1,4 +1,4 @@
-"""One clocked Amaranth simulation of a WDEC part under a testbench."""
+"""One clocked Amaranth simulation of a unit's part (WDEC's, CONV's) under a testbench."""
 from __future__ import annotations
 
 from amaranth.sim import Simulator

@@ -1,0 +1,13 @@
+"""The named parts CONV (aipu.rtl.conv) is built from, one Amaranth component per module.
+
+  sequencer  the command's steps: two setup cycles, then phases (load block 0; stream block b, load b + 1)
+  setup      the tile geometry and the faults, in the interpreter's order
+  blocks     the block walk: the block being loaded, where its operands are, what it holds
+  loader     the next block's weight columns from WEIGHT, as operands for the MAC array's idle bank
+  issue      a pixel every ``beats`` cycles: its ACT and ACC words read and gathered into runs
+  mac        the two weight banks and one pixel's ``cols`` dot products added to its old accumulators
+  writeback  the new accumulators into ACC, byte-masked to the block's output channels
+  window     the word window the loader and the issue gather runs at any byte offset with
+
+interfaces.py holds the signatures they connect through and the ranges they agree on.
+"""

@@ -1,0 +1,105 @@
+"""What CONV's parts share: the signatures between them and the register ranges they agree on.
+
+A member's range is that of the register the value is held in, or of the values it takes in a legal command,
+or (an address) wide enough for every bit the port address and the byte offset use: the parts together
+compute the same bits in the same cycles as one module would.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import signed
+from amaranth.lib import data
+from amaranth.lib.wiring import Out, Signature
+
+from aipu.rtl.commands import command_layout
+from aipu.rtl.ports import word_bytes, word_count
+from aipu.sim.machine.arch import ACC_BITS, MAC_OPERAND_BITS, Buffer, HardwareConfig
+from aipu.sim.machine.isa import Opcode
+from aipu.sim.timing.conv import ConvTiming
+
+
+def command_field(config: HardwareConfig, name: str):
+    """The shape of a CONV command field (a part that uses few fields takes them as ports of that shape)."""
+    return command_layout(config, Opcode.CONV)[name].shape
+
+
+def conv_command(config: HardwareConfig) -> data.FlexibleLayout:
+    """The whole CONV command, for the parts that read many of its fields."""
+    return command_layout(config, Opcode.CONV)
+
+
+def dim(config: HardwareConfig) -> int:
+    """One past the largest channel count or spatial size a command can name."""
+    return 1 << command_field(config, "in_c").width
+
+
+def diagonal(config: HardwareConfig) -> int:
+    """The most groups a block can hold side by side on the array's diagonal."""
+    return min(config.mac.rows, config.mac.cols)
+
+
+def phase_cycles(config: HardwareConfig) -> int:
+    """One past the longest phase: a block's pixels, the pipeline drain or the first block's weights."""
+    timing = ConvTiming.of(config)
+    return dim(config) ** 2 * timing.beats + 2 * timing.beats + config.mac.cols * timing.weight_beats + 2
+
+
+def geometry(config: HardwareConfig) -> Signature:
+    """From the setup to the parts that walk the command: its registered geometry, fixed from the second setup
+    cycle to the command's end. ``weights_per_out_channel`` is k_h·k_w·group_in, ``step_*`` and ``tap_*``
+    the ACT bytes between output pixels and between kernel taps, ``*_chunks_last`` the last in- and
+    out-channel chunk of a group, ``groups_per_block`` MacArrayConfig.groups_per_block of the command and
+    ``block_group_cols`` that times group_out."""
+    n, taps = dim(config), 1 << 2 * command_field(config, "k_h").width
+    timing = ConvTiming.of(config)
+    return Signature({
+        "group_in": Out(range(n)), "group_out": Out(range(n)), "out_w": Out(range(n)),
+        "weights_per_out_channel": Out(range(n * taps)),
+        "pixel_cycles": Out(range(n * n * timing.beats + 1)), "block_cycles": Out(range(phase_cycles(config))),
+        "step_x": Out(range(1 << 32)), "step_y": Out(range(1 << 40)),
+        "tap_x": Out(range(1 << 32)), "tap_y": Out(range(1 << 40)),
+        "in_chunks_last": Out(range(n)), "out_chunks_last": Out(range(n)),
+        "groups_per_block": Out(range(diagonal(config) + 1)), "block_group_cols": Out(range(n * diagonal(config)))})
+
+
+# From the sequencer to the setup: the cycle that decodes the geometry, then the one that checks it.
+SETUP_STEPS = Signature({"geometry": Out(1), "check": Out(1)})
+
+# From the sequencer to the block walk, the loader and the issue: ``begin`` pulses in the checking cycle
+# (counters to their first block), ``boundary`` at the last cycle of a phase (the loaded block streams next),
+# ``bank`` is the bank the streaming block's weights are in; ``loading`` and ``issuing`` say the loader reads
+# a weight word and the issue a pixel's words this cycle.
+PHASE = Signature({"begin": Out(1), "boundary": Out(1), "bank": Out(1), "loading": Out(1), "issuing": Out(1)})
+
+
+def next_block(config: HardwareConfig) -> Signature:
+    """From the block walk: the block the loader fills (the one after the streaming block). ``act``,
+    ``acc``: where its first pixel's runs start (ACT byte, ACC entry); ``weights``: the WEIGHT byte of its
+    first column's run; ``rows``, ``cols``: the in- and out-channels it holds; ``overwrites``: its sums
+    replace the accumulators; ``last``: it is the command's last block."""
+    return Signature({
+        "act": Out(range(2 * config.buffer(Buffer.ACT).bytes)), "acc": Out(range(2 * config.buffer_units(Buffer.ACC))),
+        "weights": Out(range(2 * config.buffer(Buffer.WEIGHT).bytes)),
+        "rows": Out(range(config.mac.rows + 1)), "cols": Out(range(config.mac.cols + 1)),
+        "overwrites": Out(1), "last": Out(1)})
+
+
+def weight_column(config: HardwareConfig) -> Signature:
+    """From the loader to the MAC array: when ``valid``, column ``col`` of bank ``bank`` takes ``operands``
+    (``rows`` signed weights minus w_zero_point, 0 in the rows outside the column's group)."""
+    return Signature({"valid": Out(1), "bank": Out(1), "col": Out(range(config.mac.cols)),
+                      "operands": Out(data.ArrayLayout(signed(MAC_OPERAND_BITS), config.mac.rows))})
+
+
+def pixel_operands(config: HardwareConfig) -> Signature:
+    """From the issue to the MAC array, in a pixel's data cycle: its ``rows`` input bytes ``x``, its ``cols``
+    accumulators ``old``, the ``bank`` of its block and whether the block ``overwrites`` them."""
+    return Signature({"x": Out(8 * config.mac.rows), "old": Out(ACC_BITS * config.mac.cols), "bank": Out(1),
+                      "overwrites": Out(1)})
+
+
+def pixel_place(config: HardwareConfig) -> Signature:
+    """From the issue to the write-back: ``valid`` in the data cycle of a pixel's last beat; its accumulators
+    start at byte ``acc_offset`` of ACC word ``acc_word``; the first ``cols`` of them are the block's."""
+    return Signature({"valid": Out(1), "acc_word": Out(range(2 * word_count(config, Buffer.ACC))),
+                      "acc_offset": Out(range(word_bytes(config, Buffer.ACC))),
+                      "cols": Out(range(config.mac.cols + 1))})

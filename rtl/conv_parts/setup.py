@@ -1,0 +1,88 @@
+"""CONV's setup: the command's tile geometry, and the checks that refuse it before anything is written."""
+from __future__ import annotations
+
+import numpy as np
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from aipu.rtl.conv_parts.interfaces import SETUP_STEPS, conv_command, diagonal, dim, geometry
+from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.timing.conv import ConvTiming
+
+
+class ConvSetup(wiring.Component):
+    """Two cycles. ``steps.geometry``: group sizes, the output size and whether the dilated kernel fits the
+    input. ``steps.check``: the faults, in the interpreter's order (groups, in_addr, wgt_addr, k_h, k_w,
+    in_zero_point, acc_addr), the first raising ``fault`` with ``fault_field`` naming it (an index into
+    ``error_names``); and the rest of the geometry the block walk, the loader and the issue read, held until
+    the next command.
+
+    Signature: ``command`` (In: the CONV command), ``steps`` (In: the sequencer's setup cycles), ``fault``,
+    ``fault_field`` (Out, per UnitComponent.elaborate_engine), ``geometry`` (Out: registered).
+    """
+
+    def __init__(self, config: HardwareConfig, error_names: tuple[str, ...]):
+        self.config = config
+        self.error_names = error_names
+        super().__init__({"command": In(conv_command(config)), "steps": In(SETUP_STEPS), "fault": Out(1),
+                          "fault_field": Out(range(len(error_names))), "geometry": Out(geometry(config))})
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        config, cmd, geo = self.config, self.command, self.geometry
+        rows, cols = config.mac.rows, config.mac.cols
+        timing = ConvTiming.of(config)
+        beats, weight_beats = timing.beats, timing.weight_beats
+        n = dim(config)
+        out_h = Signal(range(n))
+        groups_divide, fits_h, fits_w = Signal(), Signal(), Signal()
+        span_h = cmd.dilation_h * (cmd.k_h - 1) + 1
+        span_w = cmd.dilation_w * (cmd.k_w - 1) + 1
+        with m.If(self.steps.geometry):
+            m.d.sync += [geo.group_in.eq(cmd.in_c // cmd.groups), geo.group_out.eq(cmd.out_c // cmd.groups),
+                         groups_divide.eq((cmd.in_c % cmd.groups == 0) & (cmd.out_c % cmd.groups == 0)),
+                         fits_h.eq(cmd.in_h >= span_h), fits_w.eq(cmd.in_w >= span_w),
+                         out_h.eq((cmd.in_h - span_h) // cmd.stride_h + 1),
+                         geo.out_w.eq((cmd.in_w - span_w) // cmd.stride_w + 1)]
+
+        zp = cmd.in_zero_point
+        int8, uint8 = (np.iinfo(DTYPE_NUMPY[dtype]) for dtype in (DType.INT8, DType.UINT8))
+        zero_point_fits = Mux(cmd.in_type == DType.INT8, (zp >= int(int8.min)) & (zp <= int(int8.max)),
+                              (zp >= int(uint8.min)) & (zp <= int(uint8.max)))
+        weights_per_out = cmd.k_h * cmd.k_w * geo.group_in
+        checks = [  # the interpreter's order: groups, the input, the weights, the output size, the zero point, ACC
+            ("groups", groups_divide),
+            ("in_addr", cmd.in_addr + cmd.in_h * cmd.in_w * cmd.in_c <= config.buffer(Buffer.ACT).bytes),
+            ("wgt_addr", cmd.wgt_addr + cmd.out_c * weights_per_out <= config.buffer(Buffer.WEIGHT).bytes),
+            ("k_h", fits_h),
+            ("k_w", fits_w),
+            ("in_zero_point", zero_point_fits),
+            ("acc_addr", cmd.acc_addr + out_h * geo.out_w * cmd.out_c <= config.buffer_units(Buffer.ACC)),
+        ]
+
+        def fitting(value):
+            """``value(k)`` for k = groups_per_block(): the most groups whose channels fit rows and columns."""
+            chosen = value(1)
+            for k in range(2, diagonal(config) + 1):
+                chosen = Mux((k * geo.group_in <= rows) & (k * geo.group_out <= cols), value(k), chosen)
+            return chosen
+
+        with m.If(self.steps.check):
+            refused = Const(0)
+            for name, legal in checks:
+                with m.If(~refused & ~legal):
+                    m.d.comb += [self.fault.eq(1), self.fault_field.eq(self.error_names.index(name))]
+                refused = refused | ~legal
+            row_bytes = cmd.in_w * cmd.in_c
+            pixel_cycles = out_h * geo.out_w * beats
+            shortest = max(cols * weight_beats, 2 * beats + 1)    # the loader's and the write-back's
+            m.d.sync += [
+                geo.weights_per_out_channel.eq(weights_per_out), geo.pixel_cycles.eq(pixel_cycles),
+                geo.block_cycles.eq(Mux(pixel_cycles > shortest, pixel_cycles, shortest)),
+                geo.step_x.eq(cmd.stride_w * cmd.in_c), geo.step_y.eq(cmd.stride_h * row_bytes),
+                geo.tap_x.eq(cmd.dilation_w * cmd.in_c), geo.tap_y.eq(cmd.dilation_h * row_bytes),
+                geo.in_chunks_last.eq((geo.group_in - 1) // rows), geo.out_chunks_last.eq((geo.group_out - 1) // cols),
+                geo.groups_per_block.eq(fitting(lambda k: k)),
+                geo.block_group_cols.eq(fitting(lambda k: k * geo.group_out))]
+        return m

@@ -1,0 +1,56 @@
+"""What CONV's parts should compute for a command, from docs/rtl-conv.md in plain Python: the geometry the
+setup registers and the blocks in the order the block walk visits them."""
+from __future__ import annotations
+
+from aipu.sim.machine.arch import HardwareConfig
+from aipu.sim.machine.program import Command
+from aipu.sim.timing.conv import ConvTiming, conv_output_size
+
+
+def command_word(config: HardwareConfig, command: Command) -> int:
+    """The command as the integer a part's ``command`` port holds."""
+    return int.from_bytes(command.encode(config), "little")
+
+
+def geometry_of(config: HardwareConfig, command: Command) -> dict[str, int]:
+    c, rows, cols = command.args, config.mac.rows, config.mac.cols
+    group_in, group_out = c["in_c"] // c["groups"], c["out_c"] // c["groups"]
+    out_h, out_w = conv_output_size(command)
+    timing = ConvTiming.of(config)
+    groups_per_block = config.mac.groups_per_block(group_in, group_out)
+    return dict(group_in=group_in, group_out=group_out, out_w=out_w,
+                weights_per_out_channel=c["k_h"] * c["k_w"] * group_in,
+                pixel_cycles=out_h * out_w * timing.beats, block_cycles=timing.block_cycles(config, out_h * out_w),
+                step_x=c["stride_w"] * c["in_c"], step_y=c["stride_h"] * c["in_w"] * c["in_c"],
+                tap_x=c["dilation_w"] * c["in_c"], tap_y=c["dilation_h"] * c["in_w"] * c["in_c"],
+                in_chunks_last=(group_in - 1) // rows, out_chunks_last=(group_out - 1) // cols,
+                groups_per_block=groups_per_block, block_group_cols=groups_per_block * group_out)
+
+
+def blocks_of(config: HardwareConfig, command: Command) -> list[dict[str, int]]:
+    """Every block: groups side by side, out-channel chunk, tap (ky, kx), in-channel chunk innermost."""
+    c, rows, cols = command.args, config.mac.rows, config.mac.cols
+    g = geometry_of(config, command)
+    group_in, group_out, side_by_side = g["group_in"], g["group_out"], g["groups_per_block"]
+    blocks = []
+    for group in range(0, c["groups"], side_by_side):
+        block_out = min(c["groups"] - group, side_by_side) * group_out
+        for out_chunk in range(0, group_out, cols):
+            for ky in range(c["k_h"]):
+                for kx in range(c["k_w"]):
+                    for in_chunk in range(0, group_in, rows):
+                        out_channel = group * group_out + out_chunk
+                        blocks.append(dict(
+                            act=c["in_addr"] + ky * g["tap_y"] + kx * g["tap_x"] + group * group_in + in_chunk,
+                            acc=c["acc_addr"] + out_channel,
+                            weights=(c["wgt_addr"] + out_channel * g["weights_per_out_channel"]
+                                     + (ky * c["k_w"] + kx) * group_in + in_chunk),
+                            rows=min(group_in - in_chunk, rows), cols=min(block_out - out_chunk, cols),
+                            overwrites=int(not c["accumulate"] and ky == kx == in_chunk == 0), last=0))
+    blocks[-1]["last"] = 1
+    return blocks
+
+
+def set_members(ctx, interface, values: dict[str, int]) -> None:
+    for name, value in values.items():
+        ctx.set(getattr(interface, name), value)
