@@ -3,6 +3,7 @@ per-layer report (docs/compiler.md). Each stage is its own module; this one only
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -134,7 +135,8 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
             reference = np.concatenate(floats[op.y])
             info = np.iinfo(tensor.dtype)
             low, high = tensor.dequantize(np.array([info.min, info.max]))
-            row["sqnr_db"] = round(sqnr_db(reference, np.concatenate(quantized[op.y])), 2)
+            sqnr = sqnr_db(reference, np.concatenate(quantized[op.y]))
+            row["sqnr_db"] = round(sqnr, 2) if math.isfinite(sqnr) else None    # JSON has no infinity
             row["clipped_fraction"] = float(np.mean((reference < low - tensor.scale / 2)
                                                     | (reference > high + tensor.scale / 2)))
         if op.name in table_inputs:     # which part of the table the data reaches

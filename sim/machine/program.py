@@ -16,6 +16,7 @@ from pathlib import Path
 from aipu.sim.machine.arch import (CONFIG_FILE_BYTES_MAX, DEFAULT, HardwareConfig, hardware_config_from_text,
                                    short_hash)
 from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.files import read_at_most
 from aipu.sim.machine.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, OPCODE_BITS, Opcode, Unit
 
 _UNIT_NAMES = ", ".join(Unit.__members__)
@@ -197,15 +198,6 @@ MAX_PROGRAM_BYTES = 1 << 26    # 2 M commands; reading stops there (a FIFO or /d
 MAX_LISTING_BYTES = 1 << 28    # about as many listing lines
 
 
-def _read_at_most(path, limit: int) -> bytes:
-    """The file's bytes, refusing (InputError) a file longer than ``limit``."""
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise InputError("size", f"over {limit} bytes", f"at most {limit}").within(path)
-    return data
-
-
 @dataclass
 class Program:
     """Per-unit command queues plus the configuration they were encoded for."""
@@ -317,7 +309,7 @@ class Program:
 
     @classmethod
     def read(cls, path) -> Program:
-        return cls.from_bytes(_read_at_most(path, MAX_PROGRAM_BYTES), source=str(path))
+        return cls.from_bytes(read_at_most(path, MAX_PROGRAM_BYTES), source=str(path))
 
     def disassemble(self) -> str:
         """The listing printed by ``aipu disasm``: one command per line, grouped by queue."""
@@ -356,7 +348,7 @@ class Program:
     @classmethod
     def read_listing(cls, path, config: HardwareConfig = DEFAULT) -> Program:
         """Assemble the listing file ``path``; it must be UTF-8 text."""
-        data = _read_at_most(path, MAX_LISTING_BYTES)
+        data = read_at_most(path, MAX_LISTING_BYTES)
         try:
             text = data.decode()
         except UnicodeDecodeError as exc:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from aipu.app.cli import main
 from aipu.app.models.train_digits import MODEL_PATH
 from aipu.app.report.analysis import SCHEMA_PATH, read_steps
-from aipu.compiler.program_dir import DRAM_FILE, MANIFEST_FILE, read_program_dir
+from aipu.compiler.program_dir import DRAM_FILE, MANIFEST_FILE, read_program_dir, reseal, seal
 from aipu.sim.cycle import simulate
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Unit
@@ -186,12 +186,12 @@ def test_a_hostile_steps_entry_is_one_line_naming_the_manifest(demo_dir, tmp_pat
     shutil.copytree(demo_dir, copy)
     manifest = json.loads((copy / MANIFEST_FILE).read_text())
     manifest["steps"][1]["commands"]["LOAD"] = [0, 3]           # overlaps the first step's LOAD commands
-    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (copy / MANIFEST_FILE).write_text(json.dumps(seal(manifest)))
     assert main(["report", str(copy), "-o", str(tmp_path / "r.html")]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "manifest.json" in error and "steps[1].commands.LOAD" in error
     del manifest["steps"]                                        # an older manifest: the program is one layer
-    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (copy / MANIFEST_FILE).write_text(json.dumps(seal(manifest)))
     assert [layer["name"] for layer in _report(str(copy), tmp_path / "r.html")["layers"]] == ["program"]
 
 
@@ -204,6 +204,7 @@ def test_a_weight_stream_that_does_not_decode_is_named_by_command(demo_dir, tmp_
     image = directory.dram.copy()
     image[first.dram_addr:first.dram_addr + first.length] = 0xFF
     (copy / DRAM_FILE).write_bytes(image.tobytes())
+    reseal(copy)
     assert main(["report", str(copy), "-o", str(tmp_path / "r.html")]) == 2
     error = capsys.readouterr().err.strip()
     assert f"WDEC[0]: the weight stream at dram_addr = {first.dram_addr:#x} ({first.length} bytes) does not decode" \
