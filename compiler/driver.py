@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from aipu.compiler.calibrate import HISTOGRAM_METHODS, collect, float_session, read_labeled_samples, read_samples
+from aipu.compiler.consistency import check_consistency
 from aipu.compiler.graph import Graph, load_graph
 from aipu.compiler.lowering.network import NetworkProgram, lower_model
 from aipu.compiler.normalize import normalize
@@ -40,6 +41,10 @@ def quantize_model(model_path, calibration_path=None, *, input_shapes: dict[str,
     lowering for any hardware configuration starts from (`aipu sweep` lowers one for many). A float model is
     calibrated on ``calibration_path``; a pre-quantized one (QDQ or QOperator) keeps its own quantization."""
     loaded = load_graph(model_path, input_shapes)
+    try:
+        check_consistency(loaded)
+    except InputError as error:
+        raise error.within(loaded.source) from None
     dynamic = any(node.op == "DynamicQuantizeLinear" for node in loaded.nodes)
     graph = normalize(loaded)
     prequantized = is_prequantized(graph)
