@@ -337,7 +337,12 @@ class Program:
                 line = raw.split(";", 1)[0].split()
                 if line:
                     try:
-                        program.append(_parse_command(line, config))
+                        command, index = _parse_command(line, config)
+                        if index != len(program.queues[command.unit]):
+                            raise InputError("index", line[0], f"{command.unit.name}"
+                                             f"[{len(program.queues[command.unit])}], the command's place in its "
+                                             "queue")
+                        program.append(command)
                     except InputError as exc:
                         raise exc.within(f"line {number}") from None
             program.validate()
@@ -371,7 +376,7 @@ def _parse_units(token: str, name: str) -> list[Unit]:
 def _parse_value(opcode: str, fld, text: str) -> int:
     """A field value: an integer (decimal or 0x hex) or, for an enumerated field, a member name."""
     choices = fld.legal_values()
-    if choices is not None and text not in ("", "-") and not text.lstrip("-")[0].isdigit():
+    if choices is not None and text.lstrip("-") and not text.lstrip("-")[0].isdigit():
         members = type(choices[0]).__members__
         if text not in members:
             raise InputError(f"{opcode} field {fld.name}", text, "not one of " + ", ".join(c.name for c in choices))
@@ -383,10 +388,13 @@ def _parse_value(opcode: str, fld, text: str) -> int:
                          + (" or a name" if choices is not None else "")) from None
 
 
-def _parse_command(tokens: list[str], config: HardwareConfig) -> Command:
-    queue = tokens[0].split("[", 1)[0]
+def _parse_command(tokens: list[str], config: HardwareConfig) -> tuple[Command, int]:
+    """The command of one listing line and the index its ``QUEUE[i]`` gives."""
+    queue, _, index = tokens[0].partition("[")
     if queue not in Unit.__members__:
         raise InputError("queue", queue, f"unknown queue; queues are {_UNIT_NAMES}")
+    if not (index.endswith("]") and index[:-1].isdecimal() and len(index) <= 12):
+        raise InputError("queue", tokens[0], f"{queue}[i], the command's place in its queue")
     if len(tokens) < 2 or tokens[1] not in Opcode.__members__:
         raise InputError("opcode", tokens[1] if len(tokens) > 1 else "",
                          "expected QUEUE[i] OPCODE pop[..] push[..] field=value ..., opcodes are "
@@ -410,4 +418,8 @@ def _parse_command(tokens: list[str], config: HardwareConfig) -> Command:
     command.validate(config)   # first: a FINISH's queue is its (checked) unit field
     if command.unit.name != queue:
         raise InputError("queue", queue, f"{spec.opcode.name} executes in queue {command.unit.name}")
-    return command
+    missing = [name for name in by_name if name not in args]
+    if missing:
+        raise InputError(f"{spec.opcode.name} fields", ", ".join(missing), "every field given, as the "
+                                                                          "disassembler writes them")
+    return command, int(index[:-1])
