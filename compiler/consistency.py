@@ -4,7 +4,7 @@ shaped graph before anything runs it.
 A model can pass onnx.checker and shape inference and still be inconsistent: a Conv whose group does not
 divide its channels, whose kernel_shape disagrees with its weights, whose bias has the wrong length; pads
 that onnxruntime refuses; a Reshape to another element count; two nodes of one name; an input without a batch
-axis. onnxruntime (calibration, the float reference) would stop on each with a traceback of its own; here
+axis; an auto_pad that is none of ONNX's; a graph without outputs. onnxruntime (calibration, the float reference) would stop on each with a traceback of its own; here
 each is an InputError naming the node, the attribute, its value and the rule.
 """
 from __future__ import annotations
@@ -16,12 +16,15 @@ import numpy as np
 from aipu.compiler.graph import Graph, Node
 from aipu.sim.machine.errors import InputError
 
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 _CONVS = ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv")
 _POOLS = ("MaxPool", "AveragePool", "LpPool")
 
 
 def check_consistency(graph: Graph) -> None:
     """InputError on the first rule the graph breaks (see the module docstring)."""
+    if not graph.outputs:
+        raise InputError("graph outputs", "none", "at least one output")
     for name in graph.inputs:
         if name in graph.shapes and len(graph.shapes[name]) == 0:
             raise InputError(f"input {name!r} shape", [], "a tensor of rank 1 or more, batch axis first")
@@ -30,9 +33,13 @@ def check_consistency(graph: Graph) -> None:
         if node.name in seen:
             raise InputError("node name", node.name, "a name of one node only (two nodes have it)")
         seen.add(node.name)
+        where = _Where(node)
+        auto_pad = node.attrs.get("auto_pad", b"NOTSET")
+        if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) not in AUTO_PADS:
+            raise where.error("auto_pad", auto_pad, f"one of {', '.join(AUTO_PADS)}")
         check = _CHECKS.get(node.op)
         if check is not None:
-            check(graph, node, _Where(node))
+            check(graph, node, where)
 
 
 class _Where:

@@ -56,3 +56,25 @@ def test_what_onnxruntime_refuses_is_one_line_naming_the_model(tmp_path):
     message = str(caught.value)
     assert message.startswith(f"{tmp_path / 'm.onnx'}: onnxruntime = ") and "\n" not in message
     assert "a float model onnxruntime runs" in message and "bias" in message
+
+
+def test_an_unknown_auto_pad_and_a_graph_without_outputs_are_named(tmp_path, capsys):
+    from tests.compiler.inconsistent_models import _conv, _model, _x
+    from onnx import helper
+
+    status, error = _compile(tmp_path, _conv(auto_pad="WHATEVER"), capsys)
+    assert status == 2 and "node 'Conv_0' (Conv) auto_pad = b'WHATEVER': one of NOTSET, SAME_UPPER" in error, error
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], _x([1, 1, 4, 4]))
+    del model.graph.output[:]
+    status, error = _compile(tmp_path, model, capsys)
+    assert status == 2 and "\n" not in error and ("graph outputs = 'none'" in error or "onnx.checker" in error), error
+
+
+@pytest.mark.parametrize("option, value", [("--n-std", "-3"), ("--n-std", "nan"), ("--n-std", "inf"),
+                                           ("--percentile", "0"), ("--percentile", "101"), ("--momentum", "2")])
+def test_calibration_options_outside_their_range_are_named(option, value, tmp_path, capsys):
+    onnx.save(CASES["group 0"](), tmp_path / "m.onnx")
+    assert main(["compile", str(tmp_path / "m.onnx"), "--calib", "x.npz", "-o", str(tmp_path / "out"),
+                 option, value]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"{option} = {float(value)}: a " in error and "\n" not in error, error
