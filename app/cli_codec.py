@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import zipfile
@@ -13,22 +14,25 @@ from pathlib import Path
 
 import numpy as np
 
+from aipu.sim.machine.errors import InputError
+
 ONNX_WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
+WEIGHT_KINDS = "iuf"                 # integer, unsigned and float tensors
+MAX_CONTAINER_BYTES = 1 << 31        # what `decode` and `info` read of a file
 
 
 def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]]]:
     """Initializers used by Conv/Gemm/MatMul nodes, grouped (weight, bias)."""
-    import onnx
-    from onnx import numpy_helper
+    from aipu.compiler.graph import read_model
 
-    model = onnx.load(str(path))
+    model = read_model(path)
     inits = {init.name: init for init in model.graph.initializer}
     tensors: dict[str, np.ndarray] = {}
     groups: list[tuple[str, str | None]] = []
 
     def take(name: str) -> str | None:
         if name in inits and name not in tensors:
-            tensors[name] = numpy_helper.to_array(inits[name])
+            tensors[name] = _initializer(path, inits[name])
             return name
         return None
 
@@ -48,27 +52,70 @@ def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | 
         elif bias:
             groups.append((bias, None))
     if not tensors:
-        raise ValueError(f"{path}: no Conv/Gemm/MatMul initializers found")
+        raise InputError("initializers", "none", "Conv/Gemm/MatMul weights stored in the model").within(path)
     return tensors, groups
+
+
+def _initializer(path: Path, tensor) -> np.ndarray:
+    """One initializer as an array: stored in the file, of a numeric type, of at most a layer's weights."""
+    import onnx
+    from onnx import numpy_helper
+
+    where = f"initializer {tensor.name!r}"
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise InputError(where, "external data", "tensors stored inside the model file").within(path)
+    _check_tensor(where, list(tensor.dims))
+    try:
+        array = numpy_helper.to_array(tensor)
+    except Exception as exc:   # onnx raises KeyError, ValueError and others on types and sizes it does not know
+        raise InputError(where, f"data_type {tensor.data_type}", f"a numeric tensor onnx can read "
+                                                                 f"({type(exc).__name__})").within(path) from None
+    if array.dtype.kind not in WEIGHT_KINDS:
+        raise InputError(where, str(array.dtype), "an integer or float tensor").within(path)
+    return array
+
+
+def _check_tensor(where: str, shape: list[int]) -> None:
+    from aipu.codec.reference.headers import DEFAULT_LIMITS
+
+    if any(size < 0 for size in shape) or math.prod(shape) > DEFAULT_LIMITS.max_weights_per_sublayer:
+        raise InputError(where, shape, f"a shape of at most {DEFAULT_LIMITS.max_weights_per_sublayer} weights, "
+                                       "what a decoder accepts in one layer")
 
 
 def load_tensors(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]] | None]:
     if path.suffix == ".onnx":
         return load_onnx(path)
     if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}, None
-    raise ValueError(f"{path}: expected an .onnx or .npz file")
+        from aipu.compiler.npz_file import read_npz
+
+        def check_member(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+            if dtype.kind not in WEIGHT_KINDS:
+                raise InputError(name, str(dtype), "an integer or float tensor")
+            _check_tensor(name, list(shape))
+
+        try:
+            tensors = read_npz(path, check_member)
+        except InputError as error:
+            raise error.within(path) from None
+        if not tensors:
+            raise InputError("arrays", "none", "at least one tensor").within(path)
+        return tensors, None
+    raise InputError("input", str(path), "an .onnx or .npz file")
 
 
 def _cmd_encode(args: argparse.Namespace) -> int:
     from aipu.codec import api
     from aipu.codec.encoder import FAST_OPTIONS, EncoderOptions
-    tensors, groups = load_tensors(Path(args.input))
     encoder = FAST_OPTIONS if args.fast else EncoderOptions()
-    options = api.CodecOptions(bitdepth=args.bitdepth, step=args.step, clusters=args.clusters,
-                               bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,
-                               progress=True if args.progress else None)
+    try:
+        options = api.CodecOptions(bitdepth=args.bitdepth, step=args.step, clusters=args.clusters,
+                                   bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,
+                                   progress=True if args.progress else None)
+    except InputError as error:       # named by its command-line option
+        raise InputError("--" + error.field.replace("_", "-").replace("max-ctu-size", "ctu"), error.value,
+                         error.allowed) from None
+    tensors, groups = load_tensors(Path(args.input))
     if args.profile == "npu":        # what the NPU's WDEC decodes: every tensor a layer of its own
         from aipu.codec.npu_profile import with_profile
         options, groups = with_profile(options), [(name, None) for name in tensors]
@@ -89,7 +136,8 @@ def _decode_file(path: str) -> tuple[bytes, dict[str, np.ndarray], list]:
     """The container's bytes, tensors and layer infos; a CodecError names the file."""
     from aipu.codec import api
     from aipu.codec.errors import error_context
-    data = Path(path).read_bytes()
+    from aipu.sim.machine.files import read_at_most
+    data = read_at_most(path, MAX_CONTAINER_BYTES)
     with error_context(file=path):
         tensors, infos = api.decode_with_info(data)
     return data, tensors, infos

@@ -87,8 +87,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for name, value in results.items():
         print(f"  {name}: {value.shape[1:]} float; " + _summary(value))
     if args.output:
-        np.savez(args.output, **results)
-        print(f"  written: {args.output}")
+        written = Path(args.output)
+        written = written if written.suffix == ".npz" else written.with_name(written.name + ".npz")  # as savez does
+        np.savez(written, **results)
+        print(f"  written: {written}")
     if args.compare_onnx:
         _compare_with_float(directory, samples, results)
     if args.cycles:

@@ -118,8 +118,9 @@ def _print_report(report: dict) -> None:
           "per-tensor activations, per-channel int8 weights)")
     for layer in report["model"]["layers"]:
         shape = "x".join(map(str, layer["shape"]))
+        sqnr = "exact" if layer["sqnr_db"] is None else f"{layer['sqnr_db']:.1f} dB"
         print(f"  {layer['name']:<10} {layer['kind']:<7} -> {shape:<9} {layer['dtype']:<6} scale {layer['scale']:.4g} "
-              f"zp {layer['zero_point']:<4} SQNR {layer['sqnr_db']:.1f} dB")
+              f"zp {layer['zero_point']:<4} SQNR {sqnr}")
     program = report["program"]
     print(f"\nProgram directory {program['directory']}: {program['file']} ({program['bytes']} bytes), DRAM image "
           f"{program['dram_bytes']} bytes; commands per unit: {program['commands']}")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aipu.app.scheduler_probe import ALLOWED, probe_scheduler
 from aipu.compiler.quantize import QuantOptions
 from aipu.sim.machine.arch import HardwareConfig, hardware_config_from_dict
 from aipu.sim.machine.errors import InputError
@@ -307,11 +308,11 @@ def dask_client(scheduler: str | None, workers: int | None):
     from distributed import Client, LocalCluster
 
     if scheduler:
+        probe_scheduler(scheduler, CONNECT_SECONDS)
         try:
             client = Client(scheduler, timeout=CONNECT_SECONDS)
         except (OSError, ValueError, TypeError) as error:       # no scheduler there, or not an address
-            raise InputError("--scheduler", scheduler, f"the address of a running Dask scheduler, such as "
-                                                       f"tcp://host:8786 ({error})") from None
+            raise InputError("--scheduler", scheduler, f"{ALLOWED} ({error})") from None
         with client:
             yield client
         return
@@ -339,6 +340,8 @@ def run_sweep(model: Path, calibration: Path | None, *, base: HardwareConfig, ax
             if point.config is not None and (found := cache.load(point.config.config_hash())) is not None:
                 figures[index] = found
     todo = [index for index in range(len(points)) if index not in figures]
+    if scheduler and not todo:          # all cached: the address is still checked, as a fresh sweep would
+        probe_scheduler(scheduler, CONNECT_SECONDS)
     if todo:
         from aipu.compiler.driver import quantize_model
 

@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aipu.sim.machine.errors import InputError
+
 from .compiled.element_io import FastElementReader
 from .encoder import EncoderOptions, encode_stream
 from .errors import CodecError, error_context
 from .layout import Placement, from_standard, placement, to_standard
-from .quantize import Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
+from .quantize import MAX_BITDEPTH, Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
 from .reference.element_coder import ElementReader
 from .reference.engine import AecDecoder
 from .reference.geometry import CTU_SIZES
@@ -64,11 +66,26 @@ class CodecOptions:
     progress: bool | None = None        # tqdm bar; None: only for models above PROGRESS_WEIGHTS
 
     def __post_init__(self) -> None:
+        """InputError (a ValueError) naming the option that no encoder can use."""
         if self.max_ctu_size not in CTU_SIZES:
-            raise ValueError(f"max_ctu_size must be one of {CTU_SIZES}, got {self.max_ctu_size}")
+            raise InputError("max_ctu_size", self.max_ctu_size, f"one of {', '.join(map(str, CTU_SIZES))}")
+        for name in ("bitdepth", "bias_bitdepth"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or not 1 <= value <= MAX_BITDEPTH):
+                raise InputError(name, value, f"an integer 1 .. {MAX_BITDEPTH}")
+        if self.step is not None and not (isinstance(self.step, (int, float)) and math.isfinite(self.step)
+                                          and self.step > 0):
+            raise InputError("step", self.step, "a finite positive number")
+        if self.clusters is not None and (not _is_int(self.clusters) or not 1 <= self.clusters <= MAX_CLUSTERS):
+            raise InputError("clusters", self.clusters, f"an integer 1 .. {MAX_CLUSTERS}")
 
 
 PROGRESS_WEIGHTS = 1 << 20
+MAX_CLUSTERS = 1 << 16           # distinct levels k-means may keep on its 16-bit grid
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -120,7 +137,7 @@ def _quantize(array: np.ndarray, options: CodecOptions, one_d: bool) -> Quantize
         return integer_levels(array)
     if one_d:
         return quantize_uniform(array, bitdepth=options.bias_bitdepth, one_d=True)
-    if options.clusters:
+    if options.clusters is not None:
         return kmeans_levels(array, options.clusters)
     if options.step is not None:
         return quantize_uniform(array, step=options.step)

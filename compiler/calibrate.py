@@ -13,6 +13,7 @@ over [0, max |x|]. :func:`choose_range` turns a tensor's statistics into (lo, hi
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -162,14 +163,43 @@ def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 1
 
 def float_session(graph: Graph, threads: int):
     """An onnxruntime session on the float graph whose outputs are every float tensor the nodes compute."""
-    import onnxruntime
-
     model = graph.to_onnx(every_tensor_an_output=True)
     names = [output.name for output in model.graph.output
              if np.dtype(graph.dtypes[output.name]).kind == _FLOAT_KINDS]
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = threads
-    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]), names
+    return FloatSession(model, threads, graph.source), names
+
+
+class FloatSession:
+    """onnxruntime on a float model, its failures (a model it refuses, a node that fails on the data) an
+    InputError naming the model. The compiler's own checks (compiler/consistency.py) come first; this names
+    whatever they leave to onnxruntime."""
+
+    def __init__(self, model, threads: int, source: str):
+        import onnxruntime
+
+        self.source = source
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = threads
+        options.log_severity_level = 4      # fatal only: a failure is this class's one-line error, not a log too
+        try:
+            self.session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                                        providers=["CPUExecutionProvider"])
+        except Exception as exc:     # onnxruntime's own exception classes, one per status code
+            raise self._refused(exc) from None
+
+    def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            return self.session.run(names, feeds)
+        except Exception as exc:
+            raise self._refused(exc) from None
+
+    def _refused(self, exc: Exception) -> InputError:
+        message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", " ".join(str(exc).split()))
+        message = re.sub(r"^Non-zero status code returned while running (\w+) node\. Name:'([^']*)' Status Message: ",
+                         r"node '\2' (\1): ", message)
+        return InputError("onnxruntime", "failed", f"a float model onnxruntime runs, the reference the int8 model "
+                                                   f"is calibrated and judged against ({message[:300]})"
+                          ).within(self.source)
 
 
 def choose_range(stats: TensorStats, method: str, *, n_std: float = 3.0, percentile: float = 99.99,

@@ -3,12 +3,14 @@ per-layer report (docs/compiler.md). Each stage is its own module; this one only
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from aipu.compiler.calibrate import HISTOGRAM_METHODS, collect, float_session, read_labeled_samples, read_samples
+from aipu.compiler.consistency import check_consistency
 from aipu.compiler.graph import Graph, load_graph
 from aipu.compiler.lowering.network import NetworkProgram, lower_model
 from aipu.compiler.normalize import normalize
@@ -39,6 +41,10 @@ def quantize_model(model_path, calibration_path=None, *, input_shapes: dict[str,
     lowering for any hardware configuration starts from (`aipu sweep` lowers one for many). A float model is
     calibrated on ``calibration_path``; a pre-quantized one (QDQ or QOperator) keeps its own quantization."""
     loaded = load_graph(model_path, input_shapes)
+    try:
+        check_consistency(loaded)
+    except InputError as error:
+        raise error.within(loaded.source) from None
     dynamic = any(node.op == "DynamicQuantizeLinear" for node in loaded.nodes)
     graph = normalize(loaded)
     prequantized = is_prequantized(graph)
@@ -134,7 +140,8 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
             reference = np.concatenate(floats[op.y])
             info = np.iinfo(tensor.dtype)
             low, high = tensor.dequantize(np.array([info.min, info.max]))
-            row["sqnr_db"] = round(sqnr_db(reference, np.concatenate(quantized[op.y])), 2)
+            sqnr = sqnr_db(reference, np.concatenate(quantized[op.y]))
+            row["sqnr_db"] = round(sqnr, 2) if math.isfinite(sqnr) else None    # JSON has no infinity
             row["clipped_fraction"] = float(np.mean((reference < low - tensor.scale / 2)
                                                     | (reference > high + tensor.scale / 2)))
         if op.name in table_inputs:     # which part of the table the data reaches

@@ -22,6 +22,7 @@ import onnx.reference
 from onnx import numpy_helper, shape_inference
 
 from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.files import read_at_most
 
 MIN_OPSET = 11
 MAX_MODEL_BYTES = 1 << 31            # protobuf's own limit for one message
@@ -113,26 +114,24 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
 def load_graph(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
     """Read, check and shape an ONNX float model; :class:`InputError` naming the file on anything unusable."""
     path = Path(path)
+    model = read_model(path)
     try:
-        return _build(_read(path), input_shapes or {}, str(path))
+        return _build(model, input_shapes or {}, str(path))
     except InputError as error:
         raise error.within(path)
 
 
-def _read(path: Path) -> onnx.ModelProto:
+def read_model(path: str | Path) -> onnx.ModelProto:
+    """The ONNX model in the regular file ``path`` of at most MAX_MODEL_BYTES, parsed, with a graph; InputError
+    naming the file otherwise."""
+    data = read_at_most(path, MAX_MODEL_BYTES)
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise InputError("file", str(path), f"cannot be read ({exc.strerror})") from exc
-    if size > MAX_MODEL_BYTES:
-        raise InputError("file size", size, f"at most {MAX_MODEL_BYTES} bytes (models with external data are "
-                                            "not supported)")
-    try:
-        model = onnx.load_model_from_string(path.read_bytes())
+        model = onnx.load_model_from_string(data)
     except Exception as exc:   # protobuf raises its own DecodeError and others on arbitrary bytes
-        raise InputError("file", path.name, f"not an ONNX model ({type(exc).__name__}: {exc})") from exc
+        raise InputError("file", Path(path).name, f"not an ONNX model ({type(exc).__name__}: {exc})").within(
+            path) from None
     if not model.HasField("graph"):
-        raise InputError("graph", None, "an ONNX model with a graph")
+        raise InputError("graph", None, "an ONNX model with a graph").within(path)
     return model
 
 

@@ -15,11 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.files import open_regular
 
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 # What zipfile, zlib and numpy's .npy header parser raise on corrupt data (seeks to bad offsets: OSError).
 _CORRUPT = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError)
 
+MAX_FILE_BYTES = 1 << 40           # the file; what its members may allocate is the caller's check_member
+MAX_MEMBERS = 4096
 MemberCheck = Callable[[str, np.dtype, tuple[int, ...]], None]
 
 
@@ -27,7 +30,7 @@ def read_npz(path, check_member: MemberCheck, *, single_npy: bool = False) -> di
     """Every member of the archive ``path`` by name (without ".npy"), each header passed to ``check_member``
     before its data is read. ``single_npy`` also takes a lone .npy file (one array, named by the file's stem).
     The caller adds the file's name to errors (``InputError.within``)."""
-    with open(path, "rb") as handle:
+    with open_regular(path, MAX_FILE_BYTES) as handle:
         npy = handle.read(6) == b"\x93NUMPY"
         handle.seek(0)
         if npy and single_npy:
@@ -39,6 +42,8 @@ def read_npz(path, check_member: MemberCheck, *, single_npy: bool = False) -> di
             raise InputError("format", "a single .npy array" if npy else "not a complete zip archive",
                              "expected an .npz of named arrays, as numpy.savez writes") from None
         with archive:
+            if len(archive.infolist()) > MAX_MEMBERS:
+                raise InputError("members", len(archive.infolist()), f"at most {MAX_MEMBERS} arrays")
             members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
             return {name: _read_member(archive, name, info, check_member) for name, info in members.items()}
 
@@ -65,6 +70,8 @@ def _read_array(handle, name: str, check_member: MemberCheck) -> np.ndarray:
         shape, fortran_order, dtype = _NPY_HEADERS[version](handle)
         if dtype.hasobject:
             raise InputError(name, str(dtype), "plain numeric arrays (no Python objects)")
+        if any(size < 0 for size in shape):
+            raise InputError(name, list(shape), "an array shape (sizes of at least 0)")
         check_member(name, dtype, shape)
         nbytes = math.prod(shape) * dtype.itemsize
         data = handle.read(nbytes)

@@ -57,8 +57,15 @@ class QuantOptions:
     int16: tuple[str, ...] = ()               # tensors quantized to int16 (symmetric), where their readers allow
 
     def __post_init__(self):
+        """InputError naming the `aipu compile` option of a value no calibration can use."""
         if self.scheme not in SCHEMES:
             raise InputError("--scheme", self.scheme, " or ".join(SCHEMES))
+        for option, value, good, allowed in (
+                ("--n-std", self.n_std, lambda v: v > 0, "a finite number above 0"),
+                ("--percentile", self.percentile, lambda v: 0 < v <= 100, "a number above 0, at most 100"),
+                ("--momentum", self.momentum, lambda v: 0 <= v <= 1, "a number 0 .. 1")):
+            if value is not None and (type(value) not in (int, float) or not math.isfinite(value) or not good(value)):
+                raise InputError(option, value, allowed)
 
 
 SCHEMES = ("affine", "pow2")

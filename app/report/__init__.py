@@ -31,7 +31,7 @@ def write_report(directory, out: Path, *, dram: str = "shared", stats=None, seed
     page = render(document, timing, timeline_layer)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    written = {out: page, out.with_suffix(".json"): json.dumps(document, indent=1) + "\n",
+    written = {out: page, out.with_suffix(".json"): json.dumps(document, indent=1, allow_nan=False) + "\n",
                out.with_suffix(".layers.csv"): layers_csv(document), out.with_suffix(".units.csv"): units_csv(document)}
     for path, text in written.items():
         path.write_text(text, encoding="utf-8")

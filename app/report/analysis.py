@@ -9,7 +9,6 @@ token queue, the drain before FINISH), ``sequencer`` (taking and checking each c
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import subprocess
@@ -46,7 +45,7 @@ def analyse(directory: ProgramDir, *, dram: DramModel = "shared", stats: Stats |
     except ExecutionError as error:                  # a weight stream in the DRAM image that does not decode
         raise ExecutionError(f"{directory.path}: {error}") from None
     steps = read_steps(directory)
-    manifest_layers = {row.get("name"): row for row in directory.manifest.get("layers", []) if isinstance(row, dict)}
+    manifest_layers = read_layer_rows(directory)
     layers = [_layer(step, directory, prepared, timing, manifest_layers, stats) for step in steps]
     dram_bytes = timing.dram_bytes
     document = {
@@ -101,6 +100,27 @@ def read_steps(directory: ProgramDir) -> list[dict]:
     return steps
 
 
+def read_layer_rows(directory: ProgramDir) -> dict[str, dict]:
+    """The manifest's per-layer report rows by name, checked as a hostile file's: each an object with a name,
+    and the fields the report reads (kind, clipped_fraction, table_input_range) of their types and ranges."""
+    rows, where = directory.manifest.get("layers", []), directory.path / MANIFEST_FILE
+    if not isinstance(rows, list) or len(rows) > MAX_STEPS:
+        raise InputError("layers", rows if not isinstance(rows, list) else f"{len(rows)} rows",
+                         f"a list of at most {MAX_STEPS} layer rows").within(where)
+    for index, row in enumerate(rows):
+        field = f"layers[{index}]"
+        if not isinstance(row, dict) or not isinstance(row.get("name"), str) or not 0 < len(row["name"]) <= 256:
+            raise InputError(field, row, "an object whose name is a string of 1 .. 256 characters").within(where)
+        kind, clipped, codes = row.get("kind"), row.get("clipped_fraction"), row.get("table_input_range")
+        if kind is not None and not isinstance(kind, str):
+            raise InputError(f"{field}.kind", kind, "a string").within(where)
+        if clipped is not None and (type(clipped) not in (int, float) or not 0 <= clipped <= 1):
+            raise InputError(f"{field}.clipped_fraction", clipped, "a fraction 0 .. 1, or null").within(where)
+        if codes is not None and not (_is_pair(codes) and codes[0] <= codes[1]):
+            raise InputError(f"{field}.table_input_range", codes, "[low, high] integers, low <= high").within(where)
+    return {row["name"]: row for row in rows}
+
+
 def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing: CycleResult,
            manifest_layers: dict, stats: Stats | None) -> dict:
     array = timing.array_macs
@@ -121,12 +141,12 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
     dram_read, dram_written = traffic[DRAM, False], traffic[DRAM, True]
     span = end - start
     rows = [manifest_layers.get(name, {}) for name in step["layers"]]
-    clipped = [row["clipped_fraction"] for row in rows if isinstance(row.get("clipped_fraction"), (int, float))]
-    table_ranges = [row["table_input_range"] for row in rows if _is_pair(row.get("table_input_range"))]
+    clipped = [row["clipped_fraction"] for row in rows if row.get("clipped_fraction") is not None]
+    table_ranges = [row["table_input_range"] for row in rows if row.get("table_input_range") is not None]
     counted = _run_counts(stats, spans) if stats is not None else None
     return {
         "name": "+".join(step["layers"]), "layers": step["layers"],
-        "kinds": [row.get("kind") if isinstance(row.get("kind"), str) else None for row in rows],
+        "kinds": [row.get("kind") for row in rows],
         "start_cycle": start, "end_cycle": end, "span_cycles": span,
         "macs": macs, "ideal_cycles": macs / array,
         "mac_utilisation": macs / (span * array) if span else 0.0,
@@ -213,11 +233,10 @@ def _run_counts(stats: Stats, spans: dict[Unit, range]) -> tuple[int, int]:
 
 
 def _metadata(directory: ProgramDir, dram: DramModel, stats: Stats | None, seed: int | None) -> dict:
-    program_bytes = (directory.path / PROGRAM_FILE).read_bytes()
     config = directory.program.config
     source = directory.manifest.get("source")
     model = source.get("model") if isinstance(source, dict) else None
-    return {"program": str(directory.path), "program_sha256": hashlib.sha256(program_bytes).hexdigest(),
+    return {"program": str(directory.path), "program_sha256": directory.manifest["files"][PROGRAM_FILE]["sha256"],
             "source_model": model if isinstance(model, str) else None,
             "configuration": config.to_dict(), "config_hash": config.config_hash(), "dram_model": dram,
             "aipu_version": version("aipu"), "git_revision": _git_revision(), "seed": seed,

@@ -16,6 +16,7 @@ from pathlib import Path
 from aipu.sim.machine.arch import (CONFIG_FILE_BYTES_MAX, DEFAULT, HardwareConfig, hardware_config_from_text,
                                    short_hash)
 from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.files import read_at_most
 from aipu.sim.machine.isa import COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, OPCODE_BITS, Opcode, Unit
 
 _UNIT_NAMES = ", ".join(Unit.__members__)
@@ -197,15 +198,6 @@ MAX_PROGRAM_BYTES = 1 << 26    # 2 M commands; reading stops there (a FIFO or /d
 MAX_LISTING_BYTES = 1 << 28    # about as many listing lines
 
 
-def _read_at_most(path, limit: int) -> bytes:
-    """The file's bytes, refusing (InputError) a file longer than ``limit``."""
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise InputError("size", f"over {limit} bytes", f"at most {limit}").within(path)
-    return data
-
-
 @dataclass
 class Program:
     """Per-unit command queues plus the configuration they were encoded for."""
@@ -317,7 +309,7 @@ class Program:
 
     @classmethod
     def read(cls, path) -> Program:
-        return cls.from_bytes(_read_at_most(path, MAX_PROGRAM_BYTES), source=str(path))
+        return cls.from_bytes(read_at_most(path, MAX_PROGRAM_BYTES), source=str(path))
 
     def disassemble(self) -> str:
         """The listing printed by ``aipu disasm``: one command per line, grouped by queue."""
@@ -345,7 +337,12 @@ class Program:
                 line = raw.split(";", 1)[0].split()
                 if line:
                     try:
-                        program.append(_parse_command(line, config))
+                        command, index = _parse_command(line, config)
+                        if index != len(program.queues[command.unit]):
+                            raise InputError("index", line[0], f"{command.unit.name}"
+                                             f"[{len(program.queues[command.unit])}], the command's place in its "
+                                             "queue")
+                        program.append(command)
                     except InputError as exc:
                         raise exc.within(f"line {number}") from None
             program.validate()
@@ -356,7 +353,7 @@ class Program:
     @classmethod
     def read_listing(cls, path, config: HardwareConfig = DEFAULT) -> Program:
         """Assemble the listing file ``path``; it must be UTF-8 text."""
-        data = _read_at_most(path, MAX_LISTING_BYTES)
+        data = read_at_most(path, MAX_LISTING_BYTES)
         try:
             text = data.decode()
         except UnicodeDecodeError as exc:
@@ -379,7 +376,7 @@ def _parse_units(token: str, name: str) -> list[Unit]:
 def _parse_value(opcode: str, fld, text: str) -> int:
     """A field value: an integer (decimal or 0x hex) or, for an enumerated field, a member name."""
     choices = fld.legal_values()
-    if choices is not None and text not in ("", "-") and not text.lstrip("-")[0].isdigit():
+    if choices is not None and text.lstrip("-") and not text.lstrip("-")[0].isdigit():
         members = type(choices[0]).__members__
         if text not in members:
             raise InputError(f"{opcode} field {fld.name}", text, "not one of " + ", ".join(c.name for c in choices))
@@ -391,10 +388,13 @@ def _parse_value(opcode: str, fld, text: str) -> int:
                          + (" or a name" if choices is not None else "")) from None
 
 
-def _parse_command(tokens: list[str], config: HardwareConfig) -> Command:
-    queue = tokens[0].split("[", 1)[0]
+def _parse_command(tokens: list[str], config: HardwareConfig) -> tuple[Command, int]:
+    """The command of one listing line and the index its ``QUEUE[i]`` gives."""
+    queue, _, index = tokens[0].partition("[")
     if queue not in Unit.__members__:
         raise InputError("queue", queue, f"unknown queue; queues are {_UNIT_NAMES}")
+    if not (index.endswith("]") and index[:-1].isdecimal() and len(index) <= 12):
+        raise InputError("queue", tokens[0], f"{queue}[i], the command's place in its queue")
     if len(tokens) < 2 or tokens[1] not in Opcode.__members__:
         raise InputError("opcode", tokens[1] if len(tokens) > 1 else "",
                          "expected QUEUE[i] OPCODE pop[..] push[..] field=value ..., opcodes are "
@@ -418,4 +418,8 @@ def _parse_command(tokens: list[str], config: HardwareConfig) -> Command:
     command.validate(config)   # first: a FINISH's queue is its (checked) unit field
     if command.unit.name != queue:
         raise InputError("queue", queue, f"{spec.opcode.name} executes in queue {command.unit.name}")
-    return command
+    missing = [name for name in by_name if name not in args]
+    if missing:
+        raise InputError(f"{spec.opcode.name} fields", ", ".join(missing), "every field given, as the "
+                                                                          "disassembler writes them")
+    return command, int(index[:-1])

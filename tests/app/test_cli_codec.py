@@ -81,16 +81,69 @@ def test_any_tensor_name_survives_decode(tmp_path):
 
 @pytest.mark.parametrize("argv,message", [
     (["codec", "encode", "missing.npz", "-o", "x.nnr"], "No such file"),
-    (["codec", "encode", "model.txt", "-o", "x.nnr"], "expected an .onnx or .npz"),
+    (["codec", "encode", "model.txt", "-o", "x.nnr"], "input = 'model.txt': an .onnx or .npz file"),
     (["codec", "info", "garbage.nnr"], "bad magic"),
     (["codec", "decode", "garbage.nnr", "-o", "x.npz"], "file garbage.nnr"),
     (["codec", "encode", "empty.npz", "-o", "x.nnr"], "empty.npz: tensor 'w': tensor shape (0, 3)"),
+    (["codec", "decode", "/dev/zero", "-o", "x.npz"], "/dev/zero: file type = 'a character device'"),
+    (["codec", "info", "/dev/urandom"], "/dev/urandom: file type = 'a character device'"),
+    (["codec", "encode", "truncated.npz", "-o", "x.nnr"], "truncated.npz: format = 'not a complete zip archive'"),
+    (["codec", "encode", "garbage.npz", "-o", "x.nnr"], "garbage.npz: format = 'not a complete zip archive'"),
+    (["codec", "encode", "crc.npz", "-o", "x.nnr"], "crc.npz: w = "),
+    (["codec", "encode", "none.npz", "-o", "x.nnr"], "none.npz: arrays = 'none': at least one tensor"),
+    (["codec", "encode", "strings.npz", "-o", "x.nnr"], "strings.npz: w = '<U1': an integer or float tensor"),
+    (["codec", "encode", "huge.npz", "-o", "x.nnr"], "huge.npz: w = [100000, 100000, 4]: a shape of at most"),
+    (["codec", "encode", "truncated.onnx", "-o", "x.nnr"], "truncated.onnx: file = 'truncated.onnx': not an ONNX"),
+    (["codec", "encode", "external.onnx", "-o", "x.nnr"], "initializer 'w' = 'external data': tensors stored"),
+    (["codec", "encode", "oddtype.onnx", "-o", "x.nnr"], "initializer 'w' = 'data_type 999': a numeric tensor"),
+    (["codec", "encode", "empty.npz", "-o", "x.nnr", "--step", "inf"], "--step = inf: a finite positive number"),
+    (["codec", "encode", "empty.npz", "-o", "x.nnr", "--step", "nan"], "--step = nan: a finite positive number"),
+    (["codec", "encode", "empty.npz", "-o", "x.nnr", "--clusters", "0"], "--clusters = 0: an integer 1 .. 65536"),
+    (["codec", "encode", "empty.npz", "-o", "x.nnr", "--bitdepth", "40"], "--bitdepth = 40: an integer 1 .. 31"),
 ])
 def test_user_errors_are_one_line(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "model.txt").write_text("x")
-    (tmp_path / "garbage.nnr").write_bytes(b"\x00" * 40)
-    np.savez(tmp_path / "empty.npz", w=np.zeros((0, 3)))
+    _hostile_files(tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def _hostile_files(root):
+    """Files a user may hand `aipu codec`, each wrong in one way."""
+    (root / "model.txt").write_text("x")
+    (root / "garbage.nnr").write_bytes(b"\x00" * 40)
+    (root / "garbage.npz").write_bytes(bytes(range(256)) * 4)
+    np.savez(root / "empty.npz", w=np.zeros((0, 3)))
+    np.savez(root / "none.npz")
+    np.savez(root / "strings.npz", w=np.array(["a", "b"]))
+    np.savez(root / "good.npz", w=np.arange(64, dtype=np.float32))
+    data = (root / "good.npz").read_bytes()
+    (root / "truncated.npz").write_bytes(data[:len(data) // 2])
+    stored = data.index(b"\x93NUMPY")
+    (root / "crc.npz").write_bytes(data[:stored + 200] + bytes([data[stored + 200] ^ 1]) + data[stored + 201:])
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(1, np.float32))
+    with open(root / "huge.npy", "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, {**header, "shape": (100000, 100000, 4)})
+    import zipfile
+    with zipfile.ZipFile(root / "huge.npz", "w") as archive:
+        archive.write(root / "huge.npy", "w.npy")
+    _tiny_onnx(root / "tiny.onnx", np.random.default_rng(3))
+    model = (root / "tiny.onnx").read_bytes()
+    (root / "truncated.onnx").write_bytes(model[:len(model) // 2])
+    for name, change in (("external.onnx", _external), ("oddtype.onnx", _odd_type)):
+        proto = onnx.load(str(root / "tiny.onnx"))
+        weight = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], np.zeros(216, np.float32))
+        change(weight)
+        proto.graph.initializer.append(weight)
+        proto.graph.node[0].input[1] = "w"
+        onnx.save(proto, str(root / name))
+
+
+def _external(tensor):
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="weights.bin")
+
+
+def _odd_type(tensor):
+    tensor.data_type = 999

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from aipu.app.cli import main
 from aipu.app.models.train_digits import MODEL_PATH
 from aipu.compiler.driver import compile_model
-from aipu.compiler.program_dir import MANIFEST_FILE
+from aipu.compiler.program_dir import FLOAT_MODEL_FILE, MANIFEST_FILE, SEALED_FILES, reseal, seal
 
 QUICK = settings(derandomize=True, max_examples=60, deadline=None, database=None,
                  suppress_health_check=list(HealthCheck))
@@ -133,9 +133,65 @@ def test_fuzzed_manifests_fail_cleanly(compiled_dir, tmp_path_factory, field, va
             manifest[field] = value
         else:
             manifest["inputs"][0][entry_field] = value
+        try:                 # sealed again, so that the field checks past the seal see the value
+            manifest = seal(manifest)
+        except ValueError:   # NaN or infinity: JSON has none, so the reader refuses the document itself
+            pass
         (target / "out" / MANIFEST_FILE).write_text(json.dumps(manifest))
         errors = io.StringIO()
         with redirect_stdout(io.StringIO()), redirect_stderr(errors):
             status = main(["run", str(target / "out"), "--input", str(compiled_dir / "one.npy")])
         assert status in (0, 2)
         assert status == 0 or ("\n" not in errors.getvalue().strip() and "manifest.json" in errors.getvalue())
+
+
+def _sealed_copy(compiled_dir, tmp_path):
+    np.save(tmp_path / "one.npy", np.zeros((1, 1, 8, 8), np.float32))
+    copy = tmp_path / "copy"
+    shutil.copytree(compiled_dir / "out", copy)
+    return copy, ["run", str(copy), "--input", str(tmp_path / "one.npy")]
+
+
+@pytest.mark.parametrize("name", list(SEALED_FILES))
+def test_a_flipped_bit_in_any_file_is_refused_by_name(compiled_dir, tmp_path, capsys, name):
+    copy, run = _sealed_copy(compiled_dir, tmp_path)
+    data = bytearray((copy / name).read_bytes())
+    for position in np.random.default_rng(len(name)).integers(0, 8 * len(data), 3):
+        flipped = data.copy()
+        flipped[position // 8] ^= 1 << (position % 8)
+        (copy / name).write_bytes(flipped)
+        message = _error(run, capsys)
+        assert f"{name}: sha256 = " in message and "the digest manifest.json seals" in message
+    if name == FLOAT_MODEL_FILE:           # a change made on purpose, sealed again, runs
+        reseal(copy)
+        assert main(run) == 0
+
+
+def test_an_edited_manifest_or_a_file_from_another_directory_is_refused(compiled_dir, tmp_path, capsys):
+    copy, run = _sealed_copy(compiled_dir, tmp_path)
+    manifest = json.loads((copy / MANIFEST_FILE).read_text())
+    for field, value in (("dram_address", 64), ("dtype", "int8")):
+        edited = json.loads(json.dumps(manifest))
+        edited["inputs"][0][field] = value
+        (copy / MANIFEST_FILE).write_text(json.dumps(edited))
+        assert "manifest.json: sha256 = " in _error(run, capsys)
+    (copy / MANIFEST_FILE).write_text(json.dumps({**manifest, "layers": [{**manifest["layers"][0],
+                                                                          "clipped_fraction": float("nan")}]}))
+    assert "manifest.json: json = 'ValueError': a JSON document (NaN is not a JSON number)" in _error(run, capsys)
+    (copy / MANIFEST_FILE).write_text(json.dumps(seal({**manifest, "version": 1})))
+    assert "version 2 (a directory of another aipu version: compile again)" in _error(run, capsys)
+    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    other = tmp_path / "other"
+    assert main(["compile", str(MODEL_PATH), "--calib", str(compiled_dir / "calib.npz"), "-o", str(other),
+                 "--quiet", "--compress"]) == 0
+    shutil.copy(other / "program.aipu", copy / "program.aipu")
+    assert "program.aipu: " in _error(run, capsys)
+
+
+def test_a_fifo_in_place_of_a_file_is_refused_without_blocking(compiled_dir, tmp_path, capsys):
+    import os
+
+    copy, run = _sealed_copy(compiled_dir, tmp_path)
+    (copy / "dram.bin").unlink()
+    os.mkfifo(copy / "dram.bin")
+    assert "dram.bin: file type = 'a FIFO': a regular file" in _error(run, capsys)

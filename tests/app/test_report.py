@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from aipu.app.cli import main
 from aipu.app.models.train_digits import MODEL_PATH
-from aipu.app.report.analysis import SCHEMA_PATH, read_steps
-from aipu.compiler.program_dir import DRAM_FILE, MANIFEST_FILE, read_program_dir
+from aipu.app.report.analysis import SCHEMA_PATH, read_layer_rows, read_steps
+from aipu.compiler.program_dir import DRAM_FILE, MANIFEST_FILE, read_program_dir, reseal, seal
 from aipu.sim.cycle import simulate
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Unit
@@ -186,12 +186,12 @@ def test_a_hostile_steps_entry_is_one_line_naming_the_manifest(demo_dir, tmp_pat
     shutil.copytree(demo_dir, copy)
     manifest = json.loads((copy / MANIFEST_FILE).read_text())
     manifest["steps"][1]["commands"]["LOAD"] = [0, 3]           # overlaps the first step's LOAD commands
-    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (copy / MANIFEST_FILE).write_text(json.dumps(seal(manifest)))
     assert main(["report", str(copy), "-o", str(tmp_path / "r.html")]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "manifest.json" in error and "steps[1].commands.LOAD" in error
     del manifest["steps"]                                        # an older manifest: the program is one layer
-    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (copy / MANIFEST_FILE).write_text(json.dumps(seal(manifest)))
     assert [layer["name"] for layer in _report(str(copy), tmp_path / "r.html")["layers"]] == ["program"]
 
 
@@ -204,6 +204,7 @@ def test_a_weight_stream_that_does_not_decode_is_named_by_command(demo_dir, tmp_
     image = directory.dram.copy()
     image[first.dram_addr:first.dram_addr + first.length] = 0xFF
     (copy / DRAM_FILE).write_bytes(image.tobytes())
+    reseal(copy)
     assert main(["report", str(copy), "-o", str(tmp_path / "r.html")]) == 2
     error = capsys.readouterr().err.strip()
     assert f"WDEC[0]: the weight stream at dram_addr = {first.dram_addr:#x} ({first.length} bytes) does not decode" \
@@ -235,3 +236,26 @@ def test_read_steps_takes_any_json_and_accepts_only_disjoint_in_order_ranges(dem
         for unit, (first, stop) in step["commands"].items():
             assert end.get(unit, 0) <= first < stop <= len(directory.program.queues[Unit[unit]])
             end[unit] = stop
+
+
+_ROW = st.fixed_dictionaries({"name": st.text(max_size=4) | _JSON, "kind": st.text(max_size=4) | _JSON,
+                              "clipped_fraction": st.floats() | _JSON,
+                              "table_input_range": st.lists(st.integers(-5, 5), min_size=2, max_size=2) | _JSON})
+
+
+@settings(derandomize=True, max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(rows=st.lists(_ROW | _JSON, max_size=4) | _JSON)
+def test_layer_rows_take_any_json_and_accept_only_what_the_report_can_show(demo_dir, rows):
+    directory = read_program_dir(demo_dir)
+    try:
+        accepted = read_layer_rows(dataclasses.replace(directory, manifest={**directory.manifest, "layers": rows}))
+    except InputError as error:
+        assert MANIFEST_FILE in str(error) and "\n" not in str(error)
+        return
+    for name, row in accepted.items():
+        assert isinstance(name, str) and name
+        assert row.get("kind") is None or isinstance(row.get("kind"), str)
+        clipped = row.get("clipped_fraction")
+        assert clipped is None or 0 <= clipped <= 1
+        codes = row.get("table_input_range")
+        assert codes is None or (all(type(code) is int for code in codes) and codes[0] <= codes[1])

@@ -154,3 +154,15 @@ def test_sweep_cli_errors_are_one_line(argv, message, capsys):
     assert main(["sweep", "--no-cache", *argv]) == 2
     error = capsys.readouterr().err.strip()
     assert message in error and "\n" not in error
+
+
+def test_a_wrong_scheduler_is_refused_even_with_every_row_cached(demo, scheduler, tmp_path, monkeypatch):
+    from aipu.app import sweep
+    from tests.app.test_scheduler_probe import peer
+
+    model, calibration, _ = demo
+    axes = [parse_axis("mac=8x8", DEFAULT)]
+    run_sweep(model, calibration, base=DEFAULT, axes=axes, scheduler=scheduler, cache_folder=tmp_path)
+    monkeypatch.setattr(sweep, "CONNECT_SECONDS", 0.5)
+    with peer(None) as silent, pytest.raises(InputError, match="nothing came back within 0.5 s"):
+        run_sweep(model, calibration, base=DEFAULT, axes=axes, scheduler=silent, cache_folder=tmp_path)

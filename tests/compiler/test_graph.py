@@ -1,6 +1,8 @@
 """The ONNX front end (compiler/graph.py, compiler/normalize.py): reading, shaping, folding, rewriting, refusing."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -154,8 +156,11 @@ def test_hostile_files_get_one_line_errors(tmp_path):
         with pytest.raises(InputError) as caught:
             load_graph(path)
         assert str(caught.value).startswith(str(path)) and "\n" not in str(caught.value)
-    with pytest.raises(InputError, match="cannot be read"):
+    with pytest.raises(InputError, match="missing.onnx: open = 'No such file or directory'"):
         load_graph(tmp_path / "missing.onnx")
+    os.mkfifo(tmp_path / "fifo.onnx")
+    with pytest.raises(InputError, match="fifo.onnx: file type = 'a FIFO': a regular file"):
+        load_graph(tmp_path / "fifo.onnx")
 
 
 def test_old_opsets_and_external_weights_are_refused(tmp_path):

@@ -343,3 +343,14 @@ def test_assemble_is_the_inverse_of_disassemble():
 def test_assembler_errors_name_the_line_and_problem(line, message):
     with pytest.raises(ValueError, match=message):
         Program.assemble(line + "\nSTORE[0] FINISH pop[] push[] unit=STORE")
+
+
+@pytest.mark.parametrize("listing, message", [
+    ("LOAD[0] LOAD pop[] push[] buffer=--", "LOAD field buffer = '--': expected an integer"),
+    ("LOAD[77] FINISH pop[] push[] unit=LOAD", "line 1: index = 'LOAD[77]': LOAD[0], the command's place"),
+    ("LOAD FINISH pop[] push[] unit=LOAD", "line 1: queue = 'LOAD': LOAD[i], the command's place in its queue"),
+    ("CONV[0] CONV pop[] push[] in_c=1", "line 1: CONV fields = 'in_addr, in_h, "),
+])
+def test_the_assembler_takes_only_what_the_disassembler_writes(listing, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        Program.assemble(listing + "\nSTORE[0] FINISH pop[] push[] unit=STORE")

@@ -1,0 +1,59 @@
+"""ONNX models that onnx.checker accepts but that are inconsistent: each breaks one rule a real operator
+keeps (group counts, kernel and weight shapes, bias length, names, scales, counts, padding, ranks)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _model(nodes, inputs, output_shape=("n", "c", "h", "w"), initializers=(), opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "inconsistent", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
+                              [numpy_helper.from_array(value, name) for name, value in initializers])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def _x(shape):
+    return [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+
+
+def _conv(weight_shape=(4, 2, 3, 3), input_shape=(1, 2, 8, 8), bias=None, **attributes):
+    weights = [("w", np.ones(weight_shape, np.float32))]
+    inputs = ["x", "w"]
+    if bias is not None:
+        weights.append(("b", np.zeros(bias, np.float32)))
+        inputs.append("b")
+    return _model([helper.make_node("Conv", inputs, ["y"], **attributes)], _x(list(input_shape)), initializers=weights)
+
+
+def _resize(scale):
+    scales = np.array([1, 1, scale, scale], np.float32)
+    return _model([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")], _x([1, 1, 4, 4]), initializers=[("s", scales)])
+
+
+CASES = {
+    "group 0": lambda: _conv(group=0),
+    "group negative": lambda: _conv(group=-2),
+    "group not dividing the channels": lambda: _conv(weight_shape=(4, 1, 3, 3), input_shape=(1, 3, 8, 8), group=2),
+    "kernel_shape against the weights": lambda: _conv(kernel_shape=[5, 5]),
+    "weight channels against the input": lambda: _conv(weight_shape=(4, 3, 3, 3)),
+    "bias of the wrong length": lambda: _conv(bias=5),
+    "duplicate node names": lambda: _model(
+        [helper.make_node("Relu", ["x"], ["r"], name="n"), helper.make_node("Relu", ["r"], ["y"], name="n")],
+        _x([1, 1, 4, 4])),
+    "Resize scale 3000": lambda: _resize(3000.0),
+    "Resize scale 0": lambda: _resize(0.0),
+    "Reshape to the wrong count": lambda: _model([helper.make_node("Reshape", ["x", "s"], ["y"])], _x([1, 2, 4, 4]),
+                                                 ("n", "m"), [("s", np.array([1, 7], np.int64))]),
+    "reflect Pad wider than the input": lambda: _model(
+        [helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], _x([1, 1, 4, 4]),
+        initializers=[("p", np.array([0, 0, 5, 5, 0, 0, 5, 5], np.int64))]),
+    "MaxPool pads larger than the kernel": lambda: _model(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[3, 3, 3, 3])], _x([1, 1, 8, 8])),
+    "11x11 kernel on a padded 8x8 input": lambda: _conv(weight_shape=(4, 2, 11, 11), pads=[1, 1, 1, 1]),
+    "rank-0 input": lambda: _model([helper.make_node("Relu", ["x"], ["y"])], _x([]), ()),
+}
+
