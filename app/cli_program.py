@@ -12,11 +12,13 @@ import numpy as np
 from aipu.sim.machine.arch import DEFAULT, load_hardware_config
 from aipu.sim.machine.isa import Unit
 
+MAX_RANDOM_CHANNELS, MAX_RANDOM_SIZE = 512, 256      # a random layer's input stays within 32 MiB
+
 
 def _cmd_disasm(args: argparse.Namespace) -> int:
     from aipu.sim.machine.program import Program
 
-    sys.stdout.write(Program.read(args.program).disassemble())
+    sys.stdout.writelines(Program.read(args.program).listing_lines())
     return 0
 
 
@@ -87,14 +89,19 @@ def _cmd_run_layer(args: argparse.Namespace) -> int:
     return 0 if mismatches == 0 else 1
 
 
-def positive_int(text: str) -> int:
+def positive_int(text: str, high: int = 1 << 31) -> int:
     try:
-        value = int(text)
+        value = int(text) if len(text) <= 12 else 0
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    if not 1 <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer 1 .. {high}")
     return value
+
+
+def at_most(high: int):
+    """An argparse type: a positive integer up to ``high``."""
+    return lambda text: positive_int(text, high)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -117,8 +124,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_layer.add_argument("--layer", help=".npz (numpy.savez) with integer arrays x, w, bias, multiplier, shift; "
                            "optional x/w/out_zero_point, groups, stride, padding, dilation, out_type, rounding")
     run_layer.add_argument("--seed", type=int, default=0, help="random layer seed (without --layer)")
-    run_layer.add_argument("--max-channels", type=positive_int, default=24, help="random layer: channel limit")
-    run_layer.add_argument("--max-size", type=positive_int, default=12, help="random layer: spatial size limit")
+    run_layer.add_argument("--max-channels", type=at_most(MAX_RANDOM_CHANNELS), default=24,
+                           help=f"random layer: channel limit (at most {MAX_RANDOM_CHANNELS})")
+    run_layer.add_argument("--max-size", type=at_most(MAX_RANDOM_SIZE), default=12,
+                           help=f"random layer: spatial size limit (at most {MAX_RANDOM_SIZE})")
     run_layer.add_argument("--lut", action="store_true", help="random layer: add a random activation table")
     run_layer.add_argument("--config", help="hardware configuration (.toml/.json)")
     for name in ("tile-k", "tile-c", "tile-rows"):

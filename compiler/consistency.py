@@ -4,7 +4,8 @@ shaped graph before anything runs it.
 A model can pass onnx.checker and shape inference and still be inconsistent: a Conv whose group does not
 divide its channels, whose kernel_shape disagrees with its weights, whose bias has the wrong length; pads
 that onnxruntime refuses; a Reshape to another element count; two nodes of one name; an input without a batch
-axis; an auto_pad that is none of ONNX's; a graph without outputs. onnxruntime (calibration, the float reference) would stop on each with a traceback of its own; here
+axis; an auto_pad that is none of ONNX's; a graph without outputs; weights that are not finite; a
+BatchNormalization that divides by zero. onnxruntime (calibration, the float reference) would stop on each with a traceback of its own; here
 each is an InputError naming the node, the attribute, its value and the rule.
 """
 from __future__ import annotations
@@ -28,6 +29,11 @@ def check_consistency(graph: Graph) -> None:
     for name in graph.inputs:
         if name in graph.shapes and len(graph.shapes[name]) == 0:
             raise InputError(f"input {name!r} shape", [], "a tensor of rank 1 or more, batch axis first")
+    for name, value in graph.constants.items():
+        if np.asarray(value).dtype.kind == "f" and not np.all(np.isfinite(value)):
+            position = [int(i) for i in np.argwhere(~np.isfinite(np.asarray(value)))[0]]
+            raise InputError(f"initializer {name!r}", f"{np.asarray(value)[tuple(position)]} at {position}",
+                             "finite values")
     seen = set()
     for node in graph.nodes:
         if node.name in seen:
@@ -146,5 +152,13 @@ def _check_resize(graph: Graph, node: Node, where: _Where) -> None:
         raise where.error("scales", [float(value) for value in np.ravel(scales)], "finite positive numbers")
 
 
+def _check_batch_norm(graph: Graph, node: Node, where: _Where) -> None:
+    variance = graph.constants.get(node.inputs[4]) if len(node.inputs) > 4 else None
+    epsilon = float(node.attrs.get("epsilon", 1e-5))
+    if variance is not None and not np.all(np.asarray(variance, np.float64) + epsilon > 0):
+        raise where.error("variance + epsilon", float(np.min(np.asarray(variance, np.float64) + epsilon)),
+                          "above 0 for every channel (it is divided by)")
+
+
 _CHECKS = {**{op: _check_conv for op in _CONVS}, **{op: _check_pool for op in _POOLS}, "Reshape": _check_reshape,
-           "Pad": _check_pad, "Resize": _check_resize}
+           "Pad": _check_pad, "Resize": _check_resize, "BatchNormalization": _check_batch_norm}

@@ -32,7 +32,7 @@ _FOLD_ROUNDS = 64                    # each round folds at least one node; a gra
 # never folded: random values, and the quantization boundaries whose integers a pre-quantized model carries
 _KEPT_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                        "Bernoulli", "QuantizeLinear", "DequantizeLinear"})
-_SHAPE_SPEC = re.compile(r"^([^=]+)=(\d+(?:x\d+)*)$")
+_SHAPE_SPEC = re.compile(r"^([^=]{1,256})=(\d{1,12}(?:x\d{1,12}){0,7})$")
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ def open_regular(path, limit: int) -> BinaryIO:
 def read_at_most(path, limit: int) -> bytes:
     """The bytes of the regular file ``path``, refused beyond ``limit`` however its size was reported."""
     with open_regular(path, limit) as handle:
-        data = handle.read(limit + 1)
+        # a read's buffer is allocated at the size asked for: ask for what the file holds, one byte more
+        data = handle.read(min(os.fstat(handle.fileno()).st_size, limit) + 1)
     if len(data) > limit:
         raise InputError("size", f"over {limit} bytes", f"at most {limit}").within(path)
     return data

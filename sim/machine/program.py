@@ -194,8 +194,8 @@ MAGIC = b"AIPUPROG"
 FORMAT_VERSION = 3     # 2: fixed-width token masks (isa.TOKEN_MASK_BITS) and the ISA layout hash; 3: SOFTMAX
 _HEADER = struct.Struct("<8sHH16s16sI")   # magic, version, queues, config hash, ISA layout hash, config length
 _CRC = struct.Struct("<I")
-MAX_PROGRAM_BYTES = 1 << 26    # 2 M commands; reading stops there (a FIFO or /dev/zero never ends)
-MAX_LISTING_BYTES = 1 << 28    # about as many listing lines
+MAX_PROGRAM_BYTES = 1 << 24    # 512 K commands, 250 times a ResNet-18's; what a program's objects may hold
+MAX_LISTING_BYTES = 1 << 26    # about as many listing lines
 
 
 @dataclass
@@ -313,16 +313,19 @@ class Program:
 
     def disassemble(self) -> str:
         """The listing printed by ``aipu disasm``: one command per line, grouped by queue."""
-        lines = [f"; AIPU program, format v{FORMAT_VERSION}, ISA layout {ISA_LAYOUT_HASH}, "
-                 f"config {self.config.config_hash()}, "
-                 f"{len(self)} commands, MAC {self.config.mac.rows}x{self.config.mac.cols}"]
+        return "".join(self.listing_lines())
+
+    def listing_lines(self):
+        """The listing's lines, each with its newline, one at a time (``aipu disasm`` writes them as they come)."""
+        yield (f"; AIPU program, format v{FORMAT_VERSION}, ISA layout {ISA_LAYOUT_HASH}, "
+               f"config {self.config.config_hash()}, "
+               f"{len(self)} commands, MAC {self.config.mac.rows}x{self.config.mac.cols}\n")
         for unit in Unit:
             queue = self.queues[unit]
             if queue:
-                lines.append(f"; queue {unit.name}: {len(queue)} commands")
-                lines.extend(f"{unit.name}[{index}]".ljust(13) + command.describe(self.config)
-                             for index, command in enumerate(queue))
-        return "\n".join(lines) + "\n"
+                yield f"; queue {unit.name}: {len(queue)} commands\n"
+                for index, command in enumerate(queue):
+                    yield f"{unit.name}[{index}]".ljust(13) + command.describe(self.config) + "\n"
 
     @classmethod
     def assemble(cls, text: str, config: HardwareConfig = DEFAULT, source: str = "listing") -> Program:

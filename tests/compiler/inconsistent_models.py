@@ -34,6 +34,22 @@ def _resize(scale):
     return _model([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")], _x([1, 1, 4, 4]), initializers=[("s", scales)])
 
 
+def _infinite_weight():
+    model = _conv()
+    weights = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    weights[1, 0, 2, 2] = -np.inf
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(weights, "w"))
+    return model
+
+
+def _batch_norm_dividing_by_zero():
+    parameters = [(name, np.ones(4, np.float32)) for name in ("scale", "shift", "mean")]
+    return _model([helper.make_node("Conv", ["x", "w"], ["c"]),
+                   helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["y"], epsilon=0.0)],
+                  _x([1, 2, 8, 8]), initializers=[("w", np.ones((4, 2, 3, 3), np.float32)), *parameters,
+                                                  ("var", np.zeros(4, np.float32))])
+
+
 CASES = {
     "group 0": lambda: _conv(group=0),
     "group negative": lambda: _conv(group=-2),
@@ -54,6 +70,8 @@ CASES = {
     "MaxPool pads larger than the kernel": lambda: _model(
         [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[3, 3, 3, 3])], _x([1, 1, 8, 8])),
     "11x11 kernel on a padded 8x8 input": lambda: _conv(weight_shape=(4, 2, 11, 11), pads=[1, 1, 1, 1]),
+    "infinite weight": _infinite_weight,
+    "BatchNormalization dividing by zero": _batch_norm_dividing_by_zero,
     "rank-0 input": lambda: _model([helper.make_node("Relu", ["x"], ["y"])], _x([]), ()),
 }
 

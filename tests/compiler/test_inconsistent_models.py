@@ -23,6 +23,8 @@ WHAT_EACH_NAMES = {
     "MaxPool pads larger than the kernel": "pads = [3, 3, 3, 3]: each smaller than the kernel [2, 2]",
     "11x11 kernel on a padded 8x8 input": "kernel = [11, 11]: at most the padded input 10 on axis 2",
     "rank-0 input": "input 'x' shape = []: a tensor of rank 1 or more",
+    "infinite weight": "initializer 'w' = '-inf at [1, 0, 2, 2]': finite values",
+    "BatchNormalization dividing by zero": "(BatchNormalization) variance + epsilon = 0.0: above 0 for every channel",
 }
 
 
