@@ -29,6 +29,7 @@ from aipu.app.scheduler_probe import ALLOWED, probe_scheduler
 from aipu.compiler.quantize import QuantOptions
 from aipu.sim.machine.arch import HardwareConfig, hardware_config_from_dict
 from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.files import read_at_most
 from aipu.sim.machine.isa import Unit
 
 FORMAT = "aipu-sweep"
@@ -209,8 +210,9 @@ def valid_figures(figures) -> bool:
     return (all(_is_count(figures[name]) for name in COUNTS)
             and all(isinstance(figures[name], (int, float)) and not isinstance(figures[name], bool)
                     and math.isfinite(figures[name]) and figures[name] >= 0 for name in RATIOS)
+            and figures["mac_utilisation"] <= 1
             and isinstance(busy, dict) and list(busy) == [unit.name for unit in Unit]
-            and all(_is_count(cycles) for cycles in busy.values()))
+            and all(_is_count(cycles) and cycles <= figures["total_cycles"] for cycles in busy.values()))
 
 
 class Cache:
@@ -226,12 +228,8 @@ class Cache:
 
     def load(self, config_hash: str) -> dict | None:
         path = self._path(config_hash)
-        try:
-            if not path.is_file():      # not a FIFO or a folder someone put there
-                return None
-            with path.open("rb") as handle:
-                data = handle.read(CACHE_FILE_BYTES_MAX + 1)
-            document = json.loads(data) if len(data) <= CACHE_FILE_BYTES_MAX else None
+        try:               # missing, not a regular file, too long, not JSON: not an entry (InputError is a ValueError)
+            document = json.loads(read_at_most(path, CACHE_FILE_BYTES_MAX))
         except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(document, dict) or document.get("format") != CACHE_FORMAT \

@@ -120,7 +120,8 @@ def test_a_cache_entry_with_wrong_figures_is_recomputed(tmp_path):
     cache.store("hash", good)
     assert cache.load("hash") == good
     for name, bad in [("total_cycles", -1), ("time_us", float("nan")), ("busy_cycles", {"LOAD": 1}),
-                      ("commands", True), ("error", 3)]:
+                      ("commands", True), ("error", 3), ("mac_utilisation", 1e300),
+                      ("busy_cycles", {unit.name: 11 for unit in Unit})]:
         cache.store("hash", {**good, name: bad})
         assert cache.load("hash") is None, name
 
