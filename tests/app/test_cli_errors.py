@@ -2,7 +2,8 @@
 what is allowed, with exit status 2 (never a traceback, a hang or unbounded memory).
 
 The listed cases are the ones issue 6 section 4 reported; the hypothesis fuzzers build well-formed files
-with random bodies (layer .npz, configuration, listing, program) and run them through the CLI in-process.
+with random bodies (layer .npz, configuration, listing, program) and run them through the CLI, each case in a
+forked child under a time and a memory limit.
 The default suite runs a seeded quick subset; ``-m slow`` runs many more examples.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aipu.app.cli import main
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import COMMAND_BYTES, ISA_LAYOUT_HASH, Opcode, Unit
 from aipu.sim.machine.program import _CRC, _HEADER, FORMAT_VERSION, MAGIC, Command, Program
+from tests.sandbox import Sandbox, run_case, run_cli
 
 QUICK = settings(derandomize=True, max_examples=100, deadline=None, database=None,
                  suppress_health_check=list(HealthCheck))
@@ -69,6 +71,20 @@ def _write(path, content) -> str:
 def _run(capsys, argv: list[str]) -> tuple[int, str]:
     code = main(argv)
     return code, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    """The fuzzers' cases run in a forked child under a time and a memory limit (tests/sandbox.py): a hang or
+    an unbounded allocation fails the test with its input instead of taking the machine down."""
+    box = Sandbox()
+    yield box
+    box.close()
+
+
+def _run_sandboxed(sandbox, argv: list[str]) -> tuple[int, str]:
+    code, _, err = run_case(sandbox, run_cli, argv)
+    return code, err
 
 
 def _assert_one_line_error(code: int, err: str, command: str, path: str) -> None:
@@ -238,13 +254,13 @@ def _accepted_or_one_line(code: int, err: str, command: str, path: str) -> None:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_fuzz_layer_files(profile, tmp_path, capsys):
+def test_fuzz_layer_files(profile, tmp_path, sandbox):
     path = tmp_path / "layer.npz"
     valid = open(_write(tmp_path / "valid.npz", VALID_NPZ), "rb").read()
 
     def check(content):
         _write(path, content)
-        code, err = _run(capsys, ["run-layer", "--layer", str(path)])
+        code, err = _run_sandboxed(sandbox, ["run-layer", "--layer", str(path)])
         _accepted_or_one_line(code, err, "run-layer", str(path))
 
     _fuzz(profile, st.one_of(_layer_file(), _mangled_bytes(valid)), check)
@@ -268,11 +284,11 @@ def _toml(data: dict, prefix: str = "") -> str:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_fuzz_configurations(profile, tmp_path, capsys):
+def test_fuzz_configurations(profile, tmp_path, sandbox):
     def check(data, syntax):
         path = tmp_path / f"hw.{syntax}"
         path.write_text(json.dumps(data) if syntax == "json" or not isinstance(data, dict) else _toml(data))
-        code, err = _run(capsys, ["isa-doc", "--config", str(path), "-o", str(tmp_path / "isa.md")])
+        code, err = _run_sandboxed(sandbox, ["isa-doc", "--config", str(path), "-o", str(tmp_path / "isa.md")])
         _accepted_or_one_line(code, err, "isa-doc", str(path))
 
     _fuzz(profile, st.tuples(_CONFIGS, st.sampled_from(["json", "toml"])), lambda pair: check(*pair))
@@ -303,12 +319,12 @@ def _listing(draw) -> str:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_fuzz_listings(profile, tmp_path, capsys):
+def test_fuzz_listings(profile, tmp_path, sandbox):
     path = tmp_path / "prog.lst"
 
     def check(content):
         _write(path, content)
-        code, err = _run(capsys, ["asm", str(path), "-o", str(tmp_path / "prog.aipu")])
+        code, err = _run_sandboxed(sandbox, ["asm", str(path), "-o", str(tmp_path / "prog.aipu")])
         _accepted_or_one_line(code, err, "asm", str(path))
 
     _fuzz(profile, st.one_of(_listing(), st.binary(max_size=64)), check)
@@ -332,12 +348,12 @@ def _program_file(draw) -> bytes:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_fuzz_program_files(profile, tmp_path, capsys):
+def test_fuzz_program_files(profile, tmp_path, sandbox):
     path = tmp_path / "prog.aipu"
 
     def check(content):
         _write(path, content)
-        code, err = _run(capsys, ["disasm", str(path)])
+        code, err = _run_sandboxed(sandbox, ["disasm", str(path)])
         _accepted_or_one_line(code, err, "disasm", str(path))
 
     _fuzz(profile, st.one_of(_program_file(), _mangled_bytes(VALID_PROGRAM)), check)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import io
 import json
 import random
 import zlib
@@ -32,7 +31,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aipu import codec
-from aipu.app.cli import main
 from aipu.codec.api import HEADER, MAGIC, decode_stream, pack_container
 from aipu.codec.encoder import EncoderOptions, encode_stream
 from aipu.codec.errors import CodecError
@@ -41,7 +39,7 @@ from aipu.codec.reference.elements import element_spec
 from aipu.codec.reference.engine import AecEncoder
 from aipu.codec.reference.headers import StreamHeader, Sublayer, code_nnc_header
 from aipu.codec.reference.nnc import code_nnc
-from tests.codec.sandbox import Sandbox, run_case
+from tests.sandbox import Sandbox, run_case, run_cli
 
 QUICK = settings(max_examples=100, derandomize=True, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.too_slow])
@@ -511,14 +509,6 @@ def test_a_stream_error_counts_from_the_container_start(sandbox):
     result = check_container(sandbox, data)
     assert result[0] == "error" and f"layer {layer['name']}" in result[3]
     assert 8 * (index_end() + layer["offset"]) <= result[2] <= 8 * len(data)
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    """Child side: ``aipu`` with its exit code, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("command", ["decode", "info"])

@@ -1,10 +1,13 @@
-"""A forked child process that runs one test case at a time under an address-space limit, for the fuzzers.
+"""A forked child process that runs one test case at a time under an address-space limit, for the fuzzers
+(the codec's, and the CLI's: every file family a user hands `aipu`).
 
 A case that hangs is killed after CASE_SECONDS, one that allocates without bound dies at MEMORY_LIMIT, and
 either way the test fails with the input instead of taking the machine down.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import multiprocessing
 import resource
 
@@ -71,3 +74,13 @@ def run_case(sandbox: Sandbox, function, data) -> object:
     shown = data.hex() if isinstance(data, bytes) else repr(data)
     assert outcome[0] == "ok", f"{outcome[0]}: {outcome[1]}\ninput: {shown}"
     return outcome[1]
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """Child side: ``aipu`` with its exit code, stdout and stderr."""
+    from aipu.app.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
