@@ -66,8 +66,9 @@ def _shape(graph: Graph, name: str) -> tuple[int, ...] | None:
 
 def _check_conv(graph: Graph, node: Node, where: _Where) -> None:
     weight_position = 3 if node.op == "QLinearConv" else 1
-    x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[weight_position]) \
-        if len(node.inputs) > weight_position else None
+    if len(node.inputs) <= weight_position:
+        return
+    x, w = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[weight_position])
     if x is None or w is None or len(x) < 3 or len(w) != len(x):
         return
     group = node.attrs.get("group", 1)
@@ -76,11 +77,10 @@ def _check_conv(graph: Graph, node: Node, where: _Where) -> None:
     if not 1 <= group <= channels or channels % group or outputs % group:
         raise where.error("group", group, f"an integer 1 .. {channels} dividing the {channels} input and "
                                           f"{outputs} output channels")
-    per_group = w[0] if transposed else w[1]
-    if per_group != (channels if transposed else channels // group):
-        raise where.error("weight shape", list(w), f"{'' if transposed else f'{channels // group} '}input channels "
-                                                   f"{'in total' if transposed else 'per group'}, "
-                                                   f"as the input {list(x)} has")
+    held, expected = (w[0], channels) if transposed else (w[1], channels // group)
+    if held != expected:
+        each = "in all" if transposed else "per group"
+        raise where.error("weight shape", list(w), f"{expected} input channels {each}, as the input {list(x)} has")
     kernel = node.attrs.get("kernel_shape")
     if kernel is not None and tuple(kernel) != tuple(w[2:]):
         raise where.error("kernel_shape", list(kernel), f"the weights' spatial shape {list(w[2:])}")
