@@ -59,17 +59,17 @@ def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | 
 def _initializer(path: Path, tensor) -> np.ndarray:
     """One initializer as an array: stored in the file, of a numeric type, of at most a layer's weights."""
     import onnx
-    from onnx import numpy_helper
+
+    from aipu.codec.reference.headers import DEFAULT_LIMITS
+    from aipu.compiler.graph import initializer_array
 
     where = f"initializer {tensor.name!r}"
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         raise InputError(where, "external data", "tensors stored inside the model file").within(path)
-    _check_tensor(where, list(tensor.dims))
     try:
-        array = numpy_helper.to_array(tensor)
-    except Exception as exc:   # onnx raises KeyError, ValueError and others on types and sizes it does not know
-        raise InputError(where, f"data_type {tensor.data_type}", f"a numeric tensor onnx can read "
-                                                                 f"({type(exc).__name__})").within(path) from None
+        array = initializer_array(tensor, DEFAULT_LIMITS.max_weights_per_sublayer)
+    except InputError as error:
+        raise error.within(path) from None
     if array.dtype.kind not in WEIGHT_KINDS:
         raise InputError(where, str(array.dtype), "an integer or float tensor").within(path)
     return array

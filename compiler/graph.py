@@ -160,7 +160,7 @@ def _check(model: onnx.ModelProto) -> None:
 def _build(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]], source: str) -> Graph:
     opset = _opset(model)
     _check(model)
-    constants = {init.name: _array(init) for init in model.graph.initializer}
+    constants = {init.name: initializer_array(init) for init in model.graph.initializer}
     inputs = [value for value in model.graph.input if value.name not in constants]
     _fix_input_shapes(model, inputs, input_shapes)
     for index, node in enumerate(model.graph.node):
@@ -246,10 +246,11 @@ def _standard_shape(op: str, input_shapes: list[tuple[int, ...]], attrs: dict) -
     return None
 
 
-def _array(tensor: onnx.TensorProto) -> np.ndarray:
-    if math.prod(tensor.dims) > MAX_TENSOR_ELEMENTS:
+def initializer_array(tensor: onnx.TensorProto, max_elements: int = MAX_TENSOR_ELEMENTS) -> np.ndarray:
+    """An initializer as an array, its element count checked before its data is converted."""
+    if any(size < 0 for size in tensor.dims) or math.prod(tensor.dims) > max_elements:
         raise InputError(f"initializer {tensor.name!r} shape", list(tensor.dims),
-                         f"at most {MAX_TENSOR_ELEMENTS} elements")
+                         f"at most {max_elements} elements")
     try:
         return numpy_helper.to_array(tensor)
     except Exception as exc:   # truncated raw_data, unknown types

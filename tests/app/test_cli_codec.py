@@ -95,7 +95,7 @@ def test_any_tensor_name_survives_decode(tmp_path):
     (["codec", "encode", "huge.npz", "-o", "x.nnr"], "huge.npz: w = [100000, 100000, 4]: a shape of at most"),
     (["codec", "encode", "truncated.onnx", "-o", "x.nnr"], "truncated.onnx: file = 'truncated.onnx': not an ONNX"),
     (["codec", "encode", "external.onnx", "-o", "x.nnr"], "initializer 'w' = 'external data': tensors stored"),
-    (["codec", "encode", "oddtype.onnx", "-o", "x.nnr"], "initializer 'w' = 'data_type 999': a numeric tensor"),
+    (["codec", "encode", "oddtype.onnx", "-o", "x.nnr"], "initializer 'w' = 'its data': readable as its dtype and dims"),
     (["codec", "encode", "empty.npz", "-o", "x.nnr", "--step", "inf"], "--step = inf: a finite positive number"),
     (["codec", "encode", "empty.npz", "-o", "x.nnr", "--step", "nan"], "--step = nan: a finite positive number"),
     (["codec", "encode", "empty.npz", "-o", "x.nnr", "--clusters", "0"], "--clusters = 0: an integer 1 .. 65536"),
