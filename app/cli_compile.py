@@ -62,12 +62,19 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from aipu.compiler.calibrate import read_samples
-    from aipu.compiler.lowering.memory import load_tensor
     from aipu.compiler.program_dir import read_program_dir
-    from aipu.sim.interpreter import prepare
+    from aipu.sim.machine.errors import executing
 
     directory = read_program_dir(args.program)
+    with executing(directory.path):           # a weight stream in the DRAM image that does not decode
+        return _run_directory(directory, args)
+
+
+def _run_directory(directory, args: argparse.Namespace) -> int:
+    from aipu.compiler.calibrate import read_samples
+    from aipu.compiler.lowering.memory import load_tensor
+    from aipu.sim.interpreter import prepare
+
     inputs = {entry.tensor.name: entry.tensor.shape for entry in directory.inputs}
     samples = read_samples(args.input, inputs)
     count = next(iter(samples.values())).shape[0]
@@ -103,10 +110,11 @@ def input_memory(directory, samples: dict[str, np.ndarray], index: int):
     from aipu.compiler.lowering.memory import store_tensor
     from aipu.sim.machine.memory import Memory
 
-    dram = directory.dram.copy()
+    memory = Memory.create(directory.program.config, directory.dram)
     for entry in directory.inputs:
-        store_tensor(dram, entry.dram_address, entry.tensor.quantize(samples[entry.tensor.name][index:index + 1]))
-    return Memory.create(directory.program.config, dram)
+        store_tensor(memory.dram, entry.dram_address,
+                     entry.tensor.quantize(samples[entry.tensor.name][index:index + 1]))
+    return memory
 
 
 def _print_cycles(directory) -> None:

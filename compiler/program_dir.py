@@ -112,7 +112,13 @@ def read_program_dir(path) -> ProgramDir:
     for name in (PROGRAM_FILE, FLOAT_MODEL_FILE):
         with open_regular(path / name, files[name]["bytes"]) as handle:
             _check_sealed(path / name, files[name], handle, lambda: file_sha256(handle))
-    dram = np.empty(files[DRAM_FILE]["bytes"], np.uint8)
+    program = Program.read(path / PROGRAM_FILE)
+    address_bits = program.config.dram.address_bits
+    if manifest["dram_bytes"] > 1 << address_bits:
+        raise InputError("dram_bytes", manifest["dram_bytes"],
+                         f"at most 2**{address_bits}, the DRAM the program's configuration addresses"
+                         ).within(manifest_path)
+    dram = np.empty(manifest["dram_bytes"], np.uint8)
 
     def read_dram() -> str:
         handle.readinto(memoryview(dram))
@@ -120,7 +126,6 @@ def read_program_dir(path) -> ProgramDir:
 
     with open_regular(path / DRAM_FILE, dram.size) as handle:
         _check_sealed(path / DRAM_FILE, files[DRAM_FILE], handle, read_dram)
-    program = Program.read(path / PROGRAM_FILE)
     entries = {}
     try:
         for group in ("inputs", "outputs"):

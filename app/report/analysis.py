@@ -20,7 +20,7 @@ from pathlib import Path
 from aipu.compiler.program_dir import MANIFEST_FILE, PROGRAM_FILE, ProgramDir
 from aipu.sim.cycle import CycleResult, DramModel, simulate
 from aipu.sim.interpreter import DRAM, PreparedProgram, Stats, prepare
-from aipu.sim.machine.errors import ExecutionError, InputError
+from aipu.sim.machine.errors import InputError, executing
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.timing.conv import useful_macs
@@ -40,10 +40,8 @@ def analyse(directory: ProgramDir, *, dram: DramModel = "shared", stats: Stats |
     the caller has it (else it is prepared here: the checks, and each command's accesses)."""
     program, config = directory.program, directory.program.config
     prepared = prepared or prepare(program, directory.dram.size)
-    try:
+    with executing(directory.path):                  # a weight stream in the DRAM image that does not decode
         timing = simulate(program, Memory.create(config, directory.dram), dram=dram)
-    except ExecutionError as error:                  # a weight stream in the DRAM image that does not decode
-        raise ExecutionError(f"{directory.path}: {error}") from None
     steps = read_steps(directory)
     manifest_layers = read_layer_rows(directory)
     layers = [_layer(step, directory, prepared, timing, manifest_layers, stats) for step in steps]

@@ -8,6 +8,7 @@ fail when run (:class:`ExecutionError`: a bad address or operand, a deadlock, a 
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +71,15 @@ class InputError(ValueError):
 
 class ExecutionError(ValueError):
     """A command cannot execute: bad address, bad operand, arithmetic overflow. Names the command."""
+
+
+@contextlib.contextmanager
+def executing(where):
+    """An ExecutionError inside the block is raised again with ``where`` (the program directory) in front."""
+    try:
+        yield
+    except ExecutionError as error:
+        raise type(error)(f"{where}: {error}") from None
 
 
 class DeadlockError(ExecutionError):

@@ -22,10 +22,16 @@ class Memory:
 
     @classmethod
     def create(cls, config: HardwareConfig, dram: bytes | np.ndarray | int) -> Memory:
-        image = np.zeros(dram, np.uint8) if isinstance(dram, int) else np.frombuffer(bytes(dram), np.uint8).copy()
-        if image.size > 1 << config.dram.address_bits:
-            raise ValueError(f"DRAM image of {image.size} bytes exceeds dram.address_bits = "
-                             f"{config.dram.address_bits}")
+        """A fresh memory: ``dram`` is the image's size in bytes (zeros) or its content, copied once."""
+        size = dram if isinstance(dram, int) else memoryview(dram).nbytes
+        if size > 1 << config.dram.address_bits:
+            raise ValueError(f"DRAM image of {size} bytes exceeds dram.address_bits = {config.dram.address_bits}")
+        if isinstance(dram, int):
+            image = np.zeros(dram, np.uint8)
+        elif isinstance(dram, np.ndarray):
+            image = np.ascontiguousarray(dram).view(np.uint8).reshape(-1).copy()
+        else:
+            image = np.frombuffer(dram, np.uint8).copy()
         return cls(config, image, {b: np.zeros(config.buffer(b).bytes, np.uint8) for b in Buffer})
 
     def copy(self) -> Memory:

@@ -196,7 +196,8 @@ def test_a_hostile_steps_entry_is_one_line_naming_the_manifest(demo_dir, tmp_pat
 
 
 def test_a_weight_stream_that_does_not_decode_is_named_by_command(demo_dir, tmp_path, capsys):
-    """The RTL stops on such a stream, so it has no timing: the report says which WDEC command reads it."""
+    """The RTL stops on such a stream, so it has no timing: the report, and a run, say which WDEC command
+    reads it and where."""
     copy = tmp_path / "program"
     shutil.copytree(demo_dir, copy)
     directory = read_program_dir(copy)
@@ -205,10 +206,14 @@ def test_a_weight_stream_that_does_not_decode_is_named_by_command(demo_dir, tmp_
     image[first.dram_addr:first.dram_addr + first.length] = 0xFF
     (copy / DRAM_FILE).write_bytes(image.tobytes())
     reseal(copy)
-    assert main(["report", str(copy), "-o", str(tmp_path / "r.html")]) == 2
-    error = capsys.readouterr().err.strip()
-    assert f"WDEC[0]: the weight stream at dram_addr = {first.dram_addr:#x} ({first.length} bytes) does not decode" \
-        in error and str(copy) in error and "\n" not in error
+    np.save(tmp_path / "x.npy", np.zeros((1, *directory.inputs[0].tensor.shape[1:]), np.float32))
+    for argv in (["report", str(copy), "-o", str(tmp_path / "r.html")],
+                 ["run", str(copy), "--input", str(tmp_path / "x.npy")]):
+        assert main(argv) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"aipu {argv[0]}: error: {copy}: WDEC[0]") and "\n" not in error
+        assert f"the weight stream at dram_addr = {first.dram_addr:#x} ({first.length} bytes) does not decode" \
+            in error
 
 
 _UNIT_NAMES = st.sampled_from([unit.name for unit in Unit] + ["conv", "", "FINISH"])

@@ -67,7 +67,12 @@ def wdec(preparer: Preparer, cmd: Command):
 
     def execute(state: RunState) -> None:
         stream = state.spaces[DRAM][start:stop].tobytes()
-        view(state, out)[...] = decode_weight_stream(stream, shape).transpose(0, 2, 3, 1)
+        try:
+            levels = decode_weight_stream(stream, shape)
+        except ValueError as error:
+            raise ValueError(f"the weight stream at dram_addr = {cmd.dram_addr:#x} ({cmd.length} bytes) {error}"
+                             ) from None
+        view(state, out)[...] = levels.transpose(0, 2, 3, 1)
     return execute
 
 
@@ -85,10 +90,10 @@ def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.
     try:
         levels = codec.decode_profile_compiled(stream, shape).levels
     except codec.CodecError as exc:
-        raise ValueError(f"weight stream does not decode in the npu profile: {exc}") from None
+        raise ValueError(f"does not decode in the npu profile: {exc}") from None
     info8 = np.iinfo(np.int8)
     if levels.size and (levels.min() < info8.min or levels.max() > info8.max):
-        raise ValueError(f"decoded weight levels {levels.min()}..{levels.max()} do not fit int8")
+        raise ValueError(f"decodes to levels {levels.min()}..{levels.max()}, which do not fit int8")
     levels = levels.astype(np.int8)
     levels.flags.writeable = False
     return levels
