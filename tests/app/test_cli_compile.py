@@ -7,16 +7,11 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from aipu.app.cli import main
 from aipu.app.models.train_digits import MODEL_PATH
 from aipu.compiler.driver import compile_model
 from aipu.compiler.program_dir import FLOAT_MODEL_FILE, MANIFEST_FILE, SEALED_FILES, reseal, seal
-
-QUICK = settings(derandomize=True, max_examples=60, deadline=None, database=None,
-                 suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")
@@ -111,38 +106,6 @@ def test_run_refuses_bad_directories_and_inputs(compiled_dir, tmp_path, capsys):
     shutil.copytree(good, broken)
     (broken / "dram.bin").write_bytes(b"\0" * 10)
     assert "dram.bin: size = 10" in _error(["run", str(broken), "--input", str(tmp_path / "bad.npy")], capsys)
-
-
-@QUICK
-@given(field=st.sampled_from(["dram_bytes", "inputs", "outputs", "format", "version"]),
-       value=st.one_of(st.integers(-2 ** 40, 2 ** 40), st.text(max_size=8), st.none(), st.booleans(),
-                       st.lists(st.integers(-5, 5), max_size=3), st.floats(allow_nan=True)),
-       entry_field=st.sampled_from(["name", "dram_address", "shape", "dtype", "scale", "zero_point"]))
-def test_fuzzed_manifests_fail_cleanly(compiled_dir, tmp_path_factory, field, value, entry_field):
-    """Each manifest field, and each field of a tensor entry, set to a random value: the run succeeds or ends
-    in one line with status 2."""
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    np.save(compiled_dir / "one.npy", np.zeros((1, 1, 8, 8), np.float32))
-    for change in ("top", "entry"):
-        target = tmp_path_factory.mktemp("fuzz")
-        shutil.copytree(compiled_dir / "out", target / "out")
-        manifest = json.loads((target / "out" / MANIFEST_FILE).read_text())
-        if change == "top":
-            manifest[field] = value
-        else:
-            manifest["inputs"][0][entry_field] = value
-        try:                 # sealed again, so that the field checks past the seal see the value
-            manifest = seal(manifest)
-        except ValueError:   # NaN or infinity: JSON has none, so the reader refuses the document itself
-            pass
-        (target / "out" / MANIFEST_FILE).write_text(json.dumps(manifest))
-        errors = io.StringIO()
-        with redirect_stdout(io.StringIO()), redirect_stderr(errors):
-            status = main(["run", str(target / "out"), "--input", str(compiled_dir / "one.npy")])
-        assert status in (0, 2)
-        assert status == 0 or ("\n" not in errors.getvalue().strip() and "manifest.json" in errors.getvalue())
 
 
 def _sealed_copy(compiled_dir, tmp_path):
