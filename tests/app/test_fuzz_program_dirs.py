@@ -87,7 +87,7 @@ def _damaged(data: bytes, damage: tuple) -> bytes:
     return bytes(changed)
 
 
-@pytest.mark.parametrize("profile", profiles(quick=40, long=2000))
+@pytest.mark.parametrize("profile", profiles(quick=40, long=1000))
 def test_a_damaged_file_is_refused_by_name(compiled, tmp_path, profile):
     root, box = compiled
     sizes = {name: (root / "plain" / name).stat().st_size for name in FILES}
@@ -133,7 +133,7 @@ def _edited(manifest: dict, path: list, action: tuple) -> dict:
     return edited
 
 
-@pytest.mark.parametrize("profile", profiles(quick=30, long=1500))
+@pytest.mark.parametrize("profile", profiles(quick=30, long=600))
 def test_an_edited_manifest_sealed_again_runs_or_is_one_named_line(compiled, tmp_path, profile):
     root, box = compiled
     manifests = {which: json.loads((root / which / MANIFEST_FILE).read_text()) for which in ("plain", "compressed")}
@@ -152,7 +152,7 @@ def test_an_edited_manifest_sealed_again_runs_or_is_one_named_line(compiled, tmp
     fuzz(profile, cases, check)
 
 
-@pytest.mark.parametrize("profile", profiles(quick=20, long=1000))
+@pytest.mark.parametrize("profile", profiles(quick=20, long=400))
 def test_a_changed_dram_image_sealed_again_runs_or_is_one_named_line(compiled, tmp_path, profile):
     """Weights, records and weight streams changed on purpose (a fault injection): the program runs on what it
     finds, or a command that cannot is named."""
