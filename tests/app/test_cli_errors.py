@@ -24,6 +24,7 @@ from aipu.sim.machine.isa import COMMAND_BYTES, ISA_LAYOUT_HASH, Opcode, Unit
 from aipu.sim.machine.program import _CRC, _HEADER, FORMAT_VERSION, MAGIC, Command, Program
 from tests.sandbox import (Sandbox, accepted_or_one_line, assert_one_line_error, fuzz, profiles, run_case,
                            run_cli)
+from tests.strategies import mangled_bytes, random_array
 
 PROFILES = profiles(quick=100, long=5000)
 
@@ -174,22 +175,6 @@ def test_valid_layer_file_still_runs(tmp_path, capsys):
 
 
 # --- fuzzers -----------------------------------------------------------------------------------------
-_DTYPES = st.sampled_from(["i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", ">i4", "f4", "f8", "?", "U8", "S4", "c8"])
-_SHAPES = st.lists(st.integers(0, 5), max_size=5).map(tuple)
-
-
-@st.composite
-def _random_array(draw):
-    dtype = np.dtype(draw(_DTYPES))
-    shape = draw(_SHAPES)
-    size = int(np.prod(shape))
-    if dtype.kind in "US":
-        element = st.text(max_size=6) if dtype.kind == "U" else st.binary(max_size=4)
-        return np.array(draw(st.lists(element, min_size=size, max_size=size)), dtype=dtype).reshape(shape)
-    values = draw(st.lists(st.integers(-300, 70000), min_size=size, max_size=size))
-    return np.array(values).astype(dtype).reshape(shape)
-
-
 _LAYER_VALUES = {
     "groups": st.integers(-2, 9).map(np.array), "x_zero_point": st.integers(-300, 300).map(np.array),
     "w_zero_point": st.integers(-300, 300).map(np.array), "out_zero_point": st.integers(-70000, 70000).map(np.array),
@@ -217,22 +202,8 @@ def _layer_file(draw) -> dict:
         elif action == "typed" and name in _LAYER_VALUES:
             arrays[name] = draw(_LAYER_VALUES[name])
         else:
-            arrays[name] = draw(_random_array())
+            arrays[name] = draw(random_array())
     return arrays
-
-
-@st.composite
-def _mangled_bytes(draw, data: bytes) -> bytes:
-    """``data`` truncated, or with a few bytes overwritten, often in the first or last 120 bytes (where
-    file headers, zip directories and checksums live)."""
-    data = bytearray(data)
-    if draw(st.booleans()):
-        return bytes(data[:draw(st.integers(0, len(data)))])
-    end = len(data) - 1
-    positions = st.one_of(st.integers(0, min(119, end)), st.integers(max(0, end - 119), end), st.integers(0, end))
-    for _ in range(draw(st.integers(1, 8))):
-        data[draw(positions)] = draw(st.integers(0, 255))
-    return bytes(data)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -245,7 +216,7 @@ def test_fuzz_layer_files(profile, tmp_path, sandbox):
         code, err = _run_sandboxed(sandbox, ["run-layer", "--layer", str(path)])
         accepted_or_one_line(code, err, "run-layer", str(path))
 
-    fuzz(profile, st.one_of(_layer_file(), _mangled_bytes(valid)), check)
+    fuzz(profile, st.one_of(_layer_file(), mangled_bytes(valid)), check)
 
 
 _CONFIG_KEYS = st.sampled_from(["mac", "rows", "cols", "buffers", "act", "acc", "param", "bytes", "port_bytes",
@@ -338,4 +309,4 @@ def test_fuzz_program_files(profile, tmp_path, sandbox):
         code, err = _run_sandboxed(sandbox, ["disasm", str(path)])
         accepted_or_one_line(code, err, "disasm", str(path))
 
-    fuzz(profile, st.one_of(_program_file(), _mangled_bytes(VALID_PROGRAM)), check)
+    fuzz(profile, st.one_of(_program_file(), mangled_bytes(VALID_PROGRAM)), check)
