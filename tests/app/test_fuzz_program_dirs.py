@@ -100,12 +100,23 @@ def test_a_damaged_file_is_refused_by_name(compiled, tmp_path, profile):
         (copy / name).write_bytes(changed)
         argv, command = _commands(root, copy)[0]
         code, _, err = run_case(box, run_cli, argv)
-        if changed == (root / "plain" / name).read_bytes():      # a byte set to its own value
+        if _same_content(name, changed, (root / "plain" / name).read_bytes()):
             assert code == 0, err
             return
         assert_one_line_error(code, err, command, str(copy / name))
 
     fuzz(profile, cases, check)
+
+
+def _same_content(name: str, changed: bytes, original: bytes) -> bool:
+    """A byte set to its own value, or a manifest whose JSON is the same (the seal covers the content, not the
+    spacing: a cut final newline is no change)."""
+    if changed == original or name != MANIFEST_FILE:
+        return changed == original
+    try:
+        return json.loads(changed) == json.loads(original)
+    except ValueError:
+        return False
 
 
 @st.composite
