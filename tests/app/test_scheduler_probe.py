@@ -3,21 +3,23 @@ that closes at once, a closed port, random bytes; each one line naming --schedul
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 from contextlib import contextmanager
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aipu.app.scheduler_probe import probe_scheduler, tcp_endpoint
+from aipu.app.scheduler_probe import HANDSHAKE_BYTES_MAX, HANDSHAKE_MARK, probe_scheduler, tcp_endpoint
 from aipu.sim.machine.errors import InputError
+from tests.sandbox import Sandbox, fuzz, profiles, run_case
 
 
 @contextmanager
-def peer(answer: bytes | None, close: bool = False):
-    """A loopback listener that sends ``answer`` to each connection (None: nothing), then closes it or holds it."""
+def peer(answer: bytes | None, close: bool = False, pace: float = 0):
+    """A loopback listener that sends ``answer`` to each connection (None: nothing; with ``pace``, one byte
+    every ``pace`` seconds), then closes it or holds it."""
     server = socket.create_server(("127.0.0.1", 0))
     held, stop = [], threading.Event()
 
@@ -28,8 +30,7 @@ def peer(answer: bytes | None, close: bool = False):
                 connection, _ = server.accept()
             except TimeoutError:
                 continue
-            if answer:
-                connection.sendall(answer)
+            _send(connection, answer or b"", pace)
             (connection.close() if close else held.append(connection))
 
     thread = threading.Thread(target=serve, daemon=True)
@@ -42,6 +43,17 @@ def peer(answer: bytes | None, close: bool = False):
         for connection in held:
             connection.close()
         server.close()
+
+
+def _send(connection: socket.socket, answer: bytes, pace: float) -> None:
+    """``answer`` at once, or a byte every ``pace`` seconds; a prober that hangs up first ends it."""
+    pieces = [answer[i:i + 1] for i in range(len(answer))] if pace else [answer]
+    try:
+        for piece in pieces:
+            connection.sendall(piece)
+            time.sleep(pace)
+    except OSError:
+        pass
 
 
 @pytest.mark.parametrize("answer, close, message", [
@@ -59,11 +71,44 @@ def test_a_service_that_is_not_a_scheduler_is_one_error_in_time(answer, close, m
         assert message in str(caught.value) and time.monotonic() - started < 5
 
 
-@settings(max_examples=25, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(answer=st.binary(max_size=64), close=st.booleans())
-def test_random_answers_are_refused_within_the_time(answer, close):
-    with peer(answer, close) as address, pytest.raises(InputError, match="--scheduler"):
-        probe_scheduler(address, 0.3)
+def _probed(case: tuple[str, float]) -> str:
+    """Sandbox side: the probe's message, or "accepted"."""
+    try:
+        probe_scheduler(*case)
+    except InputError as error:
+        return str(error)
+    return "accepted"
+
+
+_LENGTH_PREFIXED = st.tuples(st.integers(0, 2 ** 64 - 1) | st.integers(1, HANDSHAKE_BYTES_MAX),
+                             st.binary(max_size=64), st.booleans()).map(
+    lambda parts: struct.pack("<Q", parts[0]) + (HANDSHAKE_MARK if parts[2] else b"") + parts[1])
+
+
+@pytest.mark.parametrize("profile", profiles(quick=25, long=500))
+def test_random_answers_are_refused_within_the_time(profile):
+    """Random bytes, or a length and a body that may or may not name the mark, sent at once or a byte at a
+    time, then held or closed: the probe (in the sandbox) refuses each within its time, or accepts only a
+    handshake that has the mark."""
+    box = Sandbox()
+
+    def check(case):
+        answer, close, pace = case
+        with peer(answer, close, pace) as address:
+            started = time.monotonic()
+            message = run_case(box, _probed, (address, 0.3))
+            assert time.monotonic() - started < 3, message
+        if message == "accepted":
+            length, = struct.unpack("<Q", answer[:8])
+            assert 0 < length <= HANDSHAKE_BYTES_MAX and HANDSHAKE_MARK in answer[8:8 + length]
+        else:
+            assert message.startswith(f"--scheduler = '{address}'") and "\n" not in message
+
+    try:
+        fuzz(profile, st.tuples(st.binary(max_size=64) | _LENGTH_PREFIXED, st.booleans(),
+                                st.sampled_from([0, 0, 0.02])), check)
+    finally:
+        box.close()
 
 
 def test_a_closed_port_and_bad_addresses_are_named():
