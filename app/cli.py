@@ -4,9 +4,10 @@ Each package contributes subcommands through a module with a ``register(subparse
 function, listed in ``SUBCOMMAND_MODULES``; this keeps one entry point without one file
 that knows every option.
 
-Threads: the golden model's float32 GEMMs run on numpy's BLAS. Every command runs it on
-``--threads`` threads (default: $AIPU_THREADS, else 1), so that results are reproducible in time
-and two commands (or test workers) side by side do not oversubscribe the cores. Benchmarks that
+Threads: the golden model's float32 GEMMs run on numpy's BLAS, the interpreter's compiled loop on scipy's.
+Every command runs both on ``--threads`` threads (default: $AIPU_THREADS, else 1; aipu.app.threads), so
+that results are reproducible in time and two commands (or test workers) side by side do not oversubscribe
+the cores. Benchmarks that
 compare against onnxruntime pin both to one thread regardless.
 
 Vectors: every command asks numba for 512-bit vectors on AVX-512 CPUs (aipu.app.vector_width).
@@ -62,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aipu: error: {exc}", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
-    from threadpoolctl import threadpool_limits
+    from aipu.app.threads import pinned_threads
 
     try:
-        with threadpool_limits(limits=args.threads):
+        with pinned_threads(args.threads):
             return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader went away (`aipu ... | head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

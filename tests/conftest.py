@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import settings
-from threadpoolctl import threadpool_limits
 
+from aipu.app.threads import pinned_threads
 from aipu.app.vector_width import use_full_width_vectors
 
 use_full_width_vectors()
@@ -51,7 +51,7 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True, scope="session")
 def one_blas_thread_per_worker():
-    with threadpool_limits(limits=1):
+    with pinned_threads(1):
         yield
 
 

@@ -15,7 +15,7 @@ CALIBRATION_SAMPLES = 8
 
 def run() -> dict:
     import onnx
-    from threadpoolctl import threadpool_limits
+    from aipu.app.threads import pinned_threads
 
     from aipu.app.bench.golden import best_seconds
     from aipu.app.models.synthetic import resnet18_shaped
@@ -29,7 +29,7 @@ def run() -> dict:
 
     rng = np.random.default_rng(0)
     seconds = {}
-    with tempfile.TemporaryDirectory() as folder, threadpool_limits(limits=1):
+    with tempfile.TemporaryDirectory() as folder, pinned_threads(1):
         model_path, calibration_path = Path(folder) / "resnet18.onnx", Path(folder) / "calibration.npz"
         onnx.save(resnet18_shaped(), model_path)
         np.savez(calibration_path, image=rng.normal(0, 1, (CALIBRATION_SAMPLES, 3, 224, 224)).astype(np.float32))

@@ -61,7 +61,7 @@ def best_seconds_paired(funcs, budget: float = 0.6, max_reps: int = 20) -> list[
 
 
 def run() -> dict:
-    from threadpoolctl import threadpool_limits
+    from aipu.app.threads import pinned_threads
 
     from aipu.sim.golden import conv2d, requantize_float32
     from aipu.app.ort_compare import (
@@ -75,7 +75,7 @@ def run() -> dict:
 
     rng = np.random.default_rng(0)
     rows, ratios = [], []
-    with threadpool_limits(limits=1):
+    with pinned_threads(1):
         for name, c, h, k, kernel, stride, pad, groups, dilation in LAYERS:
             x = rng.integers(-128, 128, (1, c, h, h), dtype=np.int8)
             w = rng.integers(ORT_EXACT_INT8_WEIGHTS[0], ORT_EXACT_INT8_WEIGHTS[1] + 1, (k, c // groups, kernel, kernel),

@@ -30,7 +30,7 @@ def _layer(rng, c: int, h: int, k: int, kernel: int, stride: int, pad: int, grou
 
 
 def run() -> dict:
-    from threadpoolctl import threadpool_limits
+    from aipu.app.threads import pinned_threads
 
     from aipu.app.bench.golden import LAYERS, best_seconds, best_seconds_paired
     from aipu.compiler.lowering.conv_layers import lower_conv_layer
@@ -39,7 +39,7 @@ def run() -> dict:
 
     rng = np.random.default_rng(0)
     results, ratios = {}, []
-    with threadpool_limits(limits=1):
+    with pinned_threads(1):
         for name, *shape in LAYERS:
             layer = _layer(rng, *shape)
             started = time.perf_counter()

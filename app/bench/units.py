@@ -376,13 +376,13 @@ def _compare(case: Case, setup: Setup, session, y_golden: np.ndarray, y_ort: np.
 
 def run(names=None, *, budget: float = 0.6) -> dict:
     """Time the cases called ``names`` (default: all), each side for about ``budget`` seconds."""
-    from threadpoolctl import threadpool_limits
+    from aipu.app.threads import pinned_threads
 
     from aipu.app.bench.golden import best_seconds_paired
     from aipu.app.ort_compare import single_thread_session
 
     rows, ratios = [], []
-    with threadpool_limits(limits=1):
+    with pinned_threads(1):
         for seed, case in enumerate(CASES):
             if names is not None and case.name not in names:
                 continue

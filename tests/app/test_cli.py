@@ -1,4 +1,5 @@
 """The `aipu` entry point: every registered subcommand builds and `--help` works."""
+import json
 import os
 import subprocess
 import sys
@@ -62,6 +63,24 @@ def test_threads_option_sets_the_blas_threads_of_the_command(monkeypatch, argv, 
                                                  if pool["user_api"] == "blas"))
     assert main([*argv, "isa-doc"]) == 0
     assert seen and set(seen) == {expected}
+
+
+def test_a_blas_that_loads_after_the_limit_is_limited_too():
+    """numba's np.dot loads scipy's OpenBLAS on first use; in a fresh process (this one has it loaded) every
+    BLAS reports the pinned count after such a call."""
+    code = """
+import json, numba, numpy as np
+from threadpoolctl import threadpool_info
+from aipu.app.threads import pinned_threads
+with pinned_threads(1):
+    numba.njit(lambda a: np.dot(a, a))(np.ones((8, 8)))
+    print(json.dumps([(pool["filepath"], pool["num_threads"]) for pool in threadpool_info()]))
+"""
+    environment = {key: value for key, value in os.environ.items() if not key.endswith("_NUM_THREADS")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env=environment, check=True)
+    pools = json.loads(result.stdout)
+    assert any("scipy" in path for path, _ in pools) and all(count == 1 for _, count in pools), pools
 
 
 @pytest.mark.parametrize("value", ["0", "x", "-3"])
