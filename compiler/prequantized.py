@@ -25,7 +25,7 @@ import numpy as np
 
 from aipu.compiler.graph import CONTRIB_STANDARD_FORMS, Graph, Node, contrib_standard_form
 from aipu.compiler.qir import QConcat, QConv, QLayout, QModel, QTensor, Requant
-from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator, conv_form
+from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator, conv_form, summed_planes
 from aipu.sim import golden
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import KERNEL_BITS
@@ -338,23 +338,16 @@ class _Importer:
 
     def average(self, node: Node, x: str, y: str, y_scale, y_zero) -> None:
         """A rescaling global average: a depthwise conv of ones over the plane; a plane wider than a CONV kernel
-        is gathered to [N, H·W, C, 1] and summed by a 1x1 conv of ones (its H·W input channels accumulate in
-        chunks, the same integer sum), then gathered back to [N, C, 1, 1]."""
+        is summed by a 1x1 conv of ones (quantize.summed_planes), the same integer sum."""
         x_spec = self.tensors[self.resolve(x)]
         y_spec = self.output_tensor(y, y_scale, y_zero)
-        n, c, h, w = x_spec.shape
+        h, w = x_spec.shape[2:]
         if max(h, w) < 1 << KERNEL_BITS:
             self.ones_conv(node, x_spec, y_spec, (h, w), {})
             return
-        planes, sums = f"{node.name}/planes", f"{node.name}/plane_sums"
-        gather = np.arange(n * c * h * w).reshape(n, c, h * w).transpose(0, 2, 1)[..., None]
-        self.tensors[planes] = replace(x_spec, name=planes, shape=gather.shape)
-        self.ops.append(QLayout(f"{node.name}/planes", x_spec.name, planes, gather=gather.reshape(-1)))
-        self.tensors[sums] = replace(y_spec, name=sums, shape=(n, 1, c, 1))
         scale = np.float32(x_spec.scale) / (np.float32(y_spec.scale) * np.float32(h * w))
-        self.mac(node, self.tensors[planes], np.ones((1, h * w, 1, 1), np.int8), 0, None, self.tensors[sums],
-                 scale, {})
-        self.ops.append(QLayout(f"{node.name}/channels", sums, y_spec.name, permutation=(0, 2, 1, 3)))
+        summed_planes(self.tensors, self.ops, node.name, x_spec, y_spec, lambda planes, sums: self.mac(
+            node, planes, np.ones((1, h * w, 1, 1), np.int8), 0, None, sums, scale, {}))
 
     def ones_conv(self, node: Node, x_spec: QTensor, y_spec: QTensor, kernel: tuple[int, int], geometry: dict):
         """An average over whole kernels as a depthwise conv of ones, requantized with MLAS's float32 scale

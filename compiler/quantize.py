@@ -34,6 +34,7 @@ from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.sim import golden
 from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, SOFTMAX_SHIFT_MAX, bit_range
 from aipu.sim.machine.errors import InputError
+from aipu.sim.machine.isa import KERNEL_BITS
 
 _WEIGHT_MAX = 127                 # restricted symmetric int8 range (whitepaper §2.2.2): -128 never used
 _INT16_MAX = 32767                # int16 activations: symmetric, -32768 never used
@@ -372,7 +373,7 @@ class Quantizer:
         x, y = node.inputs[0], node.outputs[0]
         self.tensors[y] = self.same_as(x, y)
         if node.op == "GlobalAveragePool":
-            self.ops.append(QPool(node.name, x, y, "global_avg", rounding=self.options.rounding))
+            self.global_average(node.name, self.tensors[x], self.tensors[y])
             return
         kernel = tuple(node.attrs["kernel_shape"])
         stride = tuple(node.attrs.get("strides", (1, 1)))
@@ -388,6 +389,25 @@ class Quantizer:
             raise InputError("count_include_pad with ceil_mode", 1, "not supported together")
         self.ops.append(QPool(node.name, x, y, "max" if node.op == "MaxPool" else "avg", kernel, stride,
                               (top, left, bottom, right), dilation, include_pad, self.options.rounding))
+
+    def global_average(self, name: str, x: QTensor, y: QTensor) -> None:
+        """The average of each plane, at the input's scale: one POOL window when the plane fits one (at most 15
+        on a side), else the planes summed by a 1x1 conv of ones and divided by the requantizer's M / 2^N."""
+        h, w = x.shape[2:]
+        if max(h, w) < 1 << KERNEL_BITS:
+            self.ops.append(QPool(name, x.name, y.name, "global_avg", rounding=self.options.rounding))
+            return
+        ones = np.ones((1, h * w, 1, 1), np.int8)
+        multiplier, shift = golden.quantize_multiplier(np.array([1.0 / (h * w)]))
+        info = np.iinfo(y.dtype)
+        requant = Requant(np.asarray(multiplier), np.asarray(shift), y.zero_point, int(info.min), int(info.max),
+                          self.options.rounding)
+
+        def sum_planes(planes: QTensor, sums: QTensor) -> None:
+            check_accumulator(ones, planes, 0)
+            self.ops.append(QConv(name, planes.name, sums.name, ones, np.zeros(1, BIAS_DTYPE), requant))
+
+        summed_planes(self.tensors, self.ops, name, x, y, sum_planes)
 
     def eltwise(self, node: Node, fused: set[str]) -> None:
         a, b = node.inputs[0], node.inputs[1]
@@ -554,6 +574,21 @@ def conv_form(node: Node, constants: dict[str, np.ndarray]) -> tuple[np.ndarray,
                     padding=(reach_h - top, reach_w - left, reach_h - bottom + extra_h, reach_w - right + extra_w))
     bias = constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else np.zeros(conv.shape[0])
     return conv, bias.astype(np.float64), geometry
+
+
+def summed_planes(tensors: dict[str, QTensor], ops: list, name: str, x: QTensor, y: QTensor, sum_planes) -> None:
+    """A sum over whole planes of any size, as data movement around one 1x1 conv: ``x`` [N, C, H, W] is
+    gathered to [N, H·W, C, 1] (the plane on the channel axis, which a conv accumulates in chunks at any
+    size), ``sum_planes(planes, sums)`` adds the conv that sums it into [N, 1, C, 1], and that is gathered
+    back to ``y`` [N, C, 1, 1]. The new tensors go into ``tensors``, the ops onto ``ops``."""
+    n, c, h, w = x.shape
+    planes, sums = f"{name}/planes", f"{name}/plane_sums"
+    gather = np.arange(n * c * h * w).reshape(n, c, h * w).transpose(0, 2, 1)[..., None]
+    tensors[planes] = replace(x, name=planes, shape=gather.shape)
+    ops.append(QLayout(planes, x.name, planes, gather=gather.reshape(-1)))
+    tensors[sums] = replace(y, name=sums, shape=(n, 1, c, 1))
+    sum_planes(tensors[planes], tensors[sums])
+    ops.append(QLayout(f"{name}/channels", sums, y.name, permutation=(0, 2, 1, 3)))
 
 
 def check_accumulator(w: np.ndarray, x: QTensor, w_zero_point: int) -> None:

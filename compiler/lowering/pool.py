@@ -31,11 +31,13 @@ class PoolLowering:
             kernel, stride, padding = (h, w), (1, 1), (0, 0, 0, 0)
         else:
             kernel, stride, padding = op.kernel, op.stride, op.padding
-        for name, values, field in (("kernel", kernel, "k_h"), ("stride", stride, "stride_h"),
-                                    ("dilation", op.dilation, "dilation_h"), ("padding", padding, "pad_top")):
-            if max(values) > field_max(context.config, Opcode.POOL, field):
-                raise InputError(f"layer {op.name!r} {name}", list(values),
-                                 f"at most {field_max(context.config, Opcode.POOL, field)} (POOL {field})")
+        for name, values, fields in (("kernel", kernel, ("k_h", "k_w")), ("stride", stride, ("stride_h", "stride_w")),
+                                     ("dilation", op.dilation, ("dilation_h", "dilation_w")),
+                                     ("padding", padding, ("pad_top", "pad_left", "pad_bottom", "pad_right"))):
+            for value, field in zip(values, fields):
+                if value > field_max(context.config, Opcode.POOL, field):
+                    raise InputError(f"layer {op.name!r} {name}", list(values),
+                                     f"at most {field_max(context.config, Opcode.POOL, field)} (POOL {field})")
         elem = x.dtype.itemsize
         span = (kernel[0] - 1) * op.dilation[0] + 1
         size_max = field_max(context.config, Opcode.POOL, "in_h", "in_w", "channels")

@@ -94,11 +94,12 @@ def _context(network):
     return Context(network.program, network.plan, network.model.tensors, network.model.constants)
 
 
-def test_what_does_not_fit_is_named_before_anything_is_emitted(tmp_path):
+@pytest.mark.parametrize("kernel, pads, field", [([16, 16], [8, 8, 8, 8], "k_h"), ([3, 16], [1, 8, 1, 8], "k_w")])
+def test_what_does_not_fit_is_named_before_anything_is_emitted(tmp_path, kernel, pads, field):
     b = GraphBuilder(0, 3, 8)
-    y = b.node("MaxPool", [b.conv("image", 3, 4, bn=False)], kernel_shape=[16, 16], pads=[8, 8, 8, 8])
+    y = b.node("MaxPool", [b.conv("image", 3, 4, bn=False)], kernel_shape=kernel, pads=pads)
     _, qmodel = _compile(tmp_path, b.model(y), np.ones((2, 3, 8, 8), np.float32))
-    with pytest.raises(InputError, match=r"layer 'maxpool\d+' kernel = \[16, 16\]: at most 15 \(POOL k_h\)"):
+    with pytest.raises(InputError, match=rf"layer 'maxpool\d+' kernel = \{kernel}: at most 15 \(POOL {field}\)"):
         lower_model(qmodel)
 
 
@@ -134,6 +135,25 @@ def test_concat_along_height_and_of_vectors(tmp_path):
     _, qmodel = _compile(tmp_path, b.model(y), rng.normal(0, 1, (6, 3, 6, 6)).astype(np.float32))
     for config in (DEFAULT, TINY):
         _check_every_tensor(qmodel, config, rng.normal(0, 1, (1, 3, 6, 6)).astype(np.float32), seed=2)
+
+
+def test_a_squeeze_excite_over_a_plane_wider_than_a_window_runs_bit_exact(tmp_path):
+    """Global average pooling of a 20x20 plane (POOL and CONV windows end at 15): the planes summed by a 1x1
+    conv of ones, within one step of the float average, bit-exact on the NPU."""
+    b = GraphBuilder(7, 3, 20)
+    x = b.node("Relu", [b.conv("image", 3, 8)])
+    gate = b.node("Sigmoid", [b.conv(b.node("GlobalAveragePool", [x]), 8, 8, kernel=1, bn=False)])
+    y = b.node("Flatten", [b.node("GlobalAveragePool", [b.node("Mul", [x, gate])])])
+    rng = np.random.default_rng(8)
+    graph, qmodel = _compile(tmp_path, b.model(y), rng.normal(0, 1, (6, 3, 20, 20)).astype(np.float32))
+    assert not any(op.mode == "global_avg" for op in qmodel.ops if hasattr(op, "mode"))
+    image = rng.normal(0, 1, (1, 3, 20, 20)).astype(np.float32)
+    values = qmodel.run(qmodel.quantize_inputs({qmodel.inputs[0]: image}), keep=True)
+    pooled = qmodel.tensors[next(op.y for op in qmodel.ops if op.name.endswith("/channels"))]
+    averaged = float_node_alone(graph, qmodel, values, "GlobalAveragePool")
+    assert np.abs(pooled.dequantize(values[pooled.name]) - averaged).max() <= pooled.scale
+    for config in (DEFAULT, TINY):
+        _check_every_tensor(qmodel, config, image, seed=3)
 
 
 @pytest.mark.parametrize("resize", [
