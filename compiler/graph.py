@@ -275,7 +275,7 @@ def _fix_input_shapes(model: onnx.ModelProto, inputs: list, input_shapes: dict[s
                 raise InputError(f"--input-shape {value.name}", "x".join(map(str, given)),
                                  f"rank {len(dims)}, as the model declares")
             for dim, size in zip(dims, given):
-                if dim.HasField("dim_value") and dim.dim_value != size:
+                if _fixed(dim) and dim.dim_value != size:
                     raise InputError(f"--input-shape {value.name}", "x".join(map(str, given)),
                                      f"the model fixes this dimension to {dim.dim_value}")
             tensor_type.shape.Clear()
@@ -285,14 +285,21 @@ def _fix_input_shapes(model: onnx.ModelProto, inputs: list, input_shapes: dict[s
         if not tensor_type.HasField("shape"):
             raise InputError(f"input {value.name!r} shape", "unknown", f"give it with --input-shape {value.name}=...")
         for index, dim in enumerate(dims):
-            if index == 0 and not dim.HasField("dim_value"):
-                dim.dim_value = 1           # a symbolic batch: one image, as the NPU runs
-            if not dim.HasField("dim_value") or dim.dim_value < 1:
-                raise InputError(f"input {value.name!r} dimension {index}", dim.dim_param or "unknown",
+            if index == 0 and not _fixed(dim):
+                dim.dim_value = 1           # a symbolic or -1 batch: one image, as the NPU runs
+            if not _fixed(dim):
+                raise InputError(f"input {value.name!r} dimension {index}",
+                                 dim.dim_param or (dim.dim_value if dim.HasField("dim_value") else "unknown"),
                                  f"a fixed size: give the shape with --input-shape {value.name}=1x...")
         if math.prod(dim.dim_value for dim in dims) > MAX_TENSOR_ELEMENTS:
             raise InputError(f"input {value.name!r} shape", [dim.dim_value for dim in dims],
                              f"at most {MAX_TENSOR_ELEMENTS} elements")
+
+
+def _fixed(dim) -> bool:
+    """Whether the model states this input dimension's size: a positive dim_value (exporters write -1 or 0
+    for a free batch, as others write a dim_param)."""
+    return dim.HasField("dim_value") and dim.dim_value >= 1
 
 
 def _infer(model: onnx.ModelProto) -> tuple[onnx.ModelProto, InputError | None]:

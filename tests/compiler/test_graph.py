@@ -111,6 +111,16 @@ def test_symbolic_dimensions_need_an_input_shape(tmp_path):
         load_graph(path, {"image": (1, 3, 8, 9)})
 
 
+def test_a_dimension_stored_as_minus_one_is_free(tmp_path):
+    """Paddle2ONNX and others write a free dimension as dim_value -1: a batch of -1 is one image, another -1
+    asks for --input-shape, which then sets it."""
+    assert load_graph(_save(tmp_path, _exporter_style_graph(batch=-1))).shapes["x"] == (1, 3, 8, 9)
+    path = _save(tmp_path, _exporter_style_graph(batch=-1, height=-1))
+    with pytest.raises(InputError, match=r"input 'x' dimension 2 = -1: a fixed size: give the shape with"):
+        load_graph(path)
+    assert load_graph(path, parse_input_shapes(["x=2x3x8x9"])).shapes["flat"] == (2, 80)
+
+
 @pytest.mark.parametrize("spec", ["x", "x=", "x=1x0x3", "x=1xx3", "=1x3", "x=-1x3", "x=99999x99999x99999"])
 def test_input_shape_specs_are_checked(spec):
     with pytest.raises(InputError, match="--input-shape"):
