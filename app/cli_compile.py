@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from aipu.sim.machine.arch import DEFAULT, load_hardware_config
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from aipu.compiler.calibrate import METHODS
-    from aipu.compiler.driver import compile_model, write
+    from aipu.compiler.driver import compile_model, low_sqnr_layers, write
     from aipu.compiler.graph import parse_input_shapes
     from aipu.compiler.quantize import QuantOptions
 
@@ -32,6 +33,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                              threads=args.threads, evaluation_path=args.eval, compress=args.compress)
     manifest = write(compiled, Path(args.output), args.model)
     seconds = time.perf_counter() - started
+    _warn_low_sqnr(manifest["layers"])
     if args.json:
         print(json.dumps({**manifest, "compile_seconds": round(seconds, 3)}, indent=1))
         return 0
@@ -49,16 +51,30 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if not manifest["layers"]:
         print("(no per-layer report: give --calib samples to compare every layer with float)")
         return 0
-    print(f"{'layer':<28} {'kind':<8} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} {'SQNR dB':>8} "
+    low = low_sqnr_layers(manifest["layers"])
+    print(f"{'layer':<28} {'kind':<8} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} {'SQNR dB':>9} "
           f"{'clipped':>8}")
     for row in manifest["layers"]:
         shape = "x".join(map(str, row["shape"]))
-        sqnr = "-" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}"
+        sqnr = "-" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}" + ("!" if row in low else " ")
         clipped = "-" if row["clipped_fraction"] is None else f"{row['clipped_fraction']:.2%}"
         table = f"  table inputs {row['table_input_range']}" if "table_input_range" in row else ""
         print(f"{row['name'][:28]:<28} {row['kind']:<8} {shape:<16} {row['dtype']:<6} {row['scale']:>10.4g} "
-              f"{row['zero_point']:>5} {sqnr:>8} {clipped:>8}{table}")
+              f"{row['zero_point']:>5} {sqnr:>9} {clipped:>8}{table}")
     return 0
+
+
+def _warn_low_sqnr(rows: list[dict]) -> None:
+    """One warning line on stderr (also under --quiet) naming the layers far from float, worst first."""
+    from aipu.compiler.driver import LOW_SQNR_DB, low_sqnr_layers
+
+    low = sorted(low_sqnr_layers(rows), key=lambda row: row["sqnr_db"])
+    if low:
+        named = ", ".join(f"{row['name']} ({row['sqnr_db']:.1f} dB)" for row in low[:5])
+        more = f" and {len(low) - 5} more" if len(low) > 5 else ""
+        print(f"aipu compile: warning: {len(low)} layer{'s' if len(low) > 1 else ''} under {LOW_SQNR_DB:g} dB SQNR "
+              f"against float: {named}{more}; --method extrema keeps every range, --int16 NAME widens a tensor",
+              file=sys.stderr)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

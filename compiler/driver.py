@@ -22,6 +22,7 @@ from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 from aipu.sim.machine.errors import InputError
 
 REPORT_SAMPLES = 16          # calibration samples the per-layer report compares float and int8 on
+LOW_SQNR_DB = 20.0           # a layer's output under this SQNR against float is flagged (table, warning, report)
 
 
 @dataclass
@@ -149,6 +150,11 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
             row["table_input_range"] = [int(codes.min()), int(codes.max())]
         rows.append(row)
     return rows
+
+
+def low_sqnr_layers(rows: list[dict]) -> list[dict]:
+    """The report rows whose output is under LOW_SQNR_DB against float."""
+    return [row for row in rows if row.get("sqnr_db") is not None and row["sqnr_db"] < LOW_SQNR_DB]
 
 
 def write(compiled: Compiled, out: Path, model_path) -> dict:

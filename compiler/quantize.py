@@ -122,7 +122,8 @@ class Quantizer:
         if stats is None or stats.count == 0:
             raise InputError(f"tensor {name!r}", "no statistics", "calibrated (it is computed by the graph)")
         options = self.options
-        low, high = choose_range(stats, options.method, n_std=options.n_std, percentile=options.percentile,
+        method = "extrema" if name in self.graph.outputs else options.method   # a clipped output is a wrong answer
+        low, high = choose_range(stats, method, n_std=options.n_std, percentile=options.percentile,
                                  momentum=options.momentum)
         return self._fit(name, shape or self.graph.shapes[name], min(low, 0.0), max(high, 0.0))
 

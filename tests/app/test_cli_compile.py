@@ -43,6 +43,22 @@ def test_compiled_directory_runs_and_equals_the_quantized_model(compiled_dir, di
     assert all(row["clipped_fraction"] == 0 for row in manifest["layers"])   # extrema over these very samples
 
 
+def test_layers_far_from_float_are_flagged_and_warned(compiled_dir, tmp_path, capsys):
+    """The digits model under nstd: its 3-sigma ranges clip every feature map; the table marks each layer
+    under 20 dB, and one warning line on stderr names the worst."""
+    assert main(["compile", str(MODEL_PATH), "--calib", str(compiled_dir / "calib.npz"), "-o", str(tmp_path / "o"),
+                 "--method", "nstd", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    flagged = [line.split()[0] for line in captured.out.splitlines() if "!" in line]
+    assert flagged == ["conv1", "conv2", "conv3", "pool", "flatten", "fc"]
+    warning = captured.err.splitlines()[-1]
+    assert warning.startswith("aipu compile: warning: 6 layers under 20 dB SQNR against float: conv3 (")
+    assert main(["compile", str(MODEL_PATH), "--calib", str(compiled_dir / "calib.npz"), "-o", str(tmp_path / "o"),
+                 "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err and "!" not in captured.out
+
+
 def test_compile_reports_top1_of_float_and_int8_on_labelled_samples(tmp_path, capsys, digits_data):
     images, labels = digits_data["eval_images"][:60], digits_data["eval_labels"][:60]
     np.savez(tmp_path / "calib.npz", images=digits_data["calibration_images"])

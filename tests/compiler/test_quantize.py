@@ -63,6 +63,19 @@ def test_digits_model_int8_top1_within_one_point_of_float(tmp_path, digits_data,
     assert float_top1 > 0.9 and int8_top1 >= float_top1 - 0.01
 
 
+@pytest.mark.parametrize("method", ["kld", "percentile", "nstd", "mean"])
+def test_no_method_clips_the_networks_outputs(tmp_path, digits_data, method):
+    """A clipped intermediate is a trade the method makes; a clipped output is a wrong answer (kld clipped 98 %
+    of a classifier's logits): outputs keep the extrema of the calibration set under every method."""
+    images = digits_data["calibration_images"]
+    graph, qmodel = _compile(tmp_path, onnx.load(MODEL_PATH), images, QuantOptions(method=method),
+                             histograms=method in ("kld", "percentile"))
+    output = qmodel.tensors[qmodel.outputs[0]]
+    low, high = output.dequantize(np.array([np.iinfo(output.dtype).min, np.iinfo(output.dtype).max]))
+    logits = _float_outputs(graph, images)
+    assert low - output.scale / 2 <= logits.min() and logits.max() <= high + output.scale / 2
+
+
 @pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("build", [mobilenet_like, resnet_like])
 def test_mobilenet_and_resnet_like_graphs_quantize_close_to_float(tmp_path, build, symmetric):
