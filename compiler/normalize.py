@@ -21,16 +21,30 @@ from aipu.sim.machine.errors import InputError, one_line
 
 
 class UnsupportedNodes(InputError):
-    """Every node the compiler cannot take, each with its operator, input shapes and the reason."""
+    """Every node the compiler cannot take, grouped by operator: a line per operator type with its count and
+    its first SHOWN_PER_OPERATOR nodes (name, input shapes, reason). A network of hundreds of nodes of one
+    unsupported type reads in a few lines."""
 
-    def __init__(self, items: list[str]):
-        super().__init__("unsupported nodes", len(items), "; ".join(items))
-        self.items = items
+    SHOWN_PER_OPERATOR = 3
+
+    def __init__(self, refused: list[tuple[str, str, str, str]]):
+        super().__init__("unsupported nodes", len(refused), "operators the compiler takes")
+        self.refused = refused                   # (operator, node name, input shapes, reason) per node
 
     def __str__(self) -> str:
-        count = len(self.items)
-        return one_line(": ".join((*self.where, f"{count} unsupported node{'s' if count > 1 else ''}: "
-                                   + "; ".join(self.items))))
+        groups: dict[str, list[tuple[str, str, str]]] = {}
+        for operator, name, shapes, reason in self.refused:
+            groups.setdefault(operator, []).append((name, shapes, reason))
+        count = len(self.refused)
+        lines = [": ".join((*self.where, f"{count} unsupported node{'s' if count > 1 else ''} of {len(groups)} "
+                                         f"operator type{'s' if len(groups) > 1 else ''}:"))]
+        for operator, nodes in groups.items():
+            shown = [one_line(f"{name!r} (inputs {shapes}): {reason}"[:300])
+                     for name, shapes, reason in nodes[:self.SHOWN_PER_OPERATOR]]
+            more = len(nodes) - len(shown)
+            lines.append(f"  {operator}, {len(nodes)} node{'s' if len(nodes) > 1 else ''}: " + "; ".join(shown)
+                         + (f"; and {more} more" if more else ""))
+        return "\n".join(lines)
 
 
 def normalize(graph: Graph) -> Graph:
@@ -51,16 +65,16 @@ def normalize(graph: Graph) -> Graph:
 def check(graph: Graph) -> None:
     """:class:`UnsupportedNodes` listing every node the compiler cannot take; else the reason strict shape
     inference failed, if it did; else the first tensor whose shape stayed unknown."""
-    items = []
+    refused = []
     for node in graph.nodes:
         reason = _unsupported(node, graph)
         if reason:
             shapes = ", ".join("x".join(map(str, graph.shapes[name])) if name in graph.shapes else "?"
                                for name in node.inputs if name)
             domain = f" in domain {node.domain}" if node.domain not in ("", "ai.onnx") else ""
-            items.append(f"{node.name!r} ({node.op}{domain}; inputs {shapes or 'none'}): {reason}")
-    if items:
-        raise UnsupportedNodes(items).within(graph.source)
+            refused.append((f"{node.op}{domain}", node.name, shapes or "none", reason))
+    if refused:
+        raise UnsupportedNodes(refused).within(graph.source)
     if graph.problem is not None:
         raise graph.problem.within(graph.source)
     for node in graph.nodes:
