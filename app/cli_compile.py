@@ -33,6 +33,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                              threads=args.threads, evaluation_path=args.eval, compress=args.compress)
     manifest = write(compiled, Path(args.output), args.model)
     seconds = time.perf_counter() - started
+    for note in manifest["notes"]:
+        print(f"aipu compile: note: {note}", file=sys.stderr)
     _warn_low_sqnr(manifest["layers"])
     if args.json:
         print(json.dumps({**manifest, "compile_seconds": round(seconds, 3)}, indent=1))

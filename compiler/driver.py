@@ -166,7 +166,7 @@ def write(compiled: Compiled, out: Path, model_path) -> dict:
                 "config_hash": network.program.config.config_hash(),
                 "quantization": asdict(compiled.options),
                 "commands_per_unit": {unit.name: len(queue) for unit, queue in network.program.queues.items() if queue},
-                "layers": compiled.layers,
+                "layers": compiled.layers, "notes": compiled.qmodel.notes,
                 **({"evaluation": compiled.evaluation} if compiled.evaluation is not None else {})}
     write_program_dir(Path(out), network.program, network.dram, manifest,
                       compiled.graph.to_onnx().SerializeToString())

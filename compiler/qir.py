@@ -292,6 +292,7 @@ class QModel:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)   # choices the quantizer made that a user should know of
 
     def quantize_inputs(self, real: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {name: self.tensors[name].quantize(real[name]) for name in self.inputs}

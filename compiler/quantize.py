@@ -32,7 +32,8 @@ from aipu.compiler.normalize import pad_widths, softmax_axes, softmax_rows_conse
 from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.sim import golden
-from aipu.sim.machine.arch import ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, SOFTMAX_SHIFT_MAX, bit_range
+from aipu.sim.machine.arch import (ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, MULTIPLIER_BITS, SHIFT_MAX,
+                                   SOFTMAX_SHIFT_MAX, bit_range)
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import KERNEL_BITS
 
@@ -112,6 +113,7 @@ class Quantizer:
         self.tensors: dict[str, QTensor] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.ops: list = []
+        self.notes: list[str] = []
         self.consumers = graph.consumers()
         self.functions = _activation_functions()
 
@@ -181,7 +183,7 @@ class Quantizer:
         if missing:
             raise InputError("--int16", missing[0], "a tensor the quantized model computes (a fused activation's "
                              "input is not: name the activation's output)")
-        return QModel(self.tensors, self.ops, self.graph.inputs, self.graph.outputs, self.constants)
+        return QModel(self.tensors, self.ops, self.graph.inputs, self.graph.outputs, self.constants, self.notes)
 
     def lower(self, node: Node, fused: set[str]) -> None:
         op = node.op
@@ -224,12 +226,15 @@ class Quantizer:
                              "is unsigned, docs/arithmetic.md §4.2)")
         x_spec, y_spec = self._mac_input(x), self.activation(y)
         self.tensors[y] = y_spec
-        w_q, w_scale = self._weights(weight)
+        w_q, w_scale = self._weights(weight, self._weight_scale_floor(node, bias, x_spec, y_spec, weight))
         scale = x_spec.scale * w_scale / y_spec.scale
         bias_q = golden.round_half_away(bias / (x_spec.scale * w_scale))
         low, high = bit_range(BIAS_BITS, signed=True)
-        if bias_q.min(initial=0) < low or bias_q.max(initial=0) > high:
-            raise InputError("bias", f"{float(np.abs(bias).max())}", f"|bias / (s_x * s_w)| within int{BIAS_BITS}")
+        outside = np.flatnonzero((bias_q < low) | (bias_q > high))
+        if outside.size:             # only under the power-of-two scheme, whose weight scale is the layer's
+            channel = int(outside[0])
+            raise InputError(f"bias of output channel {channel}", float(bias[channel]),
+                             f"|bias / (s_x * s_w)| within int{BIAS_BITS}")
         requant = self._requant(scale, y_spec, activation)
         check_accumulator(w_q, x_spec, 0)
         self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv))
@@ -295,8 +300,28 @@ class Quantizer:
             return self.graph.constants[activation.inputs[1]].astype(np.float64).reshape(-1)
         return None
 
-    def _weights(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Symmetric int8 weights [-127, 127] and their scale per output channel (or one for all)."""
+    def _weight_scale_floor(self, node: Node, bias: np.ndarray, x: QTensor, y: QTensor,
+                            weight: np.ndarray) -> np.ndarray:
+        """The least weight scale of each output channel: the bias must fit int32 as round(b / (s_x·s_w)), and
+        the requantizer's s_x·s_w / s_y must lie where M / 2^N keeps its precision. Only a channel whose weights
+        are (nearly) all zero reaches it (a dead channel's 1e-34 weights gave s_w = 1e-36); such channels are
+        named in the model's notes."""
+        _, high = bit_range(BIAS_BITS, signed=True)
+        precise = y.scale * 2.0 ** (MULTIPLIER_BITS - 1 - SHIFT_MAX) / x.scale
+        floor = np.maximum(np.abs(bias) / (x.scale * (high - 1)), precise)
+        amax = np.abs(weight.reshape(weight.shape[0], -1)).max(axis=1)
+        raised = np.flatnonzero((amax if self.options.per_channel_weights else amax.max()) / _WEIGHT_MAX < floor)
+        if raised.size and self.options.scheme != "pow2":
+            shown = ", ".join(map(str, raised[:8])) + (", ..." if raised.size > 8 else "")
+            self.notes.append(f"layer {node.name!r}: output channel{'s' if raised.size > 1 else ''} {shown} "
+                              f"({raised.size} of {weight.shape[0]}) have (nearly) zero weights; their weight "
+                              f"scale was raised so that the bias fits int{BIAS_BITS} and the requantizer keeps "
+                              "its precision")
+        return floor
+
+    def _weights(self, weight: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Symmetric int8 weights [-127, 127] and their scale per output channel (or one for all), each scale at
+        least ``floor`` (:meth:`_weight_scale_floor`; the patent's power-of-two scheme keeps its own)."""
         flat = np.abs(weight.reshape(weight.shape[0], -1))
         if self.options.scheme == "pow2":       # patent: one exponent per layer, 7-bit kernels (QUAN 63, [0069])
             amax = float(flat.max(initial=0.0))
@@ -304,7 +329,7 @@ class Quantizer:
             q = golden.pow2_quantize(weight, exponent, golden.KERNEL_QUAN)
             return q.astype(np.int8), np.full(weight.shape[0], 2.0 ** -exponent)
         amax = flat.max(axis=1) if self.options.per_channel_weights else np.full(weight.shape[0], flat.max())
-        scale = np.where(amax > 0, amax / _WEIGHT_MAX, 1.0)
+        scale = np.maximum(amax / _WEIGHT_MAX, floor if self.options.per_channel_weights else floor.max())
         q = golden.round_half_away(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))))
         return np.clip(q, -_WEIGHT_MAX, _WEIGHT_MAX).astype(np.int8), scale
 

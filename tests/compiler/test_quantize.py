@@ -128,3 +128,31 @@ def test_layer_report_measures_every_operator_against_float(tmp_path):
     assert any(row["clipped_fraction"] > 0 for row in rows)            # a 99th percentile clips something
     tables = [row for row in rows if row["kind"] == "lut"]
     assert tables and all(-128 <= row["table_input_range"][0] <= row["table_input_range"][1] <= 255 for row in tables)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_a_dead_channel_keeps_its_bias_and_is_named(tmp_path, per_channel):
+    """An output channel whose weights are ~1e-34 (dead after training) with a bias of 0.369: its per-channel
+    scale was ~1e-36 and the bias overflowed int32. The scale is raised, the channel's output is its bias, the
+    others are unchanged, and the model's notes name the channel (per-tensor weights need no change)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(11)
+    weights = rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+    weights[2] = 1e-34
+    bias = np.array([0.1, -0.2, 0.369, 0.05], np.float32)
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])], "dead",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(bias, "b")])
+    images = rng.normal(0, 1, (8, 3, 8, 8)).astype(np.float32)
+    graph, qmodel = _compile(tmp_path, helper.make_model(graph), images,
+                             QuantOptions(per_channel_weights=per_channel))
+    if per_channel:
+        assert len(qmodel.notes) == 1 and "output channel 2 (1 of 4) have (nearly) zero weights" in qmodel.notes[0]
+    else:                                 # one scale for the layer: the live channels' is large enough
+        assert not qmodel.notes
+    want, got = _float_outputs(graph, images), _quantized_outputs(qmodel, images)
+    step = qmodel.tensors[qmodel.outputs[0]].scale
+    assert np.abs(got[:, 2] - 0.369).max() <= step
+    assert sqnr_db(want, got) > 30
