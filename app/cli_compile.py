@@ -25,7 +25,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     options = QuantOptions(method=args.method, symmetric_activations=args.symmetric,
                            per_channel_weights=not args.per_tensor_weights, n_std=args.n_std,
                            percentile=args.percentile, momentum=args.momentum, scheme=args.scheme,
-                           int16=tuple(args.int16 or ()))
+                           int16=tuple(args.int16 or ()), target_sqnr_db=args.target_sqnr)
     config = load_hardware_config(args.config) if args.config else DEFAULT
     started = time.perf_counter()
     compiled = compile_model(args.model, args.calib, config=config, input_shapes=parse_input_shapes(args.input_shape),
@@ -208,6 +208,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compile_parser.add_argument("--int16", action="append", metavar="TENSOR",
                                 help="quantize this tensor to int16 (repeatable): one that tables, pooling, "
                                      "element-wise operators or the outputs read, not a conv or fc")
+    compile_parser.add_argument("--target-sqnr", type=float, metavar="DB",
+                                help="make tensors int16 around every layer under DB of SQNR against float, where "
+                                     "their readers allow, until each reaches it (or none can be widened more)")
     compile_parser.add_argument("--per-tensor-weights", action="store_true", help="one weight scale per layer")
     compile_parser.add_argument("--n-std", type=float, default=3.0, help="nstd: N (default 3)")
     compile_parser.add_argument("--percentile", type=float, default=99.99, help="percentile: p (default 99.99)")

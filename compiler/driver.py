@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ from aipu.sim.machine.errors import InputError
 
 REPORT_SAMPLES = 16          # calibration samples the per-layer report compares float and int8 on
 LOW_SQNR_DB = 20.0           # a layer's output under this SQNR against float is flagged (table, warning, report)
+PRECISION_ROUNDS = 4         # --target-sqnr: rounds of making tensors int16, each followed by a new layer report
 
 
 @dataclass
@@ -60,7 +61,61 @@ def quantize_model(model_path, calibration_path=None, *, input_shapes: dict[str,
         return graph, import_quantized(graph), samples
     stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
                     progress=progress, threads=threads)
-    return graph, quantize_graph(graph, stats, options), samples
+    if options.target_sqnr_db is None:
+        return graph, quantize_graph(graph, stats, options), samples
+    report_samples = {name: array[:REPORT_SAMPLES] for name, array in samples.items()}
+    return graph, raise_precision(graph, stats, options, report_samples, threads), samples
+
+
+def raise_precision(graph: Graph, stats: dict, options: QuantOptions, samples: dict[str, np.ndarray],
+                    threads: int = 1) -> QModel:
+    """The quantized model with more precision, round after round, around every layer whose output is under
+    ``options.target_sqnr_db`` against float on ``samples``: a layer that clips gets its output's full range
+    (the extrema, whatever the method); one that does not gets int16 for its output, else for an input,
+    where the readers allow (the MAC array and a few units take 8 bits only). The model's notes say what
+    was chosen and which layers still miss the target."""
+    target = options.target_sqnr_db
+    qmodel = quantize_graph(graph, stats, options)
+    for _ in range(PRECISION_ROUNDS):
+        low = low_sqnr_layers(layer_report(graph, qmodel, samples, threads), target)
+        widened = _widened(graph, stats, options, qmodel, low)
+        if widened == options:
+            break
+        options = widened
+        qmodel = quantize_graph(graph, stats, options)
+    else:
+        low = low_sqnr_layers(layer_report(graph, qmodel, samples, threads), target)
+    qmodel.notes.append(f"--target-sqnr {target:g}: full range for {_listed(options.full_range)}, int16 for "
+                        f"{_listed(options.int16)}; " + (f"still under it: {', '.join(row['name'] for row in low)}"
+                                                         if low else "every layer reaches it"))
+    return qmodel
+
+
+def _widened(graph: Graph, stats: dict, options: QuantOptions, qmodel: QModel, low: list[dict]) -> QuantOptions:
+    """``options`` with one step more precision: the full range for the ``low`` layers that clip (clipping
+    upstream spoils every layer after it), or when none does, int16 for each low layer that can take it."""
+    clipping = [row["output"] for row in low if row["clipped_fraction"] and row["output"] not in options.full_range]
+    if clipping:
+        return replace(options, full_range=(*options.full_range, *clipping))
+    for row in low:
+        op = next(op for op in qmodel.ops if op.name == row["name"])
+        for name in (op.y, *op.inputs):
+            if name not in options.int16 and _takes_int16(graph, stats, options, (*options.int16, name)):
+                options = replace(options, int16=(*options.int16, name))
+                break
+    return options
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    return f"{len(names)} tensor{'s' if len(names) != 1 else ''}" + (f" ({', '.join(names)})" if names else "")
+
+
+def _takes_int16(graph: Graph, stats: dict, options: QuantOptions, int16: tuple[str, ...]) -> bool:
+    try:
+        quantize_graph(graph, stats, replace(options, int16=int16))
+    except InputError:
+        return False
+    return True
 
 
 def compile_model(model_path, calibration_path=None, *, config: HardwareConfig = DEFAULT,
@@ -152,9 +207,9 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
     return rows
 
 
-def low_sqnr_layers(rows: list[dict]) -> list[dict]:
-    """The report rows whose output is under LOW_SQNR_DB against float."""
-    return [row for row in rows if row.get("sqnr_db") is not None and row["sqnr_db"] < LOW_SQNR_DB]
+def low_sqnr_layers(rows: list[dict], threshold: float = LOW_SQNR_DB) -> list[dict]:
+    """The report rows whose output is under ``threshold`` dB SQNR against float."""
+    return [row for row in rows if row.get("sqnr_db") is not None and row["sqnr_db"] < threshold]
 
 
 def write(compiled: Compiled, out: Path, model_path) -> dict:

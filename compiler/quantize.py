@@ -57,6 +57,8 @@ class QuantOptions:
     rounding: str = "half_up"                 # of every shift (D2)
     scheme: str = "affine"                    # SCHEMES: "pow2" is the shift-quantization patent's
     int16: tuple[str, ...] = ()               # tensors quantized to int16 (symmetric), where their readers allow
+    target_sqnr_db: float | None = None       # make tensors int16 until every layer reaches it (driver)
+    full_range: tuple[str, ...] = ()          # tensors calibrated to their extrema whatever the method
 
     def __post_init__(self):
         """InputError naming the `aipu compile` option of a value no calibration can use."""
@@ -65,7 +67,8 @@ class QuantOptions:
         for option, value, good, allowed in (
                 ("--n-std", self.n_std, lambda v: v > 0, "a finite number above 0"),
                 ("--percentile", self.percentile, lambda v: 0 < v <= 100, "a number above 0, at most 100"),
-                ("--momentum", self.momentum, lambda v: 0 <= v <= 1, "a number 0 .. 1")):
+                ("--momentum", self.momentum, lambda v: 0 <= v <= 1, "a number 0 .. 1"),
+                ("--target-sqnr", self.target_sqnr_db, lambda v: 0 < v <= 100, "a number of dB above 0, at most 100")):
             if value is not None and (type(value) not in (int, float) or not math.isfinite(value) or not good(value)):
                 raise InputError(option, value, allowed)
 
@@ -124,7 +127,8 @@ class Quantizer:
         if stats is None or stats.count == 0:
             raise InputError(f"tensor {name!r}", "no statistics", "calibrated (it is computed by the graph)")
         options = self.options
-        method = "extrema" if name in self.graph.outputs else options.method   # a clipped output is a wrong answer
+        full = name in self.graph.outputs or name in options.full_range      # a clipped output is a wrong answer
+        method = "extrema" if full else options.method
         low, high = choose_range(stats, method, n_std=options.n_std, percentile=options.percentile,
                                  momentum=options.momentum)
         return self._fit(name, shape or self.graph.shapes[name], min(low, 0.0), max(high, 0.0))

@@ -59,6 +59,24 @@ def test_layers_far_from_float_are_flagged_and_warned(compiled_dir, tmp_path, ca
     assert "warning" not in captured.err and "!" not in captured.out
 
 
+def test_a_target_sqnr_widens_what_clips_then_what_is_coarse(compiled_dir, tmp_path, capsys):
+    """nstd clips the three conv outputs: --target-sqnr 30 gives them their full range and every layer then
+    reaches it; a target of 40 the 8-bit convs cannot reach makes the later tensors int16 and names the
+    layers that still miss it."""
+    calib = str(compiled_dir / "calib.npz")
+    assert main(["compile", str(MODEL_PATH), "--calib", calib, "-o", str(tmp_path / "o"), "--method", "nstd",
+                 "--target-sqnr", "30", "--quiet"]) == 0
+    assert ("note: --target-sqnr 30: full range for 3 tensors (conv1.relu, conv2.relu, conv3.relu), int16 for 0 "
+            "tensors; every layer reaches it") in capsys.readouterr().err
+    manifest = json.loads((tmp_path / "o" / MANIFEST_FILE).read_text())
+    assert min(row["sqnr_db"] for row in manifest["layers"]) >= 30 and len(manifest["notes"]) == 1
+    assert main(["compile", str(MODEL_PATH), "--calib", calib, "-o", str(tmp_path / "o"), "--target-sqnr", "40",
+                 "--quiet"]) == 0
+    assert "int16 for 3 tensors (pool, features, logits); still under it: pool, flatten, fc" in capsys.readouterr().err
+    assert main(["compile", str(MODEL_PATH), "--calib", calib, "-o", str(tmp_path / "o"), "--target-sqnr", "0"]) == 2
+    assert "--target-sqnr = 0.0: a number of dB above 0, at most 100" in capsys.readouterr().err
+
+
 def test_compile_reports_top1_of_float_and_int8_on_labelled_samples(tmp_path, capsys, digits_data):
     images, labels = digits_data["eval_images"][:60], digits_data["eval_labels"][:60]
     np.savez(tmp_path / "calib.npz", images=digits_data["calibration_images"])
