@@ -15,10 +15,10 @@ CALIBRATION_SAMPLES = 8
 
 def run() -> dict:
     import onnx
-    from aipu.app.threads import pinned_threads
 
     from aipu.app.bench.golden import best_seconds
     from aipu.app.models.synthetic import resnet18_shaped
+    from aipu.app.threads import pinned_threads
     from aipu.compiler.calibrate import collect, read_samples
     from aipu.compiler.driver import REPORT_SAMPLES, layer_report
     from aipu.compiler.graph import load_graph

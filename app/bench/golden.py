@@ -62,7 +62,6 @@ def best_seconds_paired(funcs, budget: float = 0.6, max_reps: int = 20) -> list[
 
 def run() -> dict:
     from aipu.app.threads import pinned_threads
-
     from aipu.sim.golden import conv2d, requantize_float32
     from aipu.app.ort_compare import (
         ORT_EXACT_INT8_WEIGHTS,

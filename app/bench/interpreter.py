@@ -30,9 +30,8 @@ def _layer(rng, c: int, h: int, k: int, kernel: int, stride: int, pad: int, grou
 
 
 def run() -> dict:
-    from aipu.app.threads import pinned_threads
-
     from aipu.app.bench.golden import LAYERS, best_seconds, best_seconds_paired
+    from aipu.app.threads import pinned_threads
     from aipu.compiler.lowering.conv_layers import lower_conv_layer
     from aipu.sim.interpreter import prepare
     from aipu.sim.interpreter import run as interpret

@@ -376,10 +376,9 @@ def _compare(case: Case, setup: Setup, session, y_golden: np.ndarray, y_ort: np.
 
 def run(names=None, *, budget: float = 0.6) -> dict:
     """Time the cases called ``names`` (default: all), each side for about ``budget`` seconds."""
-    from aipu.app.threads import pinned_threads
-
     from aipu.app.bench.golden import best_seconds_paired
     from aipu.app.ort_compare import single_thread_session
+    from aipu.app.threads import pinned_threads
 
     rows, ratios = [], []
     with pinned_threads(1):
