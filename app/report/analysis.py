@@ -100,7 +100,8 @@ def read_steps(directory: ProgramDir) -> list[dict]:
 
 def read_layer_rows(directory: ProgramDir) -> dict[str, dict]:
     """The manifest's per-layer report rows by name, checked as a hostile file's: each an object with a name,
-    and the fields the report reads (kind, clipped_fraction, table_input_range) of their types and ranges."""
+    and the fields the report reads (kind, sqnr_db, clipped_fraction, table_input_range) of their types and
+    ranges."""
     rows, where = directory.manifest.get("layers", []), directory.path / MANIFEST_FILE
     if not isinstance(rows, list) or len(rows) > MAX_STEPS:
         raise InputError("layers", rows if not isinstance(rows, list) else f"{len(rows)} rows",
@@ -110,8 +111,11 @@ def read_layer_rows(directory: ProgramDir) -> dict[str, dict]:
         if not isinstance(row, dict) or not isinstance(row.get("name"), str) or not 0 < len(row["name"]) <= 256:
             raise InputError(field, row, "an object whose name is a string of 1 .. 256 characters").within(where)
         kind, clipped, codes = row.get("kind"), row.get("clipped_fraction"), row.get("table_input_range")
+        sqnr = row.get("sqnr_db")
         if kind is not None and not isinstance(kind, str):
             raise InputError(f"{field}.kind", kind, "a string").within(where)
+        if sqnr is not None and (type(sqnr) not in (int, float) or not -1000 <= sqnr <= 1000):
+            raise InputError(f"{field}.sqnr_db", sqnr, "a number of dB -1000 .. 1000, or null").within(where)
         if clipped is not None and (type(clipped) not in (int, float) or not 0 <= clipped <= 1):
             raise InputError(f"{field}.clipped_fraction", clipped, "a fraction 0 .. 1, or null").within(where)
         if codes is not None and not (_is_pair(codes) and codes[0] <= codes[1]):
@@ -140,6 +144,7 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
     span = end - start
     rows = [manifest_layers.get(name, {}) for name in step["layers"]]
     clipped = [row["clipped_fraction"] for row in rows if row.get("clipped_fraction") is not None]
+    sqnr = [row["sqnr_db"] for row in rows if row.get("sqnr_db") is not None]
     table_ranges = [row["table_input_range"] for row in rows if row.get("table_input_range") is not None]
     counted = _run_counts(stats, spans) if stats is not None else None
     return {
@@ -157,6 +162,7 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
         **weights,
         "long_pole_unit": max(units, key=lambda row: row["busy_cycles"] + row["dram_stall_cycles"])["unit"],
         "units": units,
+        "calibration_sqnr_db": min(sqnr) if sqnr else None,
         "calibration_clipped_fraction": max(clipped) if clipped else None,
         "table_input_range": ([min(low for low, _ in table_ranges), max(high for _, high in table_ranges)]
                               if table_ranges else None),

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend that needs no display)
 
+from aipu.compiler.driver import LOW_SQNR_DB  # noqa: E402
 from aipu.sim.cycle import CycleResult  # noqa: E402
 from aipu.sim.machine.isa import Unit  # noqa: E402
 
@@ -76,12 +77,13 @@ aipu {html.escape(meta['aipu_version'])}{' · git ' + meta['git_revision'][:12] 
 <h2>Plots</h2>
 {plots}
 <h2>Layers</h2>
-<p class="muted">saturated: values the output stages clamped to [qmin, qmax] (a fused ReLU's included) in the
-interpreter run on <code>--input</code>
+<p class="muted">SQNR: the layer's int8 output against float on the calibration samples, its lowest tensor,
+marked ! under {LOW_SQNR_DB:g} dB; saturated: values the output stages clamped to [qmin, qmax] (a fused
+ReLU's included) in the interpreter run on <code>--input</code>
 ({'this report' if meta['input_run'] else 'none given'}); longest wait: the unit and what it waited on longest.</p>
 <table id="layers"><thead><tr><th>layer</th><th>span (cycles)</th><th>MACs</th><th>MAC util.</th>
-<th>mapping eff.</th><th>DRAM read</th><th>DRAM written</th><th>weights ratio</th><th>saturated</th><th>long pole</th>
-<th>longest wait</th></tr></thead>
+<th>mapping eff.</th><th>DRAM read</th><th>DRAM written</th><th>weights ratio</th><th>SQNR (dB)</th>
+<th>saturated</th><th>long pole</th><th>longest wait</th></tr></thead>
 <tbody>{rows}</tbody></table>
 <h2>Configuration</h2>
 <pre>{configuration}</pre>
@@ -115,9 +117,11 @@ def _layer_row(layer: dict) -> str:
     mapping = "–" if layer["mapping_efficiency"] is None else f"{layer['mapping_efficiency']:.1%}"
     ratio = "–" if layer["weight_compression_ratio"] is None else f"{layer['weight_compression_ratio']:.2f}×"
     saturated = "–" if layer["saturated_values"] is None else f"{layer['saturated_values']:,}"
+    sqnr = layer["calibration_sqnr_db"]
+    shown = "–" if sqnr is None else f"{sqnr:.1f}" + (" !" if sqnr < LOW_SQNR_DB else "")
     return (f"<tr><td>{html.escape(layer['name'])}</td><td>{layer['span_cycles']:,}</td><td>{layer['macs']:,}</td>"
             f"<td>{layer['mac_utilisation']:.1%}</td><td>{mapping}</td><td>{layer['dram_read_bytes']:,}</td>"
-            f"<td>{layer['dram_written_bytes']:,}</td><td>{ratio}</td><td>{saturated}</td>"
+            f"<td>{layer['dram_written_bytes']:,}</td><td>{ratio}</td><td>{shown}</td><td>{saturated}</td>"
             f"<td>{layer['long_pole_unit']}</td>"
             f"<td>{html.escape(f'{longest[1]}: {longest[0]:,}') if longest else '–'}</td></tr>")
 
