@@ -163,6 +163,7 @@ def _build(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]], sou
     constants = {init.name: initializer_array(init) for init in model.graph.initializer}
     inputs = [value for value in model.graph.input if value.name not in constants]
     _fix_input_shapes(model, inputs, input_shapes)
+    _free_unknown_dimensions(model)
     for index, node in enumerate(model.graph.node):
         node.name = node.name or f"{node.op_type}_{index}"     # every message names its node
     problem = None
@@ -294,6 +295,16 @@ def _fix_input_shapes(model: onnx.ModelProto, inputs: list, input_shapes: dict[s
         if math.prod(dim.dim_value for dim in dims) > MAX_TENSOR_ELEMENTS:
             raise InputError(f"input {value.name!r} shape", [dim.dim_value for dim in dims],
                              f"at most {MAX_TENSOR_ELEMENTS} elements")
+
+
+def _free_unknown_dimensions(model: onnx.ModelProto) -> None:
+    """Dimensions an exporter wrote as -1 or 0 in the graph's value_info and outputs (Paddle2ONNX writes a free
+    batch so) become unknown, for shape inference to fill in: taken as sizes, they contradict the inferred
+    ones (an Identity's "(1) vs (-1)")."""
+    for value in (*model.graph.value_info, *model.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value < 1:
+                dim.Clear()
 
 
 def _fixed(dim) -> bool:

@@ -121,6 +121,17 @@ def test_a_dimension_stored_as_minus_one_is_free(tmp_path):
     assert load_graph(path, parse_input_shapes(["x=2x3x8x9"])).shapes["flat"] == (2, 80)
 
 
+def test_minus_one_in_value_info_and_outputs_is_left_to_inference(tmp_path):
+    """Paddle2ONNX writes the free batch as -1 on every tensor it annotates: taken as a size, it contradicted
+    the inferred 1 ("Inferred shape and existing shape differ in dimension 0: (1) vs (-1)")."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Identity", ["r"], ["y"], name="id")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, 8, 8])],
+                              value_info=[helper.make_tensor_value_info("r", TensorProto.FLOAT, [-1, 3, 8, 8])])
+    loaded = load_graph(_save(tmp_path, graph))
+    assert loaded.shapes["r"] == loaded.shapes["y"] == (1, 3, 8, 8)
+
+
 @pytest.mark.parametrize("spec", ["x", "x=", "x=1x0x3", "x=1xx3", "=1x3", "x=-1x3", "x=99999x99999x99999"])
 def test_input_shape_specs_are_checked(spec):
     with pytest.raises(InputError, match="--input-shape"):
