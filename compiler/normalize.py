@@ -16,6 +16,7 @@ import numpy as np
 
 from aipu.compiler.graph import Graph, Node
 from aipu.compiler.dynamic import dequantize_dynamic
+from aipu.compiler.patterns import fuse_hard_activations
 from aipu.compiler.resize import linear_form
 from aipu.sim.machine.errors import InputError, one_line
 
@@ -53,7 +54,7 @@ def normalize(graph: Graph) -> Graph:
     first."""
     graph = dequantize_dynamic(graph)
     check(graph)
-    graph = _drop_no_ops(graph)
+    graph = fuse_hard_activations(_drop_no_ops(graph))
     graph = _fold_batch_norms(graph)
     graph.nodes = [_explicit_pads(node, graph) if node.op in ("Conv", "QLinearConv", "MaxPool", "AveragePool",
                                                               "QLinearAveragePool")
