@@ -46,11 +46,17 @@ class TensorStats:
     def abs_max(self) -> float:
         return max(abs(self.minimum), abs(self.maximum))
 
-    def add_batch(self, values: np.ndarray) -> None:
+    def add(self, values: np.ndarray, *, batch_start: bool = True) -> None:
+        """One run's values; ``batch_start`` opens a new batch of the per-batch extrema, else they join the
+        latest (runs are added as they come, so that no batch of every activation is held at once)."""
         low, high = float(values.min()), float(values.max())
         self.minimum, self.maximum = min(self.minimum, low), max(self.maximum, high)
-        self.batch_minima.append(low)
-        self.batch_maxima.append(high)
+        if batch_start or not self.batch_minima:
+            self.batch_minima.append(low)
+            self.batch_maxima.append(high)
+        else:
+            self.batch_minima[-1] = min(self.batch_minima[-1], low)
+            self.batch_maxima[-1] = max(self.batch_maxima[-1], high)
         as_float64 = values.astype(np.float64, copy=False)
         self.total += float(as_float64.sum())
         self.total_squares += float(np.square(as_float64).sum())
@@ -146,18 +152,14 @@ def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 1
     with tqdm(total=count * passes, unit="sample", desc="calibration", disable=not progress) as bar:
         for histogram_pass in range(passes):
             for first in range(0, count, batch_size):
-                outputs: dict[str, list[np.ndarray]] = {name: [] for name in stats}
                 for start in range(first, min(count, first + batch_size), batch):
                     feeds = {name: array[start:start + batch] for name, array in samples.items()}
                     for name, value in (*zip(names, session.run(names, feeds)), *feeds.items()):
-                        outputs[name].append(value)
+                        if histogram_pass:
+                            stats[name].add_to_histogram(value)
+                        else:
+                            stats[name].add(value, batch_start=start == first)
                     bar.update(batch)
-                for name, tensor in stats.items():
-                    values = np.concatenate([value.reshape(-1) for value in outputs[name]])
-                    if histogram_pass:
-                        tensor.add_to_histogram(values)
-                    else:
-                        tensor.add_batch(values)
     return stats
 
 

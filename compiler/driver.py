@@ -17,7 +17,7 @@ from aipu.compiler.normalize import normalize
 from aipu.compiler.program_dir import write_program_dir
 from aipu.compiler.prequantized import import_quantized, is_prequantized
 from aipu.compiler.qir import QLut, QModel
-from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_db
+from aipu.compiler.quantize import QuantOptions, quantize_graph
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 from aipu.sim.machine.errors import InputError
 
@@ -170,41 +170,50 @@ def evaluate(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], label
 def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], threads: int = 1) -> list[dict]:
     """Per operator: its output's type and quantization; over ``samples`` (one at a time, as the graph's batch)
     the SQNR of the dequantized int8 result against the float graph's tensor, the fraction of float values
-    beyond the quantized range (clipped by saturation), and for a table the range of input codes it sees."""
+    beyond the quantized range (clipped by saturation), and for a table the range of input codes it sees.
+    The sums are kept run by run, never the activations of every sample."""
     session, names = float_session(graph, threads)
     batch = graph.shapes[graph.inputs[0]][0]
     count = next(iter(samples.values())).shape[0]
-    floats: dict[str, list] = {}
-    quantized: dict[str, list] = {}
-    table_inputs: dict[str, list] = {}
+    sums: dict[str, np.ndarray] = {}           # op output -> [signal, noise, clipped, values], float64
+    table_codes: dict[str, list[int]] = {}
     for start in range(0, count, batch):
         feeds = {name: array[start:start + batch] for name, array in samples.items()}
-        for name, value in zip(names, session.run(names, feeds)):
-            floats.setdefault(name, []).append(value)
+        floats = dict(zip(names, session.run(names, feeds)))
         values = qmodel.run(qmodel.quantize_inputs(feeds), keep=True)
         for op in qmodel.ops:
-            quantized.setdefault(op.y, []).append(qmodel.tensors[op.y].dequantize(values[op.y]))
+            if op.y in floats:
+                sums[op.y] = sums.get(op.y, 0) + _error_sums(floats[op.y], qmodel.tensors[op.y], values[op.y])
             if isinstance(op, QLut):
-                table_inputs.setdefault(op.name, []).append(values[op.x])
+                low, high = int(values[op.x].min()), int(values[op.x].max())
+                seen = table_codes.setdefault(op.name, [low, high])
+                table_codes[op.name] = [min(seen[0], low), max(seen[1], high)]
     rows = []
     for op in qmodel.ops:
         tensor = qmodel.tensors[op.y]
         row = {"name": op.name, "kind": type(op).__name__.removeprefix("Q").lower(), "output": op.y,
                "shape": list(tensor.shape), "dtype": tensor.dtype.name, "scale": tensor.scale,
                "zero_point": tensor.zero_point, "sqnr_db": None, "clipped_fraction": None}
-        if op.y in floats:
-            reference = np.concatenate(floats[op.y])
-            info = np.iinfo(tensor.dtype)
-            low, high = tensor.dequantize(np.array([info.min, info.max]))
-            sqnr = sqnr_db(reference, np.concatenate(quantized[op.y]))
+        if op.y in sums:
+            signal, noise, clipped, total = sums[op.y]
+            sqnr = math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal else -math.inf
             row["sqnr_db"] = round(sqnr, 2) if math.isfinite(sqnr) else None    # JSON has no infinity
-            row["clipped_fraction"] = float(np.mean((reference < low - tensor.scale / 2)
-                                                    | (reference > high + tensor.scale / 2)))
-        if op.name in table_inputs:     # which part of the table the data reaches
-            codes = np.concatenate([value.reshape(-1) for value in table_inputs[op.name]])
-            row["table_input_range"] = [int(codes.min()), int(codes.max())]
+            row["clipped_fraction"] = float(clipped / total)
+        if op.name in table_codes:     # which part of the table the data reaches
+            row["table_input_range"] = table_codes[op.name]
         rows.append(row)
     return rows
+
+
+def _error_sums(reference: np.ndarray, tensor, codes: np.ndarray) -> np.ndarray:
+    """[signal power, noise power, values beyond the quantized range, values] of one run of one tensor, as
+    quantize.sqnr_db sums them."""
+    reference = reference.astype(np.float64)
+    info = np.iinfo(tensor.dtype)
+    low, high = tensor.dequantize(np.array([info.min, info.max]))
+    clipped = np.count_nonzero((reference < low - tensor.scale / 2) | (reference > high + tensor.scale / 2))
+    noise = reference - tensor.dequantize(codes).astype(np.float64)
+    return np.array([np.sum(reference ** 2), np.sum(noise ** 2), clipped, reference.size], np.float64)
 
 
 def low_sqnr_layers(rows: list[dict], threshold: float = LOW_SQNR_DB) -> list[dict]:

@@ -28,7 +28,7 @@ def _inputs(graph) -> dict[str, tuple[int, ...]]:
 def _stats(values: np.ndarray, batch: int = 100, histogram: bool = True) -> TensorStats:
     stats = TensorStats()
     for start in range(0, values.size, batch):
-        stats.add_batch(values[start:start + batch])
+        stats.add(values[start:start + batch])
     if histogram:
         for start in range(0, values.size, batch):
             stats.add_to_histogram(values[start:start + batch])
