@@ -70,7 +70,7 @@ def check(graph: Graph) -> None:
     for node in graph.nodes:
         reason = _unsupported(node, graph)
         if reason:
-            shapes = ", ".join("x".join(map(str, graph.shapes[name])) if name in graph.shapes else "?"
+            shapes = ", ".join(("x".join(map(str, graph.shapes[name])) or "scalar") if name in graph.shapes else "?"
                                for name in node.inputs if name)
             domain = f" in domain {node.domain}" if node.domain not in ("", "ai.onnx") else ""
             refused.append((f"{node.op}{domain}", node.name, shapes or "none", reason))
@@ -318,6 +318,7 @@ _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "Concat": _no_check,
     "Resize": _rank(4, _attribute("mode", ("nearest", "linear"), "nearest"), _constant(1, 2, 3), _linear_form),
     "Pad": _pad_check,
+    "Slice": _constant(1, 2, 3, 4), "Split": _constant(1),
     "Reshape": _constant(1), "Flatten": _no_check, "Transpose": _no_check, "Squeeze": _constant(1),
     "Unsqueeze": _constant(1),
     "Identity": _no_check, "Dropout": _all(_constant(1, 2), _unused_outputs(1)),

@@ -31,6 +31,7 @@ from aipu.compiler.graph import Graph, Node
 from aipu.compiler.normalize import pad_widths, softmax_axes, softmax_rows_consecutive
 from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
+from aipu.compiler.slicing import slice_gathers
 from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, MULTIPLIER_BITS, SHIFT_MAX,
                                    SOFTMAX_SHIFT_MAX, bit_range)
@@ -208,6 +209,11 @@ class Quantizer:
             self.linear_resize(node)
         elif op == "Pad":
             self.pad(node)
+        elif op in ("Slice", "Split"):
+            for output, gather in slice_gathers(node, self.graph):
+                self.tensors[output] = self.same_as(node.inputs[0], output)
+                name = node.name if output == node.outputs[0] else f"{node.name}:{output}"
+                self.ops.append(QLayout(name, node.inputs[0], output, gather=gather))
         elif op in _LAYOUT_OPS or op == "Resize":
             self.tensors[node.outputs[0]] = self.same_as(node.inputs[0], node.outputs[0])
             permutation = tuple(node.attrs.get("perm", range(len(self.graph.shapes[node.inputs[0]]))[::-1]))
