@@ -10,6 +10,10 @@ import contextlib
 import io
 import multiprocessing
 import resource
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
 
 MEMORY_LIMIT = 2 << 30          # address space of the sandbox process (it starts at about 0.4 GiB)
 CASE_SECONDS = 30.0             # per case; the slowest legitimate case takes well under a second
@@ -77,10 +81,41 @@ def run_case(sandbox: Sandbox, function, data) -> object:
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    """Child side: ``aipu`` with its exit code, stdout and stderr."""
+    """Child side: ``aipu`` with its exit code, stdout and stderr. stderr starts with the warnings a terminal
+    would show (Python's default filters), which pytest's own capture of warnings would otherwise swallow."""
     from aipu.app.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for hidden in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", hidden)
         code = main(argv)
-    return code, out.getvalue(), err.getvalue()
+    shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
+    return code, out.getvalue(), shown + err.getvalue()
+
+
+def profiles(quick: int, long: int) -> list:
+    """A fuzzer's two runs, for ``pytest.mark.parametrize("profile", ...)``: ``quick`` seeded examples in the
+    default suite, ``long`` random ones under ``-m slow``."""
+    common = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    return [pytest.param(settings(derandomize=True, max_examples=quick, **common), id="quick"),
+            pytest.param(settings(max_examples=long, **common), id="long", marks=pytest.mark.slow)]
+
+
+def fuzz(profile, strategy, check) -> None:
+    """Run ``check`` on examples of ``strategy`` under the hypothesis settings ``profile``."""
+    profile(given(strategy)(check))()
+
+
+def assert_one_line_error(code: int, err: str, command: str, path: str) -> None:
+    """Exit status 2 and one line on stderr naming ``path`` first, as the CLI promises for bad input."""
+    assert code == 2, err
+    assert err.startswith(f"aipu {command}: error: {path}: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+def accepted_or_one_line(code: int, err: str, command: str, path: str) -> None:
+    if code != 0:
+        assert_one_line_error(code, err, command, path)

@@ -16,19 +16,16 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aipu.app.cli import main
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import COMMAND_BYTES, ISA_LAYOUT_HASH, Opcode, Unit
 from aipu.sim.machine.program import _CRC, _HEADER, FORMAT_VERSION, MAGIC, Command, Program
-from tests.sandbox import Sandbox, run_case, run_cli
+from tests.sandbox import (Sandbox, accepted_or_one_line, assert_one_line_error, fuzz, profiles, run_case,
+                           run_cli)
 
-QUICK = settings(derandomize=True, max_examples=100, deadline=None, database=None,
-                 suppress_health_check=list(HealthCheck))
-LONG = settings(max_examples=5000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-PROFILES = [pytest.param(QUICK, id="quick"), pytest.param(LONG, id="long", marks=pytest.mark.slow)]
+PROFILES = profiles(quick=100, long=5000)
 
 
 def _layer_arrays(**changes) -> dict:
@@ -85,12 +82,6 @@ def sandbox():
 def _run_sandboxed(sandbox, argv: list[str]) -> tuple[int, str]:
     code, _, err = run_case(sandbox, run_cli, argv)
     return code, err
-
-
-def _assert_one_line_error(code: int, err: str, command: str, path: str) -> None:
-    assert code == 2, err
-    assert err.startswith(f"aipu {command}: error: {path}: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
 
 
 # --- the inputs the issue listed ---------------------------------------------------------------------
@@ -161,7 +152,7 @@ def _issue_argv(case: str, tmp_path) -> tuple[list[str], str]:
 def test_each_reported_input_gives_one_named_line(case, tmp_path, capsys):
     argv, path = _issue_argv(case, tmp_path)
     code, err = _run(capsys, argv)
-    _assert_one_line_error(code, err, argv[0], path)
+    assert_one_line_error(code, err, argv[0], path)
     assert CASES[case][3] in err, err
 
 
@@ -171,7 +162,7 @@ def test_no_traceback_reaches_the_terminal(tmp_path):
         argv, path = _issue_argv(case, tmp_path)
         result = subprocess.run([sys.executable, "-m", "aipu.app.cli", *argv], capture_output=True, text=True,
                                 timeout=120)
-        _assert_one_line_error(result.returncode, result.stderr, argv[0], path)
+        assert_one_line_error(result.returncode, result.stderr, argv[0], path)
 
 
 def test_valid_layer_file_still_runs(tmp_path, capsys):
@@ -244,15 +235,6 @@ def _mangled_bytes(draw, data: bytes) -> bytes:
     return bytes(data)
 
 
-def _fuzz(profile, strategy, check) -> None:
-    profile(given(strategy)(check))()
-
-
-def _accepted_or_one_line(code: int, err: str, command: str, path: str) -> None:
-    if code != 0:
-        _assert_one_line_error(code, err, command, path)
-
-
 @pytest.mark.parametrize("profile", PROFILES)
 def test_fuzz_layer_files(profile, tmp_path, sandbox):
     path = tmp_path / "layer.npz"
@@ -261,9 +243,9 @@ def test_fuzz_layer_files(profile, tmp_path, sandbox):
     def check(content):
         _write(path, content)
         code, err = _run_sandboxed(sandbox, ["run-layer", "--layer", str(path)])
-        _accepted_or_one_line(code, err, "run-layer", str(path))
+        accepted_or_one_line(code, err, "run-layer", str(path))
 
-    _fuzz(profile, st.one_of(_layer_file(), _mangled_bytes(valid)), check)
+    fuzz(profile, st.one_of(_layer_file(), _mangled_bytes(valid)), check)
 
 
 _CONFIG_KEYS = st.sampled_from(["mac", "rows", "cols", "buffers", "act", "acc", "param", "bytes", "port_bytes",
@@ -289,9 +271,9 @@ def test_fuzz_configurations(profile, tmp_path, sandbox):
         path = tmp_path / f"hw.{syntax}"
         path.write_text(json.dumps(data) if syntax == "json" or not isinstance(data, dict) else _toml(data))
         code, err = _run_sandboxed(sandbox, ["isa-doc", "--config", str(path), "-o", str(tmp_path / "isa.md")])
-        _accepted_or_one_line(code, err, "isa-doc", str(path))
+        accepted_or_one_line(code, err, "isa-doc", str(path))
 
-    _fuzz(profile, st.tuples(_CONFIGS, st.sampled_from(["json", "toml"])), lambda pair: check(*pair))
+    fuzz(profile, st.tuples(_CONFIGS, st.sampled_from(["json", "toml"])), lambda pair: check(*pair))
 
 
 VALID_LISTING = _small_program().disassemble()
@@ -325,9 +307,9 @@ def test_fuzz_listings(profile, tmp_path, sandbox):
     def check(content):
         _write(path, content)
         code, err = _run_sandboxed(sandbox, ["asm", str(path), "-o", str(tmp_path / "prog.aipu")])
-        _accepted_or_one_line(code, err, "asm", str(path))
+        accepted_or_one_line(code, err, "asm", str(path))
 
-    _fuzz(profile, st.one_of(_listing(), st.binary(max_size=64)), check)
+    fuzz(profile, st.one_of(_listing(), st.binary(max_size=64)), check)
 
 
 VALID_PROGRAM = _small_program().to_bytes()
@@ -354,6 +336,6 @@ def test_fuzz_program_files(profile, tmp_path, sandbox):
     def check(content):
         _write(path, content)
         code, err = _run_sandboxed(sandbox, ["disasm", str(path)])
-        _accepted_or_one_line(code, err, "disasm", str(path))
+        accepted_or_one_line(code, err, "disasm", str(path))
 
-    _fuzz(profile, st.one_of(_program_file(), _mangled_bytes(VALID_PROGRAM)), check)
+    fuzz(profile, st.one_of(_program_file(), _mangled_bytes(VALID_PROGRAM)), check)
