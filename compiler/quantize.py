@@ -224,10 +224,11 @@ class Quantizer:
         self.tensors[y] = y_spec
         w_q, w_scale = self._weights(weight)
         scale = x_spec.scale * w_scale / y_spec.scale
-        bias_q = golden.round_half_away(bias / (x_spec.scale * w_scale))
+        bias_scaled = bias / (x_spec.scale * w_scale)
         low, high = bit_range(BIAS_BITS, signed=True)
-        if bias_q.min(initial=0) < low or bias_q.max(initial=0) > high:
+        if not np.all((bias_scaled > low - 0.5) & (bias_scaled < high + 0.5)):   # what rounds into int32
             raise InputError("bias", f"{float(np.abs(bias).max())}", f"|bias / (s_x * s_w)| within int{BIAS_BITS}")
+        bias_q = golden.round_half_away(bias_scaled)
         requant = self._requant(scale, y_spec, activation)
         check_accumulator(w_q, x_spec, 0)
         self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv))
@@ -358,7 +359,7 @@ class Quantizer:
                 return np.clip(values, *bounds)
         else:
             function = self.functions[node.op]
-        attrs = {**node.attrs, "slope": float(self._slope(node))} if node.op == "PRelu" else node.attrs
+        attrs = {**node.attrs, "slope": float(self._slope(node)[0])} if node.op == "PRelu" else node.attrs
         scales = dict(in_scale=x_spec.scale, in_zero_point=x_spec.zero_point, out_scale=y_spec.scale,
                       out_zero_point=y_spec.zero_point, out_dtype=y_spec.dtype)
         if x_spec.dtype.itemsize == 1:
@@ -381,8 +382,13 @@ class Quantizer:
         # ceil_mode: the last window may start inside the input and run past the padding; extend the padding
         # at the end to reach the output size the graph states (extended taps are never counted or chosen)
         (in_h, in_w), (out_h, out_w) = self.graph.shapes[x][2:], self.graph.shapes[y][2:]
-        bottom += max(0, (out_h - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1 - (in_h + top + bottom))
-        right += max(0, (out_w - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1 - (in_w + left + right))
+        spans = [(taps - 1) * step + 1 for taps, step in zip(kernel, dilation)]
+        bottom += max(0, (out_h - 1) * stride[0] + spans[0] - (in_h + top + bottom))
+        right += max(0, (out_w - 1) * stride[1] + spans[1] - (in_w + left + right))
+        if bottom >= spans[0] or right >= spans[1]:
+            raise InputError("ceil_mode", 1, f"0 where the last window starts in the end padding (it needs end "
+                             f"padding {bottom, right} for windows of {spans}; the pooling unit pads less than a "
+                             "window)")
         include_pad = bool(node.attrs.get("count_include_pad", 0))
         if include_pad and node.attrs.get("ceil_mode", 0):
             raise InputError("count_include_pad with ceil_mode", 1, "not supported together")
