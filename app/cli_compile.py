@@ -16,6 +16,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from aipu.compiler.driver import compile_model, write
     from aipu.compiler.graph import parse_input_shapes
     from aipu.compiler.quantize import QuantOptions
+    from aipu.sim.machine.errors import InputError
 
     if args.method not in METHODS:
         raise ValueError(f"--method {args.method!r}: expected one of {', '.join(METHODS)}")
@@ -27,10 +28,16 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                            int16=tuple(args.int16 or ()))
     config = load_hardware_config(args.config) if args.config else DEFAULT
     started = time.perf_counter()
-    compiled = compile_model(args.model, args.calib, config=config, input_shapes=parse_input_shapes(args.input_shape),
-                             options=options, batch_size=args.batch_size, progress=not args.quiet,
-                             threads=args.threads, evaluation_path=args.eval, compress=args.compress)
-    manifest = write(compiled, Path(args.output), args.model)
+    try:
+        compiled = compile_model(args.model, args.calib, config=config,
+                                 input_shapes=parse_input_shapes(args.input_shape), options=options,
+                                 batch_size=args.batch_size, progress=not args.quiet, threads=args.threads,
+                                 evaluation_path=args.eval, compress=args.compress)
+        manifest = write(compiled, Path(args.output), args.model)
+    except MemoryError:         # a model within the compiler's limits can still outgrow this machine
+        raise InputError("memory", "exhausted", "a model whose activations fit this machine's memory several "
+                         "times over (calibration and the layer report hold them in float)").within(
+            args.model) from None
     seconds = time.perf_counter() - started
     if args.json:
         print(json.dumps({**manifest, "compile_seconds": round(seconds, 3)}, indent=1))
