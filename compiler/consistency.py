@@ -6,11 +6,13 @@ divide its channels, whose kernel_shape disagrees with its weights, whose bias h
 attributes with a value too many or too few; pads that onnxruntime refuses, or too many or too few of them;
 a Reshape to another element count; two nodes of one name; an input without a batch axis; an auto_pad that is
 none of ONNX's; an empty list attribute; a graph without outputs; weights that are not finite; a
-BatchNormalization or a Div that divides by zero; a PRelu slope that does not broadcast to its input; a
-Squeeze of an empty axes list (onnx and onnxruntime read it differently); an output with no elements, or more
-than MAX_ACTIVATION_ELEMENTS (a Resize or Pad asking a small model for gigabytes). onnxruntime (calibration,
-the float reference) would stop on many of these with a traceback of its own, the compiler on others; here
-each is an InputError naming the node, the attribute, its value and the rule.
+BatchNormalization with parameters not one per channel, or one that divides by zero, as a Div by 0 does; a
+Gemm whose B does not match its input's features; a PRelu slope that does not broadcast to its input; a
+Squeeze of an empty axes list (onnx and onnxruntime read it differently) or of axes beyond the rank; an
+output with no elements, or more than MAX_ACTIVATION_ELEMENTS (a Resize or Pad asking a small model for
+gigabytes). onnxruntime (calibration, the float reference) would stop on many of these with a traceback of its
+own, the compiler on others; here each is an InputError naming the node, the attribute, its value and the
+rule.
 """
 from __future__ import annotations
 
@@ -226,10 +228,31 @@ def _check_prelu(graph: Graph, node: Node, where: _Where) -> None:
 
 
 def _check_squeeze(graph: Graph, node: Node, where: _Where) -> None:
-    axes = _constant(graph, node, 1)
-    if axes is not None and not np.size(axes):
+    """Axes (an input from opset 13, an attribute before) that are not empty and lie within the rank."""
+    axes = _constant(graph, node, 1) if len(node.inputs) > 1 else node.attrs.get("axes")
+    if axes is None:
+        return
+    axes = [int(axis) for axis in np.ravel(axes)]
+    if not axes:
         raise where.error("axes", [], "at least one axis (onnx reads an empty list as none, onnxruntime as every "
                                       "axis of size 1)")
+    x = _shape(graph, node.inputs[0])
+    which = "output" if node.op == "Unsqueeze" else "input"
+    rank = None if x is None else len(x) + (len(axes) if which == "output" else 0)
+    if rank is not None and not all(-rank <= axis < rank for axis in axes):
+        raise where.error("axes", axes, f"within -{rank} .. {rank - 1}, the {which}'s rank {rank}")
+
+
+def _check_gemm(graph: Graph, node: Node, where: _Where) -> None:
+    """B holds one row (a column with transB) per feature of the input."""
+    x, b = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+    if x is None or b is None or len(x) != 2 or len(b) != 2:
+        return
+    features = x[0] if node.attrs.get("transA", 0) else x[1]
+    transposed = node.attrs.get("transB", 0)
+    if (b[1] if transposed else b[0]) != features:
+        raise where.error("B shape", list(b), f"{features} {'columns' if transposed else 'rows'}, one per feature of "
+                                              f"the input {list(x)}")
 
 
 def _position(mask: np.ndarray) -> list[int]:
@@ -238,6 +261,12 @@ def _position(mask: np.ndarray) -> list[int]:
 
 
 def _check_batch_norm(graph: Graph, node: Node, where: _Where) -> None:
+    """scale, B, mean and var of one value per channel; var + epsilon above 0."""
+    x = _shape(graph, node.inputs[0])
+    for position, name in enumerate(("scale", "B", "mean", "var"), 1):
+        shape = _shape(graph, node.inputs[position]) if position < len(node.inputs) else None
+        if x is not None and len(x) > 1 and shape is not None and tuple(shape) != (x[1],):
+            raise where.error(f"{name} shape", list(shape), f"[{x[1]}], one per channel of the input {list(x)}")
     variance = _constant(graph, node, 4)
     epsilon = float(node.attrs.get("epsilon", 1e-5))
     if variance is not None and not np.all(np.asarray(variance, np.float64) + epsilon > 0):
@@ -247,4 +276,4 @@ def _check_batch_norm(graph: Graph, node: Node, where: _Where) -> None:
 
 _CHECKS = {**{op: _check_conv for op in _CONVS}, **{op: _check_pool for op in _POOLS}, "Reshape": _check_reshape,
            "Pad": _check_pad, "Resize": _check_resize, "BatchNormalization": _check_batch_norm, "Div": _check_div,
-           "PRelu": _check_prelu, "Squeeze": _check_squeeze, "Unsqueeze": _check_squeeze}
+           "PRelu": _check_prelu, "Squeeze": _check_squeeze, "Unsqueeze": _check_squeeze, "Gemm": _check_gemm}

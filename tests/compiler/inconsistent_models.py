@@ -100,5 +100,12 @@ CASES = {
         [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[1, 1, 1])], _x([1, 1, 8, 8])),
     "PRelu slope of an empty shape": lambda: _model([helper.make_node("PRelu", ["x", "s"], ["y"])], _x([1, 1, 1, 3]),
                                                     initializers=[("s", np.zeros((0, 1, 1), np.float32))]),
+    "Squeeze of axis 4 of four": lambda: _model([helper.make_node("Squeeze", ["x", "a"], ["y"])], _x([1, 1, 4, 4]),
+                                                initializers=[("a", np.array([4], np.int64))]),
+    "BatchNormalization of three scales for two channels": lambda: _model(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])], _x([1, 2, 4, 4]),
+        initializers=[(name, np.ones(3, np.float32)) for name in "sbmv"]),
+    "Gemm of four rows for six features": lambda: _model([helper.make_node("Gemm", ["x", "b"], ["y"])], _x([1, 6]),
+                                                         ("n", "m"), [("b", np.ones((4, 3), np.float32))]),
 }
 

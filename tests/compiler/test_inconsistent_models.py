@@ -40,6 +40,11 @@ WHAT_EACH_NAMES = {
     "Div by zero": "node 'Div_0' (Div) divisor 'd' = '0 at [1]': non-zero values",
     "MaxPool strides for three axes": "strides = [1, 1, 1]: 2 values, one per spatial axis of the input",
     "PRelu slope of an empty shape": "slope shape = [0, 1, 1]: broadcastable to the input [1, 1, 1, 3]",
+    "Squeeze of axis 4 of four": "node 'Squeeze_0' (Squeeze) axes = [4]: within -4 .. 3, the input's rank 4",
+    "BatchNormalization of three scales for two channels": "scale shape = [3]: [2], one per channel of the input "
+                                                           "[1, 2, 4, 4]",
+    "Gemm of four rows for six features": "node 'Gemm_0' (Gemm) B shape = [4, 3]: 6 rows, one per feature of the "
+                                          "input [1, 6]",
 }
 
 
