@@ -336,9 +336,9 @@ class Quantizer:
         elif activation is not None and activation.op == "Clip":
             low, high = self._clip_bounds(activation)
             if low is not None:
-                qmin = max(qmin, y.zero_point + int(golden.round_half_away(low / y.scale)))
+                qmin = max(qmin, y.zero_point + _steps(low, y.scale))
             if high is not None:
-                qmax = min(qmax, y.zero_point + int(golden.round_half_away(high / y.scale)))
+                qmax = min(qmax, y.zero_point + _steps(high, y.scale))
         return qmin, qmax
 
     def _clip_bounds(self, node: Node) -> tuple[float | None, float | None]:
@@ -432,7 +432,7 @@ class Quantizer:
         mode = node.attrs.get("mode", b"constant")
         mode = mode.decode() if isinstance(mode, bytes) else mode
         value = float(self.graph.constants[node.inputs[2]]) if len(node.inputs) > 2 and node.inputs[2] else 0.0
-        code = int(golden.round_half_away(value / spec.scale)) + spec.zero_point
+        code = _steps(value, spec.scale) + spec.zero_point
         info = np.iinfo(spec.dtype)
         if mode == "constant" and not info.min <= code <= info.max:
             raise InputError("pad value", value, f"within the input's quantized range "
@@ -540,6 +540,12 @@ class Quantizer:
         axis = int(node.attrs["axis"]) % len(self.graph.shapes[y])
         self.ops.append(QConcat(node.name, tuple(node.inputs), y, axis, tuple(m for m, _ in pairs),
                                 tuple(n for _, n in pairs), self.options.rounding))
+
+
+def _steps(value: float, scale: float) -> int:
+    """round_half_away(value / scale), the quotient bounded to +-2^40 first: far beyond any integer type the
+    result is compared with, and the conversion to int64 stays defined (no numpy warning)."""
+    return int(golden.round_half_away(np.clip(value / scale, -2.0 ** 40, 2.0 ** 40)))
 
 
 def conv_form(node: Node, constants: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict]:

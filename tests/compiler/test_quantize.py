@@ -131,6 +131,21 @@ def test_a_bias_beyond_int32_is_named_before_it_is_rounded(tmp_path):
                      np.ones((2, 2, 4, 4), np.float32))
 
 
+def test_a_fused_clip_bound_far_beyond_the_range_clamps_at_the_type(tmp_path):
+    """Clip(-1e30, 1e30) after a conv: its bounds in output steps overflow int64, so they are bounded before
+    rounding (no numpy warning) and the clamp is the output type's."""
+    from aipu.app.models.synthetic import GraphBuilder
+
+    b = GraphBuilder(0, 2, 4)
+    bounds = [b.const(np.array(value, np.float32)) for value in (-1e30, 1e30)]
+    y = b.node("Clip", [b.conv("image", 2, 3, bn=False), *bounds])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _, qmodel = _compile(tmp_path, b.model(y), np.ones((2, 2, 4, 4), np.float32))
+    (conv,) = qmodel.ops
+    assert (conv.requant.qmin, conv.requant.qmax) == (-128, 127)
+
+
 def test_a_ceil_mode_window_starting_in_the_padding_is_named(tmp_path):
     """ceil_mode's last window lies wholly in the end padding: the pooling unit pads less than a window."""
     from aipu.app.models.synthetic import GraphBuilder
