@@ -283,6 +283,15 @@ def _undilated(node: Node, graph: Graph) -> str | None:
     return f"dilations = {dilations}: only 1 is supported" if any(value != 1 for value in dilations) else None
 
 
+def _one_image(node: Node, graph: Graph) -> str | None:
+    """A Resize that keeps the batch axis (the NPU runs one image; a nearest Resize to a batch of 65536 would
+    take minutes to gather before the lowering refused it)."""
+    x, y = graph.shapes.get(node.inputs[0]), graph.shapes.get(node.outputs[0])
+    if x and y and x[0] != y[0]:
+        return f"a Resize of the batch axis ({x[0]} -> {y[0]}) is not supported"
+    return None
+
+
 def _concat_check(node: Node, graph: Graph) -> str | None:
     """A Concat along any axis but the batch."""
     shape = graph.shapes.get(node.outputs[0])
@@ -332,7 +341,8 @@ _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "AveragePool": _rank(4, _undilated), "GlobalAveragePool": _rank(4),
     "Add": _no_check, "Sub": _no_check, "Mul": _no_check, "Div": _constant(1),
     "Concat": _concat_check,
-    "Resize": _rank(4, _attribute("mode", ("nearest", "linear"), "nearest"), _constant(1, 2, 3), _linear_form),
+    "Resize": _rank(4, _attribute("mode", ("nearest", "linear"), "nearest"), _constant(1, 2, 3), _one_image,
+                    _linear_form),
     "Pad": _pad_check,
     "Reshape": _constant(1), "Flatten": _no_check, "Transpose": _no_check, "Squeeze": _constant(1),
     "Unsqueeze": _constant(1),
