@@ -7,12 +7,12 @@ attributes with a value too many or too few; pads that onnxruntime refuses, or t
 a Reshape to another element count; two nodes of one name; an input without a batch axis; an auto_pad that is
 none of ONNX's; an empty list attribute; a graph without outputs; weights that are not finite; a
 BatchNormalization with parameters not one per channel, or one that divides by zero, as a Div by 0 does; a
-Gemm whose B does not match its input's features; a PRelu slope that does not broadcast to its input; a
-Squeeze of an empty axes list (onnx and onnxruntime read it differently) or of axes beyond the rank; an
-output with no elements, or more than MAX_ACTIVATION_ELEMENTS (a Resize or Pad asking a small model for
-gigabytes). onnxruntime (calibration, the float reference) would stop on many of these with a traceback of its
-own, the compiler on others; here each is an InputError naming the node, the attribute, its value and the
-rule.
+Gemm whose B does not match its input's features; a Transpose perm that is no permutation of the input's
+axes; a PRelu slope that does not broadcast to its input; a Squeeze of an empty axes list (onnx and
+onnxruntime read it differently) or of axes beyond the rank; an output with no elements, or more than
+MAX_ACTIVATION_ELEMENTS (a Resize or Pad asking a small model for gigabytes). onnxruntime (calibration, the
+float reference) would stop on many of these with a traceback of its own, the compiler on others; here each
+is an InputError naming the node, the attribute, its value and the rule.
 """
 from __future__ import annotations
 
@@ -243,6 +243,12 @@ def _check_squeeze(graph: Graph, node: Node, where: _Where) -> None:
         raise where.error("axes", axes, f"within -{rank} .. {rank - 1}, the {which}'s rank {rank}")
 
 
+def _check_transpose(graph: Graph, node: Node, where: _Where) -> None:
+    x, perm = _shape(graph, node.inputs[0]), node.attrs.get("perm")
+    if x is not None and perm is not None and sorted(perm) != list(range(len(x))):
+        raise where.error("perm", list(perm), f"a permutation of 0 .. {len(x) - 1}, the input's axes")
+
+
 def _check_gemm(graph: Graph, node: Node, where: _Where) -> None:
     """B holds one row (a column with transB) per feature of the input."""
     x, b = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
@@ -276,4 +282,5 @@ def _check_batch_norm(graph: Graph, node: Node, where: _Where) -> None:
 
 _CHECKS = {**{op: _check_conv for op in _CONVS}, **{op: _check_pool for op in _POOLS}, "Reshape": _check_reshape,
            "Pad": _check_pad, "Resize": _check_resize, "BatchNormalization": _check_batch_norm, "Div": _check_div,
-           "PRelu": _check_prelu, "Squeeze": _check_squeeze, "Unsqueeze": _check_squeeze, "Gemm": _check_gemm}
+           "PRelu": _check_prelu, "Squeeze": _check_squeeze, "Unsqueeze": _check_squeeze, "Gemm": _check_gemm,
+           "Transpose": _check_transpose}

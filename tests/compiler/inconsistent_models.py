@@ -107,5 +107,7 @@ CASES = {
         initializers=[(name, np.ones(3, np.float32)) for name in "sbmv"]),
     "Gemm of four rows for six features": lambda: _model([helper.make_node("Gemm", ["x", "b"], ["y"])], _x([1, 6]),
                                                          ("n", "m"), [("b", np.ones((4, 3), np.float32))]),
+    "Transpose by perm [0, 2, 2, 1]": lambda: _model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 2, 1])],
+                                                     _x([1, 2, 3, 4])),
 }
 

@@ -45,6 +45,7 @@ WHAT_EACH_NAMES = {
                                                            "[1, 2, 4, 4]",
     "Gemm of four rows for six features": "node 'Gemm_0' (Gemm) B shape = [4, 3]: 6 rows, one per feature of the "
                                           "input [1, 6]",
+    "Transpose by perm [0, 2, 2, 1]": "perm = [0, 2, 2, 1]: a permutation of 0 .. 3, the input's axes",
 }
 
 
