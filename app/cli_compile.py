@@ -17,6 +17,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from aipu.compiler.driver import compile_model, low_sqnr_layers, write
     from aipu.compiler.graph import parse_input_shapes
     from aipu.compiler.quantize import QuantOptions
+    from aipu.sim.machine.errors import InputError
 
     if args.method not in METHODS:
         raise ValueError(f"--method {args.method!r}: expected one of {', '.join(METHODS)}")
@@ -28,10 +29,16 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                            int16=tuple(args.int16 or ()), target_sqnr_db=args.target_sqnr)
     config = load_hardware_config(args.config) if args.config else DEFAULT
     started = time.perf_counter()
-    compiled = compile_model(args.model, args.calib, config=config, input_shapes=parse_input_shapes(args.input_shape),
-                             options=options, batch_size=args.batch_size, progress=not args.quiet,
-                             threads=args.threads, evaluation_path=args.eval, compress=args.compress)
-    manifest = write(compiled, Path(args.output), args.model)
+    try:
+        compiled = compile_model(args.model, args.calib, config=config,
+                                 input_shapes=parse_input_shapes(args.input_shape), options=options,
+                                 batch_size=args.batch_size, progress=not args.quiet, threads=args.threads,
+                                 evaluation_path=args.eval, compress=args.compress)
+        manifest = write(compiled, Path(args.output), args.model)
+    except MemoryError:         # a model within the compiler's limits can still outgrow this machine
+        raise InputError("memory", "exhausted", "a model whose activations fit this machine's memory several "
+                         "times over (calibration and the layer report hold one run of them, float and int8)").within(
+            args.model) from None
     seconds = time.perf_counter() - started
     for note in manifest["notes"]:
         print(f"aipu compile: note: {note}", file=sys.stderr)

@@ -154,13 +154,28 @@ def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 1
             for first in range(0, count, batch_size):
                 for start in range(first, min(count, first + batch_size), batch):
                     feeds = {name: array[start:start + batch] for name, array in samples.items()}
-                    for name, value in (*zip(names, session.run(names, feeds)), *feeds.items()):
+                    computed = session.run(names, feeds)
+                    _check_finite(graph, names, computed)
+                    for name, value in (*zip(names, computed), *feeds.items()):
                         if histogram_pass:
                             stats[name].add_to_histogram(value)
                         else:
                             stats[name].add(value, batch_start=start == first)
                     bar.update(batch)
     return stats
+
+
+def _check_finite(graph: Graph, names: list[str], values: list[np.ndarray]) -> None:
+    """InputError naming the first node (in graph order) whose float output is inf or nan on a calibration
+    sample: no range (and no int8 scale) holds it."""
+    computed = dict(zip(names, values))
+    for node, name in ((node, name) for node in graph.nodes for name in node.outputs if name in computed):
+        value = computed[name]
+        bad = np.flatnonzero(~np.isfinite(value))
+        if bad.size:
+            raise InputError(f"node {node.name!r} ({node.op}) output {name!r}",
+                             f"{value.reshape(-1)[bad[0]]} at flat index {int(bad[0])}",
+                             "finite values on the calibration set (float32 overflows here)").within(graph.source)
 
 
 def float_session(graph: Graph, threads: int):

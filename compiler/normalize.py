@@ -9,6 +9,7 @@ support, with its input shapes, before anything is written.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -220,7 +221,10 @@ def _transpose_steps(node: Node, rank: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _transpose_geometry(node: Node, graph: Graph) -> str | None:
-    """A ConvTranspose whose pads are known (:func:`_transpose_pads`) and give the output shape inference gave."""
+    """A ConvTranspose whose pads are known (:func:`_transpose_pads`) and give the output shape inference gave
+    (where inference gave none, :func:`check` names the unknown shape)."""
+    if any(name not in graph.shapes for name in (*node.inputs[:2], node.outputs[0])):
+        return None
     pads = _transpose_pads(node, graph)
     if isinstance(pads, str):
         return pads
@@ -288,6 +292,42 @@ def softmax_rows_consecutive(shape: tuple[int, ...], axes: tuple[int, ...]) -> b
     return reduced == sorted(reduced)
 
 
+def _undilated(node: Node, graph: Graph) -> str | None:
+    """An AveragePool without dilations (opset 19 has them; the pooling unit averages whole windows)."""
+    dilations = list(node.attrs.get("dilations", []))
+    return f"dilations = {dilations}: only 1 is supported" if any(value != 1 for value in dilations) else None
+
+
+def _one_image(node: Node, graph: Graph) -> str | None:
+    """A Resize that keeps the batch axis (the NPU runs one image; a nearest Resize to a batch of 65536 would
+    take minutes to gather before the lowering refused it)."""
+    x, y = graph.shapes.get(node.inputs[0]), graph.shapes.get(node.outputs[0])
+    if x and y and x[0] != y[0]:
+        return f"a Resize of the batch axis ({x[0]} -> {y[0]}) is not supported"
+    return None
+
+
+def _concat_check(node: Node, graph: Graph) -> str | None:
+    """A Concat along any axis but the batch."""
+    shape = graph.shapes.get(node.outputs[0])
+    if shape is not None and int(node.attrs.get("axis", 1)) % max(len(shape), 1) == 0:
+        return "concatenating along the batch axis is not supported"
+    return None
+
+
+def _prelu_check(node: Node, graph: Graph) -> str | None:
+    """A PRelu with constant slopes, one for all or one per channel (shape [C, 1, 1] or [1, C, 1, 1]): the
+    quantizer applies a slope per channel, where ONNX would broadcast a [W] slope along the width."""
+    reason = _constant(1)(node, graph)
+    x, slope = graph.shapes.get(node.inputs[0]), graph.shapes.get(node.inputs[1])
+    if reason or x is None or slope is None or math.prod(slope) == 1:
+        return reason
+    aligned = (1,) * (len(x) - len(slope)) + tuple(slope)
+    if len(aligned) != len(x) or len(x) < 2 or math.prod(aligned) != aligned[1]:
+        return f"slopes of shape {list(slope)}: one value, or one per channel ([C, 1, 1]) only"
+    return None
+
+
 def _inputs(minimum: int) -> Callable[[Node, Graph], str | None]:
     """A contrib operator (which onnx's checker does not know) has at least ``minimum`` inputs."""
     def check_count(node: Node, graph: Graph) -> str | None:
@@ -309,14 +349,15 @@ _SUPPORTED: dict[str, Callable[[Node, Graph], str | None]] = {
     "Gemm": _rank(2, _constant(1, 2), _attribute("transA", (0,), 0)),
     "MatMul": _rank(2, _constant(1)),
     "BatchNormalization": _rank(4, _constant(1, 2, 3, 4), _attribute("training_mode", (0,), 0), _unused_outputs(1)),
-    "Relu": _no_check, "LeakyRelu": _no_check, "PRelu": _constant(1), "Clip": _constant(1, 2),
+    "Relu": _no_check, "LeakyRelu": _no_check, "PRelu": _prelu_check, "Clip": _constant(1, 2),
     "Sigmoid": _no_check, "Tanh": _no_check, "HardSigmoid": _no_check, "HardSwish": _no_check, "Swish": _no_check,
     "Gelu": _no_check, "Exp": _no_check, "Softmax": _softmax_check,
     "MaxPool": _rank(4, _attribute("storage_order", (0,), 0), _unused_outputs(1)),
-    "AveragePool": _rank(4), "GlobalAveragePool": _rank(4),
+    "AveragePool": _rank(4, _undilated), "GlobalAveragePool": _rank(4),
     "Add": _no_check, "Sub": _no_check, "Mul": _no_check, "Div": _constant(1),
-    "Concat": _no_check,
-    "Resize": _rank(4, _attribute("mode", ("nearest", "linear"), "nearest"), _constant(1, 2, 3), _linear_form),
+    "Concat": _concat_check,
+    "Resize": _rank(4, _attribute("mode", ("nearest", "linear"), "nearest"), _constant(1, 2, 3), _one_image,
+                    _linear_form),
     "Pad": _pad_check,
     "Slice": _constant(1, 2, 3, 4), "Split": _constant(1),
     "Reshape": _constant(1), "Flatten": _no_check, "Transpose": _no_check, "Squeeze": _constant(1),

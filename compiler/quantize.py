@@ -238,13 +238,14 @@ class Quantizer:
         self.tensors[y] = y_spec
         w_q, w_scale = self._weights(weight, self._weight_scale_floor(node, bias, x_spec, y_spec, weight))
         scale = x_spec.scale * w_scale / y_spec.scale
-        bias_q = golden.round_half_away(bias / (x_spec.scale * w_scale))
+        bias_scaled = bias / (x_spec.scale * w_scale)
         low, high = bit_range(BIAS_BITS, signed=True)
-        outside = np.flatnonzero((bias_q < low) | (bias_q > high))
+        outside = np.flatnonzero(~((bias_scaled > low - 0.5) & (bias_scaled < high + 0.5)))  # rounds out of int32
         if outside.size:             # only under the power-of-two scheme, whose weight scale is the layer's
             channel = int(outside[0])
             raise InputError(f"bias of output channel {channel}", float(bias[channel]),
                              f"|bias / (s_x * s_w)| within int{BIAS_BITS}")
+        bias_q = golden.round_half_away(bias_scaled)
         requant = self._requant(scale, y_spec, activation)
         check_accumulator(w_q, x_spec, 0)
         self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv))
@@ -372,9 +373,9 @@ class Quantizer:
         elif activation is not None and activation.op == "Clip":
             low, high = self._clip_bounds(activation)
             if low is not None:
-                qmin = max(qmin, y.zero_point + int(golden.round_half_away(low / y.scale)))
+                qmin = max(qmin, y.zero_point + _steps(low, y.scale))
             if high is not None:
-                qmax = min(qmax, y.zero_point + int(golden.round_half_away(high / y.scale)))
+                qmax = min(qmax, y.zero_point + _steps(high, y.scale))
         return qmin, qmax
 
     def _clip_bounds(self, node: Node) -> tuple[float | None, float | None]:
@@ -395,7 +396,7 @@ class Quantizer:
                 return np.clip(values, *bounds)
         else:
             function = self.functions[node.op]
-        attrs = {**node.attrs, "slope": float(self._slope(node))} if node.op == "PRelu" else node.attrs
+        attrs = {**node.attrs, "slope": float(self._slope(node)[0])} if node.op == "PRelu" else node.attrs
         scales = dict(in_scale=x_spec.scale, in_zero_point=x_spec.zero_point, out_scale=y_spec.scale,
                       out_zero_point=y_spec.zero_point, out_dtype=y_spec.dtype)
         if x_spec.dtype.itemsize == 1:
@@ -418,8 +419,13 @@ class Quantizer:
         # ceil_mode: the last window may start inside the input and run past the padding; extend the padding
         # at the end to reach the output size the graph states (extended taps are never counted or chosen)
         (in_h, in_w), (out_h, out_w) = self.graph.shapes[x][2:], self.graph.shapes[y][2:]
-        bottom += max(0, (out_h - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1 - (in_h + top + bottom))
-        right += max(0, (out_w - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1 - (in_w + left + right))
+        spans = [(taps - 1) * step + 1 for taps, step in zip(kernel, dilation)]
+        bottom += max(0, (out_h - 1) * stride[0] + spans[0] - (in_h + top + bottom))
+        right += max(0, (out_w - 1) * stride[1] + spans[1] - (in_w + left + right))
+        if bottom >= spans[0] or right >= spans[1]:
+            raise InputError("ceil_mode", 1, f"0 where the last window starts in the end padding (it needs end "
+                             f"padding {bottom, right} for windows of {spans}; the pooling unit pads less than a "
+                             "window)")
         include_pad = bool(node.attrs.get("count_include_pad", 0))
         if include_pad and node.attrs.get("ceil_mode", 0):
             raise InputError("count_include_pad with ceil_mode", 1, "not supported together")
@@ -482,7 +488,7 @@ class Quantizer:
         mode = node.attrs.get("mode", b"constant")
         mode = mode.decode() if isinstance(mode, bytes) else mode
         value = float(self.graph.constants[node.inputs[2]]) if len(node.inputs) > 2 and node.inputs[2] else 0.0
-        code = int(golden.round_half_away(value / spec.scale)) + spec.zero_point
+        code = _steps(value, spec.scale) + spec.zero_point
         info = np.iinfo(spec.dtype)
         if mode == "constant" and not info.min <= code <= info.max:
             raise InputError("pad value", value, f"within the input's quantized range "
@@ -590,6 +596,12 @@ class Quantizer:
         axis = int(node.attrs["axis"]) % len(self.graph.shapes[y])
         self.ops.append(QConcat(node.name, tuple(node.inputs), y, axis, tuple(m for m, _ in pairs),
                                 tuple(n for _, n in pairs), self.options.rounding))
+
+
+def _steps(value: float, scale: float) -> int:
+    """round_half_away(value / scale), the quotient bounded to +-2^40 first: far beyond any integer type the
+    result is compared with, and the conversion to int64 stays defined (no numpy warning)."""
+    return int(golden.round_half_away(np.clip(value / scale, -2.0 ** 40, 2.0 ** 40)))
 
 
 def conv_form(node: Node, constants: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -10,6 +10,7 @@ import contextlib
 import io
 import multiprocessing
 import resource
+import warnings
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -80,13 +81,19 @@ def run_case(sandbox: Sandbox, function, data) -> object:
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    """Child side: ``aipu`` with its exit code, stdout and stderr."""
+    """Child side: ``aipu`` with its exit code, stdout and stderr. stderr starts with the warnings a terminal
+    would show (Python's default filters), which pytest's own capture of warnings would otherwise swallow."""
     from aipu.app.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for hidden in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", hidden)
         code = main(argv)
-    return code, out.getvalue(), err.getvalue()
+    shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
+    return code, out.getvalue(), shown + err.getvalue()
 
 
 def profiles(quick: int, long: int) -> list:

@@ -114,7 +114,8 @@ def _quantize_outputs(func: Callable, real_inputs: np.ndarray, out_scale: float,
         real_outputs = np.asarray(func(real_inputs), dtype=np.float64)
     if real_outputs.shape != real_inputs.shape or not np.all(np.isfinite(real_outputs)):
         raise ValueError("func must map the sample array to finite values of the same shape")
-    q = round_half_away(real_outputs / out_scale) + out_zero_point
+    # the quotient bounded first: beyond int64 the conversion would wrap to its minimum, not saturate high
+    q = round_half_away(np.clip(real_outputs / out_scale, -2.0 ** 40, 2.0 ** 40)) + out_zero_point
     return np.clip(q, lo, hi).astype(out_dtype)
 
 

@@ -194,3 +194,14 @@ def test_a_fifo_in_place_of_a_file_is_refused_without_blocking(compiled_dir, tmp
     (copy / "dram.bin").unlink()
     os.mkfifo(copy / "dram.bin")
     assert "dram.bin: file type = 'a FIFO': a regular file" in _error(run, capsys)
+
+
+def test_a_compile_that_runs_out_of_memory_is_one_line(compiled_dir, tmp_path, capsys, monkeypatch):
+    """numpy's MemoryError (a model within the compiler's limits, a machine with less memory) names the model."""
+    def exhausted(*args, **kwargs):
+        raise MemoryError("Unable to allocate 224. MiB")
+
+    monkeypatch.setattr("aipu.compiler.driver.compile_model", exhausted)
+    message = _error(["compile", str(MODEL_PATH), "--calib", str(compiled_dir / "calib.npz"), "-o",
+                      str(tmp_path / "out")], capsys)
+    assert message.startswith(f"aipu compile: error: {MODEL_PATH}: memory = 'exhausted': a model whose activations")

@@ -1,5 +1,6 @@
 """ONNX models that onnx.checker accepts but that are inconsistent: each breaks one rule a real operator
-keeps (group counts, kernel and weight shapes, bias length, names, scales, counts, padding, ranks)."""
+keeps (group counts, kernel and weight shapes, bias length, names, scales, counts, padding, ranks, attribute
+lengths, broadcasting, empty or oversized outputs, division by zero)."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,6 +33,16 @@ def _conv(weight_shape=(4, 2, 3, 3), input_shape=(1, 2, 8, 8), bias=None, **attr
 def _resize(scale):
     scales = np.array([1, 1, scale, scale], np.float32)
     return _model([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")], _x([1, 1, 4, 4]), initializers=[("s", scales)])
+
+
+def _empty_axes(node):
+    node.attribute.append(helper.make_attribute("axes", [], attr_type=onnx.AttributeProto.INTS))
+    return node
+
+
+def _pad(pads):
+    return _model([helper.make_node("Pad", ["x", "p"], ["y"])], _x([1, 1, 4, 4]),
+                  initializers=[("p", np.array(pads, np.int64))])
 
 
 def _infinite_weight():
@@ -73,5 +84,30 @@ CASES = {
     "infinite weight": _infinite_weight,
     "BatchNormalization dividing by zero": _batch_norm_dividing_by_zero,
     "rank-0 input": lambda: _model([helper.make_node("Relu", ["x"], ["y"])], _x([]), ()),
+    # found by tests/compiler/test_fuzz_models.py
+    "Unsqueeze of an empty axes list": lambda: _model([_empty_axes(helper.make_node("Unsqueeze", ["x"], ["y"]))],
+                                                      _x([1, 1, 4, 4]), opset=11),
+    "Squeeze of an empty axes input": lambda: _model([helper.make_node("Squeeze", ["x", "a"], ["y"])],
+                                                     _x([1, 1, 4, 4]), initializers=[("a", np.zeros(0, np.int64))]),
+    "Add of an empty constant": lambda: _model([helper.make_node("Add", ["x", "e"], ["y"])], _x([1, 1, 4, 1]),
+                                               initializers=[("e", np.zeros(0, np.float32))]),
+    "Pad to 2^24 elements": lambda: _pad([0, 0, 0, 0, 0, 0, 1 << 22, 0]),
+    "Pad with six pads for four axes": lambda: _pad([0, 0, 1, 0, 0, 1]),
+    "Resize scale 1e-40": lambda: _resize(1e-40),
+    "Div by zero": lambda: _model([helper.make_node("Div", ["x", "d"], ["y"])], _x([1, 1, 4, 4]),
+                                  initializers=[("d", np.array([2, 0, 1, 1], np.float32))]),
+    "MaxPool strides for three axes": lambda: _model(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[1, 1, 1])], _x([1, 1, 8, 8])),
+    "PRelu slope of an empty shape": lambda: _model([helper.make_node("PRelu", ["x", "s"], ["y"])], _x([1, 1, 1, 3]),
+                                                    initializers=[("s", np.zeros((0, 1, 1), np.float32))]),
+    "Squeeze of axis 4 of four": lambda: _model([helper.make_node("Squeeze", ["x", "a"], ["y"])], _x([1, 1, 4, 4]),
+                                                initializers=[("a", np.array([4], np.int64))]),
+    "BatchNormalization of three scales for two channels": lambda: _model(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])], _x([1, 2, 4, 4]),
+        initializers=[(name, np.ones(3, np.float32)) for name in "sbmv"]),
+    "Gemm of four rows for six features": lambda: _model([helper.make_node("Gemm", ["x", "b"], ["y"])], _x([1, 6]),
+                                                         ("n", "m"), [("b", np.ones((4, 3), np.float32))]),
+    "Transpose by perm [0, 2, 2, 1]": lambda: _model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 2, 1])],
+                                                     _x([1, 2, 3, 4])),
 }
 

@@ -120,6 +120,19 @@ def test_calibration_files_are_checked(tmp_path, digits_graph):
         read_samples(tmp_path / "junk.npz", _inputs(digits_graph))
 
 
+def test_an_activation_overflowing_float32_is_named(tmp_path):
+    """A node whose float output is inf on the calibration set: no range holds it, named before any."""
+    from aipu.app.models.synthetic import GraphBuilder
+
+    b = GraphBuilder(0, 1, 2)
+    y = b.node("Relu", [b.node("Mul", ["image", b.const(np.float32(3e38))])])
+    onnx.save(b.model(y), tmp_path / "m.onnx")
+    graph = normalize(load_graph(tmp_path / "m.onnx"))
+    with pytest.raises(InputError, match=r"m.onnx: node 'mul\d+' \(Mul\) output 'mul\d+' = '-?inf at flat index 0': "
+                                         "finite values on the calibration set"):
+        collect(graph, {"image": np.full((2, 1, 2, 2), 2.0, np.float32)})
+
+
 def test_a_graph_with_two_inputs_needs_both_by_name(tmp_path):
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g",

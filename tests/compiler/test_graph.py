@@ -182,6 +182,28 @@ def test_many_unsupported_nodes_of_one_type_read_in_one_line_each(tmp_path):
                         "operator not supported; 'erf2' (inputs 1x2x4x4): operator not supported; and 37 more")
 
 
+@pytest.mark.parametrize("node, reason", [
+    (helper.make_node("Concat", ["x", "x"], ["y"], name="n", axis=0),
+     "(Concat; inputs 1x4x2x4, 1x4x2x4): concatenating along the batch axis is not supported"),
+    (helper.make_node("PRelu", ["x", "s"], ["y"], name="n"),     # ONNX broadcasts a [4] slope along the width
+     "(PRelu; inputs 1x4x2x4, 4): slopes of shape [4]: one value, or one per channel ([C, 1, 1]) only"),
+    (helper.make_node("AveragePool", ["x"], ["y"], name="n", kernel_shape=[1, 2], dilations=[1, 2]),
+     "(AveragePool; inputs 1x4x2x4): dilations = [1, 2]: only 1 is supported"),
+    (helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="n"),
+     "(Resize; inputs 1x4x2x4, 4): a Resize of the batch axis (1 -> 3) is not supported"),
+])
+def test_forms_the_compiler_does_not_take_are_named(node, reason, tmp_path):
+    """Forms of supported operators the quantizer would get wrong (a per-width PRelu slope read per channel,
+    a dilated average pooling's dilations dropped) or the lowering cannot place (a concat across images, a
+    Resize to more images)."""
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c", "d"])],
+                              [_const("s", np.full(4, 0.5, np.float32)), _const("sizes", np.array([3, 4, 2, 4]))])
+    with pytest.raises(UnsupportedNodes) as caught:
+        normalize(load_graph(_save(tmp_path, graph, opset=19)))        # AveragePool dilations: opset 19
+    assert str(caught.value).endswith(f"1 unsupported node: 'n' {reason}"), str(caught.value)
+
+
 def test_hostile_files_get_one_line_errors(tmp_path):
     cases = {
         "empty.onnx": b"",

@@ -2,6 +2,8 @@
 node or input, before onnxruntime sees it; what only onnxruntime finds is one line naming the model."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 import pytest
@@ -25,6 +27,25 @@ WHAT_EACH_NAMES = {
     "rank-0 input": "input 'x' shape = []: a tensor of rank 1 or more",
     "infinite weight": "initializer 'w' = '-inf at [1, 0, 2, 2]': finite values",
     "BatchNormalization dividing by zero": "(BatchNormalization) variance + epsilon = 0.0: above 0 for every channel",
+    "Unsqueeze of an empty axes list": "node 'Unsqueeze_0' (Unsqueeze) axes = []: a non-empty list",
+    "Squeeze of an empty axes input": "(Squeeze) axes = []: at least one axis (onnx reads an empty list as none",
+    "Add of an empty constant": "node 'Add_0' (Add) output 'y' shape = [1, 1, 4, 0]: at least 1 on every axis",
+    "Pad to 2^24 elements": "output 'y' shape = [1, 1, 4194308, 4]: at least 1 on every axis and at most 16777216 "
+                            "elements",
+    "Pad with six pads for four axes": "pads = [0, 0, 1, 0, 0, 1]: 8 values, a start and an end for each of the 4 "
+                                       "axes",
+    "Resize scale 1e-40": "an output of at least 1 on every axis and at most 16777216 elements (these give "
+                          "[1, 1, 0, 0])",
+    "Resize scale 3000": "(these give [1, 1, 12000, 12000])",
+    "Div by zero": "node 'Div_0' (Div) divisor 'd' = '0 at [1]': non-zero values",
+    "MaxPool strides for three axes": "strides = [1, 1, 1]: 2 values, one per spatial axis of the input",
+    "PRelu slope of an empty shape": "slope shape = [0, 1, 1]: broadcastable to the input [1, 1, 1, 3]",
+    "Squeeze of axis 4 of four": "node 'Squeeze_0' (Squeeze) axes = [4]: within -4 .. 3, the input's rank 4",
+    "BatchNormalization of three scales for two channels": "scale shape = [3]: [2], one per channel of the input "
+                                                           "[1, 2, 4, 4]",
+    "Gemm of four rows for six features": "node 'Gemm_0' (Gemm) B shape = [4, 3]: 6 rows, one per feature of the "
+                                          "input [1, 6]",
+    "Transpose by perm [0, 2, 2, 1]": "perm = [0, 2, 2, 1]: a permutation of 0 .. 3, the input's axes",
 }
 
 
@@ -32,8 +53,10 @@ def _compile(tmp_path, model, capsys) -> tuple[int, str]:
     onnx.save(model, tmp_path / "m.onnx")
     shape = [dim.dim_value for dim in model.graph.input[0].type.tensor_type.shape.dim]
     np.savez(tmp_path / "c.npz", x=np.random.default_rng(0).normal(size=[2, *shape[1:]]).astype(np.float32))
-    status = main(["compile", str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "c.npz"), "-o",
-                   str(tmp_path / "out"), "--quiet"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)     # what a terminal would show before the error line
+        status = main(["compile", str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "c.npz"), "-o",
+                       str(tmp_path / "out"), "--quiet"])
     return status, capsys.readouterr().err.strip()
 
 

@@ -3,6 +3,8 @@ Pad (constant of any value, reflect, edge, wrap, channel pads, negative pads tha
 comes from a DRAM constant, equal to onnxruntime's Pad of the same input and bit-exact when lowered."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -55,11 +57,13 @@ def test_a_zero_pad_before_a_conv_still_folds(tmp_path):
 
 
 def test_a_pad_value_outside_the_input_range_and_batch_pads_are_refused(tmp_path):
-    b = GraphBuilder(6, 3, 6)
-    y = b.node("Pad", [b.node("Relu", ["image"]), b.const(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)),
-                       b.const(np.array(-100.0, np.float32))])
-    with pytest.raises(InputError, match="pad value"):
-        _compile(tmp_path, b.model(y), np.random.default_rng(0).normal(0, 1, (4, 3, 6, 6)).astype(np.float32))
+    for value in (-100.0, 1e30):          # 1e30 in steps of the scale overflows int64: no warning, the same error
+        b = GraphBuilder(6, 3, 6)
+        y = b.node("Pad", [b.node("Relu", ["image"]), b.const(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)),
+                           b.const(np.array(value, np.float32))])
+        with warnings.catch_warnings(), pytest.raises(InputError, match="pad value"):
+            warnings.simplefilter("error", RuntimeWarning)
+            _compile(tmp_path, b.model(y), np.random.default_rng(0).normal(0, 1, (4, 3, 6, 6)).astype(np.float32))
     b = GraphBuilder(6, 3, 6)
     y = b.node("Pad", ["image", b.const(np.array([1, 0, 0, 0, 0, 0, 0, 0], np.int64))])
     with pytest.raises(InputError, match="batch axis"):

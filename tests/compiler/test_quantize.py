@@ -1,6 +1,8 @@
 """The quantizer (compiler/quantize.py) and the quantized IR (compiler/qir.py) against the float models."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 import pytest
@@ -113,6 +115,59 @@ def test_layers_the_requantizer_cannot_take_are_named(tmp_path):
     y = b.node("PRelu", [b.conv("image", 2, 3, bn=False), slopes])
     with pytest.raises(InputError, match=r"node 'prelu\d+' \(PRelu\): slope = -0.2"):
         _compile(tmp_path, b.model(y), np.ones((2, 2, 4, 4), np.float32))
+
+
+def test_a_prelu_of_one_slope_is_a_table(tmp_path):
+    """A PRelu whose one slope follows no conv (so nothing fuses it): an 8-bit table of its function."""
+    from aipu.app.models.synthetic import GraphBuilder
+
+    b = GraphBuilder(0, 2, 4)
+    y = b.node("PRelu", ["image", b.const(np.full((1, 1, 1), 0.25, np.float32))])
+    samples = np.random.default_rng(0).normal(size=(4, 2, 4, 4)).astype(np.float32)
+    graph, qmodel = _compile(tmp_path, b.model(y), samples)
+    assert [type(op) for op in qmodel.ops] == [QLut]
+    assert sqnr_db(_float_outputs(graph, samples), _quantized_outputs(qmodel, samples)) > 30
+
+
+def test_a_bias_beyond_int32_is_named_before_it_is_rounded(tmp_path):
+    """A BatchNormalization whose mean is near float32's largest: its bias in int32 units overflows int64 too;
+    the one error comes without numpy's warning of an invalid cast."""
+    from aipu.app.models.synthetic import GraphBuilder
+
+    b = GraphBuilder(0, 2, 4)
+    parameters = [b.const(np.array(value, np.float32)) for value in ([1, 1], [0, 0], [3e38, 0], [1, 1])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(InputError, match=r"\(BatchNormalization\): bias = '2\.99\d*e\+38': \|bias / "
+                                             r"\(s_x \* s_w\)\| within int32"):
+            _compile(tmp_path, b.model(b.node("BatchNormalization", ["image", *parameters])),
+                     np.ones((2, 2, 4, 4), np.float32))
+
+
+def test_a_fused_clip_bound_far_beyond_the_range_clamps_at_the_type(tmp_path):
+    """Clip(-1e30, 1e30) after a conv: its bounds in output steps overflow int64, so they are bounded before
+    rounding (no numpy warning) and the clamp is the output type's."""
+    from aipu.app.models.synthetic import GraphBuilder
+
+    b = GraphBuilder(0, 2, 4)
+    bounds = [b.const(np.array(value, np.float32)) for value in (-1e30, 1e30)]
+    y = b.node("Clip", [b.conv("image", 2, 3, bn=False), *bounds])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _, qmodel = _compile(tmp_path, b.model(y), np.ones((2, 2, 4, 4), np.float32))
+    (conv,) = qmodel.ops
+    assert (conv.requant.qmin, conv.requant.qmax) == (-128, 127)
+
+
+def test_a_ceil_mode_window_starting_in_the_padding_is_named(tmp_path):
+    """ceil_mode's last window lies wholly in the end padding: the pooling unit pads less than a window."""
+    from aipu.app.models.synthetic import GraphBuilder
+
+    b = GraphBuilder(0, 1, 2)
+    y = b.node("MaxPool", ["image"], kernel_shape=[3, 3], pads=[1, 1, 2, 2], strides=[3, 3], ceil_mode=1)
+    with pytest.raises(InputError, match=r"\(MaxPool\): ceil_mode = 1: 0 where the last window starts in the end "
+                                         r"padding \(it needs end padding \(3, 3\) for windows of \[3, 3\]"):
+        _compile(tmp_path, b.model(y), np.ones((2, 1, 2, 2), np.float32))
 
 
 def test_layer_report_measures_every_operator_against_float(tmp_path):

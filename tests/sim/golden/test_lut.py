@@ -22,6 +22,17 @@ def test_build_lut8_relu_like_and_rounding():
     assert table.dtype == np.uint8 and lut8(x, table).tolist() == [0, 0, 1, 2, 69, 0]
 
 
+def test_build_lut8_saturates_values_beyond_int64():
+    """exp(127) / 0.01 exceeds int64: the entry saturates high, without numpy's warning of an invalid cast."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        table = build_lut8(np.exp, in_scale=1.0, in_zero_point=0, in_dtype=np.int8, out_scale=0.01,
+                           out_zero_point=0, out_dtype=np.uint8)
+    assert lut8(np.array([0, 1, 127], np.int8), table).tolist() == [100, 255, 255]
+
+
 def test_lut16_interpolation_hand_worked():
     # k = 2 (5 entries), f = 3, input_min = -16: covers [-16, 16]; entries at -16, -8, 0, 8, 16
     table = np.array([0, 100, 101, -50, 7], dtype=np.int16)
