@@ -324,10 +324,11 @@ class Quantizer:
         raised = np.flatnonzero((amax if self.options.per_channel_weights else amax.max()) / _WEIGHT_MAX < floor)
         if raised.size and self.options.scheme != "pow2":
             shown = ", ".join(map(str, raised[:8])) + (", ..." if raised.size > 8 else "")
-            self.notes.append(f"layer {node.name!r}: output channel{'s' if raised.size > 1 else ''} {shown} "
-                              f"({raised.size} of {weight.shape[0]}) have (nearly) zero weights; their weight "
-                              f"scale was raised so that the bias fits int{BIAS_BITS} and the requantizer keeps "
-                              "its precision")
+            plural = "s" if raised.size > 1 else ""
+            self.notes.append(f"layer {node.name!r}: the weight scale of output channel{plural} "
+                              f"{shown} ({raised.size} of {weight.shape[0]}) was raised so that the bias fits "
+                              f"int{BIAS_BITS} and the requantizer keeps its precision (weights that small for the "
+                              "layer round to zero)")
         return floor
 
     def _weights(self, weight: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from aipu.app.models.synthetic import GraphBuilder
 from aipu.app.ort_compare import single_thread_session, static_quantization
 from aipu.compiler.driver import compile_model
+from aipu.compiler.normalize import UnsupportedNodes
 from aipu.compiler.qir import QConv
 from aipu.sim.interpreter import run
 from aipu.sim.machine.errors import InputError
@@ -198,5 +199,7 @@ def test_hostile_quantized_operators_compile_or_fail_in_one_line(quantized, tmp_
     onnx.save(model, path)
     try:
         compile_model(path)
+    except UnsupportedNodes as error:          # a header line, then a line per operator type
+        assert str(error).startswith(f"{path}: ") and "\n  " in str(error)
     except InputError as error:
         assert "\n" not in str(error) and str(error)

@@ -129,19 +129,23 @@ def test_a_prelu_of_one_slope_is_a_table(tmp_path):
     assert sqnr_db(_float_outputs(graph, samples), _quantized_outputs(qmodel, samples)) > 30
 
 
-def test_a_bias_beyond_int32_is_named_before_it_is_rounded(tmp_path):
-    """A BatchNormalization whose mean is near float32's largest: its bias in int32 units overflows int64 too;
-    the one error comes without numpy's warning of an invalid cast."""
+def test_a_bias_far_beyond_int32_raises_the_weight_scale_without_a_warning(tmp_path):
+    """A BatchNormalization whose mean is near float32's largest: its bias in int32 units at the weight's own
+    scale overflows int64 too. The weight scales are raised until the bias fits and the requantizer keeps its
+    precision at the huge output scale (a note says so), with no numpy warning of an invalid cast, and the
+    channel computes x - 3e38 within a step."""
     from aipu.app.models.synthetic import GraphBuilder
 
     b = GraphBuilder(0, 2, 4)
     parameters = [b.const(np.array(value, np.float32)) for value in ([1, 1], [0, 0], [3e38, 0], [1, 1])]
+    images = np.random.default_rng(0).normal(0, 1, (2, 2, 4, 4)).astype(np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        with pytest.raises(InputError, match=r"\(BatchNormalization\): bias = '2\.99\d*e\+38': \|bias / "
-                                             r"\(s_x \* s_w\)\| within int32"):
-            _compile(tmp_path, b.model(b.node("BatchNormalization", ["image", *parameters])),
-                     np.ones((2, 2, 4, 4), np.float32))
+        graph, qmodel = _compile(tmp_path, b.model(b.node("BatchNormalization", ["image", *parameters])), images)
+        got = _quantized_outputs(qmodel, images)
+    assert len(qmodel.notes) == 1 and "output channels 0, 1 (2 of 2) was raised" in qmodel.notes[0]
+    step = qmodel.tensors[qmodel.outputs[0]].scale
+    assert np.abs(got[:, 0] + 3e38).max() <= step
 
 
 def test_a_fused_clip_bound_far_beyond_the_range_clamps_at_the_type(tmp_path):
@@ -204,7 +208,7 @@ def test_a_dead_channel_keeps_its_bias_and_is_named(tmp_path, per_channel):
     graph, qmodel = _compile(tmp_path, helper.make_model(graph), images,
                              QuantOptions(per_channel_weights=per_channel))
     if per_channel:
-        assert len(qmodel.notes) == 1 and "output channel 2 (1 of 4) have (nearly) zero weights" in qmodel.notes[0]
+        assert len(qmodel.notes) == 1 and "weight scale of output channel 2 (1 of 4) was raised" in qmodel.notes[0]
     else:                                 # one scale for the layer: the live channels' is large enough
         assert not qmodel.notes
     want, got = _float_outputs(graph, images), _quantized_outputs(qmodel, images)
