@@ -17,7 +17,7 @@ import numpy as np
 
 from aipu.compiler.graph import Graph, Node
 from aipu.compiler.dynamic import dequantize_dynamic
-from aipu.compiler.patterns import fuse_hard_activations
+from aipu.compiler.patterns import fold_channel_affine, fuse_hard_activations
 from aipu.compiler.resize import linear_form
 from aipu.sim.machine.errors import InputError, one_line
 
@@ -56,7 +56,7 @@ def normalize(graph: Graph) -> Graph:
     graph = dequantize_dynamic(graph)
     check(graph)
     graph = fuse_hard_activations(_drop_no_ops(graph))
-    graph = _fold_batch_norms(graph)
+    graph = fold_channel_affine(_fold_batch_norms(graph))
     graph.nodes = [_explicit_pads(node, graph) if node.op in ("Conv", "QLinearConv", "MaxPool", "AveragePool",
                                                               "QLinearAveragePool")
                    else _explicit_transpose_pads(node, graph) if node.op == "ConvTranspose"

@@ -62,3 +62,44 @@ def test_a_chain_with_a_second_reader_stays(tmp_path):
     path = _model(tmp_path, HARD_SWISH, outputs=("y", "a"))      # x + 3 is also an output
     graph = normalize(load_graph(path))
     assert [node.op for node in graph.nodes] == ["Conv", "Add", "Clip", "Mul", "Div"]
+
+
+def test_a_per_channel_scale_and_offset_after_a_conv_fold_into_it(tmp_path):
+    """PP-LCNet's learnable scale and offset after each conv: a Mul by a [1, C, 1, 1] constant, an Add of a
+    [C, 1, 1] one and a Div by a scalar fold into the conv; a [W] constant (broadcast along the width) stays."""
+    rng = np.random.default_rng(3)
+    scale = numpy_helper.from_array(rng.normal(1, 0.2, (1, 4, 1, 1)).astype(np.float32), "scale")
+    offset = numpy_helper.from_array(rng.normal(0, 0.2, (4, 1, 1)).astype(np.float32), "offset")
+    width = numpy_helper.from_array(rng.normal(0, 0.2, 6).astype(np.float32), "width")
+    nodes = [helper.make_node("Mul", ["c", "scale"], ["m"], name="mul"),
+             helper.make_node("Add", ["m", "offset"], ["a"], name="add"),
+             helper.make_node("Div", ["a", "six"], ["d"], name="div"),
+             helper.make_node("Add", ["d", "width"], ["y"], name="by_width")]
+    path = _model(tmp_path, nodes)
+    model = onnx.load(path)
+    model.graph.initializer.extend([scale, offset, width])
+    onnx.save(model, path)
+    graph = normalize(load_graph(path))
+    assert [(node.op, node.outputs) for node in graph.nodes] == [("Conv", ("d",)), ("Add", ("y",))]
+    _same_as_onnxruntime(path, graph)
+
+
+def test_a_matmul_and_its_bias_row_become_one_gemm(tmp_path):
+    """The classifier head exporters write as MatMul then Add: one Gemm, whose bias the quantizer puts in
+    int32 instead of rounding the sum to 8 bits twice."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("GlobalAveragePool", ["c"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+             helper.make_node("MatMul", ["f", "fc"], ["m"], name="fc"),
+             helper.make_node("Add", ["m", "fc_bias"], ["y"], name="fc_add")]
+    path = _model(tmp_path, nodes)
+    model = onnx.load(path)
+    model.graph.output[0].type.tensor_type.shape.Clear()
+    model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = 1
+    model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = 3
+    model.graph.initializer.extend([numpy_helper.from_array(rng.normal(0, 1, (4, 3)).astype(np.float32), "fc"),
+                                    numpy_helper.from_array(rng.normal(0, 1, 3).astype(np.float32), "fc_bias")])
+    onnx.save(model, path)
+    graph = normalize(load_graph(path))
+    assert [node.op for node in graph.nodes][-1:] == ["Gemm"] and graph.nodes[-1].outputs == ("y",)
+    _same_as_onnxruntime(path, graph)
