@@ -24,8 +24,8 @@ from dataclasses import replace
 import numpy as np
 
 from aipu.compiler.graph import CONTRIB_STANDARD_FORMS, Graph, Node, contrib_standard_form
-from aipu.compiler.qir import QConcat, QConv, QLayout, QModel, QTensor, Requant
-from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator, conv_form, summed_planes
+from aipu.compiler.qir import QConcat, QConv, QLayout, QModel, QTensor, Requant, summed_planes
+from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator, conv_form
 from aipu.sim import golden
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import KERNEL_BITS
@@ -338,7 +338,7 @@ class _Importer:
 
     def average(self, node: Node, x: str, y: str, y_scale, y_zero) -> None:
         """A rescaling global average: a depthwise conv of ones over the plane; a plane wider than a CONV kernel
-        is summed by a 1x1 conv of ones (quantize.summed_planes), the same integer sum."""
+        is summed by a 1x1 conv of ones (qir.summed_planes), the same integer sum."""
         x_spec = self.tensors[self.resolve(x)]
         y_spec = self.output_tensor(y, y_scale, y_zero)
         h, w = x_spec.shape[2:]

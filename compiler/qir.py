@@ -8,7 +8,7 @@ Float enters and leaves only at the boundary: :meth:`QModel.quantize_inputs` and
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -310,3 +310,18 @@ class QModel:
     def run_float(self, real: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Float in, float out: quantize the inputs, run, dequantize the outputs."""
         return self.dequantize(self.run(self.quantize_inputs(real)))
+
+
+def summed_planes(tensors: dict[str, QTensor], ops: list, name: str, x: QTensor, y: QTensor, sum_planes) -> None:
+    """A sum over whole planes of any size, as data movement around one 1x1 conv: ``x`` [N, C, H, W] is
+    gathered to [N, H·W, C, 1] (the plane on the channel axis, which a conv accumulates in chunks at any
+    size), ``sum_planes(planes, sums)`` adds the conv that sums it into [N, 1, C, 1], and that is gathered
+    back to ``y`` [N, C, 1, 1]. The new tensors go into ``tensors``, the ops onto ``ops``."""
+    n, c, h, w = x.shape
+    planes, sums = f"{name}/planes", f"{name}/plane_sums"
+    gather = np.arange(n * c * h * w).reshape(n, c, h * w).transpose(0, 2, 1)[..., None]
+    tensors[planes] = replace(x, name=planes, shape=gather.shape)
+    ops.append(QLayout(planes, x.name, planes, gather=gather.reshape(-1)))
+    tensors[sums] = replace(y, name=sums, shape=(n, 1, c, 1))
+    sum_planes(tensors[planes], tensors[sums])
+    ops.append(QLayout(f"{name}/channels", sums, y.name, permutation=(0, 2, 1, 3)))

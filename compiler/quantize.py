@@ -29,7 +29,8 @@ import numpy as np
 from aipu.compiler.calibrate import TensorStats, choose_range
 from aipu.compiler.graph import Graph, Node
 from aipu.compiler.normalize import pad_widths, softmax_axes, softmax_rows_consecutive
-from aipu.compiler.qir import QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant
+from aipu.compiler.qir import (QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant,
+                               summed_planes)
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.compiler.slicing import slice_gathers
 from aipu.sim import golden
@@ -623,21 +624,6 @@ def conv_form(node: Node, constants: dict[str, np.ndarray]) -> tuple[np.ndarray,
                     padding=(reach_h - top, reach_w - left, reach_h - bottom + extra_h, reach_w - right + extra_w))
     bias = constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else np.zeros(conv.shape[0])
     return conv, bias.astype(np.float64), geometry
-
-
-def summed_planes(tensors: dict[str, QTensor], ops: list, name: str, x: QTensor, y: QTensor, sum_planes) -> None:
-    """A sum over whole planes of any size, as data movement around one 1x1 conv: ``x`` [N, C, H, W] is
-    gathered to [N, H·W, C, 1] (the plane on the channel axis, which a conv accumulates in chunks at any
-    size), ``sum_planes(planes, sums)`` adds the conv that sums it into [N, 1, C, 1], and that is gathered
-    back to ``y`` [N, C, 1, 1]. The new tensors go into ``tensors``, the ops onto ``ops``."""
-    n, c, h, w = x.shape
-    planes, sums = f"{name}/planes", f"{name}/plane_sums"
-    gather = np.arange(n * c * h * w).reshape(n, c, h * w).transpose(0, 2, 1)[..., None]
-    tensors[planes] = replace(x, name=planes, shape=gather.shape)
-    ops.append(QLayout(planes, x.name, planes, gather=gather.reshape(-1)))
-    tensors[sums] = replace(y, name=sums, shape=(n, 1, c, 1))
-    sum_planes(tensors[planes], tensors[sums])
-    ops.append(QLayout(f"{name}/channels", sums, y.name, permutation=(0, 2, 1, 3)))
 
 
 def check_accumulator(w: np.ndarray, x: QTensor, w_zero_point: int) -> None:
