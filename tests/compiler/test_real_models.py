@@ -25,8 +25,8 @@ REFUSED = {
     "nudenet-320n": "tensor '/model.22/Reshape_output_0' shape = [1, 82, 1600]: [1, C, H, W] or [1, C]",
     "ddddocr-det": "tensor '858' shape = [1, 6, 2704]: [1, C, H, W] or [1, C]",
     "ddddocr-ocr": "1 unsupported node of 1 operator type: LSTM",
-    "ddddocr-ocr-old": "133 unsupported nodes of 9 operator types: DynamicQuantizeLinear, Div, Floor, Cast, "
-                       "ConvInteger, DynamicQuantizeLSTM, Shape, Gather, Reshape",
+    "ddddocr-ocr-old": "135 unsupported nodes of 10 operator types: DynamicQuantizeLinear, Div, Floor, Cast, "
+                       "ConvInteger, DynamicQuantizeLSTM, Shape, Gather, Concat, Reshape",
 }
 # Calibration samples: 8, but 2 for the detector at 736x736 (3.2 GB and 47 s with 8; 2.6 GB and 25 s with 2).
 SAMPLES = {"ppocr-det": 2}
