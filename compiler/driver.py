@@ -17,7 +17,7 @@ from aipu.compiler.normalize import normalize
 from aipu.compiler.program_dir import write_program_dir
 from aipu.compiler.prequantized import import_quantized, is_prequantized
 from aipu.compiler.qir import QLut, QModel
-from aipu.compiler.quantize import QuantOptions, quantize_graph
+from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_from_powers
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 from aipu.sim.machine.errors import InputError
 
@@ -196,7 +196,7 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
                "zero_point": tensor.zero_point, "sqnr_db": None, "clipped_fraction": None}
         if op.y in sums:
             signal, noise, clipped, total = sums[op.y]
-            sqnr = math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal else -math.inf
+            sqnr = sqnr_from_powers(signal, noise)
             row["sqnr_db"] = round(sqnr, 2) if math.isfinite(sqnr) else None    # JSON has no infinity
             row["clipped_fraction"] = float(clipped / total)
         if op.name in table_codes:     # which part of the table the data reaches

@@ -88,13 +88,13 @@ def _clip_bounds(graph: Graph, clip: Node) -> tuple[float | None, float | None]:
 
 
 def _divides_by_six(graph: Graph, node: Node, value: str) -> bool:
-    """``node`` is ``value`` / 6 (or ``value`` * 1/6 in float32)."""
-    if len(node.inputs) != 2 or node.inputs[0] != value and not (node.op == "Mul" and node.inputs[1] == value):
-        return False
-    constant = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
-    if node.op == "Div":
-        return node.inputs[0] == value and _scalar(graph, constant) == 6.0
-    return node.op == "Mul" and _scalar(graph, constant) == float(np.float32(1 / 6))
+    """``node`` is ``value`` / 6, or ``value`` * 1/6 (in float32) in either order."""
+    if node.op == "Div" and len(node.inputs) == 2:
+        return node.inputs[0] == value and _scalar(graph, node.inputs[1]) == 6.0
+    if node.op == "Mul" and len(node.inputs) == 2 and value in node.inputs:
+        other = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
+        return _scalar(graph, other) == float(np.float32(1 / 6))
+    return False
 
 
 def fold_channel_affine(graph: Graph) -> Graph:

@@ -325,16 +325,15 @@ class Quantizer:
         raised = np.flatnonzero((amax if self.options.per_channel_weights else amax.max()) / _WEIGHT_MAX < floor)
         if raised.size and self.options.scheme != "pow2":
             shown = ", ".join(map(str, raised[:8])) + (", ..." if raised.size > 8 else "")
-            plural = "s" if raised.size > 1 else ""
-            self.notes.append(f"layer {node.name!r}: the weight scale of output channel{plural} "
+            self.notes.append(f"layer {node.name!r}: the weight scale of output channel{'s' * (raised.size > 1)} "
                               f"{shown} ({raised.size} of {weight.shape[0]}) was raised so that the bias fits "
-                              f"int{BIAS_BITS} and the requantizer keeps its precision (weights that small for the "
-                              "layer round to zero)")
+                              f"int{BIAS_BITS} and the requantizer keeps its precision (weights that small round "
+                              "to zero)")
         return floor
 
     def _weights(self, weight: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Symmetric int8 weights [-127, 127] and their scale per output channel (or one for all), each scale at
-        least ``floor`` (:meth:`_weight_scale_floor`; the patent's power-of-two scheme keeps its own)."""
+        """Symmetric int8 weights [-127, 127] and their scale per output channel (or one for all), at least
+        ``floor`` (the patent's power-of-two scheme keeps its own)."""
         flat = np.abs(weight.reshape(weight.shape[0], -1))
         if self.options.scheme == "pow2":       # patent: one exponent per layer, 7-bit kernels (QUAN 63, [0069])
             amax = float(flat.max(initial=0.0))
@@ -435,17 +434,15 @@ class Quantizer:
                               (top, left, bottom, right), dilation, include_pad, self.options.rounding))
 
     def global_average(self, name: str, x: QTensor, y: QTensor) -> None:
-        """The average of each plane, at the input's scale: one POOL window when the plane fits one (at most 15
-        on a side), else the planes summed by a 1x1 conv of ones and divided by the requantizer's M / 2^N."""
+        """Each plane's average at the input's scale: one POOL window (at most 15 a side), else the planes
+        summed by a 1x1 conv of ones and divided by the requantizer's M / 2^N."""
         h, w = x.shape[2:]
         if max(h, w) < 1 << KERNEL_BITS:
             self.ops.append(QPool(name, x.name, y.name, "global_avg", rounding=self.options.rounding))
             return
         ones = np.ones((1, h * w, 1, 1), np.int8)
         multiplier, shift = golden.quantize_multiplier(np.array([1.0 / (h * w)]))
-        info = np.iinfo(y.dtype)
-        requant = Requant(np.asarray(multiplier), np.asarray(shift), y.zero_point, int(info.min), int(info.max),
-                          self.options.rounding)
+        requant = Requant(multiplier, shift, y.zero_point, *self._clamp(y, None), self.options.rounding)
 
         def sum_planes(planes: QTensor, sums: QTensor) -> None:
             check_accumulator(ones, planes, 0)
@@ -645,6 +642,9 @@ def quantize_graph(graph: Graph, stats: dict[str, TensorStats], options: QuantOp
 def sqnr_db(reference: np.ndarray, approximation: np.ndarray) -> float:
     """Signal to quantization noise ratio in dB (inf when equal)."""
     reference, approximation = np.asarray(reference, np.float64), np.asarray(approximation, np.float64)
-    noise = float(np.sum((reference - approximation) ** 2))
-    signal = float(np.sum(reference ** 2))
+    return sqnr_from_powers(float(np.sum(reference ** 2)), float(np.sum((reference - approximation) ** 2)))
+
+
+def sqnr_from_powers(signal: float, noise: float) -> float:
+    """The SQNR in dB of summed signal and noise powers (inf when there is no noise)."""
     return math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal else -math.inf
