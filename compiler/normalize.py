@@ -518,3 +518,23 @@ def _explicit_pads(node: Node, graph: Graph) -> Node:
         begin.append(small if auto_pad == "SAME_UPPER" else large)
         end.append(large if auto_pad == "SAME_UPPER" else small)
     return replace(node, attrs={**attrs, "pads": [*begin, *end]})
+
+
+def conv_form(node: Node, constants: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """A ConvTranspose as (weights [K, C/G, KH, KW], bias, geometry) of its conv form (qir.QConv ``upsample``):
+    each group's [C/G, K/G] weight matrix transposed and the kernel flipped; the padding becomes
+    d * (k - 1) - pad, plus output_padding at the end (ONNX: out = s (in - 1) + output_padding + d (k - 1) + 1
+    - pads)."""
+    weight = constants[node.inputs[1]].astype(np.float64)            # [C, K/G, KH, KW]
+    groups = int(node.attrs.get("group", 1))
+    c, kg, kh, kw = weight.shape
+    conv = weight.reshape(groups, c // groups, kg, kh, kw).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1]
+    conv = np.ascontiguousarray(conv.reshape(groups * kg, c // groups, kh, kw))
+    dilation = tuple(node.attrs.get("dilations", (1, 1)))
+    top, left, bottom, right = node.attrs.get("pads", (0, 0, 0, 0))
+    extra_h, extra_w = node.attrs.get("output_padding", (0, 0))
+    reach_h, reach_w = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
+    geometry = dict(upsample=tuple(node.attrs.get("strides", (1, 1))), dilation=dilation, groups=groups,
+                    padding=(reach_h - top, reach_w - left, reach_h - bottom + extra_h, reach_w - right + extra_w))
+    bias = constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else np.zeros(conv.shape[0])
+    return conv, bias.astype(np.float64), geometry

@@ -24,8 +24,9 @@ from dataclasses import replace
 import numpy as np
 
 from aipu.compiler.graph import CONTRIB_STANDARD_FORMS, Graph, Node, contrib_standard_form
+from aipu.compiler.normalize import conv_form
 from aipu.compiler.qir import QConcat, QConv, QLayout, QModel, QTensor, Requant, summed_planes
-from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator, conv_form
+from aipu.compiler.quantize import Quantizer, QuantOptions, check_accumulator
 from aipu.sim import golden
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import KERNEL_BITS
@@ -309,7 +310,7 @@ class _Importer:
         self.mac(node, x_spec, w, w_zero, bias, y_spec, scale, geometry)
 
     def transposed_conv(self, node: Node, x: str, y: str, y_scale, y_zero) -> None:
-        """A QDQ ConvTranspose in its conv form (quantize.conv_form); per-channel weight scales and zero points
+        """A QDQ ConvTranspose in its conv form (normalize.conv_form); per-channel weight scales and zero points
         are along its weights' axis 1 (the output channels of one group), repeated for every group."""
         integers, w_scale, zero = self.dequantized_constant(node.inputs[1])
         conv, _, geometry = conv_form(replace(node, inputs=node.inputs[:2]), {node.inputs[1]: integers})

@@ -28,7 +28,7 @@ import numpy as np
 
 from aipu.compiler.calibrate import TensorStats, choose_range
 from aipu.compiler.graph import Graph, Node
-from aipu.compiler.normalize import pad_widths, softmax_axes, softmax_rows_consecutive
+from aipu.compiler.normalize import conv_form, pad_widths, softmax_axes, softmax_rows_consecutive
 from aipu.compiler.qir import (QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant,
                                summed_planes)
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
@@ -323,7 +323,7 @@ class Quantizer:
         floor = np.maximum(np.abs(bias) / (x.scale * (high - 1)), precise)
         amax = np.abs(weight.reshape(weight.shape[0], -1)).max(axis=1)
         raised = np.flatnonzero((amax if self.options.per_channel_weights else amax.max()) / _WEIGHT_MAX < floor)
-        if raised.size and self.options.scheme != "pow2":
+        if raised.size:
             shown = ", ".join(map(str, raised[:8])) + (", ..." if raised.size > 8 else "")
             self.notes.append(f"layer {node.name!r}: the weight scale of output channel{'s' * (raised.size > 1)} "
                               f"{shown} ({raised.size} of {weight.shape[0]}) was raised so that the bias fits "
@@ -335,13 +335,13 @@ class Quantizer:
         """Symmetric int8 weights [-127, 127] and their scale per output channel (or one for all), at least
         ``floor`` (the patent's power-of-two scheme keeps its own)."""
         flat = np.abs(weight.reshape(weight.shape[0], -1))
-        if self.options.scheme == "pow2":       # patent: one exponent per layer, 7-bit kernels (QUAN 63, [0069])
-            amax = float(flat.max(initial=0.0))
-            exponent = golden.pow2_scale_exponent(amax, golden.KERNEL_QUAN) if amax > 0 else 0
-            q = golden.pow2_quantize(weight, exponent, golden.KERNEL_QUAN)
-            return q.astype(np.int8), np.full(weight.shape[0], 2.0 ** -exponent)
         amax = flat.max(axis=1) if self.options.per_channel_weights else np.full(weight.shape[0], flat.max())
-        scale = np.maximum(amax / _WEIGHT_MAX, floor if self.options.per_channel_weights else floor.max())
+        floor = floor if self.options.per_channel_weights else np.full(weight.shape[0], floor.max())
+        if self.options.scheme == "pow2":       # 7-bit kernels (QUAN 63, [0069]) at the least power of two
+            exponents = _pow2_weight_exponents(amax, floor)
+            q = [golden.pow2_quantize(channel, int(e), golden.KERNEL_QUAN) for channel, e in zip(weight, exponents)]
+            return np.stack(q).astype(np.int8), np.ldexp(1.0, -exponents)
+        scale = np.maximum(amax / _WEIGHT_MAX, floor)
         q = golden.round_half_away(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))))
         return np.clip(q, -_WEIGHT_MAX, _WEIGHT_MAX).astype(np.int8), scale
 
@@ -597,30 +597,20 @@ class Quantizer:
                                 tuple(n for _, n in pairs), self.options.rounding))
 
 
+def _pow2_weight_exponents(amax: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Per output channel, the largest e with every |w|·2^e within KERNEL_QUAN and 2^-e at least ``floor``.
+    The patent's formula (1) rounds log2 instead, which clips a channel's largest weights by up to √2
+    (docs/compiler.md §3.1 has what that cost on a real classifier)."""
+    with np.errstate(divide="ignore"):
+        unclipped = np.floor(np.log2(golden.KERNEL_QUAN / amax))
+        highest = np.floor(-np.log2(floor))
+    return np.minimum(unclipped, highest).astype(np.int64)
+
+
 def _steps(value: float, scale: float) -> int:
     """round_half_away(value / scale), the quotient bounded to +-2^40 first: far beyond any integer type the
     result is compared with, and the conversion to int64 stays defined (no numpy warning)."""
     return int(golden.round_half_away(np.clip(value / scale, -2.0 ** 40, 2.0 ** 40)))
-
-
-def conv_form(node: Node, constants: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict]:
-    """A ConvTranspose as (weights [K, C/G, KH, KW], bias, geometry) of its conv form (qir.QConv ``upsample``):
-    each group's [C/G, K/G] weight matrix transposed and the kernel flipped; the padding becomes
-    d * (k - 1) - pad, plus output_padding at the end (ONNX: out = s (in - 1) + output_padding + d (k - 1) + 1
-    - pads)."""
-    weight = constants[node.inputs[1]].astype(np.float64)            # [C, K/G, KH, KW]
-    groups = int(node.attrs.get("group", 1))
-    c, kg, kh, kw = weight.shape
-    conv = weight.reshape(groups, c // groups, kg, kh, kw).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1]
-    conv = np.ascontiguousarray(conv.reshape(groups * kg, c // groups, kh, kw))
-    dilation = tuple(node.attrs.get("dilations", (1, 1)))
-    top, left, bottom, right = node.attrs.get("pads", (0, 0, 0, 0))
-    extra_h, extra_w = node.attrs.get("output_padding", (0, 0))
-    reach_h, reach_w = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
-    geometry = dict(upsample=tuple(node.attrs.get("strides", (1, 1))), dilation=dilation, groups=groups,
-                    padding=(reach_h - top, reach_w - left, reach_h - bottom + extra_h, reach_w - right + extra_w))
-    bias = constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else np.zeros(conv.shape[0])
-    return conv, bias.astype(np.float64), geometry
 
 
 def check_accumulator(w: np.ndarray, x: QTensor, w_zero_point: int) -> None:

@@ -15,7 +15,8 @@ from aipu.compiler.graph import Node, load_graph
 from aipu.compiler.lowering.conv import axis_phases
 from aipu.compiler.normalize import normalize
 from aipu.compiler.qir import upsampled
-from aipu.compiler.quantize import conv_form, sqnr_db
+from aipu.compiler.normalize import conv_form
+from aipu.compiler.quantize import sqnr_db
 from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.errors import InputError

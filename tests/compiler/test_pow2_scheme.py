@@ -1,5 +1,5 @@
 """The shift-quantization patent's power-of-two scheme end to end (`aipu compile --scheme pow2`,
-docs/compiler.md §3.1): every scale a power of two, 7-bit weights with one exponent per layer, convolutions
+docs/compiler.md §3.1): every scale a power of two, 7-bit weights with one exponent per output channel, convolutions
 requantized by the patent's forward step (docs/arithmetic.md §5.2), the lowered program bit-exact, accuracy
 close to float."""
 from __future__ import annotations
