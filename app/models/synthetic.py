@@ -1,5 +1,6 @@
 """Float CNNs built with onnx.helper (random weights) in the shapes of the networks users bring, for the
-compiler's tests and benchmarks: a small graph builder and a ResNet-18-shaped network (224x224, 1000 classes)."""
+compiler's tests and benchmarks: a small graph builder, and ResNet-18- and MobileNetV3-Large-shaped networks
+(224x224, 1000 classes)."""
 from __future__ import annotations
 
 import numpy as np
@@ -83,3 +84,34 @@ def resnet18_shaped(seed: int = 0, size: int = 224, classes: int = 1000) -> onnx
             x = b.node("Relu", [b.node("Add", [y, shortcut])])
             channels = width
     return b.model(b.fc(b.node("Flatten", [b.node("GlobalAveragePool", [x])]), channels, classes))
+
+
+# MobileNetV3-Large's bottlenecks (Howard et al. 2019, table 1): kernel, expansion, output channels,
+# squeeze-excite, hard-swish (else ReLU), stride.
+MOBILENETV3_LARGE = ((3, 16, 16, False, False, 1), (3, 64, 24, False, False, 2), (3, 72, 24, False, False, 1),
+                     (5, 72, 40, True, False, 2), (5, 120, 40, True, False, 1), (5, 120, 40, True, False, 1),
+                     (3, 240, 80, False, True, 2), (3, 200, 80, False, True, 1), (3, 184, 80, False, True, 1),
+                     (3, 184, 80, False, True, 1), (3, 480, 112, True, True, 1), (3, 672, 112, True, True, 1),
+                     (5, 672, 160, True, True, 2), (5, 960, 160, True, True, 1), (5, 960, 160, True, True, 1))
+
+
+def mobilenetv3_shaped(seed: int = 0, size: int = 224, classes: int = 1000) -> onnx.ModelProto:
+    """MobileNetV3-Large's layer shapes: a hard-swish stem, the fifteen inverted-residual bottlenecks
+    (depthwise 3x3 and 5x5, squeeze-excite gates of global average pooling, ReLU and hard-sigmoid), a 960-channel
+    1x1 conv, global average pooling, a 1280-wide hard-swish layer and the classifier."""
+    b = GraphBuilder(seed, 3, size)
+    x, channels = b.node("HardSwish", [b.conv("image", 3, 16, stride=2)]), 16
+    for kernel, expanded, width, excite, hard_swish, stride in MOBILENETV3_LARGE:
+        activation = "HardSwish" if hard_swish else "Relu"
+        y = b.node(activation, [b.conv(x, channels, expanded, kernel=1)]) if expanded != channels else x
+        y = b.node(activation, [b.conv(y, expanded, expanded, kernel=kernel, stride=stride, groups=expanded)])
+        if excite:
+            squeezed = -(-expanded // 4 // 8) * 8
+            gate = b.node("Relu", [b.conv(b.node("GlobalAveragePool", [y]), expanded, squeezed, kernel=1, bn=False)])
+            gate = b.node("HardSigmoid", [b.conv(gate, squeezed, expanded, kernel=1, bn=False)], alpha=1 / 6, beta=0.5)
+            y = b.node("Mul", [y, gate])
+        y = b.conv(y, expanded, width, kernel=1)
+        x, channels = (b.node("Add", [x, y]) if stride == 1 and channels == width else y), width
+    x = b.node("GlobalAveragePool", [b.node("HardSwish", [b.conv(x, channels, 960, kernel=1)])])
+    x = b.node("HardSwish", [b.conv(x, 960, 1280, kernel=1, bn=False)])
+    return b.model(b.fc(b.node("Flatten", [x]), 1280, classes))

@@ -57,7 +57,7 @@ def test_units_bench_checks_every_pair_and_reports_it():
 
 def test_compile_bench_compiles_resnet18_and_runs_it_bit_exact():
     """`aipu bench compile`: the ResNet-18-shaped graph compiles and its whole program, run once on the
-    interpreter, equals the quantized model on the golden units."""
+    interpreter, equals the quantized model on the golden units; the MobileNetV3-shaped CLI compile is measured."""
     from aipu.app.bench import BENCHMARKS
     from aipu.app.bench.compile import run
 
@@ -66,6 +66,8 @@ def test_compile_bench_compiles_resnet18_and_runs_it_bit_exact():
     assert report["whole_network"]["bit_exact"] and report["whole_network"]["macs"] > 1.8e9
     assert report["commands_per_unit"]["CONV"] >= 21 and report["commands_per_unit"]["POOL"] >= 2
     assert set(report["stage_seconds"]) >= {"front_end_s", "calibrate_s", "quantize_s", "lower_s"}
+    mobilenet = report["mobilenetv3_cli"]        # the CLI compile in a child: its own figures, not the bench's
+    assert mobilenet["calibration_samples"] == 64 and mobilenet["wall_s"] > 0 and mobilenet["peak_rss_mib"] > 100
 
 
 def test_cycle_bench_reports_the_cycle_model_s_figures(tmp_path, digits_data):

