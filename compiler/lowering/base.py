@@ -63,12 +63,15 @@ def dtype_code(dtype: np.dtype) -> DType:
 
 
 def image_shape(tensor: QTensor) -> tuple[int, int, int]:
-    """(H, W, C) of a [1, C, H, W] or [1, C] tensor as the units see it."""
+    """(H, W, C) of a [1, C, H, W], [1, C, L] or [1, C] tensor as the units see it: the channels-last layout
+    of [1, C, L] is that of [1, C, 1, L] (a detection head's [1, C, anchors])."""
     shape = tensor.shape
     if shape[0] != 1:
         raise InputError(f"tensor {tensor.name!r} batch", shape[0], "1 (the NPU runs one image)")
     if len(shape) == 4:
         return shape[2], shape[3], shape[1]
+    if len(shape) == 3:
+        return 1, shape[2], shape[1]
     if len(shape) == 2:
         return 1, 1, shape[1]
-    raise InputError(f"tensor {tensor.name!r} shape", list(shape), "[1, C, H, W] or [1, C]")
+    raise InputError(f"tensor {tensor.name!r} shape", list(shape), "[1, C, H, W], [1, C, L] or [1, C]")

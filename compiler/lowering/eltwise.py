@@ -103,6 +103,10 @@ class EltwiseLowering:
         emit_pipeline(context.program, Unit.POOL, len(tiles), build, link)
 
 
+# A [1, C, H, W], [1, C, L] or [1, C] tensor's axis as its position in image_shape's (H, W, C).
+_IMAGE_AXIS = {4: {1: 2, 2: 0, 3: 1}, 3: {1: 2, 2: 1}, 2: {1: 2}}
+
+
 @dataclass
 class ConcatPlan:
     op: QConcat
@@ -113,7 +117,7 @@ class ConcatPlan:
 class ConcatLowering:
     def plan(self, op: QConcat, context: Context) -> ConcatPlan:
         y = context.tensors[op.y]
-        axis = {1: 2, 2: 0, 3: 1}[op.axis] if len(y.shape) == 4 else 2     # NCHW axis -> (H, W, C) position
+        axis = _IMAGE_AXIS[len(y.shape)][op.axis]                            # NCHW axis -> (H, W, C) position
         boxes, tiles, offset = [], [], 0
         for name in op.xs:
             x = context.tensors[name]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnx import helper
 
 from aipu.app.models.train_digits import MODEL_PATH
 from aipu.compiler.lowering.layout import LayoutLowering
@@ -135,6 +136,29 @@ def test_concat_along_height_and_of_vectors(tmp_path):
     _, qmodel = _compile(tmp_path, b.model(y), rng.normal(0, 1, (6, 3, 6, 6)).astype(np.float32))
     for config in (DEFAULT, TINY):
         _check_every_tensor(qmodel, config, rng.normal(0, 1, (1, 3, 6, 6)).astype(np.float32), seed=2)
+
+
+def test_a_detection_head_of_rank_3_tensors_runs_bit_exact(tmp_path):
+    """YOLO-style heads: each scale's [1, C, H, W] map reshaped to [1, C, H*W] (the layout of [1, C, 1, H*W]),
+    the scales concatenated along the anchors, split into boxes and scores, an anchor grid added, scores
+    through a sigmoid and a softmax over the classes, joined again (nudenet and ddddocr's detectors were
+    refused at the first reshape)."""
+    b = GraphBuilder(7, 3, 8)
+    features = b.node("Relu", [b.conv("image", 3, 8)])
+    scales = [b.conv(features, 8, 6, kernel=1, bn=False), b.conv(features, 8, 6, stride=2, bn=False)]
+    flat = [b.node("Reshape", [x, b.const(np.array([1, 6, -1], np.int64))]) for x in scales]
+    anchors = b.node("Concat", flat, axis=2)                                  # [1, 6, 80]
+    split = helper.make_node("Split", [anchors, b.const(np.array([2, 4], np.int64))], ["boxes", "scores"], axis=1)
+    b.nodes.append(split)
+    grid = b.const(np.random.default_rng(0).uniform(0, 8, (1, 2, 80)).astype(np.float32))
+    boxes = b.node("Mul", [b.node("Add", ["boxes", grid]), b.const(np.float32(4.0))])
+    scores = b.node("Softmax", [b.node("Sigmoid", ["scores"])], axis=1)
+    y = b.node("Concat", [boxes, scores], axis=1)                            # [1, 6, 80]
+    rng = np.random.default_rng(8)
+    _, qmodel = _compile(tmp_path, b.model(y), rng.normal(0, 1, (6, 3, 8, 8)).astype(np.float32))
+    assert qmodel.tensors[qmodel.outputs[0]].shape == (1, 6, 80)
+    for config in (DEFAULT, TINY):
+        _check_every_tensor(qmodel, config, rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32), seed=4)
 
 
 def test_a_squeeze_excite_over_a_plane_wider_than_a_window_runs_bit_exact(tmp_path):

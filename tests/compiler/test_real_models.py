@@ -22,8 +22,6 @@ from tests.real_models import MODELS, calibration, fetch, input_shape_flag, rend
 REFUSED = {
     "ppocr-rec": "38 unsupported nodes of 5 operator types: ReduceMean, Pow, Sqrt, Div, MatMul",
     "open-nsfw": "opset = 9: 11 .. 28 (older models: convert with onnx.version_converter)",
-    "nudenet-320n": "tensor '/model.22/Reshape_output_0' shape = [1, 82, 1600]: [1, C, H, W] or [1, C]",
-    "ddddocr-det": "tensor '858' shape = [1, 6, 2704]: [1, C, H, W] or [1, C]",
     "ddddocr-ocr": "1 unsupported node of 1 operator type: LSTM",
     "ddddocr-ocr-old": "135 unsupported nodes of 10 operator types: DynamicQuantizeLinear, Div, Floor, Cast, "
                        "ConvInteger, DynamicQuantizeLSTM, Shape, Gather, Concat, Reshape",
