@@ -84,6 +84,13 @@ def _warn_low_sqnr(rows: list[dict]) -> None:
         print(f"aipu compile: warning: {len(low)} layer{'s' if len(low) > 1 else ''} under {LOW_SQNR_DB:g} dB SQNR "
               f"against float: {named}{more}; --method extrema keeps every range, --int16 NAME widens a tensor",
               file=sys.stderr)
+    for row in rows:
+        if "low_channels" in row:
+            low = row["low_channels"]
+            shown = ", ".join(map(str, low["first"])) + (", ..." if low["count"] > len(low["first"]) else "")
+            print(f"aipu compile: warning: output {row['output']!r}: {low['count']} of {low['of']} channels under "
+                  f"{LOW_SQNR_DB:g} dB SQNR against float (worst {low['worst_db']:.1f} dB: channels {shown}): "
+                  f"their range is a small part of the tensor's; --int16 {row['output']} widens it", file=sys.stderr)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

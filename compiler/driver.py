@@ -176,6 +176,7 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
     batch = graph.shapes[graph.inputs[0]][0]
     count = next(iter(samples.values())).shape[0]
     sums: dict[str, np.ndarray] = {}           # op output -> [signal, noise, clipped, values], float64
+    channel_sums: dict[str, np.ndarray] = {}   # graph output -> [signal, noise] per channel (axis 1)
     table_codes: dict[str, list[int]] = {}
     for start in range(0, count, batch):
         feeds = {name: array[start:start + batch] for name, array in samples.items()}
@@ -184,6 +185,9 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
         for op in qmodel.ops:
             if op.y in floats:
                 sums[op.y] = sums.get(op.y, 0) + _error_sums(floats[op.y], qmodel.tensors[op.y], values[op.y])
+            if op.y in floats and op.y in qmodel.outputs and floats[op.y].ndim >= 3:
+                channel_sums[op.y] = channel_sums.get(op.y, 0) + _channel_error_sums(
+                    floats[op.y], qmodel.tensors[op.y], values[op.y])
             if isinstance(op, QLut):
                 low, high = int(values[op.x].min()), int(values[op.x].max())
                 seen = table_codes.setdefault(op.name, [low, high])
@@ -199,6 +203,8 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
             sqnr = sqnr_from_powers(signal, noise)
             row["sqnr_db"] = round(sqnr, 2) if math.isfinite(sqnr) else None    # JSON has no infinity
             row["clipped_fraction"] = float(clipped / total)
+        if op.y in channel_sums:
+            row.update(_low_channels(channel_sums[op.y]))
         if op.name in table_codes:     # which part of the table the data reaches
             row["table_input_range"] = table_codes[op.name]
         rows.append(row)
@@ -214,6 +220,26 @@ def _error_sums(reference: np.ndarray, tensor, codes: np.ndarray) -> np.ndarray:
     clipped = np.count_nonzero((reference < low - tensor.scale / 2) | (reference > high + tensor.scale / 2))
     noise = reference - tensor.dequantize(codes).astype(np.float64)
     return np.array([np.sum(reference ** 2), np.sum(noise ** 2), clipped, reference.size], np.float64)
+
+
+def _channel_error_sums(reference: np.ndarray, tensor, codes: np.ndarray) -> np.ndarray:
+    """[signal power, noise power] of each channel (axis 1) of one run of an output."""
+    reference = reference.astype(np.float64)
+    noise = reference - tensor.dequantize(codes).reshape(reference.shape)
+    axes = tuple(axis for axis in range(reference.ndim) if axis != 1)
+    return np.stack([np.sum(reference ** 2, axis=axes), np.sum(noise ** 2, axis=axes)])
+
+
+def _low_channels(sums: np.ndarray, threshold: float = LOW_SQNR_DB) -> dict:
+    """An output's channels under ``threshold`` dB against float, when it has any: a channel whose range is a
+    small part of the tensor's (a detector's scores joined to its box coordinates) can lose every level while
+    the tensor's SQNR, dominated by the large channels, looks fine."""
+    sqnr = np.array([sqnr_from_powers(signal, noise) for signal, noise in sums.T])
+    low = np.flatnonzero(sqnr < threshold)
+    if not low.size:
+        return {}
+    return {"low_channels": {"count": int(low.size), "of": int(sqnr.size), "first": low[:8].tolist(),
+                             "worst_db": round(float(sqnr[low].min()), 2)}}
 
 
 def low_sqnr_layers(rows: list[dict], threshold: float = LOW_SQNR_DB) -> list[dict]:

@@ -59,6 +59,29 @@ def test_layers_far_from_float_are_flagged_and_warned(compiled_dir, tmp_path, ca
     assert "warning" not in captured.err and "!" not in captured.out
 
 
+def test_output_channels_that_lose_every_level_are_warned(tmp_path, capsys):
+    """A detector's output joins box coordinates (hundreds) and scores (0 to 1): one int8 scale leaves the
+    scores no level while the tensor's SQNR looks fine. The compile names those channels and --int16 keeps them."""
+    from aipu.app.models.synthetic import GraphBuilder
+
+    b = GraphBuilder(3, 3, 8)
+    features = b.node("Relu", [b.conv("image", 3, 6)])
+    boxes = b.node("Mul", [b.conv(features, 6, 4, kernel=1, bn=False), b.const(np.float32(300.0))])
+    scores = b.node("Sigmoid", [b.conv(features, 6, 3, kernel=1, bn=False)])
+    output = b.node("Concat", [boxes, scores], axis=1)
+    onnx.save(b.model(output), tmp_path / "head.onnx")
+    np.savez(tmp_path / "calib.npz", image=np.random.default_rng(0).normal(0, 1, (8, 3, 8, 8)).astype(np.float32))
+    command = ["compile", str(tmp_path / "head.onnx"), "--calib", str(tmp_path / "calib.npz"),
+               "-o", str(tmp_path / "o"), "--quiet"]
+    assert main(command) == 0
+    assert (f"aipu compile: warning: output '{output}': 3 of 7 channels under 20 dB SQNR against float (worst "
+            in capsys.readouterr().err)
+    row = json.loads((tmp_path / "o" / MANIFEST_FILE).read_text())["layers"][-1]
+    assert row["low_channels"]["first"] == [4, 5, 6] and row["sqnr_db"] > 20
+    assert main([*command, "--int16", output]) == 0
+    assert "channels under" not in capsys.readouterr().err
+
+
 def test_a_target_sqnr_widens_what_clips_then_what_is_coarse(compiled_dir, tmp_path, capsys):
     """nstd clips the three conv outputs: --target-sqnr 30 gives them their full range and every layer then
     reaches it; a target of 40 the 8-bit convs cannot reach makes the later tensors int16 and names the
