@@ -25,6 +25,7 @@ from aipu.sim.machine.errors import ArrayHeader, InputError
 METHODS = ("extrema", "mean", "nstd", "kld", "percentile")
 HISTOGRAM_METHODS = frozenset({"kld", "percentile"})
 HISTOGRAM_BINS = 2048                    # TensorRT's entropy calibration uses 2048 bins of |x|
+KLD_KEEPS_PERCENT = 99.9                 # kld's threshold never clips more of |x| than this percentile does
 MAX_CALIBRATION_ELEMENTS = 1 << 28       # 1 GiB of float32 samples
 _FLOAT_KINDS = "f"
 
@@ -239,9 +240,35 @@ def choose_range(stats: TensorStats, method: str, *, n_std: float = 3.0, percent
         raise ValueError(f"calibration method {method!r} needs histograms (collect(..., histograms=True))")
     if method == "percentile":
         threshold = _percentile_threshold(stats.histogram, stats.abs_max, percentile)
-    else:
-        threshold = kl_threshold(stats.histogram, stats.abs_max, levels)
+    else:     # KL alone put a page's white background, a spike, last and clipped every text pixel (compiler.md §2)
+        threshold = max(kl_threshold(stats.histogram, stats.abs_max, levels),
+                        _percentile_threshold(stats.histogram, stats.abs_max, KLD_KEEPS_PERCENT))
     return max(low, -threshold), min(high, threshold)
+
+
+# Operators whose output follows one data input value by value (the other inputs constants) or gathers it.
+_VALUE_BY_VALUE = frozenset(("Sigmoid", "HardSigmoid", "Tanh", "Relu", "Clip", "LeakyRelu", "HardSwish", "Softmax",
+                             "Mul", "Add", "Sub", "Div", "Reshape", "Flatten", "Transpose", "Squeeze",
+                             "Unsqueeze", "Identity", "Resize", "Concat"))
+
+
+def output_determining(graph: Graph) -> set[str]:
+    """The graph's outputs and, back through operators that pass values on one by one, the tensors they come
+    from, up to the output of the first operator that mixes values (a conv's logits before a Sigmoid): all
+    keep their extrema whatever the method. kld on a text detector clipped the logits' rare positive tail
+    (the text) before the Sigmoid, and its probability map read 0 everywhere."""
+    producer, keep, pending = graph.producer(), set(), list(graph.outputs)
+    while pending:
+        name = pending.pop()
+        if name in keep or name in graph.constants:
+            continue
+        keep.add(name)
+        node = producer.get(name)
+        if node is not None and node.op in _VALUE_BY_VALUE:
+            data = [edge for edge in node.inputs if edge and edge not in graph.constants]
+            if len(data) == 1 or node.op == "Concat":
+                pending += data
+    return keep
 
 
 def _batch_weights(batches_seen: int, momentum: float | None) -> np.ndarray:

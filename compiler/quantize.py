@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from aipu.compiler.calibrate import TensorStats, choose_range
+from aipu.compiler.calibrate import TensorStats, choose_range, output_determining
 from aipu.compiler.graph import Graph, Node
 from aipu.compiler.normalize import conv_form, pad_widths, softmax_axes, softmax_rows_consecutive
 from aipu.compiler.qir import (QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant,
@@ -121,6 +121,7 @@ class Quantizer:
         self.notes: list[str] = []
         self.consumers = graph.consumers()
         self.functions = _activation_functions()
+        self.full_range = output_determining(graph) | set(options.full_range)
 
     # --- tensors -------------------------------------------------------------------------------------
     def activation(self, name: str, shape: tuple[int, ...] | None = None) -> QTensor:
@@ -129,7 +130,7 @@ class Quantizer:
         if stats is None or stats.count == 0:
             raise InputError(f"tensor {name!r}", "no statistics", "calibrated (it is computed by the graph)")
         options = self.options
-        full = name in self.graph.outputs or name in options.full_range      # a clipped output is a wrong answer
+        full = name in self.full_range                         # a clipped output is a wrong answer
         method = "extrema" if full else options.method
         low, high = choose_range(stats, method, n_std=options.n_std, percentile=options.percentile,
                                  momentum=options.momentum)

@@ -86,6 +86,31 @@ def test_kl_divergence_ignores_rare_outliers_and_keeps_a_dense_range():
     assert kl_threshold(np.zeros(HISTOGRAM_BINS, np.int64), 0.0, 128) == 0.0
 
 
+def test_kl_divergence_keeps_what_a_spike_away_from_zero_would_hide():
+    """A page's first feature map: 92 % background at one value, 8 % text beyond it. KL alone puts the spike in
+    the last bin and clips every text value; kld keeps at least the 99.9th percentile of |x|."""
+    rng = np.random.default_rng(2)
+    page = np.concatenate([np.full(184_000, 0.3), rng.uniform(0.5, 4.0, 16_000)]).astype(np.float32)
+    stats = _stats(page, batch=50_000)
+    assert kl_threshold(stats.histogram, stats.abs_max, 128) < 0.5          # the text, clipped by KL alone
+    assert choose_range(stats, "kld")[1] >= np.percentile(page, 99.9) - 4.0 / HISTOGRAM_BINS
+
+
+def test_what_determines_an_output_value_by_value_keeps_its_extrema(tmp_path):
+    """kld on the logits before an output's Sigmoid (a detector's probability map) would clip its rare high
+    values; the logits and the chain to the output keep their extrema, a tensor feeding a conv does not."""
+    from aipu.app.models.synthetic import GraphBuilder
+    from aipu.compiler.calibrate import output_determining
+
+    b = GraphBuilder(0, 3, 8)
+    features = b.node("Relu", [b.conv("image", 3, 4)])
+    logits = b.conv(features, 4, 1, kernel=1, bn=False)
+    probability = b.node("Sigmoid", [b.node("Reshape", [logits, b.const(np.array([1, -1], np.int64))])])
+    onnx.save(b.model(probability), tmp_path / "head.onnx")
+    graph = normalize(load_graph(tmp_path / "head.onnx", {"image": (1, 3, 8, 8)}))
+    assert output_determining(graph) >= {probability, logits} and features not in output_determining(graph)
+
+
 def test_histogram_methods_need_histograms_and_parameters_are_checked():
     stats = _stats(np.arange(10, dtype=np.float32), histogram=False)
     with pytest.raises(ValueError, match="needs histograms"):
