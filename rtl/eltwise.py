@@ -97,7 +97,9 @@ def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, 
     """Write a contiguous stream of output elements (from ``dst_addr``; when ``valid``, the first ``count`` of
     ``values``) to OUT, a word at a time: bytes gather in a pending word that is written when its last byte
     arrives; ``flush`` writes it as it is. A group is at most one word (``lanes``), so one that crosses
-    a word boundary completes the first word and starts the second: at most one write per cycle."""
+    a word boundary completes the first word and starts the second: at most one write per cycle. A group of
+    fewer than ``len(values)`` elements may come anywhere in the stream (POOL's last channel group of each
+    pixel), so the lanes beyond ``count`` are zeroed before their bytes are ORed into the pending word."""
     nbytes = word_bytes(config, Buffer.OUT)
     if nbytes < 2:
         raise ValueError("the POOL unit needs OUT port_bytes >= 2 to write an int16 element per cycle")
@@ -105,6 +107,7 @@ def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, 
     address = Signal(len(dst_addr) + 1)
     pending_data, pending_mask = Signal(8 * nbytes), Signal(nbytes)
     present = [index < count for index in range(len(values))]
+    values = [Mux(here, value, 0) for here, value in zip(present, values)]   # bytes past the group stay 0
     group_data = Mux(wide, Cat(*(value[:16] for value in values)), Cat(*(value[:8] for value in values)))
     group_mask = Mux(wide, Cat(*(bit.replicate(2) for bit in present)), Cat(*present))
     offset = address[:shift]
