@@ -63,14 +63,15 @@ class SourceReads:
     Stream a (POOL's taps, ELTWISE's operand a) reads through ``<buffer>_read`` and ``<buffer>_read_b``,
     stream b (operand b) through ``_read_c`` and ``_read_d``: the word holding the run's first byte and the
     next one, so a run of up to a word's bytes may start anywhere. An engine drives ``a_address``/``a_enable``
-    (and b's); the run's bytes are in ``a_bytes`` / ``b_bytes`` the next cycle.
+    (and b's); the run's bytes (``a_run_bytes`` / ``b_run_bytes`` of them) are in ``a_bytes`` / ``b_bytes``
+    the next cycle.
     """
 
     PORTS = {"a": ("", "_b"), "b": ("_c", "_d")}
 
-    def __init__(self, m: Module, unit: UnitComponent, a_buffer, b_buffer, run_bytes: int):
-        self.a_address, self.a_enable, self.a_bytes = self._stream(m, unit, "a", a_buffer, run_bytes)
-        self.b_address, self.b_enable, self.b_bytes = self._stream(m, unit, "b", b_buffer, run_bytes)
+    def __init__(self, m: Module, unit: UnitComponent, a_buffer, b_buffer, a_run_bytes: int, b_run_bytes: int):
+        self.a_address, self.a_enable, self.a_bytes = self._stream(m, unit, "a", a_buffer, a_run_bytes)
+        self.b_address, self.b_enable, self.b_bytes = self._stream(m, unit, "b", b_buffer, b_run_bytes)
 
     def _stream(self, m: Module, unit: UnitComponent, stream: str, buffer_select, run_bytes: int):
         """(address, enable, the run's bytes one cycle later) of one stream over both source buffers."""

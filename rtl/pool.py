@@ -4,13 +4,14 @@ Both commands share the unit's ports and its back end (docs/rtl-pool.md; the cyc
 
   CHECK   register the command's geometry (window extents, output size, region sizes)
   VERIFY  refuse, naming the field, everything the interpreter refuses; nothing is written before this
-  RUN     one item per cycle: a window tap (POOL) or a group of operand pairs (ELTWISE), no stall
+  RUN     one item per cycle, no stall: a window tap of a group of channels (POOL), a group of operand
+          pairs (ELTWISE)
   FLUSH   the last partly filled output word is written; ``done``
 
 The ELTWISE engine and the element plumbing both engines share (source reads, the output packer that
 writes whole OUT words, type bounds) live in :mod:`aipu.rtl.eltwise`. Average pooling divides exactly by
 multiplying with a reciprocal (:func:`reciprocal_table`, checked at elaboration to give the exact floor
-quotient for every window count and every window sum).
+quotient for every window count and every window sum), one multiplier per lane.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from aipu.rtl.ports import read_port, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, HardwareConfig
 from aipu.sim.machine.isa import COMMANDS, Opcode, PoolMode, Rounding, Unit
-from aipu.sim.timing.pool import lanes
+from aipu.sim.timing.pool import lanes, pool_lanes
 
 MAX_WINDOW = COMMANDS[Opcode.POOL].field("k_h").legal_range(HardwareConfig())[1] * \
     COMMANDS[Opcode.POOL].field("k_w").legal_range(HardwareConfig())[1]
@@ -33,6 +34,7 @@ MAX_WINDOW = COMMANDS[Opcode.POOL].field("k_h").legal_range(HardwareConfig())[1]
 MAX_CENTRED = max((1 << 8 * numpy_type.itemsize) - 1 for numpy_type in DTYPE_NUMPY.values())
 WINDOW_SUM_BITS = (MAX_WINDOW * MAX_CENTRED).bit_length()           # |window sum| < 2**WINDOW_SUM_BITS
 RECIPROCAL_SHIFT = WINDOW_SUM_BITS + (MAX_WINDOW - 1).bit_length()  # s = N + ceil(log2(largest divisor))
+WINDOW_SUM = signed(WINDOW_SUM_BITS + 1)
 
 
 def reciprocal_table() -> list[int]:
@@ -60,6 +62,36 @@ def round_up(rounding, above, tie, odd, negative):
     return Cat(*((rounding == mode) & condition for mode, condition in when.items())).any()
 
 
+def rounded_average(m: Module, window_sum, product, divisor, rounding, lane: int):
+    """round(window_sum / divisor) in ``rounding`` from ``product`` = |window_sum| * reciprocal[divisor]: the
+    floor quotient and remainder of the signed division (Python's), then ``round_up`` on the remainder."""
+    magnitude_quotient = net(m, product >> RECIPROCAL_SHIFT, f"magnitude_quotient{lane}")
+    magnitude_remainder = net(m, Mux(window_sum < 0, -window_sum, window_sum) - magnitude_quotient * divisor,
+                              f"magnitude_remainder{lane}")
+    negative, exact = window_sum < 0, magnitude_remainder == 0
+    quotient = net(m, Mux(negative, -magnitude_quotient - ~exact, magnitude_quotient), f"floor_quotient{lane}")
+    remainder = net(m, Mux(negative & ~exact, divisor - magnitude_remainder, magnitude_remainder),
+                    f"floor_remainder{lane}")
+    twice = remainder * 2
+    return quotient + round_up(rounding, twice > divisor, twice == divisor, quotient[0], negative)
+
+
+def lane_element(dtype, run: list, lane: int):
+    """Element ``lane`` of a run of elements of ``dtype`` (its bytes in ``run``, at least 2 * (lane + 1))."""
+    wide = is_wide(dtype)
+    return element_value(dtype, Mux(wide, run[2 * lane], run[lane]), run[2 * lane + 1])
+
+
+def registered(m: Module, stage: str, **values) -> dict:
+    """Each value registered every cycle, as a signal named ``<stage>_<name>``: one pipeline stage."""
+    signals = {}
+    for name, value in values.items():
+        value = Value.cast(value)
+        signals[name] = Signal(value.shape(), name=f"{stage}_{name}")
+        m.d.sync += signals[name].eq(value)
+    return signals
+
+
 class PoolUnit(UnitComponent):
     """POOL and ELTWISE (docs/rtl-pool.md). Ports: per source buffer four read ports, two per stream
     (:class:`SourceReads`: POOL's taps and ELTWISE's operand a, ELTWISE's operand b), one OUT write."""
@@ -75,8 +107,9 @@ class PoolUnit(UnitComponent):
         is_pool = self.view(word, Opcode.FINISH).opcode == Opcode.POOL
         pool, eltwise = self.view(word, Opcode.POOL), self.view(word, Opcode.ELTWISE)
         phase = {name: Signal(name=name) for name in ("check", "begin", "run", "flush")}
-        width = lanes(self.config)
-        reads = SourceReads(m, self, Mux(is_pool, pool.src_buf, eltwise.a_buf), eltwise.b_buf, max(2, width))
+        width = lanes(self.config)      # >= pool_lanes: the packer's group holds either engine's results
+        reads = SourceReads(m, self, Mux(is_pool, pool.src_buf, eltwise.a_buf), eltwise.b_buf,
+                            max(width, 2 * pool_lanes(self.config)), width)
         engines = ((PoolEngine(self, m, pool, phase, reads, enabled=is_pool), is_pool),
                    (EltwiseEngine(self, m, eltwise, phase, reads, enabled=~is_pool), ~is_pool))
         valid, last, count = Signal(), Signal(), Signal(range(width + 1))
@@ -119,29 +152,34 @@ class PoolUnit(UnitComponent):
 
 
 class PoolEngine:
-    """One window tap per cycle, output order [out_h][out_w][channels], taps row by row inside a window."""
+    """POOL: one window tap of a group of ``pool_lanes`` channels per cycle, in output order
+    [out_h][out_w][channel groups] and, within a window, the taps row by row. Each lane keeps its channel's
+    running maximum or sum; the group's results reach the packer together, the last group holding the rest."""
 
     def __init__(self, unit: PoolUnit, m: Module, command, phase: dict, reads: SourceReads, enabled):
         self.unit, self.m, self.command, self.phase, self.enabled = unit, m, command, phase, enabled
-        self.out_valid, self.out_last, self.out_count = Signal(), Signal(), Const(1)
-        self.out_values = [Signal(ELEMENT, name="pool_out")]      # one element per window
+        self.width = pool_lanes(unit.config)
+        self.out_valid, self.out_last, self.out_count = Signal(), Signal(), Signal(range(self.width + 1))
+        self.out_values = [Signal(ELEMENT, name=f"pool_out{lane}") for lane in range(self.width)]
         self.faults: list[tuple] = []     # (condition, field name) in the interpreter's order
         self._geometry()
-        self._datapath(reads)
+        tap = self._issue(reads)
+        window = self._fold(tap, reads)
+        self._divide(window)
 
     def _geometry(self) -> None:
         """CHECK registers the window extents, output size and region sizes; VERIFY's fault conditions."""
         m, c, config = self.m, self.command, self.unit.config
         self.element_bytes = 1 + is_wide(c.dtype)
-        registered = {    # dilation * (k - 1) + 1, the padded input and the source bytes, in CHECK
+        checked = {    # dilation * (k - 1) + 1, the padded input and the source bytes, in CHECK
             "span_h": c.dilation_h * (c.k_h - 1) + 1, "span_w": c.dilation_w * (c.k_w - 1) + 1,
             "padded_h": c.in_h + c.pad_top + c.pad_bottom, "padded_w": c.in_w + c.pad_left + c.pad_right,
             "in_bytes": c.in_h * c.in_w * c.channels * self.element_bytes}
-        for name, expression in registered.items():
-            registered[name] = Signal(Value.cast(expression).shape(), name=name)
+        for name, expression in checked.items():
+            checked[name] = Signal(Value.cast(expression).shape(), name=name)
             with m.If(self.phase["check"]):
-                m.d.sync += registered[name].eq(expression)
-        span_h, span_w, padded_h, padded_w, in_bytes = registered.values()
+                m.d.sync += checked[name].eq(expression)
+        span_h, span_w, padded_h, padded_w, in_bytes = checked.values()
         self.span_h, self.span_w = span_h, span_w
         # out_h/out_w follow from the registered spans one cycle later (VERIFY uses them only if the window fits)
         self.out_h = net(m, ((padded_h - span_h) // c.stride_h + 1)[:len(padded_h)], "out_h")
@@ -163,11 +201,12 @@ class PoolEngine:
             (out_bytes + c.dst_addr > config.buffer(Buffer.OUT).bytes, "dst_addr"),
         ]
 
-    def _datapath(self, reads: SourceReads) -> None:
-        """The tap counters, the window accumulator and the divider."""
-        m, c = self.m, self.command
+    def _issue(self, reads: SourceReads) -> dict:
+        """The item counters (oy, ox, ``group_start``: the group's first channel, ky, kx) and the read of the
+        group's run of bytes at the tap; returns the item's control as it enters the fold stage (registered)."""
+        m, c, width = self.m, self.command, self.width
         begin, run = self.phase["begin"], self.phase["run"] & self.enabled
-        oy, ox, channel = Signal.like(self.out_h), Signal.like(self.out_w), Signal.like(c.channels)
+        oy, ox, group_start = Signal.like(self.out_h), Signal.like(self.out_w), Signal.like(c.channels)
         ky, kx = Signal.like(c.k_h), Signal.like(c.k_w)
         # first window row/column of (oy, ox): from -pad up to below in_h / in_w
         top, left = Signal(signed(len(c.in_h) + 2)), Signal(signed(len(c.in_w) + 2))
@@ -176,78 +215,80 @@ class PoolEngine:
         row, column = net(m, top + row_step, "tap_row"), net(m, left + column_step, "tap_column")
         inside = (row >= 0) & (row < c.in_h) & (column >= 0) & (column < c.in_w)
         last_tap_column, last_tap_row = kx == c.k_w - 1, ky == c.k_h - 1
-        last_channel = channel == c.channels - 1
+        remaining = net(m, c.channels - group_start, "group_remaining")     # channels from the group on
+        last_group = remaining <= width
         last_column, last_row = ox == self.out_w - 1, oy == self.out_h - 1
         window_done = last_tap_row & last_tap_column
-        all_done = window_done & last_channel & last_column & last_row
+        all_done = window_done & last_group & last_column & last_row
         issuing = run & ~finished
         pixel = net(m, row * c.in_w + column, "tap_pixel")
         with m.If(self.enabled):
-            m.d.comb += [reads.a_address.eq(c.src_addr + (pixel * c.channels + channel) * self.element_bytes),
+            m.d.comb += [reads.a_address.eq(c.src_addr + (pixel * c.channels + group_start) * self.element_bytes),
                          reads.a_enable.eq(issuing & inside)]
 
         with m.If(begin):
-            m.d.sync += [oy.eq(0), ox.eq(0), channel.eq(0), ky.eq(0), kx.eq(0), row_step.eq(0),
+            m.d.sync += [oy.eq(0), ox.eq(0), group_start.eq(0), ky.eq(0), kx.eq(0), row_step.eq(0),
                          column_step.eq(0), top.eq(-c.pad_top), left.eq(-c.pad_left), finished.eq(0)]
         with m.Elif(issuing):
             m.d.sync += [kx.eq(kx + 1), column_step.eq(column_step + c.dilation_w)]
             with m.If(last_tap_column):
                 m.d.sync += [kx.eq(0), column_step.eq(0), ky.eq(ky + 1), row_step.eq(row_step + c.dilation_h)]
                 with m.If(last_tap_row):
-                    m.d.sync += [ky.eq(0), row_step.eq(0), channel.eq(channel + 1)]
-                    with m.If(last_channel):
-                        m.d.sync += [channel.eq(0), ox.eq(ox + 1), left.eq(left + c.stride_w)]
+                    m.d.sync += [ky.eq(0), row_step.eq(0), group_start.eq(group_start + width)]
+                    with m.If(last_group):
+                        m.d.sync += [group_start.eq(0), ox.eq(ox + 1), left.eq(left + c.stride_w)]
                         with m.If(last_column):
                             m.d.sync += [ox.eq(0), left.eq(-c.pad_left), oy.eq(oy + 1),
                                          top.eq(top + c.stride_h)]
             with m.If(all_done):
                 m.d.sync += finished.eq(1)
+        return registered(m, "tap", valid=issuing, inside=inside, first=(ky == 0) & (kx == 0), last=window_done,
+                          all=all_done, count=Mux(last_group, remaining, width)[:len(self.out_count)])
 
-        # stage 1: the tap's element arrives; fold it into the window
-        tap_valid, tap_inside, tap_first, tap_last, tap_all = Signal(), Signal(), Signal(), Signal(), Signal()
-        m.d.sync += [tap_valid.eq(issuing), tap_inside.eq(inside), tap_first.eq((ky == 0) & (kx == 0)),
-                     tap_last.eq(window_done), tap_all.eq(all_done)]
-        element = net(m, element_value(c.dtype, *reads.a_bytes[:2]), "tap_element")
-        is_max = c.mode == PoolMode.MAX
+    def _fold(self, tap: dict, reads: SourceReads) -> dict:
+        """Each lane folds its channel's element into the window (MAX: the larger value; AVG: the sum of
+        ``x - zero_point``), the taps inside are counted; returns the window's results (registered) when its
+        last tap is folded, with AVG's divisor."""
+        m, c = self.m, self.command
         dtype_low, _ = dtype_bounds(c.dtype)
-        best, total, count = Signal(ELEMENT), Signal(signed(WINDOW_SUM_BITS + 1)), Signal(range(MAX_WINDOW + 1))
-        best_in = Mux(tap_first, dtype_low, best)
-        total_in, count_in = Mux(tap_first, 0, total), Mux(tap_first, 0, count)
-        best_next = Mux(tap_inside & (element > best_in), element, best_in)
-        total_next = total_in + Mux(tap_inside, element - c.zero_point, 0)
-        count_next = count_in + tap_inside
-        with m.If(tap_valid):
-            m.d.sync += [best.eq(best_next), total.eq(total_next), count.eq(count_next)]
+        count = Signal(range(MAX_WINDOW + 1))
+        count_next = Mux(tap["first"], 0, count) + tap["inside"]
+        window = {"valid": tap["valid"] & tap["last"], "last": tap["all"], "count": tap["count"],
+                  "divisor": Mux(c.count_include_pad, c.k_h * c.k_w, count_next)}
+        with m.If(tap["valid"]):
+            m.d.sync += count.eq(count_next)
+        for lane in range(self.width):
+            element = net(m, lane_element(c.dtype, reads.a_bytes, lane), f"tap_element{lane}")
+            best, total = Signal(ELEMENT, name=f"best{lane}"), Signal(WINDOW_SUM, name=f"total{lane}")
+            best_in = Mux(tap["first"], dtype_low, best)
+            best_next = net(m, Mux(tap["inside"] & (element > best_in), element, best_in), f"best_next{lane}")
+            total_next = net(m, Mux(tap["first"], 0, total) + Mux(tap["inside"], element - c.zero_point, 0),
+                             f"total_next{lane}")
+            with m.If(tap["valid"]):
+                m.d.sync += [best.eq(best_next), total.eq(total_next)]
+            window |= {f"max{lane}": best_next, f"sum{lane}": total_next[:len(total)].as_signed()}
+        return registered(m, "window", **window)
 
-        # stage 2: the window's result; AVG multiplies |sum| by the divisor's reciprocal
-        window_valid, window_last = Signal(), Signal()
-        window_max, window_sum = Signal(ELEMENT), Signal(signed(WINDOW_SUM_BITS + 1))
-        divisor = Signal(range(MAX_WINDOW + 1))
-        m.d.sync += [window_valid.eq(tap_valid & tap_last), window_last.eq(tap_all),
-                     window_max.eq(best_next), window_sum.eq(total_next),
-                     divisor.eq(Mux(c.count_include_pad, c.k_h * c.k_w, count_next))]
+    def _divide(self, window: dict) -> None:
+        """AVG: each lane multiplies |sum| by the divisor's reciprocal (registered), then takes the exact floor
+        quotient and rounds it; the group's results go to the packer."""
+        m, c = self.m, self.command
         m.submodules.reciprocals = reciprocals = Memory(shape=unsigned(RECIPROCAL_SHIFT + 1), depth=MAX_WINDOW + 1,
                                                         init=reciprocal_table())
         reciprocal = reciprocals.read_port(domain="comb")
-        m.d.comb += reciprocal.addr.eq(divisor)
-        magnitude = Mux(window_sum < 0, -window_sum, window_sum)[:WINDOW_SUM_BITS]
-
-        # stage 3: floor quotient and remainder of the signed division, rounding, + zero point
-        quotient_valid, quotient_last = Signal(), Signal()
-        product = Signal(RECIPROCAL_SHIFT + 1 + WINDOW_SUM_BITS)
-        held_max, held_sum, held_divisor = Signal(ELEMENT), Signal.like(window_sum), Signal.like(divisor)
-        m.d.sync += [quotient_valid.eq(window_valid), quotient_last.eq(window_last), held_max.eq(window_max),
-                     held_sum.eq(window_sum), held_divisor.eq(divisor),
-                     product.eq(magnitude * reciprocal.data)]
-        magnitude_quotient = net(m, product >> RECIPROCAL_SHIFT, "magnitude_quotient")
-        magnitude_remainder = net(m, Mux(held_sum < 0, -held_sum, held_sum) - magnitude_quotient * held_divisor,
-                                   "magnitude_remainder")
-        negative, exact = held_sum < 0, magnitude_remainder == 0
-        quotient = net(m, Mux(negative, -magnitude_quotient - ~exact, magnitude_quotient), "floor_quotient")
-        remainder = net(m, Mux(negative & ~exact, held_divisor - magnitude_remainder, magnitude_remainder),
-                         "floor_remainder")
-        twice = remainder * 2
-        average = quotient + round_up(c.rounding, twice > held_divisor, twice == held_divisor, quotient[0],
-                                      negative) + c.zero_point
-        m.d.comb += [self.out_valid.eq(quotient_valid & self.enabled), self.out_last.eq(quotient_last),
-                     self.out_values[0].eq(Mux(is_max, held_max, average))]
+        m.d.comb += reciprocal.addr.eq(window["divisor"])
+        held = {"valid": window["valid"], "last": window["last"], "count": window["count"],
+                "divisor": window["divisor"]}
+        for lane in range(self.width):
+            window_sum = window[f"sum{lane}"]
+            magnitude = Mux(window_sum < 0, -window_sum, window_sum)[:WINDOW_SUM_BITS]
+            held |= {f"max{lane}": window[f"max{lane}"], f"sum{lane}": window_sum,
+                     f"product{lane}": magnitude * reciprocal.data}
+        held = registered(m, "quotient", **held)
+        is_max = c.mode == PoolMode.MAX
+        m.d.comb += [self.out_valid.eq(held["valid"] & self.enabled), self.out_last.eq(held["last"]),
+                     self.out_count.eq(held["count"])]
+        for lane, out in enumerate(self.out_values):
+            average = rounded_average(m, held[f"sum{lane}"], held[f"product{lane}"], held["divisor"], c.rounding,
+                                      lane)
+            m.d.comb += out.eq(Mux(is_max, held[f"max{lane}"], average + c.zero_point))

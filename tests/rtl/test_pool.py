@@ -12,10 +12,11 @@ from aipu.sim.cosim.result import RtlError, first_difference
 from aipu.sim.cosim.stimulus import Stimulus, unit_program
 from aipu.sim.cosim.stimulus.pool import random_eltwise, random_memory, random_pool
 from aipu.sim.golden.eltwise import MAX_ALIGN
-from aipu.sim.machine.arch import DEFAULT, Buffer, DType, HardwareConfig
+from aipu.sim.machine.arch import DEFAULT, DTYPE_BYTES, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import EltwiseOp, Opcode, PoolMode, Rounding, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.sim.timing.pool import pool_lanes, pool_output_size
 from tests.rtl.checks import assert_matches
 from tests.rtl.configs import CONFIGS, EVERY_CONFIG, SMALL
 
@@ -36,6 +37,46 @@ def test_random_pool_and_eltwise_match_the_interpreter(config):
     commands = [random_pool(rng, config) if rng.random() < 0.5 else random_eltwise(rng, config)
                 for _ in range(48)]
     check_program(config, commands, random_memory(rng, config))
+
+
+def _channel_group_pools(config: HardwareConfig) -> list[Command]:
+    """POOLs over groups of ``pool_lanes`` channels: a partly filled last group, a single group, whole groups,
+    int16 runs from odd addresses (straddling words), MAX with padding and dilation, AVG with and without
+    count_include_pad, a source in OUT; each placed after the previous one's source and destination."""
+    width = pool_lanes(config)
+    cases = [
+        dict(mode=PoolMode.MAX, dtype=DType.INT8, channels=2 * width + 1, k_h=3, k_w=3, stride_h=2, stride_w=2,
+             pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
+        dict(mode=PoolMode.MAX, dtype=DType.UINT8, channels=max(1, width - 1), k_h=2, k_w=2, dilation_h=2,
+             dilation_w=3, pad_top=1, pad_left=2, pad_right=1),
+        dict(mode=PoolMode.MAX, dtype=DType.INT16, channels=width + 3, k_h=3, k_w=2, dilation_h=2, pad_top=2,
+             pad_bottom=1, pad_right=1, src_buf=Buffer.OUT),
+        dict(mode=PoolMode.AVG, dtype=DType.INT16, channels=2 * width - 1, k_h=3, k_w=3, count_include_pad=1,
+             pad_top=1, pad_left=2, pad_bottom=2, pad_right=1, zero_point=-1000, rounding=Rounding.HALF_TO_EVEN),
+        dict(mode=PoolMode.AVG, dtype=DType.INT8, channels=width + 1, k_h=2, k_w=3, stride_w=2, pad_top=1,
+             pad_left=1, pad_right=2, zero_point=5, rounding=Rounding.HALF_AWAY_FROM_ZERO),
+        dict(mode=PoolMode.AVG, dtype=DType.UINT8, channels=3 * width, k_h=2, k_w=2, zero_point=128,
+             rounding=Rounding.FLOOR),
+        dict(mode=PoolMode.AVG, dtype=DType.INT16, channels=1, k_h=3, k_w=3, stride_h=2, pad_top=1, pad_left=1,
+             pad_bottom=1, pad_right=1, rounding=Rounding.HALF_UP),
+    ]
+    commands, free = [], {Buffer.ACT: 1, Buffer.OUT: 3}      # odd: groups start inside words
+    for fields in cases:
+        fields = {"src_buf": Buffer.ACT, "in_h": 5, "in_w": 4, **fields}
+        size = DTYPE_BYTES[fields["dtype"]]
+        out_h, out_w = pool_output_size(Command.make(Opcode.POOL, **fields))
+        src_addr = free[fields["src_buf"]]
+        free[fields["src_buf"]] += fields["in_h"] * fields["in_w"] * fields["channels"] * size + 1
+        dst_addr = free[Buffer.OUT]
+        free[Buffer.OUT] += out_h * out_w * fields["channels"] * size + 2
+        commands.append(Command.make(Opcode.POOL, src_addr=src_addr, dst_addr=dst_addr, **fields))
+    assert all(end <= config.buffer(buffer).bytes for buffer, end in free.items())
+    return commands
+
+
+@EVERY_CONFIG
+def test_channel_groups_match_the_interpreter(config):
+    check_program(config, _channel_group_pools(config), random_memory(np.random.default_rng(12), config))
 
 
 def _widest_windows(stride: int, rounding: Rounding, value: int | None, rng) -> tuple[Command, Memory]:

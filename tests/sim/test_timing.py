@@ -10,19 +10,20 @@ import numpy as np
 import pytest
 
 from aipu.sim.cosim.stimulus.dma import random_load, random_store
-from aipu.sim.machine.arch import DEFAULT, Buffer, DType
-from aipu.sim.machine.isa import Opcode
+from aipu.sim.machine.arch import DEFAULT, Buffer, DType, hardware_config_from_dict
+from aipu.sim.machine.isa import Opcode, PoolMode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
 from aipu.sim.timing import command_cycles
 from aipu.sim.timing.conv import conv_cycles, conv_output_size
 from aipu.sim.timing.dma import dram_phases, least_cycles, load_dense, run_shape, walk_words
-from tests.rtl.configs import CONFIGS
+from aipu.sim.timing.pool import lanes, pool_lanes
+from tests.rtl.configs import CONFIGS, SMALL
 
 CYCLE_MODEL_ALONE = """
 import sys
 from aipu.sim.cycle import simulate
-from aipu.sim.machine.arch import DEFAULT, Buffer, DType
+from aipu.sim.machine.arch import DEFAULT, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -89,3 +90,21 @@ def test_an_aligned_dense_load_takes_its_fixed_cycles_and_a_slot_per_word():
     words = walk_words(word, 60, word, word, 4 * word)
     assert words == 60
     assert command_cycles(DEFAULT, load, Memory.create(DEFAULT, 64)) == least_cycles(DEFAULT, Opcode.LOAD) + words
+
+
+def test_pool_takes_a_tap_of_a_group_of_channels_per_cycle():
+    """docs/rtl-pool.md, "Cycles": ResNet-18's 3x3/2 max-pool of 112x112x64 on DEFAULT (8 lanes: 56 x 56
+    outputs x 9 taps x 8 groups), and a partly filled last group costs as much as a full one."""
+    fields = dict(in_h=112, in_w=112, dtype=DType.INT8, mode=PoolMode.MAX, k_h=3, k_w=3, stride_h=2, stride_w=2,
+                  pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
+    memory = Memory.create(DEFAULT, 64)
+    for channels, groups in ((64, 8), (65, 9), (1, 1), (8, 1)):
+        pool = Command.make(Opcode.POOL, channels=channels, **fields)
+        assert command_cycles(DEFAULT, pool, memory) == 2 + 56 * 56 * 9 * groups + 3 + 1
+
+
+def test_pool_lanes_fit_an_int16_group_into_one_word_of_every_port():
+    narrow_act = hardware_config_from_dict({"buffers": {"act": {"port_bytes": 4}, "out": {"port_bytes": 16}}})
+    one_byte_act = hardware_config_from_dict({"buffers": {"act": {"port_bytes": 1}}})
+    assert [pool_lanes(config) for config in (DEFAULT, SMALL, narrow_act, one_byte_act)] == [8, 2, 2, 1]
+    assert [lanes(config) for config in (DEFAULT, SMALL, narrow_act, one_byte_act)] == [8, 2, 4, 1]

@@ -1,6 +1,6 @@
 """Random POOLs (max and average, kernels up to 15 x 15, dilation, padding on every side, every rounding and
-zero point) and ELTWISEs (every op with its rescales, in place or into OUT), over sources of random bytes; no
-destination overlaps a source except ELTWISE's exact in-place case."""
+zero point, up to three groups of channels) and ELTWISEs (every op with its rescales, in place or into OUT),
+over sources of random bytes; no destination overlaps a source except ELTWISE's exact in-place case."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +12,7 @@ from aipu.sim.machine.arch import DTYPE_BYTES, MULTIPLIER_MAX, SHIFT_MAX, Buffer
 from aipu.sim.machine.isa import EltwiseOp, Opcode, PoolMode, Rounding, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
-from aipu.sim.timing.pool import pool_output_size
+from aipu.sim.timing.pool import pool_lanes, pool_output_size
 
 SOURCES = (Buffer.ACT, Buffer.OUT)
 
@@ -40,7 +40,7 @@ def random_pool(rng, config: HardwareConfig, largest_kernel: int = 4) -> Command
             for span in (span_h, span_w, span_h, span_w)]
     in_h = max(1, span_h - pads[0] - pads[2]) + int(rng.integers(0, 4))
     in_w = max(1, span_w - pads[1] - pads[3]) + int(rng.integers(0, 4))
-    channels = 1 if large else int(rng.integers(1, 5))
+    channels = 1 if large else int(rng.integers(1, 2 * pool_lanes(config) + 4))   # up to 3 channel groups
     low, high = dtype_limits(dtype)
     strides = rng.integers(4, 8, 2) if large else rng.integers(1, 4, 2)
     fields = dict(dtype=dtype, mode=mode, k_h=k_h, k_w=k_w, in_h=in_h, in_w=in_w, channels=channels,
