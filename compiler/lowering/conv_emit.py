@@ -2,7 +2,8 @@
 
 The input (HWC), weights (OHWI), per-channel parameter records and the output (HWC) lie in DRAM. The output
 is split into tiles of ``tile_k`` output channels x ``tile_rows`` output rows (always the full width); the
-input channels of a tile are split into chunks of ``tile_c`` that CONV accumulates, one CONV step each. Every
+input channels of a tile are split into chunks of ``tile_c`` that CONV accumulates, one CONV step each. An
+unrolled plan loads each tile's kernel windows as the channels of a 1x1 CONV (im2col.py), one step a tile. Every
 on-chip buffer is used as two halves, handed along its units by the pipeline (pipeline.py), which gives the
 tokens:
 
@@ -25,6 +26,7 @@ import numpy as np
 from aipu.compiler.lowering.base import dtype_code
 from aipu.compiler.lowering.conv_layer import ConvLayer
 from aipu.compiler.lowering.conv_plan import TilePlan
+from aipu.compiler.lowering.im2col import UnrolledWindow
 from aipu.compiler.lowering.pipeline import Link, Pipeline, half
 from aipu.sim.machine.arch import DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, DType
 from aipu.sim.machine.isa import LutMode, Opcode, RequantMode, Unit
@@ -87,6 +89,7 @@ class _ConvEmitter:
         self.chunks = ([(c0, min(plan.tile_c, per_conv - c0)) for c0 in range(0, per_conv, plan.tile_c)]
                        if self.dense else [None])
         self.reload_weights = len(self.chunks) > 1
+        self.window = UnrolledWindow.of(layer) if plan.unrolled else None
         # A grouped layer whose weights and records all fit one half loads them once: its tiles differ only there.
         self.resident = (not self.dense and len(self.k_tiles) > 1
                          and layer.w.size <= program.config.buffer(Buffer.WEIGHT).bytes // 2
@@ -176,6 +179,9 @@ class _ConvEmitter:
 
     def _load_activations(self, tile: _Tile, c0: int, channels: int) -> None:
         """The tile's input rows, channels ``c0``.. (HWC in DRAM), padded as the CONV reads them."""
+        if self.window is not None:
+            self._load_windows(tile)
+            return
         layer = self.layer
         _, c, _, w = layer.x.shape
         real_rows = tile.in_rows - tile.pad_top - tile.pad_bottom
@@ -186,20 +192,39 @@ class _ConvEmitter:
             dram_x_stride=c, pad_top=tile.pad_top, pad_bottom=tile.pad_bottom, pad_left=layer.padding[1],
             pad_right=layer.padding[3], pad_value=layer.x_zero_point), (self.steps, self.step))
 
+    def _load_windows(self, tile: _Tile) -> None:
+        """Unrolled: each output row's kernel windows, [out_w][k_h][k_w][C] after the tile's previous rows."""
+        window, base = self.window, half(self.program, Buffer.ACT, self.step)
+        for row in range(tile.rows):
+            row_start = base + row * self.plan.out_w * window.depth
+            for offset, fields in window.row_loads(tile.r0 + row, self.input_row):
+                self.pipeline.append(Opcode.LOAD, dict(
+                    fields, buffer=Buffer.ACT, sram_addr=row_start + offset,
+                    dram_addr=self.addresses["input"] + fields["dram_addr"], elem_type=self.in_type,
+                    pad_value=self.layer.x_zero_point), (self.steps, self.step))
+
     def _convolve(self, tile: _Tile, chunk_index: int, channels: int, weight_item: int) -> None:
         """The step's CONV into the tile's accumulator half (adding to it after the first chunk)."""
         layer = self.layer
         _, cg, kh, kw = layer.w.shape
         wgt_addr = half(self.program, Buffer.WEIGHT, weight_item) + (tile.k0 * kh * kw * cg if self.resident else 0)
         self.pipeline.append(Opcode.CONV, dict(
-            in_addr=half(self.program, Buffer.ACT, self.step), in_h=tile.in_rows,
-            in_w=layer.x.shape[3] + layer.padding[1] + layer.padding[3], in_c=channels, in_type=self.in_type,
-            in_zero_point=layer.x_zero_point, wgt_addr=wgt_addr, w_zero_point=layer.w_zero_point,
-            out_c=tile.channels, k_h=kh, k_w=kw, stride_h=layer.stride[0], stride_w=layer.stride[1],
-            dilation_h=layer.dilation[0], dilation_w=layer.dilation[1],
+            in_addr=half(self.program, Buffer.ACT, self.step), **self._conv_geometry(tile, channels),
+            in_type=self.in_type, in_zero_point=layer.x_zero_point, wgt_addr=wgt_addr,
+            w_zero_point=layer.w_zero_point, out_c=tile.channels,
             groups=1 if self.dense else tile.channels // self.kg,
             acc_addr=half(self.program, Buffer.ACC, tile.index), accumulate=int(chunk_index > 0)),
             (self.steps, self.step), (self.weights, weight_item), (self.accumulators, tile.index))
+
+    def _conv_geometry(self, tile: _Tile, channels: int) -> dict:
+        """A CONV's input tile and kernel: the padded input rows, or unrolled a 1x1 conv over the windows."""
+        layer = self.layer
+        if self.window is not None:
+            return dict(in_h=tile.rows, in_w=self.plan.out_w, in_c=self.window.depth, k_h=1, k_w=1, stride_h=1,
+                        stride_w=1, dilation_h=1, dilation_w=1)
+        return dict(in_h=tile.in_rows, in_w=layer.x.shape[3] + layer.padding[1] + layer.padding[3], in_c=channels,
+                    k_h=layer.w.shape[2], k_w=layer.w.shape[3], stride_h=layer.stride[0], stride_w=layer.stride[1],
+                    dilation_h=layer.dilation[0], dilation_w=layer.dilation[1])
 
     def _requantize(self, tile: _Tile) -> None:
         layer = self.layer

@@ -1,5 +1,7 @@
 """How a conv layer is cut into tiles: output channels x output rows (always the full width), the input
-channels of a tile in chunks that CONV accumulates, each tile's data in half of every buffer.
+channels of a tile in chunks that CONV accumulates, each tile's data in half of every buffer. A layer with few
+input channels may instead run unrolled (im2col.py: LOAD gathers its kernel windows as the channels of a 1x1
+conv); those plans compete with the plain ones on the same estimate.
 
 Among every even split of K and every halving of C and of the output rows that fits, the plan with the
 fewest estimated cycles wins, and among the plans within ESTIMATE_TOLERANCE of it the one with the fewest
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 from aipu.compiler.lowering.base import field_max
 from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, output_size
+from aipu.compiler.lowering.im2col import UnrolledWindow
 from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, HardwareConfig
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.conv import ConvTiming
@@ -29,6 +32,7 @@ class TilePlan:
     tile_rows: int       # output rows per tile
     out_h: int
     out_w: int
+    unrolled: bool = False   # the kernel window gathered by LOAD, run as a 1x1 conv (im2col.py); tile_c = C
 
 
 @dataclass(frozen=True)
@@ -66,11 +70,11 @@ class ConvGeometry:
 
 
 def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
-               tile_c: int | None = None, tile_rows: int | None = None) -> TilePlan:
+               tile_c: int | None = None, tile_rows: int | None = None, unrolled: bool | None = None) -> TilePlan:
     """Tiles that fit half of every buffer, chosen among even splits of K and halvings of C and of the output
-    rows: the fewest commands among the plans within ESTIMATE_TOLERANCE of the fewest estimated cycles
-    (:class:`CostEstimate`; docs/compiler.md, "Tiling").
-    Explicitly given sizes are kept."""
+    rows, plain or unrolled (im2col.py): the fewest commands among the plans within ESTIMATE_TOLERANCE of the
+    fewest estimated cycles (:class:`CostEstimate`; docs/compiler.md, "Tiling").
+    Explicitly given sizes are kept; ``unrolled`` True or False forces the mapping (None: the estimate's)."""
     shape = ConvGeometry.of(layer)
     halves = {buffer: config.buffer(buffer).bytes // 2 for buffer in Buffer}
     step_k = shape.k // shape.groups if shape.groups > 1 else 1
@@ -80,24 +84,47 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     if ((tile_c is not None and not 1 <= tile_c <= shape.c)
             or (tile_rows is not None and not 1 <= tile_rows <= shape.out_h)):
         raise ValueError(f"tile_c = {tile_c} / tile_rows = {tile_rows}: must be 1..{shape.c} / 1..{shape.out_h}")
-    # A grouped tile reads whole groups (tile_c = C/G), or, holding one group, a chunk of its channels.
-    estimate = CostEstimate(shape, config)
-    candidates = [(*estimate(tk, tc, rows), -rows, tk, tc, rows)
-                  for tk in ([tile_k] if tile_k else [n * step_k for n in _even_splits(shape.k // step_k)])
-                  for tc in (([tile_c] if tile_c else _halvings(shape.c)) if shape.groups == 1 else _halvings(shape.cg))
-                  for rows in ([tile_rows] if tile_rows else _halvings(shape.out_h))
-                  if (shape.groups == 1 or tc == shape.cg or tk == step_k)
-                  and all(_fits(shape, halves, tk, tc, rows).values())]
+    window = UnrolledWindow.of(layer) if unrolled is not False and tile_c in (None, shape.c) else None
+    if unrolled and window is None:
+        raise ValueError("unrolled: the layer cannot run unrolled (groups = 1, horizontal dilation 1, a kernel "
+                         "larger than 1x1, every output row reading the image, tile_c = C)")
+    tks = [tile_k] if tile_k else [n * step_k for n in _even_splits(shape.k // step_k)]
+    all_rows = [tile_rows] if tile_rows else _halvings(shape.out_h)
+    candidates = [] if unrolled else _weighed(CostEstimate(shape, config), halves,
+                                              _plain_sizes(shape, tks, all_rows, tile_c), None)
+    if window is not None:
+        candidates += _weighed(UnrolledCost(shape, config, window), halves,
+                               [(tk, shape.c, rows) for tk in tks for rows in all_rows], window)
     if not candidates:
-        tk, tc, rows = tile_k or step_k, tile_c or 1 if shape.groups == 1 else 1, tile_rows or 1
-        failed = [name for name, good in _fits(shape, halves, tk, tc, rows).items() if not good]
+        tk, rows = tile_k or step_k, tile_rows or 1
+        tc = shape.c if unrolled else tile_c or 1 if shape.groups == 1 else 1
+        failed = [name for name, good in _fits(shape, halves, tk, tc, rows, window if unrolled else None).items()
+                  if not good]
         raise ValueError(f"layer does not fit the buffers even with tile_k={tk}, tile_c={tc}, tile_rows={rows} "
                          f"(too large for: {', '.join(failed)})")
-    # The estimate is not exact to a few percent: among the plans that close to the fastest, the fewest commands.
+    # The estimate is not exact to a few percent: among the plans that close to the fastest, the fewest commands
+    # (the plain mapping on a tie).
     fastest = min(candidate[0] for candidate in candidates)
-    _, _, _, tk, tc, rows = min(candidates, key=lambda candidate: (candidate[0] > fastest * ESTIMATE_TOLERANCE,
-                                                                    candidate[1:]))
-    return TilePlan(tk, tc, rows, shape.out_h, shape.out_w)
+    best = min(candidates, key=lambda candidate: (candidate[0] > fastest * ESTIMATE_TOLERANCE, candidate[1:]))
+    *_, tk, tc, rows, is_unrolled = best
+    return TilePlan(tk, tc, rows, shape.out_h, shape.out_w, is_unrolled)
+
+
+def _plain_sizes(shape: ConvGeometry, tks: list[int], all_rows: list[int],
+                 tile_c: int | None) -> list[tuple[int, int, int]]:
+    """The plain plans (tk, tc, rows) to weigh. A grouped tile reads whole groups (tile_c = C/G), or, holding
+    one group, a chunk of its channels."""
+    step_k = shape.k // shape.groups if shape.groups > 1 else 1
+    channels = ([tile_c] if tile_c else _halvings(shape.c)) if shape.groups == 1 else _halvings(shape.cg)
+    return [(tk, tc, rows) for tk in tks for tc in channels for rows in all_rows
+            if shape.groups == 1 or tc == shape.cg or tk == step_k]
+
+
+def _weighed(estimate: CostEstimate, halves: dict[Buffer, int], sizes: list[tuple[int, int, int]],
+             window: UnrolledWindow | None) -> list[tuple]:
+    """(cycles, commands, -rows, tk, tc, rows, unrolled) of each of the plans ``sizes`` that fits."""
+    return [(*estimate(tk, tc, rows), -rows, tk, tc, rows, window is not None) for tk, tc, rows in sizes
+            if all(_fits(estimate.shape, halves, tk, tc, rows, window).values())]
 
 
 def _halvings(full: int) -> list[int]:
@@ -112,15 +139,19 @@ def _even_splits(full: int) -> list[int]:
     return sorted({-(-full // n) for n in range(1, full + 1)}, reverse=True)
 
 
-def _fits(shape: ConvGeometry, halves: dict[Buffer, int], tk: int, tc: int, rows: int) -> dict[str, bool]:
+def _fits(shape: ConvGeometry, halves: dict[Buffer, int], tk: int, tc: int, rows: int,
+          window: UnrolledWindow | None = None) -> dict[str, bool]:
     """For each limit, whether the tile (tk, tc, rows) keeps it: ``halves`` of the buffers (bytes), the CONV
-    and REQUANT fields."""
-    channels, in_rows = shape.input_channels(tk, tc), shape.input_rows(rows)
+    and REQUANT fields. Unrolled (``window``), the ACT tile is [rows][out_w][window depth]."""
+    if window is None:
+        channels, in_rows, in_w = shape.input_channels(tk, tc), shape.input_rows(rows), shape.in_w
+    else:
+        channels, in_rows, in_w = window.depth, rows, shape.out_w
     return {"weight": tk * shape.kh * shape.kw * tc <= halves[Buffer.WEIGHT],
             "param": tk * PARAM_RECORD_BYTES <= halves[Buffer.PARAM],
             "acc": rows * shape.out_w * tk * BUFFER_UNIT_BYTES[Buffer.ACC] <= halves[Buffer.ACC],
             "out": rows * shape.out_w * tk * shape.out_bytes <= halves[Buffer.OUT],
-            "act": in_rows * shape.in_w * channels <= halves[Buffer.ACT],
+            "act": in_rows * in_w * channels <= halves[Buffer.ACT],
             "fields": max(tk, channels, in_rows) <= DIM_MAX and rows * shape.out_w <= _PIXELS_MAX}
 
 
@@ -130,7 +161,8 @@ class CostEstimate:
     plus each LOAD's and STORE's fixed cycles. Inputs are re-read per k-tile (groups == 1; a grouped tile reads
     only its own groups' channels), weights per row tile when the input channels are split (the weight half
     then changes every step). The DMA and the MAC array overlap across tiles (double buffering): the busier
-    one's cycles plus the other's share of one tile, the pipeline's fill."""
+    one's cycles plus the other's share of one tile, the pipeline's fill. :class:`UnrolledCost` replaces the
+    activations' LOADs and words and the CONVs' cycles."""
 
     def __init__(self, shape: ConvGeometry, config: HardwareConfig) -> None:
         self.shape, self.config = shape, config
@@ -143,23 +175,57 @@ class CostEstimate:
         chunks = -(-(shape.c if shape.groups == 1 else shape.cg) // tc)
         tiles = k_tiles * row_tiles
         steps = tiles * chunks
-        loads = steps + (steps if chunks > 1 else k_tiles) + k_tiles      # activations, weights, records
-        dma = self._dram_words(tk, tc, rows, k_tiles, row_tiles, chunks) + self.load * loads + self.store * tiles
-        dense = shape.groups == 1 or tc < shape.cg
-        kg = shape.k // shape.groups
-        mac = steps * self.conv.cycles(self.config, groups=1 if dense else tk // kg,
-                                       group_in=tc if dense else shape.cg, group_out=tk if dense else kg,
-                                       taps=shape.kh * shape.kw, pixels=rows * shape.out_w)
+        weight_loads = steps if chunks > 1 else k_tiles
+        loads = self._activation_loads(k_tiles, steps) + weight_loads + k_tiles        # + the records
+        dma = (self._input_words(tk, tc, rows, k_tiles, row_tiles, chunks)
+               + self._weight_and_output_words(tk, tc, k_tiles, row_tiles, chunks)
+               + self.load * loads + self.store * tiles)
+        mac = steps * self._conv_cycles(tk, tc, rows)
         return max(dma, mac) + min(dma, mac) / tiles, loads + tiles + steps + tiles
 
-    def _dram_words(self, tk: int, tc: int, rows: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
-        """DRAM words the DMA walks for the plan's inputs, weights and outputs (a slice of a few channels of
-        an HWC tensor costs a word per pixel at least; adjacent runs merge)."""
+    def _activation_loads(self, k_tiles: int, steps: int) -> int:
+        return steps
+
+    def _conv_cycles(self, tk: int, tc: int, rows: int) -> int:
+        """One CONV's cycles on a full tile."""
+        shape = self.shape
+        dense = shape.groups == 1 or tc < shape.cg
+        kg = shape.k // shape.groups
+        return self.conv.cycles(self.config, groups=1 if dense else tk // kg, group_in=tc if dense else shape.cg,
+                                group_out=tk if dense else kg, taps=shape.kh * shape.kw, pixels=rows * shape.out_w)
+
+    def _input_words(self, tk: int, tc: int, rows: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
+        """DRAM words the DMA walks for the plan's inputs (a slice of a few channels of an HWC tensor costs a
+        word per pixel at least; adjacent runs merge)."""
+        shape = self.shape
+        return k_tiles * chunks * walk_words(self.config.dram.bytes_per_cycle,
+                                             row_tiles * shape.input_rows(rows) * shape.w,
+                                             shape.input_channels(tk, tc), shape.c)
+
+    def _weight_and_output_words(self, tk: int, tc: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
         shape, word = self.shape, self.config.dram.bytes_per_cycle
-        inputs = k_tiles * chunks * walk_words(word, row_tiles * shape.input_rows(rows) * shape.w,
-                                               shape.input_channels(tk, tc), shape.c)
         weights = (chunks * walk_words(word, shape.k * shape.kh * shape.kw, min(tc, shape.cg), shape.cg)
                    * (row_tiles if chunks > 1 else 1))
         outputs = k_tiles * walk_words(word, shape.out_h * shape.out_w, tk * shape.out_bytes,
                                        shape.k * shape.out_bytes)
-        return inputs + weights + outputs
+        return weights + outputs
+
+
+class UnrolledCost(CostEstimate):
+    """The estimate of an unrolled plan (im2col.py): one CONV per tile, a 1x1 conv over the window's depth;
+    every output row's LOADs once per k-tile (their DRAM words counted exactly, taken once per layer)."""
+
+    def __init__(self, shape: ConvGeometry, config: HardwareConfig, window: UnrolledWindow) -> None:
+        super().__init__(shape, config)
+        self.window = window
+        self.window_words = window.input_words(config.dram.bytes_per_cycle)
+
+    def _activation_loads(self, k_tiles: int, steps: int) -> int:
+        return k_tiles * self.window.out_h * self.window.loads_per_row()
+
+    def _conv_cycles(self, tk: int, tc: int, rows: int) -> int:
+        return self.conv.cycles(self.config, groups=1, group_in=self.window.depth, group_out=tk, taps=1,
+                                pixels=rows * self.shape.out_w)
+
+    def _input_words(self, tk: int, tc: int, rows: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
+        return k_tiles * self.window_words

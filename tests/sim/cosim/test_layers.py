@@ -18,6 +18,7 @@ from aipu.sim.cycle import simulate
 from aipu.sim.interpreter import run as interpret
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import Opcode, Unit
+from tests.compiler.test_unrolled_conv import conv_layer
 from tests.rtl.configs import CONFIGS, SMALL
 
 MAX_CYCLES = 1_000_000
@@ -113,6 +114,24 @@ def check_compressed(config, backend: str, seeds) -> None:
 @BACKENDS
 def test_layers_with_compressed_weights_are_bit_exact(backend):
     check_compressed(SMALL, backend, seeds=[3, 4])
+
+
+def check_unrolled(config, backend: str) -> None:
+    """Convs with few input channels unrolled onto the array's rows (compiler/lowering/im2col.py): LOAD gathers
+    every output pixel's kernel window, padded with the input's zero point at every border, and CONV runs a 1x1
+    conv over the windows."""
+    layers = {"5x5s2_c1_uint8": conv_layer(1, (9, 11), 5, 5, stride=(2, 2), padding=(2,) * 4, dtype=np.uint8,
+                                           zero_point=100),
+              "3x3s1_c3": conv_layer(3, (6, 7), 6, 3, padding=(1,) * 4, zero_point=-20)}
+    for name, layer in layers.items():
+        lowered = lower_conv_layer(layer, config, unrolled=True)
+        got = check_lowered(lowered, backend, name)
+        assert np.array_equal(lowered.read_output(got.memory), layer.reference())
+
+
+@BACKENDS
+def test_unrolled_convs_are_bit_exact(backend):
+    check_unrolled(SMALL, backend)
 
 
 def check_shaped(config, backend: str, name: str, shape) -> None:
