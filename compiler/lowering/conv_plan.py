@@ -85,6 +85,8 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
             or (tile_rows is not None and not 1 <= tile_rows <= shape.out_h)):
         raise ValueError(f"tile_c = {tile_c} / tile_rows = {tile_rows}: must be 1..{shape.c} / 1..{shape.out_h}")
     window = UnrolledWindow.of(layer) if unrolled is not False and tile_c in (None, shape.c) else None
+    if window is not None and unrolled is None and not _unrolling_saves_blocks(shape, window, config):
+        window = None
     if unrolled and window is None:
         raise ValueError("unrolled: the layer cannot run unrolled (groups = 1, horizontal dilation 1, a kernel "
                          "larger than 1x1, every output row reading the image, tile_c = C)")
@@ -108,6 +110,13 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     best = min(candidates, key=lambda candidate: (candidate[0] > fastest * ESTIMATE_TOLERANCE, candidate[1:]))
     *_, tk, tc, rows, is_unrolled = best
     return TilePlan(tk, tc, rows, shape.out_h, shape.out_w, is_unrolled)
+
+
+def _unrolling_saves_blocks(shape: ConvGeometry, window: UnrolledWindow, config: HardwareConfig) -> bool:
+    """Whether the unrolled CONV has fewer row chunks per output pixel than the plain one's taps x chunks:
+    otherwise it cannot be faster (it reads more DRAM with more LOADs) and is not weighed."""
+    rows = config.mac.rows
+    return -(-window.depth // rows) < shape.kh * shape.kw * -(-shape.c // rows)
 
 
 def _plain_sizes(shape: ConvGeometry, tks: list[int], all_rows: list[int],
