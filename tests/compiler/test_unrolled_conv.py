@@ -148,3 +148,14 @@ def test_a_conv_relu_maxpool_stem_in_a_network_runs_bit_exact(tmp_path):
                                             seed=5)
     assert len(compared) >= 3
     assert any(c.opcode == Opcode.CONV and c.in_c == 147 and c.k_h == 1 for c in network.program.queues[Unit.CONV])
+
+
+def test_compressed_weights_decode_into_the_unrolled_layout():
+    """WDEC writes [K][k_h][k_w][C], which is the unrolled 1x1 conv's [K][k_h * k_w * C]: the same stream."""
+    layer = conv_layer(3, (15, 13), 12, 7, stride=(2, 2), padding=(3,) * 4, dtype=np.uint8, zero_point=140)
+    rng = np.random.default_rng(1)
+    layer.w[rng.random(layer.w.shape) < 0.8] = 0          # sparse enough for the stream to be smaller
+    lowered = lower_conv_layer(layer, unrolled=True, compress=True)
+    assert lowered.program.queues[Unit.WDEC]
+    result = run(lowered.program, lowered.memory(), seed=4)
+    np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference())
