@@ -159,3 +159,14 @@ def test_compressed_weights_decode_into_the_unrolled_layout():
     assert lowered.program.queues[Unit.WDEC]
     result = run(lowered.program, lowered.memory(), seed=4)
     np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference())
+
+
+def test_transposed_conv_phases_unroll_over_their_input_window(tmp_path):
+    """A transposed conv's phases are stride-1 convs on a window of the input (rows input_row apart) with
+    sub-kernels, some taps zero: unrolled, their LOADs read the window inside the whole tensor."""
+    b = GraphBuilder(1, 2, 24)
+    y = b.conv_transpose("image", 2, 24, kernel=3, stride=2, pads=(1, 1, 1, 1))
+    rng = np.random.default_rng(0)
+    _, qmodel = _compile(tmp_path, b.model(y), rng.normal(0, 1, (2, 2, 24, 24)).astype(np.float32))
+    network, _ = _check_every_tensor(qmodel, DEFAULT, rng.normal(0, 1, (1, 2, 24, 24)).astype(np.float32), seed=2)
+    assert any(c.k_h == c.k_w == 1 and c.in_c > 2 for c in network.program.queues[Unit.CONV])     # unrolled
