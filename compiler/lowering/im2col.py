@@ -116,16 +116,20 @@ class UnrolledWindow:
 
     def input_words(self, word: int) -> int:
         """DRAM words the DMA walks for every output row's LOADs once (the input placed word-aligned)."""
-        row_bytes, c, kw, sw = self.width * self.channels, self.channels, self.kernel[1], self.stride[1]
-        inner, total = self.inner_columns, 0
-        for oy in range(self.out_h):
-            rows = self.rows_of(oy)
-            starts = [(rows.first + ky * self.dilation_h) * row_bytes for ky in range(rows.real)]
-            if inner:
-                offset = (inner.start * sw - self.pad_left) * c
-                total += sum(walk_words(word, len(inner), kw * c, sw * c, (start + offset) % word) for start in starts)
-            for ox in self.edge_columns:
-                columns = self.columns_of(ox)
-                total += sum(walk_words(word, 1, columns.real * c, c, (start + columns.first * c) % word)
-                             for start in starts)
-        return total
+        return sum(_walked_words(fields, word) for oy in range(self.out_h)
+                   for _, fields in self.row_loads(oy, self.width * self.channels))
+
+
+def _walked_words(load: dict, word: int) -> int:
+    """DRAM words the DMA walks for one LOAD (``dram_addr`` taken modulo the word): a slot per word of each
+    run; a row's runs walked as one where they touch, whole rows too where no padding lies between them
+    (``dma.run_shape``); no other runs merge."""
+    rows, runs, run = load["y_size"], load["x_size"], load["run"]
+    x_stride, y_stride, start = load["dram_x_stride"], load["dram_y_stride"], load["dram_addr"]
+    if runs == 1 or x_stride == run:
+        runs, run, x_stride = 1, runs * run, 0
+        if rows == 1 or (y_stride == run and not (load["pad_left"] or load["pad_right"])):
+            return walk_words(word, 1, rows * run, 0, start % word)
+    if rows >= runs and y_stride != run:        # walk_words merges only runs a stride of one run apart
+        return sum(walk_words(word, rows, run, y_stride, (start + x * x_stride) % word) for x in range(runs))
+    return sum(walk_words(word, runs, run, x_stride, (start + y * y_stride) % word) for y in range(rows))

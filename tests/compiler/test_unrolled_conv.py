@@ -15,9 +15,10 @@ from aipu.compiler.lowering.conv_plan import plan_tiles
 from aipu.compiler.lowering.im2col import UnrolledWindow
 from aipu.sim.cycle import simulate
 from aipu.sim.interpreter import run
-from aipu.sim.machine.arch import DEFAULT
+from aipu.sim.machine.arch import DEFAULT, Buffer
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.timing.conv import useful_macs
+from aipu.sim.timing.dma import dram_phases
 from tests.compiler.test_conv_layers import TINY
 from tests.compiler.test_lowering import _check_every_tensor
 from tests.compiler.test_quantize import _compile
@@ -67,8 +68,22 @@ def test_unrolled_stems_match_the_golden_model(name):
     window = UnrolledWindow.of(layer)
     convs = lowered.program.queues[Unit.CONV]
     assert all((c.k_h, c.k_w, c.in_c, c.stride_h, c.stride_w) == (1, 1, window.depth, 1, 1) for c in convs)
-    loads = [c for c in lowered.program.queues[Unit.LOAD] if c.buffer == 0]      # ACT
+    loads = [c for c in lowered.program.queues[Unit.LOAD] if c.buffer == Buffer.ACT]
     assert len(loads) == window.out_h * window.loads_per_row() * -(-out_channels // lowered.plan.tile_k)
+
+
+@pytest.mark.parametrize("name", [*STEMS, "patchify_4x4s4", "patchify_narrow"])
+def test_the_estimate_walks_the_dram_words_of_the_window_loads(name):
+    """UnrolledCost's input words (taken once per layer) are those the DMA walks for each k-tile's LOADs."""
+    channels, size, out_channels, kernel, options = {
+        **STEMS, "patchify_4x4s4": (3, (32, 32), 16, 4, dict(stride=(4, 4))),
+        "patchify_narrow": (3, (8, 4), 16, 4, dict(stride=(4, 4), padding=(0, 0, 0, 3)))}[name]
+    layer = conv_layer(channels, size, out_channels, kernel, **options)
+    lowered = lower_conv_layer(layer, unrolled=True)
+    walked = sum(dram_phases(DEFAULT, command).words for command in lowered.program.queues[Unit.LOAD]
+                 if command.buffer == Buffer.ACT)
+    k_tiles = -(-out_channels // lowered.plan.tile_k)
+    assert UnrolledWindow.of(layer).input_words(DEFAULT.dram.bytes_per_cycle) * k_tiles == walked
 
 
 @pytest.mark.parametrize("tiles", [dict(tile_k=3, tile_rows=2), dict(tile_k=20, tile_rows=3), dict(tile_rows=11)])
