@@ -74,8 +74,9 @@ def read_steps(directory: ProgramDir) -> list[dict]:
     if steps is None:
         return [{"layers": ["program"], "commands": {unit.name: [0, len(queue)] for unit, queue in queues.items()
                                                      if queue}}]
-    if not isinstance(steps, list) or len(steps) > MAX_STEPS:
-        raise InputError("steps", type(steps).__name__, f"a list of at most {MAX_STEPS} steps").within(where)
+    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:     # no step would leave no layer
+        shown = f"{len(steps)} steps" if isinstance(steps, list) else type(steps).__name__
+        raise InputError("steps", shown, f"a list of 1 .. {MAX_STEPS} steps").within(where)
     claimed: dict[str, int] = defaultdict(int)
     for index, step in enumerate(steps):
         field = f"steps[{index}]"
