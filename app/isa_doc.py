@@ -26,7 +26,7 @@ from its own in-order command queue, and synchronise only through **dependency t
 |---|---|
 | LOAD | strided DMA DRAM -> ACT / WEIGHT / LUT / PARAM, writing padding (e.g. the input zero point) on the fly |
 | WDEC | decodes one layer's compressed weight stream (T/AI 115.1 chapter 10, npu profile) from DRAM into WEIGHT |
-| CONV | one convolution or matmul tile on the MAC array, ACT x WEIGHT -> ACC (overwrite or accumulate) |
+| CONV | one convolution or matmul tile on the MAC array, ACT x WEIGHT -> ACC (overwrite or accumulate); DWCONV: one depthwise tile, its input from WEIGHT and its kernel from ACT |
 | REQUANT | ACC -> OUT with per-channel bias / multiplier / shift records from PARAM |
 | LUT | table-lookup activations (8-bit direct, 16-bit interpolated) into OUT |
 | POOL | max / average pooling, element-wise add/sub/max/min/mul and concat rescale into OUT |
@@ -79,6 +79,12 @@ takes about `out_h * out_w * k_h * k_w * ceil(groups / G) * ceil(in_c/groups / r
 cycles, where `G = max(1, min(rows // (in_c/groups), cols // (out_c/groups)))` groups share the array on its
 diagonal (a depthwise layer runs `min(rows, cols)` channels at once; docs/rtl-conv.md has the exact count).
 Matmul / fully connected is CONV with a 1x1 kernel.
+DWCONV runs a depthwise tile (channel multiplier 1, at most `rows` channels) output-stationary instead: PE
+`(r, j)` accumulates channel `r` of output pixel `j` of a block of `cols` pixels of one row, one kernel tap
+a cycle. A tap's operands are one contiguous run of `cols x channels` input bytes, read from WEIGHT (the
+wide port; its columns are stored by phase, column mod `stride_w`, so that strided taps stay contiguous),
+and the tap's `channels` weights from ACT. A block takes `k_h * k_w` cycles while the previous one drains
+into ACC (docs/rtl-conv.md, "Depthwise dataflow", has the exact count; the RTL does not execute DWCONV yet).
 Operands enter as `value - zero_point` (signed {MAC_OPERAND_BITS} bit) and products accumulate in int{ACC_BITS}; the
 arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arithmetic.md).
 

@@ -8,15 +8,16 @@ from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.conv_parts.interfaces import SETUP_STEPS, conv_command, diagonal, dim, geometry
 from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.conv import ConvTiming
 
 
 class ConvSetup(wiring.Component):
     """Two cycles. ``steps.geometry``: group sizes, the output size and whether the dilated kernel fits the
     input. ``steps.check``: the faults, in the interpreter's order (groups, in_addr, wgt_addr, k_h, k_w,
-    in_zero_point, acc_addr), the first raising ``fault`` with ``fault_field`` naming it (an index into
-    ``error_names``); and the rest of the geometry the block walk, the loader and the issue read, held until
-    the next command.
+    in_zero_point, acc_addr; before them ``opcode`` for a DWCONV, whose dataflow is not built), the first
+    raising ``fault`` with ``fault_field`` naming it (an index into ``error_names``); and the rest of the
+    geometry the block walk, the loader and the issue read, held until the next command.
 
     Signature: ``command`` (In: the CONV command), ``steps`` (In: the sequencer's setup cycles), ``fault``,
     ``fault_field`` (Out, per UnitComponent.elaborate_engine), ``geometry`` (Out: registered).
@@ -52,6 +53,7 @@ class ConvSetup(wiring.Component):
                               (zp >= int(uint8.min)) & (zp <= int(uint8.max)))
         weights_per_out = cmd.k_h * cmd.k_w * geo.group_in
         checks = [  # the interpreter's order: groups, the input, the weights, the output size, the zero point, ACC
+            ("opcode", cmd.opcode == Opcode.CONV),      # DWCONV's output-stationary dataflow is not built yet
             ("groups", groups_divide),
             ("in_addr", cmd.in_addr + cmd.in_h * cmd.in_w * cmd.in_c <= config.buffer(Buffer.ACT).bytes),
             ("wgt_addr", cmd.wgt_addr + cmd.out_c * weights_per_out <= config.buffer(Buffer.WEIGHT).bytes),

@@ -53,6 +53,7 @@ class Preparer:
     may set ``row``, the command as a row of the compiled run loop."""
 
     def __init__(self, config: HardwareConfig, dram_bytes: int, check_hazards: bool) -> None:
+        self.config = config
         self.sizes = {DRAM: dram_bytes, **{buffer: config.buffer(buffer).bytes for buffer in Buffer}}
         self.races = RaceDetector() if check_hazards else None
         self.stats = Stats()

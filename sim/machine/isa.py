@@ -44,6 +44,7 @@ class Opcode(IntEnum):
     WDEC = 8
     FINISH = 9
     SOFTMAX = 10
+    DWCONV = 11
 
 
 LOADABLE_BUFFERS = (Buffer.ACT, Buffer.WEIGHT, Buffer.LUT, Buffer.PARAM)
@@ -237,6 +238,31 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
                 ("dilation_h", "vertical dilation"), ("dilation_w", "horizontal dilation"), bits=STEP_BITS),
          *_dims(("groups", "channel groups (in_c and out_c divisible by it; depthwise: groups = in_c)")),
          Field("acc_addr", "acc_addr_bits", "accumulator entry address of the [out_h][out_w][out_c] result"),
+         Field("accumulate", 1, "0: overwrite the accumulators, 1: add to them"))),
+    CommandSpec(
+        Opcode.DWCONV, Unit.CONV, "one depthwise convolution tile (channel multiplier 1), output-stationary on the "
+        "MAC array",
+        "s = stride_w, pw = ceil(in_w / s): the padded input tile's columns lie by phase (column mod s)\n"
+        "x[y][q + s*i][c] = WEIGHT[in_addr + ((q*in_h + y)*pw + i)*channels + c] as in_type   (q < s, i < pw;\n"
+        "    already padded by LOAD; slots with q + s*i >= in_w are not read)\n"
+        "w[c][ky][kx] = ACT[wgt_addr + (ky*k_w + kx)*channels + c] as int8   (tap-major)\n"
+        "out_h = (in_h - dilation_h*(k_h-1) - 1) // stride_h + 1   (same for out_w)\n"
+        "r = conv2d(x - in_zero_point, w - w_zero_point, stride, dilation, groups = channels)\n"
+        "    as int32 [out_h][out_w][channels]\n"
+        "ACC[acc_addr] = r            if accumulate == 0\n"
+        "ACC[acc_addr] += r           if accumulate == 1   (int32)\n"
+        "channels <= mac.rows, else the command faults naming channels",
+        (Field("in_addr", "weight_addr_bits", "input tile byte address in the WEIGHT buffer (its wide port)"),
+         *_dims(("in_h", "input tile rows (incl. padding)"), ("in_w", "input tile columns (incl. padding)"),
+                ("channels", "channels of the tile, in and out (at most mac.rows)")),
+         Field("in_type", 2, "input element type", choices=(DType.INT8, DType.UINT8)),
+         Field("in_zero_point", MAC_OPERAND_BITS, "input zero point", signed=True),
+         Field("wgt_addr", "act_addr_bits", "kernel byte address in the ACT buffer ([k_h][k_w][channels])"),
+         Field("w_zero_point", 8, "weight zero point", signed=True),
+         *_dims(("k_h", "kernel rows"), ("k_w", "kernel columns"), bits=KERNEL_BITS),
+         *_dims(("stride_h", "vertical stride"), ("stride_w", "horizontal stride (the input's column phases)"),
+                ("dilation_h", "vertical dilation"), ("dilation_w", "horizontal dilation"), bits=STEP_BITS),
+         Field("acc_addr", "acc_addr_bits", "accumulator entry address of the [out_h][out_w][channels] result"),
          Field("accumulate", 1, "0: overwrite the accumulators, 1: add to them"))),
     CommandSpec(
         Opcode.REQUANT, Unit.REQUANT, "requantize int32 accumulators into the output buffer",

@@ -12,7 +12,7 @@ from aipu.rtl.conv import ConvUnit
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import RtlError, first_difference
 from aipu.sim.cosim.stimulus import Stimulus
-from aipu.sim.cosim.stimulus.conv import random_conv, random_memory, random_stimulus
+from aipu.sim.cosim.stimulus.conv import random_conv, random_dwconv, random_memory, random_stimulus
 from aipu.sim.interpreter import ExecutionError, run
 from aipu.sim.machine.arch import ACC_DTYPE, DEFAULT, Buffer, DType
 from aipu.sim.machine.isa import Opcode, Unit
@@ -70,6 +70,20 @@ def test_refused_conv_stops_the_unit_naming_the_field_before_writing(field):
     result = run_amaranth(program, memory, [ConvUnit], max_cycles=command_cycles(SMALL, legal) + 200)
     assert result.errors == [RtlError(Unit.CONV, 1, field)]
     assert first_difference(run(before, memory).memory, result.memory) is None
+
+
+def test_a_dwconv_is_refused_naming_the_opcode_until_its_dataflow_is_built():
+    """DWCONV's output-stationary dataflow (docs/rtl-conv.md) has no RTL yet: where the interpreter runs it, the
+    unit stops on it naming ``opcode``, before writing anything."""
+    rng = np.random.default_rng(9)
+    memory = random_memory(SMALL, rng)
+    program = Program(SMALL)
+    program.append(random_dwconv(SMALL, rng))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
+    run(program, memory)
+    result = run_amaranth(program, memory, [ConvUnit], max_cycles=100)
+    assert result.errors == [RtlError(Unit.CONV, 0, "opcode")]
+    assert first_difference(memory, result.memory) is None
 
 
 def test_int8_zero_point_outside_int8_is_refused():

@@ -1,5 +1,5 @@
 """Random CONVs: regular, strided, dilated, grouped, depthwise and 1x1 (matmul), accumulate chains, channel
-counts off the array's multiples, unaligned addresses, over buffers of random bytes."""
+counts off the array's multiples, unaligned addresses, over buffers of random bytes; random DWCONVs."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,16 +34,24 @@ def _operands(rng: np.random.Generator) -> dict:
                 w_zero_point=int(rng.integers(-128, 128)))
 
 
-def _place(config: HardwareConfig, rng: np.random.Generator, fields: dict, **keep) -> dict | None:
-    """Random addresses for the tile's three regions, or None if one does not fit its buffer."""
+def _regions(fields: dict) -> dict[str, tuple[Buffer, int]]:
+    """The buffer and size (in the buffer's units) of each region a CONV's or DWCONV's address field names."""
     out_h = _out_size(fields["in_h"], fields["k_h"], fields["stride_h"], fields["dilation_h"])
     out_w = _out_size(fields["in_w"], fields["k_w"], fields["stride_w"], fields["dilation_w"])
-    sizes = {"in_addr": (Buffer.ACT, fields["in_h"] * fields["in_w"] * fields["in_c"]),
-             "wgt_addr": (Buffer.WEIGHT, fields["out_c"] * fields["k_h"] * fields["k_w"]
-                          * fields["in_c"] // fields["groups"]),
-             "acc_addr": (Buffer.ACC, out_h * out_w * fields["out_c"])}
+    taps = fields["k_h"] * fields["k_w"]
+    if "channels" in fields:      # DWCONV: the input by column phase in WEIGHT, the tap-major kernel in ACT
+        channels, phases = fields["channels"], fields["stride_w"]
+        return {"in_addr": (Buffer.WEIGHT, phases * fields["in_h"] * -(-fields["in_w"] // phases) * channels),
+                "wgt_addr": (Buffer.ACT, taps * channels), "acc_addr": (Buffer.ACC, out_h * out_w * channels)}
+    return {"in_addr": (Buffer.ACT, fields["in_h"] * fields["in_w"] * fields["in_c"]),
+            "wgt_addr": (Buffer.WEIGHT, fields["out_c"] * taps * fields["in_c"] // fields["groups"]),
+            "acc_addr": (Buffer.ACC, out_h * out_w * fields["out_c"])}
+
+
+def _place(config: HardwareConfig, rng: np.random.Generator, fields: dict, **keep) -> dict | None:
+    """Random addresses for the tile's three regions, or None if one does not fit its buffer."""
     placed = dict(fields)
-    for name, (buffer, size) in sizes.items():
+    for name, (buffer, size) in _regions(fields).items():
         room = config.buffer_units(buffer) - size
         if room < 0:
             return None
@@ -82,6 +90,23 @@ def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Comm
         placed = _place(config, rng, fields)
         if placed is not None:
             return Command.make(Opcode.CONV, **placed)
+
+
+def random_dwconv(config: HardwareConfig, rng: np.random.Generator) -> Command:
+    """A legal DWCONV: 1 .. mac.rows channels, kernels up to 5x5, strides up to 3 (as many column phases),
+    dilations up to 2, rows narrower and wider than the array's ``cols`` pixels, unaligned addresses."""
+    while True:
+        kernel, stride, dilation = rng.integers(1, 6, 2), rng.integers(1, 4, 2), rng.integers(1, 3, 2)
+        out = (int(rng.integers(1, 4)), int(rng.integers(1, 2 * config.mac.cols + 3)))
+        in_h, in_w = (int(o - 1) * int(s) + int(d) * (int(k) - 1) + 1 + int(rng.integers(0, s))
+                      for o, s, d, k in zip(out, stride, dilation, kernel))
+        fields = dict(in_h=in_h, in_w=in_w, channels=int(rng.integers(1, config.mac.rows + 1)), k_h=int(kernel[0]),
+                      k_w=int(kernel[1]), stride_h=int(stride[0]), stride_w=int(stride[1]),
+                      dilation_h=int(dilation[0]), dilation_w=int(dilation[1]), accumulate=int(rng.integers(0, 2)),
+                      **_operands(rng))
+        placed = _place(config, rng, fields)
+        if placed is not None:
+            return Command.make(Opcode.DWCONV, **placed)
 
 
 def random_program(config: HardwareConfig, rng: np.random.Generator, commands: int,

@@ -14,4 +14,5 @@ def finish(preparer, cmd) -> None:
 
 HANDLERS = {Opcode.LOAD: dma.load, Opcode.STORE: dma.store, Opcode.CONV: conv.conv, Opcode.REQUANT: requant.requant,
             Opcode.LUT: lut.lut, Opcode.POOL: pool.pool, Opcode.ELTWISE: pool.eltwise, Opcode.WDEC: dma.wdec,
-            Opcode.FINISH: finish, Opcode.SOFTMAX: lut.softmax}
+            Opcode.FINISH: finish, Opcode.SOFTMAX: lut.softmax,
+            Opcode.DWCONV: conv.dwconv}

@@ -1,4 +1,5 @@
-"""The CONV unit's handler: a convolution tile of the activation and weight buffers into the accumulator."""
+"""The CONV unit's handlers: a convolution tile of the activation and weight buffers into the accumulator (CONV),
+and a depthwise tile read the other way round, its input from WEIGHT and its kernel from ACT (DWCONV)."""
 from __future__ import annotations
 
 import math
@@ -45,5 +46,50 @@ def conv(preparer: Preparer, cmd: Command):
 
     def execute(state: RunState) -> None:
         sums = golden.conv_sums_channels_last(view(state, x)[None], view(state, w), geometry, wide=True)[0]
+        state.accumulate(first, sums, accumulate)
+    return execute
+
+
+def dwconv(preparer: Preparer, cmd: Command):
+    """DWCONV: CONV's arithmetic with groups = channels (golden's conv2d); only where the operands lie differs:
+    the padded input tile in WEIGHT with its columns by phase (column mod stride_w), the kernel tap-major in ACT
+    (docs/isa.md, DWCONV). Faults in the order the hardware checks: channels, in_addr, wgt_addr, k_h, k_w,
+    in_zero_point, acc_addr."""
+    channels, rows = cmd.channels, preparer.config.mac.rows
+    if channels > rows:
+        raise ExecutionError(f"{preparer.where}: field channels = {channels} must be at most mac.rows = {rows}")
+    in_dtype = DTYPE_NUMPY[DType(cmd.in_type)]
+    phases = cmd.stride_w
+    x = preparer.tensor(Buffer.WEIGHT, "in_addr", cmd.in_addr, (phases, cmd.in_h, -(-cmd.in_w // phases), channels),
+                        in_dtype)
+    w = preparer.tensor(Buffer.ACT, "wgt_addr", cmd.wgt_addr, (cmd.k_h, cmd.k_w, channels), np.int8)
+    for name, size, kernel, dilation in (("k_h", cmd.in_h, cmd.k_h, cmd.dilation_h),
+                                         ("k_w", cmd.in_w, cmd.k_w, cmd.dilation_w)):
+        if dilation * (kernel - 1) + 1 > size:
+            raise ExecutionError(f"{preparer.where}: field {name} = {kernel}: the kernel with dilation {dilation} "
+                                 f"spans more than the tile's {size}")
+    low, high = (int(bound) for bound in (np.iinfo(in_dtype).min, np.iinfo(in_dtype).max))
+    if not low <= cmd.in_zero_point <= high:
+        raise ExecutionError(f"{preparer.where}: field in_zero_point = {cmd.in_zero_point}: outside "
+                             f"{DType(cmd.in_type).name}'s {low}..{high}")
+    geometry = golden.conv_geometry((1, channels, cmd.in_h, cmd.in_w), in_dtype, (channels, 1, cmd.k_h, cmd.k_w),
+                                    np.int8, x_zero_point=cmd.in_zero_point, w_zero_point=cmd.w_zero_point,
+                                    stride=(cmd.stride_h, cmd.stride_w), dilation=(cmd.dilation_h, cmd.dilation_w),
+                                    groups=channels)
+    entries = math.prod(geometry.out_hw) * channels          # [out_h][out_w][channels]
+    if cmd.accumulate:
+        preparer.tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (entries,), ACC_DTYPE)
+    preparer.tensor(Buffer.ACC, "acc_addr", cmd.acc_addr, (entries,), ACC_DTYPE, written=True)
+    preparer.stats.macs += entries * cmd.k_h * cmd.k_w
+    first, accumulate, in_h, in_w = cmd.acc_addr, cmd.accumulate, cmd.in_h, cmd.in_w
+
+    def execute(state: RunState) -> None:
+        by_phase = view(state, x)
+        tile = np.empty((1, in_h, in_w, channels), in_dtype)
+        for phase in range(phases):
+            columns = tile[0, :, phase::phases]
+            columns[...] = by_phase[phase, :, :columns.shape[1]]
+        kernel = np.ascontiguousarray(view(state, w).transpose(2, 0, 1)[..., None])   # [channels][k_h][k_w][1]
+        sums = golden.conv_sums_channels_last(tile, kernel, geometry, wide=True)[0]
         state.accumulate(first, sums, accumulate)
     return execute

@@ -7,8 +7,8 @@ import pytest
 
 from aipu.rtl.commands import error_fields
 from aipu.rtl.conv_parts.setup import ConvSetup
-from aipu.sim.cosim.stimulus.conv import random_conv
-from aipu.sim.machine.isa import Unit
+from aipu.sim.cosim.stimulus.conv import random_conv, random_dwconv
+from aipu.sim.machine.isa import Opcode, Unit
 from tests.rtl.configs import EVERY_CONFIG, SMALL
 from tests.rtl.conv_parts.model import command_word, geometry_of
 from tests.rtl.simulate import simulate
@@ -31,7 +31,8 @@ def _setup(config, command) -> tuple[str | None, dict[str, int]]:
         await ctx.tick()
         ctx.set(dut.steps.check, 0)
         assert not ctx.get(dut.fault), "a fault outside the checking cycle"
-        outcome["geometry"] = {name: ctx.get(getattr(dut.geometry, name)) for name in geometry_of(config, command)}
+        names = geometry_of(config, command) if command.opcode == Opcode.CONV else ()
+        outcome["geometry"] = {name: ctx.get(getattr(dut.geometry, name)) for name in names}
 
     simulate(dut, testbench)
     return outcome["refused"], outcome["geometry"]
@@ -48,3 +49,8 @@ def test_the_geometry_of_legal_commands(config):
 @pytest.mark.parametrize("field", list(FAULTS))
 def test_an_illegal_command_is_refused_naming_the_field(field):
     assert _setup(SMALL, FAULTS[field])[0] == field
+
+
+def test_a_dwconv_is_refused_naming_the_opcode():
+    """DWCONV's dataflow is not built: its word is refused before anything else is checked."""
+    assert _setup(SMALL, random_dwconv(SMALL, np.random.default_rng(4)))[0] == "opcode"

@@ -198,6 +198,12 @@ PINNED_WORDS = [
                   out_c=64, k_h=3, k_w=15, stride_h=2, stride_w=7, dilation_h=1, dilation_w=3, groups=1,
                   acc_addr=0x2000, accumulate=1),
      "930009f0ff7f02fcff0014102000402098d7b300000003000000000000000000"),
+    (Command.make(Opcode.DWCONV),
+     "0b00000000400004400000000000808824010000000000000000000000000000"),
+    (Command.make(Opcode.DWCONV, pop=[Unit.LOAD], push=[Unit.LOAD, Unit.REQUANT], in_addr=0x3FFFF, in_h=18,
+                  in_w=4095, channels=16, in_type=DType.INT8, in_zero_point=-3, wgt_addr=0x20001, w_zero_point=-128,
+                  k_h=5, k_w=5, stride_h=2, stride_w=7, dilation_h=1, dilation_w=3, acc_addr=0x2000, accumulate=1),
+     "1b0009f0ffbf04fc3f04d03f0040c02a3d030003000000000000000000000000"),
     (Command.make(Opcode.REQUANT),
      "0400000000000004000400000000000000000000000000000000000000000000"),
     (Command.make(Opcode.REQUANT, pop=[Unit.CONV, Unit.LOAD], push=[Unit.STORE], acc_addr=0x3FFF, out_addr=0x8000,
@@ -241,7 +247,7 @@ PINNED_WORDS = [
     (Command.make(Opcode.FINISH, pop=[Unit.CONV, Unit.STORE], unit=Unit.LOAD),
      "4904000000000000000000000000000000000000000000000000000000000000"),
 ]
-PINNED_ISA_LAYOUT_HASH = "3980ab8ed2339f3b"
+PINNED_ISA_LAYOUT_HASH = "9cfe689b28238d07"
 
 
 @pytest.mark.parametrize("command, word", PINNED_WORDS, ids=[f"{c.opcode.name}-{i % 2}" for i, (c, _) in
