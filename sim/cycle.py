@@ -37,7 +37,7 @@ from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.ordering import schedule
 from aipu.sim.machine.program import Program
 from aipu.sim.timing import DMA_OPCODES, command_cycles, dram_phases
-from aipu.sim.timing.conv import useful_macs
+from aipu.sim.timing.conv import MAC_OPCODES, useful_macs
 from aipu.sim.timing.sequencer import FIRST_START, NEXT_START
 
 DramModel = Literal["shared", "ports"]
@@ -129,7 +129,7 @@ def simulate(program: Program, memory: Memory, *, dram: DramModel = "shared") ->
         raise failure
     timings = _Timeline(program, memory, shared=dram == "shared").run()
     config = program.config
-    macs = sum(useful_macs(command) for command in queues[Unit.CONV] if command.opcode == Opcode.CONV)
+    macs = sum(useful_macs(command) for command in queues[Unit.CONV] if command.opcode in MAC_OPCODES)
     total = max((timing.retire + 1 for unit, queue in queues.items()
                  for command, timing in zip(queue, timings[unit]) if command.opcode == Opcode.FINISH), default=0)
     return CycleResult(timings, total, macs, config.mac.rows * config.mac.cols, dram)

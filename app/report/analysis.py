@@ -23,7 +23,7 @@ from aipu.sim.interpreter import DRAM, PreparedProgram, Stats, prepare
 from aipu.sim.machine.errors import InputError, executing
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
-from aipu.sim.timing.conv import useful_macs
+from aipu.sim.timing.conv import MAC_OPCODES, useful_macs
 from aipu.sim.timing.wdec import decoded_profile
 
 FORMAT, SCHEMA_VERSION = "aipu-report", 1
@@ -133,7 +133,7 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
     units = [_unit_in_layer(unit, indices, timing, start, end) for unit, indices in spans.items()]
     queues = directory.program.queues
     macs = sum(useful_macs(queues[Unit.CONV][i]) for i in spans.get(Unit.CONV, ()) if
-               queues[Unit.CONV][i].opcode == Opcode.CONV)
+               queues[Unit.CONV][i].opcode in MAC_OPCODES)
     conv_busy = sum(timing.timings[Unit.CONV][i].work for i in spans.get(Unit.CONV, ()))
     traffic: dict[tuple[str, bool], int] = Counter()
     for unit, indices in spans.items():

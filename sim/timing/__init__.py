@@ -19,7 +19,7 @@ from aipu.sim.machine.program import Command
 from aipu.sim.timing import conv, dma, lut, pool, requant
 from aipu.sim.timing.dma import DramPhases
 
-_FORMULAS = {Opcode.CONV: conv, Opcode.REQUANT: requant, Opcode.LUT: lut,
+_FORMULAS = {Opcode.CONV: conv, Opcode.DWCONV: conv, Opcode.REQUANT: requant, Opcode.LUT: lut,
              Opcode.SOFTMAX: lut, Opcode.POOL: pool, Opcode.ELTWISE: pool}
 DMA_OPCODES = (Opcode.LOAD, Opcode.STORE, Opcode.WDEC)
 

@@ -1,19 +1,26 @@
-"""CONV's cycles (docs/rtl-conv.md, "Cycles"): the weight-stationary schedule ``aipu.rtl.conv`` executes.
+"""CONV's and DWCONV's cycles (docs/rtl-conv.md, "Cycles"): the schedules of the MAC array.
 
-The command is cut into blocks (``MacArrayConfig.blocks``). While a block's weights sit in one register
-bank, every output pixel streams through the array in ``beats`` cycles (two ACT and two ACC words a cycle,
-so any byte alignment works), and the next block's ``cols`` weight columns load into the other bank at
-``weight_beats`` cycles each. A block lasts at least ``2 * beats + 1`` cycles, so a pixel's accumulators are
-written back before the next block of the same chunk reads them.
+CONV, weight-stationary (``aipu.rtl.conv``): the command is cut into blocks (``MacArrayConfig.blocks``). While a
+block's weights sit in one register bank, every output pixel streams through the array in ``beats`` cycles
+(two ACT and two ACC words a cycle, so any byte alignment works), and the next block's ``cols`` weight columns
+load into the other bank at ``weight_beats`` cycles each. A block lasts at least ``2 * beats + 1`` cycles, so a
+pixel's accumulators are written back before the next block of the same chunk reads them.
+
+DWCONV, output-stationary (docs/rtl-conv.md, "Depthwise dataflow"; no RTL yet): PE (r, j) accumulates channel r
+of pixel j of a block of ``cols`` output pixels of one row, one kernel tap a ``tap_beats`` step (the block's
+input run from WEIGHT, the tap's ``channels`` weights from ACT); a second accumulator bank drains the previous
+block into ACC meanwhile.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from aipu.sim.machine.arch import ACC_DTYPE, BUFFER_UNIT_BYTES, Buffer, HardwareConfig
+from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.program import Command
 
 ENTRY_BYTES = ACC_DTYPE.itemsize
+MAC_OPCODES = (Opcode.CONV, Opcode.DWCONV)      # the commands whose multiply-accumulates utilisation counts
 SETUP_CYCLES = 2          # decode the tile geometry, then check it (faults are raised in the second cycle)
 
 
@@ -63,23 +70,59 @@ def conv_cycles(config: HardwareConfig, *, groups: int, group_in: int, group_out
                                         pixels=pixels)
 
 
+@dataclass(frozen=True)
+class DepthwiseTiming:
+    """DWCONV's steps for one tile shape: a block is ``cols`` output pixels (fewer in a narrower row) of one row
+    times ``channels`` channels; each kernel tap is a ``tap_beats`` step, and the block's accumulators drain into
+    ACC in ``drain_beats`` while the next block accumulates in the other bank."""
+
+    tap_beats: int      # the block's input run (width * channels bytes of WEIGHT) and the tap's weights (ACT)
+    drain_beats: int    # the block's width * channels accumulators, read (accumulate) and written in ACC
+
+    @classmethod
+    def of(cls, config: HardwareConfig, channels: int, out_w: int) -> DepthwiseTiming:
+        width = min(config.mac.cols, out_w)
+        tap = max(_beats(_words_spanned(width * channels, config, Buffer.WEIGHT)),
+                  _beats(_words_spanned(channels, config, Buffer.ACT)))
+        return cls(tap, _beats(_words_spanned(width * channels * ENTRY_BYTES, config, Buffer.ACC)))
+
+    def block_cycles(self, taps: int) -> int:
+        """Cycles between the starts of two blocks: the taps, or the drain if it is longer."""
+        return max(taps * self.tap_beats, self.drain_beats)
+
+
+def depthwise_cycles(config: HardwareConfig, *, channels: int, taps: int, out_h: int, out_w: int) -> int:
+    """Cycles from start to retire of a legal DWCONV of ``channels`` channels, ``taps`` kernel taps and an
+    ``out_h x out_w`` output (docs/rtl-conv.md, "Depthwise dataflow"): the setup, every block but the last at
+    ``block_cycles``, then the last block's taps, the cycle its last products arrive, its drain and the last
+    write."""
+    timing = DepthwiseTiming.of(config, channels, out_w)
+    blocks = out_h * -(-out_w // config.mac.cols)
+    return (SETUP_CYCLES + (blocks - 1) * timing.block_cycles(taps) + taps * timing.tap_beats + 1
+            + timing.drain_beats + 1)
+
+
 def conv_output_size(command: Command) -> tuple[int, int]:
-    """(out_h, out_w) of a CONV command (its input is padded already)."""
+    """(out_h, out_w) of a CONV or DWCONV command (its input is padded already)."""
     c = command.args
     return ((c["in_h"] - c["dilation_h"] * (c["k_h"] - 1) - 1) // c["stride_h"] + 1,
             (c["in_w"] - c["dilation_w"] * (c["k_w"] - 1) - 1) // c["stride_w"] + 1)
 
 
 def command_cycles(config: HardwareConfig, command: Command) -> int:
-    """Cycles from start to retire of a legal CONV command (docs/rtl-conv.md, "Cycles")."""
+    """Cycles from start to retire of a legal CONV or DWCONV command (docs/rtl-conv.md, "Cycles")."""
     c = command.args
     out_h, out_w = conv_output_size(command)
+    if command.opcode == Opcode.DWCONV:
+        return depthwise_cycles(config, channels=c["channels"], taps=c["k_h"] * c["k_w"], out_h=out_h, out_w=out_w)
     return conv_cycles(config, groups=c["groups"], group_in=c["in_c"] // c["groups"],
                        group_out=c["out_c"] // c["groups"], taps=c["k_h"] * c["k_w"], pixels=out_h * out_w)
 
 
 def useful_macs(command: Command) -> int:
-    """Multiply-accumulates the command needs (what utilisation counts)."""
+    """Multiply-accumulates the command needs (what utilisation counts): CONV's or DWCONV's."""
     c = command.args
     out_h, out_w = conv_output_size(command)
+    if command.opcode == Opcode.DWCONV:
+        return out_h * out_w * c["channels"] * c["k_h"] * c["k_w"]
     return out_h * out_w * c["out_c"] * c["k_h"] * c["k_w"] * (c["in_c"] // c["groups"])

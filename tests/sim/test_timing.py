@@ -15,7 +15,7 @@ from aipu.sim.machine.isa import Opcode, PoolMode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
 from aipu.sim.timing import command_cycles
-from aipu.sim.timing.conv import conv_cycles, conv_output_size
+from aipu.sim.timing.conv import conv_cycles, conv_output_size, depthwise_cycles, useful_macs
 from aipu.sim.timing.dma import dram_phases, least_cycles, load_dense, run_shape, walk_words
 from aipu.sim.timing.pool import lanes, pool_lanes
 from tests.rtl.configs import CONFIGS, SMALL
@@ -64,6 +64,24 @@ def test_a_tile_plan_s_numbers_give_the_conv_command_s_cycles(config, groups, in
 def test_conv_cycles_gives_the_documented_count():
     """docs/rtl-conv.md, "Utilisation": a 3x3 conv of 16 to 16 channels over 16x16 output pixels on DEFAULT."""
     assert conv_cycles(DEFAULT, groups=1, group_in=16, group_out=16, taps=9, pixels=256) == 2324
+
+
+@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+@pytest.mark.parametrize("channels, k, stride, size", [(16, 3, 1, 30), (5, 5, 2, 23), (3, 3, 3, 40), (8, 1, 1, 7)])
+def test_a_depthwise_tile_s_numbers_give_the_dwconv_command_s_cycles(config, channels, k, stride, size):
+    channels = min(channels, config.mac.rows)
+    dwconv = Command.make(Opcode.DWCONV, in_h=size, in_w=size + 3, channels=channels, k_h=k, k_w=k,
+                          stride_h=stride, stride_w=stride, dilation_h=1, dilation_w=1, in_type=DType.INT8)
+    out_h, out_w = conv_output_size(dwconv)
+    planned = depthwise_cycles(config, channels=channels, taps=k * k, out_h=out_h, out_w=out_w)
+    assert planned == command_cycles(config, dwconv, Memory.create(config, 64))
+    assert useful_macs(dwconv) == out_h * out_w * channels * k * k
+
+
+def test_depthwise_cycles_give_the_documented_count():
+    """docs/rtl-conv.md, "Depthwise dataflow": 16 channels, 3x3, 16x16 output pixels on DEFAULT: 16 blocks of
+    9 taps (the drain of 1024 ACC bytes, 17 words at the worst alignment, takes 9 cycles too)."""
+    assert depthwise_cycles(DEFAULT, channels=16, taps=9, out_h=16, out_w=16) == 2 + 15 * 9 + 9 + 1 + 9 + 1 == 157
 
 
 @pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
