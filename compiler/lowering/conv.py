@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from aipu.compiler.lowering.base import Context, dtype_code, image_shape
-from aipu.compiler.lowering.conv_emit import emit_conv_layer
-from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer, layer_constants
-from aipu.compiler.lowering.conv_plan import TilePlan, plan_tiles
+from aipu.compiler.lowering.conv_depthwise import conv_constants, emit_conv, plan_conv
+from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer
+from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.pipeline import Link
 from aipu.compiler.lowering.weight_streams import WeightStreams
 from aipu.compiler.qir import QConv, QLut
@@ -150,7 +150,7 @@ class ConvLowering:
                           **({"lut_index_shift": table.index_shift}     # the default domain: all of int16
                              if table is not None and table.index_shift is not None else {}))
         check_layer(layer)
-        return ConvPart(layer, plan_tiles(layer, context.config))
+        return ConvPart(layer, plan_conv(layer, context.config))
 
     def emit(self, plan: ConvPlan, context: Context, link: Link) -> None:
         y = context.tensors[plan.y]
@@ -159,15 +159,15 @@ class ConvLowering:
         last = len(plan.parts) - 1
         for index, part in enumerate(plan.parts):       # phases one after another: they share the buffers
             prefix = plan.op.name if last == 0 else f"{plan.op.name}/phase{index}"
-            constants = layer_constants(part.layer, context.config)
+            constants = conv_constants(part.layer, part.tiles, context.config)
             addresses = _PlacedOnUse(lambda name: context.plan.constant(f"{prefix}/{name}", constants[name]),
                                      input=source + part.input_offset * elem_in,
                                      output=target + part.output_offset * elem_out)
             phase_link = Link(link.after_previous if index == 0 else True, link.before_next if index == last else True)
-            emit_conv_layer(context.program, part.layer, part.tiles, addresses, phase_link,
-                            input_row=part.input_row, output_steps=part.output_steps,
-                            weight_stream=WeightStreams(part.layer.w, prefix, context.plan, context.weight_streams)
-                            if context.compress else None)
+            emit_conv(context.program, part.layer, part.tiles, addresses, phase_link,
+                      input_row=part.input_row, output_steps=part.output_steps,
+                      weight_stream=WeightStreams(part.layer.w, prefix, context.plan, context.weight_streams)
+                      if context.compress else None)
 
 
 class _PlacedOnUse(dict):

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aipu.compiler.lowering.conv_emit import emit_conv_layer
-from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer, layer_constants
-from aipu.compiler.lowering.conv_plan import TilePlan, plan_tiles
+from aipu.compiler.lowering.conv_depthwise import conv_constants, emit_conv, plan_conv
+from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer
+from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.memory import DramPlan, channels_last, load_tensor, store_tensor
 from aipu.compiler.lowering.pipeline import Link
 from aipu.compiler.lowering.weight_streams import WeightStreams
@@ -62,13 +62,15 @@ class LoweredLayer:
 
 
 def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, compress: bool = False,
-                     **tiles) -> LoweredLayer:
-    """Plan DRAM, tile the layer and emit LOAD/CONV/REQUANT(/LUT)/STORE with double buffering and tokens."""
-    return lower_conv_layers([layer], config, [tiles], compress=compress)
+                     dwconv: bool = True, **tiles) -> LoweredLayer:
+    """Plan DRAM, tile the layer and emit LOAD/CONV or DWCONV/REQUANT(/LUT)/STORE with double buffering and
+    tokens."""
+    return lower_conv_layers([layer], config, [tiles], compress=compress, dwconv=dwconv)
 
 
 def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
-                      tiles: list[dict] | None = None, *, compress: bool = False) -> LoweredLayer:
+                      tiles: list[dict] | None = None, *, compress: bool = False,
+                      dwconv: bool = True) -> LoweredLayer:
     """Lower a chain of conv layers into one program: layer i + 1 reads layer i's output from DRAM.
 
     Only the first layer's ``x`` is input data; later layers' ``x`` must have the previous output's
@@ -76,12 +78,13 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     token that the next layer's first LOAD pops: everything of the previous layer then happens before
     anything of the next (DRAM read-after-write and every on-chip buffer reuse). ``compress``: weight tiles
     decoded by WDEC where their stream is smaller (``WeightStreams``), the streams placed after the outputs.
-    ``tiles``: per layer, tile sizes to keep (plan_tiles' keywords)."""
-    plans = _plan_chain(layers, config, tiles)
+    ``tiles``: per layer, tile sizes to keep (plan_tiles' keywords). ``dwconv``: whether depthwise layers may run
+    on DWCONV where it is faster (conv_depthwise.plan_conv; the RTL does not execute DWCONV yet)."""
+    plans = _plan_chain(layers, config, tiles, dwconv)
     dram = DramPlan()
     dram.constant("input", channels_last(layers[0].x))
     for i, layer in enumerate(layers):
-        for name, blob in layer_constants(layer, config).items():
+        for name, blob in conv_constants(layer, plans[i], config).items():
             dram.constant(f"{i}.{name}", blob)
     for i, (layer, plan) in enumerate(zip(layers, plans)):
         dram.tensor(f"{i}.output", (1, layer.w.shape[0], plan.out_h, plan.out_w), layer.out_dtype, reuse=False)
@@ -91,8 +94,8 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
         addresses = {"input": dram.regions["input" if i == 0 else f"{i - 1}.output"][0],
                      **{name: dram.regions[f"{i}.{name}"][0] for name in ("weights", "params", "output", "lut")
                         if f"{i}.{name}" in dram.regions}}
-        emit_conv_layer(program, layer, plan, addresses, Link(after_previous=i > 0, before_next=i < len(layers) - 1),
-                        weight_stream=WeightStreams(layer.w, str(i), dram, streams) if compress else None)
+        emit_conv(program, layer, plan, addresses, Link(after_previous=i > 0, before_next=i < len(layers) - 1),
+                  weight_stream=WeightStreams(layer.w, str(i), dram, streams) if compress else None)
     program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
     last, plan = layers[-1], plans[-1]
     return LoweredLayer(program, dram.image(), dram.regions[f"{len(layers) - 1}.output"][0],
@@ -100,7 +103,8 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
                         layers[0].x.dtype)
 
 
-def _plan_chain(layers: list[ConvLayer], config: HardwareConfig, tiles: list[dict] | None) -> list[TilePlan]:
+def _plan_chain(layers: list[ConvLayer], config: HardwareConfig, tiles: list[dict] | None,
+                dwconv: bool) -> list[TilePlan]:
     """Each layer checked and planned; each layer's input shaped as the previous layer's output."""
     if not layers:
         raise ValueError("lower_conv_layers needs at least one layer")
@@ -109,7 +113,7 @@ def _plan_chain(layers: list[ConvLayer], config: HardwareConfig, tiles: list[dic
         raise ValueError(f"tiles has {len(tiles)} entries for {len(layers)} layers")
     for layer in layers:
         check_layer(layer)
-    plans = [plan_tiles(layer, config, **t) for layer, t in zip(layers, tiles)]
+    plans = [plan_conv(layer, config, dwconv=dwconv, **t) for layer, t in zip(layers, tiles)]
     for i in range(1, len(layers)):
         shape = (1, layers[i - 1].w.shape[0], plans[i - 1].out_h, plans[i - 1].out_w)
         if layers[i].x.shape != shape or layers[i].x.dtype != layers[i - 1].out_dtype:
