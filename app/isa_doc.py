@@ -80,11 +80,11 @@ cycles, where `G = max(1, min(rows // (in_c/groups), cols // (out_c/groups)))` g
 diagonal (a depthwise layer runs `min(rows, cols)` channels at once; docs/rtl-conv.md has the exact count).
 Matmul / fully connected is CONV with a 1x1 kernel.
 DWCONV runs a depthwise tile (channel multiplier 1, at most `rows` channels) output-stationary instead: PE
-`(r, j)` accumulates channel `r` of output pixel `j` of a block of `cols` pixels of one row, one kernel tap
-a cycle. A tap's operands are one contiguous run of `cols x channels` input bytes, read from WEIGHT (the
-wide port; its columns are stored by phase, column mod `stride_w`, so that strided taps stay contiguous),
-and the tap's `channels` weights from ACT. A block takes `k_h * k_w` cycles while the previous one drains
-into ACC (docs/rtl-conv.md, "Depthwise dataflow", has the exact count; the RTL does not execute DWCONV yet).
+`(r, j)` accumulates channel `r` of output position `j` of a block of `cols` positions, one kernel tap a
+cycle. The input lies in WEIGHT (the wide port) by phase (row mod `stride_h`, column mod `stride_w`), so a
+tap's operands for `cols` consecutive positions are one contiguous run of `cols x channels` bytes; the tap's
+`channels` weights come from ACT. A block takes `k_h * k_w` cycles while the previous one drains into ACC
+(docs/rtl-conv.md, "Depthwise dataflow", has the exact count; the RTL does not execute DWCONV yet).
 Operands enter as `value - zero_point` (signed {MAC_OPERAND_BITS} bit) and products accumulate in int{ACC_BITS}; the
 arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arithmetic.md).
 

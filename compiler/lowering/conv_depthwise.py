@@ -4,10 +4,10 @@ layer goes through (:func:`plan_conv`, :func:`conv_constants`, :func:`emit_conv`
 
 A DWCONV plan cuts the channels into tiles of at most ``mac.rows`` and the output into row tiles (always the
 full width), as the conv tiler does; each tile is one DWCONV. The emitter is the conv emitter's pipeline
-(conv_emit.py) with three steps changed: the input rows go into a WEIGHT half, one LOAD per column phase
-(column mod stride_w, so that strided taps read contiguous runs); the kernel goes tap-major into an ACT half,
-from a DRAM copy laid out for the plan's channel tiles; the tile's command is a DWCONV. Requant, table and
-store are every conv layer's.
+(conv_emit.py) with three steps changed: the input rows go into a WEIGHT half, one LOAD per phase plane (row
+mod stride_h, column mod stride_w: every tap then reads one contiguous run); the kernel goes tap-major into an
+ACT half, from a DRAM copy laid out for the plan's channel tiles; the tile's command is a DWCONV. Requant,
+table and store are every conv layer's.
 """
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from aipu.compiler.lowering.conv_plan import (ESTIMATE_TOLERANCE, ConvGeometry, 
 from aipu.compiler.lowering.pipeline import Link, half
 from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DEFAULT, DType, PARAM_RECORD_BYTES, Buffer, HardwareConfig
 from aipu.sim.machine.isa import Opcode
-from aipu.sim.machine.program import Program
+from aipu.sim.machine.program import Command, Program
 from aipu.sim.timing.conv import depthwise_cycles
+from aipu.sim.timing.requant import command_cycles as requant_cycles
 from aipu.sim.timing.dma import least_cycles, walk_words
 
 _PAD_MAX = field_max(DEFAULT, Opcode.LOAD, "pad_left")
@@ -38,36 +39,70 @@ class DepthwisePlan(TilePlan):
 
 
 @dataclass(frozen=True)
-class ColumnPhase:
-    """The padded input columns ``phase``, ``phase + stride``, ... of a DWCONV tile: ``count`` real ones from
-    input column ``first``, ``pad_left`` padding slots before them and ``pad_right`` after (the phase's width in
-    all: ceil(padded width / stride))."""
+class PhaseSlots:
+    """One phase of a DWCONV input axis (rows or columns, every stride-th of the padded tile from the phase's
+    own): ``count`` real elements from ``first`` (counted from the tile's first real one), ``pad_before``
+    padding slots before them and ``pad_after`` after; the phase plane's extent, ceil(padded length / stride),
+    in all."""
 
     first: int
     count: int
-    pad_left: int
-    pad_right: int
+    pad_before: int
+    pad_after: int
+
+    @property
+    def slots(self) -> int:
+        return self.pad_before + self.count + self.pad_after
 
 
-def column_phases(width: int, pad_left: int, pad_right: int, stride: int) -> list[ColumnPhase] | None:
-    """The column phases of a row of ``width`` input pixels padded by ``pad_left``/``pad_right``; None if one
-    holds no real column or more padding than LOAD writes (DWCONV then does not take the layer)."""
-    phase_width = -(-(width + pad_left + pad_right) // stride)
+def phase_slots(length: int, pad_before: int, pad_after: int, stride: int) -> list[PhaseSlots] | None:
+    """The phases of an axis of ``length`` real elements padded by ``pad_before``/``pad_after``; None if one
+    holds no real element or more padding than LOAD writes (DWCONV then does not take the tile)."""
+    extent = -(-(length + pad_before + pad_after) // stride)
     phases = []
     for phase in range(stride):
-        first = max(0, -(-(pad_left - phase) // stride))       # the first slot at a real column
-        last = (pad_left + width - 1 - phase) // stride          # the last one
-        if last < first or max(first, phase_width - 1 - last) > _PAD_MAX:
+        first = max(0, -(-(pad_before - phase) // stride))      # the first slot at a real element
+        last = (pad_before + length - 1 - phase) // stride        # the last one
+        if last < first or max(first, extent - 1 - last) > _PAD_MAX:
             return None
-        phases.append(ColumnPhase(phase + stride * first - pad_left, last - first + 1, first, phase_width - 1 - last))
+        phases.append(PhaseSlots(phase + stride * first - pad_before, last - first + 1, first, extent - 1 - last))
     return phases
+
+
+@dataclass(frozen=True)
+class RowTile:
+    """The input rows a tile of output rows reads: ``real`` rows of the input from ``first_real``, with
+    ``pad_top`` and ``pad_bottom`` padding rows around them (as conv_emit's tiles read them)."""
+
+    first_real: int
+    real: int
+    pad_top: int
+    pad_bottom: int
+
+
+def row_tiles(layer: ConvLayer, out_h: int, rows: int) -> list[RowTile]:
+    """The row tiles of ``rows`` output rows (the last shorter) and the input rows each reads."""
+    h, stride, top = layer.x.shape[2], layer.stride[0], layer.padding[0]
+    span = layer.dilation[0] * (layer.w.shape[2] - 1) + 1
+    tiles = []
+    for r0 in range(0, out_h, rows):
+        first, count = r0 * stride - top, (min(rows, out_h - r0) - 1) * stride + span
+        pad_top, pad_bottom = max(0, -first), max(0, first + count - h)
+        tiles.append(RowTile(max(0, first), count - pad_top - pad_bottom, pad_top, pad_bottom))
+    return tiles
 
 
 def takes_dwconv(layer: ConvLayer) -> bool:
     """Whether DWCONV can run the layer: depthwise with channel multiplier 1, every column phase fed."""
     _, c, _, w = layer.x.shape
     return (layer.groups == c == layer.w.shape[0]
-            and column_phases(w, layer.padding[1], layer.padding[3], layer.stride[1]) is not None)
+            and phase_slots(w, layer.padding[1], layer.padding[3], layer.stride[1]) is not None)
+
+
+def _rows_fed(layer: ConvLayer, out_h: int, rows: int) -> bool:
+    """Whether every row phase of every row tile of ``rows`` output rows holds a real input row."""
+    return all(phase_slots(tile.real, tile.pad_top, tile.pad_bottom, layer.stride[0]) is not None
+               for tile in row_tiles(layer, out_h, rows))
 
 
 def plan_conv(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, dwconv: bool = True, tile_k: int | None = None,
@@ -80,10 +115,19 @@ def plan_conv(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, dwconv: boo
         plan = None
     if dwconv and tile_c in (None, 1) and takes_dwconv(layer):
         depthwise = _plan_depthwise(layer, config, tile_k, tile_rows)
-        if depthwise is not None and (plan is None or depthwise[0] < CostEstimate(ConvGeometry.of(layer), config)(
-                plan.tile_k, plan.tile_c, plan.tile_rows)[0]):
+        if depthwise is not None and (plan is None or depthwise[0] < _conv_plan_cycles(layer, config, plan)):
             return depthwise[1]
     return plan if plan is not None else plan_tiles(layer, config, tile_k=tile_k, tile_c=tile_c, tile_rows=tile_rows)
+
+
+def _conv_plan_cycles(layer: ConvLayer, config: HardwareConfig, plan: TilePlan) -> float:
+    """The conv tiler's estimate of its plan, or its REQUANTs' cycles where they take longer: DWCONV plans are
+    weighed with REQUANT as a stage, so the two are compared on the same stages."""
+    shape = ConvGeometry.of(layer)
+    tiles = -(-shape.k // plan.tile_k) * -(-shape.out_h // plan.tile_rows)
+    requant = tiles * requant_cycles(config, Command.make(Opcode.REQUANT, pixels=plan.tile_rows * shape.out_w,
+                                                          channels=plan.tile_k))
+    return max(CostEstimate(shape, config)(plan.tile_k, plan.tile_c, plan.tile_rows)[0], requant)
 
 
 def _plan_depthwise(layer: ConvLayer, config: HardwareConfig, tile_k: int | None,
@@ -93,8 +137,10 @@ def _plan_depthwise(layer: ConvLayer, config: HardwareConfig, tile_k: int | None
     estimate = DepthwiseEstimate(layer, config)
     shape = estimate.shape
     candidates = [(*estimate(tk, rows), -rows, tk, rows)
-                  for tk in ([tile_k] if tile_k else _even_splits(shape.c)) if tk <= config.mac.rows
-                  for rows in ([tile_rows] if tile_rows else _halvings(shape.out_h)) if estimate.fits(tk, rows)]
+                  for tk in ([tile_k] if tile_k else sorted({*_even_splits(shape.c), config.mac.rows}))
+                  if tk <= min(config.mac.rows, shape.c)
+                  for rows in ([tile_rows] if tile_rows else _halvings(shape.out_h))
+                  if estimate.fits(tk, rows) and _rows_fed(layer, shape.out_h, rows)]
     if not candidates:
         return None
     fastest = min(candidate[0] for candidate in candidates)
@@ -112,20 +158,23 @@ def _resident(layer: ConvLayer, config: HardwareConfig, k_tiles: int) -> bool:
 
 class DepthwiseEstimate:
     """(cycles, commands) of a layer's DWCONV plans (tk, rows), weighed as conv_plan.CostEstimate weighs the
-    conv tiler's: each DWCONV's cycles (``sim.timing``) on a full tile, the DMA's walk (the input by column
-    phase, the kernel, the outputs) plus each LOAD's and STORE's fixed cycles, overlapped across tiles."""
+    conv tiler's, with REQUANT as a third stage (DWCONV outpaces it): each DWCONV's and REQUANT's cycles
+    (``sim.timing``) on a full tile; the DMA's walk (the input by phase, each channel tile at its own offset,
+    the kernel, the outputs) plus each LOAD's and STORE's fixed cycles. The busiest stage's cycles plus the
+    others' share of one tile (the pipeline's fill)."""
 
     def __init__(self, layer: ConvLayer, config: HardwareConfig) -> None:
         self.layer, self.config, self.shape = layer, config, ConvGeometry.of(layer)
-        self.phases = column_phases(layer.x.shape[3], layer.padding[1], layer.padding[3], layer.stride[1])
+        self.columns = phase_slots(layer.x.shape[3], layer.padding[1], layer.padding[3], layer.stride[1])
+        self.row_phases = layer.stride[0]
         self.load, self.store = (least_cycles(config, opcode) for opcode in (Opcode.LOAD, Opcode.STORE))
 
     def fits(self, tk: int, rows: int) -> bool:
         shape, config = self.shape, self.config
-        phase_width = self.phases[0].pad_left + self.phases[0].count + self.phases[0].pad_right
         halves = {buffer: config.buffer(buffer).bytes // 2 for buffer in Buffer}
         in_rows, pixels = shape.input_rows(rows), rows * shape.out_w
-        return (len(self.phases) * in_rows * phase_width * tk <= halves[Buffer.WEIGHT]
+        planes = self.row_phases * -(-in_rows // self.row_phases) * len(self.columns) * self.columns[0].slots
+        return (planes * tk <= halves[Buffer.WEIGHT]
                 and tk * shape.kh * shape.kw <= halves[Buffer.ACT]
                 and pixels * tk * BUFFER_UNIT_BYTES[Buffer.ACC] <= halves[Buffer.ACC]
                 and pixels * tk * shape.out_bytes <= halves[Buffer.OUT]
@@ -133,19 +182,33 @@ class DepthwiseEstimate:
                 and in_rows <= DIM_MAX and pixels <= _PIXELS_MAX)
 
     def __call__(self, tk: int, rows: int) -> tuple[float, int]:
-        shape, word = self.shape, self.config.dram.bytes_per_cycle
-        k_tiles, row_tiles = -(-shape.c // tk), -(-shape.out_h // rows)
-        tiles = k_tiles * row_tiles
+        shape, config = self.shape, self.config
+        channel_tiles = [(k0, min(tk, shape.c - k0)) for k0 in range(0, shape.c, tk)]
+        row_tiles = -(-shape.out_h // rows)
+        tiles = len(channel_tiles) * row_tiles
         taps = shape.kh * shape.kw
-        in_rows = row_tiles * shape.input_rows(rows)
-        inputs = k_tiles * sum(walk_words(word, in_rows * phase.count, tk, len(self.phases) * shape.c)
-                               for phase in self.phases)
-        outputs = k_tiles * walk_words(word, shape.out_h * shape.out_w, tk * shape.out_bytes, shape.k * shape.out_bytes)
-        kernel = walk_words(word, 1, shape.k * taps, shape.k * taps)
-        loads = tiles * len(self.phases) + 2 * (1 if _resident(self.layer, self.config, k_tiles) else k_tiles)
-        dma = inputs + kernel + outputs + self.load * loads + self.store * tiles
-        mac = tiles * depthwise_cycles(self.config, channels=tk, taps=taps, out_h=rows, out_w=shape.out_w)
-        return max(dma, mac) + min(dma, mac) / tiles, loads + 3 * tiles
+        dma = (self._dram_words(channel_tiles, row_tiles * shape.input_rows(rows))
+               + self.load * (tiles * self.row_phases * len(self.columns)
+                              + 2 * (1 if _resident(self.layer, config, len(channel_tiles)) else len(channel_tiles)))
+               + self.store * tiles)
+        mac = tiles * depthwise_cycles(config, channels=tk, taps=taps, out_h=rows, out_w=shape.out_w,
+                                       plane_w=self.columns[0].slots)
+        requant = tiles * requant_cycles(config, Command.make(Opcode.REQUANT, pixels=rows * shape.out_w,
+                                                              channels=tk))
+        stages = (dma, mac, requant)
+        loads = tiles * self.row_phases * len(self.columns) + 2 * len(channel_tiles)
+        return max(stages) + (sum(stages) - max(stages)) / tiles, loads + 3 * tiles
+
+    def _dram_words(self, channel_tiles: list[tuple[int, int]], input_rows: int) -> int:
+        """DRAM words of the inputs (each channel tile's runs at its channel offset), kernel and outputs."""
+        shape, word = self.shape, self.config.dram.bytes_per_cycle
+        stride = len(self.columns) * shape.c
+        inputs = sum(walk_words(word, input_rows * phase.count, tk, stride, k0 + phase.first * shape.c)
+                     for k0, tk in channel_tiles for phase in self.columns)
+        outputs = sum(walk_words(word, shape.out_h * shape.out_w, tk * shape.out_bytes, shape.k * shape.out_bytes,
+                                 k0 * shape.out_bytes) for k0, tk in channel_tiles)
+        kernel = shape.k * shape.kh * shape.kw
+        return inputs + outputs + walk_words(word, 1, kernel, kernel)
 
 
 def tap_major_kernel(w: np.ndarray, tile_k: int) -> np.ndarray:
@@ -175,13 +238,13 @@ def emit_conv(program: Program, layer: ConvLayer, plan: TilePlan, addresses: Map
 
 
 class _DepthwiseEmitter(_ConvEmitter):
-    """The conv emitter with the input in WEIGHT by column phase, the kernel tap-major in ACT and DWCONVs."""
+    """The conv emitter with the input in WEIGHT by phase, the kernel tap-major in ACT and DWCONVs."""
 
     def __init__(self, program: Program, layer: ConvLayer, plan: DepthwisePlan, addresses: Mapping[str, int],
                  link: Link, input_row: int | None, output_steps: tuple[int, int] | None) -> None:
         super().__init__(program, layer, plan, addresses, link, input_row, output_steps, None)
         self.resident = _resident(layer, program.config, len(self.k_tiles))
-        self.phases = column_phases(layer.x.shape[3], layer.padding[1], layer.padding[3], layer.stride[1])
+        self.columns = phase_slots(layer.x.shape[3], layer.padding[1], layer.padding[3], layer.stride[1])
         self.taps = layer.w.shape[2] * layer.w.shape[3]
 
     def _load_weights(self, item: int, k0: int, out_c: int, c0: int, in_c: int) -> None:
@@ -192,23 +255,23 @@ class _DepthwiseEmitter(_ConvEmitter):
             run=out_c * self.taps), (self.steps, self.step))
 
     def _load_activations(self, tile: _Tile, c0: int, channels: int) -> None:
-        """The tile's input rows, channels ``c0``.., one LOAD per column phase into the step's WEIGHT half."""
+        """The tile's input rows, channels ``c0``.., one LOAD per phase plane into the step's WEIGHT half."""
         layer = self.layer
         c = layer.x.shape[1]
-        stride = layer.stride[1]
-        base, phase_bytes = half(self.program, Buffer.WEIGHT, self.step), tile.in_rows * self._phase_width() * channels
-        for index, phase in enumerate(self.phases):
-            self.pipeline.append(Opcode.LOAD, dict(
-                buffer=Buffer.WEIGHT, sram_addr=base + index * phase_bytes,
-                dram_addr=self.addresses["input"] + max(0, tile.in_first) * self.input_row + phase.first * c + c0,
-                elem_type=self.in_type, y_size=tile.in_rows - tile.pad_top - tile.pad_bottom, x_size=phase.count,
-                run=channels, dram_y_stride=self.input_row, dram_x_stride=stride * c, pad_top=tile.pad_top,
-                pad_bottom=tile.pad_bottom, pad_left=phase.pad_left, pad_right=phase.pad_right,
-                pad_value=layer.x_zero_point), (self.steps, self.step))
-
-    def _phase_width(self) -> int:
-        phase = self.phases[0]
-        return phase.pad_left + phase.count + phase.pad_right
+        stride_h, stride_w = layer.stride
+        rows = phase_slots(tile.in_rows - tile.pad_top - tile.pad_bottom, tile.pad_top, tile.pad_bottom, stride_h)
+        plane_bytes = rows[0].slots * self.columns[0].slots * channels
+        base, first_row = half(self.program, Buffer.WEIGHT, self.step), max(0, tile.in_first)
+        for p, row in enumerate(rows):
+            for q, column in enumerate(self.columns):
+                self.pipeline.append(Opcode.LOAD, dict(
+                    buffer=Buffer.WEIGHT, sram_addr=base + (p * stride_w + q) * plane_bytes,
+                    dram_addr=(self.addresses["input"] + (first_row + row.first) * self.input_row + column.first * c
+                               + c0),
+                    elem_type=self.in_type, y_size=row.count, x_size=column.count, run=channels,
+                    dram_y_stride=stride_h * self.input_row, dram_x_stride=stride_w * c, pad_top=row.pad_before,
+                    pad_bottom=row.pad_after, pad_left=column.pad_before, pad_right=column.pad_after,
+                    pad_value=layer.x_zero_point), (self.steps, self.step))
 
     def _convolve(self, tile: _Tile, chunk_index: int, channels: int, weight_item: int) -> None:
         """The tile's DWCONV into its accumulator half."""

@@ -242,9 +242,11 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
     CommandSpec(
         Opcode.DWCONV, Unit.CONV, "one depthwise convolution tile (channel multiplier 1), output-stationary on the "
         "MAC array",
-        "s = stride_w, pw = ceil(in_w / s): the padded input tile's columns lie by phase (column mod s)\n"
-        "x[y][q + s*i][c] = WEIGHT[in_addr + ((q*in_h + y)*pw + i)*channels + c] as in_type   (q < s, i < pw;\n"
-        "    already padded by LOAD; slots with q + s*i >= in_w are not read)\n"
+        "the padded input tile by phase (row mod stride_h, column mod stride_w), each phase a dense plane:\n"
+        "ph = ceil(in_h / stride_h), pw = ceil(in_w / stride_w)\n"
+        "x[p + stride_h*i][q + stride_w*j][c] = WEIGHT[in_addr + (((p*stride_w + q)*ph + i)*pw + j)*channels + c]\n"
+        "    as in_type   (p < stride_h, q < stride_w, i < ph, j < pw; already padded by LOAD; slots past\n"
+        "    the tile are not read)\n"
         "w[c][ky][kx] = ACT[wgt_addr + (ky*k_w + kx)*channels + c] as int8   (tap-major)\n"
         "out_h = (in_h - dilation_h*(k_h-1) - 1) // stride_h + 1   (same for out_w)\n"
         "r = conv2d(x - in_zero_point, w - w_zero_point, stride, dilation, groups = channels)\n"
@@ -260,7 +262,8 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
          Field("wgt_addr", "act_addr_bits", "kernel byte address in the ACT buffer ([k_h][k_w][channels])"),
          Field("w_zero_point", 8, "weight zero point", signed=True),
          *_dims(("k_h", "kernel rows"), ("k_w", "kernel columns"), bits=KERNEL_BITS),
-         *_dims(("stride_h", "vertical stride"), ("stride_w", "horizontal stride (the input's column phases)"),
+         *_dims(("stride_h", "vertical stride (the input's row phases)"),
+                ("stride_w", "horizontal stride (the input's column phases)"),
                 ("dilation_h", "vertical dilation"), ("dilation_w", "horizontal dilation"), bits=STEP_BITS),
          Field("acc_addr", "acc_addr_bits", "accumulator entry address of the [out_h][out_w][channels] result"),
          Field("accumulate", 1, "0: overwrite the accumulators, 1: add to them"))),

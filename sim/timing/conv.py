@@ -7,9 +7,9 @@ load into the other bank at ``weight_beats`` cycles each. A block lasts at least
 pixel's accumulators are written back before the next block of the same chunk reads them.
 
 DWCONV, output-stationary (docs/rtl-conv.md, "Depthwise dataflow"; no RTL yet): PE (r, j) accumulates channel r
-of pixel j of a block of ``cols`` output pixels of one row, one kernel tap a ``tap_beats`` step (the block's
-input run from WEIGHT, the tap's ``channels`` weights from ACT); a second accumulator bank drains the previous
-block into ACC meanwhile.
+of position j of a block of ``cols`` output positions, one kernel tap a ``tap_beats`` step (the block's input
+run from WEIGHT, the tap's ``channels`` weights from ACT); a second accumulator bank drains the previous block
+into ACC meanwhile.
 """
 from __future__ import annotations
 
@@ -72,16 +72,17 @@ def conv_cycles(config: HardwareConfig, *, groups: int, group_in: int, group_out
 
 @dataclass(frozen=True)
 class DepthwiseTiming:
-    """DWCONV's steps for one tile shape: a block is ``cols`` output pixels (fewer in a narrower row) of one row
-    times ``channels`` channels; each kernel tap is a ``tap_beats`` step, and the block's accumulators drain into
-    ACC in ``drain_beats`` while the next block accumulates in the other bank."""
+    """DWCONV's steps for one tile shape: a block is ``cols`` consecutive positions of the output rows laid end
+    to end at the input planes' width (fewer for a shorter tile) times ``channels`` channels; each kernel tap is
+    a ``tap_beats`` step, and the block's accumulators drain into ACC in ``drain_beats`` while the next block
+    accumulates in the other bank."""
 
     tap_beats: int      # the block's input run (width * channels bytes of WEIGHT) and the tap's weights (ACT)
     drain_beats: int    # the block's width * channels accumulators, read (accumulate) and written in ACC
 
     @classmethod
-    def of(cls, config: HardwareConfig, channels: int, out_w: int) -> DepthwiseTiming:
-        width = min(config.mac.cols, out_w)
+    def of(cls, config: HardwareConfig, channels: int, positions: int) -> DepthwiseTiming:
+        width = min(config.mac.cols, positions)
         tap = max(_beats(_words_spanned(width * channels, config, Buffer.WEIGHT)),
                   _beats(_words_spanned(channels, config, Buffer.ACT)))
         return cls(tap, _beats(_words_spanned(width * channels * ENTRY_BYTES, config, Buffer.ACC)))
@@ -91,13 +92,21 @@ class DepthwiseTiming:
         return max(taps * self.tap_beats, self.drain_beats)
 
 
-def depthwise_cycles(config: HardwareConfig, *, channels: int, taps: int, out_h: int, out_w: int) -> int:
-    """Cycles from start to retire of a legal DWCONV of ``channels`` channels, ``taps`` kernel taps and an
-    ``out_h x out_w`` output (docs/rtl-conv.md, "Depthwise dataflow"): the setup, every block but the last at
-    ``block_cycles``, then the last block's taps, the cycle its last products arrive, its drain and the last
-    write."""
-    timing = DepthwiseTiming.of(config, channels, out_w)
-    blocks = out_h * -(-out_w // config.mac.cols)
+def depthwise_positions(out_h: int, out_w: int, plane_w: int) -> int:
+    """The positions a DWCONV's blocks cover: ``out_h`` output rows laid end to end ``plane_w`` apart (the
+    width of the input's phase planes; the ``plane_w - out_w`` positions after a row are not outputs)."""
+    return (out_h - 1) * plane_w + out_w
+
+
+def depthwise_cycles(config: HardwareConfig, *, channels: int, taps: int, out_h: int, out_w: int,
+                     plane_w: int) -> int:
+    """Cycles from start to retire of a legal DWCONV of ``channels`` channels, ``taps`` kernel taps, an
+    ``out_h x out_w`` output and input phase planes ``plane_w`` wide (ceil(in_w / stride_w); docs/rtl-conv.md,
+    "Depthwise dataflow"): the setup, every block but the last at ``block_cycles``, then the last block's
+    taps, the cycle its last products arrive, its drain and the last write."""
+    positions = depthwise_positions(out_h, out_w, plane_w)
+    timing = DepthwiseTiming.of(config, channels, positions)
+    blocks = -(-positions // config.mac.cols)
     return (SETUP_CYCLES + (blocks - 1) * timing.block_cycles(taps) + taps * timing.tap_beats + 1
             + timing.drain_beats + 1)
 
@@ -114,7 +123,8 @@ def command_cycles(config: HardwareConfig, command: Command) -> int:
     c = command.args
     out_h, out_w = conv_output_size(command)
     if command.opcode == Opcode.DWCONV:
-        return depthwise_cycles(config, channels=c["channels"], taps=c["k_h"] * c["k_w"], out_h=out_h, out_w=out_w)
+        return depthwise_cycles(config, channels=c["channels"], taps=c["k_h"] * c["k_w"], out_h=out_h, out_w=out_w,
+                                plane_w=-(-c["in_w"] // c["stride_w"]))
     return conv_cycles(config, groups=c["groups"], group_in=c["in_c"] // c["groups"],
                        group_out=c["out_c"] // c["groups"], taps=c["k_h"] * c["k_w"], pixels=out_h * out_w)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from aipu.app.sample_layers import random_layer, shaped_layer
-from aipu.compiler.lowering.conv_depthwise import (ColumnPhase, DepthwisePlan, column_phases, plan_conv,
+from aipu.compiler.lowering.conv_depthwise import (DepthwisePlan, PhaseSlots, phase_slots, plan_conv,
                                                    tap_major_kernel, takes_dwconv)
 from aipu.compiler.lowering.conv_layers import lower_conv_layer
 from aipu.sim.cycle import simulate
@@ -19,12 +19,12 @@ from tests.compiler.test_lowering import TINY as TINY_NETWORK, _check_every_tens
 from tests.compiler.test_quantize import _compile
 
 
-def test_column_phases_hold_every_padded_column_once():
+def test_phase_slots_hold_every_padded_element_once():
     """7 columns padded by 1 and 2 (10 in all) at stride 3: phases of ceil(10 / 3) = 4 slots, input columns
     -1 2 5 8 | 0 3 6 9 | 1 4 7 10, of which -1 and 7 up are padding (9 and 10 slots past the padded width)."""
-    assert column_phases(7, 1, 2, 3) == [ColumnPhase(2, 2, 1, 1), ColumnPhase(0, 3, 0, 1), ColumnPhase(1, 2, 0, 2)]
-    assert column_phases(5, 2, 2, 1) == [ColumnPhase(0, 5, 2, 2)]
-    assert column_phases(1, 1, 1, 2) is None        # phase 0 would hold padding only
+    assert phase_slots(7, 1, 2, 3) == [PhaseSlots(2, 2, 1, 1), PhaseSlots(0, 3, 0, 1), PhaseSlots(1, 2, 0, 2)]
+    assert phase_slots(5, 2, 2, 1) == [PhaseSlots(0, 5, 2, 2)]
+    assert phase_slots(1, 1, 1, 2) is None        # phase 0 would hold padding only
 
 
 def test_the_kernel_is_tap_major_by_channel_tile():
@@ -38,7 +38,7 @@ def test_random_depthwise_layers_match_golden(config):
     wherever DWCONV runs them the output is the golden layer's."""
     rng = np.random.default_rng(3)
     on_dwconv = 0
-    for seed in range(40):
+    for seed in range(80):
         layer = random_layer(np.random.default_rng(seed), max_channels=40, max_size=14, with_lut=seed % 3 == 0)
         if not takes_dwconv(layer):
             continue
@@ -49,7 +49,7 @@ def test_random_depthwise_layers_match_golden(config):
             assert all(command.opcode == Opcode.DWCONV for command in lowered.program.queues[Unit.CONV][:-1])
         result = run(lowered.program, lowered.memory(), seed=seed)
         np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference(), err_msg=str(seed))
-    assert on_dwconv >= 5, on_dwconv
+    assert on_dwconv >= 4, on_dwconv
 
 
 @pytest.mark.parametrize("channels, size, kernel, stride", [(32, 28, 3, 1), (72, 28, 5, 2), (120, 14, 5, 1),

@@ -28,15 +28,15 @@ def _program(config, *commands: Command) -> Program:
 def _expected_accumulators(memory: Memory, command: Command) -> tuple[slice, np.ndarray]:
     """The ACC entries the command writes and their values, from the ISA's definition read independently."""
     c = command.args
-    channels, phases = c["channels"], c["stride_w"]
-    phase_w = -(-c["in_w"] // phases)
+    channels, row_phases, column_phases = c["channels"], c["stride_h"], c["stride_w"]
+    plane_h, plane_w = -(-c["in_h"] // row_phases), -(-c["in_w"] // column_phases)
     dtype = DTYPE_NUMPY[DType(c["in_type"])]
-    stored = memory.buffers[Buffer.WEIGHT][c["in_addr"]:].view(np.uint8)
+    stored = memory.buffers[Buffer.WEIGHT][c["in_addr"]:]
     x = np.empty((channels, c["in_h"], c["in_w"]), dtype)
     for y in range(c["in_h"]):
         for column in range(c["in_w"]):
-            phase, index = column % phases, column // phases
-            start = ((phase * c["in_h"] + y) * phase_w + index) * channels
+            plane = (y % row_phases) * column_phases + column % column_phases
+            start = ((plane * plane_h + y // row_phases) * plane_w + column // column_phases) * channels
             x[:, y, column] = stored[start:start + channels].view(dtype)
     taps = memory.buffers[Buffer.ACT][c["wgt_addr"]:c["wgt_addr"] + c["k_h"] * c["k_w"] * channels].view(np.int8)
     w = taps.reshape(c["k_h"], c["k_w"], channels).transpose(2, 0, 1)[:, None]
@@ -92,13 +92,23 @@ def test_an_illegal_dwconv_faults_naming_its_field(field):
         run(_program(SMALL, FAULTS[field]), memory)
 
 
-def test_a_stride_2_tile_reads_each_column_phase_once():
-    """The DWCONV input of a stride-2 row: even columns, then odd ones; a 1x3 kernel over columns 0..6 gives
-    out_w = 3 pixels reading columns 2j, 2j + 1, 2j + 2."""
-    command = _dwconv(in_h=1, in_w=7, channels=1, k_h=1, k_w=3, stride_w=2)
-    assert conv_output_size(command) == (1, 3)
+def test_a_stride_2_tile_reads_each_phase_plane():
+    """The DWCONV input of stride 2 both ways: plane (row mod 2, column mod 2) after plane, each ceil(5 / 2) =
+    3 x 3 slots. A 3x3 kernel 1 .. 9 over a 5x5 tile holding 10 * row + column."""
+    command = _dwconv(in_h=5, in_w=5, channels=1, stride_h=2, stride_w=2)
+    assert conv_output_size(command) == (2, 2)
     memory = Memory.create(SMALL, 16)
-    memory.buffers[Buffer.WEIGHT][:8] = [0, 2, 4, 6, 1, 3, 5, 0]      # columns by phase: 0 2 4 6 | 1 3 5 (slot)
-    memory.buffers[Buffer.ACT][:3] = [1, 10, 100]
-    got = run(_program(SMALL, command), memory).memory.buffers[Buffer.ACC].view(ACC_DTYPE)[:3]
-    assert list(got) == [column * 1 + (column + 1) * 10 + (column + 2) * 100 for column in (0, 2, 4)]
+    tile = np.array([[10 * y + x for x in range(5)] for y in range(5)])
+    stored = []
+    for p, q in [(0, 0), (0, 1), (1, 0), (1, 1)]:
+        plane = np.zeros((3, 3), np.int64)
+        phase = tile[p::2, q::2]
+        plane[:phase.shape[0], :phase.shape[1]] = phase
+        stored += list(plane.ravel())
+    memory.buffers[Buffer.WEIGHT][:36] = stored
+    weights = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9], np.int8)
+    memory.buffers[Buffer.ACT][:9] = weights.view(np.uint8)
+    got = run(_program(SMALL, command), memory).memory.buffers[Buffer.ACC].view(ACC_DTYPE)[:4]
+    want = [sum(int(weights[3 * ky + kx]) * tile[2 * oy + ky, 2 * ox + kx] for ky in range(3) for kx in range(3))
+            for oy in range(2) for ox in range(2)]
+    assert list(got) == want

@@ -73,15 +73,18 @@ def test_a_depthwise_tile_s_numbers_give_the_dwconv_command_s_cycles(config, cha
     dwconv = Command.make(Opcode.DWCONV, in_h=size, in_w=size + 3, channels=channels, k_h=k, k_w=k,
                           stride_h=stride, stride_w=stride, dilation_h=1, dilation_w=1, in_type=DType.INT8)
     out_h, out_w = conv_output_size(dwconv)
-    planned = depthwise_cycles(config, channels=channels, taps=k * k, out_h=out_h, out_w=out_w)
+    planned = depthwise_cycles(config, channels=channels, taps=k * k, out_h=out_h, out_w=out_w,
+                               plane_w=-(-(size + 3) // stride))
     assert planned == command_cycles(config, dwconv, Memory.create(config, 64))
     assert useful_macs(dwconv) == out_h * out_w * channels * k * k
 
 
 def test_depthwise_cycles_give_the_documented_count():
-    """docs/rtl-conv.md, "Depthwise dataflow": 16 channels, 3x3, 16x16 output pixels on DEFAULT: 16 blocks of
-    9 taps (the drain of 1024 ACC bytes, 17 words at the worst alignment, takes 9 cycles too)."""
-    assert depthwise_cycles(DEFAULT, channels=16, taps=9, out_h=16, out_w=16) == 2 + 15 * 9 + 9 + 1 + 9 + 1 == 157
+    """docs/rtl-conv.md, "Depthwise dataflow": 16 channels, 3x3, stride 1, 16x16 output pixels (18 input
+    columns) on DEFAULT: 15 * 18 + 16 = 286 positions, 18 blocks of 9 taps (the drain of 1024 ACC bytes, 17
+    words at the worst alignment, takes 9 cycles too)."""
+    assert depthwise_cycles(DEFAULT, channels=16, taps=9, out_h=16, out_w=16, plane_w=18) \
+        == 2 + 17 * 9 + 9 + 1 + 9 + 1 == 175
 
 
 @pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))

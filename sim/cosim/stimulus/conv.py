@@ -39,9 +39,10 @@ def _regions(fields: dict) -> dict[str, tuple[Buffer, int]]:
     out_h = _out_size(fields["in_h"], fields["k_h"], fields["stride_h"], fields["dilation_h"])
     out_w = _out_size(fields["in_w"], fields["k_w"], fields["stride_w"], fields["dilation_w"])
     taps = fields["k_h"] * fields["k_w"]
-    if "channels" in fields:      # DWCONV: the input by column phase in WEIGHT, the tap-major kernel in ACT
-        channels, phases = fields["channels"], fields["stride_w"]
-        return {"in_addr": (Buffer.WEIGHT, phases * fields["in_h"] * -(-fields["in_w"] // phases) * channels),
+    if "channels" in fields:      # DWCONV: the input by phase in WEIGHT, the tap-major kernel in ACT
+        channels, row_phases, column_phases = fields["channels"], fields["stride_h"], fields["stride_w"]
+        planes = row_phases * column_phases * -(-fields["in_h"] // row_phases) * -(-fields["in_w"] // column_phases)
+        return {"in_addr": (Buffer.WEIGHT, planes * channels),
                 "wgt_addr": (Buffer.ACT, taps * channels), "acc_addr": (Buffer.ACC, out_h * out_w * channels)}
     return {"in_addr": (Buffer.ACT, fields["in_h"] * fields["in_w"] * fields["in_c"]),
             "wgt_addr": (Buffer.WEIGHT, fields["out_c"] * taps * fields["in_c"] // fields["groups"]),
@@ -93,11 +94,11 @@ def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Comm
 
 
 def random_dwconv(config: HardwareConfig, rng: np.random.Generator) -> Command:
-    """A legal DWCONV: 1 .. mac.rows channels, kernels up to 5x5, strides up to 3 (as many column phases),
-    dilations up to 2, rows narrower and wider than the array's ``cols`` pixels, unaligned addresses."""
+    """A legal DWCONV: 1 .. mac.rows channels, kernels up to 5x5, strides up to 3 (as many row and column
+    phases), dilations up to 2, rows narrower and wider than the array's ``cols`` pixels, unaligned addresses."""
     while True:
         kernel, stride, dilation = rng.integers(1, 6, 2), rng.integers(1, 4, 2), rng.integers(1, 3, 2)
-        out = (int(rng.integers(1, 4)), int(rng.integers(1, 2 * config.mac.cols + 3)))
+        out = (int(rng.integers(1, 6)), int(rng.integers(1, 2 * config.mac.cols + 3)))
         in_h, in_w = (int(o - 1) * int(s) + int(d) * (int(k) - 1) + 1 + int(rng.integers(0, s))
                       for o, s, d, k in zip(out, stride, dilation, kernel))
         fields = dict(in_h=in_h, in_w=in_w, channels=int(rng.integers(1, config.mac.rows + 1)), k_h=int(kernel[0]),

@@ -52,16 +52,16 @@ def conv(preparer: Preparer, cmd: Command):
 
 def dwconv(preparer: Preparer, cmd: Command):
     """DWCONV: CONV's arithmetic with groups = channels (golden's conv2d); only where the operands lie differs:
-    the padded input tile in WEIGHT with its columns by phase (column mod stride_w), the kernel tap-major in ACT
-    (docs/isa.md, DWCONV). Faults in the order the hardware checks: channels, in_addr, wgt_addr, k_h, k_w,
+    the padded input tile in WEIGHT by phase (row mod stride_h, column mod stride_w), the kernel tap-major in
+    ACT (docs/isa.md, DWCONV). Faults in the order the hardware checks: channels, in_addr, wgt_addr, k_h, k_w,
     in_zero_point, acc_addr."""
     channels, rows = cmd.channels, preparer.config.mac.rows
     if channels > rows:
         raise ExecutionError(f"{preparer.where}: field channels = {channels} must be at most mac.rows = {rows}")
     in_dtype = DTYPE_NUMPY[DType(cmd.in_type)]
-    phases = cmd.stride_w
-    x = preparer.tensor(Buffer.WEIGHT, "in_addr", cmd.in_addr, (phases, cmd.in_h, -(-cmd.in_w // phases), channels),
-                        in_dtype)
+    row_phases, column_phases = cmd.stride_h, cmd.stride_w
+    x = preparer.tensor(Buffer.WEIGHT, "in_addr", cmd.in_addr, (row_phases, column_phases, -(-cmd.in_h // row_phases),
+                                                                  -(-cmd.in_w // column_phases), channels), in_dtype)
     w = preparer.tensor(Buffer.ACT, "wgt_addr", cmd.wgt_addr, (cmd.k_h, cmd.k_w, channels), np.int8)
     for name, size, kernel, dilation in (("k_h", cmd.in_h, cmd.k_h, cmd.dilation_h),
                                          ("k_w", cmd.in_w, cmd.k_w, cmd.dilation_w)):
@@ -84,11 +84,12 @@ def dwconv(preparer: Preparer, cmd: Command):
     first, accumulate, in_h, in_w = cmd.acc_addr, cmd.accumulate, cmd.in_h, cmd.in_w
 
     def execute(state: RunState) -> None:
-        by_phase = view(state, x)
+        planes = view(state, x)
         tile = np.empty((1, in_h, in_w, channels), in_dtype)
-        for phase in range(phases):
-            columns = tile[0, :, phase::phases]
-            columns[...] = by_phase[phase, :, :columns.shape[1]]
+        for row in range(row_phases):
+            for column in range(column_phases):
+                phase = tile[0, row::row_phases, column::column_phases]
+                phase[...] = planes[row, column, :phase.shape[0], :phase.shape[1]]
         kernel = np.ascontiguousarray(view(state, w).transpose(2, 0, 1)[..., None])   # [channels][k_h][k_w][1]
         sums = golden.conv_sums_channels_last(tile, kernel, geometry, wide=True)[0]
         state.accumulate(first, sums, accumulate)
