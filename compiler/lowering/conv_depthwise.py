@@ -132,8 +132,9 @@ def _conv_plan_cycles(layer: ConvLayer, config: HardwareConfig, plan: TilePlan) 
 
 def _plan_depthwise(layer: ConvLayer, config: HardwareConfig, tile_k: int | None,
                     tile_rows: int | None) -> tuple[float, DepthwisePlan] | None:
-    """(estimated cycles, plan) of the DWCONV plan with the fewest commands among those within
-    ESTIMATE_TOLERANCE of the fewest estimated cycles; None if no tile fits."""
+    """(estimated cycles, plan) of the DWCONV plan with the fewest commands, then the fewest DWCONV cycles
+    (where DMA or REQUANT bind, the array need not be the busiest), among those within ESTIMATE_TOLERANCE of
+    the fewest estimated cycles; None if no tile fits."""
     estimate = DepthwiseEstimate(layer, config)
     shape = estimate.shape
     candidates = [(*estimate(tk, rows), -rows, tk, rows)
@@ -144,8 +145,8 @@ def _plan_depthwise(layer: ConvLayer, config: HardwareConfig, tile_k: int | None
     if not candidates:
         return None
     fastest = min(candidate[0] for candidate in candidates)
-    cycles, _, _, tk, rows = min(candidates, key=lambda candidate: (candidate[0] > fastest * ESTIMATE_TOLERANCE,
-                                                                     candidate[1:]))
+    cycles, _, _, _, tk, rows = min(candidates, key=lambda candidate: (candidate[0] > fastest * ESTIMATE_TOLERANCE,
+                                                                        candidate[1:]))
     return cycles, DepthwisePlan(tk, 1, rows, shape.out_h, shape.out_w)
 
 
@@ -157,7 +158,7 @@ def _resident(layer: ConvLayer, config: HardwareConfig, k_tiles: int) -> bool:
 
 
 class DepthwiseEstimate:
-    """(cycles, commands) of a layer's DWCONV plans (tk, rows), weighed as conv_plan.CostEstimate weighs the
+    """(cycles, commands, DWCONV cycles) of a layer's DWCONV plans (tk, rows), weighed as conv_plan.CostEstimate weighs the
     conv tiler's, with REQUANT as a third stage (DWCONV outpaces it): each DWCONV's and REQUANT's cycles
     (``sim.timing``) on a full tile; the DMA's walk (the input by phase, each channel tile at its own offset,
     the kernel, the outputs) plus each LOAD's and STORE's fixed cycles. The busiest stage's cycles plus the
@@ -181,7 +182,8 @@ class DepthwiseEstimate:
                 and tk * PARAM_RECORD_BYTES <= halves[Buffer.PARAM]
                 and in_rows <= DIM_MAX and pixels <= _PIXELS_MAX)
 
-    def __call__(self, tk: int, rows: int) -> tuple[float, int]:
+    def __call__(self, tk: int, rows: int) -> tuple[float, int, int]:
+        """(estimated cycles, commands, DWCONV cycles) of the plan."""
         shape, config = self.shape, self.config
         channel_tiles = [(k0, min(tk, shape.c - k0)) for k0 in range(0, shape.c, tk)]
         row_tiles = -(-shape.out_h // rows)
@@ -197,7 +199,7 @@ class DepthwiseEstimate:
                                                               channels=tk))
         stages = (dma, mac, requant)
         loads = tiles * self.row_phases * len(self.columns) + 2 * len(channel_tiles)
-        return max(stages) + (sum(stages) - max(stages)) / tiles, loads + 3 * tiles
+        return max(stages) + (sum(stages) - max(stages)) / tiles, loads + 3 * tiles, mac
 
     def _dram_words(self, channel_tiles: list[tuple[int, int]], input_rows: int) -> int:
         """DRAM words of the inputs (each channel tile's runs at its channel offset), kernel and outputs."""
