@@ -26,7 +26,7 @@ from its own in-order command queue, and synchronise only through **dependency t
 |---|---|
 | LOAD | strided DMA DRAM -> ACT / WEIGHT / LUT / PARAM, writing padding (e.g. the input zero point) on the fly |
 | WDEC | decodes one layer's compressed weight stream (T/AI 115.1 chapter 10, npu profile) from DRAM into WEIGHT |
-| CONV | one convolution or matmul tile on the MAC array, ACT x WEIGHT -> ACC (overwrite or accumulate); DWCONV: one depthwise tile, its input from WEIGHT and its kernel from ACT |
+| CONV | a conv or matmul tile on the MAC array, ACT x WEIGHT -> ACC; DWCONV: a depthwise tile, WEIGHT x ACT -> ACC |
 | REQUANT | ACC -> OUT with per-channel bias / multiplier / shift records from PARAM |
 | LUT | table-lookup activations (8-bit direct, 16-bit interpolated) into OUT |
 | POOL | max / average pooling, element-wise add/sub/max/min/mul and concat rescale into OUT |

@@ -26,8 +26,8 @@ from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DEFAULT, DType, PARAM_RECOR
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.program import Command, Program
 from aipu.sim.timing.conv import depthwise_cycles
-from aipu.sim.timing.requant import command_cycles as requant_cycles
 from aipu.sim.timing.dma import least_cycles, walk_words
+from aipu.sim.timing.requant import command_cycles as requant_cycles
 
 _PAD_MAX = field_max(DEFAULT, Opcode.LOAD, "pad_left")
 _PIXELS_MAX = field_max(DEFAULT, Opcode.REQUANT, "pixels")
@@ -69,26 +69,16 @@ def phase_slots(length: int, pad_before: int, pad_after: int, stride: int) -> li
     return phases
 
 
-@dataclass(frozen=True)
-class RowTile:
-    """The input rows a tile of output rows reads: ``real`` rows of the input from ``first_real``, with
-    ``pad_top`` and ``pad_bottom`` padding rows around them (as conv_emit's tiles read them)."""
-
-    first_real: int
-    real: int
-    pad_top: int
-    pad_bottom: int
-
-
-def row_tiles(layer: ConvLayer, out_h: int, rows: int) -> list[RowTile]:
-    """The row tiles of ``rows`` output rows (the last shorter) and the input rows each reads."""
+def _row_tiles(layer: ConvLayer, out_h: int, rows: int) -> list[tuple[int, int, int]]:
+    """(real input rows, padding rows before, after) of each tile of ``rows`` output rows (the last shorter),
+    as conv_emit's tiles read them."""
     h, stride, top = layer.x.shape[2], layer.stride[0], layer.padding[0]
     span = layer.dilation[0] * (layer.w.shape[2] - 1) + 1
     tiles = []
     for r0 in range(0, out_h, rows):
         first, count = r0 * stride - top, (min(rows, out_h - r0) - 1) * stride + span
         pad_top, pad_bottom = max(0, -first), max(0, first + count - h)
-        tiles.append(RowTile(max(0, first), count - pad_top - pad_bottom, pad_top, pad_bottom))
+        tiles.append((count - pad_top - pad_bottom, pad_top, pad_bottom))
     return tiles
 
 
@@ -101,8 +91,8 @@ def takes_dwconv(layer: ConvLayer) -> bool:
 
 def _rows_fed(layer: ConvLayer, out_h: int, rows: int) -> bool:
     """Whether every row phase of every row tile of ``rows`` output rows holds a real input row."""
-    return all(phase_slots(tile.real, tile.pad_top, tile.pad_bottom, layer.stride[0]) is not None
-               for tile in row_tiles(layer, out_h, rows))
+    return all(phase_slots(real, pad_top, pad_bottom, layer.stride[0]) is not None
+               for real, pad_top, pad_bottom in _row_tiles(layer, out_h, rows))
 
 
 def plan_conv(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, dwconv: bool = True, tile_k: int | None = None,
@@ -158,8 +148,8 @@ def _resident(layer: ConvLayer, config: HardwareConfig, k_tiles: int) -> bool:
 
 
 class DepthwiseEstimate:
-    """(cycles, commands, DWCONV cycles) of a layer's DWCONV plans (tk, rows), weighed as conv_plan.CostEstimate weighs the
-    conv tiler's, with REQUANT as a third stage (DWCONV outpaces it): each DWCONV's and REQUANT's cycles
+    """(cycles, commands, DWCONV cycles) of a layer's DWCONV plans (tk, rows), weighed as conv_plan.CostEstimate
+    weighs the conv tiler's, with REQUANT as a third stage (DWCONV outpaces it): each DWCONV's and REQUANT's cycles
     (``sim.timing``) on a full tile; the DMA's walk (the input by phase, each channel tile at its own offset,
     the kernel, the outputs) plus each LOAD's and STORE's fixed cycles. The busiest stage's cycles plus the
     others' share of one tile (the pipeline's fill)."""
@@ -188,17 +178,15 @@ class DepthwiseEstimate:
         channel_tiles = [(k0, min(tk, shape.c - k0)) for k0 in range(0, shape.c, tk)]
         row_tiles = -(-shape.out_h // rows)
         tiles = len(channel_tiles) * row_tiles
-        taps = shape.kh * shape.kw
-        dma = (self._dram_words(channel_tiles, row_tiles * shape.input_rows(rows))
-               + self.load * (tiles * self.row_phases * len(self.columns)
-                              + 2 * (1 if _resident(self.layer, config, len(channel_tiles)) else len(channel_tiles)))
+        kernels_and_records = 2 * (1 if _resident(self.layer, config, len(channel_tiles)) else len(channel_tiles))
+        loads = tiles * self.row_phases * len(self.columns) + kernels_and_records
+        dma = (self._dram_words(channel_tiles, row_tiles * shape.input_rows(rows)) + self.load * loads
                + self.store * tiles)
-        mac = tiles * depthwise_cycles(config, channels=tk, taps=taps, out_h=rows, out_w=shape.out_w,
+        mac = tiles * depthwise_cycles(config, channels=tk, taps=shape.kh * shape.kw, out_h=rows, out_w=shape.out_w,
                                        plane_w=self.columns[0].slots)
         requant = tiles * requant_cycles(config, Command.make(Opcode.REQUANT, pixels=rows * shape.out_w,
                                                               channels=tk))
         stages = (dma, mac, requant)
-        loads = tiles * self.row_phases * len(self.columns) + 2 * len(channel_tiles)
         return max(stages) + (sum(stages) - max(stages)) / tiles, loads + 3 * tiles, mac
 
     def _dram_words(self, channel_tiles: list[tuple[int, int]], input_rows: int) -> int:
