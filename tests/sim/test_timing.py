@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from aipu.sim.cosim.stimulus.conv import random_dwconv
 from aipu.sim.cosim.stimulus.dma import random_load, random_store
 from aipu.sim.machine.arch import DEFAULT, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import Opcode, PoolMode
@@ -77,6 +78,19 @@ def test_a_depthwise_tile_s_numbers_give_the_dwconv_command_s_cycles(config, cha
                                plane_w=-(-(size + 3) // stride))
     assert planned == command_cycles(config, dwconv, Memory.create(config, 64))
     assert useful_macs(dwconv) == out_h * out_w * channels * k * k
+
+
+@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+def test_no_dwconv_does_more_than_the_array_can(config):
+    """Random DWCONVs: the useful MACs fit the array's cycles, and each block gets at least its taps' cycles."""
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        command = random_dwconv(config, rng)
+        cycles = command_cycles(config, command, Memory.create(config, 64))
+        assert useful_macs(command) <= config.mac.rows * config.mac.cols * cycles, command
+        out_h, out_w = conv_output_size(command)
+        positions = (out_h - 1) * -(-command.in_w // command.stride_w) + out_w
+        assert cycles >= -(-positions // config.mac.cols) * command.k_h * command.k_w, command
 
 
 def test_depthwise_cycles_give_the_documented_count():
