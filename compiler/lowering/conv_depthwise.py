@@ -96,18 +96,20 @@ def _rows_fed(layer: ConvLayer, out_h: int, rows: int) -> bool:
 
 
 def plan_conv(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, dwconv: bool = True, tile_k: int | None = None,
-              tile_c: int | None = None, tile_rows: int | None = None) -> TilePlan:
+              tile_c: int | None = None, tile_rows: int | None = None, unrolled: bool | None = None) -> TilePlan:
     """The conv tiler's plan (conv_plan.plan_tiles), or with ``dwconv`` a DepthwisePlan where the layer takes
-    DWCONV and its estimated cycles are fewer. Explicitly given sizes are kept by both."""
+    DWCONV and its estimated cycles are fewer. Explicitly given sizes and a forced ``unrolled`` mapping (which
+    rules DWCONV out) are kept."""
+    tiles = {"tile_k": tile_k, "tile_c": tile_c, "tile_rows": tile_rows, "unrolled": unrolled}
     try:
-        plan = plan_tiles(layer, config, tile_k=tile_k, tile_c=tile_c, tile_rows=tile_rows)
+        plan = plan_tiles(layer, config, **tiles)
     except ValueError:
         plan = None
-    if dwconv and tile_c in (None, 1) and takes_dwconv(layer):
+    if dwconv and not unrolled and tile_c in (None, 1) and takes_dwconv(layer):
         depthwise = _plan_depthwise(layer, config, tile_k, tile_rows)
         if depthwise is not None and (plan is None or depthwise[0] < _conv_plan_cycles(layer, config, plan)):
             return depthwise[1]
-    return plan if plan is not None else plan_tiles(layer, config, tile_k=tile_k, tile_c=tile_c, tile_rows=tile_rows)
+    return plan if plan is not None else plan_tiles(layer, config, **tiles)
 
 
 def _conv_plan_cycles(layer: ConvLayer, config: HardwareConfig, plan: TilePlan) -> float:
