@@ -91,10 +91,12 @@ arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arit
 **Typical layer.** `compiler/lowering/` (`conv_plan.py`, `conv_emit.py`) lowers conv + requant: LOAD
 params, weights and an input row tile (padded) -> CONV (input-channel chunks accumulate) -> REQUANT -> STORE, with every buffer split in
 two halves (double buffering) and the token pattern LOAD->CONV, CONV->LOAD (half free), CONV->REQUANT,
-REQUANT->CONV, LOAD->REQUANT (params), REQUANT->LOAD, REQUANT->STORE, STORE->REQUANT (with a LUT:
-REQUANT->LUT->STORE). A token is pushed only if a later command pops it. Consecutive layers are
-separated by one STORE->LOAD token: the last STORE of a layer pushes it and the first LOAD of the next
-pops it, which orders the DRAM hand-over and every on-chip buffer reuse between the layers.
+REQUANT->CONV, REQUANT->LOAD (params free), REQUANT->STORE, STORE->REQUANT (with a LUT:
+REQUANT->LUT->STORE). The compiler derives every token from the commands' accesses (docs/compiler.md §4):
+a token is pushed only if a later command pops it, and none is added where a chain of tokens already orders
+the two commands. Consecutive layers overlap: a layer's first LOAD of a buffer half pops a token from the
+previous layer's last user of that half, and a LOAD of rows the previous layer stored pops a STORE->LOAD token
+from the STORE that wrote them.
 """
 
 DECISIONS = """\

@@ -2,9 +2,9 @@
 
 An operator module provides a :class:`Lowering`: ``plan`` checks the operator against the hardware
 configuration and decides its tiles (raising InputError naming what does not fit) before anything is
-emitted; ``emit`` appends its commands to the program, joined to the previous and next operator by
-``link`` (compiler/lowering/pipeline.py). :class:`Context` holds the program, the DRAM plan and the quantized
-tensors, and places tensors and constants in DRAM.
+emitted; ``emit`` appends its commands to the program's pipeline (compiler/lowering/pipeline.py), which gives
+them the tokens that order them within the operator and after the earlier ones. :class:`Context` holds the
+pipeline, the DRAM plan and the quantized tensors, and places tensors and constants in DRAM.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from aipu.compiler.lowering.memory import DramPlan, channels_last
-from aipu.compiler.lowering.pipeline import Link
+from aipu.compiler.lowering.pipeline import Pipeline
 from aipu.compiler.qir import QTensor
 from aipu.sim.machine.arch import DTYPE_NUMPY, DType, HardwareConfig
 from aipu.sim.machine.errors import InputError
@@ -24,12 +24,16 @@ from aipu.sim.machine.program import Program
 
 @dataclass
 class Context:
-    program: Program
+    pipeline: Pipeline
     plan: DramPlan
     tensors: dict[str, QTensor]
     constants: dict[str, np.ndarray]       # integer operands of the quantized model (e.g. an eltwise constant)
     compress: bool = False                 # conv weights as npu-profile streams that WDEC decodes
     weight_streams: list[dict] = field(default_factory=list)    # what compression placed, for the manifest
+
+    @property
+    def program(self) -> Program:
+        return self.pipeline.program
 
     @property
     def config(self) -> HardwareConfig:
@@ -45,7 +49,7 @@ class Context:
 class Lowering(Protocol):
     def plan(self, op, context: Context): ...
 
-    def emit(self, plan, context: Context, link: Link) -> None: ...
+    def emit(self, plan, context: Context) -> None: ...
 
 
 def field_max(config: HardwareConfig, opcode: Opcode, *names: str) -> int:

@@ -18,7 +18,6 @@ from aipu.compiler.lowering.base import Context, dtype_code, image_shape
 from aipu.compiler.lowering.conv_depthwise import conv_constants, emit_conv, plan_conv
 from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer
 from aipu.compiler.lowering.conv_plan import TilePlan
-from aipu.compiler.lowering.pipeline import Link
 from aipu.compiler.lowering.weight_streams import WeightStreams
 from aipu.compiler.qir import QConv, QLut
 from aipu.sim.machine.arch import LUT_ENTRY_DTYPE
@@ -152,19 +151,18 @@ class ConvLowering:
         check_layer(layer)
         return ConvPart(layer, plan_conv(layer, context.config))
 
-    def emit(self, plan: ConvPlan, context: Context, link: Link) -> None:
+    def emit(self, plan: ConvPlan, context: Context) -> None:
         y = context.tensors[plan.y]
         source, target = context.address(plan.op.x), context.plan.tensor(plan.y, y.shape, y.dtype)
         elem_in, elem_out = context.tensors[plan.op.x].dtype.itemsize, y.dtype.itemsize
         last = len(plan.parts) - 1
-        for index, part in enumerate(plan.parts):       # phases one after another: they share the buffers
+        for index, part in enumerate(plan.parts):       # phases one after another, as operators of their own
             prefix = plan.op.name if last == 0 else f"{plan.op.name}/phase{index}"
             constants = conv_constants(part.layer, part.tiles, context.config)
             addresses = _PlacedOnUse(lambda name: context.plan.constant(f"{prefix}/{name}", constants[name]),
                                      input=source + part.input_offset * elem_in,
                                      output=target + part.output_offset * elem_out)
-            phase_link = Link(link.after_previous if index == 0 else True, link.before_next if index == last else True)
-            emit_conv(context.program, part.layer, part.tiles, addresses, phase_link,
+            emit_conv(context.pipeline, part.layer, part.tiles, addresses,
                       input_row=part.input_row, output_steps=part.output_steps,
                       weight_stream=WeightStreams(part.layer.w, prefix, context.plan, context.weight_streams)
                       if context.compress else None)

@@ -21,10 +21,10 @@ from aipu.compiler.lowering.conv_emit import WeightStream, _ConvEmitter, _Tile, 
 from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, layer_constants
 from aipu.compiler.lowering.conv_plan import (ESTIMATE_TOLERANCE, ConvGeometry, CostEstimate, TilePlan, _even_splits,
                                               _halvings, plan_tiles)
-from aipu.compiler.lowering.pipeline import Link, half
+from aipu.compiler.lowering.pipeline import Pipeline
 from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DEFAULT, DType, PARAM_RECORD_BYTES, Buffer, HardwareConfig
 from aipu.sim.machine.isa import Opcode
-from aipu.sim.machine.program import Command, Program
+from aipu.sim.machine.program import Command
 from aipu.sim.timing.conv import depthwise_cycles
 from aipu.sim.timing.dma import least_cycles, walk_words
 from aipu.sim.timing.requant import command_cycles as requant_cycles
@@ -218,33 +218,33 @@ def conv_constants(layer: ConvLayer, plan: TilePlan, config: HardwareConfig) -> 
     return constants
 
 
-def emit_conv(program: Program, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int], link: Link, *,
+def emit_conv(pipeline: Pipeline, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int], *,
               input_row: int | None = None, output_steps: tuple[int, int] | None = None,
               weight_stream: WeightStream | None = None) -> None:
     """conv_emit.emit_conv_layer, or a DepthwisePlan's commands (its kernel loaded raw: WDEC writes WEIGHT)."""
     if isinstance(plan, DepthwisePlan):
-        _DepthwiseEmitter(program, layer, plan, addresses, link, input_row, output_steps).emit()
+        _DepthwiseEmitter(pipeline, layer, plan, addresses, input_row, output_steps).emit()
     else:
-        emit_conv_layer(program, layer, plan, addresses, link, input_row=input_row, output_steps=output_steps,
+        emit_conv_layer(pipeline, layer, plan, addresses, input_row=input_row, output_steps=output_steps,
                         weight_stream=weight_stream)
 
 
 class _DepthwiseEmitter(_ConvEmitter):
     """The conv emitter with the input in WEIGHT by phase, the kernel tap-major in ACT and DWCONVs."""
 
-    def __init__(self, program: Program, layer: ConvLayer, plan: DepthwisePlan, addresses: Mapping[str, int],
-                 link: Link, input_row: int | None, output_steps: tuple[int, int] | None) -> None:
-        super().__init__(program, layer, plan, addresses, link, input_row, output_steps, None)
-        self.resident = _resident(layer, program.config, len(self.k_tiles))
+    def __init__(self, pipeline: Pipeline, layer: ConvLayer, plan: DepthwisePlan, addresses: Mapping[str, int],
+                 input_row: int | None, output_steps: tuple[int, int] | None) -> None:
+        super().__init__(pipeline, layer, plan, addresses, input_row, output_steps, None)
+        self.resident = _resident(layer, pipeline.program.config, len(self.k_tiles))
         self.columns = phase_slots(layer.x.shape[3], layer.padding[1], layer.padding[3], layer.stride[1])
         self.taps = layer.w.shape[2] * layer.w.shape[3]
 
     def _load_weights(self, item: int, k0: int, out_c: int, c0: int, in_c: int) -> None:
         """Channels k0 .. k0 + out_c of the tap-major kernel (whole channel tiles) into ACT half ``item``."""
         self.pipeline.append(Opcode.LOAD, dict(
-            buffer=Buffer.ACT, sram_addr=half(self.program, Buffer.ACT, item),
+            buffer=Buffer.ACT, sram_addr=self.pipeline.half(Buffer.ACT, item),
             dram_addr=self.addresses["weights"] + k0 * self.taps, elem_type=DType.INT8, y_size=1, x_size=1,
-            run=out_c * self.taps), (self.steps, self.step))
+            run=out_c * self.taps))
 
     def _load_activations(self, tile: _Tile, c0: int, channels: int) -> None:
         """The tile's input rows, channels ``c0``.., one LOAD per phase plane into the step's WEIGHT half."""
@@ -253,7 +253,7 @@ class _DepthwiseEmitter(_ConvEmitter):
         stride_h, stride_w = layer.stride
         rows = phase_slots(tile.in_rows - tile.pad_top - tile.pad_bottom, tile.pad_top, tile.pad_bottom, stride_h)
         plane_bytes = rows[0].slots * self.columns[0].slots * channels
-        base, first_row = half(self.program, Buffer.WEIGHT, self.step), max(0, tile.in_first)
+        base, first_row = self.pipeline.half(Buffer.WEIGHT, self.step), max(0, tile.in_first)
         for p, row in enumerate(rows):
             for q, column in enumerate(self.columns):
                 self.pipeline.append(Opcode.LOAD, dict(
@@ -263,17 +263,16 @@ class _DepthwiseEmitter(_ConvEmitter):
                     elem_type=self.in_type, y_size=row.count, x_size=column.count, run=channels,
                     dram_y_stride=stride_h * self.input_row, dram_x_stride=stride_w * c, pad_top=row.pad_before,
                     pad_bottom=row.pad_after, pad_left=column.pad_before, pad_right=column.pad_after,
-                    pad_value=layer.x_zero_point), (self.steps, self.step))
+                    pad_value=layer.x_zero_point))
 
     def _convolve(self, tile: _Tile, chunk_index: int, channels: int, weight_item: int) -> None:
         """The tile's DWCONV into its accumulator half."""
         layer = self.layer
         _, _, kh, kw = layer.w.shape
-        kernel = half(self.program, Buffer.ACT, weight_item) + (tile.k0 * self.taps if self.resident else 0)
+        kernel = self.pipeline.half(Buffer.ACT, weight_item) + (tile.k0 * self.taps if self.resident else 0)
         self.pipeline.append(Opcode.DWCONV, dict(
-            in_addr=half(self.program, Buffer.WEIGHT, self.step), in_h=tile.in_rows,
+            in_addr=self.pipeline.half(Buffer.WEIGHT, self.step), in_h=tile.in_rows,
             in_w=layer.x.shape[3] + layer.padding[1] + layer.padding[3], channels=tile.channels,
             in_type=self.in_type, in_zero_point=layer.x_zero_point, wgt_addr=kernel, w_zero_point=layer.w_zero_point,
             k_h=kh, k_w=kw, stride_h=layer.stride[0], stride_w=layer.stride[1], dilation_h=layer.dilation[0],
-            dilation_w=layer.dilation[1], acc_addr=half(self.program, Buffer.ACC, tile.index), accumulate=0),
-            (self.steps, self.step), (self.accumulators, tile.index))
+            dilation_w=layer.dilation[1], acc_addr=self.pipeline.half(Buffer.ACC, tile.index), accumulate=0))

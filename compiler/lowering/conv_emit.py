@@ -3,18 +3,12 @@
 The input (HWC), weights (OHWI), per-channel parameter records and the output (HWC) lie in DRAM. The output
 is split into tiles of ``tile_k`` output channels x ``tile_rows`` output rows (always the full width); the
 input channels of a tile are split into chunks of ``tile_c`` that CONV accumulates, one CONV step each. An
-unrolled plan loads each tile's kernel windows as the channels of a 1x1 CONV (im2col.py), one step a tile. Every
-on-chip buffer is used as two halves, handed along its units by the pipeline (pipeline.py), which gives the
-tokens:
-
-* ACT and WEIGHT halves, per CONV step: LOAD -> CONV after a step's loads; CONV -> LOAD frees them.
-* PARAM halves, per k-tile: LOAD -> REQUANT after the records; REQUANT -> LOAD frees them.
-* ACC halves, per tile: CONV -> REQUANT after the tile's last CONV; REQUANT -> CONV frees them.
-* OUT halves, per tile: REQUANT (-> LUT, in place) -> STORE; STORE -> REQUANT frees them.
-* With compressed weights, WDEC writes a step's weight half instead of a LOAD: WDEC -> CONV after it;
-  CONV -> WDEC from the last CONV that read the half frees it; LOAD -> WDEC from the layer's first LOAD
-  (which follows the previous layer) before the layer's first WDEC. The activation table is loaded first and
-  LOAD -> LUT announces it.
+unrolled plan loads each tile's kernel windows as the channels of a 1x1 CONV (im2col.py), one step a tile.
+Every on-chip buffer is used as two halves, an item in each: ACT per CONV step (LOAD -> CONV), WEIGHT per
+step when chunks reload weights, else per k-tile (LOAD or WDEC -> CONV), PARAM per k-tile (LOAD -> REQUANT),
+ACC per tile (CONV -> REQUANT), OUT per tile (REQUANT (-> LUT, in place) -> STORE); the activation table is
+loaded first into a LUT half. The pipeline (pipeline.py) derives the tokens from these accesses: the data
+tokens along each chain, the free tokens back, and the hand-over from the previous layer.
 """
 from __future__ import annotations
 
@@ -27,18 +21,17 @@ from aipu.compiler.lowering.base import dtype_code
 from aipu.compiler.lowering.conv_layer import ConvLayer
 from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.im2col import UnrolledWindow
-from aipu.compiler.lowering.pipeline import Link, Pipeline, half
+from aipu.compiler.lowering.pipeline import Pipeline
 from aipu.sim.machine.arch import DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, DType
-from aipu.sim.machine.isa import LutMode, Opcode, RequantMode, Unit
-from aipu.sim.machine.program import Program
+from aipu.sim.machine.isa import LutMode, Opcode, RequantMode
 
 WeightStream = Callable[[int, int, int, int], tuple[int, int] | None]
 
 
-def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int], link: Link, *,
+def emit_conv_layer(pipeline: Pipeline, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int], *,
                     input_row: int | None = None, output_steps: tuple[int, int] | None = None,
                     weight_stream: WeightStream | None = None) -> None:
-    """Append one layer's commands to ``program``, joined to its neighbours by ``link``.
+    """Append one layer's commands to ``pipeline`` as an operator of their own.
 
     ``addresses``: DRAM byte addresses of "input" (HWC), "weights" (OHWI), "params" (records), "output"
     (HWC) and, with a table, "lut" ("weights" is only read when a weight tile is loaded raw). The input and
@@ -47,7 +40,7 @@ def emit_conv_layer(program: Program, layer: ConvLayer, plan: TilePlan, addresse
     transposed convolution's phases read and write them. ``weight_stream(k0, k, c0, c)``: where the compressed
     stream of the weights [k0:k0+k, c0:c0+c] lies in DRAM (address, length), or None to load that tile raw; a
     placed tile is decoded by WDEC instead."""
-    _ConvEmitter(program, layer, plan, addresses, link, input_row, output_steps, weight_stream).emit()
+    _ConvEmitter(pipeline, layer, plan, addresses, input_row, output_steps, weight_stream).emit()
 
 
 @dataclass(frozen=True)
@@ -71,10 +64,12 @@ class _Tile:
 class _ConvEmitter:
     """The layer's work (tiles, CONV steps) and the commands of each, appended through one pipeline."""
 
-    def __init__(self, program: Program, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int],
-                 link: Link, input_row: int | None, output_steps: tuple[int, int] | None,
+    def __init__(self, pipeline: Pipeline, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int],
+                 input_row: int | None, output_steps: tuple[int, int] | None,
                  weight_stream: WeightStream | None) -> None:
-        self.program, self.layer, self.plan, self.addresses = program, layer, plan, addresses
+        program = pipeline.program
+        self.pipeline, self.program, self.layer, self.plan = pipeline, program, layer, plan
+        self.addresses = addresses
         self.weight_stream = weight_stream
         _, c, _, w = layer.x.shape
         k, cg, _, _ = layer.w.shape
@@ -94,16 +89,13 @@ class _ConvEmitter:
         self.resident = (not self.dense and len(self.k_tiles) > 1
                          and layer.w.size <= program.config.buffer(Buffer.WEIGHT).bytes // 2
                          and k <= program.config.buffer_units(Buffer.PARAM) // 2)
-        self.pipeline = pipeline = Pipeline(program, link, after_first_load=[Unit.WDEC, Unit.LUT])
-        self.steps, self.params = pipeline.ring(Unit.LOAD, Unit.CONV), pipeline.ring(Unit.LOAD, Unit.REQUANT)
-        self.weights, self.accumulators = pipeline.ring(Unit.WDEC, Unit.CONV), pipeline.ring(Unit.CONV, Unit.REQUANT)
-        self.outputs = pipeline.ring(Unit.REQUANT, *([Unit.LUT] if layer.lut is not None else []), Unit.STORE)
         self.step = 0
 
     def emit(self) -> None:
+        self.pipeline.begin()
         if self.layer.lut is not None:   # the table stays in LUT memory for the whole layer
-            self.pipeline.append(Opcode.LOAD, dict(buffer=Buffer.LUT, dram_addr=self.addresses["lut"],
-                                                   run=self.layer.lut.nbytes))
+            self.pipeline.append(Opcode.LOAD, dict(buffer=Buffer.LUT, sram_addr=self._table_address(),
+                                                   dram_addr=self.addresses["lut"], run=self.layer.lut.nbytes))
         for tile in self._tiles():
             for chunk_index, chunk in enumerate(self.chunks):
                 self._conv_step(tile, chunk_index, chunk)
@@ -111,7 +103,9 @@ class _ConvEmitter:
             if self.layer.lut is not None:
                 self._apply_table(tile)
             self._store(tile)
-        self.pipeline.close()
+
+    def _table_address(self) -> int:
+        return self.pipeline.table_address(self.layer.lut.nbytes)
 
     def _tiles(self) -> list[_Tile]:
         """The output tiles, k-tile by k-tile, with the input rows each reads."""
@@ -157,25 +151,24 @@ class _ConvEmitter:
     def _load_params(self, tile: _Tile) -> None:
         loaded_k = self.layer.w.shape[0] if self.resident else tile.channels
         self.pipeline.append(Opcode.LOAD, dict(
-            buffer=Buffer.PARAM, sram_addr=half(self.program, Buffer.PARAM, tile.kt) * PARAM_RECORD_BYTES,
+            buffer=Buffer.PARAM, sram_addr=self.pipeline.half(Buffer.PARAM, tile.kt) * PARAM_RECORD_BYTES,
             dram_addr=self.addresses["params"] + tile.k0 * PARAM_RECORD_BYTES, elem_type=DType.INT8, y_size=1,
-            x_size=1, run=loaded_k * PARAM_RECORD_BYTES),
-            (self.steps, self.step), (self.params, self._param_item(tile)))
+            x_size=1, run=loaded_k * PARAM_RECORD_BYTES))
 
     def _load_weights(self, item: int, k0: int, out_c: int, c0: int, in_c: int) -> None:
         """The raw weights [k0:k0+out_c, c0:c0+in_c] (OHWI in DRAM) into weight half ``item``."""
         _, cg, kh, kw = self.layer.w.shape
         self.pipeline.append(Opcode.LOAD, dict(
-            buffer=Buffer.WEIGHT, sram_addr=half(self.program, Buffer.WEIGHT, item),
+            buffer=Buffer.WEIGHT, sram_addr=self.pipeline.half(Buffer.WEIGHT, item),
             dram_addr=self.addresses["weights"] + k0 * kh * kw * cg + c0, elem_type=DType.INT8, y_size=out_c,
-            x_size=kh * kw, run=in_c, dram_y_stride=kh * kw * cg, dram_x_stride=cg), (self.steps, self.step))
+            x_size=kh * kw, run=in_c, dram_y_stride=kh * kw * cg, dram_x_stride=cg))
 
     def _decode_weights(self, item: int, placed: tuple[int, int], out_c: int, c0: int, in_c: int) -> None:
         """WDEC of the stream ``placed`` (DRAM address, length) into weight half ``item``."""
         _, _, kh, kw = self.layer.w.shape
         self.pipeline.append(Opcode.WDEC, dict(
-            dram_addr=placed[0], length=placed[1], wgt_addr=half(self.program, Buffer.WEIGHT, item), out_c=out_c,
-            in_c=in_c, k_h=kh, k_w=kw), (self.weights, item))
+            dram_addr=placed[0], length=placed[1], wgt_addr=self.pipeline.half(Buffer.WEIGHT, item), out_c=out_c,
+            in_c=in_c, k_h=kh, k_w=kw))
 
     def _load_activations(self, tile: _Tile, c0: int, channels: int) -> None:
         """The tile's input rows, channels ``c0``.. (HWC in DRAM), padded as the CONV reads them."""
@@ -186,35 +179,34 @@ class _ConvEmitter:
         _, c, _, w = layer.x.shape
         real_rows = tile.in_rows - tile.pad_top - tile.pad_bottom
         self.pipeline.append(Opcode.LOAD, dict(
-            buffer=Buffer.ACT, sram_addr=half(self.program, Buffer.ACT, self.step),
+            buffer=Buffer.ACT, sram_addr=self.pipeline.half(Buffer.ACT, self.step),
             dram_addr=self.addresses["input"] + (max(0, tile.in_first) * self.input_row + c0),
             elem_type=self.in_type, y_size=real_rows, x_size=w, run=channels, dram_y_stride=self.input_row,
             dram_x_stride=c, pad_top=tile.pad_top, pad_bottom=tile.pad_bottom, pad_left=layer.padding[1],
-            pad_right=layer.padding[3], pad_value=layer.x_zero_point), (self.steps, self.step))
+            pad_right=layer.padding[3], pad_value=layer.x_zero_point))
 
     def _load_windows(self, tile: _Tile) -> None:
         """Unrolled: each output row's kernel windows, [out_w][k_h][k_w][C] after the tile's previous rows."""
-        window, base = self.window, half(self.program, Buffer.ACT, self.step)
+        window, base = self.window, self.pipeline.half(Buffer.ACT, self.step)
         for row in range(tile.rows):
             row_start = base + row * self.plan.out_w * window.depth
             for offset, fields in window.row_loads(tile.r0 + row, self.input_row):
                 self.pipeline.append(Opcode.LOAD, dict(
                     fields, buffer=Buffer.ACT, sram_addr=row_start + offset,
                     dram_addr=self.addresses["input"] + fields["dram_addr"], elem_type=self.in_type,
-                    pad_value=self.layer.x_zero_point), (self.steps, self.step))
+                    pad_value=self.layer.x_zero_point))
 
     def _convolve(self, tile: _Tile, chunk_index: int, channels: int, weight_item: int) -> None:
         """The step's CONV into the tile's accumulator half (adding to it after the first chunk)."""
         layer = self.layer
         _, cg, kh, kw = layer.w.shape
-        wgt_addr = half(self.program, Buffer.WEIGHT, weight_item) + (tile.k0 * kh * kw * cg if self.resident else 0)
+        wgt_addr = self.pipeline.half(Buffer.WEIGHT, weight_item) + (tile.k0 * kh * kw * cg if self.resident else 0)
         self.pipeline.append(Opcode.CONV, dict(
-            in_addr=half(self.program, Buffer.ACT, self.step), **self._conv_geometry(tile, channels),
+            in_addr=self.pipeline.half(Buffer.ACT, self.step), **self._conv_geometry(tile, channels),
             in_type=self.in_type, in_zero_point=layer.x_zero_point, wgt_addr=wgt_addr,
             w_zero_point=layer.w_zero_point, out_c=tile.channels,
             groups=1 if self.dense else tile.channels // self.kg,
-            acc_addr=half(self.program, Buffer.ACC, tile.index), accumulate=int(chunk_index > 0)),
-            (self.steps, self.step), (self.weights, weight_item), (self.accumulators, tile.index))
+            acc_addr=self.pipeline.half(Buffer.ACC, tile.index), accumulate=int(chunk_index > 0)))
 
     def _conv_geometry(self, tile: _Tile, channels: int) -> dict:
         """A CONV's input tile and kernel: the padded input rows, or unrolled a 1x1 conv over the windows."""
@@ -229,15 +221,14 @@ class _ConvEmitter:
     def _requantize(self, tile: _Tile) -> None:
         layer = self.layer
         qmin, qmax = layer.clamp
-        param_index = (half(self.program, Buffer.PARAM, 0) + tile.k0 if self.resident
-                       else half(self.program, Buffer.PARAM, tile.kt))
+        param_index = (self.pipeline.half(Buffer.PARAM, 0) + tile.k0 if self.resident
+                       else self.pipeline.half(Buffer.PARAM, tile.kt))
         self.pipeline.append(Opcode.REQUANT, dict(
-            acc_addr=half(self.program, Buffer.ACC, tile.index), out_addr=half(self.program, Buffer.OUT, tile.index),
+            acc_addr=self.pipeline.half(Buffer.ACC, tile.index), out_addr=self.pipeline.half(Buffer.OUT, tile.index),
             pixels=tile.rows * self.plan.out_w, channels=tile.channels, param_index=param_index,
             out_type=layer.out_type, out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax,
             mode=RequantMode.NATIVE if layer.scale is None else RequantMode.FLOAT32,
-            rounding=layer.rounding, leaky=int(layer.negative_multiplier is not None)),
-            (self.accumulators, tile.index), (self.params, self._param_item(tile)), (self.outputs, tile.index))
+            rounding=layer.rounding, leaky=int(layer.negative_multiplier is not None)))
 
     def _apply_table(self, tile: _Tile) -> None:
         """The activation table, in place on the tile's output half."""
@@ -246,16 +237,16 @@ class _ConvEmitter:
         table = dict(table_log2=(len(layer.lut) - 1).bit_length() - 1, index_shift=layer.lut_index_shift,
                      input_min=layer.lut_input_min, qmin=int(out_info.min), qmax=int(out_info.max)) \
             if layer.lut_mode == LutMode.INTERP16 else {}
-        out = half(self.program, Buffer.OUT, tile.index)
+        out = self.pipeline.half(Buffer.OUT, tile.index)
         self.pipeline.append(Opcode.LUT, dict(
-            src_buf=Buffer.OUT, src_addr=out, dst_addr=out, count=tile.rows * self.plan.out_w * tile.channels,
-            mode=layer.lut_mode, in_type=layer.out_type, out_type=layer.out_type, **table), (self.outputs, tile.index))
+            src_buf=Buffer.OUT, src_addr=out, dst_addr=out, table_addr=self._table_address(),
+            count=tile.rows * self.plan.out_w * tile.channels, mode=layer.lut_mode, in_type=layer.out_type,
+            out_type=layer.out_type, **table))
 
     def _store(self, tile: _Tile) -> None:
         out_bytes = DTYPE_BYTES[self.layer.out_type]
         self.pipeline.append(Opcode.STORE, dict(
-            sram_addr=half(self.program, Buffer.OUT, tile.index),
+            sram_addr=self.pipeline.half(Buffer.OUT, tile.index),
             dram_addr=self.addresses["output"] + (tile.r0 * self.out_row + tile.k0) * out_bytes,
             elem_type=self.layer.out_type, y_size=tile.rows, x_size=self.plan.out_w, run=tile.channels,
-            dram_y_stride=self.out_row * out_bytes, dram_x_stride=self.out_pixel * out_bytes),
-            (self.outputs, tile.index))
+            dram_y_stride=self.out_row * out_bytes, dram_x_stride=self.out_pixel * out_bytes))

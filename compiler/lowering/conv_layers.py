@@ -15,7 +15,7 @@ from aipu.compiler.lowering.conv_depthwise import conv_constants, emit_conv, pla
 from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer
 from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.memory import DramPlan, channels_last, load_tensor, store_tensor
-from aipu.compiler.lowering.pipeline import Link
+from aipu.compiler.lowering.pipeline import Pipeline
 from aipu.compiler.lowering.weight_streams import WeightStreams
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
@@ -74,9 +74,8 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     """Lower a chain of conv layers into one program: layer i + 1 reads layer i's output from DRAM.
 
     Only the first layer's ``x`` is input data; later layers' ``x`` must have the previous output's
-    shape and dtype (their values are not used). Between layers the last STORE pushes a STORE -> LOAD
-    token that the next layer's first LOAD pops: everything of the previous layer then happens before
-    anything of the next (DRAM read-after-write and every on-chip buffer reuse). ``compress``: weight tiles
+    shape and dtype (their values are not used). One pipeline gives the tokens, so that a layer's first
+    loads overlap the previous layer's last compute (compiler/lowering/pipeline.py). ``compress``: weight tiles
     decoded by WDEC where their stream is smaller (``WeightStreams``), the streams placed after the outputs.
     ``tiles``: per layer, tile sizes to keep (plan_tiles' keywords). ``dwconv``: whether depthwise layers may run
     on DWCONV where it is faster (conv_depthwise.plan_conv; the RTL does not execute DWCONV yet)."""
@@ -89,13 +88,15 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     for i, (layer, plan) in enumerate(zip(layers, plans)):
         dram.tensor(f"{i}.output", (1, layer.w.shape[0], plan.out_h, plan.out_w), layer.out_dtype, reuse=False)
 
-    program, streams = Program(config), []
+    pipeline, streams = Pipeline(Program(config)), []
     for i, (layer, plan) in enumerate(zip(layers, plans)):
         addresses = {"input": dram.regions["input" if i == 0 else f"{i - 1}.output"][0],
                      **{name: dram.regions[f"{i}.{name}"][0] for name in ("weights", "params", "output", "lut")
                         if f"{i}.{name}" in dram.regions}}
-        emit_conv(program, layer, plan, addresses, Link(after_previous=i > 0, before_next=i < len(layers) - 1),
+        emit_conv(pipeline, layer, plan, addresses,
                   weight_stream=WeightStreams(layer.w, str(i), dram, streams) if compress else None)
+    pipeline.close()
+    program = pipeline.program
     program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
     last, plan = layers[-1], plans[-1]
     return LoweredLayer(program, dram.image(), dram.regions[f"{len(layers) - 1}.output"][0],

@@ -4,7 +4,7 @@ Tiles are output rows x channels of the channels-last output. An operand of the 
 tile's box; a broadcast operand (a per-channel vector as in squeeze-excitation, a per-pixel map, a scalar)
 loads through a DMA pattern whose broadcast dimensions have stride 0, so the unit always sees two dense
 operands of equal length. Concat requantizes each input into its box of the output (ELTWISE RESCALE),
-one pipeline per input.
+one pipeline operator per input.
 """
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from aipu.compiler.lowering.base import Context, dtype_code, field_max, image_shape
-from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
+from aipu.compiler.lowering.pipeline import Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QConcat, QEltwise, QTensor
 from aipu.sim.machine.arch import Buffer
 from aipu.sim.machine.errors import InputError
-from aipu.sim.machine.isa import EltwiseOp, Opcode, Rounding, Unit
+from aipu.sim.machine.isa import EltwiseOp, Opcode, Rounding
 
 _OPERAND_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 
@@ -72,7 +72,7 @@ class EltwiseLowering:
         height, width, channels = image_shape(y)
         return EltwisePlan(op, *_tiles(context, height, width, channels, 2, y.dtype.itemsize, op.name))
 
-    def emit(self, plan: EltwisePlan, context: Context, link: Link) -> None:
+    def emit(self, plan: EltwisePlan, context: Context) -> None:
         op = plan.op
         a, b, y = (context.tensors[name] for name in (op.a, op.b, op.y))
         out_shape = image_shape(y)
@@ -100,7 +100,7 @@ class EltwiseLowering:
                          dram_y_stride=width * channels * out_bytes, dram_x_stride=channels * out_bytes)
             return Tile(loads, [(Opcode.ELTWISE, fields)], [store])
 
-        emit_pipeline(context.program, Unit.POOL, len(tiles), build, link)
+        emit_pipeline(context.pipeline, len(tiles), build)
 
 
 # A [1, C, H, W], [1, C, L] or [1, C] tensor's axis as its position in image_shape's (H, W, C).
@@ -131,11 +131,11 @@ class ConcatLowering:
             tiles.append(_tiles(context, *shape, 1, y.dtype.itemsize, op.name))
         return ConcatPlan(op, boxes, tiles)
 
-    def emit(self, plan: ConcatPlan, context: Context, link: Link) -> None:
+    def emit(self, plan: ConcatPlan, context: Context) -> None:
         op, y = plan.op, context.tensors[plan.op.y]
         _, out_w, out_c = image_shape(y)
         target = context.plan.tensor(op.y, y.shape, y.dtype)
-        out_bytes, last = y.dtype.itemsize, len(op.xs) - 1
+        out_bytes = y.dtype.itemsize
         for index, name in enumerate(op.xs):
             x = context.tensors[name]
             height, width, channels = image_shape(x)
@@ -161,5 +161,4 @@ class ConcatLowering:
                              dram_x_stride=out_c * out_bytes)
                 return Tile(load, [(Opcode.ELTWISE, fields)], [store])
 
-            emit_pipeline(context.program, Unit.POOL, len(tiles), build,
-                          Link(link.after_previous or index > 0, link.before_next or index < last))
+            emit_pipeline(context.pipeline, len(tiles), build)

@@ -16,10 +16,10 @@ import numpy as np
 
 from aipu.compiler.lowering.base import Context, dtype_code, field_max
 from aipu.compiler.lowering.memory import channels_last, from_channels_last
-from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
+from aipu.compiler.lowering.pipeline import Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QLayout
 from aipu.sim.machine.arch import Buffer
-from aipu.sim.machine.isa import Opcode, PoolMode, Unit
+from aipu.sim.machine.isa import Opcode, PoolMode
 
 def source_map(op: QLayout, x_shape: tuple[int, ...], y_shape: tuple[int, ...]) -> np.ndarray:
     """For each element of the output's channels-last layout, the index of the input element it copies in
@@ -134,7 +134,7 @@ class LayoutLowering:
         fills = sources < 0
         return LayoutPlan(op, False, tiles, min(size_max, int(np.count_nonzero(fills))) if fills.any() else 0)
 
-    def emit(self, plan: LayoutPlan, context: Context, link: Link) -> None:
+    def emit(self, plan: LayoutPlan, context: Context) -> None:
         op = plan.op
         x, y = context.tensors[op.x], context.tensors[op.y]
         if plan.alias:
@@ -159,4 +159,4 @@ class LayoutLowering:
             store = dict(sram_addr=out, dram_addr=target + first * elem, elem_type=code, run=count)
             return Tile(loads, [(Opcode.POOL, copy)], [store])
 
-        emit_pipeline(context.program, Unit.POOL, len(plan.tiles), build, link)
+        emit_pipeline(context.pipeline, len(plan.tiles), build)

@@ -1,10 +1,11 @@
 """A whole quantized model as one command program: every operator planned, then emitted in order.
 
-Operators run one after another (a STORE -> LOAD token joins each to the next, compiler/lowering/pipeline.py);
-inside an operator the units overlap through double buffering. A conv whose output only a table operator
-reads takes the table (LUT before STORE). The DRAM plan places the inputs, then each operator's constants
-and output as it is emitted, and frees a tensor after its last reader (``keep_all`` keeps every tensor, so
-that each can be read back and compared with the quantized IR's reference).
+One pipeline (compiler/lowering/pipeline.py) gives every command its tokens: inside an operator the units
+overlap through double buffering, and an operator's first loads wait only for the stores of the bytes they read
+and for the buffer halves they fill, so they run under the previous operator's last compute. A conv whose
+output only a table operator reads takes the table (LUT before STORE). The DRAM plan places the inputs, then
+each operator's constants and output as it is emitted, and frees a tensor after its last reader (``keep_all``
+keeps every tensor, so that each can be read back and compared with the quantized IR's reference).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from aipu.compiler.lowering.conv import ConvLowering
 from aipu.compiler.lowering.eltwise import ConcatLowering, EltwiseLowering
 from aipu.compiler.lowering.layout import LayoutLowering
 from aipu.compiler.lowering.memory import DramPlan, load_tensor, store_tensor
-from aipu.compiler.lowering.pipeline import Link
+from aipu.compiler.lowering.pipeline import Pipeline
 from aipu.compiler.lowering.pool import PoolLowering
 from aipu.compiler.lowering.softmax import SoftmaxLowering
 from aipu.compiler.lowering.table import TableLowering
@@ -87,29 +88,28 @@ def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bo
                 compress: bool = False) -> NetworkProgram:
     """Plan every operator (all errors before anything is emitted), then emit them in order. ``compress``:
     conv weight tiles as npu-profile streams decoded by WDEC, where that is smaller than the raw tile."""
-    context = Context(Program(config), DramPlan(), model.tensors, model.constants, compress=compress)
+    context = Context(Pipeline(Program(config)), DramPlan(), model.tensors, model.constants, compress=compress)
     for name in model.inputs:
         tensor = model.tensors[name]
         context.plan.tensor(name, tensor.shape, tensor.dtype, reuse=False)
     steps = _plan(model, context)
-    emitting = [index for index, (_, plan, _, _) in enumerate(steps) if not getattr(plan, "alias", False)]
-    if not emitting:
+    if all(getattr(plan, "alias", False) for _, plan, _, _ in steps):
         raise InputError("model", "no operator moves data", "at least one operator that computes")
     last_reader = {name: index for index, (_, _, reads, _) in enumerate(steps) for name in reads}
     kept = set(model.inputs) | set(model.outputs)
     emitted = []
     for index, (lowering, plan, reads, names) in enumerate(steps):
-        link = Link(after_previous=index > emitting[0], before_next=index < emitting[-1])
-        before = {unit: len(queue) for unit, queue in context.program.queues.items()}
-        lowering.emit(plan, context, link)
-        commands = {unit.name: [before[unit], len(queue)] for unit, queue in context.program.queues.items()
-                    if len(queue) > before[unit]}
+        before = context.pipeline.counts()
+        lowering.emit(plan, context)
+        commands = {unit.name: [before.get(unit, 0), count] for unit, count in context.pipeline.counts().items()
+                    if count > before.get(unit, 0)}
         if commands:
             emitted.append({"layers": names, "commands": commands})
         for name in set(reads):
             if last_reader[name] == index and name not in kept and not keep_all and name in context.plan.regions \
                     and name not in model.constants:
                 context.plan.release(name)
+    context.pipeline.close()
     context.program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
     return NetworkProgram(context.program, context.plan.image(), context.plan, model, context.weight_streams,
                           emitted)

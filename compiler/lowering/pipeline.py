@@ -1,138 +1,203 @@
-"""The token protocol of every chain of units, owned by one emitter: :class:`Pipeline` (docs/isa.md, execution
-model).
+"""The token protocol of the whole program, owned by one object: :class:`Pipeline` (docs/isa.md, execution
+model; docs/compiler.md §4).
 
-An operator appends its commands through a Pipeline, naming for each command the rings it works on. A
-:class:`Ring` is a buffer used as two halves (double buffering) and handed along a chain of units, item after
-item (a tile, a CONV step, a k-tile's parameter records); item j uses half j % 2. Conv layers chain LOAD/WDEC
--> CONV -> REQUANT (-> LUT) -> STORE over several rings; the streaming operators LOAD -> one unit -> STORE
-(:func:`emit_pipeline`). The tokens:
+Operators append their commands in program order; the pipeline reads from each command's fields what it
+accesses and gives it the tokens that order it after every earlier access it conflicts with, inside an
+operator and across operators alike:
 
-* Data: a unit's first command on an item pops a token from the unit before it in the ring, which that unit's
-  last command on the item pushes (LOAD -> CONV, CONV -> REQUANT, REQUANT -> LUT -> STORE, ...).
-* Free: the ring's first unit, starting an item, pops a token from the ring's last unit, which that unit's
-  last command on the half's previous contents (item j - 2) pushes.
-* The units named ``after_first_load`` (WDEC; LUT reading a table loaded before the tiles) wait at their
-  first command for the operator's first LOAD, unless that command already waits for a LOAD (LOAD runs in
-  order).
-* Between operators (``Link``) the first LOAD pops and the last STORE pushes a STORE -> LOAD token: all of
-  the previous operator (its DRAM writes and buffer uses) happens before anything of this one.
+* On chip, every buffer is used as two halves (double buffering; an operator's table takes a LUT half of its
+  own where it fits one, so it loads while the previous table is still in use). A read follows the latest write of its half
+  by each other unit (read-after-write); a write follows the latest access of its half by each other unit
+  (write-after-read, write-after-write).
+* In DRAM, at byte granularity from the DMA patterns: a LOAD follows the latest STORE that wrote a byte it
+  reads, a STORE the latest LOAD that read a byte it writes (a region freed after its last reader and reused
+  by a later output). Constants are never stored to, so LOADs of weights, records and tables wait for no STORE.
+* A command that must follow command c of unit V pops a V token, and c pushes it, unless a token chain
+  already orders them (vector clocks, as the interpreter's race detector keeps them; of two such commands of
+  V only the later is awaited). A unit thus waits on strictly later commands of V each time: every command
+  pushes at most one token to each unit, the i-th pop of a queue pairs with its i-th push, and a token is
+  pushed only when a later command pops it, so the program ends with every token queue empty.
 
-A command arrives with its pops and receives each push when the command that pops it arrives: a token is
-pushed only when a later command pops it, so the operator ends with every token queue empty.
+An operator numbers the items of each buffer (a tile, a CONV step, a k-tile's records) from 0 after
+:meth:`Pipeline.begin`; :meth:`Pipeline.half` places item j in the half the previous operator's last item did
+not use when j is even, so that the operator's first items load while the previous one still works on the
+other half, and its last stores run under the next operator's compute.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aipu.sim.machine.arch import Buffer
-from aipu.sim.machine.isa import COMMANDS, Opcode, Unit
+import numpy as np
+
+from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DTYPE_BYTES, Buffer, DType
+from aipu.sim.machine.isa import COMMANDS, EltwiseOp, Opcode, Unit
+from aipu.sim.machine.ordering import region_bytes
 from aipu.sim.machine.program import Command, Program
 
-
-@dataclass(frozen=True)
-class Link:
-    """How an operator joins the program: pop a STORE -> LOAD token first, push one at the end."""
-
-    after_previous: bool
-    before_next: bool
-
-
-def half(program: Program, buffer: Buffer, index: int) -> int:
-    """Start (in the buffer's units) of half ``index % 2``: the double-buffering ping-pong."""
-    return (index % 2) * (program.config.buffer_units(buffer) // 2)
+Half = tuple[Buffer, int]
 
 
 def half_bytes(program: Program, buffer: Buffer) -> int:
     return program.config.buffer(buffer).bytes // 2
 
 
-class Ring:
-    """A double-buffered buffer handed along ``units`` in order; made by :meth:`Pipeline.ring`.
-
-    An item the unit before did not work on (a weight tile that a LOAD brought rather than WDEC, ordered by
-    another ring) takes no data token from it; its readers still count for the free token."""
-
-    def __init__(self, pipeline: Pipeline, units: tuple[Unit, ...]) -> None:
-        self.pipeline, self.units = pipeline, units
-        self._latest: dict[Unit, tuple[int, int]] = {}     # unit -> (item, command) of its latest command
-        self._reader: dict[int, int] = {}                  # half -> its last reader's latest command
-
-    def pops(self, unit: Unit, item: int) -> set[Unit]:
-        """The tokens ``unit``'s next command on ``item`` pops; pushes them on the commands that owe them."""
-        latest = self._latest.get(unit)
-        if latest is not None and latest[0] == item:       # not the unit's first command on the item
-            return set()
-        position = self.units.index(unit)
-        if position == 0:
-            reader = self._reader.pop(item % 2, None)
-            if reader is None:
-                return set()
-            self.pipeline.push(reader, unit)
-            return {self.units[-1]}
-        before = self.units[position - 1]
-        written = self._latest.get(before)
-        if written is None or written[0] != item:
-            return set()
-        self.pipeline.push(written[1], unit)
-        return {before}
-
-    def record(self, unit: Unit, item: int, command: int) -> None:
-        self._latest[unit] = (item, command)
-        if unit == self.units[-1]:
-            self._reader[item % 2] = command
-
-
 class Pipeline:
-    """One operator's commands with their tokens (module docstring), held until :meth:`close` appends them
-    to ``program``: a push is added to a held command when the command that pops it arrives."""
+    """The program's commands with their tokens (module docstring), held until :meth:`close` appends them:
+    a push is added to a held command when a later command pops it."""
 
-    def __init__(self, program: Program, link: Link, after_first_load: Iterable[Unit] = ()) -> None:
-        self.program, self.link = program, link
-        self.after_first_load = frozenset(after_first_load)
-        self._commands: list[tuple[Opcode, dict, set[Unit], set[Unit]]] = []    # opcode, fields, pop, push
-        self._first: dict[Unit, int] = {}           # unit -> its first command
-        self._last_store: int | None = None
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self._commands: list[Command] = []
+        self._units: list[Unit] = []
+        self._clocks: list[tuple[int, ...]] = []           # per command: its vector clock (commands per unit)
+        self._pop: list[set[Unit]] = []
+        self._push: list[set[Unit]] = []
+        self._latest: dict[Unit, int] = {}                  # unit -> its latest command
+        self._writes: dict[Half, dict[Unit, int]] = {}      # half -> unit -> its latest write of the half
+        self._accesses: dict[Half, dict[Unit, int]] = {}    # half -> unit -> its latest access of the half
+        self._tables: dict[int, list[Half]] = {}            # LUT address -> the halves its table fills
+        self._last_written: dict[Buffer, int] = {}          # buffer -> the half written last
+        self._first: dict[Buffer, int] = {}                 # buffer -> the half of this operator's item 0
+        self._dram_store = np.full(0, -1, np.int64)         # byte -> latest STORE writing it
+        self._dram_load = np.full(0, -1, np.int64)          # byte -> latest LOAD reading it
 
-    def ring(self, *units: Unit) -> Ring:
-        return Ring(self, units)
+    def begin(self) -> None:
+        """An operator starts: its item 0 of each buffer takes the half the previous operator's last write
+        did not."""
+        self._first = {buffer: 1 - written for buffer, written in self._last_written.items()}
 
-    def append(self, opcode: Opcode, fields: dict, *uses: tuple[Ring, int]) -> None:
-        """Add a command of ``fields``; ``uses``: the (ring, item) pairs it works on."""
+    def half(self, buffer: Buffer, item: int) -> int:
+        """Start (in the buffer's address units) of the half that holds ``item`` in this operator."""
+        return ((self._first.get(buffer, 0) + item) % 2) * (self.program.config.buffer_units(buffer) // 2)
+
+    def table_address(self, nbytes: int) -> int:
+        """Where this operator's table goes in the LUT memory: a half of its own when it fits one, so that
+        it loads while the previous operator's table is still in use."""
+        return self.half(Buffer.LUT, 0) if nbytes <= half_bytes(self.program, Buffer.LUT) else 0
+
+    def counts(self) -> dict[Unit, int]:
+        """How many commands each unit has so far."""
+        return {unit: self._clocks[index][unit] for unit, index in self._latest.items()}
+
+    def append(self, opcode: Opcode, fields: dict) -> None:
+        """Add a command of ``fields`` with the tokens that order it after what it conflicts with."""
+        command = Command.make(opcode, **fields)
         unit = COMMANDS[opcode].unit
-        pop = set()
-        for ring, item in uses:
-            pop |= ring.pops(unit, item)
-        command = len(self._commands)
-        if unit not in self._first:
-            if unit == Unit.LOAD and self.link.after_previous:
-                pop.add(Unit.STORE)
-            if unit in self.after_first_load and Unit.LOAD not in pop:
-                if Unit.LOAD not in self._first:
-                    raise ValueError(f"{unit.name} waits for the operator's first LOAD, which has not been added")
-                self.push(self._first[Unit.LOAD], unit)
-                pop.add(Unit.LOAD)
-            self._first[unit] = command
-        if unit == Unit.STORE:
-            self._last_store = command
-        for ring, item in uses:
-            ring.record(unit, item, command)
-        self._commands.append((opcode, fields, pop, set()))
+        index = len(self._commands)
+        reads, writes = self._halves(command)
+        after = [self._writes.get(half, {}) for half in reads] + [self._accesses.get(half, {}) for half in writes]
+        waits = {}
+        for earlier in after:
+            for other, command_index in earlier.items():
+                if other != unit:
+                    waits[other] = max(waits.get(other, -1), command_index)
+        self._dram_waits(command, waits)
+        self._order(unit, waits)
+        self._commands.append(command)
+        self._units.append(unit)
+        self._push.append(set())
+        for half in reads + writes:
+            self._accesses.setdefault(half, {})[unit] = index
+        for half in writes:
+            self._writes.setdefault(half, {})[unit] = index
+            self._last_written[half[0]] = half[1]
+        self._latest[unit] = index
 
-    def push(self, command: int, to: Unit) -> None:
-        """Held command ``command`` also pushes a token to ``to``."""
-        self._commands[command][3].add(to)
+    def _order(self, unit: Unit, waits: dict[Unit, int]) -> None:
+        """Pop a token from each command in ``waits`` (unit -> command) that no token chain orders before the
+        new command yet, unless another of them follows it; have that command push it. Records the new
+        command's clock and pops."""
+        latest = self._latest.get(unit)
+        clock = self._clocks[latest] if latest is not None else (0,) * len(Unit)
+        unordered = [index for index in waits.values() if not self._before(index, clock)]
+        awaited = [index for index in unordered
+                   if not any(self._before(index, self._clocks[other]) for other in unordered if other != index)]
+        for index in awaited:
+            clock = tuple(map(max, clock, self._clocks[index]))
+            self._push[index].add(unit)
+        self._clocks.append(clock[:unit] + (clock[unit] + 1,) + clock[unit + 1:])
+        self._pop.append({self._units[index] for index in awaited})
+
+    def _before(self, index: int, clock: tuple[int, ...]) -> bool:
+        """Whether command ``index`` happens before a command of vector clock ``clock``."""
+        unit = self._units[index]
+        return clock[unit] >= self._clocks[index][unit]
+
+    def _halves(self, command: Command) -> tuple[list[Half], list[Half]]:
+        """The on-chip halves ``command`` reads and writes."""
+        args, opcode = command.args, command.opcode
+        if opcode == Opcode.LOAD:
+            return [], self._loaded(command)
+        if opcode == Opcode.STORE:
+            return [self._at(Buffer.OUT, args["sram_addr"])], []
+        if opcode == Opcode.WDEC:
+            return [], [self._at(Buffer.WEIGHT, args["wgt_addr"])]
+        if opcode == Opcode.CONV:
+            return ([self._at(Buffer.ACT, args["in_addr"]), self._at(Buffer.WEIGHT, args["wgt_addr"])],
+                    [self._at(Buffer.ACC, args["acc_addr"])])
+        if opcode == Opcode.DWCONV:     # its input tile in WEIGHT, its kernel in ACT
+            return ([self._at(Buffer.WEIGHT, args["in_addr"]), self._at(Buffer.ACT, args["wgt_addr"])],
+                    [self._at(Buffer.ACC, args["acc_addr"])])
+        if opcode == Opcode.REQUANT:
+            return ([self._at(Buffer.ACC, args["acc_addr"]), self._at(Buffer.PARAM, args["param_index"])],
+                    [self._at(Buffer.OUT, args["out_addr"])])
+        if opcode == Opcode.ELTWISE:
+            operands = ["a"] if args["op"] == EltwiseOp.RESCALE else ["a", "b"]
+            return ([self._at(Buffer(args[f"{name}_buf"]), args[f"{name}_addr"]) for name in operands],
+                    [self._at(Buffer.OUT, args["dst_addr"])])
+        if opcode in (Opcode.POOL, Opcode.LUT, Opcode.SOFTMAX):
+            reads = [self._at(Buffer(args["src_buf"]), args["src_addr"])]
+            if opcode != Opcode.POOL:
+                reads += self._tables[args["table_addr"]]
+            return reads, [self._at(Buffer.OUT, args["dst_addr"])]
+        raise ValueError(f"{opcode.name} is not a command an operator appends")
+
+    def _at(self, buffer: Buffer, address: int) -> Half:
+        """The half holding ``address`` (in the buffer's units)."""
+        return buffer, address // (self.program.config.buffer_units(buffer) // 2)
+
+    def _loaded(self, command: Command) -> list[Half]:
+        """The halves a LOAD fills: its dense tile, padding included, from ``sram_addr`` (bytes)."""
+        args = command.args
+        nbytes = ((args["pad_top"] + args["y_size"] + args["pad_bottom"]) * (args["pad_left"] + args["x_size"]
+                  + args["pad_right"]) * args["run"] * DTYPE_BYTES[DType(args["elem_type"])])
+        buffer, size = Buffer(args["buffer"]), half_bytes(self.program, Buffer(args["buffer"]))
+        halves = [(buffer, h) for h in range(args["sram_addr"] // size, (args["sram_addr"] + nbytes - 1) // size + 1)]
+        if buffer == Buffer.LUT:
+            self._tables[args["sram_addr"] // BUFFER_UNIT_BYTES[buffer]] = halves
+        return halves
+
+    def _dram_waits(self, command: Command, waits: dict[Unit, int]) -> None:
+        """Add to ``waits`` the DRAM order of a LOAD or STORE: after the latest command of the other kind
+        that touched one of its bytes; record its bytes."""
+        if command.opcode not in (Opcode.LOAD, Opcode.STORE):
+            return
+        args = command.args
+        run = args["run"] * DTYPE_BYTES[DType(args["elem_type"])]
+        pattern = (args["dram_addr"], args["y_size"], args["dram_y_stride"], args["x_size"], args["dram_x_stride"], run)
+        touched = region_bytes(0, 0, pattern)
+        self._grow(int(touched.max()) + 1)
+        load = command.opcode == Opcode.LOAD
+        other, own = (self._dram_store, self._dram_load) if load else (self._dram_load, self._dram_store)
+        latest = int(other[touched].max())
+        if latest >= 0:
+            unit = Unit.STORE if load else Unit.LOAD
+            waits[unit] = max(waits.get(unit, -1), latest)
+        own[touched] = len(self._commands)
+
+    def _grow(self, size: int) -> None:
+        if size > self._dram_store.size:
+            grown = max(size, 2 * self._dram_store.size)
+            pad = np.full(grown - self._dram_store.size, -1, np.int64)
+            self._dram_store, self._dram_load = (np.concatenate([self._dram_store, pad]),
+                                                 np.concatenate([self._dram_load, pad]))
 
     def close(self) -> None:
-        """Append the commands; the last STORE pushes the token the next operator's first LOAD pops
-        (``link.before_next``)."""
-        if self.link.before_next:
-            if self._last_store is None:
-                raise ValueError("an operator joined to the next one needs a STORE")
-            self.push(self._last_store, Unit.LOAD)
-        for opcode, fields, pop, push in self._commands:
-            self.program.append(Command.make(opcode, pop=pop, push=push, **fields))
-        self._commands = []
+        """Append every held command with its tokens to the program (once, after the last operator)."""
+        for command, pop, push in zip(self._commands, self._pop, self._push):
+            self.program.append(dataclasses.replace(command, pop=frozenset(pop), push=frozenset(push)))
 
 
 @dataclass
@@ -144,23 +209,22 @@ class Tile:
     stores: list[dict] = field(default_factory=list)
 
 
-def emit_pipeline(program: Program, unit: Unit, count: int, build: Callable[[int, int, int], Tile], link: Link,
-                  preload: list[dict] = ()) -> None:
-    """Append ``count`` tiles of LOAD -> ``unit`` -> STORE; ``build(t, act_base, out_base)`` gives tile t's
-    commands for the halves it uses (byte addresses). ``preload``: LOADs before the first tile (e.g. a table),
-    which the unit's first command, popping the first tile's LOAD token, follows."""
-    pipeline = Pipeline(program, link, after_first_load=[unit] if preload else [])
-    act, out = pipeline.ring(Unit.LOAD, unit), pipeline.ring(unit, Unit.STORE)
-    for fields in preload:
-        pipeline.append(Opcode.LOAD, fields)
+def emit_pipeline(pipeline: Pipeline, count: int, build: Callable[[int, int, int], Tile],
+                  table: tuple[int, int] | None = None) -> None:
+    """Begin an operator and append ``count`` tiles of LOAD -> one unit -> STORE; ``build(t, act_base,
+    out_base)`` gives tile t's commands for the halves it uses (byte addresses). ``table``: (DRAM address,
+    bytes) of a table loaded into the LUT memory first, at :meth:`Pipeline.table_address`."""
+    pipeline.begin()
+    if table is not None:
+        pipeline.append(Opcode.LOAD, dict(buffer=Buffer.LUT, sram_addr=pipeline.table_address(table[1]),
+                                          dram_addr=table[0], run=table[1]))
     for t in range(count):
-        tile = build(t, half(program, Buffer.ACT, t), half(program, Buffer.OUT, t))
+        tile = build(t, pipeline.half(Buffer.ACT, t), pipeline.half(Buffer.OUT, t))
         if not (tile.loads and tile.compute and tile.stores):
             raise ValueError(f"tile {t}: a pipeline tile needs loads, compute and stores")
         for fields in tile.loads:
-            pipeline.append(Opcode.LOAD, fields, (act, t))
+            pipeline.append(Opcode.LOAD, fields)
         for opcode, fields in tile.compute:
-            pipeline.append(opcode, fields, (act, t), (out, t))
+            pipeline.append(opcode, fields)
         for fields in tile.stores:
-            pipeline.append(Opcode.STORE, fields, (out, t))
-    pipeline.close()
+            pipeline.append(Opcode.STORE, fields)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aipu.compiler.lowering.base import Context, dtype_code, field_max, image_shape
-from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
+from aipu.compiler.lowering.pipeline import Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QPool
 from aipu.sim.machine.arch import Buffer
 from aipu.sim.machine.errors import InputError
-from aipu.sim.machine.isa import Opcode, PoolMode, Rounding, Unit
+from aipu.sim.machine.isa import Opcode, PoolMode, Rounding
 
 
 @dataclass
@@ -50,7 +50,7 @@ class PoolLowering:
                     return PoolPlan(op, kernel, stride, padding, rows, channels)
         raise InputError(f"layer {op.name!r}", f"{h}x{w}x{c}", "no tile of it fits half the ACT and OUT buffers")
 
-    def emit(self, plan: PoolPlan, context: Context, link: Link) -> None:
+    def emit(self, plan: PoolPlan, context: Context) -> None:
         op = plan.op
         x, y = context.tensors[op.x], context.tensors[op.y]
         h, w, c = image_shape(x)
@@ -84,5 +84,5 @@ class PoolLowering:
                          x_size=out_w, run=channels, dram_y_stride=out_w * c * elem, dram_x_stride=c * elem)
             return Tile([load], [(Opcode.POOL, pool)], [store])
 
-        emit_pipeline(context.program, Unit.POOL, len(tiles), build, link)
+        emit_pipeline(context.pipeline, len(tiles), build)
 

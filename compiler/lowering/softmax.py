@@ -7,11 +7,11 @@ import math
 from dataclasses import dataclass
 
 from aipu.compiler.lowering.base import Context, dtype_code, field_max
-from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
+from aipu.compiler.lowering.pipeline import Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QSoftmax
 from aipu.sim.machine.arch import SOFTMAX_TABLE_DTYPE, Buffer
 from aipu.sim.machine.errors import InputError
-from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.isa import Opcode
 
 
 @dataclass
@@ -41,13 +41,12 @@ class SoftmaxLowering:
                             field_max(context.config, Opcode.LOAD, "run") // length)
         return SoftmaxPlan(op, rows, length, rows_per_tile)
 
-    def emit(self, plan: SoftmaxPlan, context: Context, link: Link) -> None:
+    def emit(self, plan: SoftmaxPlan, context: Context) -> None:
         op = plan.op
         x, y = context.tensors[op.x], context.tensors[op.y]
         source = context.address(op.x)
         target = context.plan.tensor(op.y, y.shape, y.dtype)
         table = context.plan.constant(f"{op.name}/exp_table", op.table.astype(SOFTMAX_TABLE_DTYPE))
-        preload = [dict(buffer=Buffer.LUT, sram_addr=0, dram_addr=table, run=op.table.nbytes)]
         starts = range(0, plan.rows, plan.rows_per_tile)
 
         def build(t: int, act: int, out: int) -> Tile:
@@ -57,11 +56,12 @@ class SoftmaxLowering:
             load = dict(buffer=Buffer.ACT, sram_addr=act, dram_addr=source + first * plan.length * x.dtype.itemsize,
                         elem_type=dtype_code(x.dtype), run=count)
             softmax = dict(src_buf=Buffer.ACT, src_addr=act, dst_addr=out, rows=rows, length=plan.length,
-                           in_type=dtype_code(x.dtype), out_type=dtype_code(y.dtype), table_addr=0,
+                           in_type=dtype_code(x.dtype), out_type=dtype_code(y.dtype),
+                           table_addr=context.pipeline.table_address(op.table.nbytes),
                            multiplier=op.multiplier, shift=op.shift, out_zero_point=y.zero_point, qmin=op.qmin,
                            qmax=op.qmax)
             store = dict(sram_addr=out, dram_addr=target + first * plan.length * y.dtype.itemsize,
                          elem_type=dtype_code(y.dtype), run=count)
             return Tile([load], [(Opcode.SOFTMAX, softmax)], [store])
 
-        emit_pipeline(context.program, Unit.LUT, len(starts), build, link, preload)
+        emit_pipeline(context.pipeline, len(starts), build, (table, op.table.nbytes))

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from aipu.compiler.lowering.base import Context, dtype_code, field_max
-from aipu.compiler.lowering.pipeline import Link, Tile, emit_pipeline, half_bytes
+from aipu.compiler.lowering.pipeline import Tile, emit_pipeline, half_bytes
 from aipu.compiler.qir import QLut
 from aipu.sim.machine.arch import LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, Buffer, bit_range
 from aipu.sim.machine.errors import InputError
-from aipu.sim.machine.isa import LutMode, Opcode, Unit
+from aipu.sim.machine.isa import LutMode, Opcode
 
 @dataclass
 class TablePlan:
@@ -33,14 +33,14 @@ class TableLowering:
                        field_max(context.config, Opcode.LUT, "count"), field_max(context.config, Opcode.LOAD, "run"))
         return TablePlan(op, per_tile)
 
-    def emit(self, plan: TablePlan, context: Context, link: Link) -> None:
+    def emit(self, plan: TablePlan, context: Context) -> None:
         op = plan.op
         x, y = context.tensors[op.x], context.tensors[op.y]
         total = math.prod(x.shape)
         source = context.address(op.x)
         target = context.plan.tensor(op.y, y.shape, y.dtype)
         table = context.plan.constant(f"{op.name}/table", op.table.astype(LUT_ENTRY_DTYPE))
-        preload = [dict(buffer=Buffer.LUT, sram_addr=0, dram_addr=table, run=op.table.size * LUT_ENTRY_DTYPE.itemsize)]
+        table_bytes = op.table.size * LUT_ENTRY_DTYPE.itemsize
         starts = range(0, total, plan.per_tile)
 
         if op.index_shift is None:
@@ -57,9 +57,10 @@ class TableLowering:
             load = dict(buffer=Buffer.ACT, sram_addr=act, dram_addr=source + first * x.dtype.itemsize,
                         elem_type=dtype_code(x.dtype), run=count)
             lut = dict(src_buf=Buffer.ACT, src_addr=act, dst_addr=out, count=count, in_type=dtype_code(x.dtype),
-                       out_type=dtype_code(y.dtype), table_addr=0, **mode)
+                       out_type=dtype_code(y.dtype),
+                       table_addr=context.pipeline.table_address(table_bytes), **mode)
             store = dict(sram_addr=out, dram_addr=target + first * y.dtype.itemsize, elem_type=dtype_code(y.dtype),
                          run=count)
             return Tile([load], [(Opcode.LUT, lut)], [store])
 
-        emit_pipeline(context.program, Unit.LUT, len(starts), build, link, preload)
+        emit_pipeline(context.pipeline, len(starts), build, (table, table_bytes))

@@ -90,7 +90,7 @@ def _without_token(network, unit: Unit, source: Unit, match) -> None:
 
 
 @pytest.mark.parametrize("unit, source, match", [(Unit.CONV, Unit.WDEC, 0), (Unit.WDEC, Unit.CONV, 0),
-                                                 (Unit.WDEC, Unit.LOAD, 1)])
+                                                 (Unit.WDEC, Unit.CONV, -1)])
 def test_every_wdec_token_is_needed(tmp_path, unit, source, match):
     rng = np.random.default_rng(5)
     _, qmodel = _compile(tmp_path, pruned(resnet_like()), rng.normal(0, 1, (8, 3, 16, 16)).astype(np.float32))
