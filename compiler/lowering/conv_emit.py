@@ -68,8 +68,7 @@ class _ConvEmitter:
                  input_row: int | None, output_steps: tuple[int, int] | None,
                  weight_stream: WeightStream | None) -> None:
         program = pipeline.program
-        self.pipeline, self.program, self.layer, self.plan = pipeline, program, layer, plan
-        self.addresses = addresses
+        self.pipeline, self.layer, self.plan, self.addresses = pipeline, layer, plan, addresses
         self.weight_stream = weight_stream
         _, c, _, w = layer.x.shape
         k, cg, _, _ = layer.w.shape
@@ -143,10 +142,6 @@ class _ConvEmitter:
             self._decode_weights(weight_item, placed, *weights[1:])
         self._convolve(tile, chunk_index, tc, weight_item)
         self.step += 1
-
-    def _param_item(self, tile: _Tile) -> int:
-        """The PARAM half's item of a tile: its k-tile, or the one load of a resident layer."""
-        return 0 if self.resident else tile.kt
 
     def _load_params(self, tile: _Tile) -> None:
         loaded_k = self.layer.w.shape[0] if self.resident else tile.channels
