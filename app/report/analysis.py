@@ -5,6 +5,9 @@ and the table it feeds being one, and the range of commands it has on each unit)
 first command's start to its last command's retire) each unit's cycles split into: ``busy`` (its commands'
 formulas), ``dram_stall`` (what the shared DRAM added), ``stall`` by what it waited on (a token, room in a
 token queue, the drain before FINISH), ``sequencer`` (taking and checking each command) and ``idle``.
+Layers overlap in time (the next layer's first loads run under this one's last compute): each layer says how
+many cycles its span shares with the previous and the next layer's, and the summary how much all spans
+overlap.
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def analyse(directory: ProgramDir, *, dram: DramModel = "shared", stats: Stats |
         timing = simulate(program, Memory.create(config, directory.dram), dram=dram)
     steps = read_steps(directory)
     manifest_layers = read_layer_rows(directory)
-    layers = [_layer(step, directory, prepared, timing, manifest_layers, stats) for step in steps]
+    layers = _with_overlaps([_layer(step, directory, prepared, timing, manifest_layers, stats) for step in steps])
     dram_bytes = timing.dram_bytes
     document = {
         "format": FORMAT, "schema_version": SCHEMA_VERSION,
@@ -57,6 +60,7 @@ def analyse(directory: ProgramDir, *, dram: DramModel = "shared", stats: Stats |
             "dram_written_bytes": dram_bytes[Unit.STORE],
             "dram_bytes_per_cycle": config.dram.bytes_per_cycle,
             "long_pole_unit": max(Unit, key=lambda unit: timing.busy[unit]).name,
+            **_span_totals(layers),
             "units": [_unit_totals(unit, timing) for unit in Unit if timing.timings[unit]],
         },
         "layers": layers,
@@ -170,6 +174,29 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
         "saturated_values": counted[0] if counted else None,
         "lut_inputs_out_of_range": counted[1] if counted else None,
     }
+
+
+def _with_overlaps(layers: list[dict]) -> list[dict]:
+    """Each layer with the cycles its span shares with the previous and the next layer's span."""
+    def shared(first: dict, second: dict) -> int:
+        return max(0, min(first["end_cycle"], second["end_cycle"]) - max(first["start_cycle"], second["start_cycle"]))
+
+    for index, layer in enumerate(layers):
+        layer["overlap_previous_cycles"] = shared(layers[index - 1], layer) if index else 0
+        layer["overlap_next_cycles"] = shared(layer, layers[index + 1]) if index + 1 < len(layers) else 0
+    return layers
+
+
+def _span_totals(layers: list[dict]) -> dict:
+    """The layers' spans added up, the cycles they cover together, and the difference: how much the spans
+    overlap (what running every span after the previous one's would add)."""
+    covered, reach = 0, 0
+    for start, end in sorted((layer["start_cycle"], layer["end_cycle"]) for layer in layers):
+        covered += max(0, end - max(start, reach))
+        reach = max(reach, end)
+    spans = sum(layer["span_cycles"] for layer in layers)
+    return {"layer_span_sum_cycles": spans, "layer_covered_cycles": covered,
+            "layer_overlap_cycles": spans - covered}
 
 
 def _sram_bytes(traffic: dict[tuple[str, bool], int], *, written: bool) -> dict[str, int]:

@@ -69,6 +69,8 @@ aipu {html.escape(meta['aipu_version'])}{' · git ' + meta['git_revision'][:12] 
 {summary['mac_array_size']} multipliers</td></tr>
 <tr><td>DRAM</td><td>{summary['dram_read_bytes']:,} B read</td><td>{summary['dram_written_bytes']:,} B written</td></tr>
 <tr><td>long pole</td><td>{summary['long_pole_unit']}</td><td></td></tr>
+<tr><td>layer overlap</td><td>{summary['layer_overlap_cycles']:,} cycles</td><td>spans add up to
+{summary['layer_span_sum_cycles']:,} cycles, cover {summary['layer_covered_cycles']:,} together</td></tr>
 </table>
 <h2>Units</h2>
 <table id="units"><thead><tr><th>unit</th><th>commands</th><th>busy</th><th>DRAM stall</th><th>waiting</th>
@@ -80,9 +82,10 @@ aipu {html.escape(meta['aipu_version'])}{' · git ' + meta['git_revision'][:12] 
 <p class="muted">SQNR: the layer's int8 output against float on the calibration samples, its lowest tensor,
 marked ! under {LOW_SQNR_DB:g} dB; saturated: values the output stages clamped to [qmin, qmax] (a fused
 ReLU's included) in the interpreter run on <code>--input</code>
-({'this report' if meta['input_run'] else 'none given'}); longest wait: the unit and what it waited on longest.</p>
-<table id="layers"><thead><tr><th>layer</th><th>span (cycles)</th><th>MACs</th><th>MAC util.</th>
-<th>mapping eff.</th><th>DRAM read</th><th>DRAM written</th><th>weights ratio</th><th>SQNR (dB)</th>
+({'this report' if meta['input_run'] else 'none given'}); longest wait: the unit and what it waited on longest;
+overlap: the cycles the layer's span shares with the previous and with the next layer's.</p>
+<table id="layers"><thead><tr><th>layer</th><th>span (cycles)</th><th>overlap prev. / next</th><th>MACs</th>
+<th>MAC util.</th><th>mapping eff.</th><th>DRAM read</th><th>DRAM written</th><th>weights ratio</th><th>SQNR (dB)</th>
 <th>saturated</th><th>long pole</th><th>longest wait</th></tr></thead>
 <tbody>{rows}</tbody></table>
 <h2>Configuration</h2>
@@ -119,7 +122,9 @@ def _layer_row(layer: dict) -> str:
     saturated = "–" if layer["saturated_values"] is None else f"{layer['saturated_values']:,}"
     sqnr = layer["calibration_sqnr_db"]
     shown = "–" if sqnr is None else f"{sqnr:.1f}" + (" !" if sqnr < LOW_SQNR_DB else "")
-    return (f"<tr><td>{html.escape(layer['name'])}</td><td>{layer['span_cycles']:,}</td><td>{layer['macs']:,}</td>"
+    return (f"<tr><td>{html.escape(layer['name'])}</td><td>{layer['span_cycles']:,}</td>"
+            f"<td>{layer['overlap_previous_cycles']:,} / {layer['overlap_next_cycles']:,}</td>"
+            f"<td>{layer['macs']:,}</td>"
             f"<td>{layer['mac_utilisation']:.1%}</td><td>{mapping}</td><td>{layer['dram_read_bytes']:,}</td>"
             f"<td>{layer['dram_written_bytes']:,}</td><td>{ratio}</td><td>{shown}</td><td>{saturated}</td>"
             f"<td>{layer['long_pole_unit']}</td>"

@@ -81,9 +81,22 @@ def _check_adds_up(document: dict, directory: str, dram: str) -> None:
             assert sum(row[name] for name in CATEGORIES) + sum(row["stall_cycles"].values()) == layer["span_cycles"]
     for row in summary["units"]:
         assert row["busy_cycles"] == timing.busy[Unit[row["unit"]]]
+    _check_overlap(summary, layers)
     dram_read = summary["dram_read_bytes"]
     assert dram_read == sum(layer["dram_read_bytes"] for layer in layers) > 0
     assert document["metadata"]["config_hash"] == config.config_hash() and document["metadata"]["dram_model"] == dram
+
+
+def _check_overlap(summary: dict, layers: list[dict]) -> None:
+    """Neighbours agree on the cycles they share; the spans' sum less what they cover together is the saving."""
+    assert layers[0]["overlap_previous_cycles"] == 0 == layers[-1]["overlap_next_cycles"]
+    for before, after in zip(layers, layers[1:]):
+        shared = min(before["end_cycle"], after["end_cycle"]) - max(before["start_cycle"], after["start_cycle"])
+        assert before["overlap_next_cycles"] == after["overlap_previous_cycles"] == max(0, shared)
+    covered = len(set().union(*(range(layer["start_cycle"], layer["end_cycle"]) for layer in layers)))
+    assert summary["layer_covered_cycles"] == covered
+    assert summary["layer_span_sum_cycles"] == sum(layer["span_cycles"] for layer in layers)
+    assert summary["layer_overlap_cycles"] == summary["layer_span_sum_cycles"] - covered
 
 
 def test_demo_report_adds_up_and_counts_the_input_run(demo_dir, tmp_path):
@@ -101,6 +114,8 @@ def test_demo_report_adds_up_and_counts_the_input_run(demo_dir, tmp_path):
     with open(html.with_suffix(".layers.csv"), newline="") as stream:
         rows = list(csv.DictReader(stream))
     assert [row["name"] for row in rows] == [layer["name"] for layer in document["layers"]]
+    assert [int(row["overlap_next_cycles"]) for row in rows] == [layer["overlap_next_cycles"]
+                                                                 for layer in document["layers"]]
     with open(html.with_suffix(".units.csv"), newline="") as stream:
         assert len(list(csv.DictReader(stream))) == sum(len(layer["units"]) for layer in document["layers"])
 
@@ -123,6 +138,8 @@ def test_resnet18_shaped_report_finds_the_array_bound_layers(resnet_dir, tmp_pat
     assert len(body) >= 12
     assert sum(layer["long_pole_unit"] == "CONV" and layer["mac_utilisation"] > 0.9 for layer in body) >= 10
     assert 0.8 <= layers[0]["mac_utilisation"] <= layers[0]["mapping_efficiency"] <= 147 / 160
+    overlapping = [layer for layer in layers[1:] if layer["overlap_previous_cycles"] > 0]
+    assert len(overlapping) >= len(layers) // 2 and document["summary"]["layer_overlap_cycles"] > 0
 
 
 def test_a_long_program_plots_its_longest_layers(resnet_dir, tmp_path, monkeypatch):
