@@ -60,8 +60,8 @@ class Pipeline:
         self._tables: dict[int, list[Half]] = {}            # LUT address -> the halves its table fills
         self._last_written: dict[Buffer, int] = {}          # buffer -> the half written last
         self._first: dict[Buffer, int] = {}                 # buffer -> the half of this operator's item 0
-        self._dram_store = np.full(0, -1, np.int64)         # byte -> latest STORE writing it
-        self._dram_load = np.full(0, -1, np.int64)          # byte -> latest LOAD reading it
+        self._dram_store = np.full(0, -1, np.int32)         # byte -> latest STORE writing it
+        self._dram_load = np.full(0, -1, np.int32)          # byte -> latest LOAD reading it
 
     def begin(self) -> None:
         """An operator starts: its item 0 of each buffer takes the half the previous operator's last write
@@ -174,11 +174,8 @@ class Pipeline:
         that touched one of its bytes; record its bytes."""
         if command.opcode not in (Opcode.LOAD, Opcode.STORE):
             return
-        args = command.args
-        run = args["run"] * DTYPE_BYTES[DType(args["elem_type"])]
-        pattern = (args["dram_addr"], args["y_size"], args["dram_y_stride"], args["x_size"], args["dram_x_stride"], run)
-        touched = region_bytes(0, 0, pattern)
-        self._grow(int(touched.max()) + 1)
+        touched, end = _dram_bytes(command.args)
+        self._grow(end)
         load = command.opcode == Opcode.LOAD
         other, own = (self._dram_store, self._dram_load) if load else (self._dram_load, self._dram_store)
         latest = int(other[touched].max())
@@ -188,9 +185,9 @@ class Pipeline:
         own[touched] = len(self._commands)
 
     def _grow(self, size: int) -> None:
+        """Room for DRAM bytes up to ``size`` in the latest-access maps, doubling (at least 1 MiB)."""
         if size > self._dram_store.size:
-            grown = max(size, 2 * self._dram_store.size)
-            pad = np.full(grown - self._dram_store.size, -1, np.int64)
+            pad = np.full(max(size, 2 * self._dram_store.size, 1 << 20) - self._dram_store.size, -1, np.int32)
             self._dram_store, self._dram_load = (np.concatenate([self._dram_store, pad]),
                                                  np.concatenate([self._dram_load, pad]))
 
@@ -198,6 +195,17 @@ class Pipeline:
         """Append every held command with its tokens to the program (once, after the last operator)."""
         for command, pop, push in zip(self._commands, self._pop, self._push):
             self.program.append(dataclasses.replace(command, pop=frozenset(pop), push=frozenset(push)))
+
+
+def _dram_bytes(args: dict) -> tuple[slice | np.ndarray, int]:
+    """The DRAM bytes a LOAD's or STORE's pattern touches (a slice when they are one range) and the end."""
+    run = args["run"] * DTYPE_BYTES[DType(args["elem_type"])]
+    address, y_size, y_stride = args["dram_addr"], args["y_size"], args["dram_y_stride"]
+    x_size, x_stride = args["x_size"], args["dram_x_stride"]
+    if (x_size == 1 or x_stride == run) and (y_size == 1 or y_stride == x_size * run):
+        return slice(address, address + y_size * x_size * run), address + y_size * x_size * run
+    touched = region_bytes(0, 0, (address, y_size, y_stride, x_size, x_stride, run))
+    return touched, int(touched.max()) + 1
 
 
 @dataclass
