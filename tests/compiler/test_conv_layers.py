@@ -229,15 +229,17 @@ def test_chained_layers_match_golden_in_any_schedule(seed):
         assert run(lowered.program, lowered.memory(), seed=schedule).memory == reference.memory
 
 
-def test_chain_without_the_layer_barrier_is_a_hazard():
+def test_chain_without_a_store_to_load_token_is_a_hazard():
+    """The next layer's LOAD of rows the previous layer stored waits for their STORE: dropping that token
+    (its first, from both ends) leaves a race."""
     layers = _random_chain(np.random.default_rng(8), 2)
     lowered = lower_conv_layers(layers)
     stores, loads = lowered.program.queues[Unit.STORE], lowered.program.queues[Unit.LOAD]
-    barrier = next(i for i, c in enumerate(loads) if Unit.STORE in c.pop)
-    loads[barrier] = Command(loads[barrier].opcode, loads[barrier].args, loads[barrier].pop - {Unit.STORE},
-                             loads[barrier].push)
-    last = max(i for i, c in enumerate(stores) if Unit.LOAD in c.push)
-    stores[last] = Command(stores[last].opcode, stores[last].args, stores[last].pop, stores[last].push - {Unit.LOAD})
+    waiting = next(i for i, c in enumerate(loads) if Unit.STORE in c.pop)
+    loads[waiting] = Command(loads[waiting].opcode, loads[waiting].args, loads[waiting].pop - {Unit.STORE},
+                             loads[waiting].push)
+    first = next(i for i, c in enumerate(stores) if Unit.LOAD in c.push)
+    stores[first] = Command(stores[first].opcode, stores[first].args, stores[first].pop, stores[first].push - {Unit.LOAD})
     with pytest.raises(HazardError, match="are not ordered by tokens"):
         run(lowered.program, lowered.memory())
 
