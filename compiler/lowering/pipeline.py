@@ -6,9 +6,9 @@ accesses and gives it the tokens that order it after every earlier access it con
 operator and across operators alike:
 
 * On chip, every buffer is used as two halves (double buffering; an operator's table takes a LUT half of its
-  own where it fits one, so it loads while the previous table is still in use). A read follows the latest write of its half
-  by each other unit (read-after-write); a write follows the latest access of its half by each other unit
-  (write-after-read, write-after-write).
+  own where it fits one, so it loads while the previous table is still in use). A read follows the latest
+  write of its half by each other unit (read-after-write); a write follows the latest access of its half by
+  each other unit (write-after-read, write-after-write).
 * In DRAM, at byte granularity from the DMA patterns: a LOAD follows the latest STORE that wrote a byte it
   reads, a STORE the latest LOAD that read a byte it writes (a region freed after its last reader and reused
   by a later output). Constants are never stored to, so LOADs of weights, records and tables wait for no STORE.

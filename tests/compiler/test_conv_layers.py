@@ -239,7 +239,8 @@ def test_chain_without_a_store_to_load_token_is_a_hazard():
     loads[waiting] = Command(loads[waiting].opcode, loads[waiting].args, loads[waiting].pop - {Unit.STORE},
                              loads[waiting].push)
     first = next(i for i, c in enumerate(stores) if Unit.LOAD in c.push)
-    stores[first] = Command(stores[first].opcode, stores[first].args, stores[first].pop, stores[first].push - {Unit.LOAD})
+    stores[first] = Command(stores[first].opcode, stores[first].args, stores[first].pop,
+                            stores[first].push - {Unit.LOAD})
     with pytest.raises(HazardError, match="are not ordered by tokens"):
         run(lowered.program, lowered.memory())
 
