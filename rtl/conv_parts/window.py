@@ -1,7 +1,7 @@
-"""CONV's word window: a run of bytes at any byte offset, gathered from port words read two a cycle."""
+"""The word window: a run of bytes at any byte offset, gathered from port words read two a cycle."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -9,11 +9,12 @@ from aipu.rtl.lanes import shift_down
 
 
 class WordWindow(wiring.Component):
-    """Gathers ``2·beats`` consecutive port words, two per cycle (``a`` and the next word ``b``) in the
+    """Gathers up to ``2·beats`` consecutive port words, two per cycle (``a`` and the next word ``b``) in the
     cycles ``valid`` marks with their ``beat``, and shows the ``length`` bytes from byte ``offset`` of them.
 
-    The words of the beats before the last are held in registers; in the last beat's data cycle ``run`` is
-    cut from them with the live port words on top, so a run at any alignment costs no extra cycle.
+    The words of earlier beats are held in registers; in the data cycle of a beat ``run`` is cut from them
+    with the live port words in that beat's place, so a run at any alignment costs no extra cycle, and a run
+    of fewer beats (DWCONV's ``tap_beats`` varies with the command) ends at any beat.
 
     Signature: ``a``, ``b`` (In: the data of a pair of read ports), ``valid``, ``beat`` (In: which pair
     arrives), ``offset`` (In: the run's first byte in the first word), ``run`` (Out: ``length`` bytes).
@@ -27,10 +28,13 @@ class WordWindow(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         width = len(self.a)
-        held = [Signal(width, name=f"held{i}") for i in range(2 * self.beats - 2)]
+        words = []
         for i in range(self.beats - 1):
-            with m.If(self.valid & (self.beat == i)):
-                m.d.sync += [held[2 * i].eq(self.a), held[2 * i + 1].eq(self.b)]
-        words = Cat(*held, self.a, self.b)
+            held = [Signal(width, name=f"held{2 * i + half}") for half in range(2)]
+            live = self.beat == i
+            with m.If(self.valid & live):
+                m.d.sync += [held[0].eq(self.a), held[1].eq(self.b)]
+            words += [Mux(live, self.a, held[0]), Mux(live, self.b, held[1])]
+        words = Cat(*words, self.a, self.b)
         m.d.comb += self.run.eq(shift_down(m, "run", words, self.offset, 8, len(self.run) // 8))
         return m
