@@ -14,7 +14,7 @@ from aipu.rtl.commands import command_layout
 from aipu.rtl.ports import word_bytes, word_count
 from aipu.sim.machine.arch import ACC_BITS, MAC_OPERAND_BITS, Buffer, HardwareConfig
 from aipu.sim.machine.isa import Opcode
-from aipu.sim.timing.conv import ConvTiming
+from aipu.sim.timing.conv import ConvTiming, DepthwiseTiming
 
 
 def command_field(config: HardwareConfig, name: str):
@@ -103,3 +103,60 @@ def pixel_place(config: HardwareConfig) -> Signature:
     return Signature({"valid": Out(1), "acc_word": Out(range(2 * word_count(config, Buffer.ACC))),
                       "acc_offset": Out(range(word_bytes(config, Buffer.ACC))),
                       "cols": Out(range(config.mac.cols + 1))})
+
+
+# DWCONV, the output-stationary depthwise dataflow (docs/rtl-conv.md, "Depthwise dataflow"). A block's
+# ``slots`` (rows·cols) are its accumulators in ACC order: slot e is channel e mod channels of the block's output
+# e div channels.
+
+def depthwise_command(config: HardwareConfig) -> data.FlexibleLayout:
+    """The whole DWCONV command (its fields lie elsewhere than CONV's)."""
+    return command_layout(config, Opcode.DWCONV)
+
+
+def slots(config: HardwareConfig) -> int:
+    return config.mac.rows * config.mac.cols
+
+
+def depthwise_geometry(config: HardwareConfig) -> Signature:
+    """From the depthwise setup, registered: the phase planes' width ``plane_w`` and bytes ``plane_bytes``,
+    ``out_w``, the ``outputs`` (out_h·out_w) and ``positions`` ((out_h - 1)·plane_w + out_w), ``cols_mod_w``
+    (how far a block's first column moves along a plane row: cols mod plane_w), and the steps:
+    ``tap_beats``, ``tap_cycles`` (k_h·k_w·tap_beats), ``drain_beats`` and ``period`` (between blocks)."""
+    n, widest = dim(config), DepthwiseTiming.of(config, config.mac.rows, config.mac.cols)
+    tap_cycles = (1 << 2 * command_field(config, "k_h").width) * widest.tap_beats
+    return Signature({
+        "plane_w": Out(range(n)), "plane_bytes": Out(range(config.buffer(Buffer.WEIGHT).bytes + 1)),
+        "out_w": Out(range(n)), "outputs": Out(range(n * n)), "positions": Out(range(n * n)),
+        "cols_mod_w": Out(range(config.mac.cols + 1)),
+        "tap_beats": Out(range(widest.tap_beats + 1)), "tap_cycles": Out(range(tap_cycles)),
+        "drain_beats": Out(range(widest.drain_beats + 1)),
+        "period": Out(range(max(tap_cycles, widest.drain_beats + 1)))})
+
+
+def tap_operands(config: HardwareConfig) -> Signature:
+    """From the tap walk, in the data cycle of a tap's last beat (``valid``): the tap's input ``run``
+    (rows·cols bytes, byte j·channels + r of position j of the block), its ``kernel`` (rows bytes), which of
+    the block's positions are outputs (``kept``) and how many bytes of dropped positions precede each
+    (``skip``), the accumulator ``bank`` of the block and whether the tap is its ``first``."""
+    rows, cols = config.mac.rows, config.mac.cols
+    return Signature({"valid": Out(1), "first": Out(1), "bank": Out(1), "run": Out(8 * slots(config)),
+                      "kernel": Out(8 * rows), "kept": Out(cols),
+                      "skip": Out(data.ArrayLayout(range(slots(config)), cols))})
+
+
+def block_drain(config: HardwareConfig) -> Signature:
+    """From the tap walk, in the data cycle of a block's last tap (``start``): its ``bank``, the ACC entry of
+    its first output ``acc_first``, its output ``entries`` (outputs·channels) and whether it is the ``last``."""
+    return Signature({"start": Out(1), "bank": Out(1), "acc_first": Out(range(2 * config.buffer_units(Buffer.ACC))),
+                      "entries": Out(range(slots(config) + 1)), "last": Out(1)})
+
+
+def slot_operands(config: HardwareConfig) -> Signature:
+    """From the slot operands to the MAC array: each slot's input byte ``x`` and its weight operand ``w``
+    (kernel byte minus w_zero_point)."""
+    return Signature({"x": Out(8 * slots(config)),
+                      "w": Out(data.ArrayLayout(signed(MAC_OPERAND_BITS), slots(config)))})
+
+
+PRODUCT_BITS = 2 * MAC_OPERAND_BITS     # a product of two signed operands

@@ -1,11 +1,13 @@
 """CONV's MAC array: two banks of stationary weights, and one pixel's ``cols`` dot products a cycle."""
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed
-from amaranth.lib import wiring
+from amaranth.hdl import Module, Mux, Signal, Value, signed
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from aipu.rtl.conv_parts.interfaces import command_field, pixel_operands, weight_column
+from aipu.rtl.arith import net
+from aipu.rtl.conv_parts.interfaces import (PRODUCT_BITS, command_field, pixel_operands, slot_operands, slots,
+                                            weight_column)
 from aipu.sim.machine.arch import ACC_BITS, MAC_OPERAND_BITS, DType, HardwareConfig
 
 
@@ -16,8 +18,12 @@ class MacArray(wiring.Component):
     the pixel's ``rows`` input bytes minus ``in_zero_point`` (read as ``in_type``), added to the old
     accumulator ``j``, or to 0 when the block overwrites, wrapping to int32 like the register.
 
+    For a DWCONV (``depthwise``) the same multipliers take the ``slots``' operands instead, multiplier
+    (row r, column j) slot j·rows + r, and give each product alone in ``products`` (the column sums unused).
+
     Signature: ``in_type``, ``in_zero_point`` (In: the command's), ``column`` (In: from the loader),
-    ``operands`` (In: from the issue), ``sums`` (Out: ``cols`` int32, combinational).
+    ``operands`` (In: from the issue), ``sums`` (Out: ``cols`` int32, combinational), ``depthwise`` (In: the
+    command is a DWCONV), ``slots`` (In: from the slot operands), ``products`` (Out: combinational).
     """
 
     def __init__(self, config: HardwareConfig):
@@ -25,7 +31,9 @@ class MacArray(wiring.Component):
         super().__init__({"in_type": In(command_field(config, "in_type")),
                           "in_zero_point": In(command_field(config, "in_zero_point")),
                           "column": In(weight_column(config)), "operands": In(pixel_operands(config)),
-                          "sums": Out(ACC_BITS * config.mac.cols)})
+                          "sums": Out(ACC_BITS * config.mac.cols), "depthwise": In(1),
+                          "slots": In(slot_operands(config)),
+                          "products": Out(data.ArrayLayout(signed(PRODUCT_BITS), slots(config)))})
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -38,11 +46,23 @@ class MacArray(wiring.Component):
                     with m.If((column.bank == b) & (column.col == j)):
                         m.d.sync += [weights[b][j][r].eq(column.operands[r]) for r in range(rows)]
 
-        x, old = pixel.x, pixel.old
-        x_operands = [Mux(self.in_type == DType.INT8, x[8 * r:8 * r + 8].as_signed(), x[8 * r:8 * r + 8])
-                      - self.in_zero_point for r in range(rows)]
+        old, slot = pixel.old, self.slots
+        x_operands = [net(m, self.x_operand(pixel.x[8 * r:8 * r + 8]), f"x{r}") for r in range(rows)]
         for j in range(cols):
-            dot = sum(x_operands[r] * Mux(pixel.bank, weights[1][j][r], weights[0][j][r]) for r in range(rows))
+            products = []
+            for r in range(rows):
+                e = j * rows + r          # the multiplier's DWCONV slot
+                x_slot, w_slot = self.x_operand(slot.x[8 * e:8 * e + 8]), slot.w[e]
+                w_pixel = Mux(pixel.bank, weights[1][j][r], weights[0][j][r])
+                product = net(m, Mux(self.depthwise, x_slot, x_operands[r]) * Mux(self.depthwise, w_slot, w_pixel),
+                              f"product_c{j}_r{r}")
+                m.d.comb += self.products[e].eq(product)
+                products.append(product)
+            dot = sum(products)
             previous = Mux(pixel.overwrites, 0, old[ACC_BITS * j:ACC_BITS * (j + 1)])
             m.d.comb += self.sums[ACC_BITS * j:ACC_BITS * (j + 1)].eq((previous + dot)[:ACC_BITS])
         return m
+
+    def x_operand(self, byte: Value) -> Value:
+        """An input byte read as ``in_type``, minus ``in_zero_point``."""
+        return Mux(self.in_type == DType.INT8, byte.as_signed(), byte) - self.in_zero_point

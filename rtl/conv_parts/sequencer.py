@@ -15,17 +15,21 @@ class ConvSequencer(wiring.Component):
     ``refused`` ends the command there); then RUN, in phases. Phase -1 only loads block 0 (``cols`` columns
     of ``weight_beats`` cycles); phase b streams block b's pixels (``pixel_cycles``) from ``phase.bank``
     while the loader fills the other bank with block b + 1, and lasts ``block_cycles``; the last block's
-    phase lasts until its last pixel is written back, then ``done``.
+    phase lasts until its last pixel is written back, then ``done``. A DWCONV that passes the checks runs
+    from ``depthwise_begin`` (in SETUP_B) until ``depthwise_done`` instead (DEPTHWISE: the tap walk and the
+    drain keep its time).
 
     Signature: ``start`` (In), ``done`` (Out), ``refused`` (In: the setup's fault), ``last`` (In: the block
     being loaded is the last), ``geometry`` (In: the setup's), ``setup`` (Out: the setup cycles), ``phase``
-    (Out: to the block walk, the loader and the issue).
+    (Out: to the block walk, the loader and the issue), ``depthwise`` (In: the command is a DWCONV),
+    ``depthwise_begin`` (Out: to the tap walk), ``depthwise_done`` (In: from the drain).
     """
 
     def __init__(self, config: HardwareConfig):
         self.config = config
         super().__init__({"start": In(1), "done": Out(1), "refused": In(1), "last": In(1),
-                          "geometry": In(geometry(config)), "setup": Out(SETUP_STEPS), "phase": Out(PHASE)})
+                          "geometry": In(geometry(config)), "setup": Out(SETUP_STEPS), "phase": Out(PHASE),
+                          "depthwise": In(1), "depthwise_begin": Out(1), "depthwise_done": In(1)})
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -50,6 +54,13 @@ class ConvSequencer(wiring.Component):
                 m.d.sync += [phase_cycle.eq(0), loading_phase.eq(1), last_phase.eq(0), bank.eq(0)]
                 m.next = "RUN"
                 with m.If(self.refused):
+                    m.next = "IDLE"
+                with m.Elif(self.depthwise):
+                    m.d.comb += self.depthwise_begin.eq(1)
+                    m.next = "DEPTHWISE"
+            with m.State("DEPTHWISE"):
+                m.d.comb += self.done.eq(self.depthwise_done)
+                with m.If(self.depthwise_done):
                     m.next = "IDLE"
             with m.State("RUN"):
                 m.d.sync += phase_cycle.eq(phase_cycle + 1)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -12,12 +12,29 @@ from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.conv import ConvTiming
 
 
+def zero_point_fits(cmd) -> Value:
+    """The input zero point lies in ``in_type``'s range (golden's zero-point check)."""
+    zp = cmd.in_zero_point
+    int8, uint8 = (np.iinfo(DTYPE_NUMPY[dtype]) for dtype in (DType.INT8, DType.UINT8))
+    return Mux(cmd.in_type == DType.INT8, (zp >= int(int8.min)) & (zp <= int(int8.max)),
+               (zp >= int(uint8.min)) & (zp <= int(uint8.max)))
+
+
+def refuse_first(m: Module, checks: list[tuple[str, Value]], fault, fault_field, error_names) -> None:
+    """``fault`` with ``fault_field`` naming the first of the (field, legal) ``checks`` that fails."""
+    refused = Const(0)
+    for name, legal in checks:
+        with m.If(~refused & ~legal):
+            m.d.comb += [fault.eq(1), fault_field.eq(error_names.index(name))]
+        refused = refused | ~legal
+
+
 class ConvSetup(wiring.Component):
     """Two cycles. ``steps.geometry``: group sizes, the output size and whether the dilated kernel fits the
     input. ``steps.check``: the faults, in the interpreter's order (groups, in_addr, wgt_addr, k_h, k_w,
-    in_zero_point, acc_addr; before them ``opcode`` for a DWCONV, whose dataflow is not built), the first
-    raising ``fault`` with ``fault_field`` naming it (an index into ``error_names``); and the rest of the
-    geometry the block walk, the loader and the issue read, held until the next command.
+    in_zero_point, acc_addr), the first raising ``fault`` with ``fault_field`` naming it (an index into
+    ``error_names``); and the rest of the geometry the block walk, the loader and the issue read, held until
+    the next command. A DWCONV is DepthwiseSetup's: this part raises nothing for it.
 
     Signature: ``command`` (In: the CONV command), ``steps`` (In: the sequencer's setup cycles), ``fault``,
     ``fault_field`` (Out, per UnitComponent.elaborate_engine), ``geometry`` (Out: registered).
@@ -47,19 +64,14 @@ class ConvSetup(wiring.Component):
                          out_h.eq((cmd.in_h - span_h) // cmd.stride_h + 1),
                          geo.out_w.eq((cmd.in_w - span_w) // cmd.stride_w + 1)]
 
-        zp = cmd.in_zero_point
-        int8, uint8 = (np.iinfo(DTYPE_NUMPY[dtype]) for dtype in (DType.INT8, DType.UINT8))
-        zero_point_fits = Mux(cmd.in_type == DType.INT8, (zp >= int(int8.min)) & (zp <= int(int8.max)),
-                              (zp >= int(uint8.min)) & (zp <= int(uint8.max)))
         weights_per_out = cmd.k_h * cmd.k_w * geo.group_in
         checks = [  # the interpreter's order: groups, the input, the weights, the output size, the zero point, ACC
-            ("opcode", cmd.opcode == Opcode.CONV),      # DWCONV's output-stationary dataflow is not built yet
             ("groups", groups_divide),
             ("in_addr", cmd.in_addr + cmd.in_h * cmd.in_w * cmd.in_c <= config.buffer(Buffer.ACT).bytes),
             ("wgt_addr", cmd.wgt_addr + cmd.out_c * weights_per_out <= config.buffer(Buffer.WEIGHT).bytes),
             ("k_h", fits_h),
             ("k_w", fits_w),
-            ("in_zero_point", zero_point_fits),
+            ("in_zero_point", zero_point_fits(cmd)),
             ("acc_addr", cmd.acc_addr + out_h * geo.out_w * cmd.out_c <= config.buffer_units(Buffer.ACC)),
         ]
 
@@ -71,11 +83,8 @@ class ConvSetup(wiring.Component):
             return chosen
 
         with m.If(self.steps.check):
-            refused = Const(0)
-            for name, legal in checks:
-                with m.If(~refused & ~legal):
-                    m.d.comb += [self.fault.eq(1), self.fault_field.eq(self.error_names.index(name))]
-                refused = refused | ~legal
+            with m.If(cmd.opcode == Opcode.CONV):
+                refuse_first(m, checks, self.fault, self.fault_field, self.error_names)
             row_bytes = cmd.in_w * cmd.in_c
             pixel_cycles = out_h * geo.out_w * beats
             shortest = max(cols * weight_beats, 2 * beats + 1)    # the loader's and the write-back's

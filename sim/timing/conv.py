@@ -6,10 +6,10 @@ block's weights sit in one register bank, every output pixel streams through the
 load into the other bank at ``weight_beats`` cycles each. A block lasts at least ``2 * beats + 1`` cycles, so a
 pixel's accumulators are written back before the next block of the same chunk reads them.
 
-DWCONV, output-stationary (docs/rtl-conv.md, "Depthwise dataflow"; no RTL yet): PE (r, j) accumulates channel r
-of position j of a block of ``cols`` output positions, one kernel tap a ``tap_beats`` step (the block's input
-run from WEIGHT, the tap's ``channels`` weights from ACT); a second accumulator bank drains the previous block
-into ACC meanwhile.
+DWCONV, output-stationary (docs/rtl-conv.md, "Depthwise dataflow"; ``aipu.rtl.conv`` too): each multiplier
+accumulates one channel of one output position of a block of ``cols`` positions, one kernel tap a ``tap_beats``
+step (the block's input run from WEIGHT, the tap's ``channels`` weights from ACT); a second accumulator bank
+drains the previous block into ACC meanwhile.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Random CONVs: regular, strided, dilated, grouped, depthwise and 1x1 (matmul), accumulate chains, channel
-counts off the array's multiples, unaligned addresses, over buffers of random bytes; random DWCONVs."""
+counts off the array's multiples, unaligned addresses, over buffers of random bytes; random DWCONVs, and
+programs mixing both."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,10 +11,11 @@ from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
-from aipu.sim.timing.conv import command_cycles
+from aipu.sim.timing.conv import MAC_OPCODES, command_cycles
 
 KINDS = ("regular", "strided", "dilated", "grouped", "depthwise", "matmul")
 MAX_COMMAND_CYCLES = 3000     # keeps one command, and so a simulation, short on the default array
+DEPTHWISE_SHARE = 0.25        # of a random program's commands, DWCONVs
 
 
 def _out_size(size: int, kernel: int, stride: int, dilation: int) -> int:
@@ -111,28 +113,30 @@ def random_dwconv(config: HardwareConfig, rng: np.random.Generator) -> Command:
 
 
 def random_program(config: HardwareConfig, rng: np.random.Generator, commands: int,
-                   max_command_cycles: int = MAX_COMMAND_CYCLES) -> Program:
-    """``commands`` random CONVs, each at most ``max_command_cycles`` long (keeps a simulation's time bounded)."""
+                   max_command_cycles: int = MAX_COMMAND_CYCLES, depthwise: float = DEPTHWISE_SHARE) -> Program:
+    """``commands`` random commands, each at most ``max_command_cycles`` long (keeps a simulation's time
+    bounded): DWCONVs with probability ``depthwise``, CONVs otherwise."""
     program = Program(config)
     previous = None
     while len(program) < commands:
-        conv = random_conv(config, rng, previous)
-        if command_cycles(config, conv) <= max_command_cycles:
-            previous = program.append(conv)
+        command = random_dwconv(config, rng) if rng.random() < depthwise else random_conv(config, rng, previous)
+        if command_cycles(config, command) <= max_command_cycles:
+            program.append(command)
+            previous = command if command.opcode == Opcode.CONV else None
     program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
     return program
 
 
 def random_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int,
-                    max_command_cycles: int = MAX_COMMAND_CYCLES) -> Stimulus:
-    return Stimulus(random_program(config, rng, commands, max_command_cycles), random_memory(config, rng),
+                    max_command_cycles: int = MAX_COMMAND_CYCLES, depthwise: float = DEPTHWISE_SHARE) -> Stimulus:
+    return Stimulus(random_program(config, rng, commands, max_command_cycles, depthwise), random_memory(config, rng),
                     (ConvUnit,))
 
 
 def tiles_alone(program: Program, rng: np.random.Generator) -> Stimulus:
-    """The CONV commands of a lowered program by themselves (their tokens dropped: no other unit runs) over
+    """The CONV and DWCONV commands of a lowered program by themselves (their tokens dropped: no other unit runs) over
     random ACT, WEIGHT and ACC: the MAC array on a real layer's tiles, at the array's own speed."""
     convs = [Command(command.opcode, command.args) for command in program.queues[Unit.CONV]
-             if command.opcode == Opcode.CONV]
+             if command.opcode in MAC_OPCODES]
     return Stimulus(unit_program(program.config, convs, Unit.CONV), random_memory(program.config, rng),
                     (ConvUnit,))

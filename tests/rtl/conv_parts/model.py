@@ -1,10 +1,10 @@
 """What CONV's parts should compute for a command, from docs/rtl-conv.md in plain Python: the geometry the
-setup registers and the blocks in the order the block walk visits them."""
+setups register (CONV's and DWCONV's) and the blocks in the order the block walk visits them."""
 from __future__ import annotations
 
 from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.program import Command
-from aipu.sim.timing.conv import ConvTiming, conv_output_size
+from aipu.sim.timing.conv import ConvTiming, DepthwiseTiming, conv_output_size, depthwise_positions
 
 
 def command_word(config: HardwareConfig, command: Command) -> int:
@@ -25,6 +25,19 @@ def geometry_of(config: HardwareConfig, command: Command) -> dict[str, int]:
                 tap_x=c["dilation_w"] * c["in_c"], tap_y=c["dilation_h"] * c["in_w"] * c["in_c"],
                 in_chunks_last=(group_in - 1) // rows, out_chunks_last=(group_out - 1) // cols,
                 groups_per_block=groups_per_block, block_group_cols=groups_per_block * group_out)
+
+
+def depthwise_geometry_of(config: HardwareConfig, command: Command) -> dict[str, int]:
+    """What DepthwiseSetup registers for a legal DWCONV (docs/rtl-conv.md, "Depthwise dataflow")."""
+    c = command.args
+    out_h, out_w = conv_output_size(command)
+    plane_h, plane_w = -(-c["in_h"] // c["stride_h"]), -(-c["in_w"] // c["stride_w"])
+    positions = depthwise_positions(out_h, out_w, plane_w)
+    timing = DepthwiseTiming.of(config, c["channels"], positions)
+    taps = c["k_h"] * c["k_w"]
+    return dict(plane_w=plane_w, plane_bytes=plane_h * plane_w * c["channels"], out_w=out_w, outputs=out_h * out_w,
+                positions=positions, cols_mod_w=config.mac.cols % plane_w, tap_beats=timing.tap_beats,
+                tap_cycles=taps * timing.tap_beats, drain_beats=timing.drain_beats, period=timing.block_cycles(taps))
 
 
 def blocks_of(config: HardwareConfig, command: Command) -> list[dict[str, int]]:

@@ -1,23 +1,24 @@
-"""The setup registers the geometry docs/rtl-conv.md defines for legal commands, and refuses illegal ones in
-its second cycle naming the field the interpreter names."""
+"""The setups register the geometry docs/rtl-conv.md defines for legal CONVs and DWCONVs, and refuse illegal
+ones in their second cycle naming the field the interpreter names."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from aipu.rtl.commands import error_fields
+from aipu.rtl.conv_parts.depthwise_setup import DepthwiseSetup
 from aipu.rtl.conv_parts.setup import ConvSetup
 from aipu.sim.cosim.stimulus.conv import random_conv, random_dwconv
-from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.isa import Unit
 from tests.rtl.configs import EVERY_CONFIG, SMALL
-from tests.rtl.conv_parts.model import command_word, geometry_of
+from tests.rtl.conv_parts.model import command_word, depthwise_geometry_of, geometry_of
 from tests.rtl.simulate import simulate
 from tests.rtl.test_conv import FAULTS
 
 
-def _setup(config, command) -> tuple[str | None, dict[str, int]]:
-    """(the field refused or None, the registered geometry) after the two setup cycles."""
-    dut = ConvSetup(config, error_fields(Unit.CONV))
+def _setup(config, command, part=ConvSetup, geometry=geometry_of) -> tuple[str | None, dict[str, int]]:
+    """(the field refused or None, the registered geometry) after ``part``'s two setup cycles."""
+    dut = part(config, error_fields(Unit.CONV))
     outcome = {}
 
     async def testbench(ctx):
@@ -31,7 +32,7 @@ def _setup(config, command) -> tuple[str | None, dict[str, int]]:
         await ctx.tick()
         ctx.set(dut.steps.check, 0)
         assert not ctx.get(dut.fault), "a fault outside the checking cycle"
-        names = geometry_of(config, command) if command.opcode == Opcode.CONV else ()
+        names = geometry(config, command)
         outcome["geometry"] = {name: ctx.get(getattr(dut.geometry, name)) for name in names}
 
     simulate(dut, testbench)
@@ -46,11 +47,22 @@ def test_the_geometry_of_legal_commands(config):
         assert _setup(config, command) == (None, geometry_of(config, command)), command
 
 
-@pytest.mark.parametrize("field", list(FAULTS))
-def test_an_illegal_command_is_refused_naming_the_field(field):
-    assert _setup(SMALL, FAULTS[field])[0] == field
+@EVERY_CONFIG
+def test_the_depthwise_geometry_of_legal_dwconvs(config):
+    rng = np.random.default_rng(config.mac.cols + 1)
+    for _ in range(6):
+        command = random_dwconv(config, rng)
+        expected = depthwise_geometry_of(config, command)
+        assert _setup(config, command, DepthwiseSetup, depthwise_geometry_of) == (None, expected), command
 
 
-def test_a_dwconv_is_refused_naming_the_opcode():
-    """DWCONV's dataflow is not built: its word is refused before anything else is checked."""
-    assert _setup(SMALL, random_dwconv(SMALL, np.random.default_rng(4)))[0] == "opcode"
+@pytest.mark.parametrize("opcode, field", list(FAULTS), ids=[f"{op}-{field}" for op, field in FAULTS])
+def test_an_illegal_command_is_refused_naming_the_field(opcode, field):
+    part = DepthwiseSetup if opcode == "DWCONV" else ConvSetup
+    assert _setup(SMALL, FAULTS[opcode, field], part, lambda config, command: ())[0] == field
+
+
+@pytest.mark.parametrize("opcode, field", [("CONV", "k_w"), ("DWCONV", "k_w")])
+def test_each_setup_leaves_the_other_commands_faults_alone(opcode, field):
+    other = ConvSetup if opcode == "DWCONV" else DepthwiseSetup
+    assert _setup(SMALL, FAULTS[opcode, field], other, lambda config, command: ())[0] is None
