@@ -38,16 +38,12 @@ class TapWalk(wiring.Component):
             **{f"{name}_read{suffix}": Out(read_port(config, Buffer[name.upper()]))
                for name in ("weight", "act") for suffix in ("", "_b")},
             "tap": Out(tap_operands(config)), "drain": Out(block_drain(config))})
-
-    def elaborate(self, platform) -> Module:
-        m = Module()
-        config, cmd, geo = self.config, self.command, self.geometry
-        cols, n = config.mac.cols, dim(config)
-        self.running, self.tapping = Signal(), Signal()
+        cols, n, geo = config.mac.cols, dim(config), self.geometry
+        # the walk's registers
+        self.running, self.tapping, self.bank = Signal(), Signal(), Signal()
         self.step = Signal.like(geo.period)
-        self.ky, self.kx = Signal.like(cmd.k_h, name="tap_ky"), Signal.like(cmd.k_w, name="tap_kx")
+        self.ky, self.kx = Signal.like(self.command.k_h, name="tap_ky"), Signal.like(self.command.k_w, name="tap_kx")
         self.beat = Signal(range(DepthwiseTiming.of(config, config.mac.rows, cols).tap_beats))
-        self.bank = Signal()
         self.first = Signal(range(n * n), name="block_first_position")
         self.first_bytes = Signal(range(2 * config.buffer(Buffer.WEIGHT).bytes), name="block_first_byte")
         self.outputs_before = Signal(range(n * n))
@@ -55,6 +51,9 @@ class TapWalk(wiring.Component):
         self.columns = [Signal(range(n), name=f"position{j}_column") for j in range(cols)]
         self.kept = [column < geo.out_w for column in self.columns]
         self.last_block = self.first + cols >= geo.positions
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
         self.walk(m)
         self.read(m)
         return m

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from aipu.rtl.conv_parts.slots import SlotOperands
 from aipu.sim.machine.arch import DType
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.program import Command
-from tests.rtl.configs import EVERY_CONFIG
+from tests.rtl.configs import CONFIGS
 from tests.rtl.conv_parts.model import command_word
 from tests.rtl.simulate import simulate
 
@@ -19,8 +20,9 @@ def _dwconv(channels: int, w_zero_point: int) -> Command:
                         stride_w=1, dilation_h=1, dilation_w=1, acc_addr=0, accumulate=0)
 
 
-@EVERY_CONFIG
-def test_kept_positions_fill_the_slots_in_order(config):
+@pytest.mark.parametrize("name", ["small", "mac8x16"])      # DEFAULT's 256 slots: tests/rtl/test_conv.py
+def test_kept_positions_fill_the_slots_in_order(name):
+    config = CONFIGS[name]
     rows, cols = config.mac.rows, config.mac.cols
     dut = SlotOperands(config)
     rng = np.random.default_rng(rows + cols)
