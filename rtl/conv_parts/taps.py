@@ -67,7 +67,8 @@ class TapWalk(wiring.Component):
         with m.If(self.begin):
             m.d.sync += [*restart_taps, self.running.eq(1), self.step.eq(0), self.bank.eq(0), self.first.eq(0),
                          self.first_bytes.eq(0), self.outputs_before.eq(0)]
-            m.d.sync += [column.eq(j % geo.plane_w) for j, column in enumerate(self.columns)]
+            # position j's column j mod plane_w (no divider for position 0: Yosys cannot map one of constant 0)
+            m.d.sync += [column.eq(j % geo.plane_w if j else 0) for j, column in enumerate(self.columns)]
         with m.Elif(self.running):
             with m.If(self.tapping):
                 m.d.sync += beat.eq(beat + 1)
