@@ -11,12 +11,12 @@ from aipu.rtl.conv_parts.interfaces import depthwise_command, slot_operands, slo
 from aipu.sim.machine.arch import HardwareConfig
 
 
-def by_channels(channels: Value, rows: int, choose) -> Value:
-    """``choose(k)`` for k = ``channels`` (1 .. rows): one multiplexer over the channel counts a DWCONV may
-    have, each ``choose(k)`` a fixed wiring (divisions by ``k`` are done by Python at elaboration)."""
+def by_channels(counts: list[Value], choose) -> Value:
+    """``choose(k)`` for the channel count k whose ``counts[k - 1]`` is set (1 .. rows): a multiplexer over the
+    counts a DWCONV may have, each ``choose(k)`` a fixed wiring (divisions by ``k`` are done at elaboration)."""
     value = choose(1)
-    for k in range(2, rows + 1):
-        value = Mux(channels == k, choose(k), value)
+    for k in range(2, len(counts) + 1):
+        value = Mux(counts[k - 1], choose(k), value)
     return value
 
 
@@ -48,7 +48,8 @@ class SlotOperands(wiring.Component):
             position = p // k
             return Cat(tap.skip[position], tap.kept[position]) if position < cols else C(0, stages + 1)
 
-        elements = [net(m, Cat(tap.run[8 * p:8 * p + 8], by_channels(channels, rows, lambda k: control(p, k))),
+        counts = [net(m, channels == k, f"channels_{k}") for k in range(1, rows + 1)]
+        elements = [net(m, Cat(tap.run[8 * p:8 * p + 8], by_channels(counts, lambda k: control(p, k))),
                         f"squeeze_in{p}") for p in range(total)]
         for stage in range(stages):
             elements = [net(m, self.squeezed(elements, e, stage), f"squeeze{stage}_slot{e}") for e in range(total)]
@@ -57,7 +58,7 @@ class SlotOperands(wiring.Component):
         weights = [net(m, tap.kernel[8 * r:8 * r + 8].as_signed() - self.command.w_zero_point, f"kernel{r}")
                    for r in range(rows)]
         for e in range(total):
-            m.d.comb += self.operands.w[e].eq(by_channels(channels, rows, lambda k: weights[e % k]))
+            m.d.comb += self.operands.w[e].eq(by_channels(counts, lambda k: weights[e % k]))
         return m
 
     @staticmethod
