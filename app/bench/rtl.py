@@ -37,7 +37,7 @@ def _layer(name: str, channels: int, size: int, out_channels: int, kernel: int, 
     from aipu.sim.interpreter import run as interpret
 
     lowered = lower_conv_layer(shaped_layer(np.random.default_rng(0), channels, size, out_channels, kernel,
-                                            groups=groups), dwconv=False)     # the RTL runs no DWCONV yet
+                                            groups=groups), dwconv=False)     # CONV alone, as docs/rtl-cosim.md measured
     memory = lowered.memory()
     return lowered.program, memory, interpret(lowered.program, memory.copy())
 

@@ -22,9 +22,7 @@ from tests.compiler.test_unrolled_conv import conv_layer
 from tests.rtl.configs import CONFIGS, SMALL
 
 MAX_CYCLES = 1_000_000
-# The RTL does not execute DWCONV yet (docs/rtl-conv.md, "Depthwise dataflow"; it refuses one naming its opcode,
-# tests/rtl/test_conv.py): layers are lowered with CONV alone, which it runs.
-RTL_LOWERING = {"dwconv": False}
+RTL_LOWERING = {}      # the compiler's own choices: depthwise layers on DWCONV where its timing says faster
 BACKENDS = pytest.mark.parametrize("backend", ["amaranth", *verilog_backends()])
 # A Verilog build of the System with every real unit takes about 1.5 minutes for SMALL (one xdist worker) and
 # about 9 for DEFAULT: the default suite runs the real units on Verilog once, on SMALL; the rest is slow.
@@ -151,6 +149,16 @@ def check_shaped(config, backend: str, name: str, shape) -> None:
 def test_network_layer_shapes_are_bit_exact_on_verilog(name):
     for backend in verilog_backends():
         check_shaped(SMALL, backend, name, NETWORK_SHAPES[name][0])
+
+
+def test_a_depthwise_layer_runs_on_dwconv_bit_exact_on_amaranth():
+    """The compiler lowers MobileNet's depthwise shape to DWCONV tiles, and the System runs them exactly."""
+    name = "mobilenet_dw_3x3_s2"
+    channels, size, out_channels, kernel, stride, groups = NETWORK_SHAPES[name][0]
+    layer = shaped_layer(np.random.default_rng(size), channels, size, out_channels, kernel, stride=stride,
+                         groups=groups)
+    assert any(command.opcode == Opcode.DWCONV for command in lower_conv_layer(layer, SMALL).program.queues[Unit.CONV])
+    check_shaped(SMALL, "amaranth", name, NETWORK_SHAPES[name][0])
 
 
 @pytest.mark.slow
