@@ -84,7 +84,7 @@ DWCONV runs a depthwise tile (channel multiplier 1, at most `rows` channels) out
 cycle. The input lies in WEIGHT (the wide port) by phase (row mod `stride_h`, column mod `stride_w`), so a
 tap's operands for `cols` consecutive positions are one contiguous run of `cols x channels` bytes; the tap's
 `channels` weights come from ACT. A block takes `k_h * k_w` cycles while the previous one drains into ACC
-(docs/rtl-conv.md, "Depthwise dataflow", has the exact count; the RTL does not execute DWCONV yet).
+(docs/rtl-conv.md, "Depthwise dataflow", has the exact count, which the RTL keeps).
 Operands enter as `value - zero_point` (signed {MAC_OPERAND_BITS} bit) and products accumulate in int{ACC_BITS}; the
 arithmetic of every unit is defined by the golden model (`sim/golden`, docs/arithmetic.md).
 
