@@ -164,6 +164,7 @@ def test_many_random_convs(name):
         assert_matches(random_stimulus(config, rng, 50))
 
 
+@pytest.mark.slow     # the DEFAULT array under Amaranth's simulator: about a minute; DWCONV is the depthwise path
 def test_depthwise_groups_fill_the_diagonal():
     """A depthwise 3x3 (64 channels, channel multiplier 1, 8x8 pixels) runs 16 groups per block on the
     default array's diagonal: >= 95 % of those 16 multipliers busy, 16 times fewer blocks than group by group."""
