@@ -55,6 +55,7 @@ def test_units_bench_checks_every_pair_and_reports_it():
     assert result["cases_over_goal"] == [row["case"] for row in result["cases"] if row["golden_over_ort"] > 1.0]
 
 
+@pytest.mark.slow      # about a minute: the ResNet-18-shaped compile and run, a MobileNetV3 compile in a child
 def test_compile_bench_compiles_resnet18_and_runs_it_bit_exact():
     """`aipu bench compile`: the ResNet-18-shaped graph compiles and its whole program, run once on the
     interpreter, equals the quantized model on the golden units; the MobileNetV3-shaped CLI compile is measured."""

@@ -11,3 +11,8 @@ SMALL = hardware_config_from_dict({"mac": {"rows": 4, "cols": 4}, "buffers": {
 NON_SQUARE = hardware_config_from_dict({"mac": {"rows": 8, "cols": 16}})
 CONFIGS = {"default": DEFAULT, "small": SMALL, "mac8x16": NON_SQUARE}
 EVERY_CONFIG = pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+# The same, with DEFAULT in the slow suite: for tests whose DEFAULT case takes minutes under Amaranth's simulator
+# (the CONV unit, DWCONV's parts included) while another default-suite test already covers DEFAULT.
+EVERY_CONFIG_DEFAULT_SLOW = pytest.mark.parametrize(
+    "config", [pytest.param(config, marks=pytest.mark.slow) if name == "default" else config
+               for name, config in CONFIGS.items()], ids=list(CONFIGS))
