@@ -27,21 +27,30 @@ def check_program(program: Program, memory: Memory) -> int:
     return sum(assert_matches(Stimulus(program, memory, (ConvUnit,))).result.command_cycles(Unit.CONV))
 
 
-@EVERY_CONFIG
-def test_random_convs_match_the_interpreter(config):
-    """CONVs with a quarter DWCONVs among them, one program."""
+def mixed_stimulus(config) -> Stimulus:
+    """The default suite's program of random CONVs with a quarter DWCONVs among them (tests/rtl/test_mutants.py
+    runs its mutants on it too)."""
     rng = np.random.default_rng(config.mac.rows * 1000 + config.mac.cols)
-    commands = 4 if config.mac.rows * config.mac.cols > 64 else 10
-    assert_matches(random_stimulus(config, rng, commands, max_command_cycles=300))
+    commands = 4 if config.mac.rows * config.mac.cols > 64 else 16
+    return random_stimulus(config, rng, commands, max_command_cycles=300)
 
 
-@EVERY_CONFIG_DEFAULT_SLOW
-def test_random_dwconvs_match_the_interpreter(config):
-    """DWCONVs alone: strides and dilations (phase planes), rows narrower and wider than a block, channels
-    from 1 to rows, unaligned addresses. (On DEFAULT the random CONVs above include DWCONVs.)"""
+def depthwise_stimulus(config) -> Stimulus:
+    """The default suite's program of DWCONVs alone: strides and dilations (phase planes), rows narrower and wider
+    than a block, channels from 1 to rows, unaligned addresses."""
     rng = np.random.default_rng(config.mac.rows * 1000 + config.mac.cols + 1)
     commands = 4 if config.mac.rows * config.mac.cols > 64 else 12
-    assert_matches(random_stimulus(config, rng, commands, max_command_cycles=400, depthwise=1.0))
+    return random_stimulus(config, rng, commands, max_command_cycles=400, depthwise=1.0)
+
+
+@EVERY_CONFIG
+def test_random_convs_match_the_interpreter(config):
+    assert_matches(mixed_stimulus(config))
+
+
+@EVERY_CONFIG_DEFAULT_SLOW      # on DEFAULT the mixed program above has DWCONVs
+def test_random_dwconvs_match_the_interpreter(config):
+    assert_matches(depthwise_stimulus(config))
 
 
 def _conv(**fields) -> Command:

@@ -62,8 +62,10 @@ def _place(config: HardwareConfig, rng: np.random.Generator, fields: dict, **kee
     return placed
 
 
-def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Command | None = None) -> Command:
-    """A legal CONV of a random kind; with ``previous``, sometimes one accumulating onto its result."""
+def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Command | None = None,
+                kind: str | None = None) -> Command:
+    """A legal CONV of ``kind`` (one of KINDS; default: a random one); with ``previous``, sometimes one
+    accumulating onto its result instead."""
     rows, cols = config.mac.rows, config.mac.cols
     if previous is not None and rng.random() < 0.3:   # another input-channel slice onto the same outputs
         fields = dict(previous.args)
@@ -72,17 +74,21 @@ def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Comm
         placed = _place(config, rng, fields, acc_addr=fields["acc_addr"])
         if placed is not None:
             return Command.make(Opcode.CONV, **placed)
+    drawn = kind
     while True:
-        kind = KINDS[rng.integers(len(KINDS))]
+        kind = drawn or KINDS[rng.integers(len(KINDS))]
         groups, group_in, group_out = 1, int(rng.integers(1, 2 * rows + 3)), int(rng.integers(1, 2 * cols + 3))
         if kind == "grouped":
             groups, group_in, group_out = int(rng.integers(2, 5)), int(rng.integers(1, rows + 2)), \
                 int(rng.integers(1, cols + 2))
         elif kind == "depthwise":
             groups, group_in, group_out = int(rng.integers(1, 2 * rows + 1)), 1, int(rng.integers(1, 3))
-        kernel = (1, 1) if kind == "matmul" else tuple(int(k) for k in rng.integers(1, 4, 2))
-        stride = tuple(int(s) for s in rng.integers(2, 4, 2)) if kind == "strided" else (1, 1)
-        dilation = tuple(int(d) for d in rng.integers(2, 4, 2)) if kind == "dilated" else (1, 1)
+        # strides and dilations of 1 to 3 drawn per axis, so the two axes differ as often as not; a dilated
+        # kernel spans at least two taps on both axes, so neither dilation goes unused
+        smallest_kernel = 2 if kind == "dilated" else 1
+        kernel = (1, 1) if kind == "matmul" else tuple(int(k) for k in rng.integers(smallest_kernel, 4, 2))
+        stride = tuple(int(s) for s in rng.integers(1, 4, 2)) if kind == "strided" else (1, 1)
+        dilation = tuple(int(d) for d in rng.integers(1, 4, 2)) if kind == "dilated" else (1, 1)
         out = rng.integers(1, 6, 2)
         in_h, in_w = (int(o - 1) * s + d * (k - 1) + 1 + int(rng.integers(0, s))
                       for o, s, d, k in zip(out, stride, dilation, kernel))
@@ -115,13 +121,18 @@ def random_dwconv(config: HardwareConfig, rng: np.random.Generator) -> Command:
 def random_program(config: HardwareConfig, rng: np.random.Generator, commands: int,
                    max_command_cycles: int = MAX_COMMAND_CYCLES, depthwise: float = DEPTHWISE_SHARE) -> Program:
     """``commands`` random commands, each at most ``max_command_cycles`` long (keeps a simulation's time
-    bounded): DWCONVs with probability ``depthwise``, CONVs otherwise."""
+    bounded): DWCONVs with probability ``depthwise``, CONVs otherwise, their kinds in turn from a random one
+    on (so that a short program has every kind, strides and dilations included)."""
     program = Program(config)
-    previous = None
+    previous, turn = None, int(rng.integers(len(KINDS)))
     while len(program) < commands:
-        command = random_dwconv(config, rng) if rng.random() < depthwise else random_conv(config, rng, previous)
+        if rng.random() < depthwise:
+            command = random_dwconv(config, rng)
+        else:
+            command = random_conv(config, rng, previous, KINDS[turn % len(KINDS)])
         if command_cycles(config, command) <= max_command_cycles:
             program.append(command)
+            turn += command.opcode == Opcode.CONV
             previous = command if command.opcode == Opcode.CONV else None
     program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
     return program

@@ -1,0 +1,63 @@
+"""A small mutation check: realistic bugs planted in the RTL's source must be caught by the default suite's own
+random stimulus.
+
+A mutant is one edit of one expression in one module of ``aipu.rtl``: the module is executed again from the
+edited source, and every module that imported a class or function from it gets the mutant's instead, for the
+length of the test. The check fails when the stimulus still agrees with the interpreter, that is, when the
+default suite would not notice the bug.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from aipu.sim.cosim.stimulus import compare
+from tests.rtl.configs import SMALL
+from tests.rtl.test_conv import depthwise_stimulus, mixed_stimulus
+
+
+@dataclass(frozen=True)
+class Mutant:
+    module: str
+    original: str       # occurs exactly once in the module's source
+    mutated: str
+    stimulus: object    # the default suite's stimulus (a function of the configuration) that must kill it
+
+
+MUTANTS = {
+    "CONV steps its vertical taps by dilation_w": Mutant(
+        "aipu.rtl.conv_parts.setup", "geo.tap_y.eq(cmd.dilation_h * row_bytes)",
+        "geo.tap_y.eq(cmd.dilation_w * row_bytes)", mixed_stimulus),
+    "DWCONV steps its vertical taps by dilation_w": Mutant(
+        "aipu.rtl.conv_parts.taps", "down, across = self.ky * cmd.dilation_h, self.kx * cmd.dilation_w",
+        "down, across = self.ky * cmd.dilation_w, self.kx * cmd.dilation_w", depthwise_stimulus),
+}
+
+
+def plant(mutant: Mutant, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace ``mutant.module``'s classes and functions, wherever an ``aipu`` module holds them, by those of its
+    edited source."""
+    module = importlib.import_module(mutant.module)
+    source = inspect.getsource(module)
+    assert source.count(mutant.original) == 1, f"{mutant.module} no longer reads {mutant.original!r}"
+    edited = types.ModuleType(mutant.module)
+    edited.__file__ = module.__file__
+    exec(compile(source.replace(mutant.original, mutant.mutated), module.__file__, "exec"), edited.__dict__)
+    defined = {name: value for name, value in vars(module).items()
+               if (inspect.isclass(value) or inspect.isfunction(value)) and value.__module__ == mutant.module}
+    for holder in [m for name, m in sys.modules.items() if name.startswith("aipu.") and m is not None]:
+        for name, value in list(vars(holder).items()):
+            if name in defined and defined[name] is value:
+                monkeypatch.setattr(holder, name, getattr(edited, name))
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_the_default_stimulus_kills_the_mutant(name, monkeypatch):
+    mutant = MUTANTS[name]
+    plant(mutant, monkeypatch)      # on the real RTL the same stimulus passes (tests/rtl/test_conv.py)
+    assert compare(mutant.stimulus(SMALL), "amaranth").problems, f"survived: {name}"
