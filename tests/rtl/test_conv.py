@@ -31,7 +31,7 @@ def mixed_stimulus(config) -> Stimulus:
     """The default suite's program of random CONVs with a quarter DWCONVs among them (tests/rtl/test_mutants.py
     runs its mutants on it too)."""
     rng = np.random.default_rng(config.mac.rows * 1000 + config.mac.cols)
-    commands = 4 if config.mac.rows * config.mac.cols > 64 else 16
+    commands = 4 if config.mac.rows * config.mac.cols > 64 else 32
     return random_stimulus(config, rng, commands, max_command_cycles=300)
 
 

@@ -29,11 +29,17 @@ def random_memory(config: HardwareConfig, rng: np.random.Generator) -> Memory:
     return memory
 
 
+def _zero_point(rng: np.random.Generator, info: np.iinfo) -> int:
+    """Half the time a corner of the type (its minimum, zero or its maximum), else any value of it."""
+    if rng.random() < 0.5:
+        return int(rng.choice([info.min, 0, info.max]))
+    return int(rng.integers(info.min, info.max + 1))
+
+
 def _operands(rng: np.random.Generator) -> dict:
     in_type = DType(rng.choice([DType.INT8, DType.UINT8]))
-    info = np.iinfo(DTYPE_NUMPY[in_type])
-    return dict(in_type=in_type, in_zero_point=int(rng.integers(info.min, info.max + 1)),
-                w_zero_point=int(rng.integers(-128, 128)))
+    return dict(in_type=in_type, in_zero_point=_zero_point(rng, np.iinfo(DTYPE_NUMPY[in_type])),
+                w_zero_point=_zero_point(rng, np.iinfo(np.int8)))
 
 
 def _regions(fields: dict) -> dict[str, tuple[Buffer, int]]:
@@ -62,9 +68,15 @@ def _place(config: HardwareConfig, rng: np.random.Generator, fields: dict, **kee
     return placed
 
 
+# Strides or dilations (h, w) of 1 to 3, not 1 on both; the first three reach every value on each axis, with the
+# two axes different
+AXES = [(2, 3), (3, 1), (1, 2), (3, 2), (1, 3), (2, 1), (3, 3), (2, 2)]
+
+
 def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Command | None = None,
-                kind: str | None = None) -> Command:
-    """A legal CONV of ``kind`` (one of KINDS; default: a random one); with ``previous``, sometimes one
+                kind: str | None = None, axes: tuple[int, int] | None = None) -> Command:
+    """A legal CONV of ``kind`` (one of KINDS; default: a random one) whose strides or dilations, if it is
+    strided or dilated, are ``axes`` (default: a random pair of AXES); with ``previous``, sometimes one
     accumulating onto its result instead."""
     rows, cols = config.mac.rows, config.mac.cols
     if previous is not None and rng.random() < 0.3:   # another input-channel slice onto the same outputs
@@ -77,18 +89,19 @@ def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Comm
     drawn = kind
     while True:
         kind = drawn or KINDS[rng.integers(len(KINDS))]
-        groups, group_in, group_out = 1, int(rng.integers(1, 2 * rows + 3)), int(rng.integers(1, 2 * cols + 3))
+        group_in = rows if rng.random() < 0.25 else int(rng.integers(1, 2 * rows + 3))    # a corner: one pass
+        groups, group_out = 1, int(rng.integers(1, 2 * cols + 3))
         if kind == "grouped":
             groups, group_in, group_out = int(rng.integers(2, 5)), int(rng.integers(1, rows + 2)), \
                 int(rng.integers(1, cols + 2))
         elif kind == "depthwise":
             groups, group_in, group_out = int(rng.integers(1, 2 * rows + 1)), 1, int(rng.integers(1, 3))
-        # strides and dilations of 1 to 3 drawn per axis, so the two axes differ as often as not; a dilated
-        # kernel spans at least two taps on both axes, so neither dilation goes unused
+        # a dilated kernel spans at least two taps on both axes, so neither dilation goes unused
         smallest_kernel = 2 if kind == "dilated" else 1
         kernel = (1, 1) if kind == "matmul" else tuple(int(k) for k in rng.integers(smallest_kernel, 4, 2))
-        stride = tuple(int(s) for s in rng.integers(1, 4, 2)) if kind == "strided" else (1, 1)
-        dilation = tuple(int(d) for d in rng.integers(1, 4, 2)) if kind == "dilated" else (1, 1)
+        pair = axes or AXES[rng.integers(len(AXES))]
+        stride = pair if kind == "strided" else (1, 1)
+        dilation = pair if kind == "dilated" else (1, 1)
         out = rng.integers(1, 6, 2)
         in_h, in_w = (int(o - 1) * s + d * (k - 1) + 1 + int(rng.integers(0, s))
                       for o, s, d, k in zip(out, stride, dilation, kernel))
@@ -122,14 +135,16 @@ def random_program(config: HardwareConfig, rng: np.random.Generator, commands: i
                    max_command_cycles: int = MAX_COMMAND_CYCLES, depthwise: float = DEPTHWISE_SHARE) -> Program:
     """``commands`` random commands, each at most ``max_command_cycles`` long (keeps a simulation's time
     bounded): DWCONVs with probability ``depthwise``, CONVs otherwise, their kinds in turn from a random one
-    on (so that a short program has every kind, strides and dilations included)."""
+    on and, kind after kind, the strided and dilated ones through every pair of AXES (so that a short program
+    has every kind and every stride and dilation on each axis)."""
     program = Program(config)
     previous, turn = None, int(rng.integers(len(KINDS)))
     while len(program) < commands:
         if rng.random() < depthwise:
             command = random_dwconv(config, rng)
         else:
-            command = random_conv(config, rng, previous, KINDS[turn % len(KINDS)])
+            command = random_conv(config, rng, previous, KINDS[turn % len(KINDS)],
+                                  AXES[turn // len(KINDS) % len(AXES)])
         if command_cycles(config, command) <= max_command_cycles:
             program.append(command)
             turn += command.opcode == Opcode.CONV
