@@ -18,7 +18,7 @@ import pytest
 
 from aipu.sim.cosim.stimulus import compare
 from tests.rtl.configs import SMALL
-from tests.rtl.test_conv import depthwise_stimulus, mixed_stimulus
+from tests.rtl import test_conv, test_requant
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,22 @@ class Mutant:
 MUTANTS = {
     "CONV steps its vertical taps by dilation_w": Mutant(
         "aipu.rtl.conv_parts.setup", "geo.tap_y.eq(cmd.dilation_h * row_bytes)",
-        "geo.tap_y.eq(cmd.dilation_w * row_bytes)", mixed_stimulus),
+        "geo.tap_y.eq(cmd.dilation_w * row_bytes)", test_conv.mixed_stimulus),
     "DWCONV steps its vertical taps by dilation_w": Mutant(
         "aipu.rtl.conv_parts.taps", "down, across = self.ky * cmd.dilation_h, self.kx * cmd.dilation_w",
-        "down, across = self.ky * cmd.dilation_w, self.kx * cmd.dilation_w", depthwise_stimulus),
+        "down, across = self.ky * cmd.dilation_w, self.kx * cmd.dilation_w", test_conv.depthwise_stimulus),
+    "CONV accumulates where it should overwrite": Mutant(
+        "aipu.rtl.conv_parts.blocks", "block.overwrites.eq(~cmd.accumulate &",
+        "block.overwrites.eq(cmd.accumulate &", test_conv.mixed_stimulus),
+    "DWCONV overwrites where it should accumulate": Mutant(
+        "aipu.rtl.conv_parts.drain", "Mux(self.accumulate, old, 0)", "Mux(self.accumulate, 0, old)",
+        test_conv.depthwise_stimulus),
+}
+# Known survivors: the default stimulus does not reach the corner yet (the test fails when it starts to)
+SURVIVORS = {
+    "ties round up instead of to even": Mutant(
+        "aipu.rtl.arith", "Rounding.HALF_TO_EVEN: above | (tie & quotient[0]),",
+        "Rounding.HALF_TO_EVEN: above | tie,", test_requant.mixed_stimulus),
 }
 
 
@@ -56,8 +68,9 @@ def plant(mutant: Mutant, monkeypatch: pytest.MonkeyPatch) -> None:
                 monkeypatch.setattr(holder, name, getattr(edited, name))
 
 
-@pytest.mark.parametrize("name", list(MUTANTS))
+@pytest.mark.parametrize("name", [*MUTANTS, *(pytest.param(name, marks=pytest.mark.xfail(
+    strict=True, reason="random products rarely land exactly on a tie")) for name in SURVIVORS)])
 def test_the_default_stimulus_kills_the_mutant(name, monkeypatch):
-    mutant = MUTANTS[name]
+    mutant = MUTANTS.get(name) or SURVIVORS[name]
     plant(mutant, monkeypatch)      # on the real RTL the same stimulus passes (tests/rtl/test_conv.py)
     assert compare(mutant.stimulus(SMALL), "amaranth").problems, f"survived: {name}"

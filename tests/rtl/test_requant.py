@@ -163,10 +163,14 @@ def compare_with_interpreter(stimulus: Stimulus) -> int:
     return stimulus.commands
 
 
+def mixed_stimulus(config) -> Stimulus:
+    """The default suite's random REQUANTs (tests/rtl/test_mutants.py runs its mutants on them too)."""
+    return random_stimulus(config, np.random.default_rng(RNG_SEED), commands=12, max_elements=40)
+
+
 @EVERY_CONFIG
 def test_random_requants_match_the_interpreter(config):
-    rng = np.random.default_rng(RNG_SEED)
-    assert compare_with_interpreter(random_stimulus(config, rng, commands=12, max_elements=40)) >= 8
+    assert compare_with_interpreter(mixed_stimulus(config)) >= 8
 
 
 @pytest.mark.parametrize("config", [SMALL, NON_SQUARE], ids=["small", "mac8x16"])
