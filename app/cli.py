@@ -11,6 +11,9 @@ the cores. Benchmarks that
 compare against onnxruntime pin both to one thread regardless.
 
 Vectors: every command asks numba for 512-bit vectors on AVX-512 CPUs (aipu.app.vector_width).
+
+Kernels: a command about to compile numba kernels that are not cached says so on stderr first
+(aipu.app.warm_up; `aipu warm-up` compiles them all ahead).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "aipu.app.cli_codec",
     "aipu.app.cli_rtl",
     "aipu.app.cli_sweep",
+    "aipu.app.warm_up",
 )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aipu.app.warm_up import compile_kernels_once
 from aipu.sim.machine.errors import InputError
 
 ONNX_WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
@@ -116,6 +117,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
         raise InputError("--" + error.field.replace("_", "-").replace("max-ctu-size", "ctu"), error.value,
                          error.allowed) from None
     tensors, groups = load_tensors(Path(args.input))
+    compile_kernels_once("codec")
     if args.profile == "npu":        # what the NPU's WDEC decodes: every tensor a layer of its own
         from aipu.codec.npu_profile import with_profile
         options, groups = with_profile(options), [(name, None) for name in tensors]
@@ -138,6 +140,7 @@ def _decode_file(path: str) -> tuple[bytes, dict[str, np.ndarray], list]:
     from aipu.codec.errors import error_context
     from aipu.sim.machine.files import read_at_most
     data = read_at_most(path, MAX_CONTAINER_BYTES)
+    compile_kernels_once("codec")
     with error_context(file=path):
         tensors, infos = api.decode_with_info(data)
     return data, tensors, infos

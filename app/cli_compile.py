@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aipu.app.warm_up import compile_kernels_once, program_kernels
 from aipu.sim.machine.arch import DEFAULT, load_hardware_config
 
 
@@ -28,6 +29,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                            percentile=args.percentile, momentum=args.momentum, scheme=args.scheme,
                            int16=tuple(args.int16 or ()), target_sqnr_db=args.target_sqnr)
     config = load_hardware_config(args.config) if args.config else DEFAULT
+    compile_kernels_once("golden", *(("codec",) if args.compress else ()))
     started = time.perf_counter()
     try:
         compiled = compile_model(args.model, args.calib, config=config,
@@ -111,6 +113,7 @@ def _run_directory(directory, args: argparse.Namespace) -> int:
     samples = read_samples(args.input, inputs)
     count = next(iter(samples.values())).shape[0]
     prepared = prepare(directory.program, directory.dram.size)
+    compile_kernels_once(*program_kernels(directory.program, interpreted=True))
     outputs: dict[str, list[np.ndarray]] = {entry.tensor.name: [] for entry in directory.outputs}
     started = time.perf_counter()
     for index in range(count):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aipu.app.warm_up import compile_kernels_once
 from aipu.sim.machine.arch import DEFAULT, load_hardware_config
 from aipu.sim.machine.isa import Unit
 
@@ -50,6 +51,7 @@ def _cmd_run_layer(args: argparse.Namespace) -> int:
     from aipu.sim.interpreter import run
 
     config = load_hardware_config(args.config) if args.config else DEFAULT
+    compile_kernels_once("golden", "interpreter")       # a random layer's reference runs golden kernels too
     layer = (read_layer(args.layer) if args.layer else
              random_layer(np.random.default_rng(args.seed), max_channels=args.max_channels, max_size=args.max_size,
                           with_lut=args.lut))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aipu.app.warm_up import compile_kernels_once, program_kernels
 from aipu.sim.cycle import DRAM_MODELS
 
 
@@ -15,6 +16,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     directory = read_program_dir(args.program)
     prepared = prepare(directory.program, directory.dram.size)
+    compile_kernels_once(*program_kernels(directory.program, interpreted=bool(args.input)))
     stats = _input_run(directory, prepared, args.input, args.seed) if args.input else None
     document, written = write_report(directory, Path(args.output), dram=args.dram, stats=stats, seed=args.seed,
                                      timeline_layer=args.timeline_layer, prepared=prepared)

@@ -8,6 +8,9 @@
   test with fresh draws by ``HYPOTHESIS_PROFILE=explore``.
 * Vectors: numba compiles for 512-bit vectors on AVX-512 CPUs, as the `aipu` CLI asks it to
   (aipu.app.vector_width), so the tests run the kernels users run; set before anything is compiled.
+* Kernels: numba's cache holds every kernel before the first test runs (compiled once in the controller where
+  it does not, with the CLI's notice): no test's time limit or subprocess meets minutes of compiling, no xdist
+  worker compiles what another does, and no CLI test sees the notice on stderr.
 * ``--sim icarus`` (or ``--sim verilator,icarus``): the Verilog simulators the co-simulation tests run on; the
   same as ``AIPU_SIM`` in the environment (default: Verilator).
 """
@@ -47,6 +50,16 @@ def pytest_configure(config):
         verilog_backends()
     except ValueError as error:     # once, with the known names, instead of at every parametrization
         raise pytest.UsageError(str(error)) from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """In the controller (or the only process), before xdist starts any worker."""
+    if not hasattr(session.config, "workerinput"):
+        from aipu.app.warm_up import compile_kernels_once
+        from aipu.sim.interpreter.kernel_cache import GROUPS
+
+        compile_kernels_once(*GROUPS)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,0 +1,69 @@
+"""`aipu warm-up`, and the notice a command gives before it compiles numba kernels.
+
+The kernels compile on their first use, then numba's on-disk cache holds them
+(aipu.sim.interpreter.kernel_cache). Without a word, a first run would sit silent, or at 0 % of a progress
+bar, for minutes. So each command that runs kernels calls :func:`compile_kernels_once` before its work: where
+a kernel of the groups it uses is not cached, it prints :data:`NOTICE` on stderr (stdout stays clean for
+JSON) and compiles those groups at once. `.ci/bootstrap.sh` runs `aipu warm-up` after installing, so that
+no command needs to.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+NOTICE = "compiling kernels (first run only)"
+
+
+def compile_kernels_once(*groups: str, load: bool = False) -> float | None:
+    """Where a kernel of ``groups`` (of kernel_cache.GROUPS) is not in numba's cache, print NOTICE on stderr and
+    compile the groups' kernels; with ``load``, load them where cached (a timed loop then meets no one-time cost
+    either way). The seconds compiling took, None where nothing was compiled."""
+    if not groups:
+        return None
+    from aipu.sim.interpreter.kernel_cache import cold_kernels, warm_up
+
+    cold = bool(cold_kernels(groups))
+    if cold:
+        print(NOTICE, file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    if cold or load:
+        warm_up(groups)
+    return time.perf_counter() - started if cold else None
+
+
+def program_kernels(program, *, interpreted: bool) -> tuple[str, ...]:
+    """The kernel groups that timing ``program`` on the cycle model, and with ``interpreted`` running it on the
+    interpreter, may compile: the codec's where a WDEC command's stream is decoded, the golden model's and the
+    run loop's where the interpreter runs."""
+    from aipu.sim.machine.isa import Opcode, Unit
+
+    wdec = any(command.opcode == Opcode.WDEC for command in program.queues[Unit.WDEC])
+    return (("golden", "interpreter") if interpreted else ()) + (("codec",) if wdec else ())
+
+
+def _cmd_warm_up(args: argparse.Namespace) -> int:
+    from aipu.sim.interpreter.kernel_cache import GROUPS, cold_kernels, kernels, warm_up
+
+    total, cold = len(kernels()), {group: len(cold_kernels((group,))) for group in GROUPS}
+    if not any(cold.values()):
+        print(f"all {total} numba kernels are cached for this machine")
+        return 0
+    if args.check:
+        print("numba kernels not cached for this machine: " + ", ".join(
+            f"{group} {count} of {len(kernels((group,)))}" for group, count in cold.items() if count))
+        return 1
+    started = time.perf_counter()
+    warm_up()
+    print(f"compiled the {total} numba kernels in {time.perf_counter() - started:.1f} s; later runs load them "
+          "from numba's cache")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("warm-up", help="compile the numba kernels once, for numba's cache (the "
+                                                   "bootstrap does it; a first run would otherwise)")
+    parser.add_argument("--check", action="store_true",
+                        help="only tell whether they are cached (exit status 1 if not)")
+    parser.set_defaults(func=_cmd_warm_up)
