@@ -1,12 +1,13 @@
 """`aipu demo` on the embedded digits CNN: every promise it prints holds."""
 from __future__ import annotations
 
-from aipu.app.demo import run_demo
+from aipu.app.demo import _print_report, run_demo
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.program import Program
 
 
-def test_demo_is_bit_exact_accurate_and_lossless(tmp_path):
+def test_demo_is_bit_exact_accurate_and_lossless(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("aipu.app.warm_up.compile_kernels_once", lambda *groups, load=False: 12.34)   # compiled
     report = run_demo(tmp_path, eval_limit=60)
     assert report["interpreter"]["bit_exact"] and report["interpreter"]["images"] == 60
     assert report["codec"]["lossless"]
@@ -22,3 +23,9 @@ def test_demo_is_bit_exact_accurate_and_lossless(tmp_path):
     assert program.disassemble() == (tmp_path / "model.lst").read_text()
     assert program.queues[Unit.POOL] and len(program.queues[Unit.CONV]) >= 4     # pooling and the FC head on the NPU
     assert [layer["kind"] for layer in report["model"]["layers"]] == ["conv", "conv", "conv", "pool", "layout", "conv"]
+    _print_report(report)          # the compilation apart from the interpreter's time, and only where it happened
+    assert report["kernels"] == {"compile_seconds": 12.3}
+    assert "kernels were compiled once, in 12.3 s" in capsys.readouterr().out
+    report["kernels"]["compile_seconds"] = None
+    _print_report(report)
+    assert "compiled once" not in capsys.readouterr().out
