@@ -41,6 +41,15 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check --quiet)
 PYTHONWARNINGS="ignore:Editable installation" \
   "${pip[@]}" install -c "$constraints" --no-build-isolation -e ".[test]"
 
+# The numba kernels compile on their first use, for minutes, and load from numba's cache afterwards: compiled here
+# once, so that neither the first `aipu` command nor the tests spend that time (`aipu warm-up`).
+if ! "$venv/bin/aipu" warm-up --check >/dev/null; then
+  echo "bootstrap: compiling the numba kernels once (about 2 minutes)..." >&2
+  started=$SECONDS
+  "$venv/bin/aipu" warm-up >/dev/null
+  echo "bootstrap: numba kernels compiled in $((SECONDS - started)) s" >&2
+fi
+
 # The HTML report's test opens it in a real browser: Debian's chromium, driven headless by Playwright (which
 # cannot download its own browser builds here). Installed with `--browser` (make test does), as root or sudo.
 if [ "${2:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
