@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +76,7 @@ def run_words_verilog(queues: dict[Unit, list[bytes]], memory: Memory, units, *,
             print(f"aipu cosim: {simulator} run kept in {directory}", file=sys.stderr)
         else:
             shutil.rmtree(directory, ignore_errors=True)
-    return result_from_outcome(system, memory, outcome)
+    return replace(result_from_outcome(system, memory, outcome), build_seconds=build.seconds)
 
 
 def _never_elaborated(system: System) -> None:

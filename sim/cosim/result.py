@@ -35,6 +35,7 @@ class RtlResult:
     token_error: bool = False                       # FINISH found a token queue not empty
     dram_faults: list[Unit] = field(default_factory=list)
     run_seconds: float = 0.0    # wall time the simulator ran free, from run to the stop (no build, load, read-back)
+    build_seconds: float | None = None    # the Verilog build this run had to compile first; None: none compiled
 
     def command_cycles(self, unit: Unit) -> list[int]:
         """Cycles of each retired command of ``unit``, from its start pulse to its retire pulse."""

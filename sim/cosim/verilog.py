@@ -23,7 +23,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amaranth.back import verilog as amaranth_verilog
@@ -213,6 +214,7 @@ class Build:
     program_depth: int
     dram_bytes: int
     waves: bool
+    seconds: float | None = None    # how long this call waited for it to be compiled; None: it was in the cache
 
 
 def _aipu_modules(module, found: dict) -> dict:
@@ -270,7 +272,8 @@ def build_key(config: HardwareConfig, units, *, program_depth: int, dram_bytes: 
 def get_build(config: HardwareConfig, units, *, program_depth: int, dram_bytes: int, simulator: str = "verilator",
               waves: bool = False) -> Build:
     """The cached build for a program of ``program_depth`` commands (longest queue) and ``dram_bytes`` of DRAM,
-    compiling it first if no process has yet."""
+    compiling it first if no process has yet. A compile takes minutes for large configurations: it is announced
+    on stderr, so that the first run does not look like a hang, and timed (``Build.seconds``)."""
     if simulator not in SIMULATORS:
         raise ValueError(f"simulator {simulator!r}: expected one of {', '.join(SIMULATORS)}")
     depth, dram = build_shape(program_depth, dram_bytes)
@@ -281,6 +284,10 @@ def get_build(config: HardwareConfig, units, *, program_depth: int, dram_bytes: 
     build = Build(final, simulator, depth, dram, waves)
     if final.is_dir():
         return build
+    print(f"aipu cosim: building the NPU's Verilog model for {simulator} ({config.mac.rows}x{config.mac.cols} MAC "
+          f"array, {depth} commands, {dram} bytes of DRAM); first run for this configuration only, cached in "
+          f"{final}", file=sys.stderr, flush=True)
+    started = time.perf_counter()
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not final.is_dir():
@@ -291,7 +298,7 @@ def get_build(config: HardwareConfig, units, *, program_depth: int, dram_bytes: 
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
-    return build
+    return replace(build, seconds=time.perf_counter() - started)
 
 
 def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: int, simulator: str,
