@@ -1,10 +1,11 @@
-"""A waveform of the cycles around a co-simulation mismatch (``WAVES=1``).
+"""A waveform of the cycles around a co-simulation divergence (``WAVES=1``, ``aipu rtl run --waves``).
 
 A whole run's VCD of a System is gigabytes for a real layer; the cycles that matter are those of the command
-that wrote the first wrong element. :func:`mismatch_report` names the mismatch and, with ``WAVES=1``, runs the
-program again on a tracing build up to the end of that window and keeps only the window's part of the VCD
-(every signal's value at its first cycle, then the changes). Verilator only: Icarus writes FST, whose
-changes cannot be cut by a text filter, and keeps its whole waveform (``WAVES=1`` on any run).
+that wrote the first wrong element (:func:`mismatch_report`), or of the first command whose cycles differ from
+the cycle model's. :func:`window_waveform` runs the program again on a tracing build up to the end of that
+window; on Verilator it keeps only the window's part of the VCD (every signal's value at its first cycle, then
+the changes). Icarus writes FST, whose changes a text filter cannot cut, and Amaranth's simulator writes its own
+VCD: both keep the run up to the window's end.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import json
 import tempfile
 from pathlib import Path
 
+from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.cocotb_run import run_verilog, waves_requested
-from aipu.sim.cosim.result import Mismatch, RtlResult, first_mismatch
+from aipu.sim.cosim.result import RtlResult, first_mismatch
+from aipu.sim.cosim.verilog import TOPLEVEL
 from aipu.sim.interpreter import Result
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Program
@@ -21,13 +24,15 @@ from aipu.sim.machine.program import Program
 MARGIN_CYCLES = 64          # before the command's start and after its retire
 UNRETIRED_CYCLES = 1000     # the last cycles of the run when the RTL never retired the command
 WINDOW_FILE = "mismatch_window.vcd"
+AMARANTH_FILE = "amaranth_run.vcd"
 
 
-def window_cycles(mismatch: Mismatch, total_cycles: int) -> tuple[int, int]:
-    """(first, last) cycle, counted from ``run``, of the waveform kept for ``mismatch``."""
-    if mismatch.cycles is None:
+def window_cycles(cycles: tuple[int, int] | None, total_cycles: int) -> tuple[int, int]:
+    """(first, last) cycle, counted from ``run``, of the waveform kept around a command the RTL ran in ``cycles``
+    (start, retire; None if it never retired it)."""
+    if cycles is None:
         return max(0, total_cycles - UNRETIRED_CYCLES), total_cycles
-    start, retire = mismatch.cycles
+    start, retire = cycles
     return max(0, start - MARGIN_CYCLES), retire + MARGIN_CYCLES
 
 
@@ -59,21 +64,33 @@ def trim_vcd(source: Path, target: Path, first_time: int, last_time: int) -> Non
                 values[line.split()[1]] = line
 
 
+def window_waveform(program: Program, memory: Memory, units, window: tuple[int, int], *, simulator: str) -> Path:
+    """Run ``program`` again, tracing, up to the last cycle of ``window`` and return the waveform's path: on
+    Verilator a VCD of the window only; Icarus's FST and Amaranth's VCD hold the run up to the window's end."""
+    first, last = window
+    directory = Path(tempfile.mkdtemp(prefix="aipu-mismatch-"))
+    if simulator == "amaranth":
+        run_amaranth(program, memory, units, max_cycles=last, vcd=str(directory / AMARANTH_FILE))
+        return directory / AMARANTH_FILE
+    run_verilog(program, memory, units, simulator=simulator, max_cycles=last, waves=True, run_dir=directory)
+    if simulator == "icarus":
+        return directory / f"{TOPLEVEL}.fst"
+    outcome = json.loads((directory / "outcome.json").read_text())
+    run_step, clock = outcome["run_step"], outcome["clock_steps"]
+    trim_vcd(directory / "dump.vcd", directory / WINDOW_FILE, run_step + first * clock, run_step + last * clock)
+    (directory / "dump.vcd").unlink()
+    return directory / WINDOW_FILE
+
+
 def mismatch_report(program: Program, memory: Memory, units, expected: Result, got: RtlResult, *,
-                    simulator: str) -> str | None:
-    """None if the RTL's memory equals the interpreter's; else the first mismatch, and with ``WAVES=1`` on
-    Verilator the path of a VCD of the cycles around it."""
+                    simulator: str, waves: bool = False) -> str | None:
+    """None if the RTL's memory equals the interpreter's; else the first mismatch, and with ``waves`` (or
+    ``WAVES=1``) the path of a waveform of the cycles around it (:func:`window_waveform`)."""
     mismatch = first_mismatch(program, expected, got)
     if mismatch is None:
         return None
-    if not waves_requested(False) or simulator != "verilator":
+    if not waves_requested(waves):
         return str(mismatch)
-    first, last = window_cycles(mismatch, got.total_cycles)
-    directory = Path(tempfile.mkdtemp(prefix="aipu-mismatch-"))
-    run_verilog(program, memory, units, simulator=simulator, max_cycles=last, waves=True, run_dir=directory)
-    outcome = json.loads((directory / "outcome.json").read_text())
-    run_step, clock = outcome["run_step"], outcome["clock_steps"]
-    window = directory / WINDOW_FILE
-    trim_vcd(directory / "dump.vcd", window, run_step + first * clock, run_step + last * clock)
-    (directory / "dump.vcd").unlink()
-    return f"{mismatch}\ncycles {first}..{last} of the run: {window}"
+    first, last = window = window_cycles(mismatch.cycles, got.total_cycles)
+    path = window_waveform(program, memory, units, window, simulator=simulator)
+    return f"{mismatch}\ncycles {first}..{last} of the run: {path}"

@@ -67,7 +67,7 @@ def test_a_mismatch_gets_the_waveform_of_its_command(tmp_path, monkeypatch):
     assert report.startswith(str(mismatch))
     window = report.rsplit(": ", 1)[1]
     assert window.endswith(WINDOW_FILE)
-    first, last = window_cycles(mismatch, got.total_cycles)
+    first, last = window_cycles(mismatch.cycles, got.total_cycles)
     clock = json.loads((Path(window).parent / "outcome.json").read_text())["clock_steps"]
     times = [int(line[1:]) for line in open(window) if line.startswith("#")]
     assert times and (times[-1] - times[0]) <= (last - first + 1) * clock
