@@ -105,12 +105,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_directory(directory, args: argparse.Namespace) -> int:
-    from aipu.compiler.calibrate import read_samples
     from aipu.compiler.lowering.memory import load_tensor
     from aipu.sim.interpreter import prepare
 
-    inputs = {entry.tensor.name: entry.tensor.shape for entry in directory.inputs}
-    samples = read_samples(args.input, inputs)
+    samples = read_inputs(directory, args.input)
     count = next(iter(samples.values())).shape[0]
     prepared = prepare(directory.program, directory.dram.size)
     compile_kernels_once(*program_kernels(directory.program, interpreted=True))
@@ -138,6 +136,14 @@ def _run_directory(directory, args: argparse.Namespace) -> int:
     if args.cycles:
         _print_cycles(directory)
     return 0
+
+
+def read_inputs(directory, path) -> dict[str, np.ndarray]:
+    """The float samples in ``path`` (.npy or .npz, [samples, ...]) for the directory's inputs, checked against
+    their shapes (InputError naming the file, array and shape otherwise)."""
+    from aipu.compiler.calibrate import read_samples
+
+    return read_samples(path, {entry.tensor.name: entry.tensor.shape for entry in directory.inputs})
 
 
 def input_memory(directory, samples: dict[str, np.ndarray], index: int):

@@ -1,4 +1,5 @@
-"""`aipu rtl verilog` and `aipu rtl synth`: the RTL units as Verilog files and their size and logic depth."""
+"""`aipu rtl run`, `aipu rtl verilog` and `aipu rtl synth`: a compiled program on the RTL, checked against the
+interpreter and the cycle model; the RTL units as Verilog files and their size and logic depth."""
 from __future__ import annotations
 
 import argparse
@@ -60,9 +61,38 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from aipu.app.rtl_run import run_program_dir
+    from aipu.sim.cosim.cocotb_run import BACKENDS
+
+    if args.sim not in BACKENDS:
+        raise ValueError(f"--sim {args.sim!r}: expected one of {', '.join(BACKENDS)}")
+    report = run_program_dir(args.program, inputs=args.input, backend=args.sim, max_cycles=args.max_cycles,
+                             waves=args.waves)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print("\n".join(report.lines()))
+    return 0 if report.agrees else 1
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    rtl = subparsers.add_parser("rtl", help="the RTL units: Verilog export and synthesis figures")
+    rtl = subparsers.add_parser("rtl", help="the RTL: a compiled program on it, Verilog export, synthesis figures")
     commands = rtl.add_subparsers(dest="rtl_command", metavar="RTL_COMMAND", required=True)
+
+    run = commands.add_parser("run", help="run a compiled program directory on the RTL; compare every byte with the "
+                                          "interpreter and every command's cycles with the cycle model")
+    run.add_argument("program", help="directory written by `aipu compile` (its program fixes the configuration)")
+    run.add_argument("--input", help=".npy or .npz of float inputs, [samples, ...], one run each (as `aipu run`); "
+                                     "default: one run on the DRAM image as compiled")
+    run.add_argument("--sim", default="verilator", help="amaranth, verilator (default) or icarus")
+    run.add_argument("--max-cycles", type=positive_int,
+                     help="stop the RTL after this many cycles (default: twice the cycle model's count plus 1000)")
+    run.add_argument("--waves", action="store_true",
+                     help="on a divergence, a waveform of the cycles around it (path in the report)")
+    run.add_argument("--json", action="store_true", help="print the report as JSON (docs/rtl-cosim.md)")
+    run.set_defaults(func=_cmd_run)
 
     verilog = commands.add_parser("verilog", help="write the Verilog of every unit and of the System top")
     verilog.add_argument("-o", "--output", required=True, help="directory for <unit>.v and aipu_system.v")
