@@ -19,7 +19,7 @@ from aipu.rtl.ports import word_bytes, word_count
 from aipu.rtl.system import CYCLE_BITS, System
 from aipu.sim.cosim.amaranth_run import SETTLE_CYCLES, result_from_outcome, run_amaranth, run_words_amaranth
 from aipu.sim.cosim.result import RtlResult
-from aipu.sim.cosim.verilog import PRELOAD_PLUSARG, TOPLEVEL, get_build
+from aipu.sim.cosim.verilog import PRELOAD_PLUSARG, TOPLEVEL, get_build, quiet_runner
 from aipu.sim.machine.arch import Buffer
 from aipu.sim.machine.isa import COMMAND_BYTES, Unit
 from aipu.sim.machine.memory import Memory
@@ -135,9 +135,7 @@ def _outcome(system: System, raw: dict) -> dict:
 
 
 def _simulate(build, directory: Path, plusargs: list[str]) -> None:
-    from cocotb_tools.runner import get_runner
-
-    runner = get_runner(build.simulator)
+    runner = quiet_runner(build.simulator)
     log = directory / "simulation.log"
     if build.simulator == "icarus":
         plusargs = [*plusargs, f"+dumpfile_path={directory / (TOPLEVEL + '.fst')}"]

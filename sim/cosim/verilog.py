@@ -16,6 +16,7 @@ import importlib
 import importlib.metadata
 import inspect
 import json
+import logging
 import os
 import pkgutil
 import re
@@ -301,16 +302,25 @@ def get_build(config: HardwareConfig, units, *, program_depth: int, dram_bytes: 
     return replace(build, seconds=time.perf_counter() - started)
 
 
-def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: int, simulator: str,
-             waves: bool) -> None:
+def quiet_runner(simulator: str):
+    """cocotb's runner for ``simulator`` logging warnings only: it sets its own logger to INFO, so once anything
+    in the process configures the root logger (onnxruntime's quantization does, in `aipu demo`), every build and
+    run would print its command lines."""
     from cocotb_tools.runner import get_runner
 
+    runner = get_runner(simulator)
+    runner.log.setLevel(logging.WARNING)
+    return runner
+
+
+def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: int, simulator: str,
+             waves: bool) -> None:
     source = directory / f"{TOPLEVEL}.v"
     system = System(config, units, program_depth=depth, dram_bytes=dram)
     text = system_verilog(system, reset_port=False)
     text = compact_zero_init(text, preloaded_memories(units))
     source.write_text(settle_at_time_zero(text) if simulator == "icarus" else text)
-    runner = get_runner(simulator)
+    runner = quiet_runner(simulator)
     log = directory / "build.log"
     sources = [source]
     if simulator == "verilator":
