@@ -7,6 +7,8 @@ one program directory (the whole network, head included, as NPU commands), runs 
 functional interpreter for every held-out image, checks each result bit for bit against the quantized
 model's golden reference, reports accuracy next to the float model and to onnxruntime's own static
 quantization of the same model and images, and compresses the quantized weights with the chapter-10 codec.
+Last, as `aipu rtl run` does, it runs the program on the RTL (Verilator) for a few held-out images and checks
+every byte against the interpreter and every command's cycles against the cycle model.
 """
 from __future__ import annotations
 
@@ -153,14 +155,48 @@ def _print_report(report: dict) -> None:
           f"{'lossless round trip' if c['lossless'] else 'ROUND TRIP FAILED'}: {c['file']}")
 
 
+# The compiled program on the RTL, as `aipu rtl run` runs it (app/rtl_run.py).
+RTL_IMAGES = 3       # one Verilator run each, after the one build of the DEFAULT System (cached)
+
+
+def run_on_rtl(program_dir: Path, count: int):
+    """The demo's program directory on the RTL (Verilator) for the first ``count`` held-out images: every byte
+    against the interpreter's, every command's start and retire cycle against the cycle model's."""
+    from aipu.app.rtl_run import run_directory
+    from aipu.compiler.program_dir import read_program_dir
+
+    directory = read_program_dir(program_dir)
+    with np.load(DATA_PATH) as data:
+        images = data["eval_images"][:count]
+    return run_directory(directory, {directory.inputs[0].tensor.name: images}, backend="verilator")
+
+
+def _print_rtl(rtl) -> None:
+    runs = rtl.runs
+    cycles = sorted({run.result.total_cycles for run in runs})
+    rates = [run.result.total_cycles / run.result.run_seconds for run in runs if run.result.run_seconds]
+    built = f"; Verilog model built in {rtl.build_seconds:.0f} s (cached)" if rtl.build_seconds is not None else ""
+    print(f"RTL (Verilator, every unit in one System): the program on {len(runs)} held-out images, "
+          f"{sum(run.agrees for run in runs)} equal to the interpreter in every byte and to the cycle model (a DRAM "
+          f"port per DMA unit, as the RTL has) in every command's cycles; {'/'.join(f'{c:,}' for c in cycles)} "
+          f"cycles an image, {min(rates, default=0):,.0f} simulated cycles/s{built}")
+    for line in (line for run in runs if not run.agrees for line in run.lines()):
+        print("  " + line)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.rtl_images < 0:
+        raise ValueError(f"--rtl-images {args.rtl_images}: expected 0 (no RTL runs) or more")
     report = run_demo(Path(args.out), eval_limit=args.images)
-    if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
+    if not args.json:
         _print_report(report)
-    return 0 if report["interpreter"]["bit_exact"] and report["codec"]["lossless"] else 1
+    rtl = run_on_rtl(Path(report["program"]["directory"]), args.rtl_images) if args.rtl_images else None
+    if args.json:
+        json.dump({**report, "rtl": rtl.to_dict() if rtl else None}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif rtl:
+        _print_rtl(rtl)
+    return 0 if report["interpreter"]["bit_exact"] and report["codec"]["lossless"] and (not rtl or rtl.agrees) else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -168,4 +204,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default="out/demo", help="directory for the program directory, listing and weights")
     parser.add_argument("--images", type=int, default=None, help="evaluate only the first N held-out images")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--rtl-images", type=int, default=RTL_IMAGES,
+                        help=f"held-out images run on the RTL (Verilator; default {RTL_IMAGES}; the first run builds "
+                             "the Verilog model, minutes)")
+    parser.add_argument("--no-rtl", dest="rtl_images", action="store_const", const=0, help="skip the RTL runs")
     parser.set_defaults(func=_cmd_demo)

@@ -1,6 +1,11 @@
 """`aipu demo` on the embedded digits CNN: every promise it prints holds."""
 from __future__ import annotations
 
+import json
+
+import pytest
+
+from aipu.app.cli import main
 from aipu.app.demo import _print_report, run_demo
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.program import Program
@@ -29,3 +34,13 @@ def test_demo_is_bit_exact_accurate_and_lossless(tmp_path, monkeypatch, capsys):
     report["kernels"]["compile_seconds"] = None
     _print_report(report)
     assert "compiled once" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_demo_runs_its_program_on_the_rtl(tmp_path, capsys):
+    """`aipu demo` with its RTL part: the DEFAULT System on Verilator (a build of minutes, then cached) runs the
+    program for the first held-out images, equal to the interpreter and the cycle model."""
+    assert main(["demo", "--out", str(tmp_path), "--images", "12", "--rtl-images", "2", "--json"]) == 0
+    rtl = json.loads(capsys.readouterr().out)["rtl"]
+    assert rtl["agree"] and rtl["simulator"] == "verilator" and [run["input"] for run in rtl["runs"]] == [0, 1]
+    assert all(run["total_cycles"] == run["model_total_cycles"] > 1000 for run in rtl["runs"])
