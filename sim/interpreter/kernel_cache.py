@@ -34,6 +34,10 @@ KERNEL_MODULES: dict[str, tuple[str, ...]] = {
     "interpreter": ("aipu.sim.interpreter.tiles", "aipu.sim.interpreter.run_loop"),
 }
 GROUPS = tuple(KERNEL_MODULES)
+#: the groups in parts that compile no kernel in common (the run loop calls golden kernels; neither calls the
+#: codec's), in the order a part warms them: each part may compile in a process of its own, with no two
+#: processes writing one kernel's cache
+PARTS = (("golden", "interpreter"), ("codec",))
 #: kernels only the tests and benchmarks call, which the warm-up leaves to them
 NOT_WARMED = frozenset({"aipu.sim.interpreter.tiles.requant_tile", "aipu.codec.compiled.aec_decoder.decode_program",
                         "aipu.codec.compiled.aec_encoder.encode_program"})

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aipu.app.cli import main
-from aipu.app.warm_up import NOTICE, compile_kernels_once, program_kernels
+from aipu.app.warm_up import NOTICE, compile_kernels, compile_kernels_once, program_kernels
 from aipu.sim.interpreter import kernel_cache
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.program import Command, Program
@@ -18,10 +18,11 @@ from aipu.sim.machine.program import Command, Program
 
 @pytest.fixture
 def warmed(monkeypatch):
-    """warm_up's calls, with the cold kernels ``cold`` names."""
+    """The groups compiled or loaded, with the cold kernels ``cold`` names."""
     calls, cold = [], []
     monkeypatch.setattr(kernel_cache, "cold_kernels", lambda groups: list(cold))
-    monkeypatch.setattr(kernel_cache, "warm_up", lambda groups: calls.append(groups))
+    monkeypatch.setattr(kernel_cache, "warm_up", lambda groups: calls.append(("load", groups)))
+    monkeypatch.setattr("aipu.app.warm_up.compile_kernels", lambda groups: calls.append(("compile", groups)) or 1.5)
     return calls, cold
 
 
@@ -29,12 +30,18 @@ def test_the_notice_comes_before_compiling_only_where_a_kernel_is_not_cached(war
     calls, cold = warmed
     assert compile_kernels_once("codec") is None and compile_kernels_once("golden", "interpreter") is None
     assert calls == [] and capsys.readouterr() == ("", "")
-    assert compile_kernels_once("codec", load=True) is None and calls == [("codec",)]
+    assert compile_kernels_once("codec", load=True) is None and calls == [("load", ("codec",))]
     cold.append("aipu.codec.compiled.aec_decoder.decode_bin")
     assert compile_kernels_once() is None and len(calls) == 1          # no kernels asked for
-    assert compile_kernels_once("codec") is not None and calls[-1] == ("codec",)
-    assert compile_kernels_once(*kernel_cache.GROUPS) is not None and calls[-1] == kernel_cache.GROUPS
+    assert compile_kernels_once("codec") == 1.5 and calls[-1] == ("compile", ("codec",))
+    assert compile_kernels_once(*kernel_cache.GROUPS, load=True) == 1.5
+    assert calls[-2:] == [("compile", kernel_cache.GROUPS), ("load", kernel_cache.GROUPS)]
     assert capsys.readouterr() == ("", f"{NOTICE}\n{NOTICE}\n")
+
+
+def test_kernels_compile_in_processes_of_their_own():
+    """(Here they load: the session warmed the cache.)"""
+    assert compile_kernels(("codec", "interpreter")) > 0
 
 
 def test_warm_up_check_names_the_cold_groups(warmed, capsys):

@@ -2,6 +2,7 @@
 later process, cold again for another CPU; and it knows every module that makes kernels."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -24,6 +25,30 @@ def test_every_module_that_makes_kernels_is_listed():
     listed = {AIPU_DIR.joinpath(*name.split(".")[1:]).with_suffix(".py")
               for modules in kernel_cache.KERNEL_MODULES.values() for name in modules}
     assert found == listed
+
+
+def _imported_modules(module_name: str) -> set[str]:
+    path = AIPU_DIR.joinpath(*module_name.split(".")[1:]).with_suffix(".py")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:                    # relative: from the module's own package
+                base = ".".join(module_name.split(".")[:-node.level] + ([base] if base else []))
+            found.update({base, *(f"{base}.{alias.name}" for alias in node.names)})
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_parts_import_no_kernel_module_of_each_other():
+    """What lets each part of PARTS compile in a process of its own: no kernel of one calls one of another."""
+    modules = [{name for group in part for name in kernel_cache.KERNEL_MODULES[group]} for part in kernel_cache.PARTS]
+    assert sorted(group for part in kernel_cache.PARTS for group in part) == sorted(kernel_cache.GROUPS)
+    for index, part in enumerate(modules):
+        others = set().union(*modules[:index], *modules[index + 1:])
+        for name in part:
+            assert not _imported_modules(name) & others, name
 
 
 def _cold_in_fresh_process(cache_dir: Path, compile_first: bool = False, **environment: str) -> list[str]:
