@@ -44,7 +44,7 @@ PYTHONWARNINGS="ignore:Editable installation" \
 # The numba kernels compile on their first use, for minutes, and load from numba's cache afterwards: compiled here
 # once, so that neither the first `aipu` command nor the tests spend that time (`aipu warm-up`).
 if ! "$venv/bin/aipu" warm-up --check >/dev/null; then
-  echo "bootstrap: compiling the numba kernels once (a few minutes)..." >&2
+  echo "bootstrap: compiling the numba kernels once, for numba's cache (this takes minutes)..." >&2
   started=$SECONDS
   "$venv/bin/aipu" warm-up >/dev/null
   echo "bootstrap: numba kernels compiled in $((SECONDS - started)) s" >&2
