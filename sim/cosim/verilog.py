@@ -104,15 +104,24 @@ def system_verilog(system: System, *, reset_port: bool = True) -> str:
     return amaranth_verilog.convert(fragment, name=TOPLEVEL, ports=resetless_ports(system))
 
 
+def flat_ports(component, separator: str = "__") -> dict:
+    """A component's ports as ``convert`` takes them, each named by its member path joined with ``separator``:
+    Amaranth's own ``__``, or ``_`` for the names a bus model expects (``s_axil`` + ``awaddr`` ->
+    ``s_axil_awaddr``, :mod:`aipu.rtl.axi`)."""
+    ports = {separator.join(map(str, path)): (Value.cast(value), PortDirection.Input if member.flow == In
+                                              else PortDirection.Output)
+             for path, member, value in component.signature.flatten(component)}
+    if len(ports) != len(list(component.signature.flatten(component))):
+        raise ValueError(f"two ports of {type(component).__name__} have the same name joined with {separator!r}")
+    return ports
+
+
 def resetless_ports(system: System) -> dict:
     """The System's ports plus ``clk`` and no ``rst``, as ``convert`` takes them. The co-simulation never
     resets (registers start at their initial values), and Amaranth's synchronous reset enters every register's
     next-state logic: as a top input it would put the whole design in Verilator's input-combinational region,
     evaluated again on every clock edge."""
-    ports = {"__".join(map(str, path)): (Value.cast(value), PortDirection.Input if member.flow == In
-                                         else PortDirection.Output)
-             for path, member, value in system.signature.flatten(system)}
-    return ports | {"clk": (ClockSignal("sync"), PortDirection.Input)}
+    return flat_ports(system) | {"clk": (ClockSignal("sync"), PortDirection.Input)}
 
 
 def verilator_control(system: System) -> str:
