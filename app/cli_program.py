@@ -1,4 +1,5 @@
-"""`aipu disasm`, `aipu asm`, `aipu isa-doc` and `aipu run-layer`: the command format on the command line."""
+"""`aipu disasm`, `aipu asm`, `aipu isa-doc`, `aipu register-doc` and `aipu run-layer`: the command format and the
+host registers on the command line."""
 from __future__ import annotations
 
 import argparse
@@ -35,6 +36,17 @@ def _cmd_asm(args: argparse.Namespace) -> int:
 
 def _cmd_isa_doc(args: argparse.Namespace) -> int:
     from aipu.app.isa_doc import generate
+
+    text = generate(load_hardware_config(args.config) if args.config else DEFAULT)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_register_doc(args: argparse.Namespace) -> int:
+    from aipu.app.register_doc import generate
 
     text = generate(load_hardware_config(args.config) if args.config else DEFAULT)
     if args.output:
@@ -122,6 +134,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     isa_doc.add_argument("-o", "--output", help="write here instead of stdout")
     isa_doc.add_argument("--config", help="hardware configuration (.toml/.json) for the field offsets")
     isa_doc.set_defaults(func=_cmd_isa_doc)
+
+    register_doc = subparsers.add_parser("register-doc", help="generate the host register reference (docs/registers.md)")
+    register_doc.add_argument("-o", "--output", help="write here instead of stdout")
+    register_doc.add_argument("--config", help="hardware configuration (.toml/.json) for the widths and constants")
+    register_doc.set_defaults(func=_cmd_register_doc)
 
     run_layer = subparsers.add_parser("run-layer", help="lower a conv layer, interpret it, compare with golden")
     run_layer.add_argument("--layer", help=".npz (numpy.savez) with integer arrays x, w, bias, multiplier, shift; "

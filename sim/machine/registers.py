@@ -153,12 +153,10 @@ UNIT_BLOCK_BASE = 0x100
 UNIT_BLOCK_STRIDE = 0x10
 UNIT_COUNTERS = (
     UnitCounter("RETIRED", 0x0, "retire", "commands the unit retired (FINISH included)"),
-    UnitCounter("BUSY", 0x4, "busy", "cycles from each command's start to its retire (`aipu report`'s busy_cycles "
-                "+ dram_stall_cycles)"),
-    UnitCounter("DRAM_STALL", 0x8, "dram_stall", "cycles of BUSY the unit waited on its DRAM port (`aipu report`'s "
-                "dram_stall_cycles)"),
+    UnitCounter("BUSY", 0x4, "busy", "cycles from each command's start to its retire"),
+    UnitCounter("DRAM_STALL", 0x8, "dram_stall", "cycles of BUSY the unit waited on its DRAM port"),
     UnitCounter("WAIT", 0xC, "wait", "cycles a checked command waited for its tokens, for room in a token queue or, "
-                "FINISH, for the other queues to drain (`aipu report`'s stall_cycles)"),
+                "FINISH, for the other queues to drain"),
 )
 COUNTER_BITS = 32               # unit counters saturate at 2**32 - 1 instead of wrapping
 
@@ -175,7 +173,7 @@ def _unit_counters() -> tuple[Register, ...]:
 
 
 CONTROL_AND_STATUS = (
-    _constant("ID", 0x000, "identifies the block", *_word("MAGIC", "0x41495055, \"AIPU\"", "magic")),
+    _constant("ID", 0x000, "identifies the block", *_word("MAGIC", "\"AIPU\" in ASCII", "magic")),
     _constant("VERSION", 0x004, "what a driver checks before it uses the map",
               BitField("MAP", 0, 16, "register map version (this document)", "map_version"),
               BitField("UNITS", 16, 8, "units, each with a counter block", "units")),
@@ -203,7 +201,7 @@ CONTROL_AND_STATUS = (
               BitField("DONE", 1, 1, "the last run completed (FINISH executed); cleared by START"),
               BitField("ERROR", 2, 1, "the last run stopped on an error (ERROR says which); cleared by START"))),
     Register("ERROR", 0x048, Access.RO, "why the last run stopped (the first error only); cleared by START",
-             (BitField("CAUSE", 0, 8, "`ErrorCause`"),
+             (BitField("CAUSE", 0, 8, "`ErrorCause` (\"Error causes\" below)"),
               BitField("UNIT", 8, 8, "by cause: the unit or requester"),
               BitField("FIELD", 16, 16, "by cause: the field index, response code or register offset"))),
     Register("IRQ_ENABLE", 0x04C, Access.RW, "which events raise `irq`",
