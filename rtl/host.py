@@ -2,8 +2,9 @@
 
 Offsets, access, reset values and field positions come from the table (docs/registers.md is generated from
 it); this module adds the bus protocol and the run state behind the live registers. The bus side takes one
-write (address and data in any order) and one read at a time, each answered two cycles after its last
-handshake at the earliest; a read and a write proceed independently. The core side (docs/rtl.md, "Host
+write (address and data in any order) and one read at a time, a read beside a write: a write takes effect
+in the cycle after its last handshake and is answered in the next, a read is answered in the cycle after its
+handshake (at the earliest: an earlier response still waiting holds them). The core side (docs/rtl.md, "Host
 registers"):
 
   start, abort   one-cycle pulses: run the program at ``program_base``; stop now (a register was written while busy)
@@ -26,7 +27,7 @@ from aipu.rtl.axi import AxiLiteSignature
 from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.registers import (ADDRESS_BITS, BY_NAME, COUNTER_BITS, DATA_BITS, DATA_BYTES, REGISTERS,
-                                        UNIT_COUNTERS, Access, ErrorCause, Response, counter_name, register_widths)
+                                        UNIT_COUNTERS, Access, ErrorCause, Response, counter_name)
 
 UNITS = len(Unit)
 WORD_SHIFT = (DATA_BYTES - 1).bit_length()      # byte address -> register index
@@ -76,11 +77,14 @@ class HostRegisters(wiring.Component):
                 return word[fld.lsb:fld.lsb + width]
         raise KeyError(f"{register} has no field {name} under this configuration")
 
-    def _pack(self, m: Module, register: str, values: dict[str, Value]) -> Signal:
-        """A 32-bit word of ``register`` with each named field holding its value (other bits 0)."""
-        word = Signal(DATA_BITS, name=f"{register.lower()}_word")
-        m.d.comb += [self._field(word, register, name).eq(value) for name, value in values.items()]
-        return word
+    def _pack(self, register: str, values: dict[str, Value]) -> Value:
+        """A 32-bit word of ``register`` with each named field holding its value, every other bit 0."""
+        parts, position = [], 0
+        for fld, width in sorted(BY_NAME[register].layout(self.config), key=lambda placed: placed[0].lsb):
+            if fld.name in values:
+                parts += [Const(0, fld.lsb - position), values[fld.name][:width]]
+                position = fld.lsb + width
+        return Cat(*parts, Const(0, DATA_BITS - position))
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -157,7 +161,7 @@ class HostRegisters(wiring.Component):
         """STATUS, ERROR and IRQ_STATUS: START begins a run (clearing STATUS and ERROR); the first of a core
         error, a refused write and done ends it. An event sets its IRQ_STATUS bit even in the cycle a W1C write
         clears it."""
-        events = Signal(DATA_BITS)
+        done, failed = Signal(), Signal()                       # the IRQ_STATUS bits the run sets this cycle
         latched = {fld.name: Signal(width, name=f"error_{fld.name.lower()}")
                    for fld, width in BY_NAME["ERROR"].layout(self.config)}
         m.d.comb += [latched["CAUSE"].eq(self.error_cause), latched["UNIT"].eq(self.error_unit),
@@ -168,12 +172,13 @@ class HostRegisters(wiring.Component):
         with m.If(start):
             m.d.sync += [self.running.eq(1), self.finished.eq(0), self.failed.eq(0), self.error_word.eq(0)]
         with m.Elif(self.running & (self.error | refused)):
-            m.d.comb += self._field(events, "IRQ_STATUS", "ERROR").eq(1)
-            m.d.sync += [self.running.eq(0), self.failed.eq(1), self.error_word.eq(self._pack(m, "ERROR", latched))]
+            m.d.comb += failed.eq(1)
+            m.d.sync += [self.running.eq(0), self.failed.eq(1), self.error_word.eq(self._pack("ERROR", latched))]
         with m.Elif(self.running & self.done):
-            m.d.comb += self._field(events, "IRQ_STATUS", "DONE").eq(1)
+            m.d.comb += done.eq(1)
             m.d.sync += [self.running.eq(0), self.finished.eq(1)]
         status = self.stored["IRQ_STATUS"]
+        events = self._pack("IRQ_STATUS", {"DONE": done, "ERROR": failed})
         m.d.sync += status.eq((status & ~Mux(clear, write.bits, 0)) | events)
 
     def _count(self, m: Module, start: Value) -> None:
@@ -189,12 +194,12 @@ class HostRegisters(wiring.Component):
                     with m.If(getattr(self, f"unit_{spec.input}")[unit] & ~counter.all()):
                         m.d.sync += counter.eq(counter + 1)
 
-    def _read_values(self, m: Module) -> dict[str, Value]:
+    def _read_values(self) -> dict[str, Value]:
         """What a read of each register returns."""
         values = {r.name: Const(r.reset_value(self.config), DATA_BITS) for r in REGISTERS if r.constant}
         values |= {name: stored & BY_NAME[name].mask(self.config) for name, stored in self.stored.items()}
         values |= {"CONTROL": Const(0, DATA_BITS), "ERROR": self.error_word,
-                   "STATUS": self._pack(m, "STATUS", {"BUSY": self.running, "DONE": self.finished,
+                   "STATUS": self._pack("STATUS", {"BUSY": self.running, "DONE": self.finished,
                                                       "ERROR": self.failed}),
                    "CYCLES_LO": self.cycles[:DATA_BITS], "CYCLES_HI": self.cycles_high, **self.counters}
         missing = {r.name for r in REGISTERS} - set(values)
@@ -208,12 +213,14 @@ class HostRegisters(wiring.Component):
         bus = self.s_axil
         m.d.comb += bus.arready.eq(~bus.rvalid)
         with m.If(bus.arvalid & ~bus.rvalid):
-            m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(Response.SLVERR)]
+            m.d.sync += bus.rvalid.eq(1)
             with m.Switch(bus.araddr[WORD_SHIFT:]):
-                for name, value in self._read_values(m).items():
+                for name, value in self._read_values().items():
                     with m.Case(BY_NAME[name].offset >> WORD_SHIFT):
                         m.d.sync += [bus.rdata.eq(value), bus.rresp.eq(Response.OKAY)]
-                        if name == "CYCLES_LO":
-                            m.d.sync += self.cycles_high.eq(self.cycles[DATA_BITS:])
+                with m.Default():
+                    m.d.sync += [bus.rdata.eq(0), bus.rresp.eq(Response.SLVERR)]
+            with m.If(bus.araddr[WORD_SHIFT:] == BY_NAME["CYCLES_LO"].offset >> WORD_SHIFT):
+                m.d.sync += self.cycles_high.eq(self.cycles[DATA_BITS:])
         with m.Elif(bus.rready):
             m.d.sync += bus.rvalid.eq(0)

@@ -9,6 +9,7 @@ SMALL = hardware_config_from_dict({"mac": {"rows": 4, "cols": 4}, "buffers": {
     name: {"bytes": 1024, "port_bytes": 4} for name in ("act", "weight", "acc", "out", "lut", "param")},
     "dram": {"bytes_per_cycle": 4, "latency_cycles": 7}})
 NON_SQUARE = hardware_config_from_dict({"mac": {"rows": 8, "cols": 16}})
+WIDE_DRAM = hardware_config_from_dict({"dram": {"address_bits": 44}})   # DRAM addresses beyond 32 bits (host registers)
 CONFIGS = {"default": DEFAULT, "small": SMALL, "mac8x16": NON_SQUARE}
 EVERY_CONFIG = pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
 # The same, with DEFAULT in the slow suite: for tests whose DEFAULT case takes minutes under Amaranth's simulator

@@ -1,5 +1,5 @@
 """The host register block's Verilog driven by cocotbext-axi's AxiLiteMaster (loaded by the simulator, from
-tests/rtl/test_host_cocotb.py): reset values, random byte writes back to back with reads beside them against
+tests/rtl/test_host_verilog.py): reset values, random byte writes back to back with reads beside them against
 the model of the table (tests/rtl/host_model.py), and a run with its interrupt, counters and a refused write.
 """
 from __future__ import annotations

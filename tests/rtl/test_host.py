@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from aipu.rtl.host import HostRegisters
-from aipu.sim.machine.arch import DEFAULT, hardware_config_from_dict
+from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.registers import (BY_NAME, BY_OFFSET, REGISTERS, UNIT_COUNTERS, Access, ErrorCause, Response,
                                         counter_name)
+from tests.rtl.configs import WIDE_DRAM
 from tests.rtl.host_bus import Traffic, read, run, set_core, write
 from tests.rtl.host_model import CoreInputs, HostModel, place, strobe_bits
 
-WIDE = hardware_config_from_dict({"dram": {"address_bits": 44}})     # PROGRAM_BASE_HI and DRAM_BYTES_HI in use
-CONFIGS = pytest.mark.parametrize("config", [DEFAULT, WIDE], ids=["default", "wide-dram"])
+CONFIGS = pytest.mark.parametrize("config", [DEFAULT, WIDE_DRAM], ids=["default", "wide-dram"])
 UNMAPPED = [offset for offset in (0x024, 0x03C, 0x054, 0x0FC, 0x170, 0xFFC) if offset not in BY_OFFSET]
 OFFSET = {register.name: register.offset for register in REGISTERS}
 
@@ -269,7 +269,7 @@ def _random_core(rng, model: HostModel):
 def test_random_traffic_agrees_with_the_model_of_the_table(seed, stall):
     """~300 transactions per seed: back to back (stall 0) or with random valid delays and ready stalls."""
     rng = np.random.default_rng(seed)
-    config = WIDE if seed % 2 else DEFAULT
+    config = WIDE_DRAM if seed % 2 else DEFAULT
     dut, model = HostRegisters(config), HostModel(config)
     writes = _random_writes(rng, 150)
     reads = [int(rng.choice([r.offset for r in REGISTERS] + UNMAPPED)) + int(rng.integers(0, 4)) for _ in range(150)]
