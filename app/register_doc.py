@@ -21,8 +21,9 @@ address bits are ignored, and `WSTRB` selects the bytes a write changes (a write
 still a write: it answers, and is refused while busy, like any other). `AWPROT` and `ARPROT` are ignored.
 The block takes one write (address and data in either order) and one read at a time, a read beside a
 write: a write takes effect in the cycle after both its handshakes and is answered in the next, a read is
-answered in the cycle after its handshake (at the earliest: an earlier response still waiting holds them). In the Verilog the channels are the ports
-`s_axil_awaddr`, `s_axil_awvalid`, ... (cocotbext-axi's `AxiLiteBus.from_prefix(dut, "s_axil")`).
+answered in the cycle after its handshake (at the earliest: an earlier response still waiting holds them). In
+the Verilog the channels are the ports `s_axil_awaddr`, `s_axil_awvalid`, ... (cocotbext-axi's
+`AxiLiteBus.from_prefix(dut, "s_axil")`).
 
 | access | read | write |
 |---|---|---|

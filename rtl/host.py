@@ -154,8 +154,9 @@ class HostRegisters(wiring.Component):
 
     def _joined(self, name: str) -> Value:
         """The value of a LO/HI register pair: the fields of LO, then those of HI, as one number."""
-        return Cat(*(self.stored[r.name][fld.lsb:fld.lsb + width] for r in (BY_NAME[f"{name}_LO"], BY_NAME[f"{name}_HI"])
-                     for fld, width in r.layout(self.config)))
+        halves = (BY_NAME[f"{name}_LO"], BY_NAME[f"{name}_HI"])
+        return Cat(*(self.stored[half.name][fld.lsb:fld.lsb + width]
+                     for half in halves for fld, width in half.layout(self.config)))
 
     def _run(self, m: Module, start: Value, refused: Value, write: _Write, clear: Value) -> None:
         """STATUS, ERROR and IRQ_STATUS: START begins a run (clearing STATUS and ERROR); the first of a core

@@ -195,7 +195,8 @@ CONTROL_AND_STATUS = (
     _constant("HW_CLOCK", 0x020, "the clock the cycle counts are in",
               *_word("MHZ", "`clock_mhz`: clock frequency in MHz", "clock_mhz")),
     Register("CONTROL", 0x040, Access.W1P, "starts a program",
-             (BitField("START", 0, 1, "1: start the program at PROGRAM_BASE (clears STATUS, ERROR and the counters)"),)),
+             (BitField("START", 0, 1, "1: start the program at PROGRAM_BASE (clears STATUS, ERROR and the "
+                       "counters)"),)),
     Register("STATUS", 0x044, Access.RO, "the state of the run",
              (BitField("BUSY", 0, 1, "a program runs: from START until done or an error"),
               BitField("DONE", 1, 1, "the last run completed (FINISH executed); cleared by START"),

@@ -143,8 +143,8 @@ class Traffic:
             response = model.cycle(inputs, committing)
             if response is not None:
                 answers.append(response)
-            self._check(f"cycle {cycle} start/abort", tuple(name for name in ("start", "abort")
-                                                            if ctx.get(getattr(dut, name))), tuple(model.pulses[pulses:]))
+            pulsed = tuple(name for name in ("start", "abort") if ctx.get(getattr(dut, name)))
+            self._check(f"cycle {cycle} start/abort", pulsed, tuple(model.pulses[pulses:]))
             if (taken := aw.taken(ctx, bus.awvalid, bus.awready)) is not None:
                 addressed.append(taken[0])
             if (taken := w.taken(ctx, bus.wvalid, bus.wready)) is not None:

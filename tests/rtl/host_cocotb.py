@@ -133,6 +133,7 @@ async def a_run_counts_interrupts_and_stops_on_a_write_while_busy(dut):
     assert await write(master, OFFSET["CONTROL"], 1) == Response.OKAY
     assert await write(master, OFFSET["PROGRAM_BASE_LO"], 0) == Response.SLVERR
     assert await read(master, OFFSET["PROGRAM_BASE_LO"]) == (Response.OKAY, 0x1234_5678)
-    assert await read(master, OFFSET["ERROR"]) == (Response.OKAY, place("ERROR", "CAUSE", ErrorCause.REGISTER_WRITE_WHILE_BUSY)
-                                                   | place("ERROR", "FIELD", OFFSET["PROGRAM_BASE_LO"]))
+    refused = place("ERROR", "CAUSE", ErrorCause.REGISTER_WRITE_WHILE_BUSY) | place("ERROR", "FIELD",
+                                                                                  OFFSET["PROGRAM_BASE_LO"])
+    assert await read(master, OFFSET["ERROR"]) == (Response.OKAY, refused)
     assert int(dut.irq.value) and seen["start"] == 2 and seen["abort"] == 1
