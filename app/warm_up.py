@@ -10,11 +10,16 @@ no command needs to.
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from multiprocessing import get_context
+from pathlib import Path
 
 NOTICE = "compiling kernels (first run only)"
 
@@ -30,7 +35,8 @@ def compile_kernels_once(*groups: str, load: bool = False) -> float | None:
     seconds = None
     if cold_kernels(groups):
         print(NOTICE, file=sys.stderr, flush=True)
-        seconds = compile_kernels(groups)
+        with one_compiler():                 # another process may have compiled them while this one waited
+            seconds = compile_kernels(groups) if cold_kernels(groups) else None
     if load:
         warm_up(groups)
     return seconds
@@ -47,6 +53,18 @@ def compile_kernels(groups: tuple[str, ...]) -> float:
     with ProcessPoolExecutor(min(len(parts), os.cpu_count() or 1), mp_context=get_context("spawn")) as pool:
         list(pool.map(warm_up, parts))
     return time.perf_counter() - started
+
+
+@contextmanager
+def one_compiler():
+    """Hold the lock of this installation's kernels: a second process that would compile them (a command run
+    while the bootstrap warms up, the test session's controller) waits for the first instead of compiling the
+    same kernels beside it on the same cores."""
+    package = str(Path(__file__).resolve().parent.parent)
+    name = f"aipu-kernels-{hashlib.sha1(package.encode()).hexdigest()[:12]}.lock"
+    with open(Path(tempfile.gettempdir()) / name, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def program_kernels(program, *, interpreted: bool) -> tuple[str, ...]:
@@ -70,8 +88,9 @@ def _cmd_warm_up(args: argparse.Namespace) -> int:
         print("numba kernels not cached for this machine: " + ", ".join(
             f"{group} {count} of {len(kernels((group,)))}" for group, count in cold.items() if count))
         return 1
-    print(f"compiled the {total} numba kernels in {compile_kernels(GROUPS):.1f} s; later runs load them from "
-          "numba's cache")
+    with one_compiler():
+        seconds = compile_kernels(GROUPS)
+    print(f"compiled the {total} numba kernels in {seconds:.1f} s; later runs load them from numba's cache")
     return 0
 
 

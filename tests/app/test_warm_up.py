@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 
 from aipu.app.cli import main
-from aipu.app.warm_up import NOTICE, compile_kernels, compile_kernels_once, program_kernels
+from aipu.app.warm_up import NOTICE, compile_kernels, compile_kernels_once, one_compiler, program_kernels
 from aipu.sim.interpreter import kernel_cache
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.program import Command, Program
@@ -37,6 +38,21 @@ def test_the_notice_comes_before_compiling_only_where_a_kernel_is_not_cached(war
     assert compile_kernels_once(*kernel_cache.GROUPS, load=True) == 1.5
     assert calls[-2:] == [("compile", kernel_cache.GROUPS), ("load", kernel_cache.GROUPS)]
     assert capsys.readouterr() == ("", f"{NOTICE}\n{NOTICE}\n")
+
+
+def test_a_second_compiler_waits_for_the_first():
+    entered = threading.Event()
+
+    def second():
+        with one_compiler():
+            entered.set()
+
+    with one_compiler():
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not entered.wait(0.3)
+    assert entered.wait(10)
+    thread.join()
 
 
 def test_kernels_compile_in_processes_of_their_own():
