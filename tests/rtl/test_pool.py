@@ -18,7 +18,7 @@ from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from aipu.sim.timing.pool import pool_lanes, pool_output_size
 from tests.rtl.checks import assert_matches
-from tests.rtl.configs import CONFIGS, EVERY_CONFIG, SMALL
+from tests.rtl.configs import CONFIGS, EVERY_CONFIG, EVERY_CONFIG_DEFAULT_SLOW, SMALL
 
 
 def pool_program(config: HardwareConfig, commands: list[Command]) -> Program:
@@ -31,7 +31,8 @@ def check_program(config: HardwareConfig, commands: list[Command], memory: Memor
     assert_matches(Stimulus(pool_program(config, commands), memory, (PoolUnit,)))
 
 
-@EVERY_CONFIG
+# DEFAULT's case is slow: mac8x16 has the same buffers and ports, which are all that POOL and ELTWISE depend on
+@EVERY_CONFIG_DEFAULT_SLOW
 def test_random_pool_and_eltwise_match_the_interpreter(config):
     rng = np.random.default_rng(20261123 + list(CONFIGS.values()).index(config))
     commands = [random_pool(rng, config) if rng.random() < 0.5 else random_eltwise(rng, config)
