@@ -59,10 +59,11 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "aipu" / "rtl")
 
 
-# Builds are shared by every program up to these sizes (and then by powers of two): the tests' programs (tens of
-# commands, a few KiB) share one build per configuration. Not larger: the memories' size costs conversion time
-# (the System of SMALL's real units converts in 17 s at 16 commands and 4 KiB, 42 s at 1024 and 1 MiB).
-MIN_PROGRAM_DEPTH = 64
+# Builds are shared by every program up to these sizes (and then by powers of two): the tests' programs (up to a
+# few hundred commands per queue, tens of KiB) share one build per configuration and set of units. Not larger: the
+# memories' size costs conversion time (the System of SMALL's real units converts in 17 s at 16 commands and
+# 4 KiB, 42 s at 1024 and 1 MiB).
+MIN_PROGRAM_DEPTH = 256
 MIN_DRAM_BYTES = 1 << 16
 
 

@@ -27,7 +27,6 @@ BACKENDS = pytest.mark.parametrize("backend", ["amaranth", *verilog_backends()])
 # A Verilog build of the System with every real unit takes minutes for SMALL and many more for DEFAULT: the
 # default suite runs the real units on Verilog on SMALL only, every program on one build large enough for the
 # demo model's queues (builds are shared by programs up to their size); the rest is slow.
-SHARED_BUILD = (256, 1 << 16)       # (commands per queue, DRAM bytes)
 
 
 def check_layers(config, backend: str, seeds, **limits) -> dict:
@@ -53,7 +52,7 @@ def check_lowered(lowered, backend: str, name: str, dram=None, memory=None):
     units = list(available_units().values())
     memory = lowered.memory(dram) if memory is None else memory
     expected = interpret(lowered.program, memory)
-    got = run_on(backend, lowered.program, memory, units, max_cycles=MAX_CYCLES, build_at_least=SHARED_BUILD)
+    got = run_on(backend, lowered.program, memory, units, max_cycles=MAX_CYCLES)
     context = f"{name} on {backend}: {got.errors or ''}"
     assert got.done and not got.errors and not got.token_error and not got.dram_faults, context
     report = mismatch_report(lowered.program, memory, units, expected, got, simulator=backend)
