@@ -60,9 +60,9 @@ class TrafficMaster(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.m_axi
-        reads_random = xorshift(m, 0x9E3779B97F4A7C15 ^ self.seed, "reads_random")
-        writes_random = xorshift(m, 0xD1B54A32D192ED03 ^ self.seed, "writes_random")
-        with m.If(self.enable):
+        with m.If(self.enable):       # nothing moves before, the random registers neither
+            reads_random = xorshift(m, 0x9E3779B97F4A7C15 ^ self.seed, "reads_random")
+            writes_random = xorshift(m, 0xD1B54A32D192ED03 ^ self.seed, "writes_random")
             m.d.sync += self.cycle.eq(self.cycle + 1)
             self._read_side(m, reads_random)
             self._write_side(m, writes_random)
