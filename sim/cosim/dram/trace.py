@@ -16,7 +16,6 @@ from aipu.sim.cosim.dram.model import DramParams
 CHANNELS = (("AR", ("arid", "araddr", "arlen")), ("AW", ("awid", "awaddr", "awlen")),
             ("W", ("wlast", "wstrb", "wdata")), ("R", ("rid", "rresp", "rlast", "rdata")), ("B", ("bid", "bresp")))
 HANDSHAKES = tuple((kind, f"{kind.lower()}valid", f"{kind.lower()}ready", fields) for kind, fields in CHANNELS)
-VALIDS_READIES = tuple(name for _, valid, ready, _ in HANDSHAKES for name in (valid, ready))
 
 
 def trace_cycle(cycle: int, sample) -> list[str]:
