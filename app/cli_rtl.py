@@ -1,5 +1,5 @@
 """`aipu rtl run`, `aipu rtl verilog` and `aipu rtl synth`: a compiled program on the RTL, checked against the
-interpreter and the cycle model; the RTL units as Verilog files and their size and logic depth."""
+interpreter and the cycle model; the RTL units as Verilog files, their size, memories and logic depth."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +11,7 @@ from aipu.app.cli_program import positive_int
 from aipu.sim.machine.arch import DEFAULT, load_hardware_config
 
 DEFAULT_DRAM_BYTES = 1 << 16
+SYSTEM = "system"      # `aipu rtl synth --unit system`: the System top with every unit
 
 
 def _config(args: argparse.Namespace):
@@ -40,25 +41,35 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from aipu.sim.cosim.synth import unit_report
-    from aipu.sim.cosim.verilog import available_units
+    from aipu.rtl.system import System
+    from aipu.sim.cosim.synth import report, unit_report
+    from aipu.sim.cosim.verilog import TOPLEVEL, available_units
 
     config = _config(args)
     units = available_units()
-    chosen = {unit: cls for unit, cls in units.items() if not args.unit or unit.name.lower() in args.unit}
-    unknown = set(args.unit or ()) - {unit.name.lower() for unit in units}
+    names = [*(unit.name.lower() for unit in units), SYSTEM]
+    unknown = set(args.unit or ()) - set(names)
     if unknown:
-        raise ValueError(f"--unit {', '.join(sorted(unknown))}: expected one of "
-                         f"{', '.join(unit.name.lower() for unit in units)}")
-    report = {"config": config.to_dict(), "units": {}}
-    for unit, unit_class in chosen.items():
-        report["units"][unit.name.lower()] = unit_report(unit_class, config)
-    text = json.dumps(report, indent=2) + "\n"
+        raise ValueError(f"--unit {', '.join(sorted(unknown))}: expected one of {', '.join(names)}")
+    chosen = [name for name in names if not args.unit or name in args.unit]
+    result = {"config": config.to_dict(), "units": {}}
+    for unit, unit_class in units.items():
+        if unit.name.lower() in chosen:
+            result["units"][unit.name.lower()] = unit_report(unit_class, config)
+    if SYSTEM in chosen:
+        system = System(config, list(units.values()), program_depth=config.queues.command_depth,
+                        dram_bytes=args.dram_bytes)
+        result["units"][SYSTEM] = report(system, TOPLEVEL)
+    text = json.dumps(result, indent=2) + "\n"
     if args.output:
         Path(args.output).write_text(text)
     else:
         sys.stdout.write(text)
-    return 0
+    crowded = [f"{name}: {memory}" for name, figures in result["units"].items()
+               for memory in figures["memories_over_two_ports"]]
+    for line in crowded:
+        print(f"memory with more than two ports: {line}", file=sys.stderr)
+    return 1 if crowded and args.check_ports else 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -101,8 +112,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help=f"size of the System's DRAM model (default {DEFAULT_DRAM_BYTES})")
     verilog.set_defaults(func=_cmd_verilog)
 
-    synth = commands.add_parser("synth", help="cells and longest combinational path of each unit (JSON)")
+    synth = commands.add_parser("synth", help="logic cells, memories and longest combinational path of each unit "
+                                              "and of the System top (JSON)")
     synth.add_argument("--config", help="hardware configuration (.toml/.json); default: the built-in one")
-    synth.add_argument("--unit", action="append", help="only this unit (lower-case name; repeatable)")
+    synth.add_argument("--unit", action="append",
+                       help=f"only this unit (lower-case name, or {SYSTEM} for the System top; repeatable)")
+    synth.add_argument("--dram-bytes", type=positive_int, default=DEFAULT_DRAM_BYTES,
+                       help=f"size of the System's DRAM model (default {DEFAULT_DRAM_BYTES})")
+    synth.add_argument("--check-ports", action="store_true",
+                       help="exit with status 1 when a memory has more than two ports (they are listed on stderr)")
     synth.add_argument("-o", "--output", help="write the JSON report here instead of stdout")
     synth.set_defaults(func=_cmd_synth)
