@@ -2,15 +2,16 @@
 
 One command runs in four phases:
   CHECK    acc_addr / param_index regions inside their buffers; lane channel counters start
-  LOAD     the command's ``channels`` parameter records, PARAM -> a local record memory with one read port
-           per lane (the records are then never a bottleneck), checking them as they arrive
+  LOAD     the command's ``channels`` parameter records, PARAM -> a local record store of ``lanes`` banks
+           (one read and one write port each) that serves every lane its record in every cycle, checking
+           them as they arrive
   VERDICT  every refusal of the interpreter, in its order, before anything is written
   STREAM   ``lanes`` accumulators per cycle through a two-stage pipeline: (A) read one ACC word and each
            lane's record, (B) compute every lane and merge the output bytes into a two-word window that
            writes OUT one full word at a time (a last partial word in one FLUSH cycle)
 
 The engine is wired from named parts (aipu.rtl.requant_parts), one Verilog module each: control (the
-phases), checks, records (LOAD and the record memory), fetch (stage A), lane0 .. laneN (the requantizer of
+phases), checks, records (LOAD and the record banks), fetch (stage A), lane0 .. laneN (the requantizer of
 each lane) and window (stage B's write-back). The lanes and record geometry (``RequantGeometry``) and the
 cycles are ``aipu.sim.timing.requant``.
 """
@@ -55,7 +56,7 @@ class RequantUnit(UnitComponent):
                      control.verdict_fault.eq(checks.verdict_fault), control.verdict_field.eq(checks.verdict_field),
                      control.last_read.eq(records.last_read), control.last_group.eq(fetch.last),
                      checks.flags.eq(records.flags), records.begin.eq(control.begin), records.load.eq(control.load),
-                     fetch.begin.eq(control.begin), fetch.issue.eq(control.issue),
+                     records.channel.eq(fetch.channel), fetch.begin.eq(control.begin), fetch.issue.eq(control.issue),
                      window.begin.eq(control.begin), window.flush.eq(control.flush), window.valid.eq(fetch.valid),
                      window.in_tile.eq(fetch.in_tile), window.group_byte.eq(fetch.group_byte)]
         connect(m, flipped(self.param_read), records.param_read)
@@ -63,7 +64,7 @@ class RequantUnit(UnitComponent):
         connect(m, flipped(self.out_write), window.out_write)
         for j in range(RequantGeometry.of(config).lanes):
             m.submodules[f"lane{j}"] = lane = Requantizer(config)
-            m.d.comb += [records.channel[j].eq(fetch.channel[j]), lane.accumulator.eq(fetch.accumulator[j]),
+            m.d.comb += [lane.accumulator.eq(fetch.accumulator[j]),
                          lane.record.eq(records.record[j]), window.value[j].eq(lane.value),
                          *(getattr(lane, name).eq(getattr(cmd, name))
                            for name in ("mode", "rounding", "leaky", "out_zero_point", "qmin", "qmax"))]

@@ -5,32 +5,25 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from aipu.rtl import arith
 from aipu.rtl.ports import read_port
-from aipu.rtl.requant_parts.interfaces import command, element_bytes
+from aipu.rtl.requant_parts.interfaces import command, element_bytes, remainder
 from aipu.sim.machine.arch import ACC_BITS, Buffer, HardwareConfig
 from aipu.sim.timing.requant import RequantGeometry
-
-
-def remainder(m, value, divisor, value_bits: int, name: str):
-    """value mod divisor for value < 2**value_bits (restoring division, one compare-subtract per bit)."""
-    for step in reversed(range(value_bits)):
-        value = arith.net(m, Mux(value >= (divisor << step), value - (divisor << step), value), f"{name}_{step}")
-    return value
 
 
 class GroupFetch(wiring.Component):
     """Walks the command's lane groups (``lanes`` consecutive ACC entries, aligned), one per cycle while
     ``issue`` is high, from the group of ``acc_addr`` on; ``last`` says the group issued is the last.
 
-    Per group it reads the ACC word and points each lane's ``channel`` at its element's channel (the lane's
-    record address): ``(element index) mod channels``, started at ``begin`` without a divider and advanced by
-    ``lanes mod channels`` a group. One cycle later (stage B) ``valid`` holds, ``accumulator[j]`` is lane
+    Per group it reads the ACC word and sets ``channel``, the channel of lane 0's element (lane j's is
+    ``channel + j`` mod channels, the record store's window): ``(element index) mod channels``, started at
+    ``begin`` without a divider and advanced by ``lanes mod channels`` a group (for the first group lane 0
+    may lie before ``acc_addr``: its channel is then that of the element it would hold). One cycle later (stage B) ``valid`` holds, ``accumulator[j]`` is lane
     j's entry, ``in_tile`` marks the lanes inside [acc_addr, acc_addr + pixels * channels) and
     ``group_byte`` is the OUT byte of lane 0 (``out_addr`` minus the first group's leading lanes).
 
     Signature: ``command``, ``begin``, ``issue`` (In), ``last`` (Out), ``acc_read`` (the ACC port),
-    ``channel`` (Out, one per lane), ``valid``, ``in_tile``, ``group_byte``, ``accumulator`` (Out, one per lane).
+    ``channel`` (Out), ``valid``, ``in_tile``, ``group_byte``, ``accumulator`` (Out, one per lane).
     """
 
     def __init__(self, config: HardwareConfig):
@@ -39,7 +32,7 @@ class GroupFetch(wiring.Component):
         lanes = geometry.lanes
         super().__init__({"command": In(layout), "begin": In(1), "issue": In(1), "last": Out(1),
                           "acc_read": Out(read_port(config, Buffer.ACC)),
-                          "channel": Out(layout["channels"].shape).array(lanes),
+                          "channel": Out(layout["channels"].shape),
                           "valid": Out(1), "in_tile": Out(lanes), "group_byte": Out(signed(layout["out_addr"].shape.width + 2)),
                           "accumulator": Out(signed(ACC_BITS)).array(lanes)})
 
@@ -65,13 +58,11 @@ class GroupFetch(wiring.Component):
             m.d.sync += [slot.eq(group[:slot_bits] if slot_bits else 0), self.in_tile.eq(in_tile),
                          self.group_byte.eq(group_byte), group.eq(group + 1),
                          group_byte.eq(group_byte + lanes * element_bytes(cmd))]
-            for channel in self.channel:
-                advanced = channel + channel_step
-                m.d.sync += channel.eq(Mux(advanced >= cmd.channels, advanced - cmd.channels, advanced))
-        step, starts = self._first_channels(m, first_lane)
+            advanced = self.channel + channel_step
+            m.d.sync += self.channel.eq(Mux(advanced >= cmd.channels, advanced - cmd.channels, advanced))
+        step, start = self._first_channel(m, first_lane)
         with m.If(self.begin):
-            m.d.sync += [channel_step.eq(step), *(channel.eq(start) for channel, start in zip(self.channel, starts)),
-                         group.eq(first_group), group_byte.eq(cmd.out_addr - first_lane * element_bytes(cmd))]
+            m.d.sync += [channel_step.eq(step), self.channel.eq(start), group.eq(first_group), group_byte.eq(cmd.out_addr - first_lane * element_bytes(cmd))]
 
         entries = self.acc_read.data.word_select(slot, ACC_BITS * lanes) if slot_bits else \
             self.acc_read.data[:ACC_BITS * lanes]
@@ -79,14 +70,10 @@ class GroupFetch(wiring.Component):
             m.d.comb += accumulator.eq(entries[ACC_BITS * j:ACC_BITS * (j + 1)])
         return m
 
-    def _first_channels(self, m, first_lane):
-        """``lanes mod channels``, and the channel of each lane in the first group: (j - first_lane) mod
-        channels, formed as ((j - first_lane + lanes) mod channels - lanes mod channels) mod channels (all
-        operands >= 0)."""
+    def _first_channel(self, m, first_lane):
+        """``lanes mod channels``, and the channel of lane 0 in the first group: -first_lane mod channels,
+        formed as ((lanes - first_lane) mod channels - lanes mod channels) mod channels (all operands >= 0)."""
         cmd, lanes = self.command, self.geometry.lanes
         step = remainder(m, Const(lanes), cmd.channels, lanes.bit_length(), "lanes_mod_channels")
-        starts = []
-        for j in range(lanes):
-            ahead = remainder(m, j + lanes - first_lane, cmd.channels, (2 * lanes).bit_length(), f"lane{j}_ahead")
-            starts.append(Mux(ahead >= step, ahead - step, ahead + cmd.channels - step))
-        return step, starts
+        ahead = remainder(m, lanes - first_lane, cmd.channels, lanes.bit_length(), "lane0_ahead")
+        return step, Mux(ahead >= step, ahead - step, ahead + cmd.channels - step)

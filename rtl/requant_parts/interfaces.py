@@ -1,11 +1,12 @@
-"""What REQUANT's parts share: the record as PARAM stores it, the record checks' flags and the command's
-per-type constants."""
+"""What REQUANT's parts share: the record as PARAM stores it, the record checks' flags, the command's
+per-type constants and a small remainder."""
 from __future__ import annotations
 
 import numpy as np
-from amaranth.hdl import signed, unsigned
+from amaranth.hdl import Mux, signed, unsigned
 from amaranth.lib import data
 
+from aipu.rtl import arith
 from aipu.rtl.commands import command_layout
 from aipu.rtl.parts import by_type
 from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, PARAM_RECORD, HardwareConfig
@@ -35,3 +36,10 @@ def type_range(cmd):
     """(least, greatest) value of ``out_type``."""
     return (by_type(cmd.out_type, {t: int(np.iinfo(d).min) for t, d in DTYPE_NUMPY.items()}),
             by_type(cmd.out_type, {t: int(np.iinfo(d).max) for t, d in DTYPE_NUMPY.items()}))
+
+
+def remainder(m, value, divisor, value_bits: int, name: str):
+    """value mod divisor for value < 2**value_bits (restoring division, one compare-subtract per bit)."""
+    for step in reversed(range(value_bits)):
+        value = arith.net(m, Mux(value >= (divisor << step), value - (divisor << step), value), f"{name}_{step}")
+    return value

@@ -22,7 +22,7 @@ class RequantGeometry:
     out_bytes: int              # bytes per OUT word
     param_chunk_bytes: int      # bytes of a record one PARAM read delivers
     reads_per_record: int
-    records: int                # local record memory depth: the most channels a legal command has
+    records: int                # records the record store holds: the most channels a legal command has
 
     @classmethod
     def of(cls, config: HardwareConfig) -> RequantGeometry:

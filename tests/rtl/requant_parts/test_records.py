@@ -1,5 +1,6 @@
-"""The record store loads the command's records from PARAM, serves each lane the record of its channel, and
-flags exactly the records golden refuses."""
+"""The record store loads the command's records from PARAM, serves each lane the record of its channel for
+every window of lanes (wrapping around the channels, fewer channels than lanes), and flags exactly the
+records golden refuses."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,8 @@ BAD = {"reserved": ("reserved", 1), "shift": ("shift", SHIFT_MAX + 1),
 
 
 def _load(config, records: np.ndarray, param_index: int, channels: int):
-    """(the records the lanes read back, channel by channel; the flags) after loading ``channels`` records."""
+    """(for each channel p of lane 0, the records the lanes read back; the flags) after loading ``channels``
+    records."""
     dut = RecordStore(config)
     geometry = RequantGeometry.of(config)
     image = np.zeros(config.buffer(Buffer.PARAM).bytes, np.uint8)
@@ -44,24 +46,26 @@ def _load(config, records: np.ndarray, param_index: int, channels: int):
         ctx.set(dut.load, 0)
         await ctx.tick()                # the last read lands
         outcome["flags"] = {name: ctx.get(getattr(dut.flags, name)) for name in BAD}
-        for first in range(0, channels, geometry.lanes):
-            for j, channel in enumerate(dut.channel):
-                ctx.set(channel, min(first + j, channels - 1))
+        await ctx.tick()                # the positions beyond the last channel are written (REQUANT's VERDICT)
+        for first in range(channels):
+            ctx.set(dut.channel, first)
             await ctx.tick()
-            read.extend(ctx.get(record.as_value()) for record in dut.record)
-        outcome["records"] = read[:channels]
+            read.append([ctx.get(record.as_value()) for record in dut.record])
+        outcome["records"] = read
 
     simulate(behind_buffers(dut, {"param_read": image}), testbench)
     return outcome["records"], outcome["flags"]
 
 
 @pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
-def test_the_lanes_read_the_loaded_records(config):
-    rng = np.random.default_rng(3)
+@pytest.mark.parametrize("channels", [19, 16, 3, 1])
+def test_the_lanes_read_the_loaded_records(config, channels):
+    rng = np.random.default_rng(channels)
     records = random_records(rng, config.buffer_units(Buffer.PARAM))
-    param_index, channels = 5, 19
+    param_index, lanes = 5, RequantGeometry.of(config).lanes
     got, flags = _load(config, records, param_index, channels)
-    assert got == [int.from_bytes(r.tobytes(), "little") for r in records[param_index:param_index + channels]]
+    loaded = [int.from_bytes(r.tobytes(), "little") for r in records[param_index:param_index + channels]]
+    assert got == [[loaded[(first + j) % channels] for j in range(lanes)] for first in range(channels)]
     assert not any(flags.values())
 
 
