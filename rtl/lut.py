@@ -2,8 +2,8 @@
 
 A command runs in two phases:
 
-  LOAD  the table is copied from the narrow LUT port into a local table memory of ``entries_per_row``
-        entries per row (one LUT word per cycle), which every lane reads on its own ports; DIRECT8
+  LOAD  the table is copied from the narrow LUT port into a local table of ``entries_per_row`` entries per
+        row (one LUT word per cycle), a copy per lane in two banks of one read and one write port; DIRECT8
         entries are checked against ``out_type`` on the way in. The source prologue (its first two
         words) overlaps it.
   RUN   one group of ``lanes`` elements per cycle, in element order, in two stages:
@@ -23,25 +23,24 @@ decision and the output packing; its rows stream through the softmax part instea
 
 The engine is wired from named parts (aipu.rtl.lut_parts), one Verilog module each: control (the phases),
 checks (the operands and every fault), table_load (LOAD), fetch (the source window, RUN stage 1's elements),
-lookup0 .. lookupN (each lane's index, interpolation and clamp), softmax, packer (the write-back), around
-the local table memory.
+lookup0 .. lookupN (each lane's index, interpolation and clamp), table0 .. tableN (each lane's copy of the
+local table), softmax, packer (the write-back).
 
 The table's row width, the groups and the cycles they take are ``aipu.sim.timing.lut``.
 """
 from __future__ import annotations
 
 from amaranth.hdl import Mux
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out, connect, flipped
 
 from aipu.rtl.lut_parts.checks import CommandChecks
 from aipu.rtl.lut_parts.control import LutControl
 from aipu.rtl.lut_parts.fetch import ElementFetch
-from aipu.rtl.lut_parts.interfaces import lanes, table_row, table_rows
+from aipu.rtl.lut_parts.interfaces import lanes
 from aipu.rtl.lut_parts.lookup import FIELDS, LaneLookup
 from aipu.rtl.lut_parts.packer import OutputPacker
 from aipu.rtl.lut_parts.softmax import SoftmaxStream
-from aipu.rtl.lut_parts.table import TableLoad
+from aipu.rtl.lut_parts.table import TableCopy, TableLoad
 from aipu.rtl.ports import read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import SOFTMAX_ENTRY_BYTES, Buffer, HardwareConfig
@@ -102,20 +101,18 @@ class LutUnit(UnitComponent):
                          port.en.eq(Mux(softmax.reading, softmax_side.en, lut_side.en)),
                          lut_side.data.eq(port.data), softmax_side.data.eq(port.data)]
 
-        # the local table: one write port for the load, two read ports per lane and one for the softmax
-        m.submodules.table = memory = Memory(shape=table_row(config), depth=table_rows(config), init=[])
-        store = memory.write_port()
-        m.d.comb += [store.addr.eq(table.write_addr), store.data.eq(table.write_data), store.en.eq(table.write_en)]
-        self._read(m, memory, softmax.lookup_addr, softmax.lookup_data)
+        # the local table: a copy per lane (TableCopy: two banks of one read and one write port); the softmax
+        # reads lane 0's while no lane runs
         for lane in range(lanes(config)):
             m.submodules[f"lookup{lane}"] = lookup = LaneLookup(config)
+            m.submodules[f"table{lane}"] = copy = TableCopy(config)
+            softmax_reads = ops.is_softmax if lane == 0 else 0
             m.d.comb += [lookup.raw.eq(fetch.raw[lane]), lookup.sample.eq(fetch.sample[lane]),
                          lookup.interp.eq(ops.interp), packer.value[lane].eq(lookup.value),
-                         *(getattr(lookup, name).eq(getattr(cmd, name)) for name in FIELDS)]
-            self._read(m, memory, lookup.row_a, lookup.data_a)
-            self._read(m, memory, lookup.row_b, lookup.data_b)
-
-    @staticmethod
-    def _read(m, memory: Memory, addr, data) -> None:
-        port = memory.read_port()
-        m.d.comb += [port.addr.eq(addr), data.eq(port.data)]
+                         *(getattr(lookup, name).eq(getattr(cmd, name)) for name in FIELDS),
+                         copy.write_addr.eq(table.write_addr), copy.write_data.eq(table.write_data),
+                         copy.write_en.eq(table.write_en),
+                         copy.row_a.eq(Mux(softmax_reads, softmax.lookup_addr, lookup.row_a)),
+                         copy.row_b.eq(Mux(softmax_reads, softmax.lookup_addr, lookup.row_b)),
+                         lookup.data_a.eq(copy.data_a), lookup.data_b.eq(copy.data_b)]
+        m.d.comb += softmax.lookup_data.eq(m.submodules.table0.data_a)

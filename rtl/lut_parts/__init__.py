@@ -4,7 +4,8 @@
              after the load
   checks     what the other parts read from the command (types, sizes, the table), and every fault check
              of LUT and SOFTMAX in the interpreter's order
-  table      the table load: LUT words into the rows of the local table, entries checked on the way in
+  table      the table load: LUT words into the rows of the local table, entries checked on the way in; a
+             lane's copy of the table, its even and odd rows in two banks (1R1W each)
   fetch      the source window and the element groups: each lane's element of the group in RUN stage 1
   lookup     one lane: its index and fraction (stage 1), its table entries interpolated and clamped (stage 2)
   softmax    SOFTMAX's three passes over each row and its pipelined divider

@@ -1,8 +1,10 @@
-"""LUT's table load: the command's table, one LUT word a cycle, into the rows of the local table."""
+"""LUT's local table: the load of the command's table, one LUT word a cycle, into its rows, and a lane's copy
+of it in two banks of one read and one write port each."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.lut_parts.interfaces import log2, operands, table_row, table_rows
@@ -56,4 +58,39 @@ class TableLoad(wiring.Component):
                 m.d.sync += self.entries_bad.eq(self.entries_bad | row_bad)
         with m.If(self.begin):
             m.d.sync += [step.eq(0), lut_word.eq(ops.table_addr >> log2(lut_word_bytes)), self.entries_bad.eq(0)]
+        return m
+
+
+class TableCopy(wiring.Component):
+    """One lane's copy of the local table: its even rows in bank ``even``, its odd rows in bank ``odd``, each
+    with one write port (every copy takes the load's rows, ``write_*``) and one read port. A lane reads rows
+    ``row_a`` and ``row_b`` = ``row_a`` or ``row_a + 1`` (the rows of entries i and i + 1): one even and one
+    odd row, or one row twice, so each bank serves one read a cycle. ``data_a``, ``data_b``: the rows, one
+    cycle after the addresses.
+
+    Signature: ``write_addr``, ``write_data``, ``write_en`` (In), ``row_a``, ``row_b`` (In), ``data_a``,
+    ``data_b`` (Out).
+    """
+
+    def __init__(self, config: HardwareConfig):
+        self.config = config
+        rows, row = range(table_rows(config)), table_row(config)
+        super().__init__({"write_addr": In(rows), "write_data": In(row), "write_en": In(1),
+                          "row_a": In(rows), "row_b": In(rows), "data_a": Out(row), "data_b": Out(row)})
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        rows = table_rows(self.config)
+        # the odd row of the two is row_a >> 1 of the odd bank, the even one (row_a + 1) >> 1 of the even bank
+        addresses = ((self.row_a + 1) >> 1, self.row_a >> 1)
+        data = []
+        for parity, (name, addr) in enumerate(zip(("even", "odd"), addresses)):
+            m.submodules[name] = bank = Memory(shape=table_row(self.config), depth=(rows + 1 - parity) // 2, init=[])
+            write, read = bank.write_port(), bank.read_port()
+            m.d.comb += [write.addr.eq(self.write_addr >> 1), write.data.eq(self.write_data),
+                         write.en.eq(self.write_en & (self.write_addr[0] == parity)), read.addr.eq(addr)]
+            data.append(read.data)
+        odd_a, odd_b = Signal(), Signal()
+        m.d.sync += [odd_a.eq(self.row_a[0]), odd_b.eq(self.row_b[0])]
+        m.d.comb += [self.data_a.eq(Mux(odd_a, data[1], data[0])), self.data_b.eq(Mux(odd_b, data[1], data[0]))]
         return m

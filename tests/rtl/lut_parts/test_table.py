@@ -1,11 +1,13 @@
 """The table load copies the table at any byte address into the local table's rows, one a cycle after a
-two-cycle prologue, and flags a DIRECT8 entry outside out_type or a bad exp entry (and only those)."""
+two-cycle prologue, and flags a DIRECT8 entry outside out_type or a bad exp entry (and only those); a lane's
+copy of the table serves both rows a lane reads in one cycle."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from aipu.rtl.lut_parts.table import TableLoad
+from aipu.rtl.lut_parts.interfaces import table_row, table_rows
+from aipu.rtl.lut_parts.table import TableCopy, TableLoad
 from aipu.sim.machine.arch import SOFTMAX_EXP_BITS, Buffer
 from aipu.sim.timing.lut import entries_per_row
 from tests.rtl.configs import CONFIGS
@@ -81,3 +83,29 @@ def test_a_bad_exp_entry_is_flagged(exp_entry, value):
     image[20:20 + 1024] = exps.view(np.uint8)
     _, flagged, _ = _load(config, image, dict(table_addr=20, entries=512, is_softmax=1))
     assert flagged == (exp_entry == 0 and value == 0 or value > 1 << SOFTMAX_EXP_BITS)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+def test_a_lane_copy_reads_a_row_and_the_next_in_one_cycle(config):
+    dut = TableCopy(config)
+    rows = table_rows(config)
+    table = [int(v) for v in np.random.default_rng(rows).integers(0, 1 << table_row(config).width, rows,
+                                                                    dtype=np.uint64)]
+    reads = [(a, b) for a in range(rows) for b in (a, a + 1) if b < rows]
+    got = []
+
+    async def testbench(ctx):
+        ctx.set(dut.write_en, 1)
+        for row, value in enumerate(table):
+            ctx.set(dut.write_addr, row)
+            ctx.set(dut.write_data, value)
+            await ctx.tick()
+        ctx.set(dut.write_en, 0)
+        for a, b in reads:
+            ctx.set(dut.row_a, a)
+            ctx.set(dut.row_b, b)
+            await ctx.tick()
+            got.append((ctx.get(dut.data_a), ctx.get(dut.data_b)))
+
+    simulate(dut, testbench)
+    assert got == [(table[a], table[b]) for a, b in reads]
