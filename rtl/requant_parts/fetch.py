@@ -18,8 +18,9 @@ class GroupFetch(wiring.Component):
     Per group it reads the ACC word and sets ``channel``, the channel of lane 0's element (lane j's is
     ``channel + j`` mod channels, the record store's window): ``(element index) mod channels``, started at
     ``begin`` without a divider and advanced by ``lanes mod channels`` a group (for the first group lane 0
-    may lie before ``acc_addr``: its channel is then that of the element it would hold). One cycle later (stage B) ``valid`` holds, ``accumulator[j]`` is lane
-    j's entry, ``in_tile`` marks the lanes inside [acc_addr, acc_addr + pixels * channels) and
+    may lie before ``acc_addr``: its channel is then that of the element it would hold). One cycle later
+    (stage B) ``valid`` holds, ``accumulator[j]`` is lane j's entry, ``in_tile`` marks the lanes inside
+    [acc_addr, acc_addr + pixels * channels) and
     ``group_byte`` is the OUT byte of lane 0 (``out_addr`` minus the first group's leading lanes).
 
     Signature: ``command``, ``begin``, ``issue`` (In), ``last`` (Out), ``acc_read`` (the ACC port),
@@ -62,7 +63,8 @@ class GroupFetch(wiring.Component):
             m.d.sync += self.channel.eq(Mux(advanced >= cmd.channels, advanced - cmd.channels, advanced))
         step, start = self._first_channel(m, first_lane)
         with m.If(self.begin):
-            m.d.sync += [channel_step.eq(step), self.channel.eq(start), group.eq(first_group), group_byte.eq(cmd.out_addr - first_lane * element_bytes(cmd))]
+            m.d.sync += [channel_step.eq(step), self.channel.eq(start), group.eq(first_group),
+                         group_byte.eq(cmd.out_addr - first_lane * element_bytes(cmd))]
 
         entries = self.acc_read.data.word_select(slot, ACC_BITS * lanes) if slot_bits else \
             self.acc_read.data[:ACC_BITS * lanes]
