@@ -34,26 +34,26 @@ def _cmd_asm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_isa_doc(args: argparse.Namespace) -> int:
-    from aipu.app.isa_doc import generate
-
+def _write_doc(generate, args: argparse.Namespace) -> int:
+    """A reference page generated for ``--config`` (default: the built-in configuration), to ``-o`` or stdout."""
     text = generate(load_hardware_config(args.config) if args.config else DEFAULT)
     if args.output:
         Path(args.output).write_text(text)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _cmd_isa_doc(args: argparse.Namespace) -> int:
+    from aipu.app.isa_doc import generate
+
+    return _write_doc(generate, args)
 
 
 def _cmd_register_doc(args: argparse.Namespace) -> int:
     from aipu.app.register_doc import generate
 
-    text = generate(load_hardware_config(args.config) if args.config else DEFAULT)
-    if args.output:
-        Path(args.output).write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _write_doc(generate, args)
 
 
 def _cmd_run_layer(args: argparse.Namespace) -> int:
