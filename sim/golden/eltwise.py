@@ -75,6 +75,7 @@ class _Plan(NamedTuple):
     kernel: Callable            # add, add_one_sum, mul or max_min of sim/golden/fast/eltwise.py
     parameters: np.ndarray      # its int32 parameters
     tie_rule: int
+    lifted: str | None          # "a" or "b": the int8 operand of an int8/uint8 pair, which goes in as uint8 + 128
     swap: bool                  # b goes first (add/sub: the operand with the smaller shift; mul: a has runs)
     per_run_kernel: Callable | None     # mul_per_run where b (a after the swap) has a value per run of values
     shape: tuple[int, ...]
@@ -101,6 +102,7 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
             raise ValueError(f"shift=({na}, {nb}) differ by {max(na, nb) - min(na, nb)} > {MAX_ALIGN}: the aligned "
                              f"terms would not fit {ELTWISE_SUM_BITS} bits")
     dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
+    (a_dtype, za), (b_dtype, zb), lifted = _one_type((a_dtype, za), (b_dtype, zb))
     swap, per_run_kernel = False, None
     if op == "mul":
         shortest = module.PER_RUN_BLOCK     # mul_per_run's shortest run
@@ -117,7 +119,24 @@ def _plan(a_dtype, a_shape, b_dtype, b_shape, op, multiplier, shift, a_zero_poin
         kernel, parameters, tie_rule, swap = module.add_parameters(
             1 if op == "add" else -1, (za, ma, na, dtype_range(a_dtype)), (zb, mb, nb, dtype_range(b_dtype)), zp,
             qmin, qmax, rounding)
-    return _Plan(kernel, parameters, tie_rule, swap, per_run_kernel, shape, dtype)
+    return _Plan(kernel, parameters, tie_rule, lifted, swap, per_run_kernel, shape, dtype)
+
+
+def _one_type(a: tuple[np.dtype, int], b: tuple[np.dtype, int]):
+    """((type, zero point) of a, of b, which was lifted) as the kernels take them: both operands of one type, so
+    that numba compiles a kernel for each of two operand types, not four pairs. Of an int8/uint8 pair, the int8
+    operand x goes in as the uint8 x + 128 (:func:`_lifted`) with its zero point raised by 128: x - z is
+    unchanged. Only such a pair pays for the extra pass over one operand."""
+    if a[0] == b[0]:
+        return a, b, None
+    lifted = "a" if a[0] == np.int8 else "b"
+    raised = (np.dtype(np.uint8), (a if lifted == "a" else b)[1] - int(np.iinfo(np.int8).min))
+    return (raised, b, lifted) if lifted == "a" else (a, raised, lifted)
+
+
+def _lifted(x: np.ndarray) -> np.ndarray:
+    """int8 values x as the uint8 values x + 128: the sign bit flipped."""
+    return x.view(np.uint8) ^ np.uint8(0x80)
 
 
 _cached_plan = functools.lru_cache(maxsize=1024)(_plan)
@@ -170,6 +189,8 @@ def eltwise(a: np.ndarray, b: np.ndarray, op: str, *, multiplier, shift, a_zero_
     scalars = (multiplier, shift, a_zero_point, b_zero_point, out_zero_point, qmin, qmax)
     key = (a.dtype, a.shape, b.dtype, b.shape, op, *scalars, out_dtype, rounding)
     plan = _cached_plan(*key) if type(op) is str and _cacheable(rounding, out_dtype, scalars) else _plan(*key)
+    if plan.lifted is not None:
+        a, b = (_lifted(a), b) if plan.lifted == "a" else (a, _lifted(b))
     first, second = (b, a) if plan.swap else (a, b)
     out = np.empty(plan.shape, plan.dtype)
     if plan.per_run_kernel is not None and not return_saturated:

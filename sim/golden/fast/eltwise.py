@@ -31,8 +31,9 @@ there: every shift is below 32 (masked with 31, which lets LLVM keep it in 32 bi
 
 tests/sim/golden/test_eltwise_kernels.py checks every op, rounding, type and broadcast against the definitions
 in sim/golden/eltwise.py. Layout: operands as flat arrays of the output's size (broadcasts materialised;
-mul_per_run takes b with a value per run of values as it is) in their own types, which numba compiles a kernel for each of (loading an int8
-sign-extends it: no XOR of the raw byte); out flat, of the output's type. The integer parameters
+mul_per_run takes b with a value per run of values as it is) of one type, int8 or uint8 (sim/golden/eltwise.py lifts
+the int8 operand of a mixed pair to uint8), which numba compiles a kernel for (loading an int8 sign-extends it:
+no XOR of the raw byte, which would cost 15-20 % here); out flat, of the output's type. The integer parameters
 come as one int32 array (typing a dozen numpy scalars would cost numba's dispatch more than a small tensor's
 arithmetic), so that numba's arithmetic, which widens to int64, narrows back to 32-bit lanes. The rounding's tie
 rule, the saturation count and whether the clamp is the output type's own range are constants of each loop (nine
