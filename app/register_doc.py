@@ -1,14 +1,16 @@
 """Generate docs/registers.md from the register table in :mod:`aipu.sim.machine.registers` (``aipu register-doc``).
 
 The prose says how a driver uses the block; every offset, access, reset value, field and cause comes from the
-table, so the document cannot drift from the RTL built on the same table (a test regenerates it and compares).
+table (the program image's header from :mod:`aipu.sim.machine.program_image`), so the document cannot drift from the RTL built on the same table (a test regenerates it and compares).
 """
 from __future__ import annotations
 
 from aipu.sim.cosim.verilog import available_units
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
-from aipu.sim.machine.isa import Unit
-from aipu.sim.machine.registers import (ADDRESS_BITS, CAUSE_DETAILS, COUNTER_BITS, DATA_BITS, REGISTERS,
+from aipu.sim.machine.isa import COMMAND_BYTES, Unit
+from aipu.sim.machine.program_image import (FETCH_ERRORS, HEADER_BYTES, HEADER_FIELDS, IMAGE_VERSION, alignment,
+                                            constant_values)
+from aipu.sim.machine.registers import (ADDRESS_BITS, CAUSE_DETAILS, COUNTER_BITS, DATA_BITS, FETCHER, REGISTERS,
                                         UNIT_BLOCK_BASE, UNIT_BLOCK_STRIDE, UNIT_COUNTERS, ErrorCause, Response,
                                         counter_name, register_widths)
 
@@ -48,7 +50,7 @@ DRIVER = """\
 1. Check ID and VERSION.MAP, and compare CONFIG_HASH and ISA_HASH with the hashes in the program file's
    header (docs/isa.md, "Program container"): a program for another configuration or command layout must
    not be started.
-2. Write PROGRAM_BASE_LO/HI (where the program image lies in DRAM) and DRAM_BYTES_LO/HI (how much DRAM it may
+2. Write PROGRAM_BASE_LO/HI (where the program image lies in DRAM: "Program image" below) and DRAM_BYTES_LO/HI (how much DRAM it may
    address: every access at or beyond is stopped with DRAM_RANGE; it resets to 0, so it must be set).
 3. Write IRQ_ENABLE (DONE, ERROR) and clear IRQ_STATUS by writing its bits back.
 4. Write CONTROL.START = 1: STATUS.BUSY is set from the next cycle, STATUS.DONE/ERROR, ERROR, CYCLES and
@@ -123,6 +125,30 @@ def _causes() -> list[str]:
             "its engine's own errors (`UnitComponent.error_names`, docs/rtl.md).", "", *rows, ""]
 
 
+def _program_image(config: HardwareConfig) -> list[str]:
+    """The image PROGRAM_BASE points at, from the table in sim/machine/program_image.py."""
+    constants = constant_values(config)
+    rows = ["| offset | bytes | field | value | meaning |", "|---|---|---|---|---|"]
+    rows += [f"| {f.offset} | {f.size} | `{f.name}` | {f'{constants[f.name]:#x}' if f.name in constants else ''} | "
+             f"{f.meaning} |" for f in HEADER_FIELDS]
+    names = ", ".join(f"{index} `{name}`" for index, name in enumerate(FETCH_ERRORS))
+    return ["## Program image", "",
+            "PROGRAM_BASE points at the program image (`sim/machine/program_image.py`: `build_image`, `parse_image`): "
+            f"a header of {HEADER_BYTES} bytes, then each unit's queue of {COMMAND_BYTES}-byte command words, "
+            "little-endian like every number in it. Every queue lies at a byte offset from PROGRAM_BASE that is a "
+            f"multiple of the alignment, a command and a DRAM word ({alignment(config)} bytes here: the larger of "
+            f"{COMMAND_BYTES} and `dram.bytes_per_cycle`), and so must PROGRAM_BASE. A compiled program's image goes "
+            "right after its DRAM image, at the next aligned address (`image_base`), and DRAM_BYTES must cover it. "
+            f"Format version {IMAGE_VERSION}; values for the default configuration:", "", *rows, "",
+            "On START the command fetcher (docs/rtl.md, \"Command fetch\") reads the header and stops with "
+            f"ERROR.CAUSE = {ErrorCause.PROGRAM_IMAGE.name}, ERROR.UNIT = {FETCHER} and ERROR.FIELD = the index of "
+            "the first of these it refuses: PROGRAM_BASE not aligned or the header reaching beyond DRAM_BYTES, a "
+            "constant field that differs from the build's (CONFIG_HASH and ISA_HASH read the build's hashes), a queue "
+            "offset not aligned or beyond DRAM_BYTES, a queue that ends beyond DRAM_BYTES (its count). The "
+            "software reader also refuses queues that overlap each other or the header.", "",
+            f"Fetcher error names (ERROR.FIELD): {names}.", ""]
+
+
 def generate(config: HardwareConfig = DEFAULT) -> str:
     widths = register_widths(config)
     out = ["# AIPU host registers", "",
@@ -140,5 +166,5 @@ def generate(config: HardwareConfig = DEFAULT) -> str:
             break
         out += [f"### {register.name} ({register.offset:#05x}, {register.access.value})", "",
                 register.meaning[0].upper() + register.meaning[1:] + ".", "", *_field_table(register, config)]
-    out += _unit_blocks() + _causes() + _error_names()
+    out += _unit_blocks() + _causes() + _error_names() + _program_image(config)
     return "\n".join(out).rstrip("\n") + "\n"

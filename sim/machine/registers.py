@@ -49,6 +49,7 @@ class ErrorCause(IntEnum):
     AXI_RESPONSE = 4                # SLVERR or DECERR on the NPU's AXI master port
     REGISTER_WRITE_WHILE_BUSY = 5   # the host wrote a register that may not change during a run
     TOKEN_ERROR = 6                 # FINISH executed with a token queue not empty (an unbalanced program)
+    PROGRAM_IMAGE = 7               # the command fetcher refused PROGRAM_BASE or the program image's header
 
 
 CAUSE_DETAILS: dict[ErrorCause, tuple[str, str]] = {      # what (UNIT, FIELD) hold for each cause
@@ -60,6 +61,8 @@ CAUSE_DETAILS: dict[ErrorCause, tuple[str, str]] = {      # what (UNIT, FIELD) h
                               f"the response code ({int(Response.SLVERR)}: SLVERR, {int(Response.DECERR)}: DECERR)"),
     ErrorCause.REGISTER_WRITE_WHILE_BUSY: ("0", "byte offset of the register written"),
     ErrorCause.TOKEN_ERROR: ("the unit whose FINISH found a queue not empty", "0"),
+    ErrorCause.PROGRAM_IMAGE: (f"{FETCHER} (the command fetcher)",
+                               "index of what it refused in the fetcher's error names (\"Program image\")"),
 }
 
 
