@@ -1,7 +1,8 @@
 """Generate docs/registers.md from the register table in :mod:`aipu.sim.machine.registers` (``aipu register-doc``).
 
 The prose says how a driver uses the block; every offset, access, reset value, field and cause comes from the
-table (the program image's header from :mod:`aipu.sim.machine.program_image`), so the document cannot drift from the RTL built on the same table (a test regenerates it and compares).
+table (the program image's header from :mod:`aipu.sim.machine.program_image`), so the document cannot drift
+from the RTL built on the same tables (a test regenerates it and compares).
 """
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ DRIVER = """\
 1. Check ID and VERSION.MAP, and compare CONFIG_HASH and ISA_HASH with the hashes in the program file's
    header (docs/isa.md, "Program container"): a program for another configuration or command layout must
    not be started.
-2. Write PROGRAM_BASE_LO/HI (where the program image lies in DRAM: "Program image" below) and DRAM_BYTES_LO/HI (how much DRAM it may
-   address: every access at or beyond is stopped with DRAM_RANGE; it resets to 0, so it must be set).
+2. Write PROGRAM_BASE_LO/HI (where the program image lies in DRAM: "Program image" below) and DRAM_BYTES_LO/HI
+   (how much DRAM it may address: every access at or beyond is stopped with DRAM_RANGE; it resets to 0, so it
+   must be set).
 3. Write IRQ_ENABLE (DONE, ERROR) and clear IRQ_STATUS by writing its bits back.
 4. Write CONTROL.START = 1: STATUS.BUSY is set from the next cycle, STATUS.DONE/ERROR, ERROR, CYCLES and
    every unit counter are cleared.
