@@ -58,6 +58,7 @@ class Outcome:
     queue_lengths: list[int]
     error_field: str | None
     cycles: int
+    finished: bool = False       # every command delivered and the fetcher idle before the traffic ran out
 
 
 def simulate(config, dram: np.ndarray, base: int, traffic: Traffic, *, dram_bytes: int | None = None,
@@ -95,6 +96,7 @@ def simulate(config, dram: np.ndarray, base: int, traffic: Traffic, *, dram_byte
                 break
             delivered = sum(len(words) for words in outcome.received.values())
             if cycle and not ctx.get(dut.busy) and delivered == expected:
+                outcome.finished = True
                 break
             await ctx.tick()
             ctx.set(dut.start, 0)
@@ -134,7 +136,7 @@ def expected_schedule(config, dram: np.ndarray, base: int, traffic: Traffic, fif
 def check_run(config, dram, base, queues, traffic, fifo_depth: int = 4) -> Outcome:
     expected = sum(len(words) for words in queues.values())
     got = simulate(config, dram, base, traffic, fifo_depth=fifo_depth, expected=expected)
-    assert got.error_field is None
+    assert got.error_field is None and got.finished, f"{got.error_field} after {got.cycles} cycles"
     assert got.received == {unit: list(queues.get(unit, ())) for unit in Unit}
     assert got.queue_lengths == [len(queues.get(unit, ())) for unit in Unit]
     assert got.taken == expected_schedule(config, dram, base, traffic, fifo_depth)
@@ -233,8 +235,9 @@ def test_long_random_runs(config):
         queues = random_queues(seed, most=40)
         dram, base = placed(config, queues, dram_bytes=64 * seed)
         rng = np.random.default_rng(seed)
-        check_run(config, dram, base, queues, Traffic.random(seed, 60000, ready=rng.random(), latency=int(
-            rng.integers(1, 40)), unit_ready=rng.random()), fifo_depth=int(rng.integers(1, 9)))
+        traffic = Traffic.random(seed, 60000, ready=0.2 + 0.8 * rng.random(), latency=int(rng.integers(1, 40)),
+                                 unit_ready=0.05 + 0.95 * rng.random())
+        check_run(config, dram, base, queues, traffic, fifo_depth=int(rng.integers(1, 9)))
 
 
 @pytest.mark.parametrize("config", [DEFAULT, FOUR_COMMANDS, pytest.param(BYTE_WIDE, marks=pytest.mark.slow),
