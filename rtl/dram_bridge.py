@@ -11,7 +11,7 @@ DRAM gives one R beat per request and the policy stays exactly modelable (docs/r
           the reader sees ``data_valid`` one cycle after the R handshake: L + 2 cycles after the grant for
           a DRAM of read latency L that takes AR at once. Per reader, responses come in request order (AXI
           keeps one ID's bursts in order). :mod:`aipu.sim.timing.dram_bridge` is the same policy in Python.
-  writes  a word is taken when the AW register and the 2-word W queue have room and fewer than
+  writes  a word is taken when the AW register and the W queue (3 words) have room and fewer than
           ``max_writes`` writes are unacknowledged; AW in the next cycle, its W beat (WSTRB = the mask,
           WLAST) from then on; B always taken. A word with an empty mask (STORE's probe) is checked and
           dropped. ``write_idle``: every write taken before this cycle has had its B.
@@ -37,7 +37,7 @@ from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.registers import BY_NAME, ErrorCause, Response
 
 INCR = 1
-W_QUEUE = 2      # W beats waiting: AW goes out a cycle before the DRAM takes its W, so one word a cycle needs two
+W_QUEUE = 3      # W beats waiting: a word taken in t has AW in t + 1 and its W taken from t + 2 on (wready follows AW)
 
 
 class DramBridge(wiring.Component):

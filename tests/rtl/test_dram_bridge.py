@@ -61,7 +61,8 @@ class Outcome:
     received: dict = field(default_factory=dict)      # reader -> words delivered by data_valid
     arrivals: list = field(default_factory=list)      # (cycle, reader) of every data_valid
     expected: dict = field(default_factory=dict)      # reader -> the DRAM's word at each of its R beats
-    written: int = 0                                  # write words taken with a mask
+    written: list = field(default_factory=list)       # cycles in which a write word with a mask was taken
+    write_stalls: int = 0                             # cycles with a write word offered and not taken
     idle: list = field(default_factory=list)          # write_idle per cycle
     error: tuple = ()                                 # (error, cause, unit, field) at the end
     memory: bytes = b""
@@ -105,10 +106,11 @@ def run(config, traffic: Traffic, params: DramParams, *, dram_bytes: int = SIZE,
             if grant is not None:
                 granted.append((grant, pending[grant]))
                 pending[grant] = None
+            out.write_stalls += write is not None and not ctx.get(bridge.write.ready)
             if write is not None and ctx.get(bridge.write.ready):
                 if ctx.get(bridge.write.mask):
                     issued.append((write, ctx.get(bridge.write.data), ctx.get(bridge.write.mask)))
-                    out.written += 1
+                    out.written.append(cycle)
                 pending["write"] = None
             for index, reader in enumerate(bridge.read):
                 if ctx.get(reader.data_valid):
@@ -151,6 +153,16 @@ def assert_follows_the_model(out: Outcome, params: DramParams, max_reads: int) -
     assert out.arrivals == model.returns
 
 
+def assert_writes_accounted(out: Outcome) -> None:
+    """One AW and one B per word written, and ``write_idle`` high exactly while every word taken before the
+    cycle has had its B."""
+    assert count(out.events, "AW") == count(out.events, "B") == len(out.written) > 0
+    answers = [int(event.split()[0]) for event in out.events if event.split()[1] == "B"]
+    assert out.idle == [int(np.searchsorted(out.written, cycle) == np.searchsorted(answers, cycle))
+                        for cycle in range(len(out.idle))]
+    assert 0 in out.idle
+
+
 def count(events, kind: str) -> int:
     return sum(event.split()[1] == kind for event in events)
 
@@ -167,17 +179,21 @@ def test_random_traffic_reads_what_dram_holds_in_order_as_the_model_grants(rate,
     assert out.received == out.expected and sum(map(len, out.received.values())) == count(out.events, "AR")
     assert_follows_the_model(out, params, options.get("max_reads", config.dram.latency_cycles))
     assert check_trace(out.events, params) == []
-    assert count(out.events, "AW") == count(out.events, "B") == out.written > 0
-    assert out.idle[-1] == 1 and 0 in out.idle
+    assert_writes_accounted(out)
 
 
-def test_every_reader_is_served_under_full_load():
-    """All three request every cycle: grants rotate 0, 1, 2, and the AR channel carries one read a cycle."""
+def test_full_load_moves_a_read_and_a_write_every_cycle():
+    """All three readers and the writer request every cycle: grants rotate 0, 1, 2, AR carries one read a cycle,
+    and every write word is taken at once (the empty-mask ones dropped), its AW one cycle later, its W two."""
     out = run(SMALL, Traffic(np.random.default_rng(1), words=64, rate=1.0, cycles=60), dram_params(SMALL))
     granted = [grant for grant in out.grants if grant is not None]
     assert granted[:30] == [0, 1, 2] * 10
     ars = [int(event.split()[0]) for event in out.events if event.split()[1] == "AR"]
-    assert ars[:50] == list(range(ars[0], ars[0] + 50))
+    assert ars[:40] == list(range(ars[0], ars[0] + 40))
+    for kind, delay in (("AW", 1), ("W", 2)):
+        assert [int(event.split()[0]) for event in out.events if event.split()[1] == kind] == \
+            [cycle + delay for cycle in out.written]
+    assert out.write_stalls == 0 and len(out.written) > 45
 
 
 def single(script, params=None, **options):
@@ -221,7 +237,7 @@ def test_the_first_error_is_kept_and_the_bridge_stops():
     params = dram_params(SMALL, errors=(ErrorRange(0, 4, Resp.SLVERR),))
     out = single({2: {1: 300}, 3: {0: 0, "write": 1}}, params, dram_bytes=1024)
     assert out.error == (1, ErrorCause.DRAM_RANGE, Unit.LOAD, 0)
-    assert out.grants.count(None) == len(out.grants) and out.written == 0
+    assert out.grants.count(None) == len(out.grants) and out.written == []
 
 
 def test_clear_forgets_the_error_and_resumes():
@@ -262,6 +278,7 @@ def test_long_random_traffic(seed):
     assert out.error[0] == 0 and out.received == out.expected
     assert_follows_the_model(out, params, max_reads)
     assert check_trace(out.events, params) == []
+    assert_writes_accounted(out)
 
 
 # As tests/rtl/test_host_verilog.py explains, plus what Amaranth's output has beyond that block's: `x == 0` written
