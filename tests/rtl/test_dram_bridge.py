@@ -45,10 +45,10 @@ class Traffic:
     cycles: int = 300
     script: dict = field(default_factory=dict)
 
-    def pick(self, port, cycle: int, busy: bool):
+    def pick(self, port, cycle: int):
         if cycle in self.script and port in self.script[cycle]:
             return self.script[cycle][port]
-        if busy or self.cycles <= cycle or self.rng.random() >= self.rate:
+        if self.cycles <= cycle or self.rng.random() >= self.rate:
             return None
         return int(self.rng.integers(self.words))
 
@@ -68,81 +68,103 @@ class Outcome:
     memory: bytes = b""
 
 
+class Bench:
+    """One run's testbench: the requests waiting per port, the reads granted and the words written in order, and
+    ``shadow``, the DRAM as the W handshakes leave it, which each R beat must carry."""
+
+    def __init__(self, bridge: DramBridge, traffic: Traffic, params: DramParams, out: Outcome):
+        self.bridge, self.traffic, self.params, self.out = bridge, traffic, params, out
+        self.nbytes = params.data_bytes
+        self.pending = {port: None for port in (*range(len(READERS)), "write")}
+        self.granted, self.issued, self.beats, self.shadow = [], [], {"R": 0, "W": 0}, bytearray(PRELOAD)
+
+    def offer(self, ctx, cycle: int) -> None:
+        bridge, pending = self.bridge, self.pending
+        for port, word in pending.items():
+            pending[port] = word if word is not None else self.traffic.pick(port, cycle)
+        for index, reader in enumerate(bridge.read):
+            ctx.set(reader.valid, pending[index] is not None)
+            ctx.set(reader.addr, pending[index] or 0)
+        word = pending["write"]
+        ctx.set(bridge.write.valid, word is not None)
+        if word is not None:
+            ctx.set(bridge.write.addr, word)
+            ctx.set(bridge.write.data, int(self.traffic.rng.integers(1 << 62)) % (1 << 8 * self.nbytes))
+            ctx.set(bridge.write.mask, 0 if word % 7 == 0 else int(self.traffic.rng.integers(1, 1 << self.nbytes)))
+
+    def take(self, ctx, cycle: int) -> None:
+        """What the bridge took and delivered in this cycle."""
+        bridge, out, pending = self.bridge, self.out, self.pending
+        out.requests.append(sum(1 << i for i in range(len(READERS)) if pending[i] is not None))
+        grant = next((i for i, port in enumerate(bridge.read) if ctx.get(port.valid) and ctx.get(port.ready)), None)
+        out.grants.append(grant)
+        if grant is not None:
+            self.granted.append((grant, pending[grant]))
+            pending[grant] = None
+        if pending["write"] is not None:
+            taken = ctx.get(bridge.write.ready)
+            out.write_stalls += not taken
+            if taken and ctx.get(bridge.write.mask):
+                self.issued.append((pending["write"], ctx.get(bridge.write.data), ctx.get(bridge.write.mask)))
+                out.written.append(cycle)
+            pending["write"] = None if taken else pending["write"]
+        for index, port in enumerate(bridge.read):
+            if ctx.get(port.data_valid):
+                out.received[index].append(ctx.get(port.data))
+                out.arrivals.append((cycle, index))
+        out.idle.append(ctx.get(bridge.write_idle))
+
+    def follow_axi(self, ctx, cycle: int) -> list[str]:
+        """This cycle's AXI events; an R beat's expected word, then a W beat into ``shadow``."""
+        bus, nbytes = self.bridge.m_axi, self.nbytes
+        events = trace_cycle(cycle, lambda name: ctx.get(getattr(bus, name)))
+        kinds = [event.split()[1] for event in events]
+        if "R" in kinds:
+            reader, word = self.granted[self.beats["R"]]
+            self.beats["R"] += 1
+            assert ctx.get(bus.rid) == reader
+            self.out.expected[reader].append(int.from_bytes(self.shadow[word * nbytes:(word + 1) * nbytes], "little"))
+        if "W" in kinds:
+            word, data, mask = self.issued[self.beats["W"]]
+            self.beats["W"] += 1
+            for lane in range(nbytes if self.params.response(word * nbytes, 1) == Resp.OKAY else 0):
+                if mask >> lane & 1:
+                    self.shadow[word * nbytes + lane] = data >> 8 * lane & 0xFF
+        self.out.events += events
+        return events
+
+    def waiting(self, ctx) -> bool:
+        """Requests wait that the bridge will take (none does while it holds an error)."""
+        return any(word is not None for word in self.pending.values()) and not ctx.get(self.bridge.error)
+
+
 def run(config, traffic: Traffic, params: DramParams, *, dram_bytes: int = SIZE, settle: int = 40, **options):
-    """The bridge of READERS under ``traffic`` until it has been quiet for ``settle`` cycles (requests refused
-    by an error left waiting)."""
+    """The bridge of READERS under ``traffic`` until it has been quiet for ``settle`` cycles."""
     bridge = DramBridge(config, READERS, **options)
-    nbytes = config.dram.bytes_per_cycle
     sim = Simulator(bridge)
     sim.add_clock(1e-9)
     model = add_dram(sim, bridge.m_axi, params)
     model.write(0, PRELOAD)
     out = Outcome(received={i: [] for i in range(len(READERS))}, expected={i: [] for i in range(len(READERS))})
-    shadow = bytearray(PRELOAD)
+    bench = Bench(bridge, traffic, params, out)
 
-    async def bench(ctx):
-        bus = bridge.m_axi
+    async def testbench(ctx):
         ctx.set(bridge.dram_bytes, dram_bytes)
-        pending = {port: None for port in (*range(len(READERS)), "write")}
-        granted, issued, quiet, cycle = [], [], 0, 0
+        quiet, cycle = 0, 0
         while quiet < settle:
-            for port in pending:
-                pending[port] = pending[port] if pending[port] is not None else traffic.pick(port, cycle, False)
-            for index, reader in enumerate(bridge.read):
-                ctx.set(reader.valid, pending[index] is not None)
-                ctx.set(reader.addr, pending[index] or 0)
-            write = pending["write"]
-            ctx.set(bridge.write.valid, write is not None)
-            if write is not None:
-                mask = 0 if write % 7 == 0 else int(traffic.rng.integers(1, 1 << nbytes))
-                ctx.set(bridge.write.addr, write)
-                ctx.set(bridge.write.data, int(traffic.rng.integers(1 << 62)) % (1 << 8 * nbytes))
-                ctx.set(bridge.write.mask, mask)
-            vector = sum(1 << i for i in range(len(READERS)) if pending[i] is not None)
-            grant = next((i for i, reader in enumerate(bridge.read) if ctx.get(reader.valid) and ctx.get(reader.ready)),
-                         None)
-            out.requests.append(vector)
-            out.grants.append(grant)
-            if grant is not None:
-                granted.append((grant, pending[grant]))
-                pending[grant] = None
-            out.write_stalls += write is not None and not ctx.get(bridge.write.ready)
-            if write is not None and ctx.get(bridge.write.ready):
-                if ctx.get(bridge.write.mask):
-                    issued.append((write, ctx.get(bridge.write.data), ctx.get(bridge.write.mask)))
-                    out.written.append(cycle)
-                pending["write"] = None
-            for index, reader in enumerate(bridge.read):
-                if ctx.get(reader.data_valid):
-                    out.received[index].append(ctx.get(reader.data))
-                    out.arrivals.append((cycle, index))
-            events = trace_cycle(cycle, lambda name: ctx.get(getattr(bus, name)))
-            out.events += events
-            for event in events:
-                kind = event.split()[1]
-                if kind == "R":
-                    reader, word = granted[sum(e.split()[1] == "R" for e in out.events) - 1]
-                    assert ctx.get(bus.rid) == reader
-                    out.expected[reader].append(int.from_bytes(shadow[word * nbytes:(word + 1) * nbytes], "little"))
-            for event in events:
-                if event.split()[1] == "W":
-                    word, data, mask = issued[sum(e.split()[1] == "W" for e in out.events) - 1]
-                    for lane in range(nbytes if params.response(word * nbytes, 1) == Resp.OKAY else 0):
-                        if mask >> lane & 1:
-                            shadow[word * nbytes + lane] = data >> 8 * lane & 0xFF
-            out.idle.append(ctx.get(bridge.write_idle))
-            waiting = any(value is not None for value in pending.values()) and not ctx.get(bridge.error)
-            busy = waiting or cycle < traffic.cycles
-            quiet = 0 if busy or events else quiet + 1
+            bench.offer(ctx, cycle)
+            bench.take(ctx, cycle)
+            events = bench.follow_axi(ctx, cycle)
+            quiet = 0 if bench.waiting(ctx) or cycle < traffic.cycles or events else quiet + 1
             await ctx.tick()
             cycle += 1
         out.error = tuple(ctx.get(signal) for signal in (bridge.error, bridge.error_cause, bridge.error_unit,
                                                           bridge.error_field))
         out.memory = model.read(0, SIZE)
-        assert out.memory == bytes(shadow)
 
-    sim.add_testbench(bench)
+    sim.add_testbench(testbench)
     sim.run()
+    assert out.memory == bytes(bench.shadow)
     return out
 
 

@@ -91,7 +91,8 @@ def jittered(late: float):
             while True:
                 word = due.pop(cycle, None)
                 ctx.set(port.data_valid, word is not None)
-                ctx.set(port.data, int.from_bytes(dram[word * nbytes:(word + 1) * nbytes], "little") if word is not None else 0)
+                if word is not None:
+                    ctx.set(port.data, int.from_bytes(dram[word * nbytes:(word + 1) * nbytes], "little"))
                 if ctx.get(port.valid):
                     delay = CONFIG.dram.latency_cycles + (int(rng.integers(1, 5)) if rng.random() < late else 0)
                     last = max(cycle + delay, last + 1)
