@@ -1,6 +1,7 @@
-"""The DMA readers behind the DRAM bridge (rtl/dram_bridge.py) and the testbench DRAM, whose ports so far only
-ever had ``ready`` high and a fixed latency: WDEC's fetcher takes both in its stride; LOAD matches the interpreter
-(and its cycle formula) alone on the bridge, but loses a request the bridge refuses and misplaces words that
+"""The DMA units behind the DRAM bridge (rtl/dram_bridge.py) and the testbench DRAM, whose ports so far only
+ever had ``ready`` high and a fixed latency: WDEC's fetcher takes refusals and any latency in its stride; STORE
+writes what the interpreter writes, in its formula's cycles, alone or beside busy readers; LOAD matches the
+interpreter (and its formula) alone on the bridge, but loses a request the bridge refuses and drops words that
 arrive closer together than its requests went out (strict xfails: they pass once LOAD holds a refused request
 and buffers its responses)."""
 from __future__ import annotations
@@ -11,12 +12,13 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from aipu.rtl.dma import LoadUnit
+from aipu.rtl.dma import LoadUnit, StoreUnit
 from aipu.rtl.dram_bridge import DramBridge
+from aipu.rtl.ports import word_bytes
 from aipu.rtl.wdec_parts.fetcher import WordFetcher
 from aipu.sim.cosim.dram.amaranth_dram import add_dram
 from aipu.sim.cosim.dram.model import DramParams
-from aipu.sim.cosim.stimulus.dma import chained_program, random_load, random_memory
+from aipu.sim.cosim.stimulus.dma import chained_program, random_load, random_memory, random_store
 from aipu.sim.interpreter import run
 from aipu.sim.machine.arch import Buffer, DType
 from aipu.sim.machine.isa import LOADABLE_BUFFERS, Opcode, Unit
@@ -32,25 +34,27 @@ ALL = (1 << len(Unit)) - 1
 
 
 class Rig(Elaboratable):
-    """``unit`` on the bridge's reader ``slot``; the testbench drives the other readers."""
+    """``unit``'s ``port`` on the bridge's reader ``slot`` (None: on its write port); the testbench drives the
+    other readers."""
 
-    def __init__(self, unit, port, slot: int):
+    def __init__(self, unit, port, slot: int | None):
         self.unit, self.port, self.slot = unit, port, slot
         self.bridge = DramBridge(CONFIG, READERS)
 
     def elaborate(self, platform) -> Module:
         m = Module()
         m.submodules.unit, m.submodules.bridge = self.unit, self.bridge
-        wiring.connect(m, self.port, self.bridge.read[self.slot])
+        wiring.connect(m, self.port, self.bridge.write if self.slot is None else self.bridge.read[self.slot])
         return m
 
 
-def simulate(rig: Rig, dram: bytes, bench, rate: float, seed: int = 0) -> None:
+def simulate(rig: Rig, dram: bytes, bench, rate: float, seed: int = 0) -> bytes:
     """``bench(ctx)`` while the readers other than the rig's request random words at ``rate`` (held until
-    taken), against the DRAM preloaded with ``dram``."""
+    taken), against the DRAM preloaded with ``dram``; the DRAM's bytes at the end."""
     sim = Simulator(rig)
     sim.add_clock(1e-9)
-    add_dram(sim, rig.bridge.m_axi, PARAMS).write(0, dram)
+    model = add_dram(sim, rig.bridge.m_axi, PARAMS)
+    model.write(0, dram)
     rng = np.random.default_rng(seed)
 
     async def rivals(ctx):
@@ -68,6 +72,7 @@ def simulate(rig: Rig, dram: bytes, bench, rate: float, seed: int = 0) -> None:
     sim.add_testbench(rivals, background=True)
     sim.add_testbench(bench)
     sim.run()
+    return model.read(0, PARAMS.size)
 
 
 def on_bridge(rate: float):
@@ -205,3 +210,43 @@ def test_every_loadable_buffer_alone_on_the_bridge(buffer):
     command = Command.make(Opcode.LOAD, buffer=buffer, sram_addr=5, dram_addr=33, elem_type=DType.INT16,
                            y_size=2, x_size=2, run=3, dram_y_stride=40, dram_x_stride=9, pad_top=1, pad_right=1)
     assert run_load(command, 2, on_bridge(0.0)) == (True, command_cycles(CONFIG, command))
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.9], ids=["alone", "among-readers"])
+def test_store_through_the_bridge_writes_what_the_interpreter_writes(rate):
+    """STORE, the writer, with the readers idle or busy (reads and writes use separate channels): DRAM equals the
+    interpreter's once ``write_idle`` rises after the retire, and the cycles are the formula's."""
+    config, rng = CONFIG, np.random.default_rng(4)
+    memory = random_memory(config, rng)
+    commands = [random_store(config, rng, size=6) for _ in range(3)]
+    expected = run(chained_program(config, commands), memory).memory.dram.tobytes()
+    store = StoreUnit(config)
+    out = memory.buffers[Buffer.OUT].tobytes()
+    nbytes = word_bytes(config, Buffer.OUT)
+    rig = Rig(store, store.dram_write, None)
+    cycles = []
+
+    async def bench(ctx):
+        for name, value in (("pop_available", ALL), ("push_room", ALL), ("others_drained", 1)):
+            ctx.set(getattr(store, name), value)
+        for command in commands:
+            ctx.set(store.command.payload, int.from_bytes(command.encode(config), "little"))
+            ctx.set(store.command.valid, 1)
+            while not ctx.get(store.command.ready):        # the retire cycle of the command before
+                await ctx.tick()
+            await ctx.tick()
+            ctx.set(store.command.valid, 0)
+            start = None
+            for cycle in range(1, 3 * command_cycles(config, command) + 50):
+                start = cycle if ctx.get(store.start) else start
+                if ctx.get(store.retire):
+                    cycles.append(cycle - start)
+                    break
+                read = ctx.get(store.out_read.en), ctx.get(store.out_read.addr)
+                await ctx.tick()
+                if read[0]:
+                    ctx.set(store.out_read.data, int.from_bytes(out[read[1] * nbytes:(read[1] + 1) * nbytes], "little"))
+        await ctx.tick().until(rig.bridge.write_idle)
+
+    assert simulate(rig, memory.dram.tobytes(), bench, rate) == expected
+    assert cycles == [command_cycles(config, command) for command in commands]
