@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -54,6 +54,7 @@ class DramBridge(wiring.Component):
         self.max_reads = max_reads or config.dram.latency_cycles
         self.max_writes = max_writes or config.dram.latency_cycles
         self.id_bits = max(1, (len(self.readers) - 1).bit_length())
+        self.word_shift = (config.dram.bytes_per_cycle - 1).bit_length()     # word address -> byte address
         error = {fld.name: width for fld, width in BY_NAME["ERROR"].layout(config)}
         super().__init__({
             "read": In(dram_read_port(config)).array(len(self.readers)),
@@ -66,14 +67,13 @@ class DramBridge(wiring.Component):
             "error_field": Out(error["FIELD"]),
         })
 
-    def _beyond(self, word) -> Signal:
-        shift = (self.config.dram.bytes_per_cycle - 1).bit_length()
-        return Cat(Const(0, shift), word) >= self.dram_bytes
+    def _beyond(self, word) -> Value:
+        return Cat(Const(0, self.word_shift), word) >= self.dram_bytes
 
     def elaborate(self, platform) -> Module:
         m = Module()
         bus = self.m_axi
-        size = (self.config.dram.bytes_per_cycle - 1).bit_length()
+        size = self.word_shift                  # full-width beats
         m.d.comb += [bus.arlen.eq(0), bus.arsize.eq(size), bus.arburst.eq(INCR), bus.rready.eq(1),
                      bus.awlen.eq(0), bus.awsize.eq(size), bus.awburst.eq(INCR), bus.wlast.eq(1), bus.bready.eq(1)]
         read_failed, read_refused = self._read_side(m)
@@ -81,7 +81,7 @@ class DramBridge(wiring.Component):
         self._errors(m, [read_failed, write_failed, read_refused, write_refused])
         return m
 
-    def _code(self, codes: Sequence[int], index) -> Signal:
+    def _code(self, codes: Sequence[int], index) -> Value:
         """``codes[index]`` as 8 bits (0 for an index beyond them, such as a RID no AR had)."""
         table = [*codes, *[0] * ((1 << len(index)) - len(codes))]
         return Cat(*(Const(code, 8) for code in table)).word_select(index, 8)
@@ -102,9 +102,8 @@ class DramBridge(wiring.Component):
         grant = offer & ~refused
         for index, port in enumerate(self.read):
             m.d.comb += port.ready.eq(grant & (winner == index))
-        shift = (self.config.dram.bytes_per_cycle - 1).bit_length()
         with m.If(grant):
-            m.d.sync += [bus.arvalid.eq(1), bus.araddr.eq(chosen_addr << shift), bus.arid.eq(winner),
+            m.d.sync += [bus.arvalid.eq(1), bus.araddr.eq(chosen_addr << self.word_shift), bus.arid.eq(winner),
                          pointer.eq(Mux(winner == n - 1, 0, winner + 1))]
         with m.Elif(bus.arready):
             m.d.sync += bus.arvalid.eq(0)
@@ -135,7 +134,6 @@ class DramBridge(wiring.Component):
         """AW register and W queue; B counted into ``write_idle``."""
         bus, port = self.m_axi, self.write
         nbytes = self.config.dram.bytes_per_cycle
-        shift = (nbytes - 1).bit_length()
         m.submodules.w_queue = queue = SyncFIFO(width=9 * nbytes, depth=W_QUEUE)
         unanswered = Signal(range(self.max_writes + 1))
         room = ~self.error & (~bus.awvalid | bus.awready) & queue.w_rdy & (unanswered < self.max_writes)
@@ -145,9 +143,9 @@ class DramBridge(wiring.Component):
         m.d.comb += [port.ready.eq(room & ~refused), queue.w_en.eq(issue), queue.w_data.eq(Cat(port.data, port.mask)),
                      bus.wvalid.eq(queue.r_rdy), bus.wdata.eq(queue.r_data[:8 * nbytes]),
                      bus.wstrb.eq(queue.r_data[8 * nbytes:]), queue.r_en.eq(bus.wready),
-                     bus.awid.eq(0), self.write_idle.eq(unanswered == 0)]
-        with m.If(issue):
-            m.d.sync += [bus.awvalid.eq(1), bus.awaddr.eq(port.addr << shift)]
+                     self.write_idle.eq(unanswered == 0)]
+        with m.If(issue):      # awid stays 0
+            m.d.sync += [bus.awvalid.eq(1), bus.awaddr.eq(port.addr << self.word_shift)]
         with m.Elif(bus.awready):
             m.d.sync += bus.awvalid.eq(0)
         m.d.sync += unanswered.eq(unanswered + issue - bus.bvalid)
