@@ -24,7 +24,7 @@ from aipu.app.cli import main
 from tests.compiler.inconsistent_models import _model, _x
 from tests.sandbox import Sandbox, accepted_or_one_line, fuzz, profiles, run_case, run_cli
 
-PROFILES = profiles(quick=800, long=3000)
+PROFILES = profiles(quick=400, long=3000)
 OPSETS = (17, 13, 11, 19, 21, 24)
 _SPECIAL_VALUES = (np.inf, -np.inf, np.nan, 1e-40, 3e38, -3e38)
 _HUGE = 1 << 20
