@@ -376,7 +376,7 @@ class StoreUnit(UnitComponent):
     def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
         config, cmd = self.config, self.view(word, Opcode.STORE)
         shape = _pattern(m, config, cmd, C(1, 1))
-        checking, scanning, streaming = Signal(), Signal(), Signal()
+        checking, probe, probing, scanning, streaming = Signal(), Signal(), Signal(), Signal(), Signal()
         m.d.sync += checking.eq(start)
         walker = _walker(m, "walker", config, cmd, shape, cmd.sram_addr.as_unsigned() + C(0, 64), C(0, 1))
         m.d.comb += walker.restart.eq(checking)
@@ -385,9 +385,11 @@ class StoreUnit(UnitComponent):
                 m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("sram_addr"))]
             with m.Elif(shape.beyond):
                 m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("dram_addr"))]
-            with m.Else():   # the probe: a write of no byte to the pattern's last word
-                m.d.comb += [self.dram_write.valid.eq(1), self.dram_write.addr.eq(shape.last_word)]
-                m.d.sync += scanning.eq(1)
+            with m.Else():
+                m.d.comb += probe.eq(1)
+        with m.If(probe | probing):   # the probe: a write of no byte to the pattern's last word, held until taken
+            m.d.comb += [self.dram_write.valid.eq(1), self.dram_write.addr.eq(shape.last_word)]
+            m.d.sync += [probing.eq(~self.dram_write.ready), scanning.eq(self.dram_write.ready)]
         self._overlap_scan(m, cmd, shape, checking, scanning, streaming, fault, fault_field)
         self._stream(m, cmd, walker, checking, streaming, done)
 
@@ -426,7 +428,9 @@ class StoreUnit(UnitComponent):
 
     def _stream(self, m, cmd, walker, checking, streaming, done) -> None:
         """Per DRAM word: read the OUT words it still needs (one per cycle, its slot), then compose it
-        from the window of OUT words one cycle later, when the last of them has arrived."""
+        from the window of OUT words one cycle later, when the last of them has arrived. A composed word
+        the DRAM port refuses is offered again; the walk waits (``stalled``), the arriving OUT word joins
+        the window."""
         config = self.config
         port, shift = word_bytes(config, Buffer.OUT), _log2(word_bytes(config, Buffer.OUT))
         dram_bytes = config.dram.bytes_per_cycle
@@ -441,10 +445,12 @@ class StoreUnit(UnitComponent):
         held = SimpleNamespace(dense=Signal.like(walker.dense), count=Signal.like(walker.byte_count),
                                first=Signal.like(walker.first_byte), address=Signal.like(walker.word_address),
                                final=Signal())
-        m.d.sync += [read_valid.eq(self.out_read.en), compose.eq(0)]
+        stalled = Signal()
+        m.d.comb += stalled.eq(compose & ~self.dram_write.ready)
+        m.d.sync += [read_valid.eq(self.out_read.en), compose.eq(stalled)]
         with m.If(checking):
             m.d.sync += [next_read.eq(cmd.sram_addr >> shift), slot_cycle.eq(0)]
-        with m.If(streaming):
+        with m.If(streaming & ~stalled):
             m.d.comb += [self.out_read.en.eq(slot_cycle < reads), self.out_read.addr.eq(next_read + slot_cycle)]
             with m.If(last_cycle):
                 m.d.comb += walker.advance.eq(1)
@@ -462,13 +468,14 @@ class StoreUnit(UnitComponent):
         filled = fill + read_valid
         consumed = ((held.dense + held.count) >> shift) - (held.dense >> shift)
         source = shift_down(m, "source", merged, _low_bits(held.dense, shift), 8, dram_bytes)
-        with m.If(checking):
-            m.d.sync += [window.eq(0), fill.eq(0)]
-        with m.Elif(compose):
+        with m.If(compose):
             m.d.comb += [self.dram_write.valid.eq(1), self.dram_write.addr.eq(held.address),
                          self.dram_write.data.eq(shift_up(m, "composed", source, held.first, 8, dram_bytes)),
                          self.dram_write.mask.eq(byte_mask(m, "composed_mask", held.first, held.first + held.count, dram_bytes)),
-                         done.eq(held.final)]
+                         done.eq(held.final & self.dram_write.ready)]
+        with m.If(checking):
+            m.d.sync += [window.eq(0), fill.eq(0)]
+        with m.Elif(compose & self.dram_write.ready):
             m.d.sync += [window.eq(shift_down(m, "window_next", merged, consumed, 8 * port, words)), fill.eq(filled - consumed)]
         with m.Else():
             m.d.sync += [window.eq(merged), fill.eq(filled)]

@@ -1,9 +1,9 @@
 """The DMA units behind the DRAM bridge (rtl/dram_bridge.py) and the testbench DRAM, whose ports so far only
 ever had ``ready`` high and a fixed latency: WDEC's fetcher takes refusals and any latency in its stride; STORE
-writes what the interpreter writes, in its formula's cycles, alone or beside busy readers; LOAD matches the
-interpreter (and its formula) alone on the bridge, but loses a request the bridge refuses and drops words that
-arrive closer together than its requests went out (strict xfails: they pass once LOAD holds a refused request
-and buffers its responses)."""
+writes what the interpreter writes, in its formula's cycles, alone or beside busy readers, and holds a refused
+word; LOAD matches the interpreter (and its formula) alone on the bridge, but loses a request the bridge refuses
+and drops words that arrive closer together than its requests went out (strict xfails: they pass once LOAD holds
+a refused request and buffers its responses)."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,6 +22,7 @@ from aipu.sim.cosim.stimulus.dma import chained_program, random_load, random_mem
 from aipu.sim.interpreter import run
 from aipu.sim.machine.arch import Buffer, DType
 from aipu.sim.machine.isa import LOADABLE_BUFFERS, Opcode, Unit
+from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
 from aipu.sim.machine.registers import FETCHER
 from aipu.sim.timing.dma import command_cycles
@@ -212,19 +213,11 @@ def test_every_loadable_buffer_alone_on_the_bridge(buffer):
     assert run_load(command, 2, on_bridge(0.0)) == (True, command_cycles(CONFIG, command))
 
 
-@pytest.mark.parametrize("rate", [0.0, 0.9], ids=["alone", "among-readers"])
-def test_store_through_the_bridge_writes_what_the_interpreter_writes(rate):
-    """STORE, the writer, with the readers idle or busy (reads and writes use separate channels): DRAM equals the
-    interpreter's once ``write_idle`` rises after the retire, and the cycles are the formula's."""
-    config, rng = CONFIG, np.random.default_rng(4)
-    memory = random_memory(config, rng)
-    commands = [random_store(config, rng, size=6) for _ in range(3)]
-    expected = run(chained_program(config, commands), memory).memory.dram.tobytes()
-    store = StoreUnit(config)
-    out = memory.buffers[Buffer.OUT].tobytes()
+def store_bench(store: StoreUnit, commands: list[Command], out: bytes, cycles: list[int]):
+    """A testbench running ``commands`` on ``store`` one after the other, serving its OUT reads from ``out``;
+    each command's cycles from start to retire go to ``cycles``."""
+    config = store.config
     nbytes = word_bytes(config, Buffer.OUT)
-    rig = Rig(store, store.dram_write, None)
-    cycles = []
 
     async def bench(ctx):
         for name, value in (("pop_available", ALL), ("push_room", ALL), ("others_drained", 1)):
@@ -237,7 +230,7 @@ def test_store_through_the_bridge_writes_what_the_interpreter_writes(rate):
             await ctx.tick()
             ctx.set(store.command.valid, 0)
             start = None
-            for cycle in range(1, 3 * command_cycles(config, command) + 50):
+            for cycle in range(1, 8 * command_cycles(config, command) + 50):
                 start = cycle if ctx.get(store.start) else start
                 if ctx.get(store.retire):
                     cycles.append(cycle - start)
@@ -246,7 +239,60 @@ def test_store_through_the_bridge_writes_what_the_interpreter_writes(rate):
                 await ctx.tick()
                 if read[0]:
                     ctx.set(store.out_read.data, int.from_bytes(out[read[1] * nbytes:(read[1] + 1) * nbytes], "little"))
+        await ctx.tick()            # the last word is taken in the retire cycle
+    return bench
+
+
+def stores(seed: int) -> tuple[Memory, list[Command], bytes]:
+    """A random memory, three STOREs, and the DRAM the interpreter leaves."""
+    rng = np.random.default_rng(seed)
+    memory = random_memory(CONFIG, rng)
+    commands = [random_store(CONFIG, rng, size=6) for _ in range(3)]
+    return memory, commands, run(chained_program(CONFIG, commands), memory).memory.dram.tobytes()
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.9], ids=["alone", "among-readers"])
+def test_store_through_the_bridge_writes_what_the_interpreter_writes(rate):
+    """STORE, the writer, with the readers idle or busy (reads and writes use separate channels): DRAM equals the
+    interpreter's once ``write_idle`` rises after the retire, and the cycles are the formula's."""
+    memory, commands, expected = stores(4)
+    store = StoreUnit(CONFIG)
+    rig = Rig(store, store.dram_write, None)
+    cycles = []
+    run_commands = store_bench(store, commands, memory.buffers[Buffer.OUT].tobytes(), cycles)
+
+    async def bench(ctx):
+        await run_commands(ctx)
         await ctx.tick().until(rig.bridge.write_idle)
 
     assert simulate(rig, memory.dram.tobytes(), bench, rate) == expected
-    assert cycles == [command_cycles(config, command) for command in commands]
+    assert cycles == [command_cycles(CONFIG, command) for command in commands]
+
+
+def test_store_holds_a_refused_word_until_it_is_taken():
+    """STORE's port ready half the cycles: DRAM equals the interpreter's; commands take longer than their formula."""
+    memory, commands, expected = stores(8)
+    store = StoreUnit(CONFIG)
+    dram, nbytes, rng = bytearray(memory.dram.tobytes()), CONFIG.dram.bytes_per_cycle, np.random.default_rng(8)
+    port = store.dram_write
+    sim = Simulator(store)
+    sim.add_clock(1e-9)
+    cycles = []
+
+    async def serve(ctx):          # samples at the edge: the OUT data the bench drives after it is in
+        ctx.set(port.ready, 1)
+        async for _, _, valid, ready, address, data, mask in ctx.tick().sample(
+                port.valid, port.ready, port.addr, port.data, port.mask):
+            if valid and ready:
+                for lane in range(nbytes):
+                    if mask >> lane & 1:
+                        dram[address * nbytes + lane] = data >> 8 * lane & 0xFF
+            ctx.set(port.ready, rng.random() < 0.5)
+
+    sim.add_testbench(serve, background=True)
+    sim.add_testbench(store_bench(store, commands, memory.buffers[Buffer.OUT].tobytes(), cycles))
+    sim.run()
+    assert bytes(dram) == expected
+    formula = [command_cycles(CONFIG, command) for command in commands]
+    assert len(cycles) == len(commands) and sum(cycles) > sum(formula)
+    assert all(spent >= least for spent, least in zip(cycles, formula))
