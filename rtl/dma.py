@@ -5,10 +5,12 @@
 Both walk the DRAM pattern one DRAM word at a time with a :class:`PatternWalker`: each step is one DRAM word
 of one run, the bytes of the run it holds and where those bytes sit in the dense tile. LOAD runs two
 walkers over the same pattern: one issues the read requests, the other replays the sequence to place the
-responses (they come back in order, ``dram.latency_cycles`` later), so requests never wait for responses.
-Runs that touch end to end in DRAM (and in the tile) are walked as one run. Every step is given a fixed
-number of cycles (its *slot*) so the buffer port keeps up; that makes each command's cycles a pure function
-of its fields, ``aipu.sim.timing.dma.command_cycles``.
+responses (they come back in order), so requests never wait for responses. Runs that touch end to end in
+DRAM (and in the tile) are walked as one run. Every step is given a fixed number of cycles (its *slot*) so
+the buffer port keeps up; with the DRAM port always ready and a fixed ``dram.latency_cycles`` that makes each
+command's cycles a pure function of its fields, ``aipu.sim.timing.dma.command_cycles``. A refused request or
+write word is held until taken; LOAD queues responses that come while it is still writing (docs/rtl-dma.md,
+"Refusals and late responses").
 
 Before anything is written the engines check what the interpreter checks, and ask the DRAM model for the
 pattern's last word (a *probe*: the System raises ``dram_fault`` if it lies beyond the model).
@@ -19,6 +21,7 @@ from types import SimpleNamespace
 
 import numpy as np
 from amaranth.hdl import C, Cat, Elaboratable, Module, Mux, Signal
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import Out
 
 from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, shift_up
@@ -147,15 +150,17 @@ def _words_written(m: Module, config: HardwareConfig, walker: PatternWalker, por
 
 class _LoadChannel(Elaboratable):
     """The LOAD datapath into one buffer: request walker, response walker, the realigning writer (one
-    buffer word per cycle) and the padding writer. ``go``: the probe goes out and the walk begins."""
+    buffer word per cycle) and the padding writer. ``go``: the probe is offered and the walk begins. A
+    request stays offered until ``request_taken``; ``response_valid`` is a response handed over, which the
+    unit does only while ``response_ready`` (no words of the previous response left to write)."""
 
     def __init__(self, config: HardwareConfig, buffer: Buffer, cmd, shape, dense):
         self.config, self.buffer, self.cmd, self.shape, self.dense = config, buffer, cmd, shape, dense
         self.port_bytes = word_bytes(config, buffer)
         self.go = Signal()
-        self.request_valid, self.request_addr = Signal(), Signal(shape.width)
+        self.request_valid, self.request_addr, self.request_taken = Signal(), Signal(shape.width), Signal()
         self.response_data = Signal(8 * config.dram.bytes_per_cycle)
-        self.response_valid = Signal()
+        self.response_valid, self.response_ready = Signal(), Signal()
         self.write = SimpleNamespace(addr=Signal(shape.width), en=Signal(), data=Signal(8 * self.port_bytes),
                                      mask=Signal(self.port_bytes))
         self.done = Signal()
@@ -168,21 +173,25 @@ class _LoadChannel(Elaboratable):
         responses = _walker(m, "responses", config, cmd, shape, dense.data_start, dense.gap)
         m.d.comb += [requests.restart.eq(self.go), responses.restart.eq(self.go)]
 
-        # Requests: one per slot; a slot lasts as many cycles as the step writes buffer words (at least one).
+        # Requests: one per slot; a slot lasts as many cycles as the step writes buffer words (at least one)
+        # and starts when the step's request is taken.
         wait = Signal(range(window_words(config, port) + 1))
-        requesting, probe_pending, receiving = Signal(), Signal(), Signal()
+        requesting, probing, probe_pending, receiving = Signal(), Signal(), Signal(), Signal()
         _, request_writes = _words_written(m, config, requests, port)
-        with m.If(self.go):
+        with m.If(self.go | probing):
             m.d.comb += [self.request_valid.eq(1), self.request_addr.eq(shape.last_word)]
-            m.d.sync += [requesting.eq(1), probe_pending.eq(1), receiving.eq(1), wait.eq(0)]
+            m.d.sync += probing.eq(~self.request_taken)
         with m.Elif(requesting & (wait == 0)):
             m.d.comb += [self.request_valid.eq(1), self.request_addr.eq(requests.word_address),
-                         requests.advance.eq(1)]
-            m.d.sync += wait.eq(Mux(request_writes == 0, 0, request_writes - 1))
-            with m.If(requests.final):
-                m.d.sync += requesting.eq(0)
+                         requests.advance.eq(self.request_taken)]
+            with m.If(self.request_taken):
+                m.d.sync += wait.eq(Mux(request_writes == 0, 0, request_writes - 1))
+                with m.If(requests.final):
+                    m.d.sync += requesting.eq(0)
         with m.Elif(wait != 0):
             m.d.sync += wait.eq(wait - 1)
+        with m.If(self.go):
+            m.d.sync += [requesting.eq(1), probe_pending.eq(1), receiving.eq(1), wait.eq(0)]
 
         # Responses: realign into buffer words; the partial last word of a step waits in `residual`.
         words = window_words(config, port)
@@ -199,6 +208,7 @@ class _LoadChannel(Elaboratable):
         m.d.comb += [merged.eq(residual | (placed & bytes_to_bits(placed_mask))),
                      merged_mask.eq(residual_mask | placed_mask)]
         full, written = _words_written(m, config, responses, port)
+        m.d.comb += self.response_ready.eq(emit_left == 0)
         arrival = self.response_valid & receiving & ~probe_pending
         with m.If(self.response_valid & probe_pending):
             m.d.sync += probe_pending.eq(0)
@@ -340,21 +350,43 @@ class LoadUnit(UnitComponent):
                 m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("sram_addr"))]
             with m.Else():
                 m.d.comb += go.eq(1)
-        request_valid, request_addr, finished = [], [], []
+        credit, taken, response, handed = self._responses(m)
+        request_valid, request_addr, finished, ready = [], [], [], []
         for buffer in LOADABLE_BUFFERS:
             channel = _LoadChannel(config, buffer, cmd, shape, dense)
             m.submodules[f"to_{buffer.name.lower()}"] = channel
             port = getattr(self, f"{buffer.name.lower()}_write")
-            m.d.comb += [channel.go.eq(go & (cmd.buffer == buffer)),
-                         channel.response_data.eq(self.dram_read.data),
-                         channel.response_valid.eq(self.dram_read.data_valid),
+            m.d.comb += [channel.go.eq(go & (cmd.buffer == buffer)), channel.request_taken.eq(taken),
+                         channel.response_data.eq(response.data), channel.response_valid.eq(handed),
                          port.addr.eq(channel.write.addr), port.en.eq(channel.write.en),
                          port.data.eq(channel.write.data), port.mask.eq(channel.write.mask)]
             request_valid.append(channel.request_valid)
             request_addr.append(Mux(channel.request_valid, channel.request_addr, 0))
             finished.append(channel.done)
-        m.d.comb += [self.dram_read.valid.eq(Cat(*request_valid).any()),
-                     self.dram_read.addr.eq(_or_all(request_addr)), done.eq(Cat(*finished).any())]
+            ready.append(channel.response_ready)
+        m.d.comb += [self.dram_read.valid.eq(Cat(*request_valid).any() & credit),
+                     self.dram_read.addr.eq(_or_all(request_addr)), done.eq(Cat(*finished).any()),
+                     handed.eq(response.valid & Cat(*ready).all())]
+
+    def _responses(self, m: Module) -> tuple:
+        """The response queue (docs/rtl-dma.md, "Late responses"): a response goes straight to the channels
+        when the queue is empty and they are ready, else into the queue (``dram.latency_cycles + 1`` words, its
+        bound: at most that many requests are ever taken and not yet handed over). Returns (a request may be
+        offered, the offered request is taken, the head response (data, valid), the head is handed over)."""
+        config, port = self.config, self.dram_read
+        depth = config.dram.latency_cycles + 1
+        m.submodules.response_queue = queue = SyncFIFOBuffered(width=len(port.data), depth=depth)
+        open_requests = Signal(range(depth + 1))
+        credit, taken, handed = Signal(), Signal(), Signal()
+        response = SimpleNamespace(data=Signal.like(port.data), valid=Signal())
+        bypass = queue.level == 0
+        m.d.comb += [credit.eq(open_requests < depth), taken.eq(port.valid & port.ready),
+                     response.valid.eq(Mux(bypass, port.data_valid, queue.r_rdy)),
+                     response.data.eq(Mux(bypass, port.data, queue.r_data)),
+                     queue.r_en.eq(handed), queue.w_data.eq(port.data),
+                     queue.w_en.eq(port.data_valid & ~(bypass & handed))]
+        m.d.sync += open_requests.eq(open_requests + taken - handed)
+        return credit, taken, response, handed
 
 
 def _or_all(values):
