@@ -10,7 +10,8 @@ Timing (docs/rtl.md, "Ports"):
                 while ``en`` is low)
   buffer write  ``en`` with ``addr``, ``data`` and a byte ``mask`` in cycle t -> written at the end of t
   DRAM read     request ``valid``/``ready`` with a word ``addr``; responses come back in request order,
-                ``data_valid`` marks each, ``dram.latency_cycles`` after the request was taken
+                ``data_valid`` marks each, any number of cycles after the request was taken
+                (``dram.latency_cycles`` on the System's DRAM model)
   DRAM write    ``valid``/``ready`` with ``addr``, ``data`` and byte ``mask``
 """
 from __future__ import annotations
