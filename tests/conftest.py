@@ -81,3 +81,14 @@ def digits_data() -> dict[str, np.ndarray]:
 
     with np.load(DATA_PATH) as archive:
         return {name: archive[name] for name in archive.files}
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    """A forked child for a test module's fuzz cases (tests/sandbox.py), closed after them. A module whose
+    children should start with something loaded defines its own."""
+    from tests.sandbox import Sandbox
+
+    box = Sandbox()
+    yield box
+    box.close()

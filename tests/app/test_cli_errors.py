@@ -22,8 +22,7 @@ from aipu.app.cli import main
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import COMMAND_BYTES, ISA_LAYOUT_HASH, Opcode, Unit
 from aipu.sim.machine.program import _CRC, _HEADER, FORMAT_VERSION, MAGIC, Command, Program
-from tests.sandbox import (Sandbox, accepted_or_one_line, assert_one_line_error, fuzz, profiles, run_case,
-                           run_cli)
+from tests.sandbox import accepted_or_one_line, assert_one_line_error, fuzz, profiles, run_case, run_cli
 from tests.strategies import mangled_bytes, random_array
 
 PROFILES = profiles(quick=100, long=5000)
@@ -69,15 +68,6 @@ def _write(path, content) -> str:
 def _run(capsys, argv: list[str]) -> tuple[int, str]:
     code = main(argv)
     return code, capsys.readouterr().err
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    """The fuzzers' cases run in a forked child under a time and a memory limit (tests/sandbox.py): a hang or
-    an unbounded allocation fails the test with its input instead of taking the machine down."""
-    box = Sandbox()
-    yield box
-    box.close()
 
 
 def _run_sandboxed(sandbox, argv: list[str]) -> tuple[int, str]:

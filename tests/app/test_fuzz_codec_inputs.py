@@ -15,7 +15,7 @@ import pytest
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.sandbox import Sandbox, assert_one_line_error, fuzz, profiles, run_case, run_cli
+from tests.sandbox import assert_one_line_error, fuzz, profiles, run_case, run_cli
 from tests.strategies import mangled_bytes, random_array
 
 _RNG = np.random.default_rng(5)
@@ -124,13 +124,6 @@ def _check_encode(box, tmp_path, name: str, content: bytes, options: list[str]) 
     if name.endswith(".npz"):
         with np.load(path) as given, np.load(decoded) as back:
             assert {key: back[key].shape for key in back.files} == {key: given[key].shape for key in given.files}
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox()
-    yield box
-    box.close()
 
 
 @pytest.mark.parametrize("profile", profiles(quick=60, long=3000))

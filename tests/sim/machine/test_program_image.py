@@ -18,7 +18,7 @@ from aipu.sim.machine.program_image import (BY_NAME, HEADER_BYTES, HEADER_FIELDS
                                             constant_values, image_base, pack_image, parse_image, read_header,
                                             with_image)
 from tests.rtl.configs import SMALL
-from tests.sandbox import Sandbox, fuzz, profiles, run_case
+from tests.sandbox import fuzz, profiles, run_case
 from tests.strategies import mangled_bytes
 
 WIDE_WORD = hardware_config_from_dict({"dram": {"bytes_per_cycle": 128}})   # four commands per DRAM word
@@ -115,13 +115,6 @@ def _hostile_header(draw, image: bytes) -> bytes:
         values[field.name] = draw(st.one_of(st.sampled_from([0, 1, top, top >> 5, len(image), len(image) - 32]),
                                             st.integers(0, len(image) + 64), st.integers(0, top)))
     return _with(image, **values)
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox()
-    yield box
-    box.close()
 
 
 @pytest.mark.parametrize("profile", profiles(quick=60, long=3000))
