@@ -53,7 +53,7 @@ def module_ports(path: Path, top: str) -> dict[str, tuple[str, int]]:
         if parsed.returncode != 0:
             errors = [line for line in parsed.stderr.splitlines() if line.startswith("%Error")]
             first = errors[0] if errors else (parsed.stderr.strip().splitlines() or ["no message"])[0]
-            raise ForeignVerilogError(f"{path}: not a module {top} Verilator can read: {first.strip()}")
+            raise ForeignVerilogError(f"{path}: Verilator cannot read module {top} in it: {first.strip()}")
         tree = json.loads((Path(scratch) / f"V{top}.tree.json").read_text())
     types = {entry["addr"]: entry for misc in tree["miscsp"] if misc["type"] == "TYPETABLE"
              for entry in misc["typesp"]}
