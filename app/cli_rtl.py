@@ -8,11 +8,13 @@ import json
 import sys
 from pathlib import Path
 
-from aipu.app.cli_program import positive_int
+from aipu.app.cli_program import at_most, positive_int
 from aipu.sim.machine.arch import DEFAULT, load_hardware_config
 
 DEFAULT_DRAM_BYTES = 1 << 16
 DEFAULT_COMMANDS = 200     # `aipu rtl verify`: random commands per stimulus family
+MAX_COMMANDS = 4096        # a queue of the System's build holds them all: its size grows with them
+MAX_LAYERS = 100
 SYSTEM = "system"      # `aipu rtl synth --unit system`: the System top with every unit
 
 
@@ -104,7 +106,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     config = _config(args)
     foreign = foreign_unit(unit_class, config, args.verilog, args.top or default_top(unit))
     report = verify_unit(unit, foreign, config, commands=args.commands, seed=args.seed, backend=args.sim,
-                         verilog=Path(args.verilog), values_only=args.values_only)
+                         verilog=Path(args.verilog), layers=args.layers, values_only=args.values_only)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -136,9 +138,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--verilog", required=True, help="the Verilog file with the module (ports: docs/rtl.md)")
     verify.add_argument("--top", help="the module's name (default: aipu_<unit>, as `aipu rtl verilog` names it)")
     verify.add_argument("--config", help="hardware configuration (.toml/.json); default: the built-in one")
-    verify.add_argument("--commands", type=positive_int, default=DEFAULT_COMMANDS,
+    verify.add_argument("--commands", type=at_most(MAX_COMMANDS), default=DEFAULT_COMMANDS,
                         help=f"random commands per stimulus family of the unit (default {DEFAULT_COMMANDS})")
-    verify.add_argument("--seed", type=int, default=0, help="seed of the random stimulus (default 0)")
+    verify.add_argument("--layers", type=at_most(MAX_LAYERS), default=0,
+                        help="then this many random conv layers lowered by the compiler, on the System of every "
+                             "unit (default none; the first run builds that System: minutes)")
+    verify.add_argument("--seed", type=int, default=0, help="seed of the random stimulus and layers (default 0)")
     verify.add_argument("--sim", default="verilator", help="verilator (default) or icarus")
     verify.add_argument("--values-only", action="store_true",
                         help="pass when every byte agrees even if cycles differ from the cycle model")

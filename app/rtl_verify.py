@@ -1,6 +1,8 @@
 """`aipu rtl verify`: a hardware engineer's own Verilog module in one unit's place in the NPU's RTL (the rest
 stays the project's), held against the interpreter (every byte) and the cycle model (every command's start and
-retire cycle) on that unit's constrained-random stimulus: the checks `aipu rtl run` makes, with its report.
+retire cycle) on that unit's constrained-random stimulus, and optionally on random conv layers lowered by the
+compiler (the System of every unit, as tests/sim/cosim/test_layers.py runs them): the checks `aipu rtl run`
+makes, with its report.
 
 Values and cycles are judged apart: a module may be bit-exact yet take other cycles than the documented ones
 (``values_only`` then passes it). The module comes in through :func:`aipu.sim.cosim.foreign.foreign_unit`,
@@ -80,19 +82,41 @@ class Verification:
 
 
 def verify_unit(unit: Unit, foreign: type, config: HardwareConfig, *, commands: int, seed: int, backend: str,
-                verilog: Path, values_only: bool = False) -> Verification:
-    """``commands`` random commands of each stimulus family of ``unit`` (seeded) on the System with the unit
-    class ``foreign`` (:func:`aipu.sim.cosim.foreign.foreign_unit`) in the unit's place."""
+                verilog: Path, layers: int = 0, values_only: bool = False) -> Verification:
+    """``commands`` random commands of each stimulus family of ``unit``, then ``layers`` random lowered conv
+    layers (all seeded) on the System with the unit class ``foreign``
+    (:func:`aipu.sim.cosim.foreign.foreign_unit`) in the unit's place."""
     from aipu.sim.cosim.stimulus import RANDOM
-    from aipu.sim.interpreter import prepare
 
     rng = np.random.default_rng(seed)
     runs = []
     for family in FAMILIES[unit]:
         stimulus = RANDOM[family](config, rng, commands)
         units = [foreign if cls.UNIT == unit else cls for cls in stimulus.units]
-        program, memory = stimulus.program, stimulus.memory
-        runs.append(check_run(program, prepare(program, memory.dram.size), memory, units, backend, max_cycles=None,
-                              waves=False, input_index=None,
-                              label=f"{family} stimulus, {stimulus.commands} commands"))
+        runs.append(_check(stimulus.program, stimulus.memory, units, backend,
+                           f"{family} stimulus, {stimulus.commands} commands"))
+    for index in range(layers):
+        runs.append(_layer_run(unit, foreign, config, np.random.default_rng([seed, index]), backend, index))
     return Verification(unit, verilog, foreign.TOP, backend, seed, runs, values_only)
+
+
+def _check(program, memory, units, backend: str, label: str) -> RunCheck:
+    from aipu.sim.interpreter import prepare
+
+    return check_run(program, prepare(program, memory.dram.size), memory, units, backend, max_cycles=None,
+                     waves=False, input_index=None, label=label)
+
+
+def _layer_run(unit: Unit, foreign: type, config: HardwareConfig, rng: np.random.Generator, backend: str,
+               index: int) -> RunCheck:
+    """One random conv layer (a LUT activation on every other one) lowered for ``config``, on every unit."""
+    from aipu.app.sample_layers import random_layer
+    from aipu.compiler.lowering.conv_layers import lower_conv_layer
+    from aipu.sim.cosim.verilog import available_units
+
+    lowered = lower_conv_layer(random_layer(rng, with_lut=bool(index % 2)), config)
+    units = [foreign if cls.UNIT == unit else cls for cls in available_units().values()]
+    program = lowered.program
+    return _check(program, lowered.memory(), units, backend,
+                  f"random conv layer {index}, {len(program)} commands ({len(program.queues[unit])} of "
+                  f"{unit.name})")
