@@ -2,7 +2,8 @@
 
 The module under test is the project's own POOL unit exported to Verilog for SMALL (it must pass), and copies
 of that text edited as a user's bugs would be: a datapath operator flipped (must fail, naming the element), a
-port renamed or narrowed, a syntax error (one-line errors, exit status 2). Each distinct text is one Verilator
+port renamed or narrowed, a syntax error (one-line errors, exit status 2); and a wrapper around it that takes
+each command a cycle late (bit-exact, slower: only --values-only passes it). Each distinct text is one Verilator
 build of the System (about 100 s cold, cached by content)."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from aipu.app.cli import main
 from aipu.rtl.conv import ConvUnit
 from aipu.rtl.pool import PoolUnit
+from aipu.sim.cosim.foreign import expected_ports
 from aipu.sim.cosim.verilog import unit_verilog
 from aipu.sim.machine.arch import DEFAULT
 from tests.rtl.configs import SMALL
@@ -67,6 +69,34 @@ def test_a_broken_copy_fails_naming_the_element(exported, capsys):
     report = json.loads(capsys.readouterr().out)
     mismatch = report["runs"][0]["first_mismatch"]
     assert mismatch["unit"] == "POOL" and mismatch["golden"] != mismatch["rtl"] and not report["pass"]
+
+
+def one_cycle_late(root) -> str:
+    """POOL renamed ``aipu_pool_inner`` inside an ``aipu_pool`` that hands it each command a cycle after the
+    queue offers it: the same values, every command later than the cycle model says."""
+    ports = expected_ports(PoolUnit, SMALL)
+    declarations = "".join(f"  {direction} {f'[{width - 1}:0] ' if width > 1 else ''}{name};\n"
+                           for name, (direction, width) in ports.items())
+    passed = ", ".join(f".{name}({name})" for name in ports if name not in ("command__valid", "command__ready"))
+    wrapper = (f"module aipu_pool({', '.join(ports)});\n{declarations}"
+               "  reg waited = 0;\n  wire inner_ready;\n"
+               "  always @(posedge clk) waited <= command__valid & ~waited;\n"
+               "  assign command__ready = inner_ready & waited;\n"
+               f"  aipu_pool_inner inner({passed}, .command__valid(command__valid & waited), "
+               ".command__ready(inner_ready));\nendmodule\n")
+    (root / "late.v").write_text((root / "pool.v").read_text().replace("module aipu_pool(", "module aipu_pool_inner(")
+                                 + wrapper)
+    return str(root / "late.v")
+
+
+def test_a_slower_bit_exact_unit_passes_on_values_only(exported, capsys):
+    late = one_cycle_late(exported)
+    assert main(verify(exported, late)) == 1
+    out = capsys.readouterr().out
+    assert "values: agree; cycles: DIFFER" in out and "first command off the cycle model: POOL[0]" in out, out
+    assert main(verify(exported, late, "--values-only", "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["pass"] and report["values_agree"] and not report["cycles_agree"]
 
 
 @pytest.mark.parametrize("pattern, replacement, message", [
