@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from aipu.app.rtl_verify import default_top, verify_unit
     from aipu.sim.cosim.foreign import foreign_unit
-    from aipu.sim.cosim.verilog import SIMULATORS, available_units
+    from aipu.sim.cosim.verilog import SIMULATORS, BuildError, available_units
 
     units = {unit.name.lower(): (unit, cls) for unit, cls in available_units().items()}
     if args.unit not in units:
@@ -105,8 +106,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     unit, unit_class = units[args.unit]
     config = _config(args)
     foreign = foreign_unit(unit_class, config, args.verilog, args.top or default_top(unit))
-    report = verify_unit(unit, foreign, config, commands=args.commands, seed=args.seed, backend=args.sim,
-                         verilog=Path(args.verilog), layers=args.layers, values_only=args.values_only)
+    try:
+        report = verify_unit(unit, foreign, config, commands=args.commands, seed=args.seed, backend=args.sim,
+                             verilog=Path(args.verilog), layers=args.layers, values_only=args.values_only)
+    except BuildError as exc:      # the user's module parsed but does not build with the System
+        path = Path(args.verilog).resolve()
+        first = re.sub(r"\S*/foreign_\w+\.v", str(path), exc.first_error)   # the build's copy of the file
+        raise ValueError(f"{path}: {args.sim} cannot build the NPU with module {foreign.TOP} in it: {first}") from None
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")

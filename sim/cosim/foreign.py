@@ -19,11 +19,13 @@ from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
 from amaranth.hdl._ir import PortDirection
 
 from aipu.rtl.unit import UnitComponent
-from aipu.sim.cosim.verilog import flat_ports, verilator_environment
+from aipu.sim.cosim.verilog import TOPLEVEL, flat_ports, verilator_environment
 from aipu.sim.machine.arch import HardwareConfig
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
 CLOCK_PORTS = {"clk": ("input", 1), "rst": ("input", 1)}
+# the System's own modules (aipu_system and its submodules): a file defining one would stand in for the testbench
+SYSTEM_MODULE = re.compile(rf"^\s*module\s+\\?{TOPLEVEL}\b", re.M)
 PARSE_SECONDS = 120
 
 
@@ -110,6 +112,8 @@ def foreign_unit(unit_class: type[UnitComponent], config: HardwareConfig, path, 
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise ForeignVerilogError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if SYSTEM_MODULE.search(text):
+        raise ForeignVerilogError(f"{path}: defines a module {TOPLEVEL}..., which is the System's own")
     problem = port_problem(module_ports(path, top), expected_ports(unit_class, config))
     if problem is not None:
         raise ForeignVerilogError(f"{path}: module {top}, {problem}")

@@ -54,6 +54,16 @@ INTERMEDIATES = ("*.o", "*.a", "*.gch", "*.d")
 TIMESCALE = ("1ns", "1ps")        # Icarus has none otherwise and cannot place a clock edge
 
 
+class BuildError(RuntimeError):
+    """A simulator could not build the Verilog; ``first_error`` is the log's first error line (or its last)."""
+
+    def __init__(self, message: str, log_tail: str):
+        super().__init__(message)
+        lines = log_tail.splitlines() or [message]
+        self.first_error = next((line.strip() for line in lines if re.match(r"\s*%Error|.*\berror\b", line)),
+                                lines[-1].strip())
+
+
 def cache_root() -> Path:
     """``$AIPU_RTL_CACHE``, else ``~/.cache/aipu/rtl``."""
     return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "aipu" / "rtl")
@@ -379,7 +389,7 @@ def compile_verilog(directory: Path, toplevel: str, text: str, simulator: str, *
             runner.build(**arguments)
     except (RuntimeError, SystemExit) as exc:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
-        raise RuntimeError(f"{simulator} build of {toplevel} failed ({exc}):\n{tail}") from None
+        raise BuildError(f"{simulator} build of {toplevel} failed ({exc}):\n{tail}", tail) from None
     for intermediate in INTERMEDIATES:
         for path in directory.glob(intermediate):
             path.unlink()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -126,6 +127,21 @@ def test_other_bad_arguments_are_refused_in_one_line(exported, capsys, tmp_path)
     arguments = verify(exported, exported / "pool.v")
     arguments[arguments.index("pool")] = "eltwise"
     assert_one_line_error(main(arguments), capsys.readouterr().err, "rtl", "--unit 'eltwise'")
+
+
+def test_a_module_that_the_system_refuses_is_named_in_one_line(exported, capsys):
+    """Defining the System's top is refused before the build; SystemVerilog that Verilator parses but Icarus
+    cannot compile is refused by the build, with the simulator's first error on the user's file."""
+    system = edited(exported, "system.v", r"\Z", "\nmodule aipu_system(input a);\nendmodule\n")
+    assert_one_line_error(main(verify(exported, system)), capsys.readouterr().err, "rtl", system)
+    if shutil.which("iverilog") is None:
+        pytest.skip("no Icarus Verilog")
+    concurrent = edited(exported, "concurrent.v", r"\Z", "\nmodule held(input clk, input a);\n"
+                        "  let twice(x) = 2 * x;\n  always_held: assert property (@(posedge clk) a);\nendmodule\n")
+    code, err = main(verify(exported, concurrent, "--sim", "icarus")), capsys.readouterr().err
+    error = err.splitlines(keepends=True)[-1]       # after the build's announcement, if it was not cached
+    assert_one_line_error(code, error, "rtl", concurrent)
+    assert f"icarus cannot build the NPU with module aipu_pool in it: {concurrent}:" in err, err
 
 
 @pytest.mark.slow
