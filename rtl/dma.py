@@ -369,7 +369,7 @@ class LoadUnit(UnitComponent):
                      handed.eq(response.valid & Cat(*ready).all())]
 
     def _responses(self, m: Module) -> tuple:
-        """The response queue (docs/rtl-dma.md, "Late responses"): a response goes straight to the channels
+        """The response queue (docs/rtl-dma.md, "Refusals and late responses"): a response goes straight to the channels
         when the queue is empty and they are ready, else into the queue (``dram.latency_cycles + 1`` words, its
         bound: at most that many requests are ever taken and not yet handed over). Returns (a request may be
         offered, the offered request is taken, the head response (data, valid), the head is handed over)."""
