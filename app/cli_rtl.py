@@ -85,12 +85,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ValueError(f"--sim {args.sim!r}: expected one of {', '.join(BACKENDS)}")
     report = run_program_dir(args.program, inputs=args.input, backend=args.sim, max_cycles=args.max_cycles,
                              waves=args.waves)
-    if args.json:
+    _print_report(report, args.json)
+    return 0 if report.agrees else 1
+
+
+def _print_report(report, as_json: bool) -> None:
+    """A run's or a verification's report on stdout: as JSON, or as its lines of text."""
+    if as_json:
         json.dump(report.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print("\n".join(report.lines()))
-    return 0 if report.agrees else 1
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -113,11 +118,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         path = Path(args.verilog).resolve()
         first = re.sub(r"\S*/foreign_\w+\.v", str(path), exc.first_error)   # the build's copy of the file
         raise ValueError(f"{path}: {args.sim} cannot build the NPU with module {foreign.TOP} in it: {first}") from None
-    if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        print("\n".join(report.lines()))
+    _print_report(report, args.json)
     return 0 if report.passes else 1
 
 
