@@ -48,8 +48,9 @@ CONSTANT_FIELDS = (
     HeaderField("isa_hash", 8, 8, "the ISA layout hash the commands were encoded with (ISA_HASH)"),
     HeaderField("config_hash", 16, 8, "the hardware configuration hash they were encoded for (CONFIG_HASH)"),
 )
+_QUEUE_FIELDS_AT = CONSTANT_FIELDS[-1].offset + CONSTANT_FIELDS[-1].size
 HEADER_FIELDS: tuple[HeaderField, ...] = CONSTANT_FIELDS + tuple(
-    field for unit in Unit for field in _queue_fields(unit, 24 + 8 * unit))
+    field for unit in Unit for field in _queue_fields(unit, _QUEUE_FIELDS_AT + 8 * unit))
 HEADER_BYTES = HEADER_FIELDS[-1].offset + HEADER_FIELDS[-1].size
 # What the fetcher's ERROR.FIELD indexes when it refuses a run (ErrorCause.PROGRAM_IMAGE): PROGRAM_BASE itself
 # (unaligned, or the header beyond DRAM_BYTES), then the header field it refused.
