@@ -25,6 +25,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from aipu.sim.machine.arch import DEFAULT
+
 BOUNDARY = 4096
 INCR = 1
 BURST_NAMES = {0: "FIXED", 1: "INCR", 2: "WRAP", 3: "reserved"}
@@ -66,7 +68,7 @@ class DramParams:
     the same for single-beat writes (W comes one edge after its AW at the earliest)."""
 
     size: int
-    data_bytes: int = 16
+    data_bytes: int = DEFAULT.dram.bytes_per_cycle     # a beat: the NPU's DRAM word
     read_latency: int = 2
     write_latency: int = 2
     read_depth: int = 0
