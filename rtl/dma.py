@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 from amaranth.hdl import C, Cat, Elaboratable, Module, Mux, Signal
 from amaranth.lib.fifo import SyncFIFOBuffered
-from amaranth.lib.wiring import Out
+from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, shift_up
 from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
@@ -402,8 +402,18 @@ class StoreUnit(UnitComponent):
 
     UNIT = Unit.STORE
 
+    def __init__(self, config: HardwareConfig, *, await_write_responses: bool = False):
+        """``await_write_responses``: retire only once ``writes_answered`` says every write has its response
+        (behind an AXI bridge, so that a later LOAD reads what STORE wrote); without it STORE retires when
+        its last word is taken, as on the test harness's DRAM, which writes at once."""
+        self.await_write_responses = await_write_responses
+        super().__init__(config)
+
     def ports(self, config: HardwareConfig) -> dict:
-        return {"out_read": Out(read_port(config, Buffer.OUT)), "dram_write": Out(dram_write_port(config))}
+        ports = {"out_read": Out(read_port(config, Buffer.OUT)), "dram_write": Out(dram_write_port(config))}
+        if self.await_write_responses:
+            ports["writes_answered"] = In(1)      # every write taken before this cycle has had its response
+        return ports
 
     def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
         config, cmd = self.config, self.view(word, Opcode.STORE)
@@ -503,11 +513,23 @@ class StoreUnit(UnitComponent):
         with m.If(compose):
             m.d.comb += [self.dram_write.valid.eq(1), self.dram_write.addr.eq(held.address),
                          self.dram_write.data.eq(shift_up(m, "composed", source, held.first, 8, dram_bytes)),
-                         self.dram_write.mask.eq(byte_mask(m, "composed_mask", held.first, held.first + held.count, dram_bytes)),
-                         done.eq(held.final & self.dram_write.ready)]
+                         self.dram_write.mask.eq(byte_mask(m, "composed_mask", held.first, held.first + held.count, dram_bytes))]
+        self._retire(m, compose & held.final & self.dram_write.ready, done)
         with m.If(checking):
             m.d.sync += [window.eq(0), fill.eq(0)]
         with m.Elif(compose & self.dram_write.ready):
             m.d.sync += [window.eq(shift_down(m, "window_next", merged, consumed, 8 * port, words)), fill.eq(filled - consumed)]
         with m.Else():
             m.d.sync += [window.eq(merged), fill.eq(filled)]
+
+    def _retire(self, m, last_taken, done) -> None:
+        """``done`` when the last word is taken, or (awaiting responses) once every write has been answered."""
+        if not self.await_write_responses:
+            m.d.comb += done.eq(last_taken)
+            return
+        draining = Signal()
+        with m.If(last_taken):
+            m.d.sync += draining.eq(1)
+        with m.If(draining & self.writes_answered):
+            m.d.comb += done.eq(1)
+            m.d.sync += draining.eq(0)

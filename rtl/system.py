@@ -15,13 +15,12 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from aipu.rtl.fabric import CYCLE_BITS, attach_buffer_ports, buffer_memory, cycle_log, log_cycles, token_queues
 from aipu.rtl.ports import port_space, word_bytes, word_count
 from aipu.rtl.unit import UNITS, UnitComponent
 from aipu.sim.machine import memory as machine_memory
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import COMMAND_BITS, COMMAND_BYTES, Unit
-
-CYCLE_BITS = 32
 
 
 def _words(data_bytes: bytes, nbytes: int, depth: int) -> list[int]:
@@ -62,15 +61,13 @@ class System(wiring.Component):
             "dram_fault": Out(UNITS),                              # bit u: unit u addressed beyond the DRAM model
             "cycle": Out(CYCLE_BITS),
         })
-        self.buffers = {b: Memory(shape=unsigned(8 * word_bytes(config, b)), depth=word_count(config, b),
-                                  init=self._buffer_init(b)) for b in Buffer}
+        self.buffers = {b: buffer_memory(config, b, self._buffer_init(b)) for b in Buffer}
         self.dram = Memory(shape=unsigned(8 * config.dram.bytes_per_cycle), depth=dram_words,
                            init=_words(image.dram.tobytes(), config.dram.bytes_per_cycle, dram_words)
                            if image is not None else [])
         self.command_memories = {u: Memory(shape=unsigned(COMMAND_BITS), depth=self.program_depth,
                                            init=self._queue_init(u)) for u in self.units}
-        self.cycle_logs = {u: Memory(shape=unsigned(2 * CYCLE_BITS), depth=self.program_depth, init=[])
-                           for u in self.units}
+        self.cycle_logs = {u: cycle_log(self.program_depth) for u in self.units}
 
     def _buffer_init(self, buffer: Buffer) -> list[int]:
         if self._image is None:
@@ -100,8 +97,9 @@ class System(wiring.Component):
             name = unit.name.lower()
             m.submodules[name] = component
             self._fetch(m, unit, component)
-            self._log_cycles(m, unit, component)
-            self._attach_ports(m, unit, component)
+            log_cycles(m, self.cycle_logs[unit], self.retired[unit], self.cycle, component)
+            for name in attach_buffer_ports(m, self.buffers, component):
+                self._attach_dram(m, unit, name, port_space(name)[1], getattr(component, name))
             m.d.comb += [self.failed[unit].eq(component.error), self.error_fields[unit].eq(component.error_field)]
             with m.If(component.retire):
                 m.d.sync += self.retired[unit].eq(self.retired[unit] + 1)
@@ -118,29 +116,6 @@ class System(wiring.Component):
                      component.command.valid.eq(self.run & (pointer < self.queue_lengths[unit]))]
         with m.If(component.command.valid & component.command.ready):
             m.d.sync += pointer.eq(pointer + 1)
-
-    def _log_cycles(self, m: Module, unit: Unit, component: UnitComponent) -> None:
-        mem = self.cycle_logs[unit]
-        port = mem.write_port(granularity=CYCLE_BITS)
-        m.d.comb += [port.addr.eq(self.retired[unit]), port.data.eq(Cat(self.cycle, self.cycle)),
-                     port.en.eq(Cat(component.start, component.retire))]
-
-    def _attach_ports(self, m: Module, unit: Unit, component: UnitComponent) -> None:
-        for name, member in component.signature.members.items():
-            space = port_space(name)
-            if space is None:
-                continue
-            target, kind = space
-            port = getattr(component, name)
-            if target == "dram":
-                self._attach_dram(m, unit, name, kind, port)
-            elif kind == "read":
-                read = self.buffers[target].read_port()
-                m.d.comb += [read.addr.eq(port.addr), read.en.eq(port.en), port.data.eq(read.data)]
-            else:
-                write = self.buffers[target].write_port(granularity=8)
-                m.d.comb += [write.addr.eq(port.addr), write.data.eq(port.data),
-                             write.en.eq(port.mask & port.en.replicate(len(port.mask)))]
 
     def _attach_dram(self, m: Module, unit: Unit, name: str, kind: str, port) -> None:
         with m.If(port.valid & (port.addr >= self.dram_words)):
@@ -172,24 +147,10 @@ class System(wiring.Component):
         m.d.comb += [read.en.eq(valid), read.addr.eq(addr), port.data.eq(read.data), port.data_valid.eq(data_valid)]
 
     def _tokens(self, m: Module) -> None:
-        """One counter per ordered pair of units; FINISH checks that all are empty when it executes."""
-        depth = self.config.queues.token_depth
-        counters = {}
-        for source in Unit:
-            for target in Unit:
-                if source == target:
-                    continue
-                counter = Signal(range(depth + 1), name=f"tokens_{source.name.lower()}_{target.name.lower()}")
-                counters[(source, target)] = counter
-                up = self.units[source].push[target] if source in self.units else 0
-                down = self.units[target].pop[source] if target in self.units else 0
-                m.d.sync += counter.eq(counter + up - down)
-                if target in self.units:
-                    m.d.comb += self.units[target].pop_available[source].eq(counter != 0)
-                if source in self.units:
-                    m.d.comb += self.units[source].push_room[target].eq(counter != depth)
+        """The token queues; FINISH checks that all are empty when it executes."""
+        holding = token_queues(m, self.config.queues.token_depth, self.units)
         for unit, component in self.units.items():
             others = [self.retired[other] == self.queue_lengths[other] for other in Unit if other != unit]
             m.d.comb += component.others_drained.eq(Cat(*others).all())
-            with m.If(component.finished & Cat(*(counter != 0 for counter in counters.values())).any()):
+            with m.If(component.finished & holding):
                 m.d.sync += self.token_error.eq(1)

@@ -36,6 +36,7 @@ class RtlResult:
     dram_faults: list[Unit] = field(default_factory=list)
     run_seconds: float = 0.0    # wall time the simulator ran free, from run to the stop (no build, load, read-back)
     build_seconds: float | None = None    # the Verilog build this run had to compile first; None: none compiled
+    registers: dict[str, int] = field(default_factory=dict)    # host registers read after the run (NPU top)
 
     def command_cycles(self, unit: Unit) -> list[int]:
         """Cycles of each retired command of ``unit``, from its start pulse to its retire pulse."""

@@ -1,0 +1,130 @@
+"""Run a program on the NPU top (:class:`aipu.rtl.npu.Npu`) in Amaranth's simulator, the way a host drives it:
+the program image goes into the testbench DRAM after the model's DRAM image, the host writes PROGRAM_BASE,
+DRAM_BYTES, IRQ_ENABLE and CONTROL.START over AXI4-Lite and waits for ``irq``, then reads STATUS, ERROR and the
+unit counters. Only the DRAM (a testbench part) and the command-cycle logs are read by backdoor; nothing is
+preloaded into the NPU."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+from amaranth.sim import Simulator
+
+from aipu.rtl.fabric import CYCLE_BITS
+from aipu.rtl.npu import Npu
+from aipu.rtl.ports import word_bytes
+from aipu.sim.cosim.axil import read, write
+from aipu.sim.cosim.dram.amaranth_dram import add_dram
+from aipu.sim.cosim.dram.model import DramParams
+from aipu.sim.cosim.result import RtlError, RtlResult
+from aipu.sim.machine.arch import Buffer, HardwareConfig
+from aipu.sim.machine.isa import Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Program
+from aipu.sim.machine.program_image import pack_image, with_image
+from aipu.sim.machine.registers import BY_NAME, DATA_BITS, ErrorCause
+
+BRIDGE_LATENCY = 2      # cycles the DRAM bridge adds to the DRAM's read latency (docs/rtl.md, "DRAM bridge")
+
+
+def npu_dram_params(config: HardwareConfig, size: int) -> DramParams:
+    """The testbench DRAM under the NPU: its read latency plus the bridge's is ``dram.latency_cycles``; a write
+    is answered after as many cycles."""
+    latency = max(1, config.dram.latency_cycles - BRIDGE_LATENCY)
+    beat = config.dram.bytes_per_cycle
+    return DramParams(size=-(-size // beat) * beat, data_bytes=beat, read_latency=latency, write_latency=latency)
+
+
+def field(register: str, name: str, word: int) -> int:
+    """Field ``name`` of a value read from ``register`` (fields whose width follows no configuration)."""
+    bits = next(f for f in BY_NAME[register].fields if f.name == name)
+    return word >> bits.lsb & ((1 << bits.width) - 1)
+
+
+def _pair(config: HardwareConfig, name: str, value: int) -> list[tuple[int, int]]:
+    """(offset, word) writes of a LO/HI register pair holding ``value``."""
+    return [(BY_NAME[f"{name}_LO"].offset, value & (1 << DATA_BITS) - 1),
+            (BY_NAME[f"{name}_HI"].offset, value >> DATA_BITS)]
+
+
+def run_npu_amaranth(program: Program, memory: Memory, *, max_cycles: int, vcd: str | None = None) -> RtlResult:
+    """Execute ``program`` from ``memory`` on the NPU; stop at ``irq`` or after ``max_cycles`` from START."""
+    program.validate()
+    queues = {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
+    return run_words_npu_amaranth(queues, memory, max_cycles=max_cycles, vcd=vcd)
+
+
+def run_words_npu_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, *, max_cycles: int,
+                           vcd: str | None = None, errors=(), while_running=None,
+                           base_offset: int = 0) -> RtlResult:
+    """Like :func:`run_npu_amaranth` on raw command words (which may be illegal: the units must refuse them).
+    ``errors``: DRAM byte ranges that answer with an error (``DramParams.errors``); ``while_running``: a
+    coroutine ``(ctx, npu)`` the host runs after START, before it waits for ``irq``; ``base_offset``: added
+    to the PROGRAM_BASE the host writes (not 0: a wrong base the fetcher must refuse)."""
+    config = memory.config
+    dram, base = with_image(config, memory.dram, pack_image(config, queues))
+    npu = Npu(config, trace_depth=max(1, *(len(queue) for queue in queues.values())))
+    sim = Simulator(npu)
+    sim.add_clock(1e-9)
+    model = add_dram(sim, npu.m_axi, replace(npu_dram_params(config, dram.size), errors=tuple(errors)))
+    model.memory[:dram.size] = dram.tobytes()
+    outcome: dict = {}
+
+    async def testbench(ctx):
+        enable = sum(1 << f.lsb for f in BY_NAME["IRQ_ENABLE"].fields)
+        for offset, value in [*_pair(config, "PROGRAM_BASE", base + base_offset), *_pair(config, "DRAM_BYTES", dram.size),
+                              (BY_NAME["IRQ_ENABLE"].offset, enable)]:
+            await write(ctx, npu, offset, value)
+        await write(ctx, npu, BY_NAME["CONTROL"].offset, 1)
+        cycles, started = 0, time.perf_counter()
+        if while_running is not None:
+            await while_running(ctx, npu)
+        while cycles < max_cycles and not ctx.get(npu.irq):
+            await ctx.tick()
+            cycles += 1
+        outcome["run_seconds"] = time.perf_counter() - started
+        outcome["registers"] = {name: (await read(ctx, npu, BY_NAME[name].offset))[1]
+                                for name in ("STATUS", "ERROR", "IRQ_STATUS", "CYCLES_LO",
+                                             *(f"{unit.name}_RETIRED" for unit in Unit))}
+        outcome["buffers"] = {b: [ctx.get(npu.buffers[b].data[i]) for i in range(npu.buffers[b].depth)]
+                              for b in Buffer}
+        retired = {unit: outcome["registers"][f"{unit.name}_RETIRED"] for unit in Unit}
+        outcome["logs"] = {unit: [ctx.get(npu.cycle_logs[unit].data[i]) for i in range(retired[unit])]
+                           for unit in Unit}
+
+    sim.add_testbench(testbench)
+    if vcd:
+        with sim.write_vcd(vcd):
+            sim.run()
+    else:
+        sim.run()
+    got = np.frombuffer(bytes(model.memory[:memory.dram.size]), np.uint8).copy()
+    return _result(npu, memory, got, outcome)
+
+
+def _unpack(words: list[int], nbytes: int, size: int) -> np.ndarray:
+    raw = b"".join(word.to_bytes(nbytes, "little") for word in words)
+    return np.frombuffer(raw, np.uint8)[:size].copy()
+
+
+def _result(npu: Npu, memory: Memory, dram: np.ndarray, outcome: dict) -> RtlResult:
+    """The RtlResult of a run: STATUS.DONE, the error ERROR names, the cycle logs and the memories."""
+    config, registers = npu.config, outcome["registers"]
+    image = Memory(config, dram, {b: _unpack(outcome["buffers"][b], word_bytes(config, b), config.buffer(b).bytes)
+                                  for b in Buffer})
+    mask = (1 << CYCLE_BITS) - 1
+    cycles = {u: [(entry & mask, entry >> CYCLE_BITS) for entry in outcome["logs"][u]] for u in Unit}
+    error = registers["ERROR"]
+    cause, unit, detail = (field("ERROR", name, error) for name in ("CAUSE", "UNIT", "FIELD"))
+    errors, token_error, dram_faults = [], False, []
+    if field("STATUS", "ERROR", registers["STATUS"]):
+        if cause in (ErrorCause.ILLEGAL_COMMAND, ErrorCause.ENGINE_FAULT):
+            retired = registers[f"{Unit(unit).name}_RETIRED"]
+            errors.append(RtlError(Unit(unit), retired, npu.units[Unit(unit)].error_names[detail]))
+        elif cause == ErrorCause.TOKEN_ERROR:
+            token_error = True
+        elif cause == ErrorCause.DRAM_RANGE:
+            dram_faults.append(Unit(unit))
+    return RtlResult(image, cycles, registers["CYCLES_LO"], bool(field("STATUS", "DONE", registers["STATUS"])),
+                     errors, token_error, dram_faults, outcome["run_seconds"], registers=registers)

@@ -1,0 +1,129 @@
+"""The NPU top (rtl/npu.py) driven as a host drives it: the program image in the testbench DRAM, PROGRAM_BASE,
+DRAM_BYTES and START over AXI4-Lite, ``irq`` at the end. Compiled and random programs run bit-exact with the
+interpreter; every error stops the run with ERROR naming it and raises the interrupt."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from aipu.sim.cosim.dram.model import ErrorRange, Resp
+from aipu.sim.cosim.npu_amaranth import field, run_npu_amaranth, run_words_npu_amaranth
+from aipu.sim.cosim.result import first_mismatch
+from aipu.sim.cosim.stimulus import dma
+from aipu.sim.interpreter import run
+from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command
+from aipu.sim.machine.program_image import FETCH_ERRORS
+from aipu.sim.machine.registers import BY_NAME, FETCHER, ErrorCause
+from tests.rtl.configs import SMALL
+
+MAX_CYCLES = 20_000
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """A 3->6 channel 3x3 conv with ReLU on 8x8 images, compiled for SMALL by `aipu compile`."""
+    from aipu.app.cli import main
+    from aipu.app.models.synthetic import GraphBuilder
+    from aipu.compiler.program_dir import read_program_dir
+
+    root = tmp_path_factory.mktemp("npu")
+    builder = GraphBuilder(3, 3, 8)
+    onnx.save(builder.model(builder.node("Relu", [builder.conv("image", 3, 6)])), root / "conv.onnx")
+    np.savez(root / "calib.npz", image=np.random.default_rng(0).normal(0, 1, (8, 3, 8, 8)).astype(np.float32))
+    (root / "small.json").write_text(json.dumps(SMALL.to_dict()))
+    assert main(["compile", str(root / "conv.onnx"), "--calib", str(root / "calib.npz"), "--config",
+                 str(root / "small.json"), "-o", str(root / "out"), "--quiet"]) == 0
+    return read_program_dir(root / "out")
+
+
+def _status(result) -> dict[str, int]:
+    return {name: field("STATUS", name, result.registers["STATUS"]) for name in ("BUSY", "DONE", "ERROR")}
+
+
+def _error(result) -> tuple[int, int, int]:
+    return tuple(field("ERROR", name, result.registers["ERROR"]) for name in ("CAUSE", "UNIT", "FIELD"))
+
+
+def test_a_compiled_network_runs_bit_exact_from_the_host_interface(compiled):
+    program, memory = compiled.program, Memory.create(compiled.program.config, compiled.dram)
+    got = run_npu_amaranth(program, memory, max_cycles=MAX_CYCLES)
+    assert _status(got) == {"BUSY": 0, "DONE": 1, "ERROR": 0} and got.registers["IRQ_STATUS"] == 1
+    assert first_mismatch(program, run(program, memory), got) is None
+    assert [len(got.cycles[unit]) for unit in Unit] == [len(program.queues[unit]) for unit in Unit]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_dma_programs_run_bit_exact(seed):
+    """Random LOAD and STORE patterns (the buffers start empty: nothing reaches them but through LOAD)."""
+    stimulus = dma.random_stimulus(SMALL, np.random.default_rng(seed), 8)
+    memory = Memory.create(SMALL, stimulus.memory.dram)
+    got = run_npu_amaranth(stimulus.program, memory, max_cycles=MAX_CYCLES)
+    assert got.done and not got.errors
+    assert first_mismatch(stimulus.program, run(stimulus.program, memory), got) is None
+
+
+def _finish(unit: Unit) -> bytes:
+    return Command.make(Opcode.FINISH, unit=unit).encode(SMALL)
+
+
+def _memory() -> Memory:
+    return Memory.create(SMALL, np.arange(256, dtype=np.uint8))
+
+
+def _load(dram_addr: int) -> bytes:
+    return Command.make(Opcode.LOAD, buffer=0, sram_addr=0, dram_addr=dram_addr, elem_type=0, y_size=1, x_size=1,
+                        run=16).encode(SMALL)
+
+
+def test_an_illegal_command_word_stops_the_npu_naming_unit_and_field():
+    illegal = bytearray(_finish(Unit.CONV))
+    illegal[0] = 0x7F                       # no such opcode
+    got = run_words_npu_amaranth({Unit.CONV: [bytes(illegal)], Unit.STORE: [_finish(Unit.STORE)]}, _memory(),
+                                 max_cycles=MAX_CYCLES)
+    assert _status(got)["ERROR"] and got.registers["IRQ_STATUS"] == 2
+    cause, unit, _ = _error(got)
+    assert (cause, unit) == (ErrorCause.ILLEGAL_COMMAND, Unit.CONV)
+    assert [str(error) for error in got.errors] == ["CONV[0] stopped on field opcode"]
+
+
+def test_a_dram_address_beyond_dram_bytes_stops_the_npu():
+    got = run_words_npu_amaranth({Unit.LOAD: [_load(1 << 20), _finish(Unit.LOAD)]}, _memory(),
+                                 max_cycles=MAX_CYCLES)
+    assert _status(got)["ERROR"] and got.registers["IRQ_STATUS"] == 2
+    assert _error(got)[:2] in {(ErrorCause.DRAM_RANGE, Unit.LOAD), (ErrorCause.ENGINE_FAULT, Unit.LOAD)}
+
+
+def test_an_axi_error_response_stops_the_npu_naming_the_requester():
+    got = run_words_npu_amaranth({Unit.LOAD: [_load(0x40), _finish(Unit.LOAD)]}, _memory(),
+                                 max_cycles=MAX_CYCLES, errors=[ErrorRange(0x40, 0x50, Resp.SLVERR)])
+    assert _status(got)["ERROR"]
+    assert _error(got) == (ErrorCause.AXI_RESPONSE, Unit.LOAD, Resp.SLVERR)
+
+
+def test_a_program_base_the_fetcher_refuses_stops_the_npu():
+    got = run_words_npu_amaranth({Unit.LOAD: [_finish(Unit.LOAD)]}, _memory(), max_cycles=MAX_CYCLES, base_offset=4)
+    assert _status(got)["ERROR"]
+    assert _error(got) == (ErrorCause.PROGRAM_IMAGE, FETCHER, FETCH_ERRORS.index("program_base"))
+
+
+def test_a_register_written_while_running_stops_the_npu():
+    async def rewrite_base(ctx, npu):
+        from aipu.sim.cosim.axil import write
+        await write(ctx, npu, BY_NAME["PROGRAM_BASE_LO"].offset, 0)
+
+    queues = {Unit.LOAD: [_load(0), _finish(Unit.LOAD)]}
+    got = run_words_npu_amaranth(queues, _memory(), max_cycles=MAX_CYCLES, while_running=rewrite_base)
+    assert _status(got)["ERROR"]
+    assert _error(got) == (ErrorCause.REGISTER_WRITE_WHILE_BUSY, 0, BY_NAME["PROGRAM_BASE_LO"].offset)
+
+
+def test_finish_with_a_token_left_stops_the_npu():
+    push = Command.make(Opcode.LOAD, buffer=0, sram_addr=0, dram_addr=0, elem_type=0, y_size=1, x_size=1, run=16,
+                        push=[Unit.CONV]).encode(SMALL)
+    got = run_words_npu_amaranth({Unit.LOAD: [push, _finish(Unit.LOAD)]}, _memory(), max_cycles=MAX_CYCLES)
+    assert _status(got)["ERROR"] and _error(got)[0] == ErrorCause.TOKEN_ERROR
