@@ -135,23 +135,29 @@ def _outcome(system: System, raw: dict) -> dict:
 
 
 def _simulate(build, directory: Path, plusargs: list[str]) -> None:
-    runner = quiet_runner(build.simulator)
+    simulate_test(build.simulator, build.directory, directory, plusargs, toplevel=TOPLEVEL,
+                  test_module=TESTBENCH_MODULE, waves=build.waves)
+
+
+def simulate_test(simulator: str, build_directory: Path, directory: Path, plusargs: list[str], *, toplevel: str,
+                  test_module: str, waves: bool) -> None:
+    """Run the cocotb ``test_module`` on the build of ``toplevel`` in run directory ``directory``, which it must
+    leave an ``outcome.json`` in; a failure raises with the tail of the simulation log."""
+    runner = quiet_runner(simulator)
     log = directory / "simulation.log"
-    if build.simulator == "icarus":
-        plusargs = [*plusargs, f"+dumpfile_path={directory / (TOPLEVEL + '.fst')}"]
+    if simulator == "icarus":
+        plusargs = [*plusargs, f"+dumpfile_path={directory / (toplevel + '.fst')}"]
     try:
-        runner.test(test_module=TESTBENCH_MODULE, hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",
-                    build_dir=build.directory,
-                    test_dir=directory, results_xml=str(directory / "results.xml"), waves=build.waves,
-                    plusargs=plusargs, extra_env={"COCOTB_LOG_LEVEL": "WARNING"},
-                    log_file=log)
+        runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
+                    build_dir=build_directory, test_dir=directory, results_xml=str(directory / "results.xml"),
+                    waves=waves, plusargs=plusargs, extra_env={"COCOTB_LOG_LEVEL": "WARNING"}, log_file=log)
     except (RuntimeError, SystemExit) as exc:
         failure = exc
     else:
         failure = None
     if failure is not None or not (directory / "outcome.json").exists():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.exists() else ""
-        raise RuntimeError(f"{build.simulator} simulation in {directory} failed ({failure}):\n{tail}")
+        raise RuntimeError(f"{simulator} simulation in {directory} failed ({failure}):\n{tail}")
 
 
 BACKENDS = ("amaranth", "verilator", "icarus")

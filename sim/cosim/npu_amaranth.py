@@ -12,7 +12,7 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from aipu.rtl.fabric import CYCLE_BITS
-from aipu.rtl.npu import Npu
+from aipu.rtl.npu import UNIT_CLASSES, Npu
 from aipu.rtl.ports import word_bytes
 from aipu.sim.cosim.axil import read, write
 from aipu.sim.cosim.dram.amaranth_dram import add_dram
@@ -25,6 +25,8 @@ from aipu.sim.machine.program import Program
 from aipu.sim.machine.program_image import pack_image, with_image
 from aipu.sim.machine.registers import BY_NAME, DATA_BITS, ErrorCause
 
+READ_BACK = ("STATUS", "ERROR", "IRQ_STATUS", "CYCLES_LO", *(f"{unit.name}_RETIRED" for unit in Unit))
+ERROR_NAMES = {cls.UNIT: cls.unit_error_names() for cls in UNIT_CLASSES}    # what ERROR.FIELD indexes, per unit
 BRIDGE_LATENCY = 2      # cycles the DRAM bridge adds to the DRAM's read latency (docs/rtl.md, "DRAM bridge")
 
 
@@ -84,9 +86,7 @@ def run_words_npu_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, *, m
             await ctx.tick()
             cycles += 1
         outcome["run_seconds"] = time.perf_counter() - started
-        outcome["registers"] = {name: (await read(ctx, npu, BY_NAME[name].offset))[1]
-                                for name in ("STATUS", "ERROR", "IRQ_STATUS", "CYCLES_LO",
-                                             *(f"{unit.name}_RETIRED" for unit in Unit))}
+        outcome["registers"] = {name: (await read(ctx, npu, BY_NAME[name].offset))[1] for name in READ_BACK}
         outcome["buffers"] = {b: [ctx.get(npu.buffers[b].data[i]) for i in range(npu.buffers[b].depth)]
                               for b in Buffer}
         retired = {unit: outcome["registers"][f"{unit.name}_RETIRED"] for unit in Unit}
@@ -100,7 +100,7 @@ def run_words_npu_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, *, m
     else:
         sim.run()
     got = np.frombuffer(bytes(model.memory[:memory.dram.size]), np.uint8).copy()
-    return _result(npu, memory, got, outcome)
+    return result_of(config, memory, got, outcome)
 
 
 def _unpack(words: list[int], nbytes: int, size: int) -> np.ndarray:
@@ -108,9 +108,11 @@ def _unpack(words: list[int], nbytes: int, size: int) -> np.ndarray:
     return np.frombuffer(raw, np.uint8)[:size].copy()
 
 
-def _result(npu: Npu, memory: Memory, dram: np.ndarray, outcome: dict) -> RtlResult:
-    """The RtlResult of a run: STATUS.DONE, the error ERROR names, the cycle logs and the memories."""
-    config, registers = npu.config, outcome["registers"]
+def result_of(config: HardwareConfig, memory: Memory, dram: np.ndarray, outcome: dict) -> RtlResult:
+    """The RtlResult of a run (on any simulator) from what the host and the testbench read back: ``outcome``
+    holds ``registers`` (READ_BACK by name), ``buffers`` (words per buffer), ``logs`` (cycle-log entries of the
+    retired commands per unit) and ``run_seconds``; ``dram`` the model's DRAM bytes."""
+    registers = outcome["registers"]
     image = Memory(config, dram, {b: _unpack(outcome["buffers"][b], word_bytes(config, b), config.buffer(b).bytes)
                                   for b in Buffer})
     mask = (1 << CYCLE_BITS) - 1
@@ -121,7 +123,7 @@ def _result(npu: Npu, memory: Memory, dram: np.ndarray, outcome: dict) -> RtlRes
     if field("STATUS", "ERROR", registers["STATUS"]):
         if cause in (ErrorCause.ILLEGAL_COMMAND, ErrorCause.ENGINE_FAULT):
             retired = registers[f"{Unit(unit).name}_RETIRED"]
-            errors.append(RtlError(Unit(unit), retired, npu.units[Unit(unit)].error_names[detail]))
+            errors.append(RtlError(Unit(unit), retired, ERROR_NAMES[Unit(unit)][detail]))
         elif cause == ErrorCause.TOKEN_ERROR:
             token_error = True
         elif cause == ErrorCause.DRAM_RANGE:

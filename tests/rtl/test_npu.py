@@ -10,7 +10,9 @@ import onnx
 import pytest
 
 from aipu.sim.cosim.dram.model import ErrorRange, Resp
+from aipu.sim.cosim.cocotb_run import verilog_backends
 from aipu.sim.cosim.npu_amaranth import field, run_npu_amaranth, run_words_npu_amaranth
+from aipu.sim.cosim.npu_verilog import run_npu_on
 from aipu.sim.cosim.result import first_mismatch
 from aipu.sim.cosim.stimulus import dma
 from aipu.sim.interpreter import run
@@ -55,6 +57,16 @@ def test_a_compiled_network_runs_bit_exact_from_the_host_interface(compiled):
     assert _status(got) == {"BUSY": 0, "DONE": 1, "ERROR": 0} and got.registers["IRQ_STATUS"] == 1
     assert first_mismatch(program, run(program, memory), got) is None
     assert [len(got.cycles[unit]) for unit in Unit] == [len(program.queues[unit]) for unit in Unit]
+
+
+@pytest.mark.parametrize("backend", verilog_backends())
+def test_the_verilog_npu_runs_free_to_the_same_bytes_and_cycles(compiled, backend):
+    """The bench (NPU + testbench DRAM in logic) under cocotb: cocotbext-axi's AXI4-Lite master is the host."""
+    program, memory = compiled.program, Memory.create(compiled.program.config, compiled.dram)
+    got = run_npu_on(backend, program, memory, max_cycles=MAX_CYCLES)
+    assert got.done and not got.errors
+    assert first_mismatch(program, run(program, memory), got) is None
+    assert got.cycles == run_npu_on("amaranth", program, memory, max_cycles=MAX_CYCLES).cycles
 
 
 @pytest.mark.parametrize("seed", [1, 2])

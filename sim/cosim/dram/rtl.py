@@ -84,7 +84,7 @@ class AxiDram(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.memory = self.memory
+        m.submodules.dram_words = self.memory      # the reg array a Verilog testbench preloads and reads
         ar_bad, aw_bad, w_bad = Signal(), Signal(), Signal()
         m.d.sync += self.protocol_error.eq(self.protocol_error | ar_bad | aw_bad | w_bad)
         write = self.memory.write_port(granularity=8)

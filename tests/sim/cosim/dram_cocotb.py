@@ -35,7 +35,7 @@ def attach(dut, case: dict, params: DramParams, preload: bytes):
         ram.write(0, preload)
         return lambda: ram.read(0, params.size)
     width = params.data_bytes      # the Amaranth DRAM: preloaded by $readmemh, read back over VPI
-    return lambda: b"".join(int(dut.dram.memory[i].value).to_bytes(width, "little")
+    return lambda: b"".join(int(dut.dram.dram_words[i].value).to_bytes(width, "little")
                             for i in range(params.size // width))
 
 

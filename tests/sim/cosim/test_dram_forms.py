@@ -27,7 +27,7 @@ PARAMS = DramParams(size=SIZE, read_latency=5, write_latency=3, write_depth=3,
                     errors=(ErrorRange(0x1100, 0x1110, Resp.SLVERR), ErrorRange(0x2800, 0x2900, Resp.DECERR)))
 TRAFFIC = dict(reads=24, writes=24, region=SIZE + 4096, seed=5)      # the last page lies beyond the DRAM
 PRELOAD = bytes((index * 37 + 11) & 0xFF for index in range(SIZE))
-PRELOAD_PLUSARG = "aipu_preload_memory"
+PRELOAD_PLUSARG = "aipu_preload_dram_words"
 _BUILDS: dict = {}
 
 
@@ -47,7 +47,7 @@ def build(tmp_path_factory, simulator: str, with_dram: bool, params: DramParams,
             verilator += ("--no-public-flat-rw",)
             control = "`verilator_config\n" + "".join(f'public_flat_rw -module "{name}" -var "{port}"\n'
                                                        for port in top_ports(text, name))
-        compile_verilog(directory, name, compact_zero_init(text, ("memory",)), simulator, build_args=verilator,
+        compile_verilog(directory, name, compact_zero_init(text, ("dram_words",)), simulator, build_args=verilator,
                         control=control)
         _BUILDS[key] = (directory, name)
     return _BUILDS[key]

@@ -1,0 +1,160 @@
+"""The NPU top as Verilog under Verilator or Icarus (cocotb): :class:`NpuBench` puts the testbench DRAM
+(:class:`~aipu.sim.cosim.dram.rtl.AxiDram`, exact timing, in logic so that Verilator runs free) on the NPU's AXI
+master; the cocotb test (:mod:`aipu.sim.cosim.npu_testbench`) is the host, on AXI4-Lite through cocotbext-axi's
+master. The DRAM image, program image included, is loaded by ``$readmemh`` at time 0; the testbench reads back
+the DRAM, the buffers and the command-cycle logs after the interrupt. Same RtlResult as
+:func:`aipu.sim.cosim.npu_amaranth.run_npu_amaranth`, cycles counted from START.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from amaranth.back import verilog as amaranth_verilog
+from amaranth.hdl import ClockDomain, ClockSignal, Fragment, Module
+from amaranth.hdl._ir import PortDirection
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from aipu.rtl.axi import AxiLiteSignature
+from aipu.rtl.npu import UNIT_CLASSES, Npu
+from aipu.rtl.ports import word_count
+from aipu.sim.cosim import npu_amaranth
+from aipu.sim.cosim.dram import rtl as dram_rtl
+from aipu.sim.cosim.cocotb_run import simulate_test
+from aipu.sim.cosim.npu_amaranth import npu_dram_params
+from aipu.sim.cosim.result import RtlResult
+from aipu.sim.cosim.verilog import (PRELOAD_PLUSARG, VERILATOR_ARGS, cache_root, cached_build, cocotb_libs,
+                                    compact_zero_init, compile_verilog, flat_ports, power_of_two_at_least,
+                                    simulator_version, sources_digest)
+from aipu.sim.machine.arch import Buffer, HardwareConfig
+from aipu.sim.machine.isa import Unit
+from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Program
+from aipu.sim.machine.program_image import pack_image, with_image
+from aipu.sim.machine.registers import BY_NAME
+
+BENCH_TOPLEVEL = "aipu_npu_bench"
+TESTBENCH_MODULE = "aipu.sim.cosim.npu_testbench"
+MIN_TRACE_DEPTH = 256
+MIN_DRAM_BYTES = 1 << 16
+
+
+class NpuBench(wiring.Component):
+    """The NPU and the testbench DRAM on its master port; ``s_axil`` and ``irq`` are the host's."""
+
+    def __init__(self, config: HardwareConfig, *, dram_bytes: int, trace_depth: int):
+        self.npu = Npu(config, trace_depth=trace_depth)
+        self.dram = dram_rtl.AxiDram(npu_dram_params(config, dram_bytes), config.dram.address_bits,
+                                     self.npu.bridge.id_bits)
+        super().__init__({"s_axil": In(AxiLiteSignature(len(self.npu.s_axil.awaddr), len(self.npu.s_axil.wdata))),
+                          "irq": Out(1), "protocol_error": Out(1)})
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        m.submodules.npu, m.submodules.dram = self.npu, self.dram
+        connect(m, flipped(self.s_axil), self.npu.s_axil)
+        connect(m, self.npu.m_axi, self.dram.bus)
+        m.d.comb += [self.irq.eq(self.npu.irq), self.protocol_error.eq(self.dram.protocol_error)]
+        return m
+
+
+def _ports(bench: NpuBench) -> dict:
+    return flat_ports(bench, "_") | {"clk": (ClockSignal("sync"), PortDirection.Input)}
+
+
+def _verilator_control() -> str:
+    """Public: the ports, and read-only the memories the testbench reads back (in the NPU and the DRAM)."""
+    lines = ["`verilator_config", f'public_flat_rw -module "{BENCH_TOPLEVEL}" -var "*"']
+    lines += [f'public_flat_rd -module "*" -var "{pattern}"' for pattern in ("buffer_*", "cycle_log_*", "dram_words")]
+    return "\n".join(lines) + "\n"
+
+
+def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simulator: str = "verilator",
+              waves: bool = False) -> tuple[Path, int, int, float | None]:
+    """(build directory, DRAM bytes, trace depth, seconds spent compiling or None) of the cached bench build
+    that runs an image of ``dram_bytes`` and queues of up to ``trace_depth`` commands (both rounded up to
+    powers of two, so that programs of similar size share a build)."""
+    dram = power_of_two_at_least(max(MIN_DRAM_BYTES, dram_bytes))
+    depth = power_of_two_at_least(max(MIN_TRACE_DEPTH, trace_depth))
+    document = {"top": BENCH_TOPLEVEL, "config": config.to_dict(), "dram": dram, "depth": depth,
+                "simulator": simulator, "waves": waves,
+                "sources": sources_digest(UNIT_CLASSES, roots=(sys.modules[__name__], dram_rtl)),
+                "versions": [importlib.metadata.version("amaranth"), importlib.metadata.version("cocotb"),
+                             simulator_version(simulator)], "cocotb_libs": str(cocotb_libs())}
+    key = "npu-" + hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:20]
+
+    def compile_into(staging: Path) -> None:
+        bench = NpuBench(config, dram_bytes=dram, trace_depth=depth)
+        fragment = Fragment.get(bench, None)
+        fragment.add_domains(ClockDomain("sync", reset_less=True))
+        text = compact_zero_init(amaranth_verilog.convert(fragment, name=BENCH_TOPLEVEL, ports=_ports(bench)),
+                                 ("dram_words",))
+        verilator = simulator == "verilator"
+        compile_verilog(staging, BENCH_TOPLEVEL, text, simulator, waves=waves,
+                        build_args=VERILATOR_ARGS if verilator else (),
+                        control=_verilator_control() if verilator else None)
+
+    seconds = cached_build(key, f"the NPU top for {simulator} ({config.mac.rows}x{config.mac.cols} MAC array, "
+                                f"{dram} bytes of DRAM)", compile_into)
+    return cache_root() / key, dram, depth, seconds
+
+
+def run_npu_verilog(program: Program, memory: Memory, *, simulator: str = "verilator", max_cycles: int,
+                    waves: bool = False) -> RtlResult:
+    """Execute ``program`` from ``memory`` on the Verilog NPU; stop at ``irq`` or after ``max_cycles``."""
+    program.validate()
+    queues = {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
+    return run_words_npu_verilog(queues, memory, simulator=simulator, max_cycles=max_cycles, waves=waves)
+
+
+def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, simulator: str = "verilator",
+                          max_cycles: int, waves: bool = False) -> RtlResult:
+    """Like :func:`run_npu_verilog` on raw command words."""
+    config = memory.config
+    image, base = with_image(config, memory.dram, pack_image(config, queues))
+    directory, dram_bytes, depth, seconds = build_npu(
+        config, dram_bytes=image.size, trace_depth=max(len(queue) for queue in queues.values()),
+        simulator=simulator, waves=waves)
+    beat = config.dram.bytes_per_cycle
+    run_dir = Path(tempfile.mkdtemp(prefix="aipu_npu_run_"))
+    try:
+        padded = np.zeros(dram_bytes, np.uint8)
+        padded[:image.size] = image
+        words = padded.reshape(-1, beat)[:, ::-1]
+        (run_dir / "dram.hex").write_text("\n".join(row.tobytes().hex() for row in words) + "\n")
+        buffers = {f"buffer_{b.name.lower()}": word_count(config, b) for b in Buffer}
+        request = {"base": base, "dram_bytes": image.size, "max_cycles": max_cycles,
+                   "registers": {r.name: r.offset for r in (BY_NAME[name] for name in npu_amaranth.READ_BACK)},
+                   "program_base": [BY_NAME["PROGRAM_BASE_LO"].offset, BY_NAME["PROGRAM_BASE_HI"].offset],
+                   "dram_bytes_regs": [BY_NAME["DRAM_BYTES_LO"].offset, BY_NAME["DRAM_BYTES_HI"].offset],
+                   "irq_enable": [BY_NAME["IRQ_ENABLE"].offset, sum(1 << f.lsb for f in BY_NAME["IRQ_ENABLE"].fields)],
+                   "control": BY_NAME["CONTROL"].offset, "buffers": buffers,
+                   "units": [[int(unit), unit.name] for unit in Unit], "dram_words": image.size // beat + 1}
+        (run_dir / "request.json").write_text(json.dumps(request))
+        plusargs = [f"+{PRELOAD_PLUSARG.format(memory='dram_words')}={run_dir / 'dram.hex'}"]
+        simulate_test(simulator, directory, run_dir, plusargs, toplevel=BENCH_TOPLEVEL,
+                      test_module=TESTBENCH_MODULE, waves=waves)
+        outcome = json.loads((run_dir / "outcome.json").read_text())
+        dram = np.frombuffer(b"".join(int(word).to_bytes(beat, "little") for word in outcome["dram"]), np.uint8)
+        outcome["buffers"] = {b: outcome["memories"][f"buffer_{b.name.lower()}"] for b in Buffer}
+        outcome["logs"] = {Unit[name]: entries for name, entries in outcome["logs"].items()}
+        result = npu_amaranth.result_of(config, memory, dram[:memory.dram.size].copy(), outcome)
+        result.build_seconds = seconds
+        return result
+    finally:
+        if not waves:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def run_npu_on(backend: str, program: Program, memory: Memory, *, max_cycles: int, waves: bool = False) -> RtlResult:
+    """``program`` on the NPU top in ``backend``: Amaranth's simulator, or Verilator or Icarus."""
+    if backend == "amaranth":
+        return npu_amaranth.run_npu_amaranth(program, memory, max_cycles=max_cycles)
+    return run_npu_verilog(program, memory, simulator=backend, max_cycles=max_cycles, waves=waves)
