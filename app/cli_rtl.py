@@ -78,13 +78,15 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from aipu.app.rtl_run import run_program_dir
+    from aipu.app.rtl_run import TOPS, run_program_dir
     from aipu.sim.cosim.cocotb_run import BACKENDS
 
     if args.sim not in BACKENDS:
         raise ValueError(f"--sim {args.sim!r}: expected one of {', '.join(BACKENDS)}")
+    if args.top not in TOPS:
+        raise ValueError(f"--top {args.top!r}: expected one of {', '.join(TOPS)}")
     report = run_program_dir(args.program, inputs=args.input, backend=args.sim, max_cycles=args.max_cycles,
-                             waves=args.waves)
+                             waves=args.waves, top=args.top)
     _print_report(report, args.json)
     return 0 if report.agrees else 1
 
@@ -132,6 +134,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--input", help=".npy or .npz of float inputs, [samples, ...], one run each (as `aipu run`); "
                                      "default: one run on the DRAM image as compiled")
     run.add_argument("--sim", default="verilator", help="amaranth, verilator (default) or icarus")
+    run.add_argument("--top", default="system",
+                     help="npu (the NPU top: host registers, command fetch, one AXI master) or system (the test "
+                          "harness: queues and buffers loaded by backdoor; default)")
     run.add_argument("--max-cycles", type=positive_int,
                      help="stop the RTL after this many cycles (default: twice the cycle model's count plus 1000)")
     run.add_argument("--waves", action="store_true",

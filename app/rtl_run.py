@@ -1,10 +1,12 @@
-"""`aipu rtl run`: a program directory that `aipu compile` wrote, run on the NPU's RTL from ``run`` to done and
-held against the two models it must equal: every byte against the interpreter, every command's start and retire
-cycle against the cycle model (``dram="ports"``: each DMA unit has a DRAM port of its own, as in the RTL).
+"""`aipu rtl run`: a program directory that `aipu compile` wrote, run on the RTL from start to done and held
+against the two models it must equal: every byte against the interpreter, every command's start and retire
+cycle against the cycle model of that top.
 
-The RTL is reached only through :func:`aipu.sim.cosim.cocotb_run.run_on` (today the System top of
-rtl/system.py), so another NPU top changes nothing here. One run per input sample, or one on the DRAM image as
-compiled; :meth:`RtlRun.to_dict` is the JSON report whose keys docs/rtl-cosim.md documents.
+Two tops run it: the NPU (rtl/npu.py, ``top="npu"``: the host starts it over AXI4-Lite and its command fetcher
+and DRAM bridge share one AXI master; cycle model ``dram="npu"``) and the System test harness (``top="system"``:
+queues and buffers preloaded by backdoor, a DRAM port per DMA unit; ``dram="ports"``). One run per input sample,
+or one on the DRAM image as compiled; :meth:`RtlRun.to_dict` is the JSON report whose keys docs/rtl-cosim.md
+documents.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.program import Program
 
 SCHEMA = "aipu-rtl-run/1"
+TOPS = ("npu", "system")      # the NPU a chip team takes (rtl/npu.py); the test harness with backdoor loading
+CYCLE_MODEL = {"npu": "npu", "system": "ports"}     # the cycle model's DRAM mode that each top equals
 MARGIN_CYCLES = 1000     # default bound: twice the cycle model's count plus this, then the run is stopped
 
 
@@ -152,6 +156,7 @@ class RtlRun:
     commands: int
     units: list[Unit]
     runs: list[RunCheck]
+    top: str = "system"
 
     @property
     def agrees(self) -> bool:
@@ -164,14 +169,14 @@ class RtlRun:
         return sum(built) if built else None
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "program": str(self.program), "simulator": self.backend, "commands": self.commands,
-                "units": [unit.name for unit in self.units], "agree": self.agrees,
+        return {"schema": SCHEMA, "program": str(self.program), "simulator": self.backend, "top": self.top,
+                "commands": self.commands, "units": [unit.name for unit in self.units], "agree": self.agrees,
                 "build_seconds": None if self.build_seconds is None else round(self.build_seconds, 1),
                 "runs": [run.to_dict() for run in self.runs]}
 
     def lines(self) -> list[str]:
-        lines = [f"{self.program}: {self.commands} commands on the RTL ({self.backend}), against the interpreter "
-                 "(every byte) and the cycle model (every command's start and retire)"]
+        lines = [f"{self.program}: {self.commands} commands on the RTL ({self.top} top, {self.backend}), against the "
+                 "interpreter (every byte) and the cycle model (every command's start and retire)"]
         if self.build_seconds is not None:
             lines.append(f"  the NPU's Verilog model was built in {self.build_seconds:.1f} s (cached for later runs)")
         lines += ["  " + line for run in self.runs for line in run.lines()]
@@ -182,30 +187,33 @@ class RtlRun:
 
 
 def check_run(program: Program, prepared, memory, units, backend: str, *, max_cycles: int | None, waves: bool,
-              input_index: int | None, label: str | None = None) -> RunCheck:
-    """``program`` from ``memory`` on the RTL of ``units`` (``backend``: one of cocotb_run.BACKENDS), on the
-    interpreter (``prepared``) and on the cycle model; with ``waves``, a waveform around the first divergence."""
+              input_index: int | None, label: str | None = None, top: str = "system") -> RunCheck:
+    """``program`` from ``memory`` on the RTL (``top``: the NPU, or the System of ``units``; ``backend``: one of
+    cocotb_run.BACKENDS), on the interpreter (``prepared``) and on the cycle model of that top; with ``waves``,
+    a waveform around the first divergence."""
     from aipu.sim.cosim.cocotb_run import run_on
+    from aipu.sim.cosim.npu_verilog import run_npu_on
     from aipu.sim.cosim.result import first_mismatch
     from aipu.sim.cosim.waves import window_cycles, window_waveform
     from aipu.sim.cycle import simulate
 
     expected = prepared.run(memory)               # on a copy: ``memory`` stays the initial image
-    model = simulate(program, memory, dram="ports")
+    model = simulate(program, memory, dram=CYCLE_MODEL[top])
     limit = max_cycles or 2 * model.total_cycles + MARGIN_CYCLES
-    got = run_on(backend, program, memory, units, max_cycles=limit)
+    got = (run_npu_on(backend, program, memory, max_cycles=limit) if top == "npu" else
+           run_on(backend, program, memory, units, max_cycles=limit))
     check = RunCheck(input_index, got, model.total_cycles, limit, first_mismatch(program, expected, got),
                      first_cycle_difference(program, model, got), label=label)
     if waves and not check.agrees:
         blamed = (check.mismatch.cycles if check.mismatch is not None else
                   check.cycle_difference.rtl if check.cycle_difference is not None else None)
         check.waveform = window_waveform(program, memory, units, window_cycles(blamed, got.total_cycles),
-                                         simulator=backend)
+                                         simulator=backend, top=top)
     return check
 
 
 def run_program_dir(path, *, inputs=None, backend: str = "verilator", max_cycles: int | None = None,
-                    waves: bool = False) -> RtlRun:
+                    waves: bool = False, top: str = "system") -> RtlRun:
     """The program directory ``path`` on the RTL: one run per sample of the float ``inputs`` file (.npy or .npz,
     as `aipu run --input`), or one on the DRAM image as compiled. Bad files raise InputError."""
     from aipu.app.cli_compile import read_inputs
@@ -213,11 +221,11 @@ def run_program_dir(path, *, inputs=None, backend: str = "verilator", max_cycles
 
     directory = read_program_dir(path)
     samples = read_inputs(directory, inputs) if inputs is not None else None
-    return run_directory(directory, samples, backend=backend, max_cycles=max_cycles, waves=waves)
+    return run_directory(directory, samples, backend=backend, max_cycles=max_cycles, waves=waves, top=top)
 
 
 def run_directory(directory, samples: dict | None, *, backend: str = "verilator", max_cycles: int | None = None,
-                  waves: bool = False) -> RtlRun:
+                  waves: bool = False, top: str = "system") -> RtlRun:
     """A read program directory on the RTL of every unit there is: one run per sample of the float ``samples``
     (input name -> [samples, ...]; quantized into the DRAM image as `aipu run` does), or one on the image as
     compiled if None."""
@@ -234,6 +242,6 @@ def run_directory(directory, samples: dict | None, *, backend: str = "verilator"
         prepared = prepare(program, directory.dram.size)
         runs = [check_run(program, prepared, Memory.create(program.config, directory.dram) if index is None else
                           input_memory(directory, samples, index), list(units.values()), backend,
-                          max_cycles=max_cycles, waves=waves, input_index=index)
+                          max_cycles=max_cycles, waves=waves, input_index=index, top=top)
                 for index in indices]
-    return RtlRun(directory.path, backend, len(program), list(units), runs)
+    return RtlRun(directory.path, backend, len(program), list(units), runs, top)

@@ -15,7 +15,7 @@ from pathlib import Path
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, First, ReadOnly, RisingEdge, Timer
-from cocotb.utils import get_sim_time
+from cocotb.utils import get_sim_steps, get_sim_time
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 CLOCK_NS = 2
@@ -50,7 +50,7 @@ async def run_program(dut):
     await _write(master, high, request["dram_bytes"] >> 32)
     await _write(master, *request["irq_enable"])
     await _write(master, request["control"], 1)
-    started, began = time.perf_counter(), get_sim_time("ns")
+    started, began, run_step = time.perf_counter(), get_sim_time("ns"), get_sim_time("step")
     await ReadOnly()
     if not int(dut.irq.value):
         await First(RisingEdge(dut.irq), Timer(request["max_cycles"] * CLOCK_NS, "ns"))
@@ -61,7 +61,8 @@ async def run_program(dut):
     await ReadOnly()
     npu = dut.npu
     outcome = {
-        "run_seconds": run_seconds, "cycles": cycles, "registers": registers,
+        "run_seconds": run_seconds, "cycles": cycles, "registers": registers, "run_step": run_step,
+        "clock_steps": get_sim_steps(CLOCK_NS, "ns"),
         "protocol_error": int(dut.protocol_error.value),
         "dram": _words(dut.dram.dram_words, request["dram_words"]),
         "memories": {name: _words(getattr(npu, name), depth) for name, depth in request["buffers"].items()},

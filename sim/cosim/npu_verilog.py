@@ -107,15 +107,18 @@ def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simu
 
 
 def run_npu_verilog(program: Program, memory: Memory, *, simulator: str = "verilator", max_cycles: int,
-                    waves: bool = False) -> RtlResult:
-    """Execute ``program`` from ``memory`` on the Verilog NPU; stop at ``irq`` or after ``max_cycles``."""
+                    waves: bool = False, run_dir: Path | None = None) -> RtlResult:
+    """Execute ``program`` from ``memory`` on the Verilog NPU; stop at ``irq`` or after ``max_cycles``. With
+    ``waves`` the run directory (``run_dir``, else a new one) is kept and holds the waveform and
+    ``outcome.json`` (``run_step``, ``clock_steps``: where cycle 0 lies in it)."""
     program.validate()
     queues = {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
-    return run_words_npu_verilog(queues, memory, simulator=simulator, max_cycles=max_cycles, waves=waves)
+    return run_words_npu_verilog(queues, memory, simulator=simulator, max_cycles=max_cycles, waves=waves,
+                                 run_dir=run_dir)
 
 
 def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, simulator: str = "verilator",
-                          max_cycles: int, waves: bool = False) -> RtlResult:
+                          max_cycles: int, waves: bool = False, run_dir: Path | None = None) -> RtlResult:
     """Like :func:`run_npu_verilog` on raw command words."""
     config = memory.config
     image, base = with_image(config, memory.dram, pack_image(config, queues))
@@ -123,7 +126,7 @@ def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, si
         config, dram_bytes=image.size, trace_depth=max(len(queue) for queue in queues.values()),
         simulator=simulator, waves=waves)
     beat = config.dram.bytes_per_cycle
-    run_dir = Path(tempfile.mkdtemp(prefix="aipu_npu_run_"))
+    run_dir = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="aipu_npu_run_"))
     try:
         padded = np.zeros(dram_bytes, np.uint8)
         padded[:image.size] = image

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.cocotb_run import run_verilog, waves_requested
+from aipu.sim.cosim.npu_amaranth import run_npu_amaranth
+from aipu.sim.cosim.npu_verilog import BENCH_TOPLEVEL, run_npu_verilog
 from aipu.sim.cosim.result import RtlResult, first_mismatch
 from aipu.sim.cosim.verilog import TOPLEVEL
 from aipu.sim.interpreter import Result
@@ -64,17 +66,25 @@ def trim_vcd(source: Path, target: Path, first_time: int, last_time: int) -> Non
                 values[line.split()[1]] = line
 
 
-def window_waveform(program: Program, memory: Memory, units, window: tuple[int, int], *, simulator: str) -> Path:
-    """Run ``program`` again, tracing, up to the last cycle of ``window`` and return the waveform's path: on
-    Verilator a VCD of the window only; Icarus's FST and Amaranth's VCD hold the run up to the window's end."""
+def window_waveform(program: Program, memory: Memory, units, window: tuple[int, int], *, simulator: str,
+                    top: str = "system") -> Path:
+    """Run ``program`` again on ``top`` ("system" or "npu"), tracing, up to the last cycle of ``window`` and
+    return the waveform's path: on Verilator a VCD of the window only; Icarus's FST and Amaranth's VCD hold the
+    run up to the window's end."""
     first, last = window
     directory = Path(tempfile.mkdtemp(prefix="aipu-mismatch-"))
     if simulator == "amaranth":
-        run_amaranth(program, memory, units, max_cycles=last, vcd=str(directory / AMARANTH_FILE))
+        if top == "npu":
+            run_npu_amaranth(program, memory, max_cycles=last, vcd=str(directory / AMARANTH_FILE))
+        else:
+            run_amaranth(program, memory, units, max_cycles=last, vcd=str(directory / AMARANTH_FILE))
         return directory / AMARANTH_FILE
-    run_verilog(program, memory, units, simulator=simulator, max_cycles=last, waves=True, run_dir=directory)
+    if top == "npu":
+        run_npu_verilog(program, memory, simulator=simulator, max_cycles=last, waves=True, run_dir=directory)
+    else:
+        run_verilog(program, memory, units, simulator=simulator, max_cycles=last, waves=True, run_dir=directory)
     if simulator == "icarus":
-        return directory / f"{TOPLEVEL}.fst"
+        return directory / f"{BENCH_TOPLEVEL if top == 'npu' else TOPLEVEL}.fst"
     outcome = json.loads((directory / "outcome.json").read_text())
     run_step, clock = outcome["run_step"], outcome["clock_steps"]
     trim_vcd(directory / "dump.vcd", directory / WINDOW_FILE, run_step + first * clock, run_step + last * clock)

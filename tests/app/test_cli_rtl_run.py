@@ -48,7 +48,8 @@ def _json(capsys, argv: list[str]) -> tuple[int, dict]:
 def test_a_program_on_verilator_equals_both_models(compiled, capsys):
     code, report = _json(capsys, ["rtl", "run", str(compiled / "out"), "--input", str(compiled / "x.npy")])
     assert code == 0, report
-    assert set(report) == {"schema", "program", "simulator", "commands", "units", "agree", "build_seconds", "runs"}
+    assert set(report) == {"schema", "program", "simulator", "top", "commands", "units", "agree", "build_seconds",
+                           "runs"}
     assert report["schema"] == "aipu-rtl-run/1" and report["simulator"] == "verilator" and report["agree"]
     assert [run["input"] for run in report["runs"]] == [0, 1]
     for run in report["runs"]:
