@@ -115,3 +115,18 @@ def mobilenetv3_shaped(seed: int = 0, size: int = 224, classes: int = 1000) -> o
     x = b.node("GlobalAveragePool", [b.node("HardSwish", [b.conv(x, channels, 960, kernel=1)])])
     x = b.node("HardSwish", [b.conv(x, 960, 1280, kernel=1, bn=False)])
     return b.model(b.fc(b.node("Flatten", [x]), 1280, classes))
+
+
+def mobilenet_block_net(seed: int = 0, size: int = 16, classes: int = 10) -> onnx.ModelProto:
+    """One MobileNetV3 bottleneck as a whole network, for the RTL's tests: a hard-swish stem, a 1x1 expansion, a
+    depthwise 3x3, a squeeze-excite gate (global average pooling, ReLU, hard-sigmoid, Mul), a 1x1 projection with
+    a residual Add, a hard-swish 1x1 head, global average pooling, the classifier and a softmax."""
+    b = GraphBuilder(seed, 3, size)
+    x = b.node("HardSwish", [b.conv("image", 3, 16, stride=2)])
+    y = b.node("HardSwish", [b.conv(x, 16, 32, kernel=1)])
+    y = b.node("HardSwish", [b.conv(y, 32, 32, kernel=3, groups=32)])
+    gate = b.node("Relu", [b.conv(b.node("GlobalAveragePool", [y]), 32, 8, kernel=1, bn=False)])
+    gate = b.node("HardSigmoid", [b.conv(gate, 8, 32, kernel=1, bn=False)], alpha=1 / 6, beta=0.5)
+    x = b.node("Add", [x, b.conv(b.node("Mul", [y, gate]), 32, 16, kernel=1)])
+    x = b.node("GlobalAveragePool", [b.node("HardSwish", [b.conv(x, 16, 64, kernel=1)])])
+    return b.model(b.node("Softmax", [b.fc(b.node("Flatten", [x]), 64, classes)], axis=1))

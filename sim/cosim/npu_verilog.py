@@ -69,9 +69,14 @@ def _ports(bench: NpuBench) -> dict:
     return flat_ports(bench, "_") | {"clk": (ClockSignal("sync"), PortDirection.Input)}
 
 
-def _verilator_control() -> str:
-    """Public: the ports, and read-only the memories the testbench reads back (in the NPU and the DRAM)."""
-    lines = ["`verilator_config", f'public_flat_rw -module "{BENCH_TOPLEVEL}" -var "*"']
+def _verilator_control(bench: NpuBench) -> str:
+    """Public: the ports (inputs writable), and read-only the memories the testbench reads back (in the NPU and
+    the DRAM). Nothing else: a public writable signal is one Verilator must re-evaluate after every VPI call
+    (:func:`aipu.sim.cosim.verilog.verilator_control`)."""
+    lines = ["`verilator_config"]
+    for name, (_, direction) in _ports(bench).items():
+        access = "rw" if direction is PortDirection.Input else "rd"
+        lines.append(f'public_flat_{access} -module "{BENCH_TOPLEVEL}" -var "{name}"')
     lines += [f'public_flat_rd -module "*" -var "{pattern}"' for pattern in ("buffer_*", "cycle_log_*", "dram_words")]
     return "\n".join(lines) + "\n"
 
@@ -99,7 +104,7 @@ def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simu
         verilator = simulator == "verilator"
         compile_verilog(staging, BENCH_TOPLEVEL, text, simulator, waves=waves,
                         build_args=VERILATOR_ARGS if verilator else (),
-                        control=_verilator_control() if verilator else None)
+                        control=_verilator_control(bench) if verilator else None)
 
     seconds = cached_build(key, f"the NPU top for {simulator} ({config.mac.rows}x{config.mac.cols} MAC array, "
                                 f"{dram} bytes of DRAM)", compile_into)

@@ -26,21 +26,27 @@ from tests.rtl.configs import SMALL
 MAX_CYCLES = 20_000
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """A 3->6 channel 3x3 conv with ReLU on 8x8 images, compiled for SMALL by `aipu compile`."""
+def _compile(root, model, size: int):
+    """``model`` compiled for SMALL by `aipu compile`, calibrated on random images of ``size``."""
     from aipu.app.cli import main
-    from aipu.app.models.synthetic import GraphBuilder
     from aipu.compiler.program_dir import read_program_dir
 
-    root = tmp_path_factory.mktemp("npu")
-    builder = GraphBuilder(3, 3, 8)
-    onnx.save(builder.model(builder.node("Relu", [builder.conv("image", 3, 6)])), root / "conv.onnx")
-    np.savez(root / "calib.npz", image=np.random.default_rng(0).normal(0, 1, (8, 3, 8, 8)).astype(np.float32))
+    onnx.save(model, root / "model.onnx")
+    np.savez(root / "calib.npz", image=np.random.default_rng(0).normal(0, 1, (8, 3, size, size)).astype(np.float32))
     (root / "small.json").write_text(json.dumps(SMALL.to_dict()))
-    assert main(["compile", str(root / "conv.onnx"), "--calib", str(root / "calib.npz"), "--config",
+    assert main(["compile", str(root / "model.onnx"), "--calib", str(root / "calib.npz"), "--config",
                  str(root / "small.json"), "-o", str(root / "out"), "--quiet"]) == 0
     return read_program_dir(root / "out")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """A 3->6 channel 3x3 conv with ReLU on 8x8 images."""
+    from aipu.app.models.synthetic import GraphBuilder
+
+    builder = GraphBuilder(3, 3, 8)
+    return _compile(tmp_path_factory.mktemp("npu"), builder.model(builder.node("Relu", [builder.conv("image", 3, 6)])),
+                    8)
 
 
 def _status(result) -> dict[str, int]:
@@ -67,6 +73,19 @@ def test_the_verilog_npu_runs_free_to_the_same_bytes_and_cycles(compiled, backen
     assert got.done and not got.errors
     assert first_mismatch(program, run(program, memory), got) is None
     assert got.cycles == run_npu_on("amaranth", program, memory, max_cycles=MAX_CYCLES).cycles
+
+
+@pytest.mark.parametrize("backend", verilog_backends())
+def test_a_mobilenet_like_network_runs_bit_exact_on_verilog(tmp_path, backend):
+    """Depthwise conv, squeeze-excite (hard-sigmoid gate, Mul), hard-swish, a residual Add, global pooling and a
+    softmax head: about 800 commands on SMALL."""
+    from aipu.app.models.synthetic import mobilenet_block_net
+
+    directory = _compile(tmp_path, mobilenet_block_net(size=16), 16)
+    program, memory = directory.program, Memory.create(directory.program.config, directory.dram)
+    got = run_npu_on(backend, program, memory, max_cycles=200_000)
+    assert got.done and not got.errors
+    assert first_mismatch(program, run(program, memory), got) is None
 
 
 @pytest.mark.parametrize("seed", [1, 2])
