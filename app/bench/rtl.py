@@ -173,6 +173,8 @@ def run() -> dict:
                           dram_bytes=shape[1], simulator=backend)
         report["builds"][backend] = {"seconds": round(time.perf_counter() - started, 1),
                                      "program_depth": build.program_depth, "dram_bytes": build.dram_bytes}
+    if "verilator" in backends:
+        report["npu_layers"] = npu_rates({name: workloads[name] for name in VERILATOR_ONLY})
     for name, (program, memory, expected) in workloads.items():
         entry = report["layers"].setdefault(name, {"commands": len(program), "macs": expected.stats.macs})
         for backend in backends:
@@ -195,3 +197,29 @@ def run() -> dict:
                    if (value := measure(program, memory, expected, result)) is not None},
             }
     return report
+
+
+def npu_rates(workloads: dict) -> dict:
+    """The real layers on the NPU top under Verilator (docs/rtl.md, "The NPU top"): started over AXI4-Lite, the
+    commands fetched and the data moved through the one AXI master. One build for all (not part of the rates),
+    then per layer the cycles, the simulated cycles per second of the free-running run and whether every byte
+    equals the interpreter's."""
+    from aipu.sim.cosim.npu_verilog import build_npu, run_npu_verilog
+    from aipu.sim.cosim.result import first_mismatch
+    from aipu.sim.machine.program_image import build_image, with_image
+
+    shape = (max(len(q) for program, _, _ in workloads.values() for q in program.queues.values()),
+             max(with_image(program.config, memory.dram, build_image(program))[0].size
+                 for program, memory, _ in workloads.values()))
+    started = time.perf_counter()
+    build_npu(next(iter(workloads.values()))[0].config, dram_bytes=shape[1], trace_depth=shape[0])
+    rates = {"build_s": round(time.perf_counter() - started, 1)}
+    for name, (program, memory, expected) in workloads.items():
+        started = time.perf_counter()
+        result = run_npu_verilog(program, memory, max_cycles=MAX_CYCLES, build_at_least=shape)
+        seconds = time.perf_counter() - started
+        rates[name] = {"cycles": result.total_cycles, "run_s": round(result.run_seconds, 3),
+                       "wall_s": round(seconds, 3), "cycles_per_s": _rate(result.total_cycles, result.run_seconds),
+                       "done": result.done, "errors": [str(error) for error in result.errors],
+                       "bit_exact": first_mismatch(program, expected, result) is None}
+    return rates

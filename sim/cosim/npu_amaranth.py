@@ -15,8 +15,8 @@ from aipu.rtl.fabric import CYCLE_BITS
 from aipu.rtl.npu import UNIT_CLASSES, Npu
 from aipu.rtl.ports import word_bytes
 from aipu.sim.cosim.axil import read, write
+from aipu.sim.cosim.npu_bench import npu_dram_params
 from aipu.sim.cosim.dram.amaranth_dram import add_dram
-from aipu.sim.cosim.dram.model import DramParams
 from aipu.sim.cosim.result import RtlError, RtlResult
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import Unit
@@ -27,15 +27,6 @@ from aipu.sim.machine.registers import BY_NAME, DATA_BITS, ErrorCause
 
 READ_BACK = ("STATUS", "ERROR", "IRQ_STATUS", "CYCLES_LO", *(f"{unit.name}_RETIRED" for unit in Unit))
 ERROR_NAMES = {cls.UNIT: cls.unit_error_names() for cls in UNIT_CLASSES}    # what ERROR.FIELD indexes, per unit
-BRIDGE_LATENCY = 2      # cycles the DRAM bridge adds to the DRAM's read latency (docs/rtl.md, "DRAM bridge")
-
-
-def npu_dram_params(config: HardwareConfig, size: int) -> DramParams:
-    """The testbench DRAM under the NPU: its read latency plus the bridge's is ``dram.latency_cycles``; a write
-    is answered after as many cycles."""
-    latency = max(1, config.dram.latency_cycles - BRIDGE_LATENCY)
-    beat = config.dram.bytes_per_cycle
-    return DramParams(size=-(-size // beat) * beat, data_bytes=beat, read_latency=latency, write_latency=latency)
 
 
 def field(register: str, name: str, word: int) -> int:

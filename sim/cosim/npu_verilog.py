@@ -11,27 +11,22 @@ import hashlib
 import importlib.metadata
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 from amaranth.back import verilog as amaranth_verilog
-from amaranth.hdl import ClockDomain, ClockSignal, Fragment, Module
-from amaranth.hdl._ir import PortDirection
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out, connect, flipped
+from amaranth.hdl import ClockDomain, Fragment
 
-from aipu.rtl.axi import AxiLiteSignature
-from aipu.rtl.npu import UNIT_CLASSES, Npu
+from aipu.rtl.npu import UNIT_CLASSES
 from aipu.rtl.ports import word_count
-from aipu.sim.cosim import npu_amaranth
-from aipu.sim.cosim.dram import rtl as dram_rtl
+from aipu.sim.cosim import npu_amaranth, npu_bench
 from aipu.sim.cosim.cocotb_run import simulate_test
-from aipu.sim.cosim.npu_amaranth import npu_dram_params
+from aipu.sim.cosim.dram import rtl as dram_rtl
+from aipu.sim.cosim.npu_bench import BENCH_TOPLEVEL, NpuBench, bench_ports, verilator_control
 from aipu.sim.cosim.result import RtlResult
 from aipu.sim.cosim.verilog import (PRELOAD_PLUSARG, VERILATOR_ARGS, cache_root, cached_build, cocotb_libs,
-                                    compact_zero_init, compile_verilog, flat_ports, power_of_two_at_least,
+                                    compact_zero_init, compile_verilog, power_of_two_at_least,
                                     simulator_version, sources_digest)
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import Unit
@@ -40,45 +35,9 @@ from aipu.sim.machine.program import Program
 from aipu.sim.machine.program_image import pack_image, with_image
 from aipu.sim.machine.registers import BY_NAME
 
-BENCH_TOPLEVEL = "aipu_npu_bench"
 TESTBENCH_MODULE = "aipu.sim.cosim.npu_testbench"
 MIN_TRACE_DEPTH = 256
 MIN_DRAM_BYTES = 1 << 16
-
-
-class NpuBench(wiring.Component):
-    """The NPU and the testbench DRAM on its master port; ``s_axil`` and ``irq`` are the host's."""
-
-    def __init__(self, config: HardwareConfig, *, dram_bytes: int, trace_depth: int):
-        self.npu = Npu(config, trace_depth=trace_depth)
-        self.dram = dram_rtl.AxiDram(npu_dram_params(config, dram_bytes), config.dram.address_bits,
-                                     self.npu.bridge.id_bits)
-        super().__init__({"s_axil": In(AxiLiteSignature(len(self.npu.s_axil.awaddr), len(self.npu.s_axil.wdata))),
-                          "irq": Out(1), "protocol_error": Out(1)})
-
-    def elaborate(self, platform) -> Module:
-        m = Module()
-        m.submodules.npu, m.submodules.dram = self.npu, self.dram
-        connect(m, flipped(self.s_axil), self.npu.s_axil)
-        connect(m, self.npu.m_axi, self.dram.bus)
-        m.d.comb += [self.irq.eq(self.npu.irq), self.protocol_error.eq(self.dram.protocol_error)]
-        return m
-
-
-def _ports(bench: NpuBench) -> dict:
-    return flat_ports(bench, "_") | {"clk": (ClockSignal("sync"), PortDirection.Input)}
-
-
-def _verilator_control(bench: NpuBench) -> str:
-    """Public: the ports (inputs writable), and read-only the memories the testbench reads back (in the NPU and
-    the DRAM). Nothing else: a public writable signal is one Verilator must re-evaluate after every VPI call
-    (:func:`aipu.sim.cosim.verilog.verilator_control`)."""
-    lines = ["`verilator_config"]
-    for name, (_, direction) in _ports(bench).items():
-        access = "rw" if direction is PortDirection.Input else "rd"
-        lines.append(f'public_flat_{access} -module "{BENCH_TOPLEVEL}" -var "{name}"')
-    lines += [f'public_flat_rd -module "*" -var "{pattern}"' for pattern in ("buffer_*", "cycle_log_*", "dram_words")]
-    return "\n".join(lines) + "\n"
 
 
 def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simulator: str = "verilator",
@@ -90,7 +49,7 @@ def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simu
     depth = power_of_two_at_least(max(MIN_TRACE_DEPTH, trace_depth))
     document = {"top": BENCH_TOPLEVEL, "config": config.to_dict(), "dram": dram, "depth": depth,
                 "simulator": simulator, "waves": waves,
-                "sources": sources_digest(UNIT_CLASSES, roots=(sys.modules[__name__], dram_rtl)),
+                "sources": sources_digest(UNIT_CLASSES, roots=(npu_bench, dram_rtl)),
                 "versions": [importlib.metadata.version("amaranth"), importlib.metadata.version("cocotb"),
                              simulator_version(simulator)], "cocotb_libs": str(cocotb_libs())}
     key = "npu-" + hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:20]
@@ -99,12 +58,12 @@ def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simu
         bench = NpuBench(config, dram_bytes=dram, trace_depth=depth)
         fragment = Fragment.get(bench, None)
         fragment.add_domains(ClockDomain("sync", reset_less=True))
-        text = compact_zero_init(amaranth_verilog.convert(fragment, name=BENCH_TOPLEVEL, ports=_ports(bench)),
+        text = compact_zero_init(amaranth_verilog.convert(fragment, name=BENCH_TOPLEVEL, ports=bench_ports(bench)),
                                  ("dram_words",))
         verilator = simulator == "verilator"
         compile_verilog(staging, BENCH_TOPLEVEL, text, simulator, waves=waves,
                         build_args=VERILATOR_ARGS if verilator else (),
-                        control=_verilator_control(bench) if verilator else None)
+                        control=verilator_control(bench) if verilator else None)
 
     seconds = cached_build(key, f"the NPU top for {simulator} ({config.mac.rows}x{config.mac.cols} MAC array, "
                                 f"{dram} bytes of DRAM)", compile_into)
@@ -112,24 +71,28 @@ def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simu
 
 
 def run_npu_verilog(program: Program, memory: Memory, *, simulator: str = "verilator", max_cycles: int,
-                    waves: bool = False, run_dir: Path | None = None) -> RtlResult:
+                    waves: bool = False, run_dir: Path | None = None, build_at_least: tuple[int, int] = (0, 0)
+                    ) -> RtlResult:
     """Execute ``program`` from ``memory`` on the Verilog NPU; stop at ``irq`` or after ``max_cycles``. With
     ``waves`` the run directory (``run_dir``, else a new one) is kept and holds the waveform and
-    ``outcome.json`` (``run_step``, ``clock_steps``: where cycle 0 lies in it)."""
+    ``outcome.json`` (``run_step``, ``clock_steps``: where cycle 0 lies in it). ``build_at_least`` (commands,
+    DRAM bytes): run on a build at least that large, so that programs of different sizes share one."""
     program.validate()
     queues = {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
     return run_words_npu_verilog(queues, memory, simulator=simulator, max_cycles=max_cycles, waves=waves,
-                                 run_dir=run_dir)
+                                 run_dir=run_dir, build_at_least=build_at_least)
 
 
 def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, simulator: str = "verilator",
-                          max_cycles: int, waves: bool = False, run_dir: Path | None = None) -> RtlResult:
+                          max_cycles: int, waves: bool = False, run_dir: Path | None = None,
+                          build_at_least: tuple[int, int] = (0, 0)) -> RtlResult:
     """Like :func:`run_npu_verilog` on raw command words."""
     config = memory.config
     image, base = with_image(config, memory.dram, pack_image(config, queues))
     directory, dram_bytes, depth, seconds = build_npu(
-        config, dram_bytes=image.size, trace_depth=max(len(queue) for queue in queues.values()),
-        simulator=simulator, waves=waves)
+        config, dram_bytes=max(image.size, build_at_least[1]),
+        trace_depth=max(build_at_least[0], *(len(queue) for queue in queues.values())), simulator=simulator,
+        waves=waves)
     beat = config.dram.bytes_per_cycle
     run_dir = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="aipu_npu_run_"))
     try:
