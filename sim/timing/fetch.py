@@ -17,7 +17,8 @@ DRAM word is narrower than a command, else one DRAM word holding ``commands_per_
   FIFO            a chunk enters in the cycle its last word's response arrives and can be taken from the
                   next cycle; the unit takes one command per cycle its stream is ready
 
-:func:`request_schedule` replays these rules; tests/rtl/test_fetch.py checks the RTL against it.
+:class:`Fetcher` steps these rules one cycle at a time (the NPU's cycle model drives it), :func:`request_schedule`
+replays them against given DRAM and unit traffic; tests/rtl/test_fetch.py checks the RTL against it.
 """
 from __future__ import annotations
 
@@ -83,6 +84,93 @@ class _Queue:
     lane: int = 0
 
 
+class Fetcher:
+    """The fetcher's rules as a state stepped one cycle at a time, for a valid header at word ``header_word``
+    whose queues are ``queues[unit] = (first word address, commands)``.
+
+    In each cycle ``t`` from 1 on: ``slot`` is the word address offered (None: no request); the units that take
+    a command in ``t`` call :meth:`take` (a unit may take while :meth:`head` <= ``t``); then :meth:`step` is told
+    whether the request was taken in ``t`` and when its answer will come (``answer`` >= ``t`` + 1; answers come
+    in request order, at least one cycle apart) and moves to ``t + 1``."""
+
+    def __init__(self, geometry: FetchGeometry, header_word: int, queues: dict[Unit, tuple[int, int]]):
+        self.geometry = geometry
+        self.state = {unit: _Queue(word, geometry.chunks(count), geometry.chunks_per_fifo, count, deque())
+                      for unit, (word, count) in queues.items()}
+        self.answers, self.tags = deque(), deque()
+        self.slot = None                                # the address in the request register
+        self.phase, self.header_word, self.header_chosen, self.header_answers = "HEADER", header_word, 0, 0
+        self.chunk_word, self.chunk_words_left, self.answered_words, self.next_unit = 0, 0, 0, 0
+        self.returned: list[Unit] = []
+
+    @property
+    def done(self) -> bool:
+        """Every queue's commands have been taken (nothing is left to request or answer)."""
+        return self.phase == "FETCH" and all(not queue.commands_left for queue in self.state.values())
+
+    @property
+    def idle(self) -> bool:
+        """Nothing requested, nothing to answer, and nothing to request until a unit takes a chunk's last
+        command: only :meth:`take` can make the fetcher act again."""
+        return (self.phase == "FETCH" and self.slot is None and not self.answers and not self.chunk_words_left
+                and _round_robin(self.state, self.next_unit) is None)
+
+    def head(self, unit: Unit) -> int | None:
+        """The cycle from which ``unit`` can take its next command (None: its FIFO is empty)."""
+        fifo = self.state[unit].fifo if unit in self.state else None
+        return fifo[0] if fifo else None
+
+    def take(self, unit: Unit) -> None:
+        """``unit`` takes its next command in this cycle; the chunk's last command returns a credit after
+        this cycle's choice."""
+        queue, geometry = self.state[unit], self.geometry
+        queue.commands_left -= 1
+        queue.lane += 1
+        if queue.lane == geometry.commands_per_chunk or not queue.commands_left:
+            queue.fifo.popleft()
+            queue.lane = 0
+            self.returned.append(unit)
+
+    def step(self, cycle: int, answer: int | None) -> None:
+        """End cycle ``cycle``: the request in the slot was taken if ``answer`` (the cycle of its answer) is
+        given; answers due arrive; the next request is chosen into an empty slot; credits return."""
+        geometry, state = self.geometry, self.state
+        if answer is not None:
+            self.answers.append(max(answer, self.answers[-1] + 1 if self.answers else 0))
+            self.slot = None
+        if self.answers and self.answers[0] == cycle:
+            self.answers.popleft()
+            if self.phase == "HEADER":
+                self.header_answers += 1
+            else:
+                self.answered_words += 1
+                if self.answered_words == geometry.words_per_chunk:
+                    self.answered_words = 0
+                    state[self.tags.popleft()].fifo.append(cycle + 1)
+        if self.slot is None and self.phase == "HEADER" and self.header_chosen < geometry.header_words:
+            self.slot, self.header_chosen = self.header_word + self.header_chosen, self.header_chosen + 1
+        elif self.slot is None and self.phase == "FETCH" and self.chunk_words_left:
+            self.chunk_word, self.chunk_words_left = self.chunk_word + 1, self.chunk_words_left - 1
+            self.slot = self.chunk_word
+        elif self.slot is None and self.phase == "FETCH":
+            unit = _round_robin(state, self.next_unit)
+            if unit is not None:
+                queue = state[unit]
+                self.slot = self.chunk_word = queue.word
+                self.chunk_words_left = geometry.words_per_chunk - 1
+                queue.word, queue.chunks_left, queue.credits = (queue.word + geometry.words_per_chunk,
+                                                                queue.chunks_left - 1, queue.credits - 1)
+                self.tags.append(unit)
+                self.next_unit = (unit + 1) % UNITS
+        for unit in self.returned:
+            state[unit].credits += 1
+        self.returned.clear()
+        if self.phase == "CHECK":
+            self.phase = "FETCH"
+        elif self.phase == "HEADER" and self.header_answers == geometry.header_words:
+            self.phase = "CHECK"
+
+
 def request_schedule(geometry: FetchGeometry, header_word: int, queues: dict[Unit, tuple[int, int]], *,
                      dram_ready: Callable[[int], bool], latency: Callable[[int], int],
                      unit_ready: Callable[[Unit, int], bool], max_cycles: int) -> list[tuple[int, int]]:
@@ -91,64 +179,20 @@ def request_schedule(geometry: FetchGeometry, header_word: int, queues: dict[Uni
     taken) is answered ``latency(i)`` >= 1 cycles after it was taken, or the cycle after the previous answer if
     that is later; ``dram_ready`` and ``unit_ready`` give the DRAM port's ``ready`` and each unit's stream
     ``ready`` in a cycle."""
-    state = {unit: _Queue(word, geometry.chunks(count), geometry.chunks_per_fifo, count, deque())
-             for unit, (word, count) in queues.items()}
-    taken, answers, tags = [], deque(), deque()
-    slot = None                                     # the address in the request slot
-    phase, header_chosen, header_answers = "HEADER", 0, 0
-    chunk_word, chunk_words_left, answered_words, next_unit = 0, 0, 0, 0
+    fetcher, taken = Fetcher(geometry, header_word, queues), []
     for cycle in range(1, max_cycles):
-        if slot is not None and dram_ready(cycle):
-            answers.append(max(cycle + latency(len(taken)), answers[-1] + 1 if answers else 0))
-            taken.append((cycle, slot))
-            slot = None
-        if answers and answers[0] == cycle:
-            answers.popleft()
-            if phase == "HEADER":
-                header_answers += 1
-            else:
-                answered_words += 1
-                if answered_words == geometry.words_per_chunk:
-                    answered_words = 0
-                    state[tags.popleft()].fifo.append(cycle + 1)
-        returned = [unit for unit, queue in state.items() if _take(geometry, queue, unit_ready(unit, cycle), cycle)]
-        if slot is None and phase == "HEADER" and header_chosen < geometry.header_words:
-            slot, header_chosen = header_word + header_chosen, header_chosen + 1
-        elif slot is None and phase == "FETCH" and chunk_words_left:
-            chunk_word, chunk_words_left = chunk_word + 1, chunk_words_left - 1
-            slot = chunk_word
-        elif slot is None and phase == "FETCH":
-            unit = _round_robin(state, next_unit)
-            if unit is not None:
-                queue = state[unit]
-                slot = chunk_word = queue.word
-                chunk_words_left = geometry.words_per_chunk - 1
-                queue.word, queue.chunks_left, queue.credits = (queue.word + geometry.words_per_chunk,
-                                                                queue.chunks_left - 1, queue.credits - 1)
-                tags.append(unit)
-                next_unit = (unit + 1) % UNITS
-        for unit in returned:
-            state[unit].credits += 1
-        if phase == "CHECK":
-            phase = "FETCH"
-        elif phase == "HEADER" and header_answers == geometry.header_words:
-            phase = "CHECK"
-        elif phase == "FETCH" and all(not q.commands_left for q in state.values()):
+        answer = None
+        if fetcher.slot is not None and dram_ready(cycle):
+            answer = cycle + latency(len(taken))
+            taken.append((cycle, fetcher.slot))
+        for unit in fetcher.state:
+            head = fetcher.head(unit)
+            if head is not None and head <= cycle and unit_ready(unit, cycle):
+                fetcher.take(unit)
+        fetcher.step(cycle, answer)
+        if fetcher.done:
             break
     return taken
-
-
-def _take(geometry: FetchGeometry, queue: _Queue, ready: bool, cycle: int) -> bool:
-    """The unit takes a command if its FIFO's head chunk is there; whether that emptied the chunk."""
-    if not (ready and queue.fifo and queue.fifo[0] <= cycle):
-        return False
-    queue.commands_left -= 1
-    queue.lane += 1
-    if queue.lane == geometry.commands_per_chunk or not queue.commands_left:
-        queue.fifo.popleft()
-        queue.lane = 0
-        return True
-    return False
 
 
 def _round_robin(state: dict[Unit, _Queue], first: int) -> Unit | None:
