@@ -38,10 +38,11 @@ from aipu.sim.machine.ordering import schedule
 from aipu.sim.machine.program import Program
 from aipu.sim.timing import DMA_OPCODES, command_cycles, dram_phases
 from aipu.sim.timing.conv import MAC_OPCODES, useful_macs
+from aipu.sim.timing.npu import NpuTimeline
 from aipu.sim.timing.sequencer import FIRST_START, NEXT_START
 
-DramModel = Literal["shared", "ports"]
-DRAM_MODELS = ("shared", "ports")
+DramModel = Literal["shared", "ports", "npu"]
+DRAM_MODELS = ("shared", "ports", "npu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,12 @@ def simulate(program: Program, memory: Memory, *, dram: DramModel = "shared") ->
     _, _, failure = schedule(queues, program.config.queues.token_depth, None)
     if failure is not None:
         raise failure
-    timings = _Timeline(program, memory, shared=dram == "shared").run()
+    if dram == "npu":
+        timings = {unit: [CommandTiming(*timing, dram_bytes=_dram_bytes(command)) for command, timing in
+                          zip(queues[unit], unit_timings)]
+                   for unit, unit_timings in NpuTimeline(program, memory).run().items()}
+    else:
+        timings = _Timeline(program, memory, shared=dram == "shared").run()
     config = program.config
     macs = sum(useful_macs(command) for command in queues[Unit.CONV] if command.opcode in MAC_OPCODES)
     total = max((timing.retire + 1 for unit, queue in queues.items()

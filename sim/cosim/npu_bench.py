@@ -14,15 +14,15 @@ from aipu.sim.cosim.dram.model import DramParams
 from aipu.sim.cosim.dram.rtl import AxiDram
 from aipu.sim.cosim.verilog import flat_ports
 from aipu.sim.machine.arch import HardwareConfig
+from aipu.sim.timing.dram_bridge import testbench_latency
 
 BENCH_TOPLEVEL = "aipu_npu_bench"
-BRIDGE_LATENCY = 2      # cycles the DRAM bridge adds to the DRAM's read latency (docs/rtl.md, "DRAM bridge")
 
 
 def npu_dram_params(config: HardwareConfig, size: int) -> DramParams:
     """The testbench DRAM under the NPU: its read latency plus the bridge's is ``dram.latency_cycles``; a write
     is answered after as many cycles."""
-    latency = max(1, config.dram.latency_cycles - BRIDGE_LATENCY)
+    latency = testbench_latency(config)
     beat = config.dram.bytes_per_cycle
     return DramParams(size=-(-size // beat) * beat, data_bytes=beat, read_latency=latency, write_latency=latency)
 

@@ -110,7 +110,7 @@ def _words_touched(start, length, port_bytes: int):
     return np.where(length > 0, (start + length - 1) // port_bytes - start // port_bytes + 1, 0)
 
 
-def _load_phases(config: HardwareConfig, cmd) -> DramPhases:
+def _load_slots(config: HardwareConfig, cmd) -> tuple[int, np.ndarray, int]:
     port = config.buffer(Buffer(cmd.buffer)).port_bytes
     row_bytes, rows, data_start, gap = load_dense(cmd)
     dense, count, row_end = _pattern_steps(config, cmd, data_start, gap)
@@ -122,8 +122,7 @@ def _load_phases(config: HardwareConfig, cmd) -> DramPhases:
     first_len, last_len = data_start - cmd.sram_addr, cmd.pad_right * run + cmd.pad_bottom * row_bytes
     pad_words = (int(_words_touched(inner, gap, port).sum()) + int(_words_touched(cmd.sram_addr, first_len, port))
                  + int(_words_touched(cmd.sram_addr + rows * row_bytes - last_len, last_len, port)))
-    return DramPhases(CHECK_CYCLES + config.dram.latency_cycles, int(np.maximum(written, 1).sum()), written.size,
-                      max(pad_words, 1))
+    return CHECK_CYCLES + config.dram.latency_cycles, np.maximum(written, 1), max(pad_words, 1)
 
 
 def _overlap_scan_cycles(cmd) -> int:
@@ -135,13 +134,12 @@ def _overlap_scan_cycles(cmd) -> int:
     return min(cmd.y_size - 1, -(-extent // cmd.dram_y_stride))
 
 
-def _store_phases(config: HardwareConfig, cmd) -> DramPhases:
+def _store_slots(config: HardwareConfig, cmd) -> tuple[int, np.ndarray, int]:
     port = config.buffer(Buffer.OUT).port_bytes
     dense, count, _ = _pattern_steps(config, cmd, cmd.sram_addr, 0)
     last_read = (dense + count - 1) // port
     reads = np.diff(last_read, prepend=cmd.sram_addr // port - 1)
-    return DramPhases(CHECK_CYCLES + _overlap_scan_cycles(cmd), int(np.maximum(reads, 1).sum()), reads.size,
-                      STORE_TAIL_CYCLES)
+    return CHECK_CYCLES + _overlap_scan_cycles(cmd), np.maximum(reads, 1), STORE_TAIL_CYCLES
 
 
 def command_cycles(config: HardwareConfig, command: Command) -> int:
@@ -151,8 +149,15 @@ def command_cycles(config: HardwareConfig, command: Command) -> int:
 
 def dram_phases(config: HardwareConfig, command: Command) -> DramPhases:
     """A LOAD's or STORE's cycles around its DRAM transfer: the walk's slots, one DRAM word each."""
+    before, slots, after = dram_slots(config, command)
+    return DramPhases(before, int(slots.sum()), slots.size, after)
+
+
+def dram_slots(config: HardwareConfig, command: Command) -> tuple[int, np.ndarray, int]:
+    """A LOAD's or STORE's cycles before its walk, each step's slot (one DRAM word: at least one cycle), and its
+    cycles after the walk: its formula is their sum. The NPU's cycle model paces the steps one by one."""
     if command.opcode == Opcode.LOAD:
-        return _load_phases(config, command)
+        return _load_slots(config, command)
     if command.opcode == Opcode.STORE:
-        return _store_phases(config, command)
+        return _store_slots(config, command)
     raise ValueError(f"{command.opcode.name} is not a DMA command")

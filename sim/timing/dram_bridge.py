@@ -1,4 +1,4 @@
-"""The DRAM bridge's read side as a cycle model: which reader each cycle's arbitration grants and when its data
+"""The DRAM bridge as a cycle model: which reader each cycle's arbitration grants and when its data
 returns, for the bridge of ``aipu.rtl.dram_bridge`` in front of the testbench DRAM's timing rules (docs/rtl.md,
 "DRAM bridge"). Plain Python, so the cycle model can replay the RTL's arbitration exactly.
 
@@ -9,11 +9,19 @@ outstanding. The winner is the first requester in round-robin order: readers ``p
 and handshaken at the first edge from ``t + 1`` on at which ``arready`` is high; the DRAM presents its R beat
 ``read_latency`` cycles after that edge (single beats, ``rready`` always high: exactly ``AR + L``), and the reader
 sees ``data_valid`` one cycle later. A read is outstanding from its grant to its R handshake.
+
+The write side, for STORE alone on it, reduces to one count of unanswered writes (:func:`write_times`).
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+
+import numpy as np
+
+from aipu.sim.machine.arch import HardwareConfig
+
+BRIDGE_LATENCY = 2      # cycles the bridge adds to the DRAM's read latency: AR registered, R registered
 
 
 @dataclass
@@ -60,3 +68,37 @@ class ReadArbiter:
         self.cycle += 1
         return granted
 
+
+
+def testbench_latency(config: HardwareConfig) -> int:
+    """The testbench DRAM's read and write latency under the NPU (``npu_dram_params``): with the bridge's two
+    cycles, a read is answered ``dram.latency_cycles`` after its grant (at least 3)."""
+    return max(1, config.dram.latency_cycles - BRIDGE_LATENCY)
+
+
+def write_times(offered: np.ndarray, config: HardwareConfig) -> np.ndarray:
+    """The cycles the bridge takes a lone writer's words, on the testbench DRAM, starting with every earlier
+    write answered: ``offered[k]`` is the cycle word ``k`` would be offered if no word were refused, and a
+    refused word is offered again each cycle and delays the later ones as much (STORE's walk waits).
+
+    The bridge takes a word while fewer than ``max_writes`` (its default, ``dram.latency_cycles``) lack their B,
+    and a word taken in ``t`` counts until its B in ``t + WL + 2`` (AW in ``t + 1``, W in ``t + 2``, B ``WL``
+    after the W edge): so ``taken[k] = max(taken[k-1] + offered[k] - offered[k-1], taken[k - max_writes] + WL
+    + 3)``. The AW register, the W queue and the DRAM's own limits never bind before that count does.
+    ``write_idle`` rises ``WL + 3`` cycles after the last word is taken."""
+    limit, hold = config.dram.latency_cycles, write_hold(config)
+    if offered.size <= limit or np.all(offered[limit:] - offered[:-limit] >= hold):
+        return offered
+    offers, taken, delay = offered.tolist(), [], 0
+    for k, offer in enumerate(offers):
+        cycle = offer + delay
+        if k >= limit and cycle < taken[k - limit] + hold:
+            cycle = taken[k - limit] + hold
+            delay = cycle - offer
+        taken.append(cycle)
+    return np.array(taken, dtype=np.int64)
+
+
+def write_hold(config: HardwareConfig) -> int:
+    """Cycles from a write word taken to ``write_idle`` if it was the last: its B comes ``WL + 2`` after."""
+    return testbench_latency(config) + 3

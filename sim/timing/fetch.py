@@ -109,11 +109,14 @@ class Fetcher:
         return self.phase == "FETCH" and all(not queue.commands_left for queue in self.state.values())
 
     @property
-    def idle(self) -> bool:
-        """Nothing requested, nothing to answer, and nothing to request until a unit takes a chunk's last
-        command: only :meth:`take` can make the fetcher act again."""
-        return (self.phase == "FETCH" and self.slot is None and not self.answers and not self.chunk_words_left
-                and _round_robin(self.state, self.next_unit) is None)
+    def requesting(self) -> bool:
+        """A request is offered in the next cycle, or the next cycle's step may choose one (or leave CHECK):
+        otherwise only an answer or :meth:`take` can make the fetcher act again."""
+        if self.slot is not None or self.phase == "CHECK":
+            return True
+        if self.phase == "HEADER":
+            return self.header_chosen < self.geometry.header_words
+        return bool(self.chunk_words_left) or _round_robin(self.state, self.next_unit) is not None
 
     def head(self, unit: Unit) -> int | None:
         """The cycle from which ``unit`` can take its next command (None: its FIFO is empty)."""
