@@ -76,6 +76,11 @@ def testbench_latency(config: HardwareConfig) -> int:
     return max(1, config.dram.latency_cycles - BRIDGE_LATENCY)
 
 
+def read_cycles(config: HardwareConfig) -> int:
+    """Cycles from a read's grant to its ``data_valid`` under the NPU: ``dram.latency_cycles``, at least 3."""
+    return testbench_latency(config) + BRIDGE_LATENCY
+
+
 def write_times(offered: np.ndarray, config: HardwareConfig) -> np.ndarray:
     """The cycles the bridge takes a lone writer's words, on the testbench DRAM, starting with every earlier
     write answered: ``offered[k]`` is the cycle word ``k`` would be offered if no word were refused, and a

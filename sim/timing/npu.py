@@ -37,7 +37,7 @@ from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from aipu.sim.timing import command_cycles
 from aipu.sim.timing.dma import CHECK_CYCLES, dram_slots
-from aipu.sim.timing.dram_bridge import write_hold, write_times
+from aipu.sim.timing.dram_bridge import read_cycles, write_hold, write_times
 from aipu.sim.timing.fetch import FetchGeometry, Fetcher
 from aipu.sim.timing.sequencer import FIRST_START, NEXT_START
 
@@ -47,6 +47,7 @@ FIFO_DEPTH = 4              # the Npu's default fifo_depth: commands each unit's
 FIRST_TAKE = 1              # START resets the units in cycle 0: they take from cycle 1
 TAKE_TO_START = NEXT_START - 1      # take, check, start
 NEVER = 1 << 62
+MIN_LATENCY = 3             # a read's grant to its data: the bridge's 2 cycles and the testbench DRAM's 1 at least
 
 
 def store_cycles(config: HardwareConfig, command: Command) -> int:
@@ -75,7 +76,7 @@ class _Requests:
         _, slots, after = dram_slots(config, command)
         gaps = np.concatenate(([1], slots)).astype(np.int64)     # the probe, then the walk's steps
         prefix = np.concatenate(([0], np.cumsum(gaps)))
-        return cls(gaps, prefix, config.dram.latency_cycles + int(slots[-1]) - 1 + after, 0, start + CHECK_CYCLES)
+        return cls(gaps, prefix, read_cycles(config) + int(slots[-1]) - 1 + after, 0, start + CHECK_CYCLES)
 
     def grant(self, cycle: int) -> int | None:
         """Request ``index`` granted in ``cycle``; the retire cycle once the last one is."""
@@ -119,6 +120,11 @@ class NpuTimeline:
     def __init__(self, program: Program, memory: Memory) -> None:
         self.config, self.memory = program.config, memory
         self.queues = {unit: tuple(program.queues[unit]) for unit in Unit}
+        if self.config.dram.latency_cycles < MIN_LATENCY:
+            raise ValueError(f"dram.latency_cycles = {self.config.dram.latency_cycles}: the Npu answers a read "
+                             f"{MIN_LATENCY} cycles after its grant at the soonest, and its read limits (the bridge's "
+                             "max_reads, LOAD's response queue) are sized by latency_cycles: below "
+                             f"{MIN_LATENCY} they throttle reads, which this model does not follow")
         if self.queues[Unit.WDEC]:
             raise NotImplementedError("the Npu's cycle model does not time WDEC commands yet (sim/timing/npu.py)")
         self.depth = self.config.queues.token_depth
@@ -163,7 +169,7 @@ class NpuTimeline:
                            if requests >> (reader % READERS) & 1)
             self.pointer = (granted + 1) % READERS
             if granted == FETCH_READER:
-                answer = cycle + self.config.dram.latency_cycles
+                answer = cycle + read_cycles(self.config)
             else:
                 self._load_retires(self.load.grant(cycle))
         fetcher.step(cycle, answer)

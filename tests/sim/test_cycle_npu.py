@@ -1,0 +1,100 @@
+"""The cycle model's ``dram="npu"`` mode against the NPU top (rtl/npu.py) in Amaranth's simulator: every command's
+(start, retire) equal, on a compiled network and on random LOAD/STORE programs, on SMALL and on configurations
+with other DRAM words and latencies. The bridge's write side as one count (``write_times``) against its rules
+stepped cycle by cycle."""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+
+from aipu.sim.cosim.npu_amaranth import run_npu_amaranth
+from aipu.sim.cosim.stimulus import dma
+from aipu.sim.cycle import simulate
+from aipu.sim.machine.arch import hardware_config_from_dict
+from aipu.sim.machine.isa import Unit
+from aipu.sim.machine.memory import Memory
+from aipu.rtl.dram_bridge import W_QUEUE
+from aipu.sim.timing import dram_bridge
+from tests.rtl.configs import SMALL
+from tests.rtl.test_npu import compiled  # noqa: F401  (the fixture)
+
+MAX_CYCLES = 50_000
+# Two commands a fetch chunk (64-byte words) with a longer latency; 8-byte words with the shortest latency the
+# bridge and the testbench DRAM give (3 cycles from grant to data).
+WIDE_WORD = hardware_config_from_dict({**SMALL.to_dict(), "dram": {"bytes_per_cycle": 64, "latency_cycles": 9}})
+FAST_DRAM = hardware_config_from_dict({**SMALL.to_dict(), "dram": {"bytes_per_cycle": 8, "latency_cycles": 3}})
+
+
+def _assert_same(program, memory):
+    got = run_npu_amaranth(program, memory, max_cycles=MAX_CYCLES)
+    assert got.done and not got.errors
+    model = simulate(program, memory, dram="npu")
+    for unit in Unit:
+        assert model.cycles[unit] == got.cycles[unit], unit.name
+    return model
+
+
+def test_a_compiled_network_follows_the_npu(compiled):  # noqa: F811
+    program = compiled.program
+    model = _assert_same(program, Memory.create(program.config, compiled.dram))
+    assert model.cycles[Unit.LOAD][0] == (48, 105)      # the fetcher's start-up, then the bridge shared with it
+
+
+@pytest.mark.parametrize("config, seed", [(SMALL, 1), (SMALL, 2), (WIDE_WORD, 1), (FAST_DRAM, 3)],
+                         ids=["small-1", "small-2", "wide_word-1", "fast_dram-3"])
+def test_random_dma_programs_follow_the_npu(config, seed):
+    """Random LOAD and STORE patterns (the buffers start empty: nothing reaches them but through LOAD)."""
+    stimulus = dma.random_stimulus(config, np.random.default_rng(seed), 8)
+    _assert_same(stimulus.program, Memory.create(config, stimulus.memory.dram))
+
+
+def _write_rules(offered: list[int], config) -> tuple[int, int]:
+    """The bridge's write side over the testbench DRAM stepped cycle by cycle (rtl/dram_bridge.py,
+    sim/cosim/dram/model.py): (cycle the last word is taken, first cycle after it with ``write_idle``)."""
+    latency, limit = dram_bridge.testbench_latency(config), config.dram.latency_cycles
+    awvalid = wready = bvalid = False
+    awready, queue, answers, lacking_w, unanswered, open_writes = True, 0, deque(), 0, 0, 0
+    index, delay, last, t = 0, 0, None, 0
+    while last is None or t <= last or unanswered:
+        room = (not awvalid or awready) and queue < W_QUEUE and unanswered < limit
+        issue = index < len(offered) and t >= offered[index] + delay and room
+        if index < len(offered) and t >= offered[index] + delay and not room:
+            delay += 1
+        w_moved = wready and queue > 0          # edge t
+        open_writes -= bvalid
+        if awvalid and awready:
+            lacking_w, open_writes = lacking_w + 1, open_writes + 1
+        if w_moved:
+            queue, lacking_w = queue - 1, lacking_w - 1
+            answers.append(t + latency)
+        unanswered += issue - bvalid
+        awvalid = issue or (awvalid and not awready)
+        if issue:
+            queue += 1
+            index += 1
+            last = t if index == len(offered) else None
+        awready, wready = open_writes < latency + 2, lacking_w > 0
+        bvalid = bool(answers) and answers[0] <= t + 1
+        if bvalid:
+            answers.popleft()
+        t += 1
+    return last, t
+
+
+@pytest.mark.parametrize("config", [SMALL, WIDE_WORD, FAST_DRAM], ids=["small", "wide_word", "fast_dram"])
+def test_write_times_follow_the_bridge_rules(config):
+    rng = np.random.default_rng(config.dram.latency_cycles)
+    for _ in range(300):
+        slots = rng.choice([1, 1, 1, 2, 3], int(rng.integers(1, 40)))
+        offered = int(rng.integers(0, 5)) + np.cumsum(slots)
+        taken = dram_bridge.write_times(offered, config)
+        assert (int(taken[-1]), int(taken[-1]) + dram_bridge.write_hold(config)) == _write_rules(offered.tolist(), config)
+
+
+def test_a_dram_faster_than_the_bridge_allows_is_refused():
+    config = hardware_config_from_dict({**SMALL.to_dict(), "dram": {"bytes_per_cycle": 4, "latency_cycles": 2}})
+    stimulus = dma.random_stimulus(config, np.random.default_rng(1), 2)
+    with pytest.raises(ValueError, match="latency_cycles"):
+        simulate(stimulus.program, Memory.create(config, stimulus.memory.dram), dram="npu")
