@@ -31,6 +31,7 @@ from aipu.sim.machine.isa import COMMAND_BYTES, Unit
 from aipu.sim.machine.program_image import HEADER_BYTES
 
 UNITS = len(Unit)
+_UNITS = tuple(Unit)
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,8 @@ def request_schedule(geometry: FetchGeometry, header_word: int, queues: dict[Uni
 def _round_robin(state: dict[Unit, _Queue], first: int) -> Unit | None:
     """The first unit from ``first`` on, in ``Unit`` order wrapping around, with a chunk left and a credit."""
     for step in range(UNITS):
-        unit = Unit((first + step) % UNITS)
-        if unit in state and state[unit].chunks_left and state[unit].credits:
+        unit = _UNITS[(first + step) % UNITS]
+        queue = state.get(unit)
+        if queue is not None and queue.chunks_left and queue.credits:
             return unit
     return None

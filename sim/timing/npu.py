@@ -39,7 +39,7 @@ from aipu.sim.timing import command_cycles
 from aipu.sim.timing.dma import CHECK_CYCLES, dram_slots
 from aipu.sim.timing.dram_bridge import read_cycles, write_hold, write_times
 from aipu.sim.timing.fetch import FetchGeometry, Fetcher
-from aipu.sim.timing.sequencer import FIRST_START, NEXT_START
+from aipu.sim.timing.sequencer import NEXT_START
 
 READERS = 3                 # the bridge's readers in ARID order: the fetcher, LOAD, WDEC (aipu.rtl.npu.READERS)
 FETCH_READER, LOAD_READER = 0, 1
@@ -50,13 +50,13 @@ NEVER = 1 << 62
 MIN_LATENCY = 3             # a read's grant to its data: the bridge's 2 cycles and the testbench DRAM's 1 at least
 
 
-def store_cycles(config: HardwareConfig, command: Command) -> int:
-    """Cycles from a STORE's start to its retire on the Npu: its walk offers word ``k`` ``before + 1 +
-    slot[0] + ... + slot[k]`` cycles after the start, the bridge takes it then or later (``write_times``), and
-    the STORE retires when the last word's B has come."""
-    before, slots, _ = dram_slots(config, command)
+def store_cycles(config: HardwareConfig, command: Command) -> tuple[int, int]:
+    """A STORE's formula cycles and its cycles from start to retire on the Npu: its walk offers word ``k``
+    ``before + 1 + slot[0] + ... + slot[k]`` cycles after the start, the bridge takes it then or later
+    (``write_times``), and the STORE retires when the last word's B has come."""
+    before, slots, after = dram_slots(config, command)
     offered = before + 1 + np.cumsum(slots)
-    return int(write_times(offered, config)[-1]) + write_hold(config)
+    return before + int(slots.sum()) + after, int(write_times(offered, config)[-1]) + write_hold(config)
 
 
 @dataclass
@@ -70,13 +70,15 @@ class _Requests:
     tail: int                   # cycles from the last grant to the retire
     index: int
     offered: int
+    work: int                   # the LOAD's formula cycles
 
     @classmethod
     def of_load(cls, config: HardwareConfig, command: Command, start: int) -> _Requests:
-        _, slots, after = dram_slots(config, command)
+        before, slots, after = dram_slots(config, command)
         gaps = np.concatenate(([1], slots)).astype(np.int64)     # the probe, then the walk's steps
         prefix = np.concatenate(([0], np.cumsum(gaps)))
-        return cls(gaps, prefix, read_cycles(config) + int(slots[-1]) - 1 + after, 0, start + CHECK_CYCLES)
+        return cls(gaps, prefix, read_cycles(config) + int(slots[-1]) - 1 + after, 0, start + CHECK_CYCLES,
+                   before + int(slots.sum()) + after)
 
     def grant(self, cycle: int) -> int | None:
         """Request ``index`` granted in ``cycle``; the retire cycle once the last one is."""
@@ -110,6 +112,8 @@ class _Sequencer:
     taken: int | None = None
     start: int | None = None
     retire: int | None = None
+    earliest: int | None = None     # the start, once everything it waits for is known (it then stays)
+    work: int = 0                   # the formula's cycles of the command under way
     waited_on: str | None = None
 
 
@@ -161,7 +165,6 @@ class NpuTimeline:
             if seq.taken is None and head is not None and head <= cycle and seq.idle <= cycle:
                 fetcher.take(unit)
                 seq.taken = cycle
-                seq.waited_on = "fetch" if cycle > seq.idle else None
         requests = (fetcher.slot is not None) | (self.load is not None and self.load.offered <= cycle) << LOAD_READER
         answer = None
         if requests:
@@ -211,44 +214,57 @@ class NpuTimeline:
             self.units[Unit.LOAD].retire, self.load = retire, None
 
     def _earliest(self, unit: Unit) -> int | None:
-        """The cycle the unit's taken command starts, if everything it waits for is known (None: not yet)."""
+        """The cycle the unit's taken command starts, if everything it waits for is known (None: not yet).
+        Known, it stays: later pushes and pops cannot change the ones it waits for."""
         seq = self.units[unit]
+        if seq.earliest is None:
+            seq.earliest = self._waits(unit, seq)
+        return seq.earliest
+
+    def _waits(self, unit: Unit, seq: _Sequencer) -> int | None:
+        """The start as ``aipu.sim.cycle`` finds it, from the take; ``seq.waited_on`` names what held it last
+        ("fetch": the take, when the FIFO was empty as the unit went idle)."""
         command = self.queues[unit][seq.index]
         start = seq.taken + TAKE_TO_START
+        waited_on = "fetch" if seq.taken > seq.idle else None
         for source in command.pop:          # the token it takes was pushed in an earlier cycle
             pushes, taken = self.pushed[source, unit], len(self.popped[source, unit])
             if taken >= len(pushes):
                 return None
-            start = max(start, pushes[taken] + 1)
+            if pushes[taken] + 1 > start:
+                start, waited_on = pushes[taken] + 1, f"token {source.name}->{unit.name}"
         for target in command.push:         # room: the pop depth pushes back happened in an earlier cycle
             made = len(self.pushed[unit, target])
             if made >= self.depth:
                 pops = self.popped[unit, target]
                 if len(pops) <= made - self.depth:
                     return None
-                start = max(start, pops[made - self.depth] + 1)
+                if pops[made - self.depth] + 1 > start:
+                    start, waited_on = pops[made - self.depth] + 1, f"room {unit.name}->{target.name}"
         if command.opcode == Opcode.FINISH:
             for other in Unit:
                 if other != unit and len(self.timings[other]) < len(self.queues[other]):
                     return None
-                if other != unit and self.timings[other]:
-                    start = max(start, self.timings[other][-1][2] + 1)
+                if other != unit and self.timings[other] and self.timings[other][-1][2] + 1 > start:
+                    start, waited_on = self.timings[other][-1][2] + 1, "drain"
+        seq.waited_on = waited_on
         return start
 
     def _start(self, unit: Unit, cycle: int) -> None:
         seq = self.units[unit]
         command = self.queues[unit][seq.index]
         seq.start = cycle
-        if cycle > seq.taken + TAKE_TO_START:
-            seq.waited_on = "tokens"
         for source in command.pop:
             self.popped[source, unit].append(cycle)
         if command.opcode == Opcode.LOAD:
             self.load = _Requests.of_load(self.config, command, cycle)
+            seq.work = self.load.work
         elif command.opcode == Opcode.STORE:
-            seq.retire = cycle + store_cycles(self.config, command)
+            seq.work, duration = store_cycles(self.config, command)
+            seq.retire = cycle + duration
         else:
-            seq.retire = cycle + command_cycles(self.config, command, self.memory)
+            seq.work = command_cycles(self.config, command, self.memory)
+            seq.retire = cycle + seq.work
             if seq.retire == cycle:
                 self._retire(unit, cycle)
 
@@ -257,7 +273,5 @@ class NpuTimeline:
         command = self.queues[unit][seq.index]
         for target in command.push:
             self.pushed[unit, target].append(cycle)
-        ready = FIRST_START if seq.index == 0 else self.timings[unit][-1][2] + NEXT_START
-        work = command_cycles(self.config, command, self.memory)
-        self.timings[unit].append((ready, seq.start, cycle, work, seq.waited_on))
+        self.timings[unit].append((seq.idle + TAKE_TO_START, seq.start, cycle, seq.work, seq.waited_on))
         self.units[unit] = _Sequencer(idle=cycle + 1, index=seq.index + 1)
