@@ -13,8 +13,9 @@ from aipu.sim.cosim.npu_amaranth import run_npu_amaranth
 from aipu.sim.cosim.stimulus import dma
 from aipu.sim.cycle import simulate
 from aipu.sim.machine.arch import hardware_config_from_dict
-from aipu.sim.machine.isa import Unit
+from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
 from aipu.rtl.dram_bridge import W_QUEUE
 from aipu.sim.timing import dram_bridge
 from tests.rtl.configs import SMALL
@@ -48,6 +49,21 @@ def test_random_dma_programs_follow_the_npu(config, seed):
     """Random LOAD and STORE patterns (the buffers start empty: nothing reaches them but through LOAD)."""
     stimulus = dma.random_stimulus(config, np.random.default_rng(seed), 8)
     _assert_same(stimulus.program, Memory.create(config, stimulus.memory.dram))
+
+
+def test_short_unchained_loads_and_stores_follow_the_npu():
+    """LOADs and STOREs without tokens, many of one DRAM word or a few: they run faster than the fetcher brings
+    their commands (eight DRAM words each on SMALL), so units wait on empty FIFOs while LOAD and the fetcher
+    contend, and STOREs write beside them."""
+    rng = np.random.default_rng(1)
+    program = Program(SMALL)
+    for _ in range(int(rng.integers(10, 25))):
+        program.append(dma.random_load(SMALL, rng, int(rng.choice([1, 1, 2, 4]))))
+    for _ in range(int(rng.integers(3, 10))):
+        program.append(dma.random_store(SMALL, rng, int(rng.choice([1, 2, 4]))))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.LOAD))
+    model = _assert_same(program, Memory.create(SMALL, dma.random_memory(SMALL, rng).dram))
+    assert any(timing.waited_on == "fetch" for timings in model.timings.values() for timing in timings[1:])
 
 
 def _write_rules(offered: list[int], config) -> tuple[int, int]:
