@@ -42,7 +42,7 @@ from aipu.sim.timing.fetch import FetchGeometry, Fetcher
 from aipu.sim.timing.sequencer import NEXT_START
 
 READERS = 3                 # the bridge's readers in ARID order: the fetcher, LOAD, WDEC (aipu.rtl.npu.READERS)
-FETCH_READER, LOAD_READER = 0, 1
+FETCH_READER, LOAD_READER = 0, 1    # (WDEC, reader 2, never requests here)
 FIFO_DEPTH = 4              # the Npu's default fifo_depth: commands each unit's FIFO holds at least
 FIRST_TAKE = 1              # START resets the units in cycle 0: they take from cycle 1
 TAKE_TO_START = NEXT_START - 1      # take, check, start
@@ -165,11 +165,11 @@ class NpuTimeline:
             if seq.taken is None and head is not None and head <= cycle and seq.idle <= cycle:
                 fetcher.take(unit)
                 seq.taken = cycle
-        requests = (fetcher.slot is not None) | (self.load is not None and self.load.offered <= cycle) << LOAD_READER
+        requesting = [fetcher.slot is not None, self.load is not None and self.load.offered <= cycle]
         answer = None
-        if requests:
+        if any(requesting):             # the first requester from the pointer on, wrapping around
             granted = next(reader % READERS for reader in range(self.pointer, self.pointer + READERS)
-                           if requests >> (reader % READERS) & 1)
+                           if reader % READERS < len(requesting) and requesting[reader % READERS])
             self.pointer = (granted + 1) % READERS
             if granted == FETCH_READER:
                 answer = cycle + read_cycles(self.config)
