@@ -1,7 +1,7 @@
-"""The cycle model's ``dram="npu"`` mode against the NPU top (rtl/npu.py) in Amaranth's simulator: every command's
-(start, retire) equal, on a compiled network and on random LOAD/STORE programs, on SMALL and on configurations
-with other DRAM words and latencies. The bridge's write side as one count (``write_times``) against its rules
-stepped cycle by cycle."""
+"""The cycle model's ``dram="npu"`` mode against the NPU top (rtl/npu.py) in Amaranth's simulator: every
+command's (start, retire) equal, on a compiled network and on random LOAD/STORE programs, on SMALL and on
+configurations with other DRAM words and latencies (DEFAULT's 100-cycle DRAM in the slow suite: about 100 s).
+The bridge's write side as one count (``write_times``) against its rules stepped cycle by cycle."""
 from __future__ import annotations
 
 from collections import deque
@@ -12,7 +12,7 @@ import pytest
 from aipu.sim.cosim.npu_amaranth import run_npu_amaranth
 from aipu.sim.cosim.stimulus import dma
 from aipu.sim.cycle import simulate
-from aipu.sim.machine.arch import hardware_config_from_dict
+from aipu.sim.machine.arch import DEFAULT, hardware_config_from_dict
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -43,8 +43,9 @@ def test_a_compiled_network_follows_the_npu(compiled):  # noqa: F811
     assert model.cycles[Unit.LOAD][0] == (48, 105)      # the fetcher's start-up, then the bridge shared with it
 
 
-@pytest.mark.parametrize("config, seed", [(SMALL, 1), (SMALL, 2), (WIDE_WORD, 1), (FAST_DRAM, 3)],
-                         ids=["small-1", "small-2", "wide_word-1", "fast_dram-3"])
+@pytest.mark.parametrize("config, seed", [(SMALL, 1), (SMALL, 2), (WIDE_WORD, 1), (FAST_DRAM, 3),
+                                          pytest.param(DEFAULT, 1, marks=pytest.mark.slow)],
+                         ids=["small-1", "small-2", "wide_word-1", "fast_dram-3", "default-1"])
 def test_random_dma_programs_follow_the_npu(config, seed):
     """Random LOAD and STORE patterns (the buffers start empty: nothing reaches them but through LOAD)."""
     stimulus = dma.random_stimulus(config, np.random.default_rng(seed), 8)
