@@ -77,19 +77,28 @@ class ProfileDecode:
 
 
 class _CountingDecoder(AecDecoder):
-    """The reference engine, counting the cycles the hardware spends on zero runs before a bin."""
+    """The reference engine, counting the cycles the hardware spends on zero runs before a bin; with
+    ``cycles`` a list, it also receives the stream bits the hardware's engine takes in each of those cycles
+    and in each bin's."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, cycles: list[int] | None = None) -> None:
         super().__init__(data, trace=True)
         self.zero_run_cycles = 0
+        self.cycles = cycles
 
     def _decode(self, pred_mps: int, lg_pmps_full: int) -> int:
+        runs, position = 0, self._pos
         if (self._value_d or (self._bflag == 1 and self._rs1 == self._bound_s)) and self._value_t == 0:
             value_s = 0
             while self._bound_s - value_s > ZERO_RUN_BITS and self._zero_bits_at(self._pos + value_s):
                 value_s += ZERO_RUN_BITS
-                self.zero_run_cycles += 1
-        return super()._decode(pred_mps, lg_pmps_full)
+                runs += 1
+        self.zero_run_cycles += runs
+        bin_val = super()._decode(pred_mps, lg_pmps_full)
+        if self.cycles is not None:
+            self.cycles.extend([ZERO_RUN_BITS] * runs)
+            self.cycles.append(self._pos - position - runs * ZERO_RUN_BITS)
+        return bin_val
 
     def _zero_bits_at(self, position: int) -> bool:
         """The ZERO_RUN_BITS stream bits from ``position`` are all 0 (bits past the end read as 0)."""
@@ -158,11 +167,13 @@ def _ctu_origins(header: dict[str, int], in_c: int, out_c: int) -> list[tuple[in
 
 
 def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
-                          trace: list | None = None) -> ProfileDecode:
+                          trace: list | None = None, cycles: list | None = None) -> ProfileDecode:
     """Decode a profile stream of an [O][I][KH][KW] tensor; CodecError outside the profile or on corruption.
-    ``trace`` receives the (ctxIdx, bin) of every bin decoded, also those before an error."""
+    ``trace`` receives the (ctxIdx, bin) of every bin decoded, also those before an error; ``cycles`` the
+    stream bits the hardware's engine takes in each cycle after its 9-bit start (a zero-run step, a bin, the
+    stuffing bin included, or 0 for a Morton candidate outside its CU), for the NPU's cycle model."""
     out_c, in_c, k_h, k_w = (int(n) for n in shape)
-    decoder = _CountingDecoder(stream)
+    decoder = _CountingDecoder(stream, cycles)
     reader = ElementDecoder(decoder)
     result = ProfileDecode(levels=np.zeros((out_c, in_c, k_h, k_w), dtype=np.int64))
     try:
@@ -188,6 +199,8 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
                 for leaf in morton_leaves(zdepth, height, width):
                     if leaf is None:
                         result.morton_skips += 1
+                        if cycles is not None:
+                            cycles.append(0)
                         continue
                     z, y, x = leaf
                     value = 0

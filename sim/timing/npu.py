@@ -39,10 +39,11 @@ from aipu.sim.timing import command_cycles
 from aipu.sim.timing.dma import CHECK_CYCLES, dram_slots
 from aipu.sim.timing.dram_bridge import read_cycles, write_hold, write_times
 from aipu.sim.timing.fetch import FetchGeometry, Fetcher
+from aipu.sim.timing.npu_wdec import WdecStream
 from aipu.sim.timing.sequencer import NEXT_START
 
 READERS = 3                 # the bridge's readers in ARID order: the fetcher, LOAD, WDEC (aipu.rtl.npu.READERS)
-FETCH_READER, LOAD_READER = 0, 1    # (WDEC, reader 2, never requests here)
+FETCH_READER, LOAD_READER, WDEC_READER = 0, 1, 2
 FIFO_DEPTH = 4              # the Npu's default fifo_depth: commands each unit's FIFO holds at least
 FIRST_TAKE = 1              # START resets the units in cycle 0: they take from cycle 1
 TAKE_TO_START = NEXT_START - 1      # take, check, start
@@ -129,8 +130,6 @@ class NpuTimeline:
                              f"{MIN_LATENCY} cycles after its grant at the soonest, and its read limits (the bridge's "
                              "max_reads, LOAD's response queue) are sized by latency_cycles: below "
                              f"{MIN_LATENCY} they throttle reads, which this model does not follow")
-        if self.queues[Unit.WDEC]:
-            raise NotImplementedError("the Npu's cycle model does not time WDEC commands yet (sim/timing/npu.py)")
         self.depth = self.config.queues.token_depth
         geometry = FetchGeometry.of(self.config, FIFO_DEPTH)
         self.fetcher = Fetcher(geometry, 0, {unit: (0, len(queue)) for unit, queue in self.queues.items()})
@@ -139,6 +138,7 @@ class NpuTimeline:
         self.popped: dict[tuple[Unit, Unit], list[int]] = defaultdict(list)   # start cycle of each pop
         self.timings: dict[Unit, list[tuple]] = {unit: [] for unit in Unit}
         self.load: _Requests | None = None
+        self.wdec: WdecStream | None = None     # a WDEC command with words still to request
         self.pointer = 0                    # the bridge's round-robin pointer
 
     def run(self) -> dict[Unit, list[tuple]]:
@@ -165,16 +165,21 @@ class NpuTimeline:
             if seq.taken is None and head is not None and head <= cycle and seq.idle <= cycle:
                 fetcher.take(unit)
                 seq.taken = cycle
-        requesting = [fetcher.slot is not None, self.load is not None and self.load.offered <= cycle]
-        answer = None
+        requesting = [fetcher.slot is not None, self.load is not None and self.load.offered <= cycle,
+                      self.wdec is not None and self.wdec.requesting(cycle)]
+        answer, granted = None, None
         if any(requesting):             # the first requester from the pointer on, wrapping around
             granted = next(reader % READERS for reader in range(self.pointer, self.pointer + READERS)
-                           if reader % READERS < len(requesting) and requesting[reader % READERS])
+                           if requesting[reader % READERS])
             self.pointer = (granted + 1) % READERS
             if granted == FETCH_READER:
                 answer = cycle + read_cycles(self.config)
-            else:
+            elif granted == LOAD_READER:
                 self._load_retires(self.load.grant(cycle))
+        if self.wdec is not None:
+            self.wdec.step(cycle, granted == WDEC_READER)
+            if self.wdec.requested:
+                self.units[Unit.WDEC].retire, self.wdec = self.wdec.finish(cycle + 1), None
         fetcher.step(cycle, answer)
 
     def _next(self, cycle: int) -> int | None:
@@ -196,8 +201,8 @@ class NpuTimeline:
         elif fetcher.answers:
             events.append(fetcher.answers[0])
         load = self.load
-        if load is not None and load.offered <= cycle:      # refused in this cycle: offered again in the next
-            return cycle + 1
+        if load is not None and load.offered <= cycle or self.wdec is not None:
+            return cycle + 1        # LOAD refused in this cycle (offered again), or WDEC, stepped every cycle
         horizon = min(events, default=None)
         if load is None or horizon is not None and horizon <= load.offered:
             return horizon
@@ -259,6 +264,10 @@ class NpuTimeline:
         if command.opcode == Opcode.LOAD:
             self.load = _Requests.of_load(self.config, command, cycle)
             seq.work = self.load.work
+        elif command.opcode == Opcode.WDEC:
+            stream = self.memory.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
+            self.wdec = WdecStream(self.config, command, stream, cycle)
+            seq.work = command_cycles(self.config, command, self.memory)
         elif command.opcode == Opcode.STORE:
             seq.work, duration = store_cycles(self.config, command)
             seq.retire = cycle + duration
