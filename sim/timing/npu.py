@@ -114,6 +114,7 @@ class _Sequencer:
     start: int | None = None
     retire: int | None = None
     earliest: int | None = None     # the start, once everything it waits for is known (it then stays)
+    checked: int = -1               # NpuTimeline.changes when the start was last sought
     work: int = 0                   # the formula's cycles of the command under way
     waited_on: str | None = None
 
@@ -140,6 +141,7 @@ class NpuTimeline:
         self.load: _Requests | None = None
         self.wdec: WdecStream | None = None     # a WDEC command with words still to request
         self.pointer = 0                    # the bridge's round-robin pointer
+        self.changes = 0                    # starts and retires so far: what a waiting start depends on
 
     def run(self) -> dict[Unit, list[tuple]]:
         cycle = FIRST_TAKE
@@ -200,10 +202,12 @@ class NpuTimeline:
             events.append(cycle + 1)
         elif fetcher.answers:
             events.append(fetcher.answers[0])
-        load = self.load
-        if load is not None and load.offered <= cycle or self.wdec is not None:
-            return cycle + 1        # LOAD refused in this cycle (offered again), or WDEC, stepped every cycle
+        load, wdec = self.load, self.wdec
+        if load is not None and load.offered <= cycle or wdec is not None and (load or fetcher.requesting):
+            return cycle + 1        # LOAD refused in this cycle (offered again), or WDEC beside other readers
         horizon = min(events, default=None)
+        if wdec is not None:
+            return self._wdec_alone(cycle, NEVER if horizon is None else horizon)
         if load is None or horizon is not None and horizon <= load.offered:
             return horizon
         granted, retire = load.grant_alone(NEVER if horizon is None else horizon)
@@ -214,6 +218,20 @@ class NpuTimeline:
             return min(horizon, retire) if horizon is not None else retire
         return min(horizon, load.offered) if horizon is not None else load.offered
 
+    def _wdec_alone(self, cycle: int, horizon: int) -> int:
+        """Step WDEC, the only reader that can request, from ``cycle + 1`` to ``horizon`` (each request granted
+        when made); the next cycle to visit."""
+        wdec = self.wdec
+        for now in range(cycle + 1, horizon):
+            granted = wdec.requesting(now)
+            if granted:
+                self.pointer = (WDEC_READER + 1) % READERS
+            wdec.step(now, granted)
+            if wdec.requested:
+                self.units[Unit.WDEC].retire, self.wdec = wdec.finish(now + 1), None
+                return min(horizon, self.units[Unit.WDEC].retire)
+        return horizon
+
     def _load_retires(self, retire: int | None) -> None:
         if retire is not None:
             self.units[Unit.LOAD].retire, self.load = retire, None
@@ -222,8 +240,8 @@ class NpuTimeline:
         """The cycle the unit's taken command starts, if everything it waits for is known (None: not yet).
         Known, it stays: later pushes and pops cannot change the ones it waits for."""
         seq = self.units[unit]
-        if seq.earliest is None:
-            seq.earliest = self._waits(unit, seq)
+        if seq.earliest is None and seq.checked != self.changes:
+            seq.earliest, seq.checked = self._waits(unit, seq), self.changes
         return seq.earliest
 
     def _waits(self, unit: Unit, seq: _Sequencer) -> int | None:
@@ -259,6 +277,7 @@ class NpuTimeline:
         seq = self.units[unit]
         command = self.queues[unit][seq.index]
         seq.start = cycle
+        self.changes += 1
         for source in command.pop:
             self.popped[source, unit].append(cycle)
         if command.opcode == Opcode.LOAD:
@@ -280,6 +299,7 @@ class NpuTimeline:
     def _retire(self, unit: Unit, cycle: int) -> None:
         seq = self.units[unit]
         command = self.queues[unit][seq.index]
+        self.changes += 1
         for target in command.push:
             self.pushed[unit, target].append(cycle)
         self.timings[unit].append((seq.idle + TAKE_TO_START, seq.start, cycle, seq.work, seq.waited_on))
