@@ -14,15 +14,15 @@ Cycle 0 is START's. Besides the sequencer's rules (``aipu.sim.timing.sequencer``
   after its grant (the read-side limits never bind: one grant a cycle, each open for fewer cycles than they
   allow), and the LOAD retires ``latency + slot[last] - 1 + after`` cycles after its last step's grant. Alone
   on the bridge every request is granted when offered: the formula (``aipu.sim.timing.dma``);
+* WDEC's word fetcher reads through the same grant, as its FIFO makes room, and its engine waits when the
+  window lacks bits (:class:`aipu.sim.timing.npu_wdec.WdecStream`);
 * STORE writes through the bridge's write side, which no other unit uses, and retires once every write has
   been answered (``write_idle``): a function of the command alone (:func:`store_cycles`).
 
 Time advances from event to event: a cycle is visited only if a unit takes, starts or retires a command in
-it, the fetcher requests or receives a word, or more than one reader wants the bridge. While LOAD is the only
-reader that can request before the next event, its grants are placed in one step (each when offered).
-
-WDEC is not modelled here yet: its requests follow the decoder's consumption of the stream's bits, which the
-codec's profile decoder does not give cycle by cycle, so a program with WDEC commands is refused.
+it, the fetcher requests or receives a word, LOAD is refused, or WDEC has words to request beside another
+reader. While LOAD (or WDEC) is the only reader that can request before the next event, its grants up to it
+are placed first, each when requested.
 """
 from __future__ import annotations
 

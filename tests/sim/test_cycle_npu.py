@@ -1,5 +1,6 @@
 """The cycle model's ``dram="npu"`` mode against the NPU top (rtl/npu.py) in Amaranth's simulator: every
-command's (start, retire) equal, on a compiled network and on random LOAD/STORE programs, on SMALL and on
+command's (start, retire) equal, on a compiled network, on random LOAD/STORE programs and on random weight
+streams beside LOADs, on SMALL and on
 configurations with other DRAM words and latencies (DEFAULT's 100-cycle DRAM in the slow suite: about 100 s).
 The bridge's write side as one count (``write_times``) against its rules stepped cycle by cycle."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from aipu.sim.cosim.npu_amaranth import run_npu_amaranth
-from aipu.sim.cosim.stimulus import dma
+from aipu.sim.cosim.stimulus import dma, wdec
 from aipu.sim.cycle import simulate
 from aipu.sim.machine.arch import DEFAULT, hardware_config_from_dict
 from aipu.sim.machine.isa import Opcode, Unit
@@ -65,6 +66,24 @@ def test_short_unchained_loads_and_stores_follow_the_npu():
     program.append(Command.make(Opcode.FINISH, unit=Unit.LOAD))
     model = _assert_same(program, Memory.create(SMALL, dma.random_memory(SMALL, rng).dram))
     assert any(timing.waited_on == "fetch" for timings in model.timings.values() for timing in timings[1:])
+
+
+@pytest.mark.parametrize("config, seed", [(SMALL, 3), (FAST_DRAM, 4)], ids=["small-3", "fast_dram-4"])
+def test_weight_streams_beside_loads_follow_the_npu(config, seed):
+    """Random WDEC streams (longer than the word fetcher's FIFO: its requests follow the engine's consumption)
+    while random LOADs contend with them and with the fetcher for the bridge."""
+    rng = np.random.default_rng(seed)
+    stimulus = wdec.random_stimulus(config, rng, 3)
+    program = Program(config)
+    for command in stimulus.program.queues[Unit.WDEC][:-1]:
+        program.append(command)
+    for _ in range(8):
+        program.append(dma.random_load(config, rng, 4))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
+    image = np.zeros(max(dma.DRAM_BYTES, stimulus.memory.dram.size), np.uint8)    # the LOADs' addresses too
+    image[:stimulus.memory.dram.size] = stimulus.memory.dram
+    model = _assert_same(program, Memory.create(config, image))
+    assert any(timing.dram_stall for unit in (Unit.LOAD, Unit.WDEC) for timing in model.timings[unit])
 
 
 def _write_rules(offered: list[int], config) -> tuple[int, int]:
