@@ -16,7 +16,9 @@ The DRAM (docs/cycle-model.md, "A DRAM shared by the DMA units"): with ``dram="p
 port of ``dram.bytes_per_cycle`` of its own, as the RTL does, and every command costs its formula. With
 ``dram="shared"`` (the default) LOAD, STORE and WDEC share one DRAM of that many bytes per cycle: a transfer
 that wants its words faster than what is left of the DRAM is stretched (a fair share, as a fluid), and
-the cycles it loses are reported as its DRAM stall.
+the cycles it loses are reported as its DRAM stall. With ``dram="npu"`` the timeline is the NPU top's
+(``rtl/npu.py``), cycle for cycle: the command fetcher, one DRAM bridge shared by the readers and STORE
+waiting for its writes' responses (``aipu.sim.timing.npu``; docs/cycle-model.md, "The NPU top").
 
 Time advances from event to event: a unit starts its next command as soon as everything it waits for is
 known, and a shared transfer's end is known once no other transfer can change its pace. A program that
@@ -121,7 +123,8 @@ class _Transfer:
 
 def simulate(program: Program, memory: Memory, *, dram: DramModel = "shared") -> CycleResult:
     """The timeline of every command of ``program`` (``memory``: the image it starts from, for the WDEC
-    streams); ``dram``: "shared" between the DMA units, or "ports", one per unit as in the RTL."""
+    streams); ``dram``: "shared" between the DMA units, "ports", one per unit as in the test harness
+    (``rtl/system.py``), or "npu", the NPU top's command fetcher and DRAM bridge (cycle 0: START)."""
     if dram not in DRAM_MODELS:
         raise ValueError(f"dram model {dram!r}: expected one of {', '.join(DRAM_MODELS)}")
     queues = {unit: tuple(program.queues[unit]) for unit in Unit}

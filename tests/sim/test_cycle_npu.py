@@ -125,8 +125,8 @@ def test_write_times_follow_the_bridge_rules(config):
     for _ in range(300):
         slots = rng.choice([1, 1, 1, 2, 3], int(rng.integers(1, 40)))
         offered = int(rng.integers(0, 5)) + np.cumsum(slots)
-        taken = dram_bridge.write_times(offered, config)
-        assert (int(taken[-1]), int(taken[-1]) + dram_bridge.write_hold(config)) == _write_rules(offered.tolist(), config)
+        last = int(dram_bridge.write_times(offered, config)[-1])
+        assert (last, last + dram_bridge.write_hold(config)) == _write_rules(offered.tolist(), config)
 
 
 def test_a_dram_faster_than_the_bridge_allows_is_refused():
