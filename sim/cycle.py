@@ -50,7 +50,8 @@ DRAM_MODELS = ("shared", "ports", "npu")
 @dataclass(frozen=True, slots=True)
 class CommandTiming:
     """One command on the timeline. Between ``ready`` (the first cycle its unit's sequencer could start it)
-    and ``start`` it waited on ``waited_on`` (``token LOAD->CONV``, ``room CONV->REQUANT``, ``drain``);
+    and ``start`` it waited on ``waited_on`` (``token LOAD->CONV``, ``room CONV->REQUANT``, ``drain``; with
+    the NPU top, ``fetch``: its unit's FIFO was empty);
     from ``start`` to ``retire`` it worked its formula's ``work`` cycles plus ``dram_stall`` cycles lost to
     the shared DRAM."""
 

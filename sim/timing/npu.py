@@ -39,7 +39,6 @@ from aipu.sim.timing import command_cycles
 from aipu.sim.timing.dma import CHECK_CYCLES, dram_slots
 from aipu.sim.timing.dram_bridge import read_cycles, write_hold, write_times
 from aipu.sim.timing.fetch import FetchGeometry, Fetcher
-from aipu.sim.timing.npu_wdec import WdecStream
 from aipu.sim.timing.sequencer import NEXT_START
 
 READERS = 3                 # the bridge's readers in ARID order: the fetcher, LOAD, WDEC (aipu.rtl.npu.READERS)
@@ -139,7 +138,7 @@ class NpuTimeline:
         self.popped: dict[tuple[Unit, Unit], list[int]] = defaultdict(list)   # start cycle of each pop
         self.timings: dict[Unit, list[tuple]] = {unit: [] for unit in Unit}
         self.load: _Requests | None = None
-        self.wdec: WdecStream | None = None     # a WDEC command with words still to request
+        self.wdec = None                        # a WDEC command with words still to request (npu_wdec.WdecStream)
         self.pointer = 0                    # the bridge's round-robin pointer
         self.changes = 0                    # starts and retires so far: what a waiting start depends on
 
@@ -284,6 +283,8 @@ class NpuTimeline:
             self.load = _Requests.of_load(self.config, command, cycle)
             seq.work = self.load.work
         elif command.opcode == Opcode.WDEC:
+            from aipu.sim.timing.npu_wdec import WdecStream     # the codec's decoders: only when a WDEC is timed
+
             stream = self.memory.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
             self.wdec = WdecStream(self.config, command, stream, cycle)
             seq.work = command_cycles(self.config, command, self.memory)
