@@ -171,7 +171,8 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
     """Decode a profile stream of an [O][I][KH][KW] tensor; CodecError outside the profile or on corruption.
     ``trace`` receives the (ctxIdx, bin) of every bin decoded, also those before an error; ``cycles`` the
     stream bits the hardware's engine takes in each cycle after its 9-bit start (a zero-run step, a bin, the
-    stuffing bin included, or 0 for a Morton candidate outside its CU), for the NPU's cycle model."""
+    stuffing bin included), or None for a Morton candidate outside its CU (a cycle of the leaf walk alone),
+    for the NPU's cycle model."""
     out_c, in_c, k_h, k_w = (int(n) for n in shape)
     decoder = _CountingDecoder(stream, cycles)
     reader = ElementDecoder(decoder)
@@ -200,7 +201,7 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
                     if leaf is None:
                         result.morton_skips += 1
                         if cycles is not None:
-                            cycles.append(0)
+                            cycles.append(None)
                         continue
                     z, y, x = leaf
                     value = 0

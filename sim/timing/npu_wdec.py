@@ -17,7 +17,8 @@ The rules, cycle ``t`` ending with edge ``t``, for a command started in ``s``:
   window     takes the FIFO's head in ``t`` if its bit count is below ``2 * NEED_BITS`` (the first word without
              the bytes before ``dram_addr``); it is *ready* with ``NEED_BITS`` bits or once every word is taken
   engine     while ready: the 9-bit start, then one cycle of the consumption each cycle, then the padding
-             check, in whose cycle the command retires; not ready, it waits
+             check, in whose cycle the command retires; not ready, it waits, except on a Morton candidate
+             outside its CU (the leaf walk steps over it without the engine)
 """
 from __future__ import annotations
 
@@ -65,16 +66,17 @@ class WdecStream:
     def step(self, cycle: int, granted: bool) -> None:
         """End ``cycle``: the engine consumes if the window is ready, the window takes a word if it has room,
         an answer arrives, the grant (if any) is recorded."""
-        consumed = 0
-        if self.bits >= NEED_BITS or not self.undelivered:          # ready
-            if self.position < 0:
-                if cycle >= self.begin:
-                    consumed, self.position = RANGE_BITS, 0
-            elif self.position < len(self.consumption):
-                consumed = self.consumption[self.position]
-                self.position += 1
-            elif self.retire is None:
-                self.retire = cycle
+        consumed, ready = 0, self.bits >= NEED_BITS or not self.undelivered
+        if 0 <= self.position < len(self.consumption) and self.consumption[self.position] is None:
+            self.position += 1                          # a Morton skip: the leaf walk alone, ready or not
+        elif ready and self.position < 0:
+            if cycle >= self.begin:
+                consumed, self.position = RANGE_BITS, 0
+        elif ready and self.position < len(self.consumption):
+            consumed = self.consumption[self.position]
+            self.position += 1
+        elif ready and self.retire is None:
+            self.retire = cycle
         if self.fifo and self.undelivered and self.bits < 2 * NEED_BITS:
             self.fifo -= 1
             self.bits += self.first_bits if self.undelivered == self.words else self.word_bits
