@@ -40,7 +40,7 @@ class WdecStream:
     cycle, :meth:`step` ends the cycle (granted or not); ``retire`` is set in the cycle it retires."""
 
     def __init__(self, config: HardwareConfig, command: Command, stream: bytes, start: int):
-        self.consumption: list[int] = []
+        self.consumption: list[int | None] = []   # bits per engine cycle after the start (None: a skip)
         decode_profile_stream(stream, (command.out_c, command.in_c, command.k_h, command.k_w),
                               cycles=self.consumption)
         nbytes = config.dram.bytes_per_cycle
