@@ -1,11 +1,12 @@
 """The cycle model's ``dram="npu"`` mode against the NPU top (rtl/npu.py) in Amaranth's simulator: every
-command's (start, retire) equal, on a compiled network, on random LOAD/STORE programs and on random weight
-streams beside LOADs, on SMALL and on
-configurations with other DRAM words and latencies (DEFAULT's 100-cycle DRAM in the slow suite: about 100 s).
-The bridge's write side as one count (``write_times``) against its rules stepped cycle by cycle."""
+command's (start, retire) equal, on a compiled network, on random LOAD/STORE programs, on random weight
+streams beside LOADs and on conv layers with compressed weights, on SMALL and on configurations with other
+DRAM words and latencies (DEFAULT's 100-cycle DRAM in the slow suite). The bridge's write side as one count
+(``write_times``) against its rules stepped cycle by cycle."""
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from aipu.sim.machine.arch import DEFAULT, hardware_config_from_dict
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
+from aipu.app.sample_layers import random_layer
+from aipu.compiler.lowering.conv_layers import lower_conv_layer
 from aipu.rtl.dram_bridge import W_QUEUE
 from aipu.sim.timing import dram_bridge
 from tests.rtl.configs import SMALL
@@ -84,6 +87,18 @@ def test_weight_streams_beside_loads_follow_the_npu(config, seed):
     image[:stimulus.memory.dram.size] = stimulus.memory.dram
     model = _assert_same(program, Memory.create(config, image))
     assert any(timing.dram_stall for unit in (Unit.LOAD, Unit.WDEC) for timing in model.timings[unit])
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_a_layer_with_compressed_weights_follows_the_npu(seed):
+    """A random conv layer with 70 % of its weights zero, lowered with compressed weights: WDEC decodes a tile
+    into WEIGHT while LOAD, CONV, REQUANT and STORE run the layer."""
+    rng = np.random.default_rng(seed)
+    layer = random_layer(rng, max_channels=8, max_size=6)
+    layer = replace(layer, w=np.where(rng.random(layer.w.shape) < 0.7, 0, layer.w).astype(layer.w.dtype))
+    lowered = lower_conv_layer(layer, SMALL, compress=True)
+    assert lowered.program.queues[Unit.WDEC]
+    _assert_same(lowered.program, lowered.memory(None))
 
 
 def _write_rules(offered: list[int], config) -> tuple[int, int]:
