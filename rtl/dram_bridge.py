@@ -35,6 +35,7 @@ from aipu.rtl.ports import dram_read_port, dram_write_port
 from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.registers import BY_NAME, ErrorCause, Response
+from aipu.sim.timing.dram_bridge import default_max_writes
 
 INCR = 1
 W_QUEUE = 3      # W beats waiting: a word taken in t has AW in t + 1 and its W taken from t + 2 on (wready follows AW)
@@ -43,8 +44,9 @@ W_QUEUE = 3      # W beats waiting: a word taken in t has AW in t + 1 and its W 
 class DramBridge(wiring.Component):
     """``read[i]`` for each code of ``readers`` (the ERROR.UNIT of reader i: a ``Unit`` or
     ``registers.FETCHER``), ``write`` for the ``writer``, ``m_axi`` the AXI4 master (Verilog ``m_axi_araddr``, ...
-    with ``flat_ports(bridge, "_")``). ``max_reads`` and ``max_writes`` bound the outstanding bursts; the default,
-    ``dram.latency_cycles``, never throttles a DRAM whose read latency is at most that less 2 (docs/rtl.md)."""
+    with ``flat_ports(bridge, "_")``). ``max_reads`` and ``max_writes`` bound the outstanding bursts; their
+    defaults, ``dram.latency_cycles`` and one more, never throttle a DRAM whose read and write latency are at most
+    ``dram.latency_cycles`` - 2 (docs/rtl.md)."""
 
     def __init__(self, config: HardwareConfig, readers: Sequence[int], writer: int = Unit.STORE, *,
                  max_reads: int | None = None, max_writes: int | None = None):
@@ -52,7 +54,7 @@ class DramBridge(wiring.Component):
             raise ValueError("a DRAM bridge needs at least one reader")
         self.config, self.readers, self.writer = config, tuple(int(code) for code in readers), int(writer)
         self.max_reads = max_reads or config.dram.latency_cycles
-        self.max_writes = max_writes or config.dram.latency_cycles
+        self.max_writes = max_writes or default_max_writes(config)
         self.id_bits = max(1, (len(self.readers) - 1).bit_length())
         self.word_shift = (config.dram.bytes_per_cycle - 1).bit_length()     # word address -> byte address
         error = {fld.name: width for fld, width in BY_NAME["ERROR"].layout(config)}

@@ -10,7 +10,8 @@ and handshaken at the first edge from ``t + 1`` on at which ``arready`` is high;
 ``read_latency`` cycles after that edge (single beats, ``rready`` always high: exactly ``AR + L``), and the reader
 sees ``data_valid`` one cycle later. A read is outstanding from its grant to its R handshake.
 
-The write side, for STORE alone on it, reduces to one count of unanswered writes (:func:`write_times`).
+The write side, for STORE alone on it, never refuses a word under the bridge's default ``max_writes``
+(:func:`default_max_writes`): STORE only waits for its last word's answer (:func:`write_hold`).
 """
 from __future__ import annotations
 
@@ -81,27 +82,12 @@ def read_cycles(config: HardwareConfig) -> int:
     return testbench_latency(config) + BRIDGE_LATENCY
 
 
-def write_times(offered: np.ndarray, config: HardwareConfig) -> np.ndarray:
-    """The cycles the bridge takes a lone writer's words, on the testbench DRAM, starting with every earlier
-    write answered: ``offered[k]`` is the cycle word ``k`` would be offered if no word were refused, and a
-    refused word is offered again each cycle and delays the later ones as much (STORE's walk waits).
-
-    The bridge takes a word while fewer than ``max_writes`` (its default, ``dram.latency_cycles``) lack their B,
-    and a word taken in ``t`` counts until its B in ``t + WL + 2`` (AW in ``t + 1``, W in ``t + 2``, B ``WL``
-    after the W edge): so ``taken[k] = max(taken[k-1] + offered[k] - offered[k-1], taken[k - max_writes] + WL
-    + 3)``. The AW register, the W queue and the DRAM's own limits never bind before that count does.
-    ``write_idle`` rises ``WL + 3`` cycles after the last word is taken."""
-    limit, hold = config.dram.latency_cycles, write_hold(config)
-    if offered.size <= limit or np.all(offered[limit:] - offered[:-limit] >= hold):
-        return offered
-    offers, taken, delay = offered.tolist(), [], 0
-    for k, offer in enumerate(offers):
-        cycle = offer + delay
-        if k >= limit and cycle < taken[k - limit] + hold:
-            cycle = taken[k - limit] + hold
-            delay = cycle - offer
-        taken.append(cycle)
-    return np.array(taken, dtype=np.int64)
+def default_max_writes(config: HardwareConfig) -> int:
+    """The bridge's default bound on writes lacking their B: ``dram.latency_cycles`` + 1, i.e. ``WL + 3`` on the
+    testbench DRAM of write latency ``WL``. A word taken in ``t`` lacks its B until ``t + WL + 2`` (AW in
+    ``t + 1``, W in ``t + 2``, B ``WL`` after the W edge), so a writer offering a word every cycle never has more
+    than ``WL + 3`` unanswered and is never refused; one fewer and it loses a cycle every ``WL + 3`` words."""
+    return config.dram.latency_cycles + 1
 
 
 def write_hold(config: HardwareConfig) -> int:

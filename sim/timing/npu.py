@@ -37,7 +37,7 @@ from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from aipu.sim.timing import command_cycles
 from aipu.sim.timing.dma import CHECK_CYCLES, dram_slots
-from aipu.sim.timing.dram_bridge import read_cycles, write_hold, write_times
+from aipu.sim.timing.dram_bridge import read_cycles, write_hold
 from aipu.sim.timing.fetch import FetchGeometry, Fetcher
 from aipu.sim.timing.sequencer import NEXT_START
 
@@ -51,12 +51,11 @@ MIN_LATENCY = 3             # a read's grant to its data: the bridge's 2 cycles 
 
 
 def store_cycles(config: HardwareConfig, command: Command) -> tuple[int, int]:
-    """A STORE's formula cycles and its cycles from start to retire on the Npu: its walk offers word ``k``
-    ``before + 1 + slot[0] + ... + slot[k]`` cycles after the start, the bridge takes it then or later
-    (``write_times``), and the STORE retires when the last word's B has come."""
+    """A STORE's formula cycles and its cycles from start to retire on the Npu: its walk offers its last word
+    ``before + 1 + slot[0] + ... + slot[last]`` cycles after the start, the bridge takes every word as it is
+    offered (``dram_bridge.default_max_writes``), and the STORE retires when the last word's B has come."""
     before, slots, after = dram_slots(config, command)
-    offered = before + 1 + np.cumsum(slots)
-    return before + int(slots.sum()) + after, int(write_times(offered, config)[-1]) + write_hold(config)
+    return before + int(slots.sum()) + after, before + 1 + int(slots.sum()) + write_hold(config)
 
 
 @dataclass
