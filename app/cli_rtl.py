@@ -134,9 +134,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--input", help=".npy or .npz of float inputs, [samples, ...], one run each (as `aipu run`); "
                                      "default: one run on the DRAM image as compiled")
     run.add_argument("--sim", default="verilator", help="amaranth, verilator (default) or icarus")
-    run.add_argument("--top", default="system",
-                     help="npu (the NPU top: host registers, command fetch, one AXI master) or system (the test "
-                          "harness: queues and buffers loaded by backdoor; default)")
+    run.add_argument("--top", default="npu",
+                     help="npu (default: the NPU top, started over its host registers, its commands fetched and its "
+                          "data moved through one AXI master) or system (the test harness: queues and buffers "
+                          "loaded by backdoor, a DRAM port per DMA unit)")
     run.add_argument("--max-cycles", type=positive_int,
                      help="stop the RTL after this many cycles (default: twice the cycle model's count plus 1000)")
     run.add_argument("--waves", action="store_true",

@@ -156,7 +156,7 @@ def _print_report(report: dict) -> None:
 
 
 # The compiled program on the RTL, as `aipu rtl run` runs it (app/rtl_run.py).
-RTL_IMAGES = 3       # one Verilator run each, after the one build of the DEFAULT System (cached)
+RTL_IMAGES = 3       # one Verilator run each, after the one build of the DEFAULT NPU top (cached)
 
 
 def run_on_rtl(program_dir: Path, count: int):
@@ -176,10 +176,11 @@ def _print_rtl(rtl) -> None:
     cycles = sorted({run.result.total_cycles for run in runs})
     rates = [run.result.total_cycles / run.result.run_seconds for run in runs if run.result.run_seconds]
     built = f"; Verilog model built in {rtl.build_seconds:.0f} s (cached)" if rtl.build_seconds is not None else ""
-    print(f"RTL (Verilator, every unit in one System): the program on {len(runs)} held-out images, "
-          f"{sum(run.agrees for run in runs)} equal to the interpreter in every byte and to the cycle model (a DRAM "
-          f"port per DMA unit, as the RTL has) in every command's cycles; {'/'.join(f'{c:,}' for c in cycles)} "
-          f"cycles an image, {min(rates, default=0):,.0f} simulated cycles/s{built}")
+    print(f"RTL (Verilator, the NPU top started over its host registers, its commands fetched and its data moved "
+          f"through one AXI master): the program on {len(runs)} held-out images, {sum(run.agrees for run in runs)} "
+          f"equal to the interpreter in every byte and to the cycle model in every command's cycles; "
+          f"{'/'.join(f'{c:,}' for c in cycles)} cycles an image, {min(rates, default=0):,.0f} simulated "
+          f"cycles/s{built}")
     for line in (line for run in runs if not run.agrees for line in run.lines()):
         print("  " + line)
 

@@ -187,7 +187,7 @@ class RtlRun:
 
 
 def check_run(program: Program, prepared, memory, units, backend: str, *, max_cycles: int | None, waves: bool,
-              input_index: int | None, label: str | None = None, top: str = "system") -> RunCheck:
+              input_index: int | None, label: str | None = None, top: str = "npu") -> RunCheck:
     """``program`` from ``memory`` on the RTL (``top``: the NPU, or the System of ``units``; ``backend``: one of
     cocotb_run.BACKENDS), on the interpreter (``prepared``) and on the cycle model of that top; with ``waves``,
     a waveform around the first divergence."""
@@ -213,7 +213,7 @@ def check_run(program: Program, prepared, memory, units, backend: str, *, max_cy
 
 
 def run_program_dir(path, *, inputs=None, backend: str = "verilator", max_cycles: int | None = None,
-                    waves: bool = False, top: str = "system") -> RtlRun:
+                    waves: bool = False, top: str = "npu") -> RtlRun:
     """The program directory ``path`` on the RTL: one run per sample of the float ``inputs`` file (.npy or .npz,
     as `aipu run --input`), or one on the DRAM image as compiled. Bad files raise InputError."""
     from aipu.app.cli_compile import read_inputs
@@ -225,7 +225,7 @@ def run_program_dir(path, *, inputs=None, backend: str = "verilator", max_cycles
 
 
 def run_directory(directory, samples: dict | None, *, backend: str = "verilator", max_cycles: int | None = None,
-                  waves: bool = False, top: str = "system") -> RtlRun:
+                  waves: bool = False, top: str = "npu") -> RtlRun:
     """A read program directory on the RTL of every unit there is: one run per sample of the float ``samples``
     (input name -> [samples, ...]; quantized into the DRAM image as `aipu run` does), or one on the image as
     compiled if None."""

@@ -104,7 +104,7 @@ def _check(program, memory, units, backend: str, label: str) -> RunCheck:
     from aipu.sim.interpreter import prepare
 
     return check_run(program, prepare(program, memory.dram.size), memory, units, backend, max_cycles=None,
-                     waves=False, input_index=None, label=label)
+                     waves=False, input_index=None, label=label, top="system")   # the user's unit in the System
 
 
 def _layer_run(unit: Unit, foreign: type, config: HardwareConfig, rng: np.random.Generator, backend: str,

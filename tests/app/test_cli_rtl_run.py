@@ -1,6 +1,6 @@
 """`aipu rtl run`: a directory `aipu compile` wrote, run on the RTL and held against the interpreter (bytes) and
-the cycle model (cycles). The program is a one-conv network compiled for SMALL, so that its Verilator build is
-the one tests/sim/cosim/test_layers.py uses (every unit, 64 commands, 64 KiB of DRAM)."""
+the cycle model (cycles), on the NPU top (the default) and on the System test harness. The program is a one-conv
+network compiled for SMALL, so that its Verilator build is the one tests/rtl/test_npu.py uses."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ import pytest
 
 from aipu.app.cli import main
 from aipu.compiler.program_dir import read_program_dir
-from aipu.sim.cosim import cocotb_run
+from aipu.sim.cosim import npu_verilog
 from aipu.sim.cosim.result import RtlError
 from aipu.sim.machine.isa import Unit
 from tests.rtl.configs import SMALL
@@ -62,16 +62,17 @@ def test_a_program_on_verilator_equals_both_models(compiled, capsys):
     assert text.endswith("agreement: 1 of 1 run equal to both models\n")
 
 
-def test_a_program_on_amaranth_equals_both_models(compiled, capsys):
-    code, report = _json(capsys, ["rtl", "run", str(compiled / "out"), "--sim", "amaranth"])
+@pytest.mark.parametrize("top", ["npu", "system"])
+def test_a_program_on_amaranth_equals_both_models(compiled, capsys, top):
+    code, report = _json(capsys, ["rtl", "run", str(compiled / "out"), "--sim", "amaranth", "--top", top])
     assert code == 0 and report["agree"] and report["build_seconds"] is None, report
-    assert report["runs"][0]["input"] is None and report["runs"][0]["total_cycles"] > 1000
+    assert report["top"] == top and report["runs"][0]["input"] is None and report["runs"][0]["total_cycles"] > 1000
 
 
 def _faulty_rtl(monkeypatch, flipped: int, late: tuple[Unit, int]):
     """The RTL's run as it comes back, then damaged as a faulty RTL would leave it: a DRAM byte flipped, one
     command retiring (and so starting) a cycle late, a unit stopped on a field, a token error and a DRAM fault."""
-    real = cocotb_run.run_on
+    real = npu_verilog.run_npu_on
 
     def run_on(*args, **kwargs):
         got = real(*args, **kwargs)
@@ -82,7 +83,7 @@ def _faulty_rtl(monkeypatch, flipped: int, late: tuple[Unit, int]):
         return replace(got, errors=[RtlError(Unit.POOL, 0, "kernel")], token_error=True,
                        dram_faults=[Unit.STORE])
 
-    monkeypatch.setattr(cocotb_run, "run_on", run_on)
+    monkeypatch.setattr(npu_verilog, "run_npu_on", run_on)
 
 
 def test_a_divergence_is_named_and_exits_1(compiled, capsys, monkeypatch):
@@ -125,6 +126,7 @@ def test_waves_keep_the_window_around_a_divergence(compiled, capsys, monkeypatch
 
 @pytest.mark.parametrize("argv, field", [
     (["--sim", "modelsim"], "--sim 'modelsim': expected one of amaranth, verilator, icarus"),
+    (["--top", "soc"], "--top 'soc': expected one of npu, system"),
     (["--input", "{root}/wrong_shape.npy"], "shape [samples, 3, 8, 8]"),
     (["--input", "{root}/wrong_type.npy"], "a float array"),
 ])

@@ -1,6 +1,7 @@
 """The NPU top (rtl/npu.py) driven as a host drives it: the program image in the testbench DRAM, PROGRAM_BASE,
-DRAM_BYTES and START over AXI4-Lite, ``irq`` at the end. Compiled and random programs run bit-exact with the
-interpreter; every error stops the run with ERROR naming it and raises the interrupt."""
+DRAM_BYTES and START over AXI4-Lite, ``irq`` at the end. Compiled networks (a conv, a MobileNet-like block),
+real networks' layer shapes and random programs run bit-exact with the interpreter, on the cycle model's
+cycles; every error stops the run with ERROR naming it and raises the interrupt."""
 from __future__ import annotations
 
 import json
@@ -9,19 +10,21 @@ import numpy as np
 import onnx
 import pytest
 
-from aipu.sim.cosim.dram.model import ErrorRange, Resp
 from aipu.sim.cosim.cocotb_run import verilog_backends
+from aipu.sim.cosim.dram.model import ErrorRange, Resp
 from aipu.sim.cosim.npu_amaranth import field, run_npu_amaranth, run_words_npu_amaranth
 from aipu.sim.cosim.npu_verilog import run_npu_on
 from aipu.sim.cosim.result import first_mismatch
 from aipu.sim.cosim.stimulus import dma
 from aipu.sim.interpreter import run
+from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
 from aipu.sim.machine.program_image import FETCH_ERRORS
 from aipu.sim.machine.registers import BY_NAME, FETCHER, ErrorCause
 from tests.rtl.configs import SMALL
+from tests.sim.cosim.test_layers import NETWORK_SHAPES
 
 MAX_CYCLES = 20_000
 
@@ -76,16 +79,19 @@ def test_the_verilog_npu_runs_free_to_the_same_bytes_and_cycles(compiled, backen
 
 
 @pytest.mark.parametrize("backend", verilog_backends())
-def test_a_mobilenet_like_network_runs_bit_exact_on_verilog(tmp_path, backend):
+def test_a_mobilenet_like_network_runs_bit_exact_on_verilog_on_the_model_s_cycles(tmp_path, backend):
     """Depthwise conv, squeeze-excite (hard-sigmoid gate, Mul), hard-swish, a residual Add, global pooling and a
-    softmax head: about 800 commands on SMALL."""
+    softmax head: about 800 commands on SMALL, every one on the cycle model's (dram="npu") start and retire."""
     from aipu.app.models.synthetic import mobilenet_block_net
+    from aipu.sim.cycle import simulate
 
     directory = _compile(tmp_path, mobilenet_block_net(size=16), 16)
     program, memory = directory.program, Memory.create(directory.program.config, directory.dram)
     got = run_npu_on(backend, program, memory, max_cycles=200_000)
     assert got.done and not got.errors
     assert first_mismatch(program, run(program, memory), got) is None
+    model = simulate(program, memory, dram="npu")
+    assert got.cycles == model.cycles and got.total_cycles == model.total_cycles
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -158,3 +164,34 @@ def test_finish_with_a_token_left_stops_the_npu():
                         push=[Unit.CONV]).encode(SMALL)
     got = run_words_npu_amaranth({Unit.LOAD: [push, _finish(Unit.LOAD)]}, _memory(), max_cycles=MAX_CYCLES)
     assert _status(got)["ERROR"] and _error(got)[0] == ErrorCause.TOKEN_ERROR
+
+
+def _check_shaped_layer(config, name: str, shape) -> None:
+    """A real network's layer shape lowered by the compiler, on the Verilog NPU: every byte the interpreter's,
+    the output the layer's reference, every command on the cycle model's (dram="npu") cycles."""
+    from aipu.app.sample_layers import shaped_layer
+    from aipu.compiler.lowering.conv_layers import lower_conv_layer
+    from aipu.sim.cycle import simulate
+
+    channels, size, out_channels, kernel, stride, groups = shape
+    layer = shaped_layer(np.random.default_rng(size), channels, size, out_channels, kernel, stride=stride,
+                         groups=groups)
+    lowered = lower_conv_layer(layer, config)
+    program, memory = lowered.program, lowered.memory()
+    for backend in verilog_backends():
+        got = run_npu_on(backend, program, memory, max_cycles=5_000_000)
+        assert got.done and not got.errors, name
+        assert first_mismatch(program, run(program, memory), got) is None, name
+        assert np.array_equal(lowered.read_output(got.memory), layer.reference()), name
+        assert got.cycles == simulate(program, memory, dram="npu").cycles, name
+
+
+@pytest.mark.parametrize("name", list(NETWORK_SHAPES))
+def test_network_layer_shapes_run_on_the_npu_on_the_model_s_cycles(name):
+    _check_shaped_layer(SMALL, name, NETWORK_SHAPES[name][0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(NETWORK_SHAPES))
+def test_network_layers_at_their_real_size_run_on_the_npu(name):
+    _check_shaped_layer(DEFAULT, name, NETWORK_SHAPES[name][1])
