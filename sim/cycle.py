@@ -41,7 +41,7 @@ from aipu.sim.machine.program import Program
 from aipu.sim.timing import DMA_OPCODES, command_cycles, dram_phases
 from aipu.sim.timing.conv import MAC_OPCODES, useful_macs
 from aipu.sim.timing.npu import NpuTimeline
-from aipu.sim.timing.sequencer import FIRST_START, NEXT_START
+from aipu.sim.timing.sequencer import FIRST_START, NEXT_START, token_wait
 
 DramModel = Literal["shared", "ports", "npu"]
 DRAM_MODELS = ("shared", "ports", "npu")
@@ -177,28 +177,10 @@ class _Timeline:
         if ready is None or index == len(self.queues[unit]):
             return False
         command = self.queues[unit][index]
-        start, waited_on = ready, None
-        for source in command.pop:          # the token it takes was pushed in an earlier cycle
-            pushes = self.pushed[source, unit]
-            taken = len(self.popped[source, unit])
-            if taken >= len(pushes):
-                return False
-            if pushes[taken] + 1 > start:
-                start, waited_on = pushes[taken] + 1, f"token {source.name}->{unit.name}"
-        for target in command.push:         # room: the pop depth pushes back happened in an earlier cycle
-            made = len(self.pushed[unit, target])
-            if made >= self.depth:
-                pops = self.popped[unit, target]
-                if len(pops) <= made - self.depth:
-                    return False
-                if pops[made - self.depth] + 1 > start:
-                    start, waited_on = pops[made - self.depth] + 1, f"room {unit.name}->{target.name}"
-        if command.opcode == Opcode.FINISH:
-            for other in Unit:
-                if other != unit and len(self.timings[other]) < len(self.queues[other]):
-                    return False
-                if other != unit and self.timings[other] and self.timings[other][-1].retire + 1 > start:
-                    start, waited_on = self.timings[other][-1].retire + 1, "drain"
+        found = token_wait(command, unit, ready, None, self.pushed, self.popped, self.depth, self._drained)
+        if found is None:
+            return False
+        start, waited_on = found
         for source in command.pop:
             self.popped[source, unit].append(start)
         moved = _dram_bytes(command)
@@ -212,6 +194,12 @@ class _Timeline:
             work = self._cost(command_cycles, unit, index)
             self._retire(unit, CommandTiming(ready, start, start + work, work, waited_on, moved))
         return True
+
+    def _drained(self, unit: Unit) -> int | None:
+        """None while ``unit`` has commands left to time; else its last retire (-1 for none)."""
+        if len(self.timings[unit]) < len(self.queues[unit]):
+            return None
+        return self.timings[unit][-1].retire if self.timings[unit] else -1
 
     def _cost(self, formula, unit: Unit, index: int):
         """``formula`` (command_cycles or dram_phases) of the command; one it cannot time (a weight stream that

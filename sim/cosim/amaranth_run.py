@@ -72,12 +72,17 @@ def run_words_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, units, *
     sim = Simulator(system)
     sim.add_clock(1e-9)
     sim.add_testbench(testbench)
+    run_to_end(sim, vcd)
+    return result_from_outcome(system, memory, outcome)
+
+
+def run_to_end(sim: Simulator, vcd: str | None) -> None:
+    """Run ``sim`` until its testbenches return, writing every signal to the VCD file ``vcd`` if given."""
     if vcd:
         with sim.write_vcd(vcd):
             sim.run()
     else:
         sim.run()
-    return result_from_outcome(system, memory, outcome)
 
 
 def result_from_outcome(system: System, memory: Memory, outcome: dict) -> RtlResult:

@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 from aipu.rtl.fabric import CYCLE_BITS
 from aipu.rtl.npu import UNIT_CLASSES, Npu
 from aipu.rtl.ports import word_bytes
+from aipu.sim.cosim.amaranth_run import run_to_end
 from aipu.sim.cosim.axil import read, write
 from aipu.sim.cosim.npu_bench import npu_dram_params
 from aipu.sim.cosim.dram.amaranth_dram import add_dram
@@ -85,11 +86,7 @@ def run_words_npu_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, *, m
                            for unit in Unit}
 
     sim.add_testbench(testbench)
-    if vcd:
-        with sim.write_vcd(vcd):
-            sim.run()
-    else:
-        sim.run()
+    run_to_end(sim, vcd)
     got = np.frombuffer(bytes(model.memory[:memory.dram.size]), np.uint8).copy()
     return result_of(config, memory, got, outcome)
 

@@ -39,7 +39,7 @@ from aipu.sim.timing import command_cycles
 from aipu.sim.timing.dma import CHECK_CYCLES, dram_slots
 from aipu.sim.timing.dram_bridge import read_cycles, write_hold
 from aipu.sim.timing.fetch import FetchGeometry, Fetcher
-from aipu.sim.timing.sequencer import NEXT_START
+from aipu.sim.timing.sequencer import NEXT_START, token_wait
 
 READERS = 3                 # the bridge's readers in ARID order: the fetcher, LOAD, WDEC (aipu.rtl.npu.READERS)
 FETCH_READER, LOAD_READER, WDEC_READER = 0, 1, 2
@@ -246,30 +246,19 @@ class NpuTimeline:
         """The start as ``aipu.sim.cycle`` finds it, from the take; ``seq.waited_on`` names what held it last
         ("fetch": the take, when the FIFO was empty as the unit went idle)."""
         command = self.queues[unit][seq.index]
-        start = seq.taken + TAKE_TO_START
         waited_on = "fetch" if seq.taken > seq.idle else None
-        for source in command.pop:          # the token it takes was pushed in an earlier cycle
-            pushes, taken = self.pushed[source, unit], len(self.popped[source, unit])
-            if taken >= len(pushes):
-                return None
-            if pushes[taken] + 1 > start:
-                start, waited_on = pushes[taken] + 1, f"token {source.name}->{unit.name}"
-        for target in command.push:         # room: the pop depth pushes back happened in an earlier cycle
-            made = len(self.pushed[unit, target])
-            if made >= self.depth:
-                pops = self.popped[unit, target]
-                if len(pops) <= made - self.depth:
-                    return None
-                if pops[made - self.depth] + 1 > start:
-                    start, waited_on = pops[made - self.depth] + 1, f"room {unit.name}->{target.name}"
-        if command.opcode == Opcode.FINISH:
-            for other in Unit:
-                if other != unit and len(self.timings[other]) < len(self.queues[other]):
-                    return None
-                if other != unit and self.timings[other] and self.timings[other][-1][2] + 1 > start:
-                    start, waited_on = self.timings[other][-1][2] + 1, "drain"
-        seq.waited_on = waited_on
+        found = token_wait(command, unit, seq.taken + TAKE_TO_START, waited_on, self.pushed, self.popped, self.depth,
+                           self._drained)
+        if found is None:
+            return None
+        start, seq.waited_on = found
         return start
+
+    def _drained(self, unit: Unit) -> int | None:
+        """None while ``unit`` has commands left to time; else its last retire (-1 for none)."""
+        if len(self.timings[unit]) < len(self.queues[unit]):
+            return None
+        return self.timings[unit][-1][2] if self.timings[unit] else -1
 
     def _start(self, unit: Unit, cycle: int) -> None:
         seq = self.units[unit]
