@@ -69,9 +69,9 @@ def run_demo(out_dir: Path, eval_limit: int | None = None, listing_lines: int = 
         runs.append(result.stats)
         predictions.append(int(np.argmax(logits)))
     interpret_seconds = time.perf_counter() - started
-    # the cycle model's report of the program, with the saturations of these runs
-    performance, _ = write_report(read_program_dir(program_dir), out_dir / "report.html", stats=summed_stats(runs),
-                                  prepared=prepared)
+    # the cycle model's report of the program as the NPU top runs it, with the saturations of these runs
+    performance, _ = write_report(read_program_dir(program_dir), out_dir / "report.html", dram="npu",
+                                  stats=summed_stats(runs), prepared=prepared)
     cycles = performance["summary"]
     predictions = np.array(predictions)
     session = single_thread_session(compiled.graph.to_onnx())
@@ -142,7 +142,8 @@ def _print_report(report: dict) -> None:
               "for numba's cache: later runs load them)")
     cycles = report["cycles"]
     print(f"Cycle model: {cycles['total_cycles']:,} cycles an image ({cycles['time_us']:,.1f} µs at {cycles['clock_mhz']} "
-          f"MHz, one DRAM shared by the DMA units), MAC utilisation {cycles['mac_utilisation']:.1%}, long pole "
+          f"MHz, as the NPU top runs it: command fetch and DMA on one AXI master), MAC utilisation "
+          f"{cycles['mac_utilisation']:.1%}, long pole "
           f"{cycles['long_pole_unit']}; {cycles['saturated_values']:,} values clamped to their range (fused ReLUs "
           f"included) in those runs; per-layer report: {cycles['report']}")
     print(f"Top-1 accuracy on {accuracy['images']} held-out images: float {accuracy['float']:.2%}, "

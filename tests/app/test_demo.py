@@ -17,7 +17,7 @@ def test_demo_is_bit_exact_accurate_and_lossless(tmp_path, monkeypatch, capsys):
     assert report["interpreter"]["bit_exact"] and report["interpreter"]["images"] == 60
     assert report["codec"]["lossless"]
     cycles = report["cycles"]
-    assert cycles["total_cycles"] > 1000 and 0 < cycles["mac_utilisation"] < 1 and cycles["dram_model"] == "shared"
+    assert cycles["total_cycles"] > 1000 and 0 < cycles["mac_utilisation"] < 1 and cycles["dram_model"] == "npu"
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
     assert (tmp_path / "report.json").exists() and cycles["report"] == str(tmp_path / "report.html")
     accuracy = report["accuracy"]
@@ -38,9 +38,10 @@ def test_demo_is_bit_exact_accurate_and_lossless(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_the_demo_runs_its_program_on_the_rtl(tmp_path, capsys):
-    """`aipu demo` with its RTL part: the DEFAULT System on Verilator (a build of minutes, then cached) runs the
+    """`aipu demo` with its RTL part: the DEFAULT NPU top on Verilator (a build of minutes, then cached) runs the
     program for the first held-out images, equal to the interpreter and the cycle model."""
     assert main(["demo", "--out", str(tmp_path), "--images", "12", "--rtl-images", "2", "--json"]) == 0
     rtl = json.loads(capsys.readouterr().out)["rtl"]
-    assert rtl["agree"] and rtl["simulator"] == "verilator" and [run["input"] for run in rtl["runs"]] == [0, 1]
+    assert rtl["agree"] and rtl["simulator"] == "verilator" and rtl["top"] == "npu"
+    assert [run["input"] for run in rtl["runs"]] == [0, 1]
     assert all(run["total_cycles"] == run["model_total_cycles"] > 1000 for run in rtl["runs"])
