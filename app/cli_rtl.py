@@ -25,8 +25,8 @@ def _config(args: argparse.Namespace):
 
 def _cmd_verilog(args: argparse.Namespace) -> int:
     from aipu.rtl.system import System
-    from aipu.sim.cosim.verilog import (TOPLEVEL, available_units, compact_zero_init, preloaded_memories,
-                                        system_verilog, unit_verilog)
+    from aipu.sim.cosim.verilog import (NPU_TOPLEVEL, TOPLEVEL, available_units, compact_zero_init, npu_verilog,
+                                        preloaded_memories, system_verilog, unit_verilog)
 
     config = _config(args)
     units = available_units()
@@ -36,6 +36,9 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
         path = output / f"{unit.name.lower()}.v"
         path.write_text(unit_verilog(unit_class, config))
         print(f"{path}: {unit.name} ({unit_class.__module__}.{unit_class.__qualname__})")
+    path = output / f"{NPU_TOPLEVEL}.v"
+    path.write_text(npu_verilog(config))
+    print(f"{path}: the NPU top (host registers on s_axil_*, DRAM on the AXI4 master m_axi_*, irq; docs/rtl.md)")
     path = output / f"{TOPLEVEL}.v"
     system = System(config, list(units.values()), program_depth=config.queues.command_depth,
                     dram_bytes=args.dram_bytes)
@@ -163,8 +166,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--json", action="store_true", help="print the report as JSON (docs/rtl-cosim.md)")
     verify.set_defaults(func=_cmd_verify)
 
-    verilog = commands.add_parser("verilog", help="write the Verilog of every unit and of the System top")
-    verilog.add_argument("-o", "--output", required=True, help="directory for <unit>.v and aipu_system.v")
+    verilog = commands.add_parser("verilog", help="write the Verilog of every unit, of the NPU top and of the System "
+                                                  "test harness")
+    verilog.add_argument("-o", "--output", required=True,
+                         help="directory for <unit>.v, aipu_npu.v and aipu_system.v")
     verilog.add_argument("--config", help="hardware configuration (.toml/.json); default: the built-in one")
     verilog.add_argument("--dram-bytes", type=positive_int, default=DEFAULT_DRAM_BYTES,
                          help=f"size of the System's DRAM model (default {DEFAULT_DRAM_BYTES})")

@@ -34,12 +34,14 @@ from amaranth.hdl._ir import PortDirection
 from amaranth.lib.wiring import In
 
 from aipu.rtl.host import HostRegisters
+from aipu.rtl.npu import Npu
 from aipu.rtl.system import System
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import Unit
 
-TOPLEVEL = "aipu_system"          # not the name of any of its ports (cocotb and Verilator would confuse the two)
+TOPLEVEL = "aipu_system"
+NPU_TOPLEVEL = "aipu_npu"          # not the name of any of its ports (cocotb and Verilator would confuse the two)
 HOST_TOPLEVEL = "aipu_host"
 SIMULATORS = ("verilator", "icarus")
 CACHE_VARIABLE = "AIPU_RTL_CACHE"
@@ -112,6 +114,13 @@ def host_verilog(config: HardwareConfig) -> str:
     ``s_axil_awaddr``, ... (:func:`flat_ports` with ``_``), plus ``clk`` and ``rst``."""
     host = HostRegisters(config)
     return amaranth_verilog.convert(host, name=HOST_TOPLEVEL, ports=flat_ports(host, "_"))
+
+
+def npu_verilog(config: HardwareConfig) -> str:
+    """Verilog of the NPU top a chip team integrates (module ``aipu_npu``, docs/rtl.md "The NPU top"): its ports
+    ``s_axil_*``, ``m_axi_*`` and ``irq`` (:func:`flat_ports` with ``_``), plus ``clk`` and ``rst``."""
+    npu = Npu(config)
+    return amaranth_verilog.convert(npu, name=NPU_TOPLEVEL, ports=flat_ports(npu, "_"))
 
 
 def system_verilog(system: System, *, reset_port: bool = True) -> str:

@@ -165,6 +165,9 @@ def test_aipu_rtl_verilog_writes_every_unit_and_a_resettable_top(tmp_path):
         assert f"module aipu_{name}(" in (tmp_path / "v" / f"{name}.v").read_text()
     top = (tmp_path / "v" / "aipu_system.v").read_text()
     assert "input rst;" in top and '$value$plusargs("aipu_preload_dram=%s", path)) $readmemh(path, dram);' in top
+    npu = (tmp_path / "v" / "aipu_npu.v").read_text()
+    assert "module aipu_npu(" in npu and "input rst;" in npu
+    assert all(f" {port};" in npu for port in ("s_axil_awaddr", "m_axi_araddr", "m_axi_rdata", "irq"))
     build = get_build(SMALL, UNITS, program_depth=1, dram_bytes=DRAM_BYTES)       # Verilator's
     assert "input rst;" not in (build.directory / "aipu_system.v").read_text()
 
