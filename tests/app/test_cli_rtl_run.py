@@ -62,7 +62,7 @@ def test_a_program_on_verilator_equals_both_models(compiled, capsys):
     assert text.endswith("agreement: 1 of 1 run equal to both models\n")
 
 
-@pytest.mark.parametrize("top", ["npu", "system"])
+@pytest.mark.parametrize("top", [pytest.param("npu", marks=pytest.mark.slow), "system"])
 def test_a_program_on_amaranth_equals_both_models(compiled, capsys, top):
     code, report = _json(capsys, ["rtl", "run", str(compiled / "out"), "--sim", "amaranth", "--top", top])
     assert code == 0 and report["agree"] and report["build_seconds"] is None, report

@@ -1,7 +1,7 @@
 """The NPU top (rtl/npu.py) driven as a host drives it: the program image in the testbench DRAM, PROGRAM_BASE,
-DRAM_BYTES and START over AXI4-Lite, ``irq`` at the end. Compiled networks (a conv, a MobileNet-like block),
-real networks' layer shapes and random programs run bit-exact with the interpreter, on the cycle model's
-cycles; every error stops the run with ERROR naming it and raises the interrupt."""
+DRAM_BYTES and START over AXI4-Lite, ``irq`` at the end. Compiled networks (a conv, a MobileNet-like block) and
+real networks' layer shapes run bit-exact with the interpreter, on the cycle model's cycles (random programs:
+tests/sim/test_cycle_npu.py); every error stops the run with ERROR naming it and raises the interrupt."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,9 @@ import pytest
 
 from aipu.sim.cosim.cocotb_run import verilog_backends
 from aipu.sim.cosim.dram.model import ErrorRange, Resp
-from aipu.sim.cosim.npu_amaranth import field, run_npu_amaranth, run_words_npu_amaranth
+from aipu.sim.cosim.npu_amaranth import field, run_words_npu_amaranth
 from aipu.sim.cosim.npu_verilog import run_npu_on
 from aipu.sim.cosim.result import first_mismatch
-from aipu.sim.cosim.stimulus import dma
 from aipu.sim.interpreter import run
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import Opcode, Unit
@@ -60,22 +59,20 @@ def _error(result) -> tuple[int, int, int]:
     return tuple(field("ERROR", name, result.registers["ERROR"]) for name in ("CAUSE", "UNIT", "FIELD"))
 
 
-def test_a_compiled_network_runs_bit_exact_from_the_host_interface(compiled):
-    program, memory = compiled.program, Memory.create(compiled.program.config, compiled.dram)
-    got = run_npu_amaranth(program, memory, max_cycles=MAX_CYCLES)
-    assert _status(got) == {"BUSY": 0, "DONE": 1, "ERROR": 0} and got.registers["IRQ_STATUS"] == 1
-    assert first_mismatch(program, run(program, memory), got) is None
-    assert [len(got.cycles[unit]) for unit in Unit] == [len(program.queues[unit]) for unit in Unit]
-
-
 @pytest.mark.parametrize("backend", verilog_backends())
-def test_the_verilog_npu_runs_free_to_the_same_bytes_and_cycles(compiled, backend):
-    """The bench (NPU + testbench DRAM in logic) under cocotb: cocotbext-axi's AXI4-Lite master is the host."""
+def test_a_compiled_network_runs_from_the_host_interface_bit_exact_on_the_model_s_cycles(compiled, backend):
+    """The bench (NPU + testbench DRAM in logic) under cocotb: cocotbext-axi's AXI4-Lite master is the host. The
+    run ends DONE with the DONE interrupt, every byte the interpreter's, every command on the cycle model's
+    (dram="npu") start and retire."""
+    from aipu.sim.cycle import simulate
+
     program, memory = compiled.program, Memory.create(compiled.program.config, compiled.dram)
     got = run_npu_on(backend, program, memory, max_cycles=MAX_CYCLES)
-    assert got.done and not got.errors
+    assert _status(got) == {"BUSY": 0, "DONE": 1, "ERROR": 0} and got.registers["IRQ_STATUS"] == 1
     assert first_mismatch(program, run(program, memory), got) is None
-    assert got.cycles == run_npu_on("amaranth", program, memory, max_cycles=MAX_CYCLES).cycles
+    model = simulate(program, memory, dram="npu")
+    assert got.cycles == model.cycles and got.total_cycles == model.total_cycles
+    assert got.cycles[Unit.LOAD][0] == (48, 105)     # the fetcher's start-up, then the bridge shared with it
 
 
 @pytest.mark.parametrize("backend", verilog_backends())
@@ -92,16 +89,6 @@ def test_a_mobilenet_like_network_runs_bit_exact_on_verilog_on_the_model_s_cycle
     assert first_mismatch(program, run(program, memory), got) is None
     model = simulate(program, memory, dram="npu")
     assert got.cycles == model.cycles and got.total_cycles == model.total_cycles
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_random_dma_programs_run_bit_exact(seed):
-    """Random LOAD and STORE patterns (the buffers start empty: nothing reaches them but through LOAD)."""
-    stimulus = dma.random_stimulus(SMALL, np.random.default_rng(seed), 8)
-    memory = Memory.create(SMALL, stimulus.memory.dram)
-    got = run_npu_amaranth(stimulus.program, memory, max_cycles=MAX_CYCLES)
-    assert got.done and not got.errors
-    assert first_mismatch(stimulus.program, run(stimulus.program, memory), got) is None
 
 
 def _finish(unit: Unit) -> bytes:

@@ -1,7 +1,8 @@
-"""The cycle model's ``dram="npu"`` mode against the NPU top (rtl/npu.py) in Amaranth's simulator: every
-command's (start, retire) equal, on a compiled network, on random LOAD/STORE programs, on random weight
-streams beside LOADs and on conv layers with compressed weights, on SMALL and on configurations with other
-DRAM words and latencies (DEFAULT's 100-cycle DRAM in the slow suite). The bridge's write side as one count
+"""The cycle model's ``dram="npu"`` mode against the NPU top (rtl/npu.py): every command's (start, retire) equal,
+on random LOAD/STORE programs, on random weight streams beside LOADs and on conv layers
+with compressed weights, on SMALL and on configurations with other DRAM words and latencies (DEFAULT's
+100-cycle DRAM in the slow suite). SMALL's programs run on the Verilog NPU under Verilator (one build, shared
+with tests/rtl/test_npu.py, then seconds a run), the other configurations in Amaranth's simulator (no build). The bridge's write side as one count
 (never refused, ``write_hold``) against its rules stepped cycle by cycle."""
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from aipu.sim.cosim.npu_amaranth import run_npu_amaranth
+from aipu.sim.cosim.npu_verilog import run_npu_on
+from aipu.sim.cosim.result import first_mismatch
 from aipu.sim.cosim.stimulus import dma, wdec
 from aipu.sim.cycle import simulate
+from aipu.sim.interpreter import run
 from aipu.sim.machine.arch import DEFAULT, hardware_config_from_dict
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
@@ -23,7 +26,6 @@ from aipu.compiler.lowering.conv_layers import lower_conv_layer
 from aipu.rtl.dram_bridge import W_QUEUE
 from aipu.sim.timing import dram_bridge
 from tests.rtl.configs import SMALL
-from tests.rtl.test_npu import compiled  # noqa: F401  (the fixture)
 
 MAX_CYCLES = 50_000
 # Two commands a fetch chunk (64-byte words) with a longer latency; 8-byte words with the shortest latency the
@@ -32,19 +34,18 @@ WIDE_WORD = hardware_config_from_dict({**SMALL.to_dict(), "dram": {"bytes_per_cy
 FAST_DRAM = hardware_config_from_dict({**SMALL.to_dict(), "dram": {"bytes_per_cycle": 8, "latency_cycles": 3}})
 
 
-def _assert_same(program, memory):
-    got = run_npu_amaranth(program, memory, max_cycles=MAX_CYCLES)
+def _assert_same(program, memory, *, ordered: bool = True):
+    """The program on the NPU: done, every command on the model's cycles, and (an ``ordered`` program, whose
+    accesses its tokens order so that the interpreter runs it) every byte the interpreter's."""
+    backend = "verilator" if program.config == SMALL else "amaranth"
+    got = run_npu_on(backend, program, memory, max_cycles=MAX_CYCLES)
     assert got.done and not got.errors
+    if ordered:
+        assert first_mismatch(program, run(program, memory), got) is None
     model = simulate(program, memory, dram="npu")
     for unit in Unit:
         assert model.cycles[unit] == got.cycles[unit], unit.name
     return model
-
-
-def test_a_compiled_network_follows_the_npu(compiled):  # noqa: F811
-    program = compiled.program
-    model = _assert_same(program, Memory.create(program.config, compiled.dram))
-    assert model.cycles[Unit.LOAD][0] == (48, 105)      # the fetcher's start-up, then the bridge shared with it
 
 
 @pytest.mark.parametrize("config, seed", [(SMALL, 1), (SMALL, 2), (WIDE_WORD, 1), (FAST_DRAM, 3),
@@ -67,11 +68,12 @@ def test_short_unchained_loads_and_stores_follow_the_npu():
     for _ in range(int(rng.integers(3, 10))):
         program.append(dma.random_store(SMALL, rng, int(rng.choice([1, 2, 4]))))
     program.append(Command.make(Opcode.FINISH, unit=Unit.LOAD))
-    model = _assert_same(program, Memory.create(SMALL, dma.random_memory(SMALL, rng).dram))
+    model = _assert_same(program, Memory.create(SMALL, dma.random_memory(SMALL, rng).dram), ordered=False)
     assert any(timing.waited_on == "fetch" for timings in model.timings.values() for timing in timings[1:])
 
 
-@pytest.mark.parametrize("config, seed", [(SMALL, 3), (FAST_DRAM, 4)], ids=["small-3", "fast_dram-4"])
+@pytest.mark.parametrize("config, seed", [(SMALL, 3), pytest.param(FAST_DRAM, 4, marks=pytest.mark.slow)],
+                         ids=["small-3", "fast_dram-4"])
 def test_weight_streams_beside_loads_follow_the_npu(config, seed):
     """Random WDEC streams (longer than the word fetcher's FIFO: its requests follow the engine's consumption)
     while random LOADs contend with them and with the fetcher for the bridge."""
@@ -85,7 +87,7 @@ def test_weight_streams_beside_loads_follow_the_npu(config, seed):
     program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
     image = np.zeros(max(dma.DRAM_BYTES, stimulus.memory.dram.size), np.uint8)    # the LOADs' addresses too
     image[:stimulus.memory.dram.size] = stimulus.memory.dram
-    model = _assert_same(program, Memory.create(config, image))
+    model = _assert_same(program, Memory.create(config, image), ordered=False)
     assert any(timing.dram_stall for unit in (Unit.LOAD, Unit.WDEC) for timing in model.timings[unit])
 
 
