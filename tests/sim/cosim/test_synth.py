@@ -73,3 +73,11 @@ def test_a_read_and_a_write_port_on_one_address_count_as_one_port():
     two_rw = yosys_memories({"m": cell([[1, 2], [3, 4]], [[1, 2], [3, 4]])})
     assert two_rw[0]["ports"] == 2 and two_rw[0]["bits"] == 4 * 8
     assert over_two_ports(yosys_memories({"m": cell([[1, 2], [3, 4]], [[5, 6]])})) == ["m"]
+
+
+def test_an_unknown_unit_names_the_npu_top_and_the_system(capsys):
+    from aipu.app.cli import main
+
+    assert main(["rtl", "synth", "--unit", "top"]) == 2
+    error = capsys.readouterr().err
+    assert "--unit top: expected one of load, " in error and ", npu, system" in error
