@@ -124,14 +124,16 @@ class Npu(wiring.Component):
                      waiting.eq((waiting | checking) & ~component.start)]
         with m.If(host.start):
             m.d.sync += [busy.eq(0), checking.eq(0), waiting.eq(0)]
-        refused = [getattr(component, name).valid & ~getattr(component, name).ready
-                   for name in ("dram_read", "dram_write") if name in component.signature.members]
+        ports = [getattr(component, port) for port in ("dram_read", "dram_write") if port in component.signature.members]
+        refused = [port.valid & ~port.ready for port in ports]
         m.d.comb += [host.unit_retire[unit].eq(component.retire), host.unit_busy[unit].eq(busy),
                      host.unit_wait[unit].eq(waiting & ~component.start),
                      host.unit_dram_stall[unit].eq(busy & Cat(*refused).any() if refused else 0)]
         return busy
 
     def _attach_dram(self, m: Module, unit: Unit, component: UnitComponent, names: list[str]) -> None:
+        """The unit's DRAM ports ``names`` onto the bridge: a reader on its ARID's port, STORE on the write port
+        with ``writes_answered`` from the bridge's ``write_idle``."""
         for name in names:
             port = getattr(component, name)
             if name == "dram_write":

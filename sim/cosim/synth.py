@@ -48,7 +48,6 @@ write_json -selected memories.json
 BOOKKEEPING = ("$scopeinfo",)     # cells that are no logic
 MEMORY = "$mem_v2"
 MOST_PORTS = 2                    # an SRAM macro's: 1R1W or 2RW
-NPU_TOPLEVEL = "aipu_npu"
 _LTP_HEADER = re.compile(r"Longest topological path in \S+ \(length=(\d+)\):")
 _LTP_STEP = re.compile(r"^\s*(?:\d+|ff): \\?(.+?)(?: \(via .*\))?$")
 
@@ -157,7 +156,7 @@ def npu_report(config: HardwareConfig) -> dict:
     """:func:`report` of the NPU top (module ``aipu_npu``, no trace logs), its ports named as in its Verilog
     (``s_axil_awaddr``, ``m_axi_rdata``, ..., ``irq``, ``clk``, ``rst``)."""
     from aipu.rtl.npu import Npu
-    from aipu.sim.cosim.verilog import flat_ports
+    from aipu.sim.cosim.verilog import NPU_TOPLEVEL, flat_ports
 
     npu = Npu(config)
     return report(npu, NPU_TOPLEVEL, flat_ports(npu, "_"))

@@ -40,8 +40,8 @@ from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import Unit
 
-TOPLEVEL = "aipu_system"
-NPU_TOPLEVEL = "aipu_npu"          # not the name of any of its ports (cocotb and Verilator would confuse the two)
+TOPLEVEL = "aipu_system"          # not the name of any of its ports (cocotb and Verilator would confuse the two)
+NPU_TOPLEVEL = "aipu_npu"
 HOST_TOPLEVEL = "aipu_host"
 SIMULATORS = ("verilator", "icarus")
 CACHE_VARIABLE = "AIPU_RTL_CACHE"
