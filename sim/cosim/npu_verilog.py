@@ -107,7 +107,7 @@ def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, si
                    "dram_bytes_regs": [BY_NAME["DRAM_BYTES_LO"].offset, BY_NAME["DRAM_BYTES_HI"].offset],
                    "irq_enable": [BY_NAME["IRQ_ENABLE"].offset, sum(1 << f.lsb for f in BY_NAME["IRQ_ENABLE"].fields)],
                    "control": BY_NAME["CONTROL"].offset, "buffers": buffers,
-                   "units": [[int(unit), unit.name] for unit in Unit], "dram_words": image.size // beat + 1}
+                   "units": [[int(unit), unit.name] for unit in Unit], "dram_words": -(-image.size // beat)}
         (run_dir / "request.json").write_text(json.dumps(request))
         plusargs = [f"+{PRELOAD_PLUSARG.format(memory='dram_words')}={run_dir / 'dram.hex'}"]
         simulate_test(simulator, directory, run_dir, plusargs, toplevel=BENCH_TOPLEVEL,
