@@ -24,22 +24,23 @@ from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Program
 from aipu.sim.machine.program_image import pack_image, with_image
-from aipu.sim.machine.registers import BY_NAME, DATA_BITS, ErrorCause
+from aipu.sim.machine.registers import BY_NAME, DATA_BITS, ErrorCause, field_value
 
 READ_BACK = ("STATUS", "ERROR", "IRQ_STATUS", "CYCLES_LO", *(f"{unit.name}_RETIRED" for unit in Unit))
 ERROR_NAMES = {cls.UNIT: cls.unit_error_names() for cls in UNIT_CLASSES}    # what ERROR.FIELD indexes, per unit
 
 
-def field(register: str, name: str, word: int) -> int:
-    """Field ``name`` of a value read from ``register`` (fields whose width follows no configuration)."""
-    bits = next(f for f in BY_NAME[register].fields if f.name == name)
-    return word >> bits.lsb & ((1 << bits.width) - 1)
+def start_writes(base: int, dram_bytes: int) -> list[tuple[int, int]]:
+    """The (offset, word) writes with which the host starts a run, in order: PROGRAM_BASE and DRAM_BYTES (each a
+    LO/HI pair), IRQ_ENABLE with every event, CONTROL.START."""
+    def pair(name: str, value: int) -> list[tuple[int, int]]:
+        return [(BY_NAME[f"{name}_LO"].offset, value & (1 << DATA_BITS) - 1),
+                (BY_NAME[f"{name}_HI"].offset, value >> DATA_BITS)]
 
-
-def _pair(config: HardwareConfig, name: str, value: int) -> list[tuple[int, int]]:
-    """(offset, word) writes of a LO/HI register pair holding ``value``."""
-    return [(BY_NAME[f"{name}_LO"].offset, value & (1 << DATA_BITS) - 1),
-            (BY_NAME[f"{name}_HI"].offset, value >> DATA_BITS)]
+    start = next(f for f in BY_NAME["CONTROL"].fields if f.name == "START")
+    return [*pair("PROGRAM_BASE", base), *pair("DRAM_BYTES", dram_bytes),
+            (BY_NAME["IRQ_ENABLE"].offset, sum(1 << f.lsb for f in BY_NAME["IRQ_ENABLE"].fields)),
+            (BY_NAME["CONTROL"].offset, 1 << start.lsb)]
 
 
 def run_npu_amaranth(program: Program, memory: Memory, *, max_cycles: int, vcd: str | None = None) -> RtlResult:
@@ -66,11 +67,8 @@ def run_words_npu_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, *, m
     outcome: dict = {}
 
     async def testbench(ctx):
-        enable = sum(1 << f.lsb for f in BY_NAME["IRQ_ENABLE"].fields)
-        for offset, value in [*_pair(config, "PROGRAM_BASE", base + base_offset), *_pair(config, "DRAM_BYTES", dram.size),
-                              (BY_NAME["IRQ_ENABLE"].offset, enable)]:
+        for offset, value in start_writes(base + base_offset, dram.size):
             await write(ctx, npu, offset, value)
-        await write(ctx, npu, BY_NAME["CONTROL"].offset, 1)
         cycles, started = 0, time.perf_counter()
         if while_running is not None:
             await while_running(ctx, npu)
@@ -106,9 +104,9 @@ def result_of(config: HardwareConfig, memory: Memory, dram: np.ndarray, outcome:
     mask = (1 << CYCLE_BITS) - 1
     cycles = {u: [(entry & mask, entry >> CYCLE_BITS) for entry in outcome["logs"][u]] for u in Unit}
     error = registers["ERROR"]
-    cause, unit, detail = (field("ERROR", name, error) for name in ("CAUSE", "UNIT", "FIELD"))
+    cause, unit, detail = (field_value("ERROR", name, error) for name in ("CAUSE", "UNIT", "FIELD"))
     errors, token_error, dram_faults = [], False, []
-    if field("STATUS", "ERROR", registers["STATUS"]):
+    if field_value("STATUS", "ERROR", registers["STATUS"]):
         if cause in (ErrorCause.ILLEGAL_COMMAND, ErrorCause.ENGINE_FAULT):
             retired = registers[f"{Unit(unit).name}_RETIRED"]
             errors.append(RtlError(Unit(unit), retired, ERROR_NAMES[Unit(unit)][detail]))
@@ -116,5 +114,5 @@ def result_of(config: HardwareConfig, memory: Memory, dram: np.ndarray, outcome:
             token_error = True
         elif cause == ErrorCause.DRAM_RANGE:
             dram_faults.append(Unit(unit))
-    return RtlResult(image, cycles, registers["CYCLES_LO"], bool(field("STATUS", "DONE", registers["STATUS"])),
+    return RtlResult(image, cycles, registers["CYCLES_LO"], bool(field_value("STATUS", "DONE", registers["STATUS"])),
                      errors, token_error, dram_faults, outcome["run_seconds"], registers=registers)

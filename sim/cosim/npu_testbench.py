@@ -1,8 +1,8 @@
 """The cocotb test that runs one program on the Verilog NPU bench (loaded by the simulator, not by pytest).
 
-It is the host: through cocotbext-axi's AXI4-Lite master it writes PROGRAM_BASE, DRAM_BYTES, IRQ_ENABLE and
-CONTROL.START (from ``request.json``), then sleeps until ``irq`` rises or the cycle bound passes: the RTL runs
-free, Python wakes for nothing else. It reads the registers the request names over the bus, then the DRAM,
+It is the host: through cocotbext-axi's AXI4-Lite master it makes the writes ``request.json`` lists
+(``npu_amaranth.start_writes``: PROGRAM_BASE, DRAM_BYTES, IRQ_ENABLE, CONTROL.START), then sleeps until ``irq``
+rises or the cycle bound passes: the RTL runs free, Python wakes for nothing else. It reads the registers the request names over the bus, then the DRAM,
 the buffers and the command-cycle logs by backdoor, into ``outcome.json`` (the ``outcome`` of
 :func:`aipu.sim.cosim.npu_amaranth.result_of`). It imports nothing of aipu: the simulator starts faster.
 """
@@ -42,14 +42,8 @@ async def run_program(dut):
     master.write_if.log.setLevel("WARNING")
     master.read_if.log.setLevel("WARNING")
     await ClockCycles(dut.clk, 2)
-    low, high = request["program_base"]
-    await _write(master, low, request["base"] & 0xFFFF_FFFF)
-    await _write(master, high, request["base"] >> 32)
-    low, high = request["dram_bytes_regs"]
-    await _write(master, low, request["dram_bytes"] & 0xFFFF_FFFF)
-    await _write(master, high, request["dram_bytes"] >> 32)
-    await _write(master, *request["irq_enable"])
-    await _write(master, request["control"], 1)
+    for offset, value in request["writes"]:          # the last one starts the run
+        await _write(master, offset, value)
     started, began, run_step = time.perf_counter(), get_sim_time("ns"), get_sim_time("step")
     await ReadOnly()
     if not int(dut.irq.value):

@@ -101,12 +101,8 @@ def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, si
         words = padded.reshape(-1, beat)[:, ::-1]
         (run_dir / "dram.hex").write_text("\n".join(row.tobytes().hex() for row in words) + "\n")
         buffers = {f"buffer_{b.name.lower()}": word_count(config, b) for b in Buffer}
-        request = {"base": base, "dram_bytes": image.size, "max_cycles": max_cycles,
-                   "registers": {r.name: r.offset for r in (BY_NAME[name] for name in npu_amaranth.READ_BACK)},
-                   "program_base": [BY_NAME["PROGRAM_BASE_LO"].offset, BY_NAME["PROGRAM_BASE_HI"].offset],
-                   "dram_bytes_regs": [BY_NAME["DRAM_BYTES_LO"].offset, BY_NAME["DRAM_BYTES_HI"].offset],
-                   "irq_enable": [BY_NAME["IRQ_ENABLE"].offset, sum(1 << f.lsb for f in BY_NAME["IRQ_ENABLE"].fields)],
-                   "control": BY_NAME["CONTROL"].offset, "buffers": buffers,
+        request = {"writes": npu_amaranth.start_writes(base, image.size), "max_cycles": max_cycles,
+                   "registers": {name: BY_NAME[name].offset for name in npu_amaranth.READ_BACK}, "buffers": buffers,
                    "units": [[int(unit), unit.name] for unit in Unit], "dram_words": -(-image.size // beat)}
         (run_dir / "request.json").write_text(json.dumps(request))
         plusargs = [f"+{PRELOAD_PLUSARG.format(memory='dram_words')}={run_dir / 'dram.hex'}"]

@@ -233,6 +233,12 @@ BY_NAME: dict[str, Register] = {register.name: register for register in REGISTER
 BY_OFFSET: dict[int, Register] = {register.offset: register for register in REGISTERS}
 
 
+def field_value(register: str, name: str, word: int) -> int:
+    """Field ``name`` of a 32-bit value of ``register`` (a field whose width is a number of bits)."""
+    fld = next(f for f in BY_NAME[register].fields if f.name == name)
+    return word >> fld.lsb & ((1 << fld.width) - 1)
+
+
 def _check_table() -> None:
     """Offsets aligned, distinct and inside the window; fields inside 32 bits and disjoint under the widest
     DRAM address (the only widths that move)."""

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.registers import (ADDRESS_BITS, BY_NAME, BY_OFFSET, COUNTER_BITS, DATA_BITS, DATA_BYTES,
-                                        REGISTERS, UNIT_COUNTERS, Access, ErrorCause, Response, counter_name)
+                                        REGISTERS, UNIT_COUNTERS, Access, ErrorCause, Response, counter_name,
+                                        field_value)
 
 WORD = (1 << DATA_BITS) - 1
 
@@ -21,11 +22,6 @@ def place(register: str, field_name: str, value: int) -> int:
     """``value`` at the position of ``register``'s field ``field_name``."""
     fld = next(f for f in BY_NAME[register].fields if f.name == field_name)
     return value << fld.lsb
-
-
-def field_of(register: str, field_name: str, word: int) -> int:
-    fld = next(f for f in BY_NAME[register].fields if f.name == field_name)
-    return (word >> fld.lsb) & ((1 << fld.width) - 1)
 
 
 def strobe_bits(strobe: int) -> int:
@@ -78,7 +74,7 @@ class HostModel:
             self.stored[register.name] = (self.stored[register.name] & ~keep) | bits
         elif register.access is Access.W1C:
             self.stored[register.name] &= ~bits
-        elif field_of("CONTROL", "START", bits):
+        elif field_value("CONTROL", "START", bits):
             self.pulses.append("start")
             self.running, self.finished, self.failed = True, False, False
             self.error_word = self.cycles = 0

@@ -12,7 +12,7 @@ import pytest
 
 from aipu.sim.cosim.cocotb_run import verilog_backends
 from aipu.sim.cosim.dram.model import ErrorRange, Resp
-from aipu.sim.cosim.npu_amaranth import field, run_words_npu_amaranth
+from aipu.sim.cosim.npu_amaranth import run_words_npu_amaranth
 from aipu.sim.cosim.npu_verilog import run_npu_on
 from aipu.sim.cosim.result import first_mismatch
 from aipu.sim.interpreter import run
@@ -21,7 +21,7 @@ from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
 from aipu.sim.machine.program_image import FETCH_ERRORS
-from aipu.sim.machine.registers import BY_NAME, FETCHER, ErrorCause
+from aipu.sim.machine.registers import BY_NAME, FETCHER, ErrorCause, field_value
 from tests.rtl.configs import SMALL
 from tests.sim.cosim.test_layers import NETWORK_SHAPES
 
@@ -52,11 +52,11 @@ def compiled(tmp_path_factory):
 
 
 def _status(result) -> dict[str, int]:
-    return {name: field("STATUS", name, result.registers["STATUS"]) for name in ("BUSY", "DONE", "ERROR")}
+    return {name: field_value("STATUS", name, result.registers["STATUS"]) for name in ("BUSY", "DONE", "ERROR")}
 
 
 def _error(result) -> tuple[int, int, int]:
-    return tuple(field("ERROR", name, result.registers["ERROR"]) for name in ("CAUSE", "UNIT", "FIELD"))
+    return tuple(field_value("ERROR", name, result.registers["ERROR"]) for name in ("CAUSE", "UNIT", "FIELD"))
 
 
 @pytest.mark.parametrize("backend", verilog_backends())
