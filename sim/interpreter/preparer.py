@@ -16,7 +16,7 @@ from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, B
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.program import Command
-from aipu.sim.machine.ordering import Access, RaceDetector, writes_a_byte_twice
+from aipu.sim.machine.ordering import Access, BankChecker, RaceDetector, writes_a_byte_twice
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,7 @@ class Preparer:
         self.config = config
         self.sizes = {DRAM: dram_bytes, **{buffer: config.buffer(buffer).bytes for buffer in Buffer}}
         self.races = RaceDetector() if check_hazards else None
+        self.banks = BankChecker(config) if check_hazards else None
         self.stats = Stats()
         self.unit, self.index, self.clock = Unit.LOAD, 0, ()
         self.label = self.where = ""
@@ -95,8 +96,10 @@ class Preparer:
         if written is not None:
             self.writes.append(Write(self.unit, self.index, space_name(space), low, high, written, pattern))
         if self.races is not None:
-            self.races.access(Access(space_name(space), low, high, written is not None, self.unit, self.index,
-                                     self.clock, pattern))
+            access = Access(space_name(space), low, high, written is not None, self.unit, self.index, self.clock,
+                            pattern)
+            self.races.access(access)
+            self.banks.access(access)
 
     def tensor(self, space, field_name: str, address: int, shape, dtype, written: bool = False) -> View:
         """``shape`` elements of ``dtype`` at ``address``, read (or written)."""

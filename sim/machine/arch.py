@@ -164,6 +164,13 @@ class HardwareConfig:
                 key = f"buffers.{buffer.name.lower()}.port_bytes"
                 raise InputError(key, self.buffer(buffer).port_bytes,
                                  f"at most the buffer's {self.buffer(buffer).bytes} bytes")
+        for buffer in BANKED_BUFFERS:   # two banks, each of two word-interleaved SRAMs
+            words = self.buffer(buffer).bytes // self.buffer(buffer).port_bytes
+            if words < BANKS * SUBBANKS:
+                key = f"buffers.{buffer.name.lower()}"
+                raise InputError(f"{key}.bytes", self.buffer(buffer).bytes,
+                                 f"at least {BANKS * SUBBANKS} words of {key}.port_bytes = "
+                                 f"{self.buffer(buffer).port_bytes} (two banks of two interleaved SRAMs)")
         if self.buffers.acc.bytes < ACC_DTYPE.itemsize:
             raise InputError("buffers.acc.bytes", self.buffers.acc.bytes,
                              f"at least {ACC_DTYPE.itemsize}, one accumulator")
@@ -175,6 +182,10 @@ class HardwareConfig:
     def buffer_units(self, buffer: Buffer) -> int:
         """How many addressable units the buffer has (bytes, int32 entries or parameter records)."""
         return self.buffer(buffer).bytes // BUFFER_UNIT_BYTES[buffer]
+
+    def bank_bytes(self, buffer: Buffer) -> int:
+        """Bytes of one bank of ``buffer`` (docs/isa.md, "Banks"): half the buffer if it is banked."""
+        return self.buffer(buffer).bytes // (BANKS if buffer in BANKED_BUFFERS else 1)
 
     def address_bits(self, buffer: Buffer) -> int:
         return (self.buffer_units(buffer) - 1).bit_length()
@@ -304,6 +315,13 @@ PARAM_RECORD: tuple[tuple[str, np.dtype, str], ...] = (
 )
 PARAM_DTYPE = np.dtype([(name, numpy_type) for name, numpy_type, _ in PARAM_RECORD])   # one record
 PARAM_RECORD_BYTES = PARAM_DTYPE.itemsize
+
+# The buffers several units share are each built as BANKS banks, the halves of the buffer, each of SUBBANKS
+# SRAMs holding the even and the odd words. Units of different commands that no token chain orders never
+# use one bank (docs/isa.md, "Banks"), so that every SRAM has two ports at most.
+BANKED_BUFFERS = (Buffer.ACT, Buffer.WEIGHT, Buffer.ACC, Buffer.OUT)
+BANKS = 2
+SUBBANKS = 2
 
 BUFFER_UNIT_BYTES = {Buffer.ACT: 1, Buffer.WEIGHT: 1, Buffer.ACC: ACC_DTYPE.itemsize, Buffer.OUT: 1,
                      Buffer.LUT: 1, Buffer.PARAM: PARAM_RECORD_BYTES}

@@ -88,3 +88,7 @@ class DeadlockError(ExecutionError):
 
 class HazardError(ExecutionError):
     """Two commands not ordered by tokens access overlapping bytes and at least one writes."""
+
+
+class BankError(HazardError):
+    """Two commands of different units not ordered by tokens use one bank of a banked buffer."""

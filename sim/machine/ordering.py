@@ -3,7 +3,8 @@
 :func:`schedule` plays a program's token protocol without touching data: the order in which units run
 (fixed or random), each command's vector clock, deadlock and unbalanced tokens. :class:`RaceDetector`
 then checks, access by access, that two accesses to overlapping bytes (at least one a write) are ordered
-by a token chain. The interpreter does both once per program (:func:`aipu.sim.interpreter.prepare`).
+by a token chain, and :class:`BankChecker` that two commands of different units using one bank of a banked
+buffer are. The interpreter does all three once per program (:func:`aipu.sim.interpreter.prepare`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aipu.sim.machine.errors import DeadlockError, ExecutionError, HazardError
+from aipu.sim.machine.arch import BANKED_BUFFERS, HardwareConfig
+from aipu.sim.machine.errors import BankError, DeadlockError, ExecutionError, HazardError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.program import Command
 
@@ -87,6 +89,31 @@ class RaceDetector:
                               if not (old.clock[old.unit] <= access.clock[old.unit]
                                       and access.low <= old.low and old.high <= access.high)]
         (writes if access.write else reads).append(access)
+
+
+class BankChecker:
+    """Static bank ownership (docs/isa.md, "Banks"): while a command uses a bank of ACT, WEIGHT, ACC or OUT,
+    no command of another unit that the tokens do not order before or after it may use that bank, not even
+    to read. Per bank only each unit's latest access is kept: a unit's commands run one after another, so
+    if its latest is ordered before a new access, so are all its earlier ones."""
+
+    def __init__(self, config: HardwareConfig) -> None:
+        self.bank_bytes = {buffer.name: config.bank_bytes(buffer) for buffer in BANKED_BUFFERS}
+        self.latest: dict[tuple[str, int], dict[Unit, Access]] = {}
+
+    def access(self, access: Access) -> None:
+        size = self.bank_bytes.get(access.space)
+        if size is None or access.high <= access.low:
+            return
+        for bank in range(access.low // size, (access.high - 1) // size + 1):
+            users = self.latest.setdefault((access.space, bank), {})
+            for unit, old in users.items():
+                if unit != access.unit and old.clock[unit] > access.clock[unit]:
+                    raise BankError(
+                        f"{old.unit.name}[{old.index}] and {access.unit.name}[{access.index}] are not ordered by "
+                        f"tokens but both use {access.space} bank {bank} [{bank * size:#x}, {(bank + 1) * size:#x}):"
+                        f" a bank serves the commands of one unit at a time")
+            users[access.unit] = access
 
 
 def schedule(queues: dict[Unit, tuple[Command, ...]], token_depth: int, rng: random.Random | None):

@@ -148,7 +148,7 @@ def test_compile_refuses_bad_input_in_one_line(tmp_path, capsys, digits_data):
     assert "missing.onnx" in _error(["compile", str(tmp_path / "missing.onnx"), "--calib",
                                      str(tmp_path / "calib.npz"), "-o", out], capsys)
     tiny = tmp_path / "tiny.toml"
-    tiny.write_text("[buffers.weight]\nbytes = 8\nport_bytes = 8\n")     # a half: 4 bytes, less than one 3x3 kernel
+    tiny.write_text("[buffers.weight]\nbytes = 8\nport_bytes = 2\n")     # a half: 4 bytes, less than one 3x3 kernel
     message = _error(["compile", str(MODEL_PATH), "--calib", str(tmp_path / "calib.npz"), "-o", out, "--config",
                       str(tiny), "--quiet"], capsys)
     assert message.startswith(f"aipu compile: error: {MODEL_PATH}: layer 'conv1'"), message

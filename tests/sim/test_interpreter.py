@@ -10,6 +10,7 @@ from aipu.sim import golden
 from aipu.sim.machine.arch import DEFAULT, LUT8_ENTRIES, PARAM_DTYPE, Buffer, DType, hardware_config_from_dict
 from aipu.sim.machine.isa import EltwiseOp, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit
 from aipu.sim.interpreter import DeadlockError, ExecutionError, HazardError, run
+from aipu.sim.machine.errors import BankError
 from aipu.sim.interpreter.handlers import HANDLERS
 from aipu.sim.machine.ordering import _pattern_offsets, writes_a_byte_twice
 from aipu.sim.machine.memory import Memory
@@ -177,6 +178,21 @@ def test_eltwise_rescale_rejects_b_fields():
         _result(_vector_program(_dram(), cmd, out_bytes=4), _dram(), np.int8, 4)
 
 
+@pytest.mark.parametrize("dst_addr", [0x80, DEFAULT.bank_bytes(Buffer.OUT)])
+def test_eltwise_operands_and_result_share_a_bank_two_at_most(dst_addr):
+    cmd = Command.make(Opcode.ELTWISE, op=EltwiseOp.ADD, a_buf=Buffer.OUT, b_buf=Buffer.OUT, a_addr=0, b_addr=0x40,
+                       dst_addr=dst_addr, count=4, qmin=-128, qmax=127)
+    program = Program()
+    program.append(cmd)
+    program.append(Command.make(Opcode.FINISH, unit=Unit.POOL))
+    if dst_addr < DEFAULT.bank_bytes(Buffer.OUT):
+        with pytest.raises(ExecutionError, match=r"POOL\[0\] ELTWISE: a_addr = 0x0, b_addr = 0x40 and dst_addr = 0x80 "
+                                                 r"all lie in OUT bank 0: a bank serves two accesses a cycle"):
+            run(program, Memory.create(DEFAULT, 64))
+    else:
+        run(program, Memory.create(DEFAULT, 64))
+
+
 def _bare_stream(container: bytes) -> np.ndarray:
     from aipu.codec.api import read_index
 
@@ -254,6 +270,22 @@ def test_unordered_write_and_read_is_a_hazard_in_every_schedule(seed):
                                           r"LOAD\[0\] \(write\)) are not ordered by tokens but both access "
                                           r"ACT \[0x0, 0x4\)"):
         run(_two_unit(load_push=(), conv_pop=()), Memory.create(DEFAULT, 64), seed=seed)
+
+
+@pytest.mark.parametrize("pool_addr", [0x100, DEFAULT.bank_bytes(Buffer.ACT)])
+def test_two_units_share_a_bank_only_in_token_order(pool_addr):
+    """CONV and POOL read disjoint ACT bytes with no token between them: legal in different banks only."""
+    program = Program()
+    program.append(Command.make(Opcode.CONV, in_h=1, in_w=1, in_c=4, out_c=1))
+    program.append(Command.make(Opcode.POOL, src_buf=Buffer.ACT, src_addr=pool_addr, in_h=2, in_w=2, channels=4,
+                                dtype=DType.INT8, k_h=2, k_w=2, dst_addr=0x100))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
+    if pool_addr < DEFAULT.bank_bytes(Buffer.ACT):
+        with pytest.raises(BankError, match=r"(CONV\[0\] and POOL\[0\]|POOL\[0\] and CONV\[0\]) are not ordered by "
+                                            r"tokens but both use ACT bank 0 \[0x0, 0x20000\)"):
+            run(program, Memory.create(DEFAULT, 64))
+    else:
+        run(program, Memory.create(DEFAULT, 64))
 
 
 def test_out_of_bounds_accesses_name_command_field_and_address():

@@ -42,6 +42,16 @@ def pool(preparer: Preparer, cmd: Command):
     return execute
 
 
+def _two_ports_a_bank(preparer: Preparer, *views) -> None:
+    """A bank's SRAMs have two ports: the two operands and the result may not all lie in one OUT bank."""
+    size = preparer.config.bank_bytes(Buffer.OUT)
+    shared = set.intersection(*({*range(start // size, (stop - 1) // size + 1)} if space == Buffer.OUT else set()
+                                for space, start, stop, *_ in views))
+    if shared:
+        raise ExecutionError(f"{preparer.where}: a_addr = {views[0][1]:#x}, b_addr = {views[1][1]:#x} and dst_addr = "
+                             f"{views[2][1]:#x} all lie in OUT bank {min(shared)}: a bank serves two accesses a cycle")
+
+
 _UNUSED_FIELDS = {EltwiseOp.MUL: ("b_multiplier", "b_shift"),
                   EltwiseOp.RESCALE: ("b_buf", "b_addr", "b_type", "b_zero_point", "b_multiplier", "b_shift")}
 
@@ -65,6 +75,7 @@ def eltwise(preparer: Preparer, cmd: Command):
         return execute
     b = preparer.tensor(Buffer(cmd.b_buf), "b_addr", cmd.b_addr, (cmd.count,), DType(cmd.b_type))
     out = preparer.tensor(Buffer.OUT, "dst_addr", cmd.dst_addr, (cmd.count,), common["out_dtype"], written=True)
+    _two_ports_a_bank(preparer, a, b, out)
     scale = (dict(multiplier=cmd.a_multiplier, shift=cmd.a_shift) if op == EltwiseOp.MUL else
              dict(multiplier=(cmd.a_multiplier, cmd.b_multiplier), shift=(cmd.a_shift, cmd.b_shift)))
 
