@@ -8,7 +8,9 @@ operator and across operators alike:
 * On chip, every buffer is used as two halves (double buffering; an operator's table takes a LUT half of its
   own where it fits one, so it loads while the previous table is still in use). A read follows the latest
   write of its half by each other unit (read-after-write); a write follows the latest access of its half by
-  each other unit (write-after-read, write-after-write).
+  each other unit (write-after-read, write-after-write); in a banked buffer (ACT, WEIGHT, ACC, OUT, whose
+  banks are the halves) a read also follows the latest read of its half by each other unit, since a bank
+  serves one unit at a time (docs/isa.md, "Banks").
 * In DRAM, at byte granularity from the DMA patterns: a LOAD follows the latest STORE that wrote a byte it
   reads, a STORE the latest LOAD that read a byte it writes (a region freed after its last reader and reused
   by a later output). Constants are never stored to, so LOADs of weights, records and tables wait for no STORE.
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DTYPE_BYTES, Buffer, DType
+from aipu.sim.machine.arch import BANKED_BUFFERS, BUFFER_UNIT_BYTES, DTYPE_BYTES, Buffer, DType
 from aipu.sim.machine.isa import COMMANDS, EltwiseOp, Opcode, Unit
 from aipu.sim.machine.ordering import region_bytes
 from aipu.sim.machine.program import Command, Program
@@ -87,7 +89,8 @@ class Pipeline:
         unit = COMMANDS[opcode].unit
         index = len(self._commands)
         reads, writes = self._halves(command)
-        after = [self._writes.get(half, {}) for half in reads] + [self._accesses.get(half, {}) for half in writes]
+        after = [(self._accesses if half[0] in BANKED_BUFFERS else self._writes).get(half, {}) for half in reads]
+        after += [self._accesses.get(half, {}) for half in writes]
         waits = {}
         for earlier in after:
             for other, command_index in earlier.items():
