@@ -94,7 +94,16 @@ def random_eltwise(rng, config: HardwareConfig, largest_count: int = 40) -> Comm
     fields["dst_addr"] = (fields["a_addr"] if in_place and all(
         r[0] != Buffer.OUT or r[1] + r[2] <= fields["a_addr"] or fields["a_addr"] + out_bytes <= r[1]
         for r in regions[:-1]) else _place(rng, config, Buffer.OUT, out_bytes, regions))
+    if len(regions) == 2 and _share_an_out_bank(config, regions + [(Buffer.OUT, fields["dst_addr"], out_bytes)]):
+        return random_eltwise(rng, config, largest_count)     # a bank's SRAMs have two ports (docs/isa.md, Banks)
     return Command.make(Opcode.ELTWISE, **fields)
+
+
+def _share_an_out_bank(config: HardwareConfig, regions) -> bool:
+    """Whether every (buffer, address, nbytes) of ``regions`` lies in OUT and they have a bank in common."""
+    size = config.bank_bytes(Buffer.OUT)
+    return all(buffer == Buffer.OUT for buffer, _, _ in regions) and bool(set.intersection(
+        *({*range(address // size, (address + nbytes - 1) // size + 1)} for _, address, nbytes in regions)))
 
 
 def random_memory(rng, config: HardwareConfig) -> Memory:
