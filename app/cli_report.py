@@ -47,8 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("program", help="directory written by `aipu compile`")
     parser.add_argument("-o", "--output", default="report.html",
                         help="the HTML page; the JSON (.json) and CSV (.layers.csv, .units.csv) go beside it")
-    parser.add_argument("--dram", choices=DRAM_MODELS, default="shared",
-                        help="DRAM shared by the DMA units (default), or one port each as in the RTL")
+    parser.add_argument("--dram", choices=DRAM_MODELS, default="npu",
+                        help="npu: the NPU top, cycle for cycle (default); ports: a DRAM port per DMA unit, as in "
+                             "the test harness; shared: a fluid estimate, fast on long WDEC streams")
     parser.add_argument("--input", help=".npy or .npz of float inputs: saturation and LUT-range counts of a run on "
                                         "the interpreter (without: the calibration's, from the manifest)")
     parser.add_argument("--seed", type=int, default=None, help="schedule seed of that run (default: the fixed one)")

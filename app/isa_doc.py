@@ -46,6 +46,18 @@ one of them writing, is ordered by a chain of tokens (or sits in the same queue)
 checks this with vector clocks on every access, independent of the schedule, and executes random
 legal schedules in the tests: a correct program produces the same memory in all of them.
 
+**Banks.** ACT, WEIGHT, ACC and OUT, the buffers several units use, are each built of two banks, the
+buffer's halves (bank = address / (bytes / 2)); LUT and PARAM have one reader and one writer and are not
+banked. A bank serves one unit at a time: two commands of different units that both touch a bank, even
+both to read, must be ordered by a chain of tokens. Inside a bank, even and odd words lie in two SRAMs of
+two ports each, so that a unit's read of an unaligned run (two consecutive words) and its write in the same
+cycle, or an ELTWISE's two operands, each find a port. The interpreter checks this rule with the race check
+(`BankError`, naming both commands and the bank). It is the price of memories a chip team maps to two-port
+SRAM macros: with it no unit ever waits for a buffer port, so the cycle formulas hold unchanged, and it costs
+a compiled network nothing, since the compiler already places every tile in one half and orders the units
+per half (docs/compiler.md §4). The alternative, ports arbitrated access by access, would stall units on
+each other's traffic and make every command's cycles depend on the others'.
+
 **FINISH.** Every program ends with exactly one FINISH, the last command of one queue. It runs once
 every other queue has drained and its own pops are satisfied; all token queues must then be empty
 (balanced program). The device then reports completion.
@@ -126,7 +138,8 @@ def _key_rows(obj, prefix: str = "") -> list[str]:
                 rows.append(f"| `{prefix}{f.name}` | | | {doc} |")
             rows.extend(_key_rows(value, f"{prefix}{f.name}."))
         else:
-            rule = f"1 .. {f.metadata['maximum']}" + (", power of two" if f.metadata["power_of_two"] else "")
+            rule = (f"{f.metadata['minimum']} .. {f.metadata['maximum']}"
+                    + (", power of two" if f.metadata["power_of_two"] else ""))
             rows.append(f"| `{prefix}{f.name}` | {value} | {rule} | {f.metadata.get('doc', '')} |")
     return rows
 

@@ -12,13 +12,13 @@ on every command). The units run concurrently and wait on each other exactly as 
 * FINISH starts once every other unit has retired its last command (in an earlier cycle), and retires as it
   starts; the program's cycle count is FINISH's cycle + 1.
 
-The DRAM (docs/cycle-model.md, "A DRAM shared by the DMA units"): with ``dram="ports"`` each DMA unit has a
-port of ``dram.bytes_per_cycle`` of its own, as the RTL does, and every command costs its formula. With
-``dram="shared"`` (the default) LOAD, STORE and WDEC share one DRAM of that many bytes per cycle: a transfer
-that wants its words faster than what is left of the DRAM is stretched (a fair share, as a fluid), and
-the cycles it loses are reported as its DRAM stall. With ``dram="npu"`` the timeline is the NPU top's
-(``rtl/npu.py``), cycle for cycle: the command fetcher, one DRAM bridge shared by the readers and STORE
-waiting for its writes' responses (``aipu.sim.timing.npu``; docs/cycle-model.md, "The NPU top").
+The DRAM: with ``dram="npu"`` (the default) the timeline is the NPU top's (``rtl/npu.py``), cycle for cycle:
+the command fetcher, one DRAM bridge shared by the readers and STORE waiting for its writes' responses
+(``aipu.sim.timing.npu``; docs/cycle-model.md, "The NPU top"); what the bridge adds to a command is its DRAM
+stall. With ``dram="ports"`` each DMA unit has a port of ``dram.bytes_per_cycle`` of its own, as the test
+harness (``rtl/system.py``) gives it, and every command costs its formula. With ``dram="shared"`` LOAD, STORE
+and WDEC share one DRAM of that many bytes per cycle as a fluid (docs/cycle-model.md, "A DRAM shared by the
+DMA units"): an estimate that stays fast on long WDEC streams and takes WDEC engines the RTL does not have.
 
 Time advances from event to event: a unit starts its next command as soon as everything it waits for is
 known, and a shared transfer's end is known once no other transfer can change its pace. A program that
@@ -77,7 +77,7 @@ class CycleResult:
     total_cycles: int                             # FINISH's cycle + 1 (0 for a program without FINISH)
     macs: int = 0                                 # multiply-accumulates the CONV commands need
     array_macs: int = 1                           # the MAC array's multipliers (rows x cols)
-    dram: DramModel = "shared"
+    dram: DramModel = "npu"
 
     @property
     def cycles(self) -> dict[Unit, list[tuple[int, int]]]:
@@ -122,10 +122,10 @@ class _Transfer:
     dram_bytes: int
 
 
-def simulate(program: Program, memory: Memory, *, dram: DramModel = "shared") -> CycleResult:
+def simulate(program: Program, memory: Memory, *, dram: DramModel = "npu") -> CycleResult:
     """The timeline of every command of ``program`` (``memory``: the image it starts from, for the WDEC
-    streams); ``dram``: "shared" between the DMA units, "ports", one per unit as in the test harness
-    (``rtl/system.py``), or "npu", the NPU top's command fetcher and DRAM bridge (cycle 0: START)."""
+    streams); ``dram``: "npu", the NPU top's command fetcher and DRAM bridge (cycle 0: START), "ports", one
+    per DMA unit as in the test harness (``rtl/system.py``), or "shared", a fluid estimate."""
     if dram not in DRAM_MODELS:
         raise ValueError(f"dram model {dram!r}: expected one of {', '.join(DRAM_MODELS)}")
     queues = {unit: tuple(program.queues[unit]) for unit in Unit}

@@ -20,7 +20,7 @@ def summed_stats(runs: Iterable):
     return Stats(saturations=dict(saturations), lut_out_of_range=dict(out_of_range))
 
 
-def write_report(directory, out: Path, *, dram: str = "shared", stats=None, seed: int | None = None,
+def write_report(directory, out: Path, *, dram: str = "npu", stats=None, seed: int | None = None,
                  timeline_layer: str | None = None, prepared=None) -> tuple[dict, list[Path]]:
     """The report of the program ``directory`` (a checked ProgramDir) as ``out`` (HTML) and, beside it, the
     same figures as .json, .layers.csv and .units.csv; returns the document and the files written."""

@@ -3,7 +3,7 @@
 A *layer* is one step of the compiled program (``manifest.json`` "steps": the ONNX layers it computes, a conv
 and the table it feeds being one, and the range of commands it has on each unit). Within a layer's span (its
 first command's start to its last command's retire) each unit's cycles split into: ``busy`` (its commands'
-formulas), ``dram_stall`` (what the shared DRAM added), ``stall`` by what it waited on (a token, room in a
+formulas), ``dram_stall`` (what sharing the DRAM added), ``stall`` by what it waited on (a token, room in a
 token queue, the drain before FINISH), ``sequencer`` (taking and checking each command) and ``idle``.
 Layers overlap in time (the next layer's first loads run under this one's last compute): each layer says how
 many cycles its span shares with the previous and the next layer's, and the summary how much all spans
@@ -35,7 +35,7 @@ MAX_STEPS = 1 << 16
 _CATEGORIES = ("busy_cycles", "dram_stall_cycles", "stall_cycles", "sequencer_cycles", "idle_cycles")
 
 
-def analyse(directory: ProgramDir, *, dram: DramModel = "shared", stats: Stats | None = None,
+def analyse(directory: ProgramDir, *, dram: DramModel = "npu", stats: Stats | None = None,
             seed: int | None = None, prepared: PreparedProgram | None = None) -> tuple[dict, CycleResult]:
     """The report document of ``directory`` (checked against the schema) and the timeline it comes from.
     ``stats``: the interpreter's counts of a run on real inputs (saturations, LUT inputs out of range), with

@@ -65,11 +65,12 @@ SOFTMAX_TABLE_DTYPE = storage_dtype(8 * SOFTMAX_ENTRY_BYTES, signed=False)   # a
 # --- Hardware configuration (docs/isa.md, "Hardware configuration") ---------------------------------
 # The configurable machine. Widths that depend on it (addresses) are computed from it, never restated.
 
-def _key(doc: str, default: int, maximum: int, power_of_two: bool = False):
-    """A configuration key: default, meaning and legal range 1 .. maximum (rendered in docs/isa.md),
+def _key(doc: str, default: int, maximum: int, power_of_two: bool = False, minimum: int = 1):
+    """A configuration key: default, meaning and legal range minimum .. maximum (rendered in docs/isa.md),
     and whether it must be 2**n. The maxima keep a hostile configuration from allocating or looping
     without bound; each is far above any machine this model describes."""
-    return field(default=default, metadata={"doc": doc, "maximum": maximum, "power_of_two": power_of_two})
+    return field(default=default, metadata={"doc": doc, "minimum": minimum, "maximum": maximum,
+                                            "power_of_two": power_of_two})
 
 
 MAC_DIM_MAX = 4096                 # rows/cols of the MAC array: a CONV tile has at most 4095 channels
@@ -128,7 +129,8 @@ class BuffersConfig:
 class DramConfig:
     address_bits: int = _key("width of DRAM byte addresses in commands", 32, DRAM_ADDRESS_BITS_MAX)
     bytes_per_cycle: int = _key("sustained DMA bandwidth", 16, PORT_BYTES_MAX, power_of_two=True)
-    latency_cycles: int = _key("cycles from a DMA request to its first data", 100, 1 << 20)
+    latency_cycles: int = _key("cycles from a DMA request to its first data (the NPU's AXI read: 2 in its bridge, "
+                               "1 in DRAM at least)", 100, 1 << 20, minimum=3)
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,7 @@ def short_hash(document) -> str:
 
 
 def _validate_dataclass(obj, prefix: str) -> None:
-    """Every leaf is an int in 1 .. its maximum (a power of two where the field says so); errors name
+    """Every leaf is an int in its minimum .. maximum (a power of two where the field says so); errors name
     the full key."""
     for f in fields(obj):
         value = getattr(obj, f.name)
@@ -224,11 +226,13 @@ def _validate_dataclass(obj, prefix: str) -> None:
                 raise InputError(key, value, "expected a table")
             _validate_dataclass(value, key + ".")
             continue
-        maximum = f.metadata["maximum"]
+        minimum, maximum = f.metadata["minimum"], f.metadata["maximum"]
         if not isinstance(value, int) or isinstance(value, bool):
-            raise InputError(key, value, f"expected an integer 1 .. {maximum}")
+            raise InputError(key, value, f"expected an integer {minimum} .. {maximum}")
         if value <= 0:
             raise InputError(key, value, "must be positive")
+        if value < minimum:
+            raise InputError(key, value, f"at least {minimum}")
         if value > maximum:
             raise InputError(key, value, f"at most {maximum}")
         if f.metadata["power_of_two"] and value & (value - 1):

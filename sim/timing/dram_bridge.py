@@ -73,12 +73,13 @@ class ReadArbiter:
 
 def testbench_latency(config: HardwareConfig) -> int:
     """The testbench DRAM's read and write latency under the NPU (``npu_dram_params``): with the bridge's two
-    cycles, a read is answered ``dram.latency_cycles`` after its grant (at least 3)."""
-    return max(1, config.dram.latency_cycles - BRIDGE_LATENCY)
+    cycles, a read is answered ``dram.latency_cycles`` after its grant (the configuration's minimum, 3, leaves
+    the DRAM one cycle)."""
+    return config.dram.latency_cycles - BRIDGE_LATENCY
 
 
 def read_cycles(config: HardwareConfig) -> int:
-    """Cycles from a read's grant to its ``data_valid`` under the NPU: ``dram.latency_cycles``, at least 3."""
+    """Cycles from a read's grant to its ``data_valid`` under the NPU: ``dram.latency_cycles``."""
     return testbench_latency(config) + BRIDGE_LATENCY
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aipu.sim.machine.arch import HardwareConfig
+from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -47,7 +48,6 @@ FIFO_DEPTH = 4              # the Npu's default fifo_depth: commands each unit's
 FIRST_TAKE = 1              # START resets the units in cycle 0: they take from cycle 1
 TAKE_TO_START = NEXT_START - 1      # take, check, start
 NEVER = 1 << 62
-MIN_LATENCY = 3             # a read's grant to its data: the bridge's 2 cycles and the testbench DRAM's 1 at least
 
 
 def store_cycles(config: HardwareConfig, command: Command) -> tuple[int, int]:
@@ -124,11 +124,9 @@ class NpuTimeline:
     def __init__(self, program: Program, memory: Memory) -> None:
         self.config, self.memory = program.config, memory
         self.queues = {unit: tuple(program.queues[unit]) for unit in Unit}
-        if self.config.dram.latency_cycles < MIN_LATENCY:
-            raise ValueError(f"dram.latency_cycles = {self.config.dram.latency_cycles}: the Npu answers a read "
-                             f"{MIN_LATENCY} cycles after its grant at the soonest, and its read limits (the bridge's "
-                             "max_reads, LOAD's response queue) are sized by latency_cycles: below "
-                             f"{MIN_LATENCY} they throttle reads, which this model does not follow")
+        if self.config.wdec.bins_per_cycle != 1 and any(c.opcode == Opcode.WDEC for c in self.queues[Unit.WDEC]):
+            raise ValueError(f"wdec.bins_per_cycle = {self.config.wdec.bins_per_cycle}: the NPU top's WDEC decodes one "
+                             "bin a cycle; time other engines with dram=\"ports\" or \"shared\"")
         self.depth = self.config.queues.token_depth
         geometry = FetchGeometry.of(self.config, FIFO_DEPTH)
         self.fetcher = Fetcher(geometry, 0, {unit: (0, len(queue)) for unit, queue in self.queues.items()})
@@ -273,9 +271,12 @@ class NpuTimeline:
         elif command.opcode == Opcode.WDEC:
             from aipu.sim.timing.npu_wdec import WdecStream     # the codec's decoders: only when a WDEC is timed
 
+            try:                    # a stream that does not decode has no timing: the RTL stops on it
+                seq.work = command_cycles(self.config, command, self.memory)
+            except ExecutionError as error:
+                raise ExecutionError(f"WDEC[{seq.index}]: {error}") from None
             stream = self.memory.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
             self.wdec = WdecStream(self.config, command, stream, cycle)
-            seq.work = command_cycles(self.config, command, self.memory)
         elif command.opcode == Opcode.STORE:
             seq.work, duration = store_cycles(self.config, command)
             seq.retire = cycle + duration

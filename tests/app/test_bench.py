@@ -89,4 +89,4 @@ def test_cycle_bench_reports_the_cycle_model_s_figures(tmp_path, digits_data):
     assert figures["total_cycles"] == result.total_cycles and figures["commands"] == len(network.program)
     assert 0 < figures["mac_utilisation"] <= 1 and figures["simulate_s"] >= 0 and figures["peak_python_mib"] > 0
     assert figures["busy_cycles"] == {unit.name: cycles for unit, cycles in result.busy.items() if cycles}
-    assert figures["dram_model"] == "shared" and all(stall > 0 for stall in figures["dram_stall_cycles"].values())
+    assert figures["dram_model"] == "npu" and all(stall > 0 for stall in figures["dram_stall_cycles"].values())

@@ -102,7 +102,7 @@ def _check_overlap(summary: dict, layers: list[dict]) -> None:
 def test_demo_report_adds_up_and_counts_the_input_run(demo_dir, tmp_path):
     html = tmp_path / "demo.html"
     document = _report(demo_dir, html, "--input", os.path.join(os.path.dirname(demo_dir), "x.npy"), "--seed", "3")
-    _check_adds_up(document, demo_dir, "shared")
+    _check_adds_up(document, demo_dir, "npu")
     assert document["metadata"]["input_run"] and document["metadata"]["seed"] == 3
     convs = [layer for layer in document["layers"] if layer["macs"]]
     assert convs and all(layer["saturated_values"] is not None for layer in convs)
@@ -131,7 +131,7 @@ def test_resnet18_shaped_report_finds_the_array_bound_layers(resnet_dir, tmp_pat
     """The 3x3 convolutions of the ResNet-18 body keep the 16x16 array over 90 % busy and CONV is their long pole;
     the first layer (3 input channels), unrolled onto the rows as 147 channels, over 80 % (at most 147/160)."""
     document = _report(resnet_dir, tmp_path / "resnet.html")
-    _check_adds_up(document, resnet_dir, "shared")
+    _check_adds_up(document, resnet_dir, "npu")
     layers = document["layers"]
     assert len(layers) >= 30 and document["summary"]["long_pole_unit"] == "CONV"
     body = [layer for layer in layers if layer["macs"] >= 100_000_000]

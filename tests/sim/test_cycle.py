@@ -75,7 +75,7 @@ def test_a_compute_bound_conv_runs_at_the_array_s_rate():
     program = Program(DEFAULT)
     program.append(conv)
     program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
-    model = simulate(program, Memory.create(DEFAULT, 64))
+    model = simulate(program, Memory.create(DEFAULT, 64), dram="ports")
     ideal = useful_macs(conv) / (DEFAULT.mac.rows * DEFAULT.mac.cols)
     (start, retire), _ = model.cycles[Unit.CONV]
     assert start == FIRST_START and retire - start == conv_cycles(DEFAULT, conv)
@@ -104,7 +104,7 @@ def test_dma_units_that_share_the_dram_run_at_its_limit():
     program = _dense_copies(DEFAULT, 8, 8, 16)
     memory = Memory.create(DEFAULT, 16 * 16 * 1024)
     words = 16 * 16 * 1024 // DEFAULT.dram.bytes_per_cycle
-    ports, shared = simulate(program, memory, dram="ports"), simulate(program, memory)
+    ports, shared = simulate(program, memory, dram="ports"), simulate(program, memory, dram="shared")
     assert ports.total_cycles < 0.6 * words and all(t.dram_stall == 0 for t in ports.timings[Unit.LOAD])
     assert words <= shared.total_cycles <= 1.03 * words
     stalls = {unit: sum(t.dram_stall for t in shared.timings[unit]) for unit in (Unit.LOAD, Unit.STORE)}
@@ -116,7 +116,7 @@ def test_dma_units_that_share_the_dram_run_at_its_limit():
 def test_one_dma_unit_alone_does_not_feel_the_sharing():
     program = _dense_copies(DEFAULT, 4, 0, 8)
     memory = Memory.create(DEFAULT, 4 * 8 * 1024)
-    assert simulate(program, memory).cycles == simulate(program, memory, dram="ports").cycles
+    assert simulate(program, memory, dram="shared").cycles == simulate(program, memory, dram="ports").cycles
 
 
 def test_the_dram_is_shared_max_min_fair():

@@ -146,10 +146,3 @@ def test_a_lone_writer_is_never_refused_and_waits_write_hold(config):
         offered = int(rng.integers(0, 5)) + np.cumsum(slots)
         last = int(offered[-1])
         assert (last, last + dram_bridge.write_hold(config)) == _write_rules(offered.tolist(), config)
-
-
-def test_a_dram_faster_than_the_bridge_allows_is_refused():
-    config = hardware_config_from_dict({**SMALL.to_dict(), "dram": {"bytes_per_cycle": 4, "latency_cycles": 2}})
-    stimulus = dma.random_stimulus(config, np.random.default_rng(1), 2)
-    with pytest.raises(ValueError, match="latency_cycles"):
-        simulate(stimulus.program, Memory.create(config, stimulus.memory.dram), dram="npu")

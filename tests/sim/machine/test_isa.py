@@ -50,6 +50,8 @@ def test_address_widths_are_derived_from_sizes():
     ({"buffers": {"act": 5}}, "buffers.act = 5: expected a table"),
     ({"queues": {"token_depth": -1}}, "queues.token_depth = -1: must be positive"),
     ({"buffers": {"param": {"bytes": 8}}}, "buffers.param.bytes = 8"),
+    ({"dram": {"latency_cycles": 2}}, "dram.latency_cycles = 2: at least 3"),
+    ({"buffers": {"out": {"bytes": 32, "port_bytes": 16}}}, "buffers.out.bytes = 32: at least 4 words"),
     ({"buffers": {"act": {"bytes": 2 ** 40}}}, "buffers.act.bytes = 1099511627776: at most 67108864"),
     ({"mac": {"rows": 2 ** 20, "cols": 2 ** 20}}, "mac.rows = 1048576: at most 4096"),
 ])
