@@ -67,7 +67,13 @@ def byte_mask(m: Module, name: str, low, high, nbytes: int) -> Value:
     """``nbytes`` mask bits, bit i set for low <= i < high: a named net, since callers slice it bit by bit
     (a slice of an expression repeats the whole expression)."""
     low, high = net(m, low, f"{name}_low"), net(m, high, f"{name}_high")
-    return net(m, Cat(*((low <= i) & (i < high) for i in range(nbytes))), name)
+    return net(m, Cat(*(_at_most(low, i) & ~_at_most(high, i) for i in range(nbytes))), name)
+
+
+def _at_most(value: Value, bound: int) -> Value:
+    """``value <= bound``, or the constant 1 where ``value``'s width cannot exceed ``bound`` (a comparison that a
+    linter flags as constant)."""
+    return C(1, 1) if bound >= (1 << len(value)) - 1 else value <= bound
 
 
 def bytes_to_bits(mask) -> Value:

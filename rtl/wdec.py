@@ -54,7 +54,7 @@ class Wdec(UnitComponent):
     def elaborate_engine(self, m, word, start, done, fault, fault_field):
         m.submodules.syntax = syntax = SyntaxWalk(self.config, self.error_names)
         m.submodules.fetcher = fetcher = WordFetcher(self.config)
-        m.submodules.window = window = BitWindow(self.config)
+        m.submodules.bit_window = window = BitWindow(self.config)
         m.submodules.engine = engine = ArithmeticDecoder()
         m.submodules.contexts = contexts = ContextMemory()
         m.d.comb += [syntax.command.eq(self.view(word, Opcode.WDEC)), syntax.start.eq(start), done.eq(syntax.done),

@@ -114,10 +114,12 @@ class SoftmaxStream(wiring.Component):
             m.d.sync += maximum.eq(x)
         distance = (maximum - x)[:DISTANCE_BITS]           # 0 .. 255 in SUM and DIVIDE
         exps_per_row = entries_per_row(config) * 2 // SOFTMAX_ENTRY_BYTES
-        which = Signal(range(exps_per_row))
         m.d.comb += self.lookup_addr.eq(distance >> (exps_per_row.bit_length() - 1))
-        m.d.sync += which.eq(distance)
-        exp = self.lookup_data.word_select(which, EXP_BITS) if exps_per_row > 1 else self.lookup_data[:EXP_BITS]
+        exp = self.lookup_data[:EXP_BITS]
+        if exps_per_row > 1:                    # which of the row's entries the lookup returns
+            which = Signal(range(exps_per_row))
+            m.d.sync += which.eq(distance)
+            exp = self.lookup_data.word_select(which, EXP_BITS)
 
         summing, sum_first, dividing, divide_last = Signal(), Signal(), Signal(), Signal()
         m.d.sync += [summing.eq(streaming & (phase == Pass.SUM)), sum_first.eq(first_in_row),

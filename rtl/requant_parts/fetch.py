@@ -51,8 +51,9 @@ class GroupFetch(wiring.Component):
         slot = Signal(max(1, slot_bits))
         m.d.comb += [self.acc_read.addr.eq(group >> slot_bits), self.acc_read.en.eq(self.issue),
                      self.last.eq(group == last_group)]
-        in_tile = Cat(((group != first_group) | (j >= first_lane)) &
-                      ((group != last_group) | (j <= last_entry[:lane_bits] if lane_bits else Const(1)))
+        # the last lane is never before the first lane, lane 0 never after the last entry: no constant compares
+        in_tile = Cat(((group != first_group) | (j >= first_lane if j < lanes - 1 else Const(1))) &
+                      ((group != last_group) | (j <= last_entry[:lane_bits] if j else Const(1)))
                       for j in range(lanes))
         m.d.sync += self.valid.eq(self.issue)
         with m.If(self.issue):

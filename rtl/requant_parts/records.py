@@ -137,8 +137,8 @@ class RecordStore(wiring.Component):
         lane_bits = (lanes - 1).bit_length()
         first_bank = self.channel[:lane_bits] if lane_bits else 0
         row = self.channel >> lane_bits
-        for b, read in enumerate(reads):
-            m.d.comb += read.addr.eq(row + (b < first_bank))
+        for b, read in enumerate(reads):       # the last bank never lies before the first (no constant compare)
+            m.d.comb += read.addr.eq(row + (b < first_bank) if b < lanes - 1 else row)
         if lanes == 1:
             m.d.comb += self.record[0].eq(reads[0].data)
             return
