@@ -189,6 +189,11 @@ class HardwareConfig:
         """Bytes of one bank of ``buffer`` (docs/isa.md, "Banks"): half the buffer if it is banked."""
         return self.buffer(buffer).bytes // (BANKS if buffer in BANKED_BUFFERS else 1)
 
+    def banks(self, buffer: Buffer, start: int, end: int) -> range:
+        """The banks of ``buffer`` that bytes ``start`` (inclusive) to ``end`` (exclusive) touch."""
+        size = self.bank_bytes(buffer)
+        return range(start // size, (end - 1) // size + 1) if end > start else range(0)
+
     def address_bits(self, buffer: Buffer) -> int:
         return (self.buffer_units(buffer) - 1).bit_length()
 

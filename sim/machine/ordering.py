@@ -98,14 +98,16 @@ class BankChecker:
     if its latest is ordered before a new access, so are all its earlier ones."""
 
     def __init__(self, config: HardwareConfig) -> None:
-        self.bank_bytes = {buffer.name: config.bank_bytes(buffer) for buffer in BANKED_BUFFERS}
+        self.config = config
+        self.banked = {buffer.name: buffer for buffer in BANKED_BUFFERS}
         self.latest: dict[tuple[str, int], dict[Unit, Access]] = {}
 
     def access(self, access: Access) -> None:
-        size = self.bank_bytes.get(access.space)
-        if size is None or access.high <= access.low:
+        buffer = self.banked.get(access.space)
+        if buffer is None:
             return
-        for bank in range(access.low // size, (access.high - 1) // size + 1):
+        size = self.config.bank_bytes(buffer)
+        for bank in self.config.banks(buffer, access.low, access.high):
             users = self.latest.setdefault((access.space, bank), {})
             for unit, old in users.items():
                 if unit != access.unit and old.clock[unit] > access.clock[unit]:

@@ -101,9 +101,8 @@ def random_eltwise(rng, config: HardwareConfig, largest_count: int = 40) -> Comm
 
 def _share_an_out_bank(config: HardwareConfig, regions) -> bool:
     """Whether every (buffer, address, nbytes) of ``regions`` lies in OUT and they have a bank in common."""
-    size = config.bank_bytes(Buffer.OUT)
     return all(buffer == Buffer.OUT for buffer, _, _ in regions) and bool(set.intersection(
-        *({*range(address // size, (address + nbytes - 1) // size + 1)} for _, address, nbytes in regions)))
+        *(set(config.banks(Buffer.OUT, address, address + nbytes)) for _, address, nbytes in regions)))
 
 
 def random_memory(rng, config: HardwareConfig) -> Memory:

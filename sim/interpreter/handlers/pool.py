@@ -44,8 +44,7 @@ def pool(preparer: Preparer, cmd: Command):
 
 def _two_ports_a_bank(preparer: Preparer, *views) -> None:
     """A bank's SRAMs have two ports: the two operands and the result may not all lie in one OUT bank."""
-    size = preparer.config.bank_bytes(Buffer.OUT)
-    shared = set.intersection(*({*range(start // size, (stop - 1) // size + 1)} if space == Buffer.OUT else set()
+    shared = set.intersection(*(set(preparer.config.banks(Buffer.OUT, start, stop)) if space == Buffer.OUT else set()
                                 for space, start, stop, *_ in views))
     if shared:
         raise ExecutionError(f"{preparer.where}: a_addr = {views[0][1]:#x}, b_addr = {views[1][1]:#x} and dst_addr = "
