@@ -23,8 +23,9 @@ def buffer_memory(config: HardwareConfig, buffer: Buffer, init: list[int] | None
 
 
 def attach_buffer_ports(m: Module, buffers: dict[Buffer, Memory], component: UnitComponent) -> list[str]:
-    """Give each buffer port of ``component`` a port of its own on the buffer's memory (reads synchronous,
-    writes with a byte mask). Returns the names of its DRAM ports, which the top attaches itself."""
+    """Give each port of ``component`` into one of ``buffers`` a port of its own on the buffer's memory (reads
+    synchronous, writes with a byte mask); ports into other buffers are the caller's. Returns the names of its
+    DRAM ports, which the top attaches itself."""
     dram_ports = []
     for name in component.signature.members:
         space = port_space(name)
@@ -34,6 +35,8 @@ def attach_buffer_ports(m: Module, buffers: dict[Buffer, Memory], component: Uni
         port = getattr(component, name)
         if target == "dram":
             dram_ports.append(name)
+        elif target not in buffers:
+            continue
         elif kind == "read":
             read = buffers[target].read_port()
             m.d.comb += [read.addr.eq(port.addr), read.en.eq(port.en), port.data.eq(read.data)]

@@ -6,11 +6,14 @@ Inside (docs/rtl.md, "The NPU top"):
   fetcher   :class:`CommandFetcher`: the program image's queues from DRAM into one FIFO per unit
   bridge    :class:`DramBridge`: the fetcher, LOAD and WDEC read and STORE writes through ``m_axi``
   units     the seven units, each taking its commands from its FIFO while the run lasts
-  fabric    the on-chip buffers and the token queues (:mod:`aipu.rtl.fabric`)
+  fabric    the token queues (:mod:`aipu.rtl.fabric`) and the on-chip buffers, ACT, WEIGHT, ACC and OUT as
+            banks of two-port memories (:mod:`aipu.rtl.banks`)
 
 START resets the units and the token queues, clears the bridge's error and starts the fetcher. The run ends when
 FINISH executes (STATUS.DONE) or at the first error, which ERROR names; in one cycle the fetcher's refusal wins
-over the bridge's error, which wins over the units' (in ``Unit`` order), which win over an unbalanced FINISH.
+over the bridge's error, which wins over the units' (in ``Unit`` order), which win over a bank conflict (an
+access that found its memory's ports taken: a program that breaks the bank rule), which wins over an unbalanced
+FINISH.
 Once the run has ended no unit takes another command. STORE retires only when its writes are answered.
 
 ``trace_depth`` > 0 adds what only a testbench wants: per unit a log of every command's start and retire cycle
@@ -26,16 +29,18 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 from aipu.rtl.axi import AxiLiteSignature, AxiSignature
 from aipu.rtl.conv import ConvUnit
 from aipu.rtl.dma import LoadUnit, StoreUnit
+from aipu.rtl.banks import Access, attach_banked_buffer, memory_names, subbank_memories
 from aipu.rtl.dram_bridge import DramBridge
 from aipu.rtl.fabric import CYCLE_BITS, attach_buffer_ports, buffer_memory, cycle_log, log_cycles, token_queues
 from aipu.rtl.fetch import COUNT_BITS, CommandFetcher
 from aipu.rtl.host import HostRegisters
 from aipu.rtl.lut import LutUnit
+from aipu.rtl.ports import port_space
 from aipu.rtl.pool import PoolUnit
 from aipu.rtl.requant import RequantUnit
 from aipu.rtl.unit import UnitComponent
 from aipu.rtl.wdec import Wdec
-from aipu.sim.machine.arch import Buffer, HardwareConfig
+from aipu.sim.machine.arch import BANKED_BUFFERS, Buffer, HardwareConfig
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.registers import ADDRESS_BITS, DATA_BITS, FETCHER, ErrorCause
 
@@ -54,7 +59,9 @@ class Npu(wiring.Component):
         self.units: dict[Unit, UnitComponent] = {
             cls.UNIT: cls(config, await_write_responses=True) if cls is StoreUnit else cls(config)
             for cls in UNIT_CLASSES}
-        self.buffers = {buffer: buffer_memory(config, buffer) for buffer in Buffer}
+        self.buffers: dict[Buffer, list[Memory]] = {     # a banked buffer's memories bank-major (rtl/banks.py)
+            buffer: subbank_memories(config, buffer) if buffer in BANKED_BUFFERS else [buffer_memory(config, buffer)]
+            for buffer in Buffer}
         self.cycle_logs = {unit: cycle_log(trace_depth) for unit in Unit} if trace_depth else {}
         super().__init__({
             "s_axil": In(AxiLiteSignature(ADDRESS_BITS, DATA_BITS)),
@@ -65,8 +72,12 @@ class Npu(wiring.Component):
 
     def memories(self) -> dict[str, Memory]:
         """The memories a testbench reads back by backdoor, by their names in the design."""
-        return {**{f"buffer_{buffer.name.lower()}": mem for buffer, mem in self.buffers.items()},
+        return {**{name: mem for buffer in Buffer for name, mem in self.buffer_memories(buffer).items()},
                 **{f"cycle_log_{unit.name.lower()}": mem for unit, mem in self.cycle_logs.items()}}
+
+    def buffer_memories(self, buffer: Buffer) -> dict[str, Memory]:
+        """The memories of ``buffer`` by their names in the design, in the order of :attr:`buffers`."""
+        return dict(zip(memory_names(buffer), self.buffers[buffer]))
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -85,20 +96,37 @@ class Npu(wiring.Component):
         m.d.sync += cycle.eq(Mux(start, 1, cycle + 1))
         retired = {unit: Signal(COUNT_BITS, name=f"retired_{unit.name.lower()}") for unit in Unit}
         busy = {}
+        unbanked = {buffer: mems[0] for buffer, mems in self.buffers.items() if buffer not in BANKED_BUFFERS}
         for unit, component in self.units.items():
             m.submodules[unit.name.lower()] = ResetInserter(start)(component)
             self._feed(m, unit, component, retired)
             busy[unit] = self._count(m, unit, component)
-            self._attach_dram(m, unit, component, attach_buffer_ports(m, self.buffers, component))
+            self._attach_dram(m, unit, component, attach_buffer_ports(m, unbanked, component))
             if self.trace_depth:
                 log_cycles(m, self.cycle_logs[unit], retired[unit], cycle, component)
         tokens = Module()
         unbalanced = token_queues(tokens, self.config.queues.token_depth, self.units)
         m.submodules.tokens = ResetInserter(start)(tokens)
+        conflicts = self._attach_banks(m)
         finished = Cat(*(component.finished for component in self.units.values())).any()
         m.d.comb += host.done.eq(finished)
-        self._errors(m, finished & unbalanced, busy)
+        self._errors(m, finished & unbalanced, busy, conflicts)
         return m
+
+    def _attach_banks(self, m: Module) -> list[tuple[Value, Unit, Buffer]]:
+        """Every unit port into a banked buffer onto its memories (rtl/banks.py). Returns (conflict level, the
+        unit whose access found the ports taken, the buffer) per access."""
+        conflicts = []
+        for buffer in BANKED_BUFFERS:
+            accesses = {"read": [], "write": []}
+            for unit, component in self.units.items():
+                for name in component.signature.members:
+                    space = port_space(name)
+                    if space is not None and space[0] == buffer:
+                        accesses[space[1]].append(Access(unit, name, getattr(component, name)))
+            conflicts += [(missed, access.unit, buffer) for access, missed in attach_banked_buffer(
+                m, self.buffer_memories(buffer), accesses["read"], accesses["write"])]
+        return conflicts
 
     def _feed(self, m: Module, unit: Unit, component: UnitComponent, retired: dict[Unit, Signal]) -> None:
         """The unit's commands from its FIFO while the run lasts; FINISH may run once the others retired all
@@ -142,7 +170,8 @@ class Npu(wiring.Component):
             else:
                 connect(m, port, self.bridge.read[READERS.index(unit)])
 
-    def _errors(self, m: Module, unbalanced: Value, busy: dict[Unit, Signal]) -> None:
+    def _errors(self, m: Module, unbalanced: Value, busy: dict[Unit, Signal],
+                conflicts: list[tuple[Value, Unit, Buffer]]) -> None:
         """The first error source, by priority, to the host's ERROR inputs (levels until START)."""
         host, fetcher, bridge = self.host, self.fetcher, self.bridge
         sources = [(fetcher.error, ErrorCause.PROGRAM_IMAGE, FETCHER, fetcher.error_field),
@@ -150,6 +179,7 @@ class Npu(wiring.Component):
         for unit, component in self.units.items():
             cause = Mux(busy[unit], ErrorCause.ENGINE_FAULT, ErrorCause.ILLEGAL_COMMAND)
             sources.append((component.error, cause, unit, component.error_field))
+        sources += [(missed, ErrorCause.BANK_CONFLICT, unit, buffer) for missed, unit, buffer in conflicts]
         sources.append((unbalanced, ErrorCause.TOKEN_ERROR, 0, 0))
         for index, (condition, cause, unit, field) in enumerate(sources):
             with (m.Elif if index else m.If)(condition):

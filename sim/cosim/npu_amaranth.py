@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 from amaranth.sim import Simulator
 
+from aipu.rtl.banks import buffer_words
 from aipu.rtl.fabric import CYCLE_BITS
 from aipu.rtl.npu import UNIT_CLASSES, Npu
 from aipu.rtl.ports import word_bytes
@@ -77,8 +78,8 @@ def run_words_npu_amaranth(queues: dict[Unit, list[bytes]], memory: Memory, *, m
             cycles += 1
         outcome["run_seconds"] = time.perf_counter() - started
         outcome["registers"] = {name: (await read(ctx, npu, BY_NAME[name].offset))[1] for name in READ_BACK}
-        outcome["buffers"] = {b: [ctx.get(npu.buffers[b].data[i]) for i in range(npu.buffers[b].depth)]
-                              for b in Buffer}
+        outcome["buffers"] = {b: buffer_words([[ctx.get(mem.data[i]) for i in range(mem.depth)]
+                                               for mem in npu.buffers[b]]) for b in Buffer}
         retired = {unit: outcome["registers"][f"{unit.name}_RETIRED"] for unit in Unit}
         outcome["logs"] = {unit: [ctx.get(npu.cycle_logs[unit].data[i]) for i in range(retired[unit])]
                            for unit in Unit}

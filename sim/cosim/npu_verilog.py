@@ -18,6 +18,7 @@ import numpy as np
 from amaranth.back import verilog as amaranth_verilog
 from amaranth.hdl import ClockDomain, Fragment
 
+from aipu.rtl.banks import buffer_words, memory_names
 from aipu.rtl.npu import UNIT_CLASSES
 from aipu.rtl.ports import word_count
 from aipu.sim.cosim import npu_amaranth, npu_bench
@@ -100,7 +101,8 @@ def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, si
         padded[:image.size] = image
         words = padded.reshape(-1, beat)[:, ::-1]
         (run_dir / "dram.hex").write_text("\n".join(row.tobytes().hex() for row in words) + "\n")
-        buffers = {f"buffer_{b.name.lower()}": word_count(config, b) for b in Buffer}
+        parts = {b: memory_names(b) for b in Buffer}
+        buffers = {name: word_count(config, b) // len(names) for b, names in parts.items() for name in names}
         request = {"writes": npu_amaranth.start_writes(base, image.size), "max_cycles": max_cycles,
                    "registers": {name: BY_NAME[name].offset for name in npu_amaranth.READ_BACK}, "buffers": buffers,
                    "units": [[int(unit), unit.name] for unit in Unit], "dram_words": -(-image.size // beat)}
@@ -110,7 +112,7 @@ def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, si
                       test_module=TESTBENCH_MODULE, waves=waves)
         outcome = json.loads((run_dir / "outcome.json").read_text())
         dram = np.frombuffer(b"".join(int(word).to_bytes(beat, "little") for word in outcome["dram"]), np.uint8)
-        outcome["buffers"] = {b: outcome["memories"][f"buffer_{b.name.lower()}"] for b in Buffer}
+        outcome["buffers"] = {b: buffer_words([outcome["memories"][name] for name in parts[b]]) for b in Buffer}
         outcome["logs"] = {Unit[name]: entries for name, entries in outcome["logs"].items()}
         result = npu_amaranth.result_of(config, memory, dram[:memory.dram.size].copy(), outcome)
         result.build_seconds = seconds

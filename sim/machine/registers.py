@@ -50,6 +50,7 @@ class ErrorCause(IntEnum):
     REGISTER_WRITE_WHILE_BUSY = 5   # the host wrote a register that may not change during a run
     TOKEN_ERROR = 6                 # FINISH executed with a token queue not empty (an unbalanced program)
     PROGRAM_IMAGE = 7               # the command fetcher refused PROGRAM_BASE or the program image's header
+    BANK_CONFLICT = 8               # more accesses to one SRAM of a buffer's bank in a cycle than it has ports
 
 
 CAUSE_DETAILS: dict[ErrorCause, tuple[str, str]] = {      # what (UNIT, FIELD) hold for each cause
@@ -63,6 +64,8 @@ CAUSE_DETAILS: dict[ErrorCause, tuple[str, str]] = {      # what (UNIT, FIELD) h
     ErrorCause.TOKEN_ERROR: ("the unit whose FINISH found a queue not empty", "0"),
     ErrorCause.PROGRAM_IMAGE: (f"{FETCHER} (the command fetcher)",
                                "index of what it refused in the fetcher's error names (\"Program image\")"),
+    ErrorCause.BANK_CONFLICT: ("the unit (`Unit`) whose access found the SRAM's ports taken (a program that "
+                               "breaks the bank rule, docs/isa.md \"Banks\")", "the buffer (`Buffer`)"),
 }
 
 
