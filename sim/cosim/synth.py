@@ -26,7 +26,8 @@ from collections import Counter
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import Fragment, MemoryInstance, Shape
+from amaranth.hdl import Fragment, MemoryInstance, Shape, Signal
+from amaranth.hdl._ast import Assign, SignalDict, SignalSet
 from amaranth.lib.memory import Memory
 
 from aipu.sim.machine.arch import HardwareConfig
@@ -111,18 +112,32 @@ def yosys_memories(cells: dict) -> list[dict]:
 
 def memory_ports(component) -> list[dict]:
     """Every memory of ``component``'s elaborated Amaranth design (``amaranth.lib.memory.Memory``), named by
-    its submodule path, as records (:func:`memory_record`): cheap (no conversion, no synthesis)."""
-    found = []
+    its submodule path, as records (:func:`memory_record`): cheap (no conversion, no synthesis). A write port
+    whose address signal is driven by the same signal as a read port's forms one read-write port with it."""
+    found, instances, drivers = [], [], SignalDict()
 
     def walk(fragment, path):
         if isinstance(fragment, MemoryInstance):
-            memory = next(origin for origin in fragment.origins if isinstance(origin, Memory))
-            found.append(memory_record(".".join(path), memory.depth, Shape.cast(memory.shape).width,
-                                       len(memory.read_ports), len(memory.write_ports)))
+            instances.append((".".join(path), fragment))
+        for statement in fragment.statements.get("comb", ()):
+            if isinstance(statement, Assign) and isinstance(statement.lhs, Signal) and isinstance(statement.rhs,
+                                                                                                   Signal):
+                drivers[statement.lhs] = statement.rhs
         for index, (child, name, _) in enumerate(fragment.subfragments):
             walk(child, (*path, name if name is not None else f"U${index}"))
 
+    def source(address):
+        while address in drivers:
+            address = drivers[address]
+        return address
+
     walk(Fragment.get(component, None), ())
+    for name, instance in instances:
+        memory = next(origin for origin in instance.origins if isinstance(origin, Memory))
+        read_addresses = SignalSet(source(port._addr) for port in instance._read_ports)
+        shared = sum(1 for port in instance._write_ports if source(port._addr) in read_addresses)
+        found.append(memory_record(name, memory.depth, Shape.cast(memory.shape).width, len(memory.read_ports),
+                                   len(memory.write_ports), shared))
     return found
 
 

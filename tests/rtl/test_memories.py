@@ -1,10 +1,13 @@
-"""Every memory inside a unit has at most two ports (one read and one write port, or two read ports), as an
-SRAM macro has, counted in the elaborated Amaranth design (``memory_ports``, sim/cosim/synth.py; `aipu rtl
-synth` counts them again after synthesis). The System top's buffers are multi-ported and are not checked here."""
+"""Every memory has at most two ports (one read and one write port, two read ports, or a read port and a read
+port and a write port on one address: a read-write port), as an SRAM macro has, counted in the elaborated
+Amaranth design (``memory_ports``, sim/cosim/synth.py; `aipu rtl synth` counts them again after synthesis): every
+memory inside a unit and every memory of the NPU top, its banked buffers included. The System top's buffers are
+multi-ported (a harness) and are not checked here."""
 from __future__ import annotations
 
 import pytest
 
+from aipu.rtl.npu import Npu
 from aipu.sim.cosim.synth import memory_ports, over_two_ports
 from aipu.sim.cosim.verilog import available_units
 from aipu.sim.machine.isa import Unit
@@ -22,3 +25,14 @@ def test_no_memory_of_a_unit_has_more_than_two_ports(unit, config):
     memories = memory_ports(UNITS[unit](config))
     assert over_two_ports(memories) == []
     assert all(memory["read_ports"] + memory["write_ports"] == memory["ports"] for memory in memories)
+
+
+@pytest.mark.parametrize("config", [
+    pytest.param(config, id=name, marks=[pytest.mark.slow] if (Unit.CONV, name) in SLOW else [])
+    for name, config in CONFIGS.items()])
+def test_no_memory_of_the_npu_has_more_than_two_ports(config):
+    memories = memory_ports(Npu(config))
+    assert over_two_ports(memories) == []
+    buffers = [memory for memory in memories if memory["name"].startswith("buffer_")]
+    assert len(buffers) == 4 * 4 + 2        # ACT, WEIGHT, ACC, OUT in two banks of two sub-banks; LUT, PARAM
+    assert all(memory["read_ports"] <= 2 and memory["write_ports"] <= 1 for memory in buffers)
