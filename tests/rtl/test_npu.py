@@ -1,7 +1,7 @@
 """The NPU top (rtl/npu.py) driven as a host drives it: the program image in the testbench DRAM, PROGRAM_BASE,
 DRAM_BYTES and START over AXI4-Lite, ``irq`` at the end. Compiled networks (a conv, a MobileNet-like block) and
 real networks' layer shapes run bit-exact with the interpreter, on the cycle model's cycles (random programs:
-tests/sim/test_cycle_npu.py); every error stops the run with ERROR naming it and raises the interrupt."""
+tests/sim/test_cycle_npu.py); every error, a bank conflict included, stops the run with ERROR naming it and raises the interrupt."""
 from __future__ import annotations
 
 import json
@@ -16,8 +16,8 @@ from aipu.sim.cosim.npu_amaranth import run_words_npu_amaranth
 from aipu.sim.cosim.npu_verilog import run_npu_on
 from aipu.sim.cosim.result import first_mismatch
 from aipu.sim.interpreter import run
-from aipu.sim.machine.arch import DEFAULT
-from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.arch import DEFAULT, Buffer
+from aipu.sim.machine.isa import EltwiseOp, Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
 from aipu.sim.machine.program_image import FETCH_ERRORS
@@ -151,6 +151,21 @@ def test_finish_with_a_token_left_stops_the_npu():
                         push=[Unit.CONV]).encode(SMALL)
     got = run_words_npu_amaranth({Unit.LOAD: [push, _finish(Unit.LOAD)]}, _memory(), max_cycles=MAX_CYCLES)
     assert _status(got)["ERROR"] and _error(got)[0] == ErrorCause.TOKEN_ERROR
+
+
+def test_two_units_in_one_bank_at_once_stop_the_npu_on_a_bank_conflict():
+    """A program that breaks the bank rule (the interpreter refuses it, a host may still start it): ELTWISE reads
+    both operands from OUT's bank 0 (both ports of a sub-bank) while STORE, unordered, reads the same bank. The
+    third read of a sub-bank finds its ports taken: the run stops, naming STORE and OUT."""
+    eltwise = Command.make(Opcode.ELTWISE, op=EltwiseOp.ADD, a_buf=Buffer.OUT, a_addr=0, b_buf=Buffer.OUT, b_addr=0,
+                           dst_addr=SMALL.bank_bytes(Buffer.OUT), count=256, a_multiplier=1 << 14,
+                           b_multiplier=1 << 14, a_shift=15, b_shift=15, qmin=-128, qmax=127).encode(SMALL)
+    store = Command.make(Opcode.STORE, sram_addr=0, dram_addr=0, elem_type=0, y_size=1, x_size=16, run=16,
+                         dram_x_stride=16).encode(SMALL)
+    got = run_words_npu_amaranth({Unit.POOL: [eltwise], Unit.STORE: [store, _finish(Unit.STORE)]}, _memory(),
+                                 max_cycles=MAX_CYCLES)
+    assert _status(got)["ERROR"] and got.registers["IRQ_STATUS"] == 2
+    assert _error(got) == (ErrorCause.BANK_CONFLICT, Unit.STORE, Buffer.OUT)
 
 
 def _check_shaped_layer(config, name: str, shape) -> None:
