@@ -42,6 +42,7 @@ class DepthwiseDrain(wiring.Component):
         draining, beat, bank = Signal(), Signal.like(geo.drain_beats), Signal()
         first_byte = block.acc_first * ENTRY_BYTES
         word = Signal(range(2 * self.config.buffer_units(Buffer.ACC)))
+        last_word = Signal.like(word)       # the run's last: no read past it (docs/isa.md, "Banks")
         entries, last = Signal.like(block.entries), Signal()
         # the entry of the bank that lane 0 of this beat takes, plus entries_per_word (never negative)
         lane0 = Signal(range(slots(self.config) + 2 * lanes))
@@ -52,11 +53,13 @@ class DepthwiseDrain(wiring.Component):
         with m.If(block.start):      # last: a block's drain may start in the previous one's last beat
             m.d.sync += [draining.eq(1), beat.eq(0), bank.eq(block.bank), entries.eq(block.entries),
                          last.eq(block.last), word.eq(first_byte >> (port_bytes.bit_length() - 1)),
+                         last_word.eq((first_byte + block.entries * ENTRY_BYTES - 1) >> (port_bytes.bit_length() - 1)),
                          lane0.eq(entries_per_word - block.acc_first % entries_per_word)]
 
         reads = (self.acc_read, self.acc_read_b)
         for half, port in enumerate(reads):
-            m.d.comb += [port.addr.eq(word + 2 * beat + half), port.en.eq(draining & self.accumulate)]
+            read = word + 2 * beat + half
+            m.d.comb += [port.addr.eq(read), port.en.eq(draining & self.accumulate & (read <= last_word))]
         padded = Cat(C(0, ACC_BITS * entries_per_word), Mux(bank, self.bank1, self.bank0))
         writing, final = Signal(), Signal()
         write_word = Signal.like(word)

@@ -6,7 +6,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.conv_parts.interfaces import PHASE, command_field, dim, geometry, next_block, pixel_operands, pixel_place
-from aipu.rtl.conv_parts.window import WordWindow
+from aipu.rtl.conv_parts.window import WordWindow, reads_needed
 from aipu.rtl.ports import read_port, word_bytes
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.timing.conv import ENTRY_BYTES, ConvTiming
@@ -43,15 +43,18 @@ class PixelIssue(wiring.Component):
         act_port, acc_port = word_bytes(config, Buffer.ACT), word_bytes(config, Buffer.ACC)
         act_row, act_pixel, acc_pixel = Signal.like(block.act), Signal.like(block.act), Signal.like(block.acc)
         out_x, beat = Signal(range(dim(config))), Signal(range(beats))
-        stream_cols, stream_overwrites = Signal.like(block.cols), Signal()
+        stream_rows, stream_cols, stream_overwrites = Signal.like(block.rows), Signal.like(block.cols), Signal()
 
         act_word = act_pixel >> (act_port.bit_length() - 1)
         acc_byte = acc_pixel * ENTRY_BYTES
         acc_word = acc_byte >> (acc_port.bit_length() - 1)
         act_ports, acc_ports = (self.act_read, self.act_read_b), (self.acc_read, self.acc_read_b)
-        for half in range(2):
-            m.d.comb += [act_ports[half].addr.eq(act_word + 2 * beat + half), act_ports[half].en.eq(phase.issuing),
-                         acc_ports[half].addr.eq(acc_word + 2 * beat + half), acc_ports[half].en.eq(phase.issuing)]
+        for half in range(2):     # each run only as far as the block's rows (in-channels) and cols use
+            act, acc = act_word + 2 * beat + half, acc_word + 2 * beat + half
+            m.d.comb += [act_ports[half].addr.eq(act), acc_ports[half].addr.eq(acc),
+                         act_ports[half].en.eq(phase.issuing & reads_needed(act, act_pixel, stream_rows, act_port)),
+                         acc_ports[half].en.eq(phase.issuing & reads_needed(acc, acc_byte, stream_cols * ENTRY_BYTES,
+                                                                             acc_port))]
         with m.If(phase.issuing):
             with m.If(beat == beats - 1):
                 m.d.sync += [beat.eq(0), acc_pixel.eq(acc_pixel + self.out_c)]
@@ -63,7 +66,8 @@ class PixelIssue(wiring.Component):
                 m.d.sync += beat.eq(beat + 1)
         with m.If(phase.boundary):      # last, so that it wins over the walk's own updates
             m.d.sync += [act_row.eq(block.act), act_pixel.eq(block.act), acc_pixel.eq(block.acc), out_x.eq(0),
-                         beat.eq(0), stream_cols.eq(block.cols), stream_overwrites.eq(block.overwrites)]
+                         beat.eq(0), stream_rows.eq(block.rows), stream_cols.eq(block.cols),
+                         stream_overwrites.eq(block.overwrites)]
 
         # the reads' data cycle
         pixel_valid, pixel_beat = Signal(), Signal(range(beats))

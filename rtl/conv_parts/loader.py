@@ -6,7 +6,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.conv_parts.interfaces import PHASE, command_field, dim, geometry, next_block, weight_column
-from aipu.rtl.conv_parts.window import WordWindow
+from aipu.rtl.conv_parts.window import WordWindow, reads_needed
 from aipu.rtl.ports import read_port, word_bytes
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.timing.conv import ConvTiming
@@ -44,8 +44,12 @@ class WeightLoader(wiring.Component):
         load_byte = block.weights + load_offset - load_row_lo      # byte r of the run is row r's weight
         load_word = load_byte >> (port_bytes.bit_length() - 1)
         ports = (self.weight_read, self.weight_read_b)
+        # only the block's columns, each run up to its last row: no word the command does not use
+        used = Mux(load_row_lo + block.rows < rows, load_row_lo + block.rows, rows)
         for half, port in enumerate(ports):
-            m.d.comb += [port.addr.eq(load_word + 2 * load_beat + half), port.en.eq(phase.loading)]
+            word = load_word + 2 * load_beat + half
+            m.d.comb += [port.addr.eq(word), port.en.eq(phase.loading & (load_col < block.cols) &
+                                                        reads_needed(word, load_byte, used, port_bytes))]
         with m.If(phase.loading):
             with m.If(load_beat == beats - 1):
                 m.d.sync += [load_beat.eq(0), load_col.eq(load_col + 1),

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.conv_parts.interfaces import (block_drain, depthwise_command, depthwise_geometry, dim, slots,
                                             tap_operands)
-from aipu.rtl.conv_parts.window import WordWindow
+from aipu.rtl.conv_parts.window import WordWindow, reads_needed
 from aipu.rtl.ports import read_port, word_bytes
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.timing.conv import DepthwiseTiming
@@ -105,15 +105,19 @@ class TapWalk(wiring.Component):
         config, cmd, geo, tap, drain = self.config, self.command, self.geometry, self.tap, self.drain
         issuing = self.running & self.tapping
         beats = DepthwiseTiming.of(config, config.mac.rows, config.mac.cols).tap_beats
-        runs = (("weight", self.tap_byte(), (self.weight_read, self.weight_read_b), slots(config), tap.run),
-                ("act", self.kernel_byte, (self.act_read, self.act_read_b), config.mac.rows, tap.kernel))
+        positions = Mux(self.last_block, geo.positions - self.first, config.mac.cols)     # the block's
+        runs = (("weight", self.tap_byte(), positions * cmd.channels, (self.weight_read, self.weight_read_b),
+                 slots(config), tap.run),
+                ("act", self.kernel_byte, cmd.channels, (self.act_read, self.act_read_b), config.mac.rows,
+                 tap.kernel))
         got, got_beat = Signal(), Signal.like(self.beat, name="got_beat")
         m.d.sync += [got.eq(issuing), got_beat.eq(self.beat)]
-        for name, byte, ports, length, run in runs:
+        for name, byte, used, ports, length, run in runs:     # reads only as far as the run's ``used`` bytes
             port_bytes = word_bytes(config, Buffer[name.upper()])
             word = byte >> (port_bytes.bit_length() - 1)
             for half, port in enumerate(ports):
-                m.d.comb += [port.addr.eq(word + 2 * self.beat + half), port.en.eq(issuing)]
+                read = word + 2 * self.beat + half
+                m.d.comb += [port.addr.eq(read), port.en.eq(issuing & reads_needed(read, byte, used, port_bytes))]
             got_offset = Signal(range(port_bytes), name=f"got_{name}_offset")
             m.d.sync += got_offset.eq(byte[:len(got_offset)])
             m.submodules[f"{name}_window"] = window = WordWindow(port_bytes, beats, length)

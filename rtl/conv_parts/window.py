@@ -1,11 +1,18 @@
 """The word window: a run of bytes at any byte offset, gathered from port words read two a cycle."""
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.lanes import shift_down
+
+
+def reads_needed(port_word: Value, first_byte: Value, length: Value, port_bytes: int) -> Value:
+    """1 if ``port_word`` holds one of the ``length`` (>= 1) bytes from ``first_byte`` or an earlier byte:
+    the ``en`` gate that keeps a run's reads from going past its end into words the command does not use
+    (the word after a run that fits in fewer words than the beats read; docs/isa.md, "Banks")."""
+    return port_word <= ((first_byte + length - 1) >> (port_bytes.bit_length() - 1))
 
 
 class WordWindow(wiring.Component):
