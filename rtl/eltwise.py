@@ -63,20 +63,23 @@ class SourceReads:
     Stream a (POOL's taps, ELTWISE's operand a) reads through ``<buffer>_read`` and ``<buffer>_read_b``,
     stream b (operand b) through ``_read_c`` and ``_read_d``: the word holding the run's first byte and the
     next one, so a run of up to a word's bytes may start anywhere. An engine drives ``a_address``/``a_enable``
-    (and b's); the run's bytes (``a_run_bytes`` / ``b_run_bytes`` of them) are in ``a_bytes`` / ``b_bytes``
-    the next cycle.
+    and ``a_used``, the bytes of the run it uses (and b's); the run's bytes (``a_run_bytes`` / ``b_run_bytes``
+    of them) are in ``a_bytes`` / ``b_bytes`` the next cycle. The next word is read only if the used bytes
+    reach into it: a command reads no word outside its operands (docs/isa.md, "Banks").
     """
 
     PORTS = {"a": ("", "_b"), "b": ("_c", "_d")}
 
     def __init__(self, m: Module, unit: UnitComponent, a_buffer, b_buffer, a_run_bytes: int, b_run_bytes: int):
-        self.a_address, self.a_enable, self.a_bytes = self._stream(m, unit, "a", a_buffer, a_run_bytes)
-        self.b_address, self.b_enable, self.b_bytes = self._stream(m, unit, "b", b_buffer, b_run_bytes)
+        self.a_address, self.a_enable, self.a_used, self.a_bytes = self._stream(m, unit, "a", a_buffer, a_run_bytes)
+        self.b_address, self.b_enable, self.b_used, self.b_bytes = self._stream(m, unit, "b", b_buffer, b_run_bytes)
 
     def _stream(self, m: Module, unit: UnitComponent, stream: str, buffer_select, run_bytes: int):
-        """(address, enable, the run's bytes one cycle later) of one stream over both source buffers."""
+        """(address, enable, used bytes, the run's bytes one cycle later) of one stream over both source
+        buffers."""
         address = Signal(unit.config.width_parameters["sram_addr_bits"], name=f"{stream}_address")
         enable = Signal(name=f"{stream}_enable")
+        used = Signal(range(run_bytes + 1), name=f"{stream}_used")
         run = [Const(0, 8)] * run_bytes
         for buffer in SOURCE_BUFFERS:
             name = buffer.name.lower()
@@ -84,14 +87,15 @@ class SourceReads:
             shift = (word_bytes(unit.config, buffer) - 1).bit_length()
             offset = Signal(shift, name=f"{name}_{stream}_offset")
             here = enable & (buffer_select == buffer)
+            reaches_next = address[:shift] + used > word_bytes(unit.config, buffer)
             for index, port in enumerate(ports):
-                m.d.comb += [port.addr.eq((address >> shift) + index), port.en.eq(here)]
+                m.d.comb += [port.addr.eq((address >> shift) + index), port.en.eq(here & (reaches_next | (index == 0)))]
             with m.If(here):
                 m.d.sync += offset.eq(address)
             window = shift_down(m, f"{name}_{stream}_run", Cat(*(port.data for port in ports)), offset, 8, run_bytes)
             run = [Mux(buffer_select == buffer, window[8 * index:8 * (index + 1)], run[index])
                    for index in range(run_bytes)]
-        return address, enable, [net(m, value, f"{stream}_byte{index}") for index, value in enumerate(run)]
+        return address, enable, used, [net(m, value, f"{stream}_byte{index}") for index, value in enumerate(run)]
 
 
 def pack_output(m: Module, config: HardwareConfig, port, begin, dst_addr, wide, valid, values, count, flush) -> None:
@@ -195,7 +199,8 @@ class EltwiseEngine:
         last = left <= width
         with m.If(self.enabled):
             m.d.comb += [reads.a_address.eq(c.a_addr + first), reads.a_enable.eq(issuing),
-                         reads.b_address.eq(c.b_addr + first), reads.b_enable.eq(issuing & (c.op != EltwiseOp.RESCALE))]
+                         reads.b_address.eq(c.b_addr + first), reads.b_enable.eq(issuing & (c.op != EltwiseOp.RESCALE)),
+                         reads.a_used.eq(Mux(last, left, width)), reads.b_used.eq(Mux(last, left, width))]
         with m.If(self.phase["begin"]):
             m.d.sync += [first.eq(0), finished.eq(0)]
         with m.Elif(issuing):

@@ -224,7 +224,8 @@ class PoolEngine:
         pixel = net(m, row * c.in_w + column, "tap_pixel")
         with m.If(self.enabled):
             m.d.comb += [reads.a_address.eq(c.src_addr + (pixel * c.channels + group_start) * self.element_bytes),
-                         reads.a_enable.eq(issuing & inside)]
+                         reads.a_enable.eq(issuing & inside),
+                         reads.a_used.eq(Mux(last_group, remaining, width) * self.element_bytes)]
 
         with m.If(begin):
             m.d.sync += [oy.eq(0), ox.eq(0), group_start.eq(0), ky.eq(0), kx.eq(0), row_step.eq(0),
