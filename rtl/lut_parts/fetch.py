@@ -52,8 +52,10 @@ class ElementFetch(wiring.Component):
                      Cat(src_last[:8 * sizes[Buffer.ACT]], sources[Buffer.ACT].data))
         chunk = window.bit_select(src_pos * 8, 8 * widest)
         read_source = Signal()
+        last_word = Signal.like(src_word)       # the source's last: no read past it (docs/isa.md, "Banks")
         for buffer, port in sources.items():
-            m.d.comb += [port.addr.eq(src_word), port.en.eq(read_source & (cmd.src_buf == buffer))]
+            m.d.comb += [port.addr.eq(src_word),
+                         port.en.eq(read_source & (cmd.src_buf == buffer) & (src_word <= last_word))]
         for lane, (raw, sample) in enumerate(zip(self.raw, self.sample)):
             m.d.comb += raw.eq(chunk.word_select(lane, 8))
             if (lane + 1) * LUT16_INPUT_BITS <= 8 * widest:
@@ -67,6 +69,7 @@ class ElementFetch(wiring.Component):
         m.d.sync += self.staged_valid.eq(0)
         with m.If(self.begin):
             m.d.sync += [src_word.eq(cmd.src_addr >> ops.source_log2),
+                         last_word.eq((cmd.src_addr + (cmd.count << ops.in_log2) - 1) >> ops.source_log2),
                          src_pos.eq(cmd.src_addr & (source_word_bytes - 1)), left.eq(cmd.count)]
         with m.If(self.prime):
             m.d.comb += read_source.eq(1)

@@ -96,7 +96,8 @@ class SoftmaxStream(wiring.Component):
         # --- the source, one byte per cycle: the word holding the next element is read every cycle -------
         next_addr = Mux(last_in_row & (phase != Pass.DIVIDE), row_addr, addr + 1)
         read_addr = Mux(begin, cmd.src_addr, next_addr)
-        m.d.comb += self.reading.eq(begin | streaming)
+        ending = streaming & last_in_row & (rows_left == 1) & (phase == Pass.DIVIDE)    # no element follows
+        m.d.comb += self.reading.eq(begin | (streaming & ~ending))
         with m.If(self.reading):
             for buffer, port in sources.items():
                 m.d.comb += [port.addr.eq(read_addr >> source_log2[buffer]), port.en.eq(cmd.src_buf == buffer)]
