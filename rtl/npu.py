@@ -27,9 +27,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from aipu.rtl.axi import AxiLiteSignature, AxiSignature
+from aipu.rtl.banks import Access, attach_banked_buffer, memory_names, subbank_memories
 from aipu.rtl.conv import ConvUnit
 from aipu.rtl.dma import LoadUnit, StoreUnit
-from aipu.rtl.banks import Access, attach_banked_buffer, memory_names, subbank_memories
 from aipu.rtl.dram_bridge import DramBridge
 from aipu.rtl.fabric import CYCLE_BITS, attach_buffer_ports, buffer_memory, cycle_log, log_cycles, token_queues
 from aipu.rtl.fetch import COUNT_BITS, CommandFetcher
