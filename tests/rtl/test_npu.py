@@ -168,6 +168,62 @@ def test_two_units_in_one_bank_at_once_stop_the_npu_on_a_bank_conflict():
     assert _error(got) == (ErrorCause.BANK_CONFLICT, Unit.STORE, Buffer.OUT)
 
 
+def _footprints(program, memory, monkeypatch) -> dict:
+    """Per (unit, command index): the (buffer name, first byte, end byte) spans the interpreter's command
+    touches, as it declares them to its race check."""
+    from aipu.sim.interpreter import preparer
+
+    spans, record = {}, preparer.Preparer._record
+
+    def recording(self, space, low, high, written, pattern=None):
+        spans.setdefault((self.unit, self.index), []).append((preparer.space_name(space), low, high))
+        return record(self, space, low, high, written, pattern)
+
+    monkeypatch.setattr(preparer.Preparer, "_record", recording)
+    run(program, memory)
+    return spans
+
+
+def _words_outside_footprints(program, memory, footprints) -> list[tuple]:
+    """Run ``program`` on the NPU (Amaranth) and list every read or write of a banked buffer word that the
+    command its unit runs does not touch: (unit, port, command index, word)."""
+    from aipu.rtl.ports import port_space
+    from aipu.sim.machine.arch import BANKED_BUFFERS
+
+    outside = []
+
+    async def watch(ctx, npu):
+        ports = [(unit, name, port_space(name)[0], getattr(component, name)) for unit, component in npu.units.items()
+                 for name in component.signature.members
+                 if port_space(name) is not None and port_space(name)[0] in BANKED_BUFFERS]
+        started = {unit: -1 for unit in npu.units}
+        while not ctx.get(npu.irq):
+            for unit, component in npu.units.items():
+                started[unit] += ctx.get(component.start)
+            for unit, name, buffer, port in ports:
+                if ctx.get(port.en) and ctx.get(getattr(port, "mask", 1)):
+                    word = ctx.get(port.addr) * program.config.buffer(buffer).port_bytes
+                    spans = footprints.get((unit, started[unit]), [])
+                    if not any(space == buffer.name and low < word + program.config.buffer(buffer).port_bytes
+                               and word < high for space, low, high in spans):
+                        outside.append((unit.name, name, started[unit], word))
+            await ctx.tick()
+
+    queues = {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
+    got = run_words_npu_amaranth(queues, memory, max_cycles=1, while_running=watch)
+    assert got.done and not got.errors
+    return outside
+
+
+def test_units_touch_only_the_words_their_commands_use(compiled, monkeypatch):
+    """The bank rule holds only if no unit reads or writes a word outside its command's footprint (a next-word
+    read past a run's end would reach into a bank another unit may own): every banked port access of the
+    compiled conv (CONV, REQUANT, LOAD, STORE), checked against the interpreter's spans of the command the unit
+    runs in that cycle."""
+    program, memory = compiled.program, Memory.create(compiled.program.config, compiled.dram)
+    assert _words_outside_footprints(program, memory, _footprints(program, memory, monkeypatch)) == []
+
+
 def _check_shaped_layer(config, name: str, shape) -> None:
     """A real network's layer shape lowered by the compiler, on the Verilog NPU: every byte the interpreter's,
     the output the layer's reference, every command on the cycle model's (dram="npu") cycles."""
