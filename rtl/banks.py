@@ -77,11 +77,12 @@ def _offset(addr: Value) -> Value:
 
 
 def _one_hot(choices: list[tuple[Value, Value]], width: int) -> Value:
-    """The value among ``choices`` (condition, value) whose condition is set, the conditions one-hot; 0 if none."""
-    result = Value.cast(0).replicate(width)
+    """The value among ``choices`` (condition, value) whose condition is set, the conditions one-hot; 0 if none.
+    A chain of multiplexers."""
+    result = Value.cast(0)
     for condition, value in choices:
-        result = result | (value.as_unsigned() & condition.replicate(width))
-    return result
+        result = Mux(condition, value, result)
+    return result[:width] if len(result) > width else result
 
 
 def needs_second_read(reads: list[Access]) -> bool:
