@@ -1,7 +1,8 @@
 """The NPU top (rtl/npu.py) driven as a host drives it: the program image in the testbench DRAM, PROGRAM_BASE,
 DRAM_BYTES and START over AXI4-Lite, ``irq`` at the end. Compiled networks (a conv, a MobileNet-like block) and
 real networks' layer shapes run bit-exact with the interpreter, on the cycle model's cycles (random programs:
-tests/sim/test_cycle_npu.py); every error, a bank conflict included, stops the run with ERROR naming it and raises the interrupt."""
+tests/sim/test_cycle_npu.py); no unit touches a banked word its command does not use; every error, a bank
+conflict included, stops the run with ERROR naming it and raises the interrupt."""
 from __future__ import annotations
 
 import json
