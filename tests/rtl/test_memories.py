@@ -25,9 +25,7 @@ def test_no_memory_of_a_unit_has_more_than_two_ports(unit, config):
     assert over_two_ports(memory_ports(UNITS[unit](config))) == []
 
 
-@pytest.mark.parametrize("config", [
-    pytest.param(config, id=name, marks=[pytest.mark.slow] if (Unit.CONV, name) in SLOW else [])
-    for name, config in CONFIGS.items()])
+@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
 def test_no_memory_of_the_npu_has_more_than_two_ports(config):
     memories = memory_ports(Npu(config))
     assert over_two_ports(memories) == []
