@@ -111,6 +111,9 @@ def result_of(config: HardwareConfig, memory: Memory, dram: np.ndarray, outcome:
         if cause in (ErrorCause.ILLEGAL_COMMAND, ErrorCause.ENGINE_FAULT):
             retired = registers[f"{Unit(unit).name}_RETIRED"]
             errors.append(RtlError(Unit(unit), retired, ERROR_NAMES[Unit(unit)][detail]))
+        elif cause == ErrorCause.BANK_CONFLICT:
+            retired = registers[f"{Unit(unit).name}_RETIRED"]
+            errors.append(RtlError(Unit(unit), retired, Buffer(detail).name, "a bank conflict in"))
         elif cause == ErrorCause.TOKEN_ERROR:
             token_error = True
         elif cause == ErrorCause.DRAM_RANGE:

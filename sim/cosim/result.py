@@ -15,14 +15,16 @@ from aipu.sim.machine.program import Program
 
 @dataclass(frozen=True)
 class RtlError:
-    """A unit stopped: the command (its index in the unit's queue) and the field its error status names."""
+    """A unit stopped: the command (its index in the unit's queue) and the field its error status names (or,
+    with ``cause`` "a bank conflict in", the buffer whose bank refused its access)."""
 
     unit: Unit
     index: int
     field: str
+    cause: str = "field"
 
     def __str__(self) -> str:
-        return f"{self.unit.name}[{self.index}] stopped on field {self.field}"
+        return f"{self.unit.name}[{self.index}] stopped on {self.cause} {self.field}"
 
 
 @dataclass

@@ -167,6 +167,7 @@ def test_two_units_in_one_bank_at_once_stop_the_npu_on_a_bank_conflict():
                                  max_cycles=MAX_CYCLES)
     assert _status(got)["ERROR"] and got.registers["IRQ_STATUS"] == 2
     assert _error(got) == (ErrorCause.BANK_CONFLICT, Unit.STORE, Buffer.OUT)
+    assert [str(error) for error in got.errors] == ["STORE[0] stopped on a bank conflict in OUT"]
 
 
 def _footprints(program, memory, monkeypatch) -> dict:
