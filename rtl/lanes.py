@@ -9,7 +9,7 @@ three nets per stage.
 """
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Module, Mux, Value
+from amaranth.hdl import C, Cat, Module, Mux, Signal, Value
 
 from aipu.rtl.arith import net
 
@@ -56,6 +56,12 @@ def shift_up(m: Module, name: str, value, amount, unit_bits: int, out_units: int
         moved = _units(Cat(C(0, step), stage), unit_bits, out_units) if step < len(stage) else C(0, len(stage))
         stage = net(m, Mux(amount[k], moved, stage), f"{name}_{k}")
     return Mux(beyond, 0, stage)
+
+
+def counter(limit: int, **kwargs) -> Signal:
+    """A count of 0 .. ``limit`` - 1, one bit wide at least: a count of one value would be a zero-width net,
+    which Verilog writes as ``[-1:0]``."""
+    return Signal(range(max(limit, 2)), **kwargs)
 
 
 def select_word(m: Module, name: str, value, index, width: int) -> Value:

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.conv_parts.interfaces import PHASE, command_field, dim, geometry, next_block, pixel_operands, pixel_place
 from aipu.rtl.conv_parts.window import WordWindow, reads_needed
+from aipu.rtl.lanes import counter
 from aipu.rtl.ports import read_port, word_bytes
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.timing.conv import ENTRY_BYTES, ConvTiming
@@ -42,7 +43,7 @@ class PixelIssue(wiring.Component):
         config, beats = self.config, ConvTiming.of(self.config).beats
         act_port, acc_port = word_bytes(config, Buffer.ACT), word_bytes(config, Buffer.ACC)
         act_row, act_pixel, acc_pixel = Signal.like(block.act), Signal.like(block.act), Signal.like(block.acc)
-        out_x, beat = Signal(range(dim(config))), Signal(range(beats))
+        out_x, beat = Signal(range(dim(config))), counter(beats)
         stream_rows, stream_cols, stream_overwrites = Signal.like(block.rows), Signal.like(block.cols), Signal()
 
         act_word = act_pixel >> (act_port.bit_length() - 1)
@@ -70,7 +71,7 @@ class PixelIssue(wiring.Component):
                          stream_overwrites.eq(block.overwrites)]
 
         # the reads' data cycle
-        pixel_valid, pixel_beat = Signal(), Signal(range(beats))
+        pixel_valid, pixel_beat = Signal(), counter(beats)
         pixel_act_offset = Signal(range(act_port))
         m.d.sync += [pixel_valid.eq(phase.issuing), pixel_beat.eq(beat),
                      pixel_act_offset.eq(act_pixel[:len(pixel_act_offset)]),

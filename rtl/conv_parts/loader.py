@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.conv_parts.interfaces import PHASE, command_field, dim, geometry, next_block, weight_column
 from aipu.rtl.conv_parts.window import WordWindow, reads_needed
+from aipu.rtl.lanes import counter
 from aipu.rtl.ports import read_port, word_bytes
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.timing.conv import ConvTiming
@@ -37,7 +38,7 @@ class WeightLoader(wiring.Component):
         geo, phase, block, column = self.geometry, self.phase, self.block, self.column
         rows, cols, n = self.config.mac.rows, self.config.mac.cols, dim(self.config)
         beats, port_bytes = ConvTiming.of(self.config).weight_beats, word_bytes(self.config, Buffer.WEIGHT)
-        load_col, load_beat = Signal(range(cols)), Signal(range(beats))
+        load_col, load_beat = Signal(range(cols)), counter(beats)
         load_offset = Signal(range(2 * self.config.buffer(Buffer.WEIGHT).bytes))
         # the column's group within the block: its weights sit in rows [load_row_lo, load_row_lo + group_in)
         load_group_col, load_row_lo = Signal(range(n)), Signal(range(n * cols))
@@ -61,10 +62,10 @@ class WeightLoader(wiring.Component):
             with m.Else():
                 m.d.sync += load_beat.eq(load_beat + 1)
         with m.If(phase.begin | phase.boundary):     # last, so that a boundary wins over the count
-            m.d.sync += [counter.eq(0) for counter in (load_col, load_beat, load_offset, load_group_col, load_row_lo)]
+            m.d.sync += [count.eq(0) for count in (load_col, load_beat, load_offset, load_group_col, load_row_lo)]
 
         # the read's data cycle
-        got_weights, got_beat = Signal(), Signal(range(beats), name="weights_beat")
+        got_weights, got_beat = Signal(), counter(beats, name="weights_beat")
         got_offset = Signal(range(port_bytes), name="weights_offset")
         got_row_lo = Signal(range(n * cols), name="weights_row_lo")
         got_row_hi = Signal(range(n * cols + rows), name="weights_row_hi")

@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from aipu.rtl.conv_parts.interfaces import (block_drain, depthwise_command, depthwise_geometry, dim, slots,
                                             tap_operands)
 from aipu.rtl.conv_parts.window import WordWindow, reads_needed
+from aipu.rtl.lanes import counter
 from aipu.rtl.ports import read_port, word_bytes
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.timing.conv import DepthwiseTiming
@@ -43,7 +44,7 @@ class TapWalk(wiring.Component):
         self.running, self.tapping, self.bank = Signal(), Signal(), Signal()
         self.step = Signal.like(geo.period)
         self.ky, self.kx = Signal.like(self.command.k_h, name="tap_ky"), Signal.like(self.command.k_w, name="tap_kx")
-        self.beat = Signal(range(DepthwiseTiming.of(config, config.mac.rows, cols).tap_beats))
+        self.beat = counter(DepthwiseTiming.of(config, config.mac.rows, cols).tap_beats)
         self.first = Signal(range(n * n), name="block_first_position")
         self.first_bytes = Signal(range(2 * config.buffer(Buffer.WEIGHT).bytes), name="block_first_byte")
         self.outputs_before = Signal(range(n * n))

@@ -29,7 +29,8 @@ class WordWindow(wiring.Component):
 
     def __init__(self, port_bytes: int, beats: int, length: int):
         self.beats = beats
-        super().__init__({"a": In(8 * port_bytes), "b": In(8 * port_bytes), "valid": In(1), "beat": In(range(beats)),
+        super().__init__({"a": In(8 * port_bytes), "b": In(8 * port_bytes), "valid": In(1),
+                          "beat": In(range(max(beats, 2))),      # one bit at least: Verilog has no zero-width net
                           "offset": In(range(port_bytes)), "run": Out(8 * length)})
 
     def elaborate(self, platform) -> Module:

@@ -6,7 +6,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.conv_parts.interfaces import pixel_place
-from aipu.rtl.lanes import select_word, shift_up
+from aipu.rtl.lanes import counter, select_word, shift_up
 from aipu.rtl.ports import word_bytes, write_port
 from aipu.sim.machine.arch import ACC_BITS, Buffer, HardwareConfig
 from aipu.sim.timing.conv import ENTRY_BYTES, ConvTiming
@@ -35,7 +35,7 @@ class AccWriteBack(wiring.Component):
         entry_mask = Cat(*((j < place.cols).replicate(ENTRY_BYTES) for j in range(self.config.mac.cols)))
         window_bytes = 2 * beats * port_bytes
         write_data, write_mask = Signal(8 * window_bytes), Signal(window_bytes)
-        writing, write_beat, write_word = Signal(), Signal(range(beats)), Signal.like(place.acc_word)
+        writing, write_beat, write_word = Signal(), counter(beats), Signal.like(place.acc_word)
         with m.If(place.valid):
             m.d.sync += [writing.eq(1), write_beat.eq(0), write_word.eq(place.acc_word),
                          write_data.eq(shift_up(m, "write_data_placed", self.sums, place.acc_offset, 8, window_bytes)),

@@ -6,6 +6,7 @@ conflict included, stops the run with ERROR naming it and raises the interrupt."
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import onnx
@@ -16,6 +17,7 @@ from aipu.sim.cosim.dram.model import ErrorRange, Resp
 from aipu.sim.cosim.npu_amaranth import run_words_npu_amaranth
 from aipu.sim.cosim.npu_verilog import run_npu_on
 from aipu.sim.cosim.result import first_mismatch
+from aipu.sim.cosim.verilog import NPU_TOPLEVEL, npu_verilog, verilator_environment
 from aipu.sim.interpreter import run
 from aipu.sim.machine.arch import DEFAULT, Buffer
 from aipu.sim.machine.isa import EltwiseOp, Opcode, Unit
@@ -27,6 +29,23 @@ from tests.rtl.configs import SMALL
 from tests.sim.cosim.test_layers import NETWORK_SHAPES
 
 MAX_CYCLES = 20_000
+# Verilator -Wall warnings that Amaranth's Verilog has in every design, none a defect: registers declared with
+# their reset value and assigned in processes (PROCASSINIT), operands Yosys writes narrower or wider than the
+# value they meet (WIDTHEXPAND, WIDTHTRUNC), names kept for intermediate values and port aliases
+# (UNUSEDSIGNAL), one file holding every module (DECLFILENAME), and its case statements on the states a
+# switch names, without a default that could never be taken (CASEINCOMPLETE).
+ACCEPTED_LINT = ("PROCASSINIT", "WIDTHEXPAND", "WIDTHTRUNC", "UNUSEDSIGNAL", "DECLFILENAME", "CASEINCOMPLETE")
+
+
+@pytest.mark.parametrize("config", [SMALL, pytest.param(DEFAULT, marks=pytest.mark.slow)], ids=["small", "default"])
+def test_verilator_lint_finds_nothing_else_in_the_npu(config, tmp_path):
+    """`aipu rtl verilog`'s aipu_npu.v, what a chip team reads into its flow, under Verilator's -Wall."""
+    source = tmp_path / f"{NPU_TOPLEVEL}.v"
+    source.write_text(npu_verilog(config))
+    with verilator_environment():
+        result = subprocess.run(["verilator", "--lint-only", "-Wall", *(f"-Wno-{name}" for name in ACCEPTED_LINT),
+                                 "--top-module", NPU_TOPLEVEL, str(source)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
 
 
 def _compile(root, model, size: int):
