@@ -5,7 +5,6 @@ requests from three readers and the writer, every word read equal to the DRAM's 
 path, and Verilator's lint of its Verilog."""
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,12 +16,13 @@ from aipu.rtl.dram_bridge import DramBridge
 from aipu.sim.cosim.dram.amaranth_dram import add_dram
 from aipu.sim.cosim.dram.model import DramParams, ErrorRange, Resp
 from aipu.sim.cosim.dram.trace import check_trace, trace_cycle
-from aipu.sim.cosim.verilog import flat_ports, verilator_environment
+from aipu.sim.cosim.verilog import flat_ports
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.registers import FETCHER, ErrorCause
 from aipu.sim.timing.dram_bridge import ReadArbiter
 from tests.rtl.configs import SMALL
+from tests.rtl.lint import assert_lint_clean
 
 READERS = (FETCHER, Unit.LOAD, Unit.WDEC)
 SIZE = 2048
@@ -316,7 +316,4 @@ def test_verilator_lint_finds_nothing_else(config, tmp_path):
     assert {"m_axi_araddr", "m_axi_rready", "m_axi_wstrb", "read_2_data_valid", "write_mask"} <= set(ports)
     source = tmp_path / "aipu_dram_bridge.v"
     source.write_text(verilog.convert(bridge, name="aipu_dram_bridge", ports=ports))
-    with verilator_environment():
-        result = subprocess.run(["verilator", "--lint-only", "-Wall", *(f"-Wno-{name}" for name in ACCEPTED_LINT),
-                                 "--top-module", "aipu_dram_bridge", str(source)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert_lint_clean(source, "aipu_dram_bridge", ACCEPTED_LINT)

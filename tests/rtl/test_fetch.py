@@ -6,7 +6,6 @@ that Verilator's lint accepts."""
 from __future__ import annotations
 
 import gc
-import subprocess
 import warnings
 from collections import deque
 from dataclasses import dataclass
@@ -18,13 +17,14 @@ from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
 from aipu.rtl.fetch import CommandFetcher
-from aipu.sim.cosim.verilog import flat_ports, verilator_environment
+from aipu.sim.cosim.verilog import flat_ports
 from aipu.sim.machine.arch import DEFAULT, PORT_BYTES_MAX, hardware_config_from_dict
 from aipu.sim.machine.isa import COMMAND_BYTES, Unit
 from aipu.sim.machine.program_image import (BY_NAME, FETCH_ERRORS, HEADER_BYTES, alignment, build_image,
                                             pack_image, read_header, with_image)
 from aipu.sim.timing.fetch import FetchGeometry, request_schedule
 from tests.rtl.configs import SMALL
+from tests.rtl.lint import assert_lint_clean
 from tests.rtl.test_host_verilog import ACCEPTED_LINT
 from tests.sim.machine.test_program_image import compiled_program
 
@@ -247,7 +247,4 @@ def test_verilator_lint_finds_nothing_else(config, tmp_path):
     fetcher = CommandFetcher(config)
     source = tmp_path / "aipu_fetch.v"
     source.write_text(amaranth_verilog.convert(fetcher, name="aipu_fetch", ports=flat_ports(fetcher, "_")))
-    with verilator_environment():
-        result = subprocess.run(["verilator", "--lint-only", "-Wall", *(f"-Wno-{name}" for name in FETCH_LINT),
-                                 "--top-module", "aipu_fetch", str(source)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert_lint_clean(source, "aipu_fetch", FETCH_LINT)

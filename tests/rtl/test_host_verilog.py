@@ -4,15 +4,14 @@ testbench would use agrees with the register table and the model of it. Icarus i
 takes a second); Verilator, whose build of this small block takes a minute or two of C++, in the slow suite."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from aipu.sim.cosim.verilog import (HOST_TOPLEVEL, compile_verilog, host_verilog, quiet_runner,
-                                   verilator_environment)
+from aipu.sim.cosim.verilog import HOST_TOPLEVEL, compile_verilog, host_verilog, quiet_runner
 from aipu.sim.machine.arch import DEFAULT
 from tests.rtl.configs import WIDE_DRAM
+from tests.rtl.lint import assert_lint_clean
 
 REPO = Path(__file__).resolve().parents[2]
 COCOTB_TESTS = 3
@@ -27,10 +26,7 @@ ACCEPTED_LINT = ("PROCASSINIT", "WIDTHEXPAND", "UNUSEDSIGNAL", "SYMRSVDWORD")
 def test_verilator_lint_finds_nothing_else(config, tmp_path):
     source = tmp_path / f"{HOST_TOPLEVEL}.v"
     source.write_text(host_verilog(config))
-    with verilator_environment():
-        result = subprocess.run(["verilator", "--lint-only", "-Wall", *(f"-Wno-{name}" for name in ACCEPTED_LINT),
-                                 "--top-module", HOST_TOPLEVEL, str(source)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert_lint_clean(source, HOST_TOPLEVEL, ACCEPTED_LINT)
 
 
 @pytest.mark.parametrize("simulator", ["icarus", pytest.param("verilator", marks=pytest.mark.slow)])

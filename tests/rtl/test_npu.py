@@ -6,7 +6,6 @@ conflict included, stops the run with ERROR naming it and raises the interrupt."
 from __future__ import annotations
 
 import json
-import subprocess
 
 import numpy as np
 import onnx
@@ -17,7 +16,7 @@ from aipu.sim.cosim.dram.model import ErrorRange, Resp
 from aipu.sim.cosim.npu_amaranth import run_words_npu_amaranth
 from aipu.sim.cosim.npu_verilog import run_npu_on
 from aipu.sim.cosim.result import first_mismatch
-from aipu.sim.cosim.verilog import NPU_TOPLEVEL, npu_verilog, verilator_environment
+from aipu.sim.cosim.verilog import NPU_TOPLEVEL, npu_verilog
 from aipu.sim.interpreter import run
 from aipu.sim.machine.arch import DEFAULT, Buffer
 from aipu.sim.machine.isa import EltwiseOp, Opcode, Unit
@@ -26,6 +25,7 @@ from aipu.sim.machine.program import Command
 from aipu.sim.machine.program_image import FETCH_ERRORS
 from aipu.sim.machine.registers import BY_NAME, FETCHER, ErrorCause, field_value
 from tests.rtl.configs import SMALL
+from tests.rtl.lint import assert_lint_clean
 from tests.sim.cosim.test_layers import NETWORK_SHAPES
 
 MAX_CYCLES = 20_000
@@ -42,10 +42,7 @@ def test_verilator_lint_finds_nothing_else_in_the_npu(config, tmp_path):
     """`aipu rtl verilog`'s aipu_npu.v, what a chip team reads into its flow, under Verilator's -Wall."""
     source = tmp_path / f"{NPU_TOPLEVEL}.v"
     source.write_text(npu_verilog(config))
-    with verilator_environment():
-        result = subprocess.run(["verilator", "--lint-only", "-Wall", *(f"-Wno-{name}" for name in ACCEPTED_LINT),
-                                 "--top-module", NPU_TOPLEVEL, str(source)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert_lint_clean(source, NPU_TOPLEVEL, ACCEPTED_LINT)
 
 
 def _compile(root, model, size: int):
