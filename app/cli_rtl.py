@@ -21,6 +21,7 @@ SYSTEM = "system"      # `aipu rtl synth --unit system`: the System test harness
 NPU = "npu"            # `aipu rtl synth --unit npu`: the NPU top, in the default set
 PNR_DEVICE = "85k"     # `aipu rtl pnr`: the largest LFE5U
 PNR_FREQ_MHZ = 100.0
+PNR_MAPPER = "abc9"    # sim/cosim/ecp5.py's DEFAULT_MAPPER (not imported here: it brings Amaranth in)
 
 
 def _config(args: argparse.Namespace):
@@ -88,7 +89,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 def _cmd_pnr(args: argparse.Namespace) -> int:
     from aipu.rtl.npu import Npu
-    from aipu.sim.cosim.ecp5 import DEVICES, MAX_FREQ_MHZ, pnr_report
+    from aipu.sim.cosim.ecp5 import DEVICES, MAX_FREQ_MHZ, SCRIPTS, pnr_report
     from aipu.sim.cosim.verilog import available_units
 
     units = {unit.name.lower(): unit_class for unit, unit_class in available_units().items()}
@@ -96,6 +97,8 @@ def _cmd_pnr(args: argparse.Namespace) -> int:
         raise ValueError(f"--unit {args.unit!r}: expected one of {', '.join([NPU, *units])}")
     if args.device not in DEVICES:
         raise ValueError(f"--device {args.device!r}: expected one of {', '.join(DEVICES)}")
+    if args.mapper not in SCRIPTS:
+        raise ValueError(f"--mapper {args.mapper!r}: expected one of {', '.join(SCRIPTS)}")
     try:
         freq = float(args.freq)
     except ValueError:
@@ -106,7 +109,7 @@ def _cmd_pnr(args: argparse.Namespace) -> int:
     component = Npu(config) if args.unit == NPU else units[args.unit](config)
     try:
         result = pnr_report(component, device=args.device, freq_mhz=freq, seed=args.seed,
-                            place=not args.synth_only)
+                            place=not args.synth_only, mapper=args.mapper)
     except RuntimeError as exc:      # the tools failed: the design does not fit the device, most often
         print(f"aipu rtl pnr: {args.unit}: {exc}", file=sys.stderr)
         return 1
@@ -251,6 +254,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pnr.add_argument("--freq", default=str(PNR_FREQ_MHZ),
                      help=f"target clock in MHz (default {PNR_FREQ_MHZ:g}); fmax is reported whether met or not")
     pnr.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
+    pnr.add_argument("--mapper", default=PNR_MAPPER,
+                     help=f"LUT mapping: abc9 (Yosys's default, timing-driven) or abc (classic ABC, much faster on "
+                          f"large designs; default {PNR_MAPPER})")
     pnr.add_argument("--synth-only", action="store_true", help="stop after synth_ecp5: its figures only")
     pnr.add_argument("--json", action="store_true", help="print the report as JSON (docs/rtl-cosim.md)")
     pnr.set_defaults(func=_cmd_pnr)

@@ -37,10 +37,24 @@ DEFAULT_DEVICE = "85k"
 DEFAULT_FREQ_MHZ = 100.0
 MAX_FREQ_MHZ = 1000.0
 TOPLEVEL = "aipu_ecp5_top"
-SCRIPT = """read_rtlil {top}.il
+# The LUT mappers: Yosys's default ABC9 (timing-driven, with the cells' delays), or classic ABC's ``-lut 4``
+# run in place of synth_ecp5's map_luts step. ABC9 took more than 37 CPU minutes on the NPU top of SMALL
+# without finishing; classic ABC maps it in minutes (docs/rtl-cosim.md, "ECP5 place and route").
+SCRIPTS = {
+    "abc9": """read_rtlil {top}.il
 synth_ecp5 -top {top} -json {top}.json
 tee -q -o stat.json stat -json
-"""
+""",
+    "abc": """read_rtlil {top}.il
+synth_ecp5 -top {top} -run :map_luts
+techmap -map +/lattice/latches_map.v
+abc -lut 4 -dress
+clean
+synth_ecp5 -top {top} -run map_cells: -json {top}.json
+tee -q -o stat.json stat -json
+""",
+}
+DEFAULT_MAPPER = "abc9"
 # Yosys's ECP5 cells: LUT4, CCU2C (a carry cell: two LUT4s and their carry), TRELLIS_FF, DP16KD, MULT18X18D,
 # TRELLIS_DPR16X4 (a 16 x 4 LUT RAM), PFUMX/L6MUX21 (wide-function muxes), ALU54B ...
 LUTS_PER_CELL = {"LUT4": 1, "CCU2C": 2}
@@ -99,13 +113,14 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def synthesize(component: wiring.Component, folder: Path) -> tuple[dict, float, float]:
+def synthesize(component: wiring.Component, folder: Path, mapper: str = DEFAULT_MAPPER) -> tuple[dict, float, float]:
     """(``stat -json`` cell counts of the ECP5 netlist, seconds converting to RTLIL, seconds in Yosys) of
-    ``component`` behind :class:`PinChains`, its netlist in ``folder/<TOPLEVEL>.json``."""
+    ``component`` behind :class:`PinChains`, its netlist in ``folder/<TOPLEVEL>.json``; LUTs mapped by
+    ``mapper`` (a key of :data:`SCRIPTS`)."""
     started = time.perf_counter()
     (folder / f"{TOPLEVEL}.il").write_text(rtlil.convert(PinChains(component), name=TOPLEVEL))
     converted = time.perf_counter()
-    (folder / "synth.ys").write_text(SCRIPT.format(top=TOPLEVEL))
+    (folder / "synth.ys").write_text(SCRIPTS[mapper].format(top=TOPLEVEL))
     done = subprocess.run([*yosys_command(), "-q", "-l", "yosys.log", "-s", "synth.ys"], cwd=folder,
                           capture_output=True, text=True)
     if done.returncode != 0:
@@ -157,15 +172,18 @@ def synthesis_figures(cells: dict) -> dict:
 
 
 def pnr_report(component: wiring.Component, *, device: str = DEFAULT_DEVICE, freq_mhz: float = DEFAULT_FREQ_MHZ,
-               seed: int = 1, place: bool = True) -> dict:
+               seed: int = 1, place: bool = True, mapper: str = DEFAULT_MAPPER) -> dict:
     """Synthesis and (``place``) place and route of ``component`` on an ECP5: the netlist's figures, then
     fmax and the sites nextpnr used, and the seconds each step took."""
     if device not in DEVICES:
         raise ValueError(f"device {device!r}: expected one of {', '.join(DEVICES)}")
+    if mapper not in SCRIPTS:
+        raise ValueError(f"mapper {mapper!r}: expected one of {', '.join(SCRIPTS)}")
     with tempfile.TemporaryDirectory(prefix="aipu-ecp5-") as directory:
         folder = Path(directory)
-        cells, convert_seconds, synth_seconds = synthesize(component, folder)
-        result = {"device": DEVICES[device], "target_mhz": freq_mhz, "chain_flip_flops": port_bits(component),
+        cells, convert_seconds, synth_seconds = synthesize(component, folder, mapper)
+        result = {"device": DEVICES[device], "target_mhz": freq_mhz, "mapper": mapper,
+                  "chain_flip_flops": port_bits(component),
                   "synthesis": synthesis_figures(cells),
                   "seconds": {"rtlil": convert_seconds, "synth_ecp5": synth_seconds}}
         if place:

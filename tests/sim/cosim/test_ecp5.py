@@ -41,9 +41,11 @@ class Echo(wiring.Component):
         return m
 
 
-def test_the_toy_is_placed_and_routed_with_its_figures():
+@pytest.mark.parametrize("mapper", ["abc9", "abc"])
+def test_the_toy_is_placed_and_routed_with_its_figures(mapper):
     toy = MacToy()
-    result = pnr_report(toy, device="25k", freq_mhz=50)
+    result = pnr_report(toy, device="25k", freq_mhz=50, mapper=mapper)
+    assert result["mapper"] == mapper
     assert result["device"] == "LFE5U-25F" and result["chain_flip_flops"] == port_bits(toy) == 16 + 16 + 9 + 1 + 64
     synthesis = result["synthesis"]
     assert synthesis["block_rams"] == 1 and synthesis["dsps"] == 1
