@@ -145,8 +145,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ValueError(f"--sim {args.sim!r}: expected one of {', '.join(BACKENDS)}")
     if args.top not in TOPS:
         raise ValueError(f"--top {args.top!r}: expected one of {', '.join(TOPS)}")
+    if args.threads > 1 and (args.sim, args.top) != ("verilator", "npu"):
+        raise ValueError(f"--threads {args.threads}: only the NPU top on verilator runs on more than one thread")
     report = run_program_dir(args.program, inputs=args.input, backend=args.sim, max_cycles=args.max_cycles,
-                             waves=args.waves, top=args.top)
+                             waves=args.waves, top=args.top, threads=args.threads)
     _print_report(report, args.json)
     return 0 if report.agrees else 1
 
@@ -200,6 +202,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "loaded by backdoor, a DRAM port per DMA unit)")
     run.add_argument("--max-cycles", type=positive_int,
                      help="stop the RTL after this many cycles (default: twice the cycle model's count plus 1000)")
+    run.add_argument("--threads", type=positive_int, default=1,
+                     help="threads of the NPU's Verilator model (default 1; its own build): faster with that many "
+                          "cores free, far slower without")
     run.add_argument("--waves", action="store_true",
                      help="on a divergence, a waveform of the cycles around it (path in the report)")
     run.add_argument("--json", action="store_true", help="print the report as JSON (docs/rtl-cosim.md)")

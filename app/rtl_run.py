@@ -157,6 +157,7 @@ class RtlRun:
     units: list[Unit]
     runs: list[RunCheck]
     top: str = "system"
+    threads: int = 1          # of the Verilator model
 
     @property
     def agrees(self) -> bool:
@@ -170,13 +171,14 @@ class RtlRun:
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "program": str(self.program), "simulator": self.backend, "top": self.top,
-                "commands": self.commands, "units": [unit.name for unit in self.units], "agree": self.agrees,
+                "threads": self.threads, "commands": self.commands, "units": [unit.name for unit in self.units], "agree": self.agrees,
                 "build_seconds": None if self.build_seconds is None else round(self.build_seconds, 1),
                 "runs": [run.to_dict() for run in self.runs]}
 
     def lines(self) -> list[str]:
-        lines = [f"{self.program}: {self.commands} commands on the RTL ({self.top} top, {self.backend}), against the "
-                 "interpreter (every byte) and the cycle model (every command's start and retire)"]
+        threads = f", {self.threads} threads" if self.threads > 1 else ""
+        lines = [f"{self.program}: {self.commands} commands on the RTL ({self.top} top, {self.backend}{threads}), "
+                 "against the interpreter (every byte) and the cycle model (every command's start and retire)"]
         if self.build_seconds is not None:
             lines.append(f"  the NPU's Verilog model was built in {self.build_seconds:.1f} s (cached for later runs)")
         lines += ["  " + line for run in self.runs for line in run.lines()]
@@ -187,10 +189,10 @@ class RtlRun:
 
 
 def check_run(program: Program, prepared, memory, units, backend: str, *, max_cycles: int | None, waves: bool,
-              input_index: int | None, label: str | None = None, top: str = "npu") -> RunCheck:
+              input_index: int | None, label: str | None = None, top: str = "npu", threads: int = 1) -> RunCheck:
     """``program`` from ``memory`` on the RTL (``top``: the NPU, or the System of ``units``; ``backend``: one of
-    cocotb_run.BACKENDS), on the interpreter (``prepared``) and on the cycle model of that top; with ``waves``,
-    a waveform around the first divergence."""
+    cocotb_run.BACKENDS; ``threads``: the NPU's Verilator model's), on the interpreter (``prepared``) and on the
+    cycle model of that top; with ``waves``, a waveform around the first divergence."""
     from aipu.sim.cosim.cocotb_run import run_on
     from aipu.sim.cosim.npu_verilog import run_npu_on
     from aipu.sim.cosim.result import first_mismatch
@@ -200,7 +202,7 @@ def check_run(program: Program, prepared, memory, units, backend: str, *, max_cy
     expected = prepared.run(memory)               # on a copy: ``memory`` stays the initial image
     model = simulate(program, memory, dram=CYCLE_MODEL[top])
     limit = max_cycles or 2 * model.total_cycles + MARGIN_CYCLES
-    got = (run_npu_on(backend, program, memory, max_cycles=limit) if top == "npu" else
+    got = (run_npu_on(backend, program, memory, max_cycles=limit, threads=threads) if top == "npu" else
            run_on(backend, program, memory, units, max_cycles=limit))
     check = RunCheck(input_index, got, model.total_cycles, limit, first_mismatch(program, expected, got),
                      first_cycle_difference(program, model, got), label=label)
@@ -213,7 +215,7 @@ def check_run(program: Program, prepared, memory, units, backend: str, *, max_cy
 
 
 def run_program_dir(path, *, inputs=None, backend: str = "verilator", max_cycles: int | None = None,
-                    waves: bool = False, top: str = "npu") -> RtlRun:
+                    waves: bool = False, top: str = "npu", threads: int = 1) -> RtlRun:
     """The program directory ``path`` on the RTL: one run per sample of the float ``inputs`` file (.npy or .npz,
     as `aipu run --input`), or one on the DRAM image as compiled. Bad files raise InputError."""
     from aipu.app.cli_compile import read_inputs
@@ -221,11 +223,12 @@ def run_program_dir(path, *, inputs=None, backend: str = "verilator", max_cycles
 
     directory = read_program_dir(path)
     samples = read_inputs(directory, inputs) if inputs is not None else None
-    return run_directory(directory, samples, backend=backend, max_cycles=max_cycles, waves=waves, top=top)
+    return run_directory(directory, samples, backend=backend, max_cycles=max_cycles, waves=waves, top=top,
+                         threads=threads)
 
 
 def run_directory(directory, samples: dict | None, *, backend: str = "verilator", max_cycles: int | None = None,
-                  waves: bool = False, top: str = "npu") -> RtlRun:
+                  waves: bool = False, top: str = "npu", threads: int = 1) -> RtlRun:
     """A read program directory on the RTL of every unit there is: one run per sample of the float ``samples``
     (input name -> [samples, ...]; quantized into the DRAM image as `aipu run` does), or one on the image as
     compiled if None."""
@@ -242,6 +245,6 @@ def run_directory(directory, samples: dict | None, *, backend: str = "verilator"
         prepared = prepare(program, directory.dram.size)
         runs = [check_run(program, prepared, Memory.create(program.config, directory.dram) if index is None else
                           input_memory(directory, samples, index), list(units.values()), backend,
-                          max_cycles=max_cycles, waves=waves, input_index=index, top=top)
+                          max_cycles=max_cycles, waves=waves, input_index=index, top=top, threads=threads)
                 for index in indices]
-    return RtlRun(directory.path, backend, len(program), list(units), runs, top)
+    return RtlRun(directory.path, backend, len(program), list(units), runs, top, threads)

@@ -10,6 +10,10 @@ Each layer workload is a program with its memory image; it runs on the interpret
 every backend. A figure is a function of (program, initial memory, interpreter result, RTL result) returning
 None where it does not apply: adding a unit's measurement is adding one entry to ``FIGURES``, and it is taken on
 the layers and on the unit runs. Verilog builds are cached; their compile time is reported apart from the rates.
+
+The real layers also run on the NPU top, on a Verilator model of one thread and of two (``npu_layers``);
+``npu_over_system`` divides each rate by the System harness's on the same layer in the same run, the anchor
+that makes the figure comparable across machines.
 """
 from __future__ import annotations
 
@@ -174,7 +178,7 @@ def run() -> dict:
         report["builds"][backend] = {"seconds": round(time.perf_counter() - started, 1),
                                      "program_depth": build.program_depth, "dram_bytes": build.dram_bytes}
     if "verilator" in backends:
-        report["npu_layers"] = npu_rates({name: workloads[name] for name in VERILATOR_ONLY})
+        report["npu_layers"] = npu_rates({name: workloads[name] for name in VERILATOR_ONLY}, npu_threads())
     for name, (program, memory, expected) in workloads.items():
         entry = report["layers"].setdefault(name, {"commands": len(program), "macs": expected.stats.macs})
         for backend in backends:
@@ -196,14 +200,21 @@ def run() -> dict:
                 **{figure: value for figure, measure in FIGURES.items()
                    if (value := measure(program, memory, expected, result)) is not None},
             }
+    if "npu_layers" in report:
+        report["npu_over_system"] = npu_against_system(report["npu_layers"], report["layers"])
     return report
 
 
-def npu_rates(workloads: dict) -> dict:
+def npu_threads() -> tuple[int, ...]:
+    """The Verilator model thread counts the NPU layers run on: 1, and 2 where two cores exist."""
+    return (1, 2) if (os.cpu_count() or 1) >= 2 else (1,)
+
+
+def npu_rates(workloads: dict, threads: tuple[int, ...] = (1,)) -> dict:
     """The real layers on the NPU top under Verilator (docs/rtl.md, "The NPU top"): started over AXI4-Lite, the
-    commands fetched and the data moved through the one AXI master. One build for all (not part of the rates),
-    then per layer the cycles, the simulated cycles per second of the free-running run and whether every byte
-    equals the interpreter's."""
+    commands fetched and the data moved through the one AXI master. Per model thread count one build for all
+    (not part of the rates), then per layer the cycles, the simulated cycles per second of the free-running run
+    and whether every byte equals the interpreter's: ``{"threads_<n>": {"build_s": ..., layer: {...}}}``."""
     from aipu.sim.cosim.npu_verilog import build_npu, run_npu_verilog
     from aipu.sim.cosim.result import first_mismatch
     from aipu.sim.machine.program_image import build_image, with_image
@@ -211,15 +222,30 @@ def npu_rates(workloads: dict) -> dict:
     shape = (max(len(q) for program, _, _ in workloads.values() for q in program.queues.values()),
              max(with_image(program.config, memory.dram, build_image(program))[0].size
                  for program, memory, _ in workloads.values()))
-    started = time.perf_counter()
-    build_npu(next(iter(workloads.values()))[0].config, dram_bytes=shape[1], trace_depth=shape[0])
-    rates = {"build_s": round(time.perf_counter() - started, 1)}
-    for name, (program, memory, expected) in workloads.items():
+    config = next(iter(workloads.values()))[0].config
+    rates = {}
+    for count in threads:
         started = time.perf_counter()
-        result = run_npu_verilog(program, memory, max_cycles=MAX_CYCLES, build_at_least=shape)
-        seconds = time.perf_counter() - started
-        rates[name] = {"cycles": result.total_cycles, "run_s": round(result.run_seconds, 3),
-                       "wall_s": round(seconds, 3), "cycles_per_s": _rate(result.total_cycles, result.run_seconds),
-                       "done": result.done, "errors": [str(error) for error in result.errors],
-                       "bit_exact": first_mismatch(program, expected, result) is None}
+        build_npu(config, dram_bytes=shape[1], trace_depth=shape[0], threads=count)
+        entry = rates[f"threads_{count}"] = {"build_s": round(time.perf_counter() - started, 1)}
+        for name, (program, memory, expected) in workloads.items():
+            started = time.perf_counter()
+            result = run_npu_verilog(program, memory, max_cycles=MAX_CYCLES, build_at_least=shape, threads=count)
+            seconds = time.perf_counter() - started
+            entry[name] = {"cycles": result.total_cycles, "run_s": round(result.run_seconds, 3),
+                           "wall_s": round(seconds, 3), "cycles_per_s": _rate(result.total_cycles, result.run_seconds),
+                           "done": result.done, "errors": [str(error) for error in result.errors],
+                           "bit_exact": first_mismatch(program, expected, result) is None}
     return rates
+
+
+def npu_against_system(npu_layers: dict, layers: dict) -> dict:
+    """Per thread count and layer, the NPU top's simulated cycles per second over the System harness's on the
+    same layer in the same run (``layers``' Verilator entry): the anchor of the NPU's simulation speed."""
+    ratios = {}
+    for threads, entry in npu_layers.items():
+        for name, figures in entry.items():
+            system = layers.get(name, {}).get("verilator", {}).get("cycles_per_s") if name != "build_s" else None
+            if system and figures.get("cycles_per_s"):
+                ratios.setdefault(threads, {})[name] = round(figures["cycles_per_s"] / system, 3)
+    return ratios

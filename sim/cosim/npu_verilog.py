@@ -42,14 +42,16 @@ MIN_DRAM_BYTES = 1 << 16
 
 
 def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simulator: str = "verilator",
-              waves: bool = False) -> tuple[Path, int, int, float | None]:
+              waves: bool = False, threads: int = 1) -> tuple[Path, int, int, float | None]:
     """(build directory, DRAM bytes, trace depth, seconds spent compiling or None) of the cached bench build
     that runs an image of ``dram_bytes`` and queues of up to ``trace_depth`` commands (both rounded up to
-    powers of two, so that programs of similar size share a build)."""
+    powers of two, so that programs of similar size share a build). ``threads`` > 1: a Verilator model that
+    evaluates the design on that many threads (:func:`verilator_threads`)."""
+    threads = verilator_threads(simulator, threads)
     dram = power_of_two_at_least(max(MIN_DRAM_BYTES, dram_bytes))
     depth = power_of_two_at_least(max(MIN_TRACE_DEPTH, trace_depth))
     document = {"top": BENCH_TOPLEVEL, "config": config.to_dict(), "dram": dram, "depth": depth,
-                "simulator": simulator, "waves": waves,
+                "simulator": simulator, "waves": waves, "threads": threads,
                 "sources": sources_digest(UNIT_CLASSES, roots=(npu_bench, dram_rtl)),
                 "versions": [importlib.metadata.version("amaranth"), importlib.metadata.version("cocotb"),
                              simulator_version(simulator)], "cocotb_libs": str(cocotb_libs())}
@@ -63,37 +65,47 @@ def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simu
                                  ("dram_words",))
         verilator = simulator == "verilator"
         compile_verilog(staging, BENCH_TOPLEVEL, text, simulator, waves=waves,
-                        build_args=VERILATOR_ARGS if verilator else (),
+                        build_args=(*VERILATOR_ARGS, "--threads", str(threads)) if verilator else (),
                         control=verilator_control(bench) if verilator else None)
 
+    on_threads = f", {threads} threads" if threads > 1 else ""
     seconds = cached_build(key, f"the NPU top for {simulator} ({config.mac.rows}x{config.mac.cols} MAC array, "
-                                f"{dram} bytes of DRAM)", compile_into)
+                                f"{dram} bytes of DRAM{on_threads})", compile_into)
     return cache_root() / key, dram, depth, seconds
 
 
+def verilator_threads(simulator: str, threads: int) -> int:
+    """``threads`` checked: at least 1, and more only on Verilator. A model of N threads spins N - 1 worker
+    threads while it evaluates: it is faster only with N cores free (docs/rtl-cosim.md, "Measured speeds")."""
+    if threads < 1 or (threads > 1 and simulator != "verilator"):
+        raise ValueError(f"threads {threads}: expected 1, or more on verilator only (simulator: {simulator})")
+    return threads
+
+
 def run_npu_verilog(program: Program, memory: Memory, *, simulator: str = "verilator", max_cycles: int,
-                    waves: bool = False, run_dir: Path | None = None, build_at_least: tuple[int, int] = (0, 0)
-                    ) -> RtlResult:
+                    waves: bool = False, run_dir: Path | None = None, build_at_least: tuple[int, int] = (0, 0),
+                    threads: int = 1) -> RtlResult:
     """Execute ``program`` from ``memory`` on the Verilog NPU; stop at ``irq`` or after ``max_cycles``. With
     ``waves`` the run directory (``run_dir``, else a new one) is kept and holds the waveform and
     ``outcome.json`` (``run_step``, ``clock_steps``: where cycle 0 lies in it). ``build_at_least`` (commands,
-    DRAM bytes): run on a build at least that large, so that programs of different sizes share one."""
+    DRAM bytes): run on a build at least that large, so that programs of different sizes share one. ``threads``:
+    the Verilator model's (:func:`build_npu`)."""
     program.validate()
     queues = {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
     return run_words_npu_verilog(queues, memory, simulator=simulator, max_cycles=max_cycles, waves=waves,
-                                 run_dir=run_dir, build_at_least=build_at_least)
+                                 run_dir=run_dir, build_at_least=build_at_least, threads=threads)
 
 
 def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, simulator: str = "verilator",
                           max_cycles: int, waves: bool = False, run_dir: Path | None = None,
-                          build_at_least: tuple[int, int] = (0, 0)) -> RtlResult:
+                          build_at_least: tuple[int, int] = (0, 0), threads: int = 1) -> RtlResult:
     """Like :func:`run_npu_verilog` on raw command words."""
     config = memory.config
     image, base = with_image(config, memory.dram, pack_image(config, queues))
     directory, dram_bytes, depth, seconds = build_npu(
         config, dram_bytes=max(image.size, build_at_least[1]),
         trace_depth=max(build_at_least[0], *(len(queue) for queue in queues.values())), simulator=simulator,
-        waves=waves)
+        waves=waves, threads=threads)
     beat = config.dram.bytes_per_cycle
     run_dir = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="aipu_npu_run_"))
     try:
@@ -122,8 +134,10 @@ def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, si
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def run_npu_on(backend: str, program: Program, memory: Memory, *, max_cycles: int, waves: bool = False) -> RtlResult:
+def run_npu_on(backend: str, program: Program, memory: Memory, *, max_cycles: int, waves: bool = False,
+               threads: int = 1) -> RtlResult:
     """``program`` on the NPU top in ``backend``: Amaranth's simulator, or Verilator or Icarus."""
+    verilator_threads(backend, threads)
     if backend == "amaranth":
         return npu_amaranth.run_npu_amaranth(program, memory, max_cycles=max_cycles)
-    return run_npu_verilog(program, memory, simulator=backend, max_cycles=max_cycles, waves=waves)
+    return run_npu_verilog(program, memory, simulator=backend, max_cycles=max_cycles, waves=waves, threads=threads)

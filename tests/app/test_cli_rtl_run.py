@@ -48,9 +48,10 @@ def _json(capsys, argv: list[str]) -> tuple[int, dict]:
 def test_a_program_on_verilator_equals_both_models(compiled, capsys):
     code, report = _json(capsys, ["rtl", "run", str(compiled / "out"), "--input", str(compiled / "x.npy")])
     assert code == 0, report
-    assert set(report) == {"schema", "program", "simulator", "top", "commands", "units", "agree", "build_seconds",
-                           "runs"}
+    assert set(report) == {"schema", "program", "simulator", "top", "threads", "commands", "units", "agree",
+                           "build_seconds", "runs"}
     assert report["schema"] == "aipu-rtl-run/1" and report["simulator"] == "verilator" and report["agree"]
+    assert report["threads"] == 1
     assert [run["input"] for run in report["runs"]] == [0, 1]
     for run in report["runs"]:
         assert set(run) == RUN_KEYS
@@ -60,6 +61,12 @@ def test_a_program_on_verilator_equals_both_models(compiled, capsys):
     text = capsys.readouterr().out
     assert "image as compiled: every byte and every command's cycles equal" in text
     assert text.endswith("agreement: 1 of 1 run equal to both models\n")
+
+
+@pytest.mark.slow
+def test_a_program_on_two_verilator_threads_equals_both_models(compiled, capsys):
+    code, report = _json(capsys, ["rtl", "run", str(compiled / "out"), "--threads", "2"])
+    assert code == 0 and report["agree"] and report["threads"] == 2, report
 
 
 @pytest.mark.parametrize("top", [pytest.param("npu", marks=pytest.mark.slow), "system"])
@@ -127,6 +134,8 @@ def test_waves_keep_the_window_around_a_divergence(compiled, capsys, monkeypatch
 @pytest.mark.parametrize("argv, field", [
     (["--sim", "modelsim"], "--sim 'modelsim': expected one of amaranth, verilator, icarus"),
     (["--top", "soc"], "--top 'soc': expected one of npu, system"),
+    (["--threads", "2", "--sim", "icarus"], "--threads 2: only the NPU top on verilator"),
+    (["--threads", "2", "--top", "system"], "--threads 2: only the NPU top on verilator"),
     (["--input", "{root}/wrong_shape.npy"], "shape [samples, 3, 8, 8]"),
     (["--input", "{root}/wrong_type.npy"], "a float array"),
 ])
