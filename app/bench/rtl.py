@@ -11,13 +11,14 @@ every backend. A figure is a function of (program, initial memory, interpreter r
 None where it does not apply: adding a unit's measurement is adding one entry to ``FIGURES``, and it is taken on
 the layers and on the unit runs. Verilog builds are cached; their compile time is reported apart from the rates.
 
-The real layers also run on the NPU top, on a Verilator model of one thread and of two (``npu_layers``);
-``npu_over_system`` divides each rate by the System harness's on the same layer in the same run, the anchor
-that makes the figure comparable across machines.
+The real layers also run on the NPU top, on a Verilator model of one thread and of two, in rounds with the
+System harness (``npu_layers``): each median rate over the System's on the same layer in the same run is the
+anchor that makes the figure comparable across machines.
 """
 from __future__ import annotations
 
 import os
+import statistics
 import time
 
 import numpy as np
@@ -30,6 +31,7 @@ VERILATOR_LAYERS = (("resnet18_l2_3x3_128x28", 128, 28, 128, 3, 1), ("mobilenet_
 VERILATOR_ONLY = {spec[0] for spec in VERILATOR_LAYERS}
 BACKENDS_VARIABLE = "AIPU_BENCH_RTL_BACKENDS"   # e.g. "verilator" to skip the slow ones
 MAX_CYCLES = 2_000_000
+NPU_ROUNDS = 3           # rounds of the real layers on the NPU top and the System, in turn (npu_rates)
 CONV_TILES = "conv_resnet18_l2_tiles"     # the MAC array alone on the first Verilator layer's CONV commands
 UNIT_COMMANDS = 250       # per unit family: long enough that the simulator's start and stop do not set the rate
 # (the slow test_a_thousand_random_commands_per_unit_on_verilog uses the same builds)
@@ -178,7 +180,8 @@ def run() -> dict:
         report["builds"][backend] = {"seconds": round(time.perf_counter() - started, 1),
                                      "program_depth": build.program_depth, "dram_bytes": build.dram_bytes}
     if "verilator" in backends:
-        report["npu_layers"] = npu_rates({name: workloads[name] for name in VERILATOR_ONLY}, npu_threads())
+        report["npu_layers"] = npu_rates({name: workloads[name] for name in VERILATOR_ONLY}, units, shape,
+                                         npu_threads())
     for name, (program, memory, expected) in workloads.items():
         entry = report["layers"].setdefault(name, {"commands": len(program), "macs": expected.stats.macs})
         for backend in backends:
@@ -200,8 +203,6 @@ def run() -> dict:
                 **{figure: value for figure, measure in FIGURES.items()
                    if (value := measure(program, memory, expected, result)) is not None},
             }
-    if "npu_layers" in report:
-        report["npu_over_system"] = npu_against_system(report["npu_layers"], report["layers"])
     return report
 
 
@@ -210,11 +211,15 @@ def npu_threads() -> tuple[int, ...]:
     return (1, 2) if (os.cpu_count() or 1) >= 2 else (1,)
 
 
-def npu_rates(workloads: dict, threads: tuple[int, ...] = (1,)) -> dict:
-    """The real layers on the NPU top under Verilator (docs/rtl.md, "The NPU top"): started over AXI4-Lite, the
-    commands fetched and the data moved through the one AXI master. Per model thread count one build for all
-    (not part of the rates), then per layer the cycles, the simulated cycles per second of the free-running run
-    and whether every byte equals the interpreter's: ``{"threads_<n>": {"build_s": ..., layer: {...}}}``."""
+def npu_rates(workloads: dict, units: list, system_shape: tuple[int, int], threads: tuple[int, ...] = (1,),
+              rounds: int = NPU_ROUNDS) -> dict:
+    """The real layers on the NPU top under Verilator (docs/rtl.md, "The NPU top"), started over AXI4-Lite, the
+    commands fetched and the data moved through the one AXI master, on a model of each thread count, against the
+    System harness on the same layer. One build per model first (not part of the rates), then ``rounds`` rounds,
+    each running every layer on the System and on each NPU model in turn, so that a machine's swings touch all
+    alike. Per layer: the cycles, every round's simulated cycles per second, their medians, and each NPU
+    model's median over the System's (``over_system``: the anchor that compares across machines)."""
+    from aipu.sim.cosim.cocotb_run import run_on
     from aipu.sim.cosim.npu_verilog import build_npu, run_npu_verilog
     from aipu.sim.cosim.result import first_mismatch
     from aipu.sim.machine.program_image import build_image, with_image
@@ -223,29 +228,29 @@ def npu_rates(workloads: dict, threads: tuple[int, ...] = (1,)) -> dict:
              max(with_image(program.config, memory.dram, build_image(program))[0].size
                  for program, memory, _ in workloads.values()))
     config = next(iter(workloads.values()))[0].config
-    rates = {}
+    report = {"rounds": rounds, "build_s": {}}
     for count in threads:
         started = time.perf_counter()
         build_npu(config, dram_bytes=shape[1], trace_depth=shape[0], threads=count)
-        entry = rates[f"threads_{count}"] = {"build_s": round(time.perf_counter() - started, 1)}
+        report["build_s"][f"threads_{count}"] = round(time.perf_counter() - started, 1)
+    tops = {"system": lambda program, memory: run_on("verilator", program, memory, units, max_cycles=MAX_CYCLES,
+                                                      build_at_least=system_shape)}
+    for count in threads:
+        tops[f"npu_threads_{count}"] = (lambda program, memory, count=count: run_npu_verilog(
+            program, memory, max_cycles=MAX_CYCLES, build_at_least=shape, threads=count))
+    for _ in range(rounds):
         for name, (program, memory, expected) in workloads.items():
-            started = time.perf_counter()
-            result = run_npu_verilog(program, memory, max_cycles=MAX_CYCLES, build_at_least=shape, threads=count)
-            seconds = time.perf_counter() - started
-            entry[name] = {"cycles": result.total_cycles, "run_s": round(result.run_seconds, 3),
-                           "wall_s": round(seconds, 3), "cycles_per_s": _rate(result.total_cycles, result.run_seconds),
-                           "done": result.done, "errors": [str(error) for error in result.errors],
-                           "bit_exact": first_mismatch(program, expected, result) is None}
-    return rates
-
-
-def npu_against_system(npu_layers: dict, layers: dict) -> dict:
-    """Per thread count and layer, the NPU top's simulated cycles per second over the System harness's on the
-    same layer in the same run (``layers``' Verilator entry): the anchor of the NPU's simulation speed."""
-    ratios = {}
-    for threads, entry in npu_layers.items():
-        for name, figures in entry.items():
-            system = layers.get(name, {}).get("verilator", {}).get("cycles_per_s") if name != "build_s" else None
-            if system and figures.get("cycles_per_s"):
-                ratios.setdefault(threads, {})[name] = round(figures["cycles_per_s"] / system, 3)
-    return ratios
+            entry = report.setdefault(name, {"cycles": {}, "cycles_per_s": {top: [] for top in tops},
+                                             "bit_exact": True, "errors": []})
+            for top, run in tops.items():
+                result = run(program, memory)
+                entry["cycles"][top] = result.total_cycles
+                entry["cycles_per_s"][top].append(_rate(result.total_cycles, result.run_seconds))
+                entry["bit_exact"] &= result.done and first_mismatch(program, expected, result) is None
+                entry["errors"] += [f"{top}: {error}" for error in result.errors]
+    for name in workloads:
+        entry = report[name]
+        entry["median"] = {top: statistics.median(rates) for top, rates in entry["cycles_per_s"].items()}
+        entry["over_system"] = {top: round(rate / entry["median"]["system"], 3)
+                                for top, rate in entry["median"].items() if top != "system"}
+    return report

@@ -31,15 +31,6 @@ def test_unit_rates_compare_every_unit_and_report_its_figures():
     assert wdec["weights"] > 0 and 0 < wdec["bins_per_cycle"] <= 1.0
 
 
-def test_npu_rates_are_divided_by_the_system_rate_of_the_same_layer():
-    from aipu.app.bench.rtl import npu_against_system
-
-    npu = {"threads_1": {"build_s": 9.0, "a": {"cycles_per_s": 30}, "b": {"cycles_per_s": 10}},
-           "threads_2": {"build_s": 9.0, "a": {"cycles_per_s": 45}, "c": {"cycles_per_s": 5}}}
-    layers = {"a": {"verilator": {"cycles_per_s": 60}}, "b": {"amaranth": {"cycles_per_s": 1}}}
-    assert npu_against_system(npu, layers) == {"threads_1": {"a": 0.5}, "threads_2": {"a": 0.75}}
-
-
 def test_units_bench_checks_every_pair_and_reports_it():
     """`aipu bench units` over its whole case table without a time budget (each side still runs a few times):
     every pair agrees as its case claims -- equal, within the tolerance of its definitions, or, for a table, lut8
