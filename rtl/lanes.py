@@ -48,14 +48,18 @@ def shift_down(m: Module, name: str, value, amount, unit_bits: int, out_units: i
 
 
 def shift_up(m: Module, name: str, value, amount, unit_bits: int, out_units: int) -> Value:
-    """``(value << amount * unit_bits)[:out_units * unit_bits]``."""
+    """``(value << amount * unit_bits)[:out_units * unit_bits]``. Stage k (a move by 2**k units) is only as wide as
+    what the moves so far can reach, ``value`` plus 2**(k+1) - 1 units: a DRAM beat placed into a WEIGHT window
+    takes a quarter of the multiplexers of stages all as wide as the window."""
+    value = Value.cast(value)
     amount, beyond = _split_amount(m, name, amount, out_units)
-    stage = net(m, _units(value, unit_bits, out_units), f"{name}_in")
+    width = min(-(-len(value) // unit_bits), out_units)
+    stage = net(m, _units(value, unit_bits, width), f"{name}_in")
     for k in range(len(amount)):
-        step = (1 << k) * unit_bits
-        moved = _units(Cat(C(0, step), stage), unit_bits, out_units) if step < len(stage) else C(0, len(stage))
-        stage = net(m, Mux(amount[k], moved, stage), f"{name}_{k}")
-    return Mux(beyond, 0, stage)
+        width = min(width + (1 << k), out_units)
+        moved = _units(Cat(C(0, (1 << k) * unit_bits), stage), unit_bits, width)
+        stage = net(m, Mux(amount[k], moved, _units(stage, unit_bits, width)), f"{name}_{k}")
+    return Mux(beyond, 0, _units(stage, unit_bits, out_units))
 
 
 def counter(limit: int, **kwargs) -> Signal:

@@ -12,6 +12,7 @@ from aipu.rtl.lanes import byte_mask, select_word, shift_down, shift_up
 
 CASES = [  # value bits, amount bits, unit bits, output units
     (64, 3, 8, 4), (64, 8, 8, 8), (40, 6, 8, 3), (24, 4, 8, 5), (96, 2, 32, 1), (16, 5, 1, 16), (8, 1, 8, 1),
+    (32, 6, 8, 40),   # a narrow value into a wide window (a DRAM beat into WEIGHT words)
 ]
 
 
