@@ -126,8 +126,8 @@ def _pnr_lines(result: dict) -> list[str]:
     synthesis, seconds = result["synthesis"], result["seconds"]
     lines = [f"{result['unit']} on {result['device']}, target {result['target_mhz']:g} MHz "
              f"({result['chain_flip_flops']} port bits in the pin chains)",
-             f"synth_ecp5: {synthesis['luts']} LUT4, {synthesis['flip_flops']} flip-flops, "
-             f"{synthesis['block_rams']} DP16KD, {synthesis['dsps']} MULT18X18D, "
+             f"synth_ecp5 ({result['mapper']} mapping): {synthesis['luts']} LUT4, "
+             f"{synthesis['flip_flops']} flip-flops, {synthesis['block_rams']} DP16KD, {synthesis['dsps']} MULT18X18D, "
              f"{synthesis['lut_rams']} TRELLIS_DPR16X4"]
     if "fmax" in result:
         used = result["utilization"]
