@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -200,6 +201,8 @@ _LANE_WRITES = re.compile(r"^([ \t]*)always @\(posedge (" + _NAME + r")\) begin\
                           + r"\[\d+\]\)\n[ \t]*\w+\[" + _INDEX[1:-1] + r"\]\[\d+:\d+\] <= " + _NAME
                           + r"\[\d+:\d+\];\n)+)"
                           r"[ \t]*end$", re.M)
+_MEMORY = re.compile(r"^\s*reg \[(\d+):0\] (\w+) \[\d+:0\];$", re.M)
+_MEMORY_WRITE = re.compile(r"^\s*(\w+)\[[^\n]*<=", re.M)
 _LANE = re.compile(r"if \((" + _NAME + r")\[(\d+)\]\)\n[ \t]*(\w+)\[" + _INDEX + r"\]\[(\d+):(\d+)\] <= (" + _NAME
                    + r")\[(\d+):(\d+)\];")
 
@@ -210,6 +213,9 @@ def whole_word_writes(text: str) -> str:
     same memory contents cycle for cycle (the old word is read before the clock edge's writes, and no other
     port writes the memory), in one test and one commit a cycle for Verilator. Only simulation builds use it:
     the exported Verilog keeps the byte enables an SRAM macro takes."""
+    widths = {name: int(top) + 1 for top, name in _MEMORY.findall(text)}
+    writes = Counter(_MEMORY_WRITE.findall(text))      # lines assigning into each memory, all ports
+
     def merged(match: re.Match) -> str:
         indent, clock, body = match.groups()
         lanes = _LANE.findall(body)
@@ -217,10 +223,7 @@ def whole_word_writes(text: str) -> str:
         width = int(lanes[0][4]) + 1
         expected = [(enable, str(k), memory, address, str((k + 1) * width - 1), str(k * width), data,
                      str((k + 1) * width - 1), str(k * width)) for k in range(len(lanes))]
-        declared = re.search(rf"^\s*reg \[(\d+):0\] {memory} \[\d+:0\];$", text, re.M)
-        writers = len(re.findall(rf"^\s*{memory}\[[^\n]*<=", text, re.M))
-        if (lanes != expected or declared is None or int(declared.group(1)) + 1 != width * len(lanes)
-                or writers != len(lanes)):
+        if lanes != expected or widths.get(memory) != width * len(lanes) or writes[memory] != len(lanes):
             return match.group(0)
         mask = "{" + ", ".join(f"{{{width}{{{enable}[{k}]}}}}" for k in reversed(range(len(lanes)))) + "}"
         word = f"{memory}[{address}]"
