@@ -16,9 +16,9 @@ class BlockWalk(wiring.Component):
 
     ``block`` says where that block's operands are and what it holds: the ACT byte of its first pixel's run
     and the ACC entry of its first accumulator, the WEIGHT byte of its first column, its in- and out-channels
-    (the last chunk of a group, or the last block of groups, may be short), whether it overwrites the
-    accumulators (``accumulate`` = 0 and the first tap and in-chunk of its out-channels) and whether it is
-    the command's last.
+    (the last chunk of a group, or the last block of groups, may be short), the bytes of a pixel's ACT run
+    (its groups' in-channels side by side), whether it overwrites the accumulators (``accumulate`` = 0 and
+    the first tap and in-chunk of its out-channels) and whether it is the command's last.
 
     Signature: ``command`` (In: the CONV command), ``geometry`` (In: the setup's), ``phase`` (In: the
     sequencer's), ``block`` (Out).
@@ -44,6 +44,9 @@ class BlockWalk(wiring.Component):
         in_channel = group * geo.group_in + in_chunk * rows
         groups_left_cols = cmd.out_c - group * geo.group_out
         in_left = geo.group_in - in_chunk * rows
+        block_rows = Mux(in_left < rows, in_left, rows)
+        groups_left = cmd.groups - group
+        block_groups = Mux(groups_left < geo.groups_per_block, groups_left, geo.groups_per_block)
         out_left = (Mux(groups_left_cols < geo.block_group_cols, groups_left_cols, geo.block_group_cols)
                     - out_chunk * cols)
         m.d.comb += [
@@ -51,7 +54,8 @@ class BlockWalk(wiring.Component):
             block.acc.eq(cmd.acc_addr + out_channel),
             block.weights.eq(cmd.wgt_addr + out_channel * geo.weights_per_out_channel
                              + (ky * cmd.k_w + kx) * geo.group_in + in_chunk * rows),
-            block.rows.eq(Mux(in_left < rows, in_left, rows)), block.cols.eq(Mux(out_left < cols, out_left, cols)),
+            block.rows.eq(block_rows), block.cols.eq(Mux(out_left < cols, out_left, cols)),
+            block.act_bytes.eq(block_rows * block_groups),
             block.overwrites.eq(~cmd.accumulate & (ky == 0) & (kx == 0) & (in_chunk == 0)),
             block.last.eq(last_in & last_kx & last_ky & last_out & last_group)]
 

@@ -74,13 +74,14 @@ PHASE = Signature({"begin": Out(1), "boundary": Out(1), "bank": Out(1), "loading
 def next_block(config: HardwareConfig) -> Signature:
     """From the block walk: the block the loader fills (the one after the streaming block). ``act``,
     ``acc``: where its first pixel's runs start (ACT byte, ACC entry); ``weights``: the WEIGHT byte of its
-    first column's run; ``rows``, ``cols``: the in- and out-channels it holds; ``overwrites``: its sums
-    replace the accumulators; ``last``: it is the command's last block."""
+    first column's run; ``rows``, ``cols``: the in- and out-channels it holds (``rows`` per group);
+    ``act_bytes``: the bytes of a pixel's ACT run (``rows`` times its groups, side by side on the diagonal);
+    ``overwrites``: its sums replace the accumulators; ``last``: it is the command's last block."""
     return Signature({
         "act": Out(range(2 * config.buffer(Buffer.ACT).bytes)), "acc": Out(range(2 * config.buffer_units(Buffer.ACC))),
         "weights": Out(range(2 * config.buffer(Buffer.WEIGHT).bytes)),
         "rows": Out(range(config.mac.rows + 1)), "cols": Out(range(config.mac.cols + 1)),
-        "overwrites": Out(1), "last": Out(1)})
+        "act_bytes": Out(range(config.mac.rows + 1)), "overwrites": Out(1), "last": Out(1)})
 
 
 def weight_column(config: HardwareConfig) -> Signature:

@@ -44,16 +44,18 @@ class PixelIssue(wiring.Component):
         act_port, acc_port = word_bytes(config, Buffer.ACT), word_bytes(config, Buffer.ACC)
         act_row, act_pixel, acc_pixel = Signal.like(block.act), Signal.like(block.act), Signal.like(block.acc)
         out_x, beat = Signal(range(dim(config))), counter(beats)
-        stream_rows, stream_cols, stream_overwrites = Signal.like(block.rows), Signal.like(block.cols), Signal()
+        stream_act_bytes, stream_cols = Signal.like(block.act_bytes), Signal.like(block.cols)
+        stream_overwrites = Signal()
 
         act_word = act_pixel >> (act_port.bit_length() - 1)
         acc_byte = acc_pixel * ENTRY_BYTES
         acc_word = acc_byte >> (acc_port.bit_length() - 1)
         act_ports, acc_ports = (self.act_read, self.act_read_b), (self.acc_read, self.acc_read_b)
-        for half in range(2):     # each run only as far as the block's rows (in-channels) and cols use
+        for half in range(2):     # each run only as far as the block's groups' in-channels and its cols use
             act, acc = act_word + 2 * beat + half, acc_word + 2 * beat + half
             m.d.comb += [act_ports[half].addr.eq(act), acc_ports[half].addr.eq(acc),
-                         act_ports[half].en.eq(phase.issuing & reads_needed(act, act_pixel, stream_rows, act_port)),
+                         act_ports[half].en.eq(phase.issuing & reads_needed(act, act_pixel, stream_act_bytes,
+                                                                             act_port)),
                          acc_ports[half].en.eq(phase.issuing & reads_needed(acc, acc_byte, stream_cols * ENTRY_BYTES,
                                                                              acc_port))]
         with m.If(phase.issuing):
@@ -67,7 +69,7 @@ class PixelIssue(wiring.Component):
                 m.d.sync += beat.eq(beat + 1)
         with m.If(phase.boundary):      # last, so that it wins over the walk's own updates
             m.d.sync += [act_row.eq(block.act), act_pixel.eq(block.act), acc_pixel.eq(block.acc), out_x.eq(0),
-                         beat.eq(0), stream_rows.eq(block.rows), stream_cols.eq(block.cols),
+                         beat.eq(0), stream_act_bytes.eq(block.act_bytes), stream_cols.eq(block.cols),
                          stream_overwrites.eq(block.overwrites)]
 
         # the reads' data cycle

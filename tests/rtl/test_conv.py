@@ -196,3 +196,15 @@ def test_depthwise_groups_fill_the_diagonal():
     utilisation = useful_macs(conv) / (diagonal * cycles)
     print(f"\ndepthwise: {useful_macs(conv)} MACs in {cycles} cycles, {utilisation:.4f} of the diagonal")
     assert utilisation >= 0.95
+
+
+@pytest.mark.parametrize("config", [SMALL, CONFIGS["mac8x16"]], ids=["small", "mac8x16"])
+def test_a_block_of_groups_reads_all_its_groups_input_bytes(config):
+    """A block of several groups multiplies one input byte per group a pixel: the pixel's ACT run spans all
+    of them, past the block's per-group rows, and here across a word boundary (an unaligned ``in_addr``)."""
+    rng = np.random.default_rng(13)
+    program = Program(config)
+    program.append(_conv(in_addr=3, in_h=3, in_w=4, in_c=12, wgt_addr=1, out_c=12, groups=12, k_h=1, k_w=3,
+                         acc_addr=2, in_zero_point=5, w_zero_point=-3))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
+    check_program(program, random_memory(config, rng))
