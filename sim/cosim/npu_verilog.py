@@ -12,6 +12,7 @@ import importlib.metadata
 import json
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -41,17 +42,28 @@ MIN_TRACE_DEPTH = 256
 MIN_DRAM_BYTES = 1 << 16
 
 
+# Programs a profile-guided build is trained on (``build_npu``'s ``training``), made on demand.
+Training = Callable[[], Sequence[tuple[Program, Memory]]]
+TRAINING_MAX_CYCLES = 5_000_000
+PROFILED_MIN_DRAM_BYTES = 1 << 18      # room for training programs of real layers' shapes
+
+
 def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simulator: str = "verilator",
-              waves: bool = False, threads: int = 1) -> tuple[Path, int, int, float | None]:
+              waves: bool = False, threads: int = 1,
+              training: Training | None = None) -> tuple[Path, int, int, float | None]:
     """(build directory, DRAM bytes, trace depth, seconds spent compiling or None) of the cached bench build
     that runs an image of ``dram_bytes`` and queues of up to ``trace_depth`` commands (both rounded up to
     powers of two, so that programs of similar size share a build). ``threads`` > 1: a Verilator model that
-    evaluates the design on that many threads (:func:`verilator_threads`)."""
+    evaluates the design on that many threads (:func:`verilator_threads`). ``training``: a profile-guided
+    Verilator build, trained on those of its programs that fit it (docs/rtl-cosim.md, "Profile-guided
+    builds")."""
     threads = verilator_threads(simulator, threads)
-    dram = power_of_two_at_least(max(MIN_DRAM_BYTES, dram_bytes))
+    if training is not None and simulator != "verilator":
+        raise ValueError(f"a profile-guided build is Verilator's only (simulator: {simulator})")
+    dram = power_of_two_at_least(max(MIN_DRAM_BYTES if training is None else PROFILED_MIN_DRAM_BYTES, dram_bytes))
     depth = power_of_two_at_least(max(MIN_TRACE_DEPTH, trace_depth))
     document = {"top": BENCH_TOPLEVEL, "config": config.to_dict(), "dram": dram, "depth": depth,
-                "simulator": simulator, "waves": waves, "threads": threads,
+                "simulator": simulator, "waves": waves, "threads": threads, "profiled": training is not None,
                 "sources": sources_digest(UNIT_CLASSES, roots=(npu_bench, dram_rtl)),
                 "versions": [importlib.metadata.version("amaranth"), importlib.metadata.version("cocotb"),
                              simulator_version(simulator)], "cocotb_libs": str(cocotb_libs())}
@@ -66,12 +78,29 @@ def build_npu(config: HardwareConfig, *, dram_bytes: int, trace_depth: int, simu
         verilator = simulator == "verilator"
         compile_verilog(staging, BENCH_TOPLEVEL, text, simulator, waves=waves,
                         build_args=(*VERILATOR_ARGS, "--threads", str(threads)) if verilator else (),
-                        control=verilator_control(bench) if verilator else None)
+                        control=verilator_control(bench) if verilator else None,
+                        profile=None if training is None else lambda build: _train(build, dram, depth, training))
 
     on_threads = f", {threads} threads" if threads > 1 else ""
+    profiled = ", profile-guided" if training is not None else ""
     seconds = cached_build(key, f"the NPU top for {simulator} ({config.mac.rows}x{config.mac.cols} MAC array, "
-                                f"{dram} bytes of DRAM{on_threads})", compile_into)
+                                f"{dram} bytes of DRAM{on_threads}{profiled})", compile_into)
     return cache_root() / key, dram, depth, seconds
+
+
+def _train(directory: Path, dram_bytes: int, depth: int, training: Training) -> None:
+    """Run the counting build of a profile-guided build on the training programs that fit it."""
+    for program, memory in training():
+        queues = _encoded(program)
+        image = with_image(memory.config, memory.dram, pack_image(memory.config, queues))
+        if image[0].size <= dram_bytes and max(len(queue) for queue in queues.values()) <= depth:
+            _run_build(directory, dram_bytes, image, memory, simulator="verilator",
+                       max_cycles=TRAINING_MAX_CYCLES, waves=False, run_dir=None)
+
+
+def _encoded(program: Program) -> dict[Unit, list[bytes]]:
+    program.validate()
+    return {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
 
 
 def verilator_threads(simulator: str, threads: int) -> int:
@@ -84,28 +113,40 @@ def verilator_threads(simulator: str, threads: int) -> int:
 
 def run_npu_verilog(program: Program, memory: Memory, *, simulator: str = "verilator", max_cycles: int,
                     waves: bool = False, run_dir: Path | None = None, build_at_least: tuple[int, int] = (0, 0),
-                    threads: int = 1) -> RtlResult:
+                    threads: int = 1, training: Training | None = None) -> RtlResult:
     """Execute ``program`` from ``memory`` on the Verilog NPU; stop at ``irq`` or after ``max_cycles``. With
     ``waves`` the run directory (``run_dir``, else a new one) is kept and holds the waveform and
     ``outcome.json`` (``run_step``, ``clock_steps``: where cycle 0 lies in it). ``build_at_least`` (commands,
-    DRAM bytes): run on a build at least that large, so that programs of different sizes share one. ``threads``:
-    the Verilator model's (:func:`build_npu`)."""
-    program.validate()
-    queues = {unit: [command.encode(program.config) for command in queue] for unit, queue in program.queues.items()}
-    return run_words_npu_verilog(queues, memory, simulator=simulator, max_cycles=max_cycles, waves=waves,
-                                 run_dir=run_dir, build_at_least=build_at_least, threads=threads)
+    DRAM bytes): run on a build at least that large, so that programs of different sizes share one. ``threads``,
+    ``training``: the Verilator model's (:func:`build_npu`)."""
+    return run_words_npu_verilog(_encoded(program), memory, simulator=simulator, max_cycles=max_cycles,
+                                 waves=waves, run_dir=run_dir, build_at_least=build_at_least, threads=threads,
+                                 training=training)
 
 
 def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, simulator: str = "verilator",
                           max_cycles: int, waves: bool = False, run_dir: Path | None = None,
-                          build_at_least: tuple[int, int] = (0, 0), threads: int = 1) -> RtlResult:
+                          build_at_least: tuple[int, int] = (0, 0), threads: int = 1,
+                          training: Training | None = None) -> RtlResult:
     """Like :func:`run_npu_verilog` on raw command words."""
     config = memory.config
-    image, base = with_image(config, memory.dram, pack_image(config, queues))
+    image = with_image(config, memory.dram, pack_image(config, queues))
     directory, dram_bytes, depth, seconds = build_npu(
-        config, dram_bytes=max(image.size, build_at_least[1]),
+        config, dram_bytes=max(image[0].size, build_at_least[1]),
         trace_depth=max(build_at_least[0], *(len(queue) for queue in queues.values())), simulator=simulator,
-        waves=waves, threads=threads)
+        waves=waves, threads=threads, training=training)
+    result = _run_build(directory, dram_bytes, image, memory, simulator=simulator, max_cycles=max_cycles,
+                        waves=waves, run_dir=run_dir)
+    result.build_seconds = seconds
+    return result
+
+
+def _run_build(directory: Path, dram_bytes: int, placed: tuple[np.ndarray, int], memory: Memory, *,
+               simulator: str, max_cycles: int, waves: bool, run_dir: Path | None) -> RtlResult:
+    """A run on the bench build in ``directory`` (of ``dram_bytes`` of DRAM): ``placed``, the DRAM image and
+    the program image's base in it (``with_image``); the result read back against ``memory``."""
+    config = memory.config
+    image, base = placed
     beat = config.dram.bytes_per_cycle
     run_dir = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="aipu_npu_run_"))
     try:
@@ -126,18 +167,18 @@ def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, si
         dram = np.frombuffer(b"".join(int(word).to_bytes(beat, "little") for word in outcome["dram"]), np.uint8)
         outcome["buffers"] = {b: buffer_words([outcome["memories"][name] for name in parts[b]]) for b in Buffer}
         outcome["logs"] = {Unit[name]: entries for name, entries in outcome["logs"].items()}
-        result = npu_amaranth.result_of(config, memory, dram[:memory.dram.size].copy(), outcome)
-        result.build_seconds = seconds
-        return result
+        return npu_amaranth.result_of(config, memory, dram[:memory.dram.size].copy(), outcome)
     finally:
         if not waves:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def run_npu_on(backend: str, program: Program, memory: Memory, *, max_cycles: int, waves: bool = False,
-               threads: int = 1) -> RtlResult:
-    """``program`` on the NPU top in ``backend``: Amaranth's simulator, or Verilator or Icarus."""
+               threads: int = 1, training: Training | None = None) -> RtlResult:
+    """``program`` on the NPU top in ``backend``: Amaranth's simulator, or Verilator or Icarus. ``threads``,
+    ``training``: the Verilator model's (:func:`build_npu`)."""
     verilator_threads(backend, threads)
     if backend == "amaranth":
         return npu_amaranth.run_npu_amaranth(program, memory, max_cycles=max_cycles)
-    return run_npu_verilog(program, memory, simulator=backend, max_cycles=max_cycles, waves=waves, threads=threads)
+    return run_npu_verilog(program, memory, simulator=backend, max_cycles=max_cycles, waves=waves, threads=threads,
+                           training=training)

