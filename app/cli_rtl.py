@@ -147,8 +147,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ValueError(f"--top {args.top!r}: expected one of {', '.join(TOPS)}")
     if args.threads > 1 and (args.sim, args.top) != ("verilator", "npu"):
         raise ValueError(f"--threads {args.threads}: only the NPU top on verilator runs on more than one thread")
+    profiled = (args.sim, args.top) == ("verilator", "npu") and not args.plain_build
     report = run_program_dir(args.program, inputs=args.input, backend=args.sim, max_cycles=args.max_cycles,
-                             waves=args.waves, top=args.top, threads=args.threads)
+                             waves=args.waves, top=args.top, threads=args.threads, profiled=profiled)
     _print_report(report, args.json)
     return 0 if report.agrees else 1
 
@@ -205,6 +206,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--threads", type=positive_int, default=1,
                      help="threads of the NPU's Verilator model (default 1; its own build): faster with that many "
                           "cores free, far slower without")
+    run.add_argument("--plain-build", action="store_true",
+                     help="build the NPU's Verilator model in one pass (default: profile-guided, compiled again "
+                          "for what a run of sample layers executes: a longer first build, faster runs)")
     run.add_argument("--waves", action="store_true",
                      help="on a divergence, a waveform of the cycles around it (path in the report)")
     run.add_argument("--json", action="store_true", help="print the report as JSON (docs/rtl-cosim.md)")

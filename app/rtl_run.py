@@ -15,6 +15,7 @@ from pathlib import Path
 
 from aipu.sim.cosim.result import Mismatch, RtlResult
 from aipu.sim.cycle import CycleResult
+from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.isa import Unit
 from aipu.sim.machine.program import Program
 
@@ -158,6 +159,7 @@ class RtlRun:
     runs: list[RunCheck]
     top: str = "system"
     threads: int = 1          # of the Verilator model
+    profiled: bool = False    # the Verilator model is a profile-guided build
 
     @property
     def agrees(self) -> bool:
@@ -171,13 +173,16 @@ class RtlRun:
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "program": str(self.program), "simulator": self.backend, "top": self.top,
-                "threads": self.threads, "commands": self.commands, "units": [unit.name for unit in self.units], "agree": self.agrees,
+                "threads": self.threads, "profile_guided": self.profiled, "commands": self.commands,
+                "units": [unit.name for unit in self.units], "agree": self.agrees,
                 "build_seconds": None if self.build_seconds is None else round(self.build_seconds, 1),
                 "runs": [run.to_dict() for run in self.runs]}
 
     def lines(self) -> list[str]:
         threads = f", {self.threads} threads" if self.threads > 1 else ""
-        lines = [f"{self.program}: {self.commands} commands on the RTL ({self.top} top, {self.backend}{threads}), "
+        profiled = ", profile-guided build" if self.profiled else ""
+        lines = [f"{self.program}: {self.commands} commands on the RTL ({self.top} top, {self.backend}{threads}"
+                 f"{profiled}), "
                  "against the interpreter (every byte) and the cycle model (every command's start and retire)"]
         if self.build_seconds is not None:
             lines.append(f"  the NPU's Verilog model was built in {self.build_seconds:.1f} s (cached for later runs)")
@@ -189,10 +194,12 @@ class RtlRun:
 
 
 def check_run(program: Program, prepared, memory, units, backend: str, *, max_cycles: int | None, waves: bool,
-              input_index: int | None, label: str | None = None, top: str = "npu", threads: int = 1) -> RunCheck:
+              input_index: int | None, label: str | None = None, top: str = "npu", threads: int = 1,
+              profiled: bool = False) -> RunCheck:
     """``program`` from ``memory`` on the RTL (``top``: the NPU, or the System of ``units``; ``backend``: one of
-    cocotb_run.BACKENDS; ``threads``: the NPU's Verilator model's), on the interpreter (``prepared``) and on the
-    cycle model of that top; with ``waves``, a waveform around the first divergence."""
+    cocotb_run.BACKENDS; ``threads``, ``profiled``: the NPU's Verilator model's, see :func:`training`), on the
+    interpreter (``prepared``) and on the cycle model of that top; with ``waves``, a waveform around the first
+    divergence."""
     from aipu.sim.cosim.cocotb_run import run_on
     from aipu.sim.cosim.npu_verilog import run_npu_on
     from aipu.sim.cosim.result import first_mismatch
@@ -202,7 +209,8 @@ def check_run(program: Program, prepared, memory, units, backend: str, *, max_cy
     expected = prepared.run(memory)               # on a copy: ``memory`` stays the initial image
     model = simulate(program, memory, dram=CYCLE_MODEL[top])
     limit = max_cycles or 2 * model.total_cycles + MARGIN_CYCLES
-    got = (run_npu_on(backend, program, memory, max_cycles=limit, threads=threads) if top == "npu" else
+    got = (run_npu_on(backend, program, memory, max_cycles=limit, threads=threads,
+                      training=training(program.config) if profiled else None) if top == "npu" else
            run_on(backend, program, memory, units, max_cycles=limit))
     check = RunCheck(input_index, got, model.total_cycles, limit, first_mismatch(program, expected, got),
                      first_cycle_difference(program, model, got), label=label)
@@ -215,7 +223,7 @@ def check_run(program: Program, prepared, memory, units, backend: str, *, max_cy
 
 
 def run_program_dir(path, *, inputs=None, backend: str = "verilator", max_cycles: int | None = None,
-                    waves: bool = False, top: str = "npu", threads: int = 1) -> RtlRun:
+                    waves: bool = False, top: str = "npu", threads: int = 1, profiled: bool = False) -> RtlRun:
     """The program directory ``path`` on the RTL: one run per sample of the float ``inputs`` file (.npy or .npz,
     as `aipu run --input`), or one on the DRAM image as compiled. Bad files raise InputError."""
     from aipu.app.cli_compile import read_inputs
@@ -224,11 +232,11 @@ def run_program_dir(path, *, inputs=None, backend: str = "verilator", max_cycles
     directory = read_program_dir(path)
     samples = read_inputs(directory, inputs) if inputs is not None else None
     return run_directory(directory, samples, backend=backend, max_cycles=max_cycles, waves=waves, top=top,
-                         threads=threads)
+                         threads=threads, profiled=profiled)
 
 
 def run_directory(directory, samples: dict | None, *, backend: str = "verilator", max_cycles: int | None = None,
-                  waves: bool = False, top: str = "npu", threads: int = 1) -> RtlRun:
+                  waves: bool = False, top: str = "npu", threads: int = 1, profiled: bool = False) -> RtlRun:
     """A read program directory on the RTL of every unit there is: one run per sample of the float ``samples``
     (input name -> [samples, ...]; quantized into the DRAM image as `aipu run` does), or one on the image as
     compiled if None."""
@@ -245,6 +253,15 @@ def run_directory(directory, samples: dict | None, *, backend: str = "verilator"
         prepared = prepare(program, directory.dram.size)
         runs = [check_run(program, prepared, Memory.create(program.config, directory.dram) if index is None else
                           input_memory(directory, samples, index), list(units.values()), backend,
-                          max_cycles=max_cycles, waves=waves, input_index=index, top=top, threads=threads)
+                          max_cycles=max_cycles, waves=waves, input_index=index, top=top, threads=threads,
+                          profiled=profiled)
                 for index in indices]
-    return RtlRun(directory.path, backend, len(program), list(units), runs, top, threads)
+    return RtlRun(directory.path, backend, len(program), list(units), runs, top, threads, profiled)
+
+
+def training(config: HardwareConfig):
+    """A profile-guided build's training (npu_verilog.build_npu): aipu.app.rtl_training's programs for ``config``,
+    made only if the build is not in the cache yet."""
+    from aipu.app.rtl_training import training_programs
+
+    return lambda: training_programs(config)

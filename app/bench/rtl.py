@@ -214,11 +214,14 @@ def npu_threads() -> tuple[int, ...]:
 def npu_rates(workloads: dict, units: list, system_shape: tuple[int, int], threads: tuple[int, ...] = (1,),
               rounds: int = NPU_ROUNDS) -> dict:
     """The real layers on the NPU top under Verilator (docs/rtl.md, "The NPU top"), started over AXI4-Lite, the
-    commands fetched and the data moved through the one AXI master, on a model of each thread count, against the
-    System harness on the same layer. One build per model first (not part of the rates), then ``rounds`` rounds,
-    each running every layer on the System and on each NPU model in turn, so that a machine's swings touch all
-    alike. Per layer: the cycles, every round's simulated cycles per second, their medians, and each NPU
-    model's median over the System's (``over_system``: the anchor that compares across machines)."""
+    commands fetched and the data moved through the one AXI master, against the System harness on the same layer.
+    The NPU models: a plain build on one thread (``npu_plain``) and a profile-guided build on each thread count
+    (``npu_threads_N``, trained on aipu.app.rtl_training's programs, none of them these layers). One build per
+    model first (not part of the rates), then ``rounds`` rounds, each running every layer on the System and on
+    each NPU model in turn, so that a machine's swings touch all alike. Per layer: the cycles, every round's
+    simulated cycles per second, their medians, and each NPU model's median over the System's (``over_system``:
+    the anchor that compares across machines)."""
+    from aipu.app.rtl_run import training
     from aipu.sim.cosim.cocotb_run import run_on
     from aipu.sim.cosim.npu_verilog import build_npu, run_npu_verilog
     from aipu.sim.cosim.result import first_mismatch
@@ -228,16 +231,17 @@ def npu_rates(workloads: dict, units: list, system_shape: tuple[int, int], threa
              max(with_image(program.config, memory.dram, build_image(program))[0].size
                  for program, memory, _ in workloads.values()))
     config = next(iter(workloads.values()))[0].config
+    models = {"npu_plain": (1, None), **{f"npu_threads_{count}": (count, training(config)) for count in threads}}
     report = {"rounds": rounds, "build_s": {}}
-    for count in threads:
+    for name, (count, trained_on) in models.items():
         started = time.perf_counter()
-        build_npu(config, dram_bytes=shape[1], trace_depth=shape[0], threads=count)
-        report["build_s"][f"threads_{count}"] = round(time.perf_counter() - started, 1)
+        build_npu(config, dram_bytes=shape[1], trace_depth=shape[0], threads=count, training=trained_on)
+        report["build_s"][name] = round(time.perf_counter() - started, 1)
     tops = {"system": lambda program, memory: run_on("verilator", program, memory, units, max_cycles=MAX_CYCLES,
                                                       build_at_least=system_shape)}
-    for count in threads:
-        tops[f"npu_threads_{count}"] = (lambda program, memory, count=count: run_npu_verilog(
-            program, memory, max_cycles=MAX_CYCLES, build_at_least=shape, threads=count))
+    for name, (count, trained_on) in models.items():
+        tops[name] = (lambda program, memory, count=count, trained_on=trained_on: run_npu_verilog(
+            program, memory, max_cycles=MAX_CYCLES, build_at_least=shape, threads=count, training=trained_on))
     for _ in range(rounds):
         for name, (program, memory, expected) in workloads.items():
             entry = report.setdefault(name, {"cycles": {}, "cycles_per_s": {top: [] for top in tops},

@@ -48,10 +48,10 @@ def _json(capsys, argv: list[str]) -> tuple[int, dict]:
 def test_a_program_on_verilator_equals_both_models(compiled, capsys):
     code, report = _json(capsys, ["rtl", "run", str(compiled / "out"), "--input", str(compiled / "x.npy")])
     assert code == 0, report
-    assert set(report) == {"schema", "program", "simulator", "top", "threads", "commands", "units", "agree",
-                           "build_seconds", "runs"}
+    assert set(report) == {"schema", "program", "simulator", "top", "threads", "profile_guided", "commands",
+                           "units", "agree", "build_seconds", "runs"}
     assert report["schema"] == "aipu-rtl-run/1" and report["simulator"] == "verilator" and report["agree"]
-    assert report["threads"] == 1
+    assert report["threads"] == 1 and report["profile_guided"]
     assert [run["input"] for run in report["runs"]] == [0, 1]
     for run in report["runs"]:
         assert set(run) == RUN_KEYS
@@ -61,6 +61,11 @@ def test_a_program_on_verilator_equals_both_models(compiled, capsys):
     text = capsys.readouterr().out
     assert "image as compiled: every byte and every command's cycles equal" in text
     assert text.endswith("agreement: 1 of 1 run equal to both models\n")
+
+
+def test_a_plain_build_runs_the_program_alike(compiled, capsys):
+    code, report = _json(capsys, ["rtl", "run", str(compiled / "out"), "--plain-build"])
+    assert code == 0 and report["agree"] and not report["profile_guided"], report
 
 
 @pytest.mark.slow
