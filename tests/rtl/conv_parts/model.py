@@ -59,6 +59,7 @@ def blocks_of(config: HardwareConfig, command: Command) -> list[dict[str, int]]:
                             weights=(c["wgt_addr"] + out_channel * g["weights_per_out_channel"]
                                      + (ky * c["k_w"] + kx) * group_in + in_chunk),
                             rows=min(group_in - in_chunk, rows), cols=min(block_out - out_chunk, cols),
+                            act_bytes=min(group_in - in_chunk, rows) * min(c["groups"] - group, side_by_side),
                             overwrites=int(not c["accumulate"] and ky == kx == in_chunk == 0), last=0))
     blocks[-1]["last"] = 1
     return blocks

@@ -1,5 +1,5 @@
-"""The issue walks a block's output pixels and gathers each one's ``rows`` input bytes and ``cols`` old
-accumulators from ACT and ACC, with where its accumulators go back."""
+"""The issue walks a block's output pixels and gathers each one's ``act_bytes`` input bytes (``rows`` for each
+of the block's groups) and ``cols`` old accumulators from ACT and ACC, with where its accumulators go back."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +20,7 @@ def _expected_pixels(config, command, block, act: np.ndarray, acc: np.ndarray) -
     for p in range(out_h * out_w):
         start = block["act"] + p // out_w * geometry["step_y"] + p % out_w * geometry["step_x"]
         entry = block["acc"] + p * command.args["out_c"]
-        pixels.append(dict(x=int.from_bytes(run_bytes(act, start, block["rows"]).tobytes(), "little"),
+        pixels.append(dict(x=int.from_bytes(run_bytes(act, start, block["act_bytes"]).tobytes(), "little"),
                            old=int.from_bytes(run_bytes(acc, 4 * entry, 4 * block["cols"]).tobytes(), "little"),
                            place=4 * entry, cols=block["cols"], overwrites=block["overwrites"]))
     return pixels
@@ -45,7 +45,7 @@ def test_the_pixels_of_a_block(config):
         async def testbench(ctx):
             set_members(ctx, dut.geometry, geometry)
             ctx.set(dut.out_c, command.args["out_c"])
-            set_members(ctx, dut.block, {name: block[name] for name in ("act", "acc", "rows", "cols", "overwrites")})
+            set_members(ctx, dut.block, {name: block[name] for name in ("act", "acc", "act_bytes", "cols", "overwrites")})
             set_members(ctx, dut.phase, {"boundary": 1, "bank": 1})
             await ctx.tick()
             set_members(ctx, dut.phase, {"boundary": 0, "issuing": 1})
@@ -55,7 +55,7 @@ def test_the_pixels_of_a_block(config):
                 if ctx.get(dut.place.valid):
                     assert ctx.get(dut.operands.bank) == 1
                     place = dut.place
-                    used_x, used_old = (1 << 8 * block["rows"]) - 1, (1 << 32 * block["cols"]) - 1    # the rest unread
+                    used_x, used_old = (1 << 8 * block["act_bytes"]) - 1, (1 << 32 * block["cols"]) - 1    # the rest unread
                     got.append(dict(x=ctx.get(dut.operands.x) & used_x, old=ctx.get(dut.operands.old) & used_old,
                                     place=ctx.get(place.acc_word) * acc_port + ctx.get(place.acc_offset),
                                     cols=ctx.get(place.cols), overwrites=ctx.get(dut.operands.overwrites)))
