@@ -92,9 +92,9 @@ def _train(directory: Path, dram_bytes: int, depth: int, training: Training) -> 
     """Run the counting build of a profile-guided build on the training programs that fit it."""
     for program, memory in training():
         queues = _encoded(program)
-        image = with_image(memory.config, memory.dram, pack_image(memory.config, queues))
-        if image[0].size <= dram_bytes and max(len(queue) for queue in queues.values()) <= depth:
-            _run_build(directory, dram_bytes, image, memory, simulator="verilator",
+        placed = with_image(memory.config, memory.dram, pack_image(memory.config, queues))
+        if placed[0].size <= dram_bytes and max(len(queue) for queue in queues.values()) <= depth:
+            _run_build(directory, dram_bytes, placed, memory, simulator="verilator",
                        max_cycles=TRAINING_MAX_CYCLES, waves=False, run_dir=None)
 
 
@@ -130,12 +130,12 @@ def run_words_npu_verilog(queues: dict[Unit, list[bytes]], memory: Memory, *, si
                           training: Training | None = None) -> RtlResult:
     """Like :func:`run_npu_verilog` on raw command words."""
     config = memory.config
-    image = with_image(config, memory.dram, pack_image(config, queues))
+    placed = with_image(config, memory.dram, pack_image(config, queues))
     directory, dram_bytes, depth, seconds = build_npu(
-        config, dram_bytes=max(image[0].size, build_at_least[1]),
+        config, dram_bytes=max(placed[0].size, build_at_least[1]),
         trace_depth=max(build_at_least[0], *(len(queue) for queue in queues.values())), simulator=simulator,
         waves=waves, threads=threads, training=training)
-    result = _run_build(directory, dram_bytes, image, memory, simulator=simulator, max_cycles=max_cycles,
+    result = _run_build(directory, dram_bytes, placed, memory, simulator=simulator, max_cycles=max_cycles,
                         waves=waves, run_dir=run_dir)
     result.build_seconds = seconds
     return result

