@@ -27,7 +27,7 @@ from amaranth.lib.wiring import In, Out
 from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, shift_up
 from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
-from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.arch import DTYPE_NUMPY, BYTE_TYPES, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import LOADABLE_BUFFERS, STRIDE_BYTES_BITS, Opcode, Unit
 
 
@@ -299,7 +299,7 @@ class _LoadChannel(Elaboratable):
 def _pad_value_fits(cmd):
     """pad_value lies in the range of elem_type."""
     return Cat(*((cmd.elem_type == dtype) & (cmd.pad_value >= int(np.iinfo(DTYPE_NUMPY[dtype]).min))
-                 & (cmd.pad_value <= int(np.iinfo(DTYPE_NUMPY[dtype]).max)) for dtype in DType)).any()
+                 & (cmd.pad_value <= int(np.iinfo(DTYPE_NUMPY[dtype]).max)) for dtype in BYTE_TYPES)).any()
 
 
 def _load_dense_signals(m: Module, cmd) -> SimpleNamespace:

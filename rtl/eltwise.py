@@ -25,7 +25,7 @@ from aipu.rtl.ports import word_bytes
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.golden.eltwise import MAX_ALIGN
 from aipu.sim.machine.arch import (DTYPE_BYTES, DTYPE_NUMPY, ELTWISE_SUM_BITS, MAC_OPERAND_BITS, MULTIPLIER_BITS,
-                                   SHIFT_BITS, Buffer, DType, HardwareConfig)
+                                   SHIFT_BITS, BYTE_TYPES, Buffer, DType, HardwareConfig)
 from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, EltwiseOp
 from aipu.sim.timing.pool import lanes
 
@@ -37,7 +37,7 @@ ALIGNED_BITS = MULTIPLIER_BITS + MAX_ALIGN        # M << (N - N_i) of an operand
 PRODUCT_BITS = 2 * MAC_OPERAND_BITS + MULTIPLIER_BITS   # MUL: d_a * d_b * M
 
 
-def dtype_bounds(dtype, types=tuple(DType)):
+def dtype_bounds(dtype, types=BYTE_TYPES):
     """(lowest, highest) value of the element type ``dtype`` (a DType-valued signal), one of ``types``."""
     low, high = Const(0, ELEMENT), Const(0, ELEMENT)
     for member in types:

@@ -88,16 +88,18 @@ class MacArrayConfig:
     rows: int = _key("input channels reduced per cycle (one kernel tap, one output pixel)", 16, MAC_DIM_MAX)
     cols: int = _key("output channels produced per cycle", 16, MAC_DIM_MAX)
 
-    def groups_per_block(self, group_in: int, group_out: int) -> int:
-        """Groups a block puts side by side on the array's diagonal: as many as fit both its rows (``group_in``
-        each) and its columns (``group_out`` each), at least one (whose channels are then cut into chunks)."""
-        return max(1, min(self.rows // group_in, self.cols // group_out))
+    def groups_per_block(self, group_in: int, group_out: int, lanes: int = 1) -> int:
+        """Groups a block puts side by side on the array's diagonal: as many as fit both its ``lanes * rows``
+        input channels (``group_in`` each) and its columns (``group_out`` each), at least one (whose channels
+        are then cut into chunks)."""
+        return max(1, min(lanes * self.rows // group_in, self.cols // group_out))
 
-    def blocks(self, groups: int, group_in: int, group_out: int, taps: int) -> int:
+    def blocks(self, groups: int, group_in: int, group_out: int, taps: int, lanes: int = 1) -> int:
         """Weight blocks a CONV streams its pixels through (docs/rtl-conv.md, "Cycles"): per block of groups,
-        per chunk of ``cols`` output channels, per kernel tap, per chunk of ``rows`` input channels."""
-        return (-(-groups // self.groups_per_block(group_in, group_out)) * -(-group_out // self.cols) * taps
-                * -(-group_in // self.rows))
+        per chunk of ``cols`` output channels, per kernel tap, per chunk of ``lanes * rows`` input channels
+        (``lanes``: the products each MAC cell forms a cycle, :func:`mac_lanes`)."""
+        return (-(-groups // self.groups_per_block(group_in, group_out, lanes)) * -(-group_out // self.cols) * taps
+                * -(-group_in // (lanes * self.rows)))
 
 
 @dataclass(frozen=True)
@@ -300,15 +302,56 @@ class Buffer(IntEnum):
 
 
 class DType(IntEnum):
-    """Element types of activations and outputs; a member's lower-case name is its numpy type."""
+    """Element types of activations, weights and outputs. A whole-byte member's lower-case name is its numpy
+    type; INT4 is signed 4-bit, two elements a byte (docs/arithmetic.md §3.1, D23): only the MAC array's
+    operands (CONV's in_type and w_type) take it."""
 
     INT8 = 0
     UINT8 = 1
     INT16 = 2
+    INT4 = 3
 
 
-DTYPE_NUMPY = {dtype: np.dtype(dtype.name.lower()).newbyteorder("<") for dtype in DType}   # as stored
+BYTE_TYPES = (DType.INT8, DType.UINT8, DType.INT16)          # whole bytes an element: every unit's types
+DTYPE_NUMPY = {dtype: np.dtype(dtype.name.lower()).newbyteorder("<") for dtype in BYTE_TYPES}   # as stored
 DTYPE_BYTES = {dtype: numpy_type.itemsize for dtype, numpy_type in DTYPE_NUMPY.items()}
+DTYPE_BITS = {**{dtype: 8 * size for dtype, size in DTYPE_BYTES.items()}, DType.INT4: 4}
+INT4_MIN, INT4_MAX = bit_range(DTYPE_BITS[DType.INT4], signed=True)
+
+
+def dtype_bounds(dtype: DType) -> tuple[int, int]:
+    """The smallest and largest value of an element of ``dtype``."""
+    if dtype == DType.INT4:
+        return INT4_MIN, INT4_MAX
+    info = np.iinfo(DTYPE_NUMPY[dtype])
+    return int(info.min), int(info.max)
+
+
+def mac_lanes(w_type: DType) -> int:
+    """Products each MAC cell forms a cycle: two with INT4 weights (the cell's 8-bit weight register holds two
+    4-bit weights, each multiplying its own input channel: docs/arithmetic.md D23), else one."""
+    return 2 if w_type == DType.INT4 else 1
+
+
+def unpack_int4(packed: np.ndarray) -> np.ndarray:
+    """INT4 bytes -> their elements as int8, twice as many along the last axis: element 2i is the low nibble of
+    byte i, element 2i + 1 the high one (ONNX's order), each sign-extended from its bit 3."""
+    raw = np.asarray(packed).view(np.uint8)
+    nibbles = np.stack((raw & 0xF, raw >> 4), axis=-1).reshape(*raw.shape[:-1], 2 * raw.shape[-1])
+    return ((nibbles ^ 8).astype(np.int8) - 8)
+
+
+def pack_int4(values: np.ndarray) -> np.ndarray:
+    """:func:`unpack_int4`'s inverse: values in INT4_MIN .. INT4_MAX, an even count along the last axis ->
+    uint8 bytes (ValueError naming the first value outside, or an odd count)."""
+    values = np.asarray(values)
+    if values.shape[-1:] and values.shape[-1] % 2:
+        raise ValueError(f"INT4 elements pack two a byte: the last axis holds {values.shape[-1]}, an odd count")
+    outside = (values < INT4_MIN) | (values > INT4_MAX)
+    if outside.any():
+        raise ValueError(f"value {int(values[outside].flat[0])} is outside INT4's {INT4_MIN} .. {INT4_MAX}")
+    nibbles = values.astype(np.uint8) & 0xF
+    return nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
 
 # One parameter record per output channel: name, numpy type, meaning. Little-endian, packed.
 PARAM_RECORD: tuple[tuple[str, np.dtype, str], ...] = (

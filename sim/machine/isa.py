@@ -13,7 +13,7 @@ from enum import IntEnum
 from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN,
                                 LUT16_INPUT_BITS, MAC_OPERAND_BITS, MULTIPLIER_BITS, PARAM_RECORD, SHIFT_BITS,
                                 SHIFT_MAX, SOFTMAX_EXP_BITS, SOFTMAX_LENGTH_MAX, SOFTMAX_SHIFT_MAX, WIDEST, Buffer,
-                                DType, HardwareConfig, bit_range, short_hash)
+                                BYTE_TYPES, DType, HardwareConfig, bit_range, short_hash)
 
 COMMAND_BITS = 256            # every command is one fixed-width little-endian word; opcode in the lowest bits
 COMMAND_BYTES = COMMAND_BITS // 8
@@ -176,7 +176,7 @@ COUNT_BITS = 20               # element counts of vector commands
 ZERO_POINT_BITS = 16          # signed: holds a zero point or clamp bound of every element type (DType)
 WDEC_LENGTH_BITS = 24         # compressed stream length in bytes
 
-_DTYPE = dict(bits=2, choices=DType)
+_DTYPE = dict(bits=2, choices=BYTE_TYPES)
 
 
 def _dims(*names_meanings: tuple[str, str], bits: int = DIM_BITS) -> tuple[Field, ...]:
@@ -220,7 +220,9 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
     CommandSpec(
         Opcode.CONV, Unit.CONV, "one convolution (or matmul: 1x1 kernel) tile on the MAC array",
         "x = ACT[in_addr] as [in_h][in_w][in_c] in_type (already padded by LOAD)\n"
-        "w = WEIGHT[wgt_addr] as int8 [out_c][k_h][k_w][in_c/groups]\n"
+        "w = WEIGHT[wgt_addr] as [out_c][k_h][k_w][in_c/groups] w_type\n"
+        "    INT4: two elements a byte, the even channel in the low nibble; in_c/groups even;\n"
+        "    INT4 inputs need INT4 weights\n"
         "out_h = (in_h - dilation_h*(k_h-1) - 1) // stride_h + 1   (same for out_w)\n"
         "r = conv2d(x - in_zero_point, w - w_zero_point, stride, dilation, groups)  as int32 [out_h][out_w][out_c]\n"
         "ACC[acc_addr] = r            if accumulate == 0\n"
@@ -228,17 +230,19 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
         (Field("in_addr", "act_addr_bits", "input tile byte address in the activation buffer"),
          *_dims(("in_h", "input tile rows (incl. padding)"), ("in_w", "input tile columns (incl. padding)"),
                 ("in_c", "input tile channels")),
-         Field("in_type", 2, "input element type", choices=(DType.INT8, DType.UINT8)),
-         Field("in_zero_point", MAC_OPERAND_BITS, "input zero point", signed=True),
+         Field("in_type", 2, "input element type", choices=(DType.INT8, DType.UINT8, DType.INT4)),
+         Field("in_zero_point", MAC_OPERAND_BITS, "input zero point (within in_type's range)", signed=True),
          Field("wgt_addr", "weight_addr_bits", "weight byte address in the weight buffer"),
-         Field("w_zero_point", 8, "weight zero point", signed=True),
+         Field("w_zero_point", 8, "weight zero point (within w_type's range)", signed=True),
          *_dims(("out_c", "output channels of this tile")),
          *_dims(("k_h", "kernel rows"), ("k_w", "kernel columns"), bits=KERNEL_BITS),
          *_dims(("stride_h", "vertical stride"), ("stride_w", "horizontal stride"),
                 ("dilation_h", "vertical dilation"), ("dilation_w", "horizontal dilation"), bits=STEP_BITS),
          *_dims(("groups", "channel groups (in_c and out_c divisible by it; depthwise: groups = in_c)")),
          Field("acc_addr", "acc_addr_bits", "accumulator entry address of the [out_h][out_w][out_c] result"),
-         Field("accumulate", 1, "0: overwrite the accumulators, 1: add to them"))),
+         Field("accumulate", 1, "0: overwrite the accumulators, 1: add to them"),
+         Field("w_type", 2, "weight element type (INT4: two products per MAC cell a cycle)",
+               choices=(DType.INT8, DType.INT4)))),
     CommandSpec(
         Opcode.DWCONV, Unit.CONV, "one depthwise convolution tile (channel multiplier 1), output-stationary on the "
         "MAC array",

@@ -6,7 +6,7 @@ import numpy as np
 
 from aipu.rtl.dma import LoadUnit, StoreUnit
 from aipu.sim.cosim.stimulus.base import Stimulus
-from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, BYTE_TYPES, Buffer, HardwareConfig
 from aipu.sim.machine.isa import LOADABLE_BUFFERS, Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -36,7 +36,7 @@ def _writes_a_byte_twice(fields: dict) -> bool:
 
 def _random_shape(rng: np.random.Generator, size: int) -> dict:
     """Element type, sizes and strides: strides below, at and above the run's bytes (and zero)."""
-    elem = DType(int(rng.integers(len(DType))))
+    elem = BYTE_TYPES[int(rng.integers(len(BYTE_TYPES)))]
     fields = dict(elem_type=elem, y_size=int(rng.integers(1, size + 1)), x_size=int(rng.integers(1, size + 1)),
                   run=int(rng.integers(1, 2 * size + 1)))
     run = fields["run"] * DTYPE_BYTES[elem]

@@ -14,14 +14,14 @@ from aipu.sim.cosim.stimulus.base import Stimulus, dtype_limits, unit_program
 from aipu.sim.golden.softmax import EXP_MAX, build_softmax_table
 from aipu.sim.machine.arch import (DTYPE_BYTES, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN,
                                    LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, MULTIPLIER_MAX, SOFTMAX_SHIFT_MAX,
-                                   SOFTMAX_TABLE_DTYPE, Buffer, DType, HardwareConfig)
+                                   SOFTMAX_TABLE_DTYPE, BYTE_TYPES, Buffer, DType, HardwareConfig)
 from aipu.sim.machine.isa import VECTOR_SOURCE_BUFFERS, LutMode, Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
 
 MAX_COUNT = 80     # elements per command, by default
 MAX_SOFTMAX_LENGTH = 24   # elements per softmax row (and in all rows of a command), by default
-BYTE_TYPES = [dtype for dtype in DType if DTYPE_BYTES[dtype] == 1]
+ONE_BYTE_TYPES = [dtype for dtype in BYTE_TYPES if DTYPE_BYTES[dtype] == 1]
 INTERP16_INPUT = DType.INT16
 
 
@@ -48,7 +48,7 @@ class Workload:
         self.config, self.rng, self.max_count = config, rng, max_count
         self.memory = random_memory(config, rng)
         lut_bytes = config.buffer(Buffer.LUT).bytes
-        self.direct8_type = BYTE_TYPES[rng.integers(len(BYTE_TYPES))]   # the type the DIRECT8 region fits
+        self.direct8_type = ONE_BYTE_TYPES[rng.integers(len(ONE_BYTE_TYPES))]   # the type the DIRECT8 region fits
         self.direct8_addr = int(rng.integers(0, lut_bytes - LUT8_ENTRIES * 2 + 1))
         region = rng.integers(*dtype_limits(self.direct8_type), LUT8_ENTRIES, endpoint=True).astype(LUT_ENTRY_DTYPE)
         self.memory.buffers[Buffer.LUT][self.direct8_addr:self.direct8_addr + region.nbytes] = region.view(np.uint8)
@@ -58,13 +58,13 @@ class Workload:
         lut_bytes = config.buffer(Buffer.LUT).bytes
         mode = LutMode(rng.integers(len(LutMode)))
         if mode == LutMode.DIRECT8:
-            in_type = BYTE_TYPES[rng.integers(len(BYTE_TYPES))]
+            in_type = ONE_BYTE_TYPES[rng.integers(len(ONE_BYTE_TYPES))]
             out_type = DType.INT16 if rng.random() < 0.3 else self.direct8_type
             table_addr = (self.direct8_addr if out_type != DType.INT16 or rng.random() < 0.5
                           else int(rng.integers(0, lut_bytes - LUT8_ENTRIES * 2 + 1)))
             table = dict(table_addr=table_addr)
         else:
-            in_type, out_type = INTERP16_INPUT, DType(rng.integers(len(DType)))
+            in_type, out_type = INTERP16_INPUT, BYTE_TYPES[rng.integers(len(BYTE_TYPES))]
             largest = min(LUT16_INDEX_BITS_MAX, ((lut_bytes // 2) - 1).bit_length() - 1)
             table_log2 = int(rng.integers(LUT16_INDEX_BITS_MIN, largest + 1))
             index_shift = int(rng.integers(0, LUT16_INPUT_BITS + 1))
@@ -119,7 +119,8 @@ class SoftmaxWorkload:
 
     def command(self, **overrides) -> Command:
         rng, config = self.rng, self.config
-        in_type, out_type = BYTE_TYPES[rng.integers(len(BYTE_TYPES))], DType(rng.integers(len(DType)))
+        in_type = ONE_BYTE_TYPES[rng.integers(len(ONE_BYTE_TYPES))]
+        out_type = BYTE_TYPES[rng.integers(len(BYTE_TYPES))]
         src_buf = VECTOR_SOURCE_BUFFERS[rng.integers(len(VECTOR_SOURCE_BUFFERS))]
         src_size, out_size = config.buffer(src_buf).bytes, config.buffer(Buffer.OUT).bytes
         out_bytes = DTYPE_BYTES[out_type]

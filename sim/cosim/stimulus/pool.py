@@ -8,7 +8,7 @@ import numpy as np
 from aipu.rtl.pool import PoolUnit
 from aipu.sim.cosim.stimulus.base import Stimulus, dtype_limits, unit_program
 from aipu.sim.golden.eltwise import MAX_ALIGN
-from aipu.sim.machine.arch import DTYPE_BYTES, MULTIPLIER_MAX, SHIFT_MAX, Buffer, DType, HardwareConfig
+from aipu.sim.machine.arch import DTYPE_BYTES, MULTIPLIER_MAX, SHIFT_MAX, BYTE_TYPES, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import EltwiseOp, Opcode, PoolMode, Rounding, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
@@ -31,7 +31,7 @@ def _place(rng, config: HardwareConfig, buffer: Buffer, nbytes: int, avoid=()) -
 def random_pool(rng, config: HardwareConfig, largest_kernel: int = 4) -> Command:
     """A legal POOL command whose destination does not overlap its source."""
     mode = PoolMode(int(rng.integers(2)))
-    dtype = DType(int(rng.integers(len(DType))))
+    dtype = BYTE_TYPES[int(rng.integers(len(BYTE_TYPES)))]
     k_h, k_w = (int(k) for k in rng.integers(1, largest_kernel + 1, 2))
     large = k_h * k_w > 16        # one channel and long strides keep the tap count (= cycles) modest
     dilation_h, dilation_w = (1, 1) if mode == PoolMode.AVG or large else (int(d) for d in rng.integers(1, 4, 2))
@@ -66,7 +66,7 @@ def random_eltwise(rng, config: HardwareConfig, largest_count: int = 40) -> Comm
     op = EltwiseOp(int(rng.integers(len(EltwiseOp))))
     count = int(rng.integers(1, largest_count + 1))
     types = [DType(int(t)) for t in rng.integers(0, 2, 2)]
-    out_type = DType(int(rng.integers(len(DType))))
+    out_type = BYTE_TYPES[int(rng.integers(len(BYTE_TYPES)))]
     out_low, out_high = dtype_limits(out_type)
     qmin, qmax = sorted(int(q) for q in rng.integers(out_low, out_high + 1, 2))
     if rng.random() < 0.5:

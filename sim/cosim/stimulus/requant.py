@@ -9,7 +9,7 @@ from aipu.rtl.requant import RequantUnit
 from aipu.sim.cosim.stimulus.base import Stimulus
 from aipu.sim.golden._checks import dtype_range
 from aipu.sim.machine.arch import (ACC_BITS, ACC_DTYPE, BIAS_BITS, DTYPE_BYTES, DTYPE_NUMPY, MULTIPLIER_MAX,
-                                   PARAM_DTYPE, SHIFT_MAX, Buffer, DType, HardwareConfig, bit_range)
+                                   PARAM_DTYPE, SHIFT_MAX, BYTE_TYPES, Buffer, DType, HardwareConfig, bit_range)
 from aipu.sim.machine.isa import Opcode, RequantMode, Rounding, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -45,7 +45,7 @@ def random_accumulators(rng: np.random.Generator, count: int) -> np.ndarray:
 def _random_command(rng: np.random.Generator, config: HardwareConfig, out_addr: int, max_elements: int) -> Command:
     channels = int(rng.integers(1, min(24, config.buffer_units(Buffer.PARAM)), endpoint=True))
     pixels = int(rng.integers(1, max(1, max_elements // channels), endpoint=True))
-    out_type = DType(rng.choice(list(DType)))
+    out_type = DType(rng.choice(list(BYTE_TYPES)))
     low, high = dtype_range(DTYPE_NUMPY[out_type])
     qmin, qmax = sorted(rng.integers(low, high, 2, endpoint=True)) if rng.random() < 0.5 else (low, high)
     mode = RequantMode(rng.choice(list(RequantMode)))

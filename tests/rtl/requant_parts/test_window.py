@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from aipu.rtl.requant_parts.window import OutputWindow
-from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType
+from aipu.sim.machine.arch import BYTE_TYPES, DTYPE_BYTES, DTYPE_NUMPY, Buffer
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.requant import RequantGeometry
 from tests.rtl.configs import CONFIGS
@@ -15,7 +15,7 @@ from tests.rtl.simulate import simulate
 
 
 @pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
-@pytest.mark.parametrize("out_type", list(DType), ids=[t.name for t in DType])
+@pytest.mark.parametrize("out_type", BYTE_TYPES, ids=[t.name for t in BYTE_TYPES])
 @pytest.mark.parametrize("lead, count, out_addr", [(0, 16, 0), (3, 21, 5), (1, 2, 31), (2, 1, 6)])
 def test_elements_land_at_their_bytes(config, out_type, lead, count, out_addr):
     dut = OutputWindow(config)

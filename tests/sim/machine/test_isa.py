@@ -132,7 +132,8 @@ CONV = Command.make(Opcode.CONV, in_h=3, in_w=3, in_c=8, out_c=8, k_h=3, k_w=3)
     ({"opcode": 15}, "field opcode = 15: unknown opcode"),
     ({"stride_h": 0}, "CONV field stride_h = 0: outside legal range 1..7"),
     ({"k_w": 0}, "CONV field k_w = 0: outside legal range 1..15"),
-    ({"in_type": 3}, "CONV field in_type = 3: not one of INT8=0, UINT8=1"),
+    ({"in_type": 2}, "CONV field in_type = 2: not one of INT8=0, UINT8=1, INT4=3"),
+    ({"w_type": 1}, "CONV field w_type = 1: not one of INT8=0, INT4=3"),
     ({"pop": 1 << int(Unit.CONV)}, r"CONV field pop = \['CONV'\]: names its own unit CONV"),
     ({"push": 0x7F}, "CONV field push = .*: names its own unit CONV"),
     ({"pop": 1 << len(Unit)}, f"CONV field pop = {1 << len(Unit)}: bit {len(Unit)} and up name no unit"),
@@ -249,7 +250,7 @@ PINNED_WORDS = [
     (Command.make(Opcode.FINISH, pop=[Unit.CONV, Unit.STORE], unit=Unit.LOAD),
      "4904000000000000000000000000000000000000000000000000000000000000"),
 ]
-PINNED_ISA_LAYOUT_HASH = "9cfe689b28238d07"
+PINNED_ISA_LAYOUT_HASH = "4ac6beb5bb33d18c"
 
 
 @pytest.mark.parametrize("command, word", PINNED_WORDS, ids=[f"{c.opcode.name}-{i % 2}" for i, (c, _) in
