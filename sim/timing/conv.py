@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aipu.sim.machine.arch import ACC_DTYPE, BUFFER_UNIT_BYTES, Buffer, HardwareConfig
+from aipu.sim.machine.arch import ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BITS, Buffer, DType, HardwareConfig, mac_lanes
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.program import Command
 
@@ -38,16 +38,20 @@ def _beats(words: int) -> int:
 
 @dataclass(frozen=True)
 class ConvTiming:
-    """The cycle constants of a configuration: cycles per output pixel and per weight column."""
+    """The cycle constants of a configuration and operand types: cycles per output pixel and per weight column,
+    and the products each MAC cell forms a cycle."""
 
-    beats: int          # cycles per pixel: the ACT run of ``rows`` bytes and the ACC run of ``cols`` entries
-    weight_beats: int   # cycles per weight column: a run of ``rows`` bytes
+    beats: int          # cycles per pixel: the ACT run of ``lanes * rows`` channels and the ACC run of ``cols``
+    weight_beats: int   # cycles per weight column: a run of ``rows`` bytes (``lanes * rows`` weights)
+    lanes: int = 1      # products per MAC cell a cycle (2 with INT4 weights, docs/arithmetic.md D23)
 
     @classmethod
-    def of(cls, config: HardwareConfig) -> ConvTiming:
-        act = _beats(_words_spanned(config.mac.rows, config, Buffer.ACT))
+    def of(cls, config: HardwareConfig, w_type: DType = DType.INT8, in_type: DType = DType.INT8) -> ConvTiming:
+        lanes = mac_lanes(w_type)
+        act_run = -(-lanes * config.mac.rows * DTYPE_BITS[in_type] // 8)
+        act = _beats(_words_spanned(act_run, config, Buffer.ACT))
         acc = _beats(_words_spanned(config.mac.cols * ENTRY_BYTES, config, Buffer.ACC))
-        return cls(max(act, acc), _beats(_words_spanned(config.mac.rows, config, Buffer.WEIGHT)))
+        return cls(max(act, acc), _beats(_words_spanned(config.mac.rows, config, Buffer.WEIGHT)), lanes)
 
     def block_cycles(self, config: HardwareConfig, pixels: int) -> int:
         """Cycles of every block but the last: the pixels, the next block's weights, the ACC write-back gap."""
@@ -56,18 +60,18 @@ class ConvTiming:
     def cycles(self, config: HardwareConfig, *, groups: int, group_in: int, group_out: int, taps: int,
                pixels: int) -> int:
         """:func:`conv_cycles` with this configuration's constants taken already (a tiler weighs many plans)."""
-        blocks = config.mac.blocks(groups, group_in, group_out, taps)
+        blocks = config.mac.blocks(groups, group_in, group_out, taps, self.lanes)
         return (SETUP_CYCLES + config.mac.cols * self.weight_beats
                 + (blocks - 1) * self.block_cycles(config, pixels) + (pixels + 1) * self.beats + 1)
 
 
 def conv_cycles(config: HardwareConfig, *, groups: int, group_in: int, group_out: int, taps: int,
-                pixels: int) -> int:
+                pixels: int, w_type: DType = DType.INT8, in_type: DType = DType.INT8) -> int:
     """Cycles from start to retire of a legal CONV of ``groups`` groups of ``group_in`` input and ``group_out``
-    output channels, ``taps`` kernel taps (k_h * k_w) and ``pixels`` output pixels (docs/rtl-conv.md,
-    "Cycles"): the numbers a tile plan knows, without a command."""
-    return ConvTiming.of(config).cycles(config, groups=groups, group_in=group_in, group_out=group_out, taps=taps,
-                                        pixels=pixels)
+    output channels, ``taps`` kernel taps (k_h * k_w) and ``pixels`` output pixels, on operands of these types
+    (docs/rtl-conv.md, "Cycles"): the numbers a tile plan knows, without a command."""
+    return ConvTiming.of(config, w_type, in_type).cycles(config, groups=groups, group_in=group_in,
+                                                         group_out=group_out, taps=taps, pixels=pixels)
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,8 @@ def command_cycles(config: HardwareConfig, command: Command) -> int:
         return depthwise_cycles(config, channels=c["channels"], taps=c["k_h"] * c["k_w"], out_h=out_h, out_w=out_w,
                                 plane_w=-(-c["in_w"] // c["stride_w"]))
     return conv_cycles(config, groups=c["groups"], group_in=c["in_c"] // c["groups"],
-                       group_out=c["out_c"] // c["groups"], taps=c["k_h"] * c["k_w"], pixels=out_h * out_w)
+                       group_out=c["out_c"] // c["groups"], taps=c["k_h"] * c["k_w"], pixels=out_h * out_w,
+                       w_type=DType(c["w_type"]), in_type=DType(c["in_type"]))
 
 
 def useful_macs(command: Command) -> int:

@@ -7,7 +7,7 @@ import numpy as np
 
 from aipu.rtl.conv import ConvUnit
 from aipu.sim.cosim.stimulus.base import Stimulus, unit_program
-from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.arch import DTYPE_BITS, Buffer, DType, HardwareConfig, dtype_bounds, mac_lanes
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -29,17 +29,27 @@ def random_memory(config: HardwareConfig, rng: np.random.Generator) -> Memory:
     return memory
 
 
-def _zero_point(rng: np.random.Generator, info: np.iinfo) -> int:
+def _zero_point(rng: np.random.Generator, low: int, high: int) -> int:
     """Half the time a corner of the type (its minimum, zero or its maximum), else any value of it."""
     if rng.random() < 0.5:
-        return int(rng.choice([info.min, 0, info.max]))
-    return int(rng.integers(info.min, info.max + 1))
+        return int(rng.choice([low, 0, high]))
+    return int(rng.integers(low, high + 1))
 
 
-def _operands(rng: np.random.Generator) -> dict:
-    in_type = DType(rng.choice([DType.INT8, DType.UINT8]))
-    return dict(in_type=in_type, in_zero_point=_zero_point(rng, np.iinfo(DTYPE_NUMPY[in_type])),
-                w_zero_point=_zero_point(rng, np.iinfo(np.int8)))
+def _operands(rng: np.random.Generator, w_type: DType = DType.INT8) -> dict:
+    """Operand types and zero points: int8 or uint8 inputs against int8 weights; against INT4 weights, inputs
+    of any of the three types (INT4 the most often)."""
+    if w_type == DType.INT8:
+        in_type = DType(rng.choice([DType.INT8, DType.UINT8]))
+        return dict(in_type=in_type, in_zero_point=_zero_point(rng, *dtype_bounds(in_type)),
+                    w_zero_point=_zero_point(rng, *dtype_bounds(DType.INT8)))
+    in_type = DType(rng.choice([DType.INT8, DType.UINT8, DType.INT4, DType.INT4]))
+    return dict(in_type=in_type, in_zero_point=_zero_point(rng, *dtype_bounds(in_type)),
+                w_zero_point=_zero_point(rng, *dtype_bounds(w_type)), w_type=w_type)
+
+
+def _packed_bytes(elements: int, dtype) -> int:
+    return elements * DTYPE_BITS[DType(dtype)] // 8
 
 
 def _regions(fields: dict) -> dict[str, tuple[Buffer, int]]:
@@ -52,8 +62,10 @@ def _regions(fields: dict) -> dict[str, tuple[Buffer, int]]:
         planes = row_phases * column_phases * -(-fields["in_h"] // row_phases) * -(-fields["in_w"] // column_phases)
         return {"in_addr": (Buffer.WEIGHT, planes * channels),
                 "wgt_addr": (Buffer.ACT, taps * channels), "acc_addr": (Buffer.ACC, out_h * out_w * channels)}
-    return {"in_addr": (Buffer.ACT, fields["in_h"] * fields["in_w"] * fields["in_c"]),
-            "wgt_addr": (Buffer.WEIGHT, fields["out_c"] * taps * fields["in_c"] // fields["groups"]),
+    in_type, w_type = fields["in_type"], fields.get("w_type", DType.INT8)
+    return {"in_addr": (Buffer.ACT, _packed_bytes(fields["in_h"] * fields["in_w"] * fields["in_c"], in_type)),
+            "wgt_addr": (Buffer.WEIGHT, _packed_bytes(fields["out_c"] * taps * fields["in_c"] // fields["groups"],
+                                                      w_type)),
             "acc_addr": (Buffer.ACC, out_h * out_w * fields["out_c"])}
 
 
@@ -74,15 +86,17 @@ AXES = [(2, 3), (3, 1), (1, 2), (3, 2), (1, 3), (2, 1), (3, 3), (2, 2)]
 
 
 def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Command | None = None,
-                kind: str | None = None, axes: tuple[int, int] | None = None) -> Command:
+                kind: str | None = None, axes: tuple[int, int] | None = None, w_type: DType = DType.INT8) -> Command:
     """A legal CONV of ``kind`` (one of KINDS; default: a random one) whose strides or dilations, if it is
     strided or dilated, are ``axes`` (default: a random pair of AXES); with ``previous``, sometimes one
-    accumulating onto its result instead."""
-    rows, cols = config.mac.rows, config.mac.cols
+    accumulating onto its result instead. With INT4 weights (``w_type``) the input-channel counts are doubled,
+    as the array takes twice as many a pass, and even (D23); a depthwise kind has two channels a group."""
+    lanes = mac_lanes(w_type)
+    rows, cols = lanes * config.mac.rows, config.mac.cols
     if previous is not None and rng.random() < 0.3:   # another input-channel slice onto the same outputs
         fields = dict(previous.args)
-        group_in = int(rng.integers(1, rows + 3))
-        fields.update(in_c=group_in * fields["groups"], accumulate=1, **_operands(rng))
+        group_in = lanes * int(rng.integers(1, config.mac.rows + 3))
+        fields.update(in_c=group_in * fields["groups"], accumulate=1, **_operands(rng, w_type))
         placed = _place(config, rng, fields, acc_addr=fields["acc_addr"])
         if placed is not None:
             return Command.make(Opcode.CONV, **placed)
@@ -95,7 +109,8 @@ def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Comm
             groups, group_in, group_out = int(rng.integers(2, 5)), int(rng.integers(1, rows + 2)), \
                 int(rng.integers(1, cols + 2))
         elif kind == "depthwise":
-            groups, group_in, group_out = int(rng.integers(1, 2 * rows + 1)), 1, int(rng.integers(1, 3))
+            groups, group_in, group_out = int(rng.integers(1, 2 * rows + 1)), lanes, int(rng.integers(1, 3))
+        group_in += group_in % lanes
         # a dilated kernel spans at least two taps on both axes, so neither dilation goes unused
         smallest_kernel = 2 if kind == "dilated" else 1
         kernel = (1, 1) if kind == "matmul" else tuple(int(k) for k in rng.integers(smallest_kernel, 4, 2))
@@ -108,7 +123,7 @@ def random_conv(config: HardwareConfig, rng: np.random.Generator, previous: Comm
         fields = dict(in_h=in_h, in_w=in_w, in_c=groups * group_in, out_c=groups * group_out, groups=groups,
                       k_h=kernel[0], k_w=kernel[1], stride_h=stride[0], stride_w=stride[1],
                       dilation_h=dilation[0], dilation_w=dilation[1], accumulate=int(rng.integers(0, 2)),
-                      **_operands(rng))
+                      **_operands(rng, w_type))
         placed = _place(config, rng, fields)
         if placed is not None:
             return Command.make(Opcode.CONV, **placed)

@@ -12,10 +12,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 
-import numpy as np
 from cocotb_coverage.coverage import CoverPoint, coverage_db, coverage_section
 
-from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, Buffer, DType, HardwareConfig, dtype_bounds
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.program import Command, Program
 
@@ -24,8 +23,9 @@ Point = tuple[str, Callable[[dict, HardwareConfig], object], list]   # name, bin
 
 def _zero_point(name: str) -> Callable[[dict, HardwareConfig], str]:
     def corner(fields: dict, config: HardwareConfig) -> str:
-        info = np.iinfo(DTYPE_NUMPY[fields["in_type"]]) if name == "in_zero_point" else np.iinfo(np.int8)
-        return {info.min: "minimum", 0: "zero", info.max: "maximum"}.get(fields[name], "inside")
+        dtype = fields["in_type"] if name == "in_zero_point" else fields.get("w_type", DType.INT8)
+        low, high = dtype_bounds(DType(dtype))
+        return {low: "minimum", 0: "zero", high: "maximum"}.get(fields[name], "inside")
     return corner
 
 
