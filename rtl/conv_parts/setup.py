@@ -31,8 +31,8 @@ def refuse_first(m: Module, checks: list[tuple[str, Value]], fault, fault_field,
 
 class ConvSetup(wiring.Component):
     """Two cycles. ``steps.geometry``: group sizes, the output size and whether the dilated kernel fits the
-    input. ``steps.check``: the faults, in the interpreter's order (groups, in_addr, wgt_addr, k_h, k_w,
-    in_zero_point, acc_addr), the first raising ``fault`` with ``fault_field`` naming it (an index into
+    input. ``steps.check``: the faults, in the interpreter's order (groups, in_type and w_type: INT4 operands
+    are refused, in_addr, wgt_addr, k_h, k_w, in_zero_point, acc_addr), the first raising ``fault`` with ``fault_field`` naming it (an index into
     ``error_names``); and the rest of the geometry the block walk, the loader and the issue read, held until
     the next command. A DWCONV is DepthwiseSetup's: this part raises nothing for it.
 
@@ -67,6 +67,8 @@ class ConvSetup(wiring.Component):
         weights_per_out = cmd.k_h * cmd.k_w * geo.group_in
         checks = [  # the interpreter's order: groups, the input, the weights, the output size, the zero point, ACC
             ("groups", groups_divide),
+            ("in_type", cmd.in_type != DType.INT4),     # INT4 operands: the interpreter's, not yet this array's
+            ("w_type", cmd.w_type == DType.INT8),
             ("in_addr", cmd.in_addr + cmd.in_h * cmd.in_w * cmd.in_c <= config.buffer(Buffer.ACT).bytes),
             ("wgt_addr", cmd.wgt_addr + cmd.out_c * weights_per_out <= config.buffer(Buffer.WEIGHT).bytes),
             ("k_h", fits_h),

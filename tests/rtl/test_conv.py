@@ -117,6 +117,21 @@ def test_int8_zero_point_outside_int8_is_refused():
     assert first_difference(memory, result.memory) is None
 
 
+@pytest.mark.parametrize("fields, field", [(dict(w_type=DType.INT4), "w_type"),
+                                            (dict(w_type=DType.INT4, in_type=DType.INT4), "in_type")])
+def test_int4_operands_are_refused_until_the_array_computes_them(fields, field):
+    """The interpreter runs INT4 CONVs (docs/arithmetic.md D23); this array stops on them naming the field, with
+    nothing written, rather than compute them as int8."""
+    memory = random_memory(SMALL, np.random.default_rng(4))
+    program = Program(SMALL)
+    program.append(_conv(**fields))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
+    run(program, memory)
+    result = run_amaranth(program, memory, [ConvUnit], max_cycles=100)
+    assert result.errors == [RtlError(Unit.CONV, 0, field)]
+    assert first_difference(memory, result.memory) is None
+
+
 def test_accumulators_wrap_like_the_register():
     """Sums beyond int32 wrap in ACC exactly as the interpreter writes them (docs/arithmetic.md D6)."""
     memory = Memory.create(SMALL, 16)
