@@ -72,7 +72,8 @@ def test_fixed_point_unsaturated_within_half_a_step(t, method, n):
     w_q, b_q, record = fix_quantize_parameter(t, t[::-1], method, n)
     w, b = fix_dequantize_parameter(w_q, b_q, record)
     lo, hi = -2 ** (n - 1), 2 ** (n - 1) - 1
-    assert lo <= w_q.min() and w_q.max() <= hi and record.b_p == record.w_p or method == 1
+    assert lo <= w_q.min() and w_q.max() <= hi and lo <= b_q.min() and b_q.max() <= hi
+    assert record.b_p == record.w_p or method == 1      # the reversed bias has the same extremes
     inside = (w_q > lo) & (w_q < hi)
     assert np.all(np.abs(w - t)[inside] <= 2.0 ** (-record.w_p - 1))
     if method == 0:
