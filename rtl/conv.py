@@ -1,8 +1,9 @@
 """CONV: the MAC array executing CONV and DWCONV commands exactly as ``sim/interpreter/`` and ``sim/golden/conv.py`` do.
 
 Weight-stationary schedule (docs/rtl-conv.md): the command is cut into blocks (groups, out-channel chunk of
-``cols``, kernel tap, in-channel chunk of ``rows``), visited in that order with the in-channel chunk
-innermost. A block's ``rows x cols`` weight operands sit in one of two register banks while every output
+``cols``, kernel tap, in-channel chunk of ``rows``, or ``2 * rows`` with INT4 weights: two products per MAC
+cell, docs/arithmetic.md D23), visited in that order with the in-channel chunk innermost. A block's
+``rows x cols`` weight bytes sit in one of two register banks while every output
 pixel streams through the array (``beats`` cycles per pixel: two ACT and two ACC words per cycle, so any
 byte alignment works); the loader fills the other bank with the next block meanwhile. Each pixel is a
 read-add-write of its ``cols`` accumulators; the first block of an out-channel chunk overwrites them when
@@ -57,7 +58,7 @@ from aipu.sim.machine.isa import Opcode, Unit
 
 
 class ConvUnit(UnitComponent):
-    """The MAC array: ``mac.rows x mac.cols`` multipliers of signed 9-bit operands into int32 accumulators.
+    """The MAC array: ``mac.rows x mac.cols`` cells of two signed 9 x 5-bit multipliers into int32 accumulators.
 
     Ports: two ACT, two WEIGHT and two ACC read ports and two ACC write ports (``_b``: the next word), so a
     run at any alignment moves in ``ConvTiming`` beats.
@@ -102,6 +103,7 @@ class ConvUnit(UnitComponent):
         m.submodules.issue = issue = PixelIssue(config)
         m.submodules.writeback = writeback = AccWriteBack(config)
         m.d.comb += [sequencer.last.eq(blocks.block.last), blocks.command.eq(cmd),
+                     mac.int4_weights.eq(setup.geometry.int4_weights),
                      loader.w_zero_point.eq(cmd.w_zero_point), issue.out_c.eq(cmd.out_c), writeback.sums.eq(mac.sums)]
         connect(m, setup.geometry, sequencer.geometry, blocks.geometry, loader.geometry, issue.geometry)
         connect(m, sequencer.phase, blocks.phase, loader.phase, issue.phase)

@@ -5,14 +5,15 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from aipu.rtl.conv_parts.interfaces import PHASE, conv_command, dim, geometry, next_block
+from aipu.rtl.conv_parts.interfaces import PHASE, conv_command, dim, geometry, next_block, packed_bytes
 from aipu.sim.machine.arch import HardwareConfig
 
 
 class BlockWalk(wiring.Component):
     """Counts the block the loader fills: (group, out-channel chunk of ``cols``, kernel tap (ky, kx),
-    in-channel chunk of ``rows``), the in-channel chunk innermost; a block of groups steps by
-    ``groups_per_block``. ``phase.begin`` sets the first block, ``phase.boundary`` the next.
+    in-channel chunk of ``rows``, or ``2 * rows`` with INT4 weights), the in-channel chunk innermost; a block
+    of groups steps by ``groups_per_block``. ``phase.begin`` sets the first block, ``phase.boundary`` the next.
+    Addresses count bytes: an INT4 operand's channel offset is half its channel count (always even, D23).
 
     ``block`` says where that block's operands are and what it holds: the ACT byte of its first pixel's run
     and the ACC entry of its first accumulator, the WEIGHT byte of its first column, its in- and out-channels
@@ -40,22 +41,23 @@ class BlockWalk(wiring.Component):
         last_ky, last_out = ky == cmd.k_h - 1, out_chunk == geo.out_chunks_last
         last_group = group + geo.groups_per_block >= cmd.groups
 
+        chunk = Mux(geo.int4_weights, 2 * rows, rows)
         out_channel = group * geo.group_out + out_chunk * cols
-        in_channel = group * geo.group_in + in_chunk * rows
+        in_channel = group * geo.group_in + in_chunk * chunk
         groups_left_cols = cmd.out_c - group * geo.group_out
-        in_left = geo.group_in - in_chunk * rows
-        block_rows = Mux(in_left < rows, in_left, rows)
+        in_left = geo.group_in - in_chunk * chunk
+        block_rows = Mux(in_left < chunk, in_left, chunk)
         groups_left = cmd.groups - group
         block_groups = Mux(groups_left < geo.groups_per_block, groups_left, geo.groups_per_block)
         out_left = (Mux(groups_left_cols < geo.block_group_cols, groups_left_cols, geo.block_group_cols)
                     - out_chunk * cols)
         m.d.comb += [
-            block.act.eq(cmd.in_addr + ky * geo.tap_y + kx * geo.tap_x + in_channel),
+            block.act.eq(cmd.in_addr + ky * geo.tap_y + kx * geo.tap_x + packed_bytes(in_channel, geo.int4_inputs)),
             block.acc.eq(cmd.acc_addr + out_channel),
             block.weights.eq(cmd.wgt_addr + out_channel * geo.weights_per_out_channel
-                             + (ky * cmd.k_w + kx) * geo.group_in + in_chunk * rows),
+                             + packed_bytes((ky * cmd.k_w + kx) * geo.group_in + in_chunk * chunk, geo.int4_weights)),
             block.rows.eq(block_rows), block.cols.eq(Mux(out_left < cols, out_left, cols)),
-            block.act_bytes.eq(block_rows * block_groups),
+            block.act_bytes.eq(packed_bytes(block_rows * block_groups, geo.int4_inputs)),
             block.overwrites.eq(~cmd.accumulate & (ky == 0) & (kx == 0) & (in_chunk == 0)),
             block.last.eq(last_in & last_kx & last_ky & last_out & last_group)]
 

@@ -6,7 +6,7 @@ compute the same bits in the same cycles as one module would.
 """
 from __future__ import annotations
 
-from amaranth.hdl import signed
+from amaranth.hdl import Mux, Value, signed
 from amaranth.lib import data
 from amaranth.lib.wiring import Out, Signature
 
@@ -14,7 +14,7 @@ from aipu.rtl.commands import command_layout
 from aipu.rtl.ports import word_bytes, word_count
 from aipu.sim.machine.arch import ACC_BITS, MAC_OPERAND_BITS, Buffer, HardwareConfig
 from aipu.sim.machine.isa import Opcode
-from aipu.sim.timing.conv import ConvTiming, DepthwiseTiming
+from aipu.sim.timing.conv import ConvTiming, DepthwiseTiming, wide_input_beats
 
 
 def command_field(config: HardwareConfig, name: str):
@@ -33,28 +33,42 @@ def dim(config: HardwareConfig) -> int:
 
 
 def diagonal(config: HardwareConfig) -> int:
-    """The most groups a block can hold side by side on the array's diagonal."""
-    return min(config.mac.rows, config.mac.cols)
+    """The most groups a block can hold side by side on the array's diagonal (two channels a row with INT4
+    weights)."""
+    return min(2 * config.mac.rows, config.mac.cols)
+
+
+def most_beats(config: HardwareConfig) -> int:
+    """A pixel's cycles for the longest ACT run (docs/rtl-conv.md, "Cycles"): the range of ``beats``."""
+    return max(ConvTiming.of(config).beats, wide_input_beats(config))
+
+
+def packed_bytes(elements: Value, int4: Value) -> Value:
+    """The bytes ``elements`` 8-bit elements take, or INT4 ones two a byte (an even count)."""
+    return Mux(int4, elements >> 1, elements)
 
 
 def phase_cycles(config: HardwareConfig) -> int:
     """One past the longest phase: a block's pixels, the pipeline drain or the first block's weights."""
-    timing = ConvTiming.of(config)
-    return dim(config) ** 2 * timing.beats + 2 * timing.beats + config.mac.cols * timing.weight_beats + 2
+    beats = most_beats(config)
+    return dim(config) ** 2 * beats + 2 * beats + config.mac.cols * ConvTiming.of(config).weight_beats + 2
 
 
 def geometry(config: HardwareConfig) -> Signature:
     """From the setup to the parts that walk the command: its registered geometry, fixed from the second setup
-    cycle to the command's end. ``weights_per_out_channel`` is k_h·k_w·group_in, ``step_*`` and ``tap_*``
-    the ACT bytes between output pixels and between kernel taps, ``*_chunks_last`` the last in- and
-    out-channel chunk of a group, ``groups_per_block`` MacArrayConfig.groups_per_block of the command and
-    ``block_group_cols`` that times group_out."""
+    cycle to the command's end. ``int4_weights``, ``int4_inputs``: the operand types (docs/arithmetic.md D23);
+    ``beats``: a pixel's cycles for the command's ACT run; ``weights_per_out_channel`` the WEIGHT bytes of an
+    output channel (k_h·k_w·group_in weights), ``step_*`` and ``tap_*`` the ACT bytes between output pixels
+    and between kernel taps, ``*_chunks_last`` the last in- and out-channel chunk of a group (in-channel
+    chunks of ``rows``, or ``2 * rows`` with INT4 weights), ``groups_per_block``
+    MacArrayConfig.groups_per_block of the command and ``block_group_cols`` that times group_out."""
     n, taps = dim(config), 1 << 2 * command_field(config, "k_h").width
-    timing = ConvTiming.of(config)
+    beats = most_beats(config)
     return Signature({
+        "int4_weights": Out(1), "int4_inputs": Out(1), "beats": Out(range(beats + 1)),
         "group_in": Out(range(n)), "group_out": Out(range(n)), "out_w": Out(range(n)),
         "weights_per_out_channel": Out(range(n * taps)),
-        "pixel_cycles": Out(range(n * n * timing.beats + 1)), "block_cycles": Out(range(phase_cycles(config))),
+        "pixel_cycles": Out(range(n * n * beats + 1)), "block_cycles": Out(range(phase_cycles(config))),
         "step_x": Out(range(1 << 32)), "step_y": Out(range(1 << 40)),
         "tap_x": Out(range(1 << 32)), "tap_y": Out(range(1 << 40)),
         "in_chunks_last": Out(range(n)), "out_chunks_last": Out(range(n)),
@@ -74,27 +88,35 @@ PHASE = Signature({"begin": Out(1), "boundary": Out(1), "bank": Out(1), "loading
 def next_block(config: HardwareConfig) -> Signature:
     """From the block walk: the block the loader fills (the one after the streaming block). ``act``,
     ``acc``: where its first pixel's runs start (ACT byte, ACC entry); ``weights``: the WEIGHT byte of its
-    first column's run; ``rows``, ``cols``: the in- and out-channels it holds (``rows`` per group);
-    ``act_bytes``: the bytes of a pixel's ACT run (``rows`` times its groups, side by side on the diagonal);
+    first column's run; ``rows``, ``cols``: the in- and out-channels it holds (``rows`` per group, up to
+    ``2 * mac.rows`` with INT4 weights); ``act_bytes``: the bytes of a pixel's ACT run (``rows`` channels of
+    each of its groups, side by side on the diagonal, in the input's type);
     ``overwrites``: its sums replace the accumulators; ``last``: it is the command's last block."""
     return Signature({
         "act": Out(range(2 * config.buffer(Buffer.ACT).bytes)), "acc": Out(range(2 * config.buffer_units(Buffer.ACC))),
         "weights": Out(range(2 * config.buffer(Buffer.WEIGHT).bytes)),
-        "rows": Out(range(config.mac.rows + 1)), "cols": Out(range(config.mac.cols + 1)),
-        "act_bytes": Out(range(config.mac.rows + 1)), "overwrites": Out(1), "last": Out(1)})
+        "rows": Out(range(2 * config.mac.rows + 1)), "cols": Out(range(config.mac.cols + 1)),
+        "act_bytes": Out(range(2 * config.mac.rows + 1)), "overwrites": Out(1), "last": Out(1)})
+
+
+# A MAC cell is two signed HALF_OPERAND_BITS x MAC_OPERAND_BITS multipliers (docs/arithmetic.md D23): an int8
+# weight operand b is split into its low four bits (b & 15) and the rest (b >> 4); INT4 weights are one a half.
+HALF_OPERAND_BITS = 5
 
 
 def weight_column(config: HardwareConfig) -> Signature:
-    """From the loader to the MAC array: when ``valid``, column ``col`` of bank ``bank`` takes ``operands``
-    (``rows`` signed weights minus w_zero_point, 0 in the rows outside the column's group)."""
+    """From the loader to the MAC array: when ``valid``, column ``col`` of bank ``bank`` takes ``halves``: for
+    cell r, entries 2r and 2r + 1 (an int8 weight minus w_zero_point split as b & 15, b >> 4; or the two INT4
+    weights of the cell's byte minus w_zero_point), 0 in the cells outside the column's group."""
     return Signature({"valid": Out(1), "bank": Out(1), "col": Out(range(config.mac.cols)),
-                      "operands": Out(data.ArrayLayout(signed(MAC_OPERAND_BITS), config.mac.rows))})
+                      "halves": Out(data.ArrayLayout(signed(HALF_OPERAND_BITS), 2 * config.mac.rows))})
 
 
 def pixel_operands(config: HardwareConfig) -> Signature:
-    """From the issue to the MAC array, in a pixel's data cycle: its ``rows`` input bytes ``x``, its ``cols``
+    """From the issue to the MAC array, in a pixel's data cycle: its input run ``x`` (up to ``2 * rows``
+    bytes: ``rows`` channels of 8 bits, or ``2 * rows`` of 8 or 4 bits with INT4 weights), its ``cols``
     accumulators ``old``, the ``bank`` of its block and whether the block ``overwrites`` them."""
-    return Signature({"x": Out(8 * config.mac.rows), "old": Out(ACC_BITS * config.mac.cols), "bank": Out(1),
+    return Signature({"x": Out(16 * config.mac.rows), "old": Out(ACC_BITS * config.mac.cols), "bank": Out(1),
                       "overwrites": Out(1)})
 
 

@@ -5,23 +5,24 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from aipu.rtl.conv_parts.interfaces import PHASE, command_field, dim, geometry, next_block, pixel_operands, pixel_place
+from aipu.rtl.conv_parts.interfaces import (PHASE, command_field, dim, geometry, most_beats, next_block, pixel_operands,
+                                            pixel_place)
 from aipu.rtl.conv_parts.window import WordWindow, reads_needed
 from aipu.rtl.lanes import counter
 from aipu.rtl.ports import read_port, word_bytes
 from aipu.sim.machine.arch import Buffer, HardwareConfig
-from aipu.sim.timing.conv import ENTRY_BYTES, ConvTiming
+from aipu.sim.timing.conv import ENTRY_BYTES
 
 
 class PixelIssue(wiring.Component):
     """At ``phase.boundary`` takes the loaded ``block`` as the streaming one; while ``phase.issuing``, walks
     its output pixels row by row (``step_x``, ``step_y`` ACT bytes apart, ``out_c`` ACC entries apart), each
-    in ``beats`` cycles of two ACT and two ACC words (``act_read``/``act_read_b``, ``acc_read``/
-    ``acc_read_b``: words ``w`` and ``w + 1``).
+    in the command's ``beats`` cycles of two ACT and two ACC words (``act_read``/``act_read_b``,
+    ``acc_read``/``acc_read_b``: words ``w`` and ``w + 1``).
 
     A cycle later the words arrive; two ``WordWindow``s gather them, and in the data cycle of the pixel's last
-    beat ``operands`` holds its ``rows`` input bytes and ``cols`` old accumulators, with the bank and the
-    overwrite of its block, and ``place`` says where its accumulators go back.
+    beat ``operands`` holds its input run (up to ``2 * rows`` bytes) and ``cols`` old accumulators, with the
+    bank and the overwrite of its block, and ``place`` says where its accumulators go back.
 
     Signature: ``out_c`` (In: the command's), ``geometry``, ``phase``, ``block`` (In: from the setup, the
     sequencer, the block walk), the four read ports, ``operands`` (Out: to the MAC array), ``place`` (Out:
@@ -40,7 +41,7 @@ class PixelIssue(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         geo, phase, block, place = self.geometry, self.phase, self.block, self.place
-        config, beats = self.config, ConvTiming.of(self.config).beats
+        config, beats = self.config, most_beats(self.config)
         act_port, acc_port = word_bytes(config, Buffer.ACT), word_bytes(config, Buffer.ACC)
         act_row, act_pixel, acc_pixel = Signal.like(block.act), Signal.like(block.act), Signal.like(block.acc)
         out_x, beat = Signal(range(dim(config))), counter(beats)
@@ -59,7 +60,7 @@ class PixelIssue(wiring.Component):
                          acc_ports[half].en.eq(phase.issuing & reads_needed(acc, acc_byte, stream_cols * ENTRY_BYTES,
                                                                              acc_port))]
         with m.If(phase.issuing):
-            with m.If(beat == beats - 1):
+            with m.If(beat == geo.beats - 1):
                 m.d.sync += [beat.eq(0), acc_pixel.eq(acc_pixel + self.out_c)]
                 with m.If(out_x == geo.out_w - 1):
                     m.d.sync += [out_x.eq(0), act_row.eq(act_row + geo.step_y), act_pixel.eq(act_row + geo.step_y)]
@@ -80,7 +81,7 @@ class PixelIssue(wiring.Component):
                      place.acc_offset.eq(acc_byte[:len(place.acc_offset)]), place.acc_word.eq(acc_word),
                      self.operands.bank.eq(phase.bank), place.cols.eq(stream_cols),
                      self.operands.overwrites.eq(stream_overwrites)]
-        m.d.comb += place.valid.eq(pixel_valid & (pixel_beat == beats - 1))
+        m.d.comb += place.valid.eq(pixel_valid & (pixel_beat == geo.beats - 1))
         windows = (("act_window", act_ports, act_port, pixel_act_offset, self.operands.x),
                    ("acc_window", acc_ports, acc_port, place.acc_offset, self.operands.old))
         for name, ports, port_bytes, offset, run in windows:

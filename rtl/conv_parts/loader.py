@@ -5,21 +5,23 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from aipu.rtl.conv_parts.interfaces import PHASE, command_field, dim, geometry, next_block, weight_column
+from aipu.rtl.conv_parts.interfaces import PHASE, command_field, dim, geometry, next_block, packed_bytes, weight_column
 from aipu.rtl.conv_parts.window import WordWindow, reads_needed
 from aipu.rtl.lanes import counter
 from aipu.rtl.ports import read_port, word_bytes
-from aipu.sim.machine.arch import Buffer, HardwareConfig
+from aipu.sim.machine.arch import MAC_OPERAND_BITS, Buffer, HardwareConfig
 from aipu.sim.timing.conv import ConvTiming
 
 
 class WeightLoader(wiring.Component):
     """While ``phase.loading``: the ``cols`` columns of ``block``, ``weight_beats`` cycles each (two WEIGHT
     words a cycle). Column ``j`` is a run of ``rows`` bytes of output channel ``j``'s weights (stride
-    ``weights_per_out_channel``); for groups side by side on the diagonal the run starts ``(j // group_out)
-    · group_in`` bytes early, so that byte ``r`` is row ``r``'s weight (counters, no divider). In the data
-    cycle of a column's last words the run is cut out of them (a ``WordWindow``) and handed to the MAC
-    array as ``column``: each byte minus ``w_zero_point``, 0 outside the column's group's rows.
+    ``weights_per_out_channel``): byte ``r`` feeds cell ``r``, an int8 weight or two INT4 ones. For groups
+    side by side on the diagonal the run starts as many bytes early as the groups before ``j``'s take (``(j
+    // group_out) · group_in`` weights), so that byte ``r`` is cell ``r``'s (counters, no divider). In the
+    data cycle of a column's last words the run is cut out of them (a ``WordWindow``) and handed to the MAC
+    array as ``column``: each weight minus ``w_zero_point``, an int8 one split into its halves (D23), 0
+    outside the column's group's cells.
 
     Signature: ``geometry``, ``phase``, ``block`` (In: from the setup, the sequencer, the block walk),
     ``w_zero_point`` (In: the command's), ``weight_read``, ``weight_read_b`` (the WEIGHT ports, words ``w``
@@ -42,11 +44,13 @@ class WeightLoader(wiring.Component):
         load_offset = Signal(range(2 * self.config.buffer(Buffer.WEIGHT).bytes))
         # the column's group within the block: its weights sit in rows [load_row_lo, load_row_lo + group_in)
         load_group_col, load_row_lo = Signal(range(n)), Signal(range(n * cols))
-        load_byte = block.weights + load_offset - load_row_lo      # byte r of the run is row r's weight
+        load_byte = block.weights + load_offset - load_row_lo      # byte r of the run is cell r's weights
         load_word = load_byte >> (port_bytes.bit_length() - 1)
         ports = (self.weight_read, self.weight_read_b)
-        # only the block's columns, each run up to its last row: no word the command does not use
-        used = Mux(load_row_lo + block.rows < rows, load_row_lo + block.rows, rows)
+        # only the block's columns, each run up to its last cell: no word the command does not use
+        int4 = geo.int4_weights
+        group_bytes, block_bytes = packed_bytes(geo.group_in, int4), packed_bytes(block.rows, int4)
+        used = Mux(load_row_lo + block_bytes < rows, load_row_lo + block_bytes, rows)
         for half, port in enumerate(ports):
             word = load_word + 2 * load_beat + half
             m.d.comb += [port.addr.eq(word), port.en.eq(phase.loading & (load_col < block.cols) &
@@ -56,7 +60,7 @@ class WeightLoader(wiring.Component):
                 m.d.sync += [load_beat.eq(0), load_col.eq(load_col + 1),
                              load_offset.eq(load_offset + geo.weights_per_out_channel)]
                 with m.If(load_group_col == geo.group_out - 1):
-                    m.d.sync += [load_group_col.eq(0), load_row_lo.eq(load_row_lo + geo.group_in)]
+                    m.d.sync += [load_group_col.eq(0), load_row_lo.eq(load_row_lo + group_bytes)]
                 with m.Else():
                     m.d.sync += load_group_col.eq(load_group_col + 1)
             with m.Else():
@@ -71,13 +75,19 @@ class WeightLoader(wiring.Component):
         got_row_hi = Signal(range(n * cols + rows), name="weights_row_hi")
         m.d.sync += [got_weights.eq(phase.loading), got_beat.eq(load_beat), column.col.eq(load_col),
                      column.bank.eq(~phase.bank), got_offset.eq(load_byte[:len(got_offset)]),
-                     got_row_lo.eq(load_row_lo), got_row_hi.eq(load_row_lo + block.rows)]
+                     got_row_lo.eq(load_row_lo), got_row_hi.eq(load_row_lo + block_bytes)]
         m.submodules.weight_window = window = WordWindow(port_bytes, beats, rows)
         m.d.comb += [window.a.eq(ports[0].data), window.b.eq(ports[1].data), window.valid.eq(got_weights),
                      window.beat.eq(got_beat), window.offset.eq(got_offset)]
         run = window.run
         m.d.comb += column.valid.eq(got_weights & (got_beat == beats - 1))
+        zero_point = self.w_zero_point
         for r in range(rows):
             in_group = (r >= got_row_lo) & (r < got_row_hi)
-            m.d.comb += column.operands[r].eq(Mux(in_group, run[8 * r:8 * r + 8].as_signed() - self.w_zero_point, 0))
+            byte = run[8 * r:8 * r + 8]
+            whole = byte.as_signed() - zero_point                   # an int8 weight, 9 bits signed
+            low = Mux(int4, byte[:4].as_signed() - zero_point, whole[:4])
+            high = Mux(int4, byte[4:].as_signed() - zero_point, whole[4:MAC_OPERAND_BITS].as_signed())
+            m.d.comb += [column.halves[2 * r].eq(Mux(in_group, low, 0)),
+                         column.halves[2 * r + 1].eq(Mux(in_group, high, 0))]
         return m

@@ -34,12 +34,11 @@ class ConvSequencer(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         phase, geo = self.phase, self.geometry
-        timing = ConvTiming.of(self.config)
-        beats, load_cycles = timing.beats, self.config.mac.cols * timing.weight_beats
+        load_cycles = self.config.mac.cols * ConvTiming.of(self.config).weight_beats
         phase_cycle = Signal(range(phase_cycles(self.config)))
         loading_phase, last_phase = Signal(), Signal()
         bank = phase.bank
-        phase_len = Mux(loading_phase, load_cycles, Mux(last_phase, geo.pixel_cycles + beats + 1, geo.block_cycles))
+        phase_len = Mux(loading_phase, load_cycles, Mux(last_phase, geo.pixel_cycles + geo.beats + 1, geo.block_cycles))
         phase_ends = phase_cycle == phase_len - 1
 
         with m.FSM(name="conv_engine") as engine:

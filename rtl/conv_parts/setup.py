@@ -1,23 +1,23 @@
 """CONV's setup: the command's tile geometry, and the checks that refuse it before anything is written."""
 from __future__ import annotations
 
-import numpy as np
 from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from aipu.rtl.conv_parts.interfaces import SETUP_STEPS, conv_command, diagonal, dim, geometry
-from aipu.sim.machine.arch import DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.rtl.conv_parts.interfaces import SETUP_STEPS, conv_command, diagonal, dim, geometry, packed_bytes
+from aipu.sim.machine.arch import Buffer, DType, HardwareConfig, dtype_bounds
 from aipu.sim.machine.isa import Opcode
-from aipu.sim.timing.conv import ConvTiming
+from aipu.sim.timing.conv import ConvTiming, wide_input_beats
 
 
-def zero_point_fits(cmd) -> Value:
-    """The input zero point lies in ``in_type``'s range (golden's zero-point check)."""
-    zp = cmd.in_zero_point
-    int8, uint8 = (np.iinfo(DTYPE_NUMPY[dtype]) for dtype in (DType.INT8, DType.UINT8))
-    return Mux(cmd.in_type == DType.INT8, (zp >= int(int8.min)) & (zp <= int(int8.max)),
-               (zp >= int(uint8.min)) & (zp <= int(uint8.max)))
+def zero_point_fits(zero_point: Value, dtype: Value, types=(DType.INT8, DType.UINT8)) -> Value:
+    """``zero_point`` lies in the range of the operand type ``dtype`` (one of ``types``; golden's check)."""
+    fits = Const(0)
+    for member in types:
+        low, high = dtype_bounds(member)
+        fits = Mux(dtype == member, (zero_point >= low) & (zero_point <= high), fits)
+    return fits
 
 
 def refuse_first(m: Module, checks: list[tuple[str, Value]], fault, fault_field, error_names) -> None:
@@ -30,11 +30,12 @@ def refuse_first(m: Module, checks: list[tuple[str, Value]], fault, fault_field,
 
 
 class ConvSetup(wiring.Component):
-    """Two cycles. ``steps.geometry``: group sizes, the output size and whether the dilated kernel fits the
-    input. ``steps.check``: the faults, in the interpreter's order (groups, in_type and w_type: INT4 operands
-    are refused, in_addr, wgt_addr, k_h, k_w, in_zero_point, acc_addr), the first raising ``fault`` with ``fault_field`` naming it (an index into
-    ``error_names``); and the rest of the geometry the block walk, the loader and the issue read, held until
-    the next command. A DWCONV is DepthwiseSetup's: this part raises nothing for it.
+    """Two cycles. ``steps.geometry``: group sizes, the output size, whether the dilated kernel fits the input,
+    and the operand types. ``steps.check``: the faults, in the interpreter's order (groups, in_type, in_c,
+    in_addr, wgt_addr, k_h, k_w, in_zero_point, w_zero_point, acc_addr), the first raising ``fault`` with
+    ``fault_field`` naming it (an index into ``error_names``); and the rest of the geometry the block walk,
+    the loader and the issue read, in bytes of the operands' types (docs/arithmetic.md D23), held until the
+    next command. A DWCONV is DepthwiseSetup's: this part raises nothing for it.
 
     Signature: ``command`` (In: the CONV command), ``steps`` (In: the sequencer's setup cycles), ``fault``,
     ``fault_field`` (Out, per UnitComponent.elaborate_engine), ``geometry`` (Out: registered).
@@ -50,8 +51,7 @@ class ConvSetup(wiring.Component):
         m = Module()
         config, cmd, geo = self.config, self.command, self.geometry
         rows, cols = config.mac.rows, config.mac.cols
-        timing = ConvTiming.of(config)
-        beats, weight_beats = timing.beats, timing.weight_beats
+        weight_beats = ConvTiming.of(config).weight_beats
         n = dim(config)
         out_h = Signal(range(n))
         groups_divide, fits_h, fits_w = Signal(), Signal(), Signal()
@@ -62,40 +62,47 @@ class ConvSetup(wiring.Component):
                          groups_divide.eq((cmd.in_c % cmd.groups == 0) & (cmd.out_c % cmd.groups == 0)),
                          fits_h.eq(cmd.in_h >= span_h), fits_w.eq(cmd.in_w >= span_w),
                          out_h.eq((cmd.in_h - span_h) // cmd.stride_h + 1),
-                         geo.out_w.eq((cmd.in_w - span_w) // cmd.stride_w + 1)]
+                         geo.out_w.eq((cmd.in_w - span_w) // cmd.stride_w + 1),
+                         geo.int4_weights.eq(cmd.w_type == DType.INT4), geo.int4_inputs.eq(cmd.in_type == DType.INT4)]
 
-        weights_per_out = cmd.k_h * cmd.k_w * geo.group_in
-        checks = [  # the interpreter's order: groups, the input, the weights, the output size, the zero point, ACC
-            ("groups", groups_divide),
-            ("in_type", cmd.in_type != DType.INT4),     # INT4 operands: the interpreter's, not yet this array's
-            ("w_type", cmd.w_type == DType.INT8),
-            ("in_addr", cmd.in_addr + cmd.in_h * cmd.in_w * cmd.in_c <= config.buffer(Buffer.ACT).bytes),
+        int4_w, int4_x = geo.int4_weights, geo.int4_inputs
+        weights_per_out = packed_bytes(cmd.k_h * cmd.k_w * geo.group_in, int4_w)
+        pixel_bytes = packed_bytes(cmd.in_c, int4_x)
+        checks = [  # the interpreter's order: groups, the types, the input, the weights, the output size, the zero
+            ("groups", groups_divide),              # points, ACC
+            ("in_type", ~int4_x | int4_w),
+            ("in_c", ~(int4_w | int4_x) | ~geo.group_in[0]),
+            ("in_addr", cmd.in_addr + cmd.in_h * cmd.in_w * pixel_bytes <= config.buffer(Buffer.ACT).bytes),
             ("wgt_addr", cmd.wgt_addr + cmd.out_c * weights_per_out <= config.buffer(Buffer.WEIGHT).bytes),
             ("k_h", fits_h),
             ("k_w", fits_w),
-            ("in_zero_point", zero_point_fits(cmd)),
+            ("in_zero_point", zero_point_fits(cmd.in_zero_point, cmd.in_type, (DType.INT8, DType.UINT8, DType.INT4))),
+            ("w_zero_point", zero_point_fits(cmd.w_zero_point, cmd.w_type, (DType.INT8, DType.INT4))),
             ("acc_addr", cmd.acc_addr + out_h * geo.out_w * cmd.out_c <= config.buffer_units(Buffer.ACC)),
         ]
+        chunk = Mux(int4_w, 2 * rows, rows)     # the in-channels of a block
 
         def fitting(value):
-            """``value(k)`` for k = groups_per_block(): the most groups whose channels fit rows and columns."""
+            """``value(k)`` for k = groups_per_block(): the most groups whose channels fit a chunk and columns."""
             chosen = value(1)
             for k in range(2, diagonal(config) + 1):
-                chosen = Mux((k * geo.group_in <= rows) & (k * geo.group_out <= cols), value(k), chosen)
+                chosen = Mux((k * geo.group_in <= chunk) & (k * geo.group_out <= cols), value(k), chosen)
             return chosen
 
         with m.If(self.steps.check):
             with m.If(cmd.opcode == Opcode.CONV):
                 refuse_first(m, checks, self.fault, self.fault_field, self.error_names)
-            row_bytes = cmd.in_w * cmd.in_c
+            beats = Mux(int4_w & ~int4_x, wide_input_beats(config), ConvTiming.of(config).beats)
+            row_bytes = cmd.in_w * pixel_bytes
             pixel_cycles = out_h * geo.out_w * beats
-            shortest = max(cols * weight_beats, 2 * beats + 1)    # the loader's and the write-back's
-            m.d.sync += [
-                geo.weights_per_out_channel.eq(weights_per_out), geo.pixel_cycles.eq(pixel_cycles),
+            shortest = Mux(cols * weight_beats > 2 * beats + 1, cols * weight_beats, 2 * beats + 1)  # the loader's
+            m.d.sync += [                                                                   # and the write-back's
+                geo.beats.eq(beats), geo.weights_per_out_channel.eq(weights_per_out), geo.pixel_cycles.eq(pixel_cycles),
                 geo.block_cycles.eq(Mux(pixel_cycles > shortest, pixel_cycles, shortest)),
-                geo.step_x.eq(cmd.stride_w * cmd.in_c), geo.step_y.eq(cmd.stride_h * row_bytes),
-                geo.tap_x.eq(cmd.dilation_w * cmd.in_c), geo.tap_y.eq(cmd.dilation_h * row_bytes),
-                geo.in_chunks_last.eq((geo.group_in - 1) // rows), geo.out_chunks_last.eq((geo.group_out - 1) // cols),
+                geo.step_x.eq(cmd.stride_w * pixel_bytes), geo.step_y.eq(cmd.stride_h * row_bytes),
+                geo.tap_x.eq(cmd.dilation_w * pixel_bytes), geo.tap_y.eq(cmd.dilation_h * row_bytes),
+                geo.in_chunks_last.eq(Mux(int4_w, (geo.group_in - 1) // (2 * rows), (geo.group_in - 1) // rows)),
+                geo.out_chunks_last.eq((geo.group_out - 1) // cols),
                 geo.groups_per_block.eq(fitting(lambda k: k)),
                 geo.block_group_cols.eq(fitting(lambda k: k * geo.group_out))]
         return m

@@ -9,14 +9,14 @@ from aipu.rtl.conv_parts.interfaces import pixel_place
 from aipu.rtl.lanes import counter, select_word, shift_up
 from aipu.rtl.ports import word_bytes, write_port
 from aipu.sim.machine.arch import ACC_BITS, Buffer, HardwareConfig
-from aipu.sim.timing.conv import ENTRY_BYTES, ConvTiming
+from aipu.sim.timing.conv import ENTRY_BYTES, acc_beats
 
 
 class AccWriteBack(wiring.Component):
-    """When ``place.valid``, registers ``sums`` shifted to byte ``acc_offset`` of a window of ``2·beats``
+    """When ``place.valid``, registers ``sums`` shifted to byte ``acc_offset`` of a window of ``2·acc_beats``
     ACC words from ``acc_word``, with a byte mask that covers the block's first ``cols`` entries only; then
-    writes the window in ``beats`` cycles, words ``2b`` and ``2b + 1`` on ``acc_write``/``acc_write_b`` in
-    cycle ``b``. A new pixel may arrive every ``beats`` cycles.
+    writes the window in ``acc_beats`` cycles, words ``2b`` and ``2b + 1`` on ``acc_write``/``acc_write_b`` in
+    cycle ``b``. A new pixel arrives every ``beats`` cycles, never fewer than ``acc_beats``.
 
     Signature: ``place`` (In: from the issue), ``sums`` (In: from the MAC array), ``acc_write``,
     ``acc_write_b`` (the ACC write ports).
@@ -31,7 +31,7 @@ class AccWriteBack(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         place = self.place
-        beats, port_bytes = ConvTiming.of(self.config).beats, word_bytes(self.config, Buffer.ACC)
+        beats, port_bytes = acc_beats(self.config), word_bytes(self.config, Buffer.ACC)
         entry_mask = Cat(*((j < place.cols).replicate(ENTRY_BYTES) for j in range(self.config.mac.cols)))
         window_bytes = 2 * beats * port_bytes
         write_data, write_mask = Signal(8 * window_bytes), Signal(window_bytes)

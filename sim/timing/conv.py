@@ -50,8 +50,7 @@ class ConvTiming:
         lanes = mac_lanes(w_type)
         act_run = -(-lanes * config.mac.rows * DTYPE_BITS[in_type] // 8)
         act = _beats(_words_spanned(act_run, config, Buffer.ACT))
-        acc = _beats(_words_spanned(config.mac.cols * ENTRY_BYTES, config, Buffer.ACC))
-        return cls(max(act, acc), _beats(_words_spanned(config.mac.rows, config, Buffer.WEIGHT)), lanes)
+        return cls(max(act, acc_beats(config)), _beats(_words_spanned(config.mac.rows, config, Buffer.WEIGHT)), lanes)
 
     def block_cycles(self, config: HardwareConfig, pixels: int) -> int:
         """Cycles of every block but the last: the pixels, the next block's weights, the ACC write-back gap."""
@@ -63,6 +62,18 @@ class ConvTiming:
         blocks = config.mac.blocks(groups, group_in, group_out, taps, self.lanes)
         return (SETUP_CYCLES + config.mac.cols * self.weight_beats
                 + (blocks - 1) * self.block_cycles(config, pixels) + (pixels + 1) * self.beats + 1)
+
+
+def acc_beats(config: HardwareConfig) -> int:
+    """Cycles to move a pixel's ``cols`` accumulators through a pair of ACC ports (the write-back's time: at
+    most ``beats``, whatever the operand types)."""
+    return _beats(_words_spanned(config.mac.cols * ENTRY_BYTES, config, Buffer.ACC))
+
+
+def wide_input_beats(config: HardwareConfig) -> int:
+    """``beats`` of INT4 weights against 8-bit inputs, the longest ACT run (``2 * rows`` bytes); every other
+    legal pair of types has int8's ``beats`` (a run of ``rows`` bytes, or fewer)."""
+    return ConvTiming.of(config, DType.INT4, DType.INT8).beats
 
 
 def conv_cycles(config: HardwareConfig, *, groups: int, group_in: int, group_out: int, taps: int,

@@ -117,19 +117,36 @@ def test_int8_zero_point_outside_int8_is_refused():
     assert first_difference(memory, result.memory) is None
 
 
-@pytest.mark.parametrize("fields, field", [(dict(w_type=DType.INT4), "w_type"),
-                                            (dict(w_type=DType.INT4, in_type=DType.INT4), "in_type")])
-def test_int4_operands_are_refused_until_the_array_computes_them(fields, field):
-    """The interpreter runs INT4 CONVs (docs/arithmetic.md D23); this array stops on them naming the field, with
-    nothing written, rather than compute them as int8."""
+@pytest.mark.parametrize("fields, field", [
+    (dict(w_type=DType.INT8, in_type=DType.INT4), "in_type"),
+    (dict(w_type=DType.INT4, in_type=DType.INT8, in_c=6, groups=2, out_c=2), "in_c"),
+    (dict(w_type=DType.INT4, in_type=DType.INT4, in_zero_point=9), "in_zero_point"),
+    (dict(w_type=DType.INT4, in_type=DType.UINT8, w_zero_point=-9), "w_zero_point")])
+def test_int4_faults_name_the_interpreters_field(fields, field):
     memory = random_memory(SMALL, np.random.default_rng(4))
     program = Program(SMALL)
     program.append(_conv(**fields))
     program.append(Command.make(Opcode.FINISH, unit=Unit.CONV))
-    run(program, memory)
+    with pytest.raises(ExecutionError, match=f"field {field}"):
+        run(program, memory)
     result = run_amaranth(program, memory, [ConvUnit], max_cycles=100)
     assert result.errors == [RtlError(Unit.CONV, 0, field)]
     assert first_difference(memory, result.memory) is None
+
+
+def int4_stimulus(config) -> Stimulus:
+    """The default suite's program of random CONVs, half of them on INT4 weights (against INT8, UINT8 or INT4
+    inputs), accumulating onto each other's sums."""
+    rng = np.random.default_rng(config.mac.rows * 1000 + config.mac.cols + 48)
+    commands = 4 if config.mac.rows * config.mac.cols > 64 else 24
+    return random_stimulus(config, rng, commands, max_command_cycles=300, depthwise=0.0, int4=0.5)
+
+
+@EVERY_CONFIG
+def test_random_int4_convs_match_the_interpreter(config):
+    stimulus = int4_stimulus(config)
+    assert any(command.args.get("w_type") == DType.INT4 for command in stimulus.program.queues[Unit.CONV])
+    assert_matches(stimulus)
 
 
 def test_accumulators_wrap_like_the_register():
@@ -193,6 +210,22 @@ def test_many_random_convs(name):
     rng = np.random.default_rng(list(CONFIGS).index(name))
     for _ in range(7):
         assert_matches(random_stimulus(config, rng, 50))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_many_random_int4_convs(name):
+    """Over 1000 commands of each INT4 mode across the three configurations: INT4 weights against 8-bit inputs
+    and against INT4 inputs, 750 commands per configuration."""
+    config = CONFIGS[name]
+    rng = np.random.default_rng(list(CONFIGS).index(name) + 48)
+    modes = {DType.INT4: 0, DType.INT8: 0}
+    for _ in range(15):
+        stimulus = random_stimulus(config, rng, 50, depthwise=0.0, int4=1.0)
+        for command in stimulus.program.queues[Unit.CONV][:-1]:
+            modes[DType.INT4 if command.args["in_type"] == DType.INT4 else DType.INT8] += 1
+        assert_matches(stimulus)
+    assert min(modes.values()) >= 334, modes
 
 
 @pytest.mark.slow     # the DEFAULT array under Amaranth's simulator: about a minute; DWCONV is the depthwise path

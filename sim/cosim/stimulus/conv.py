@@ -147,19 +147,24 @@ def random_dwconv(config: HardwareConfig, rng: np.random.Generator) -> Command:
 
 
 def random_program(config: HardwareConfig, rng: np.random.Generator, commands: int,
-                   max_command_cycles: int = MAX_COMMAND_CYCLES, depthwise: float = DEPTHWISE_SHARE) -> Program:
+                   max_command_cycles: int = MAX_COMMAND_CYCLES, depthwise: float = DEPTHWISE_SHARE,
+                   int4: float = 0.0) -> Program:
     """``commands`` random commands, each at most ``max_command_cycles`` long (keeps a simulation's time
-    bounded): DWCONVs with probability ``depthwise``, CONVs otherwise, their kinds in turn from a random one
-    on and, kind after kind, the strided and dilated ones through every pair of AXES (so that a short program
-    has every kind and every stride and dilation on each axis)."""
+    bounded): DWCONVs with probability ``depthwise``, CONVs otherwise (on INT4 weights with probability
+    ``int4``), their kinds in turn from a random one on and, kind after kind, the strided and dilated ones
+    through every pair of AXES (so that a short program has every kind and every stride and dilation on each
+    axis)."""
     program = Program(config)
     previous, turn = None, int(rng.integers(len(KINDS)))
     while len(program) < commands:
         if rng.random() < depthwise:
             command = random_dwconv(config, rng)
         else:
+            w_type = DType.INT4 if int4 and rng.random() < int4 else DType.INT8
+            if previous is not None and previous.args.get("w_type", DType.INT8) != w_type:
+                previous = None       # an accumulating slice keeps its chain's weight type
             command = random_conv(config, rng, previous, KINDS[turn % len(KINDS)],
-                                  AXES[turn // len(KINDS) % len(AXES)])
+                                  AXES[turn // len(KINDS) % len(AXES)], w_type)
         if command_cycles(config, command) <= max_command_cycles:
             program.append(command)
             turn += command.opcode == Opcode.CONV
@@ -169,9 +174,10 @@ def random_program(config: HardwareConfig, rng: np.random.Generator, commands: i
 
 
 def random_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int,
-                    max_command_cycles: int = MAX_COMMAND_CYCLES, depthwise: float = DEPTHWISE_SHARE) -> Stimulus:
-    return Stimulus(random_program(config, rng, commands, max_command_cycles, depthwise), random_memory(config, rng),
-                    (ConvUnit,))
+                    max_command_cycles: int = MAX_COMMAND_CYCLES, depthwise: float = DEPTHWISE_SHARE,
+                    int4: float = 0.0) -> Stimulus:
+    return Stimulus(random_program(config, rng, commands, max_command_cycles, depthwise, int4),
+                    random_memory(config, rng), (ConvUnit,))
 
 
 def tiles_alone(program: Program, rng: np.random.Generator) -> Stimulus:

@@ -2,7 +2,7 @@
 setups register (CONV's and DWCONV's) and the blocks in the order the block walk visits them."""
 from __future__ import annotations
 
-from aipu.sim.machine.arch import HardwareConfig
+from aipu.sim.machine.arch import DTYPE_BITS, DType, HardwareConfig, mac_lanes
 from aipu.sim.machine.program import Command
 from aipu.sim.timing.conv import ConvTiming, DepthwiseTiming, conv_output_size, depthwise_positions
 
@@ -12,18 +12,26 @@ def command_word(config: HardwareConfig, command: Command) -> int:
     return int.from_bytes(command.encode(config), "little")
 
 
+def _bytes(elements: int, dtype) -> int:
+    return elements * DTYPE_BITS[DType(dtype)] // 8
+
+
 def geometry_of(config: HardwareConfig, command: Command) -> dict[str, int]:
     c, rows, cols = command.args, config.mac.rows, config.mac.cols
+    w_type, in_type = DType(c["w_type"]), DType(c["in_type"])
+    lanes = mac_lanes(w_type)
     group_in, group_out = c["in_c"] // c["groups"], c["out_c"] // c["groups"]
     out_h, out_w = conv_output_size(command)
-    timing = ConvTiming.of(config)
-    groups_per_block = config.mac.groups_per_block(group_in, group_out)
-    return dict(group_in=group_in, group_out=group_out, out_w=out_w,
-                weights_per_out_channel=c["k_h"] * c["k_w"] * group_in,
+    timing = ConvTiming.of(config, w_type, in_type)
+    groups_per_block = config.mac.groups_per_block(group_in, group_out, lanes)
+    pixel = _bytes(c["in_c"], in_type)
+    return dict(int4_weights=int(w_type == DType.INT4), int4_inputs=int(in_type == DType.INT4), beats=timing.beats,
+                group_in=group_in, group_out=group_out, out_w=out_w,
+                weights_per_out_channel=_bytes(c["k_h"] * c["k_w"] * group_in, w_type),
                 pixel_cycles=out_h * out_w * timing.beats, block_cycles=timing.block_cycles(config, out_h * out_w),
-                step_x=c["stride_w"] * c["in_c"], step_y=c["stride_h"] * c["in_w"] * c["in_c"],
-                tap_x=c["dilation_w"] * c["in_c"], tap_y=c["dilation_h"] * c["in_w"] * c["in_c"],
-                in_chunks_last=(group_in - 1) // rows, out_chunks_last=(group_out - 1) // cols,
+                step_x=c["stride_w"] * pixel, step_y=c["stride_h"] * c["in_w"] * pixel,
+                tap_x=c["dilation_w"] * pixel, tap_y=c["dilation_h"] * c["in_w"] * pixel,
+                in_chunks_last=(group_in - 1) // (lanes * rows), out_chunks_last=(group_out - 1) // cols,
                 groups_per_block=groups_per_block, block_group_cols=groups_per_block * group_out)
 
 
@@ -41,8 +49,11 @@ def depthwise_geometry_of(config: HardwareConfig, command: Command) -> dict[str,
 
 
 def blocks_of(config: HardwareConfig, command: Command) -> list[dict[str, int]]:
-    """Every block: groups side by side, out-channel chunk, tap (ky, kx), in-channel chunk innermost."""
-    c, rows, cols = command.args, config.mac.rows, config.mac.cols
+    """Every block: groups side by side, out-channel chunk, tap (ky, kx), in-channel chunk innermost; addresses
+    in bytes of the operands' types."""
+    c, cols = command.args, config.mac.cols
+    w_type, in_type = DType(c["w_type"]), DType(c["in_type"])
+    chunk = mac_lanes(w_type) * config.mac.rows
     g = geometry_of(config, command)
     group_in, group_out, side_by_side = g["group_in"], g["group_out"], g["groups_per_block"]
     blocks = []
@@ -51,15 +62,17 @@ def blocks_of(config: HardwareConfig, command: Command) -> list[dict[str, int]]:
         for out_chunk in range(0, group_out, cols):
             for ky in range(c["k_h"]):
                 for kx in range(c["k_w"]):
-                    for in_chunk in range(0, group_in, rows):
+                    for in_chunk in range(0, group_in, chunk):
                         out_channel = group * group_out + out_chunk
+                        rows = min(group_in - in_chunk, chunk)
                         blocks.append(dict(
-                            act=c["in_addr"] + ky * g["tap_y"] + kx * g["tap_x"] + group * group_in + in_chunk,
+                            act=(c["in_addr"] + ky * g["tap_y"] + kx * g["tap_x"]
+                                 + _bytes(group * group_in + in_chunk, in_type)),
                             acc=c["acc_addr"] + out_channel,
                             weights=(c["wgt_addr"] + out_channel * g["weights_per_out_channel"]
-                                     + (ky * c["k_w"] + kx) * group_in + in_chunk),
-                            rows=min(group_in - in_chunk, rows), cols=min(block_out - out_chunk, cols),
-                            act_bytes=min(group_in - in_chunk, rows) * min(c["groups"] - group, side_by_side),
+                                     + _bytes((ky * c["k_w"] + kx) * group_in + in_chunk, w_type)),
+                            rows=rows, cols=min(block_out - out_chunk, cols),
+                            act_bytes=_bytes(rows * min(c["groups"] - group, side_by_side), in_type),
                             overwrites=int(not c["accumulate"] and ky == kx == in_chunk == 0), last=0))
     blocks[-1]["last"] = 1
     return blocks

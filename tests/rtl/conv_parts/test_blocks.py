@@ -2,23 +2,26 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from aipu.rtl.conv_parts.blocks import BlockWalk
 from aipu.sim.cosim.stimulus.conv import random_conv
+from aipu.sim.machine.arch import DType, mac_lanes
 from tests.rtl.configs import EVERY_CONFIG
 from tests.rtl.conv_parts.model import blocks_of, command_word, geometry_of, set_members
 from tests.rtl.simulate import simulate
 
 
 @EVERY_CONFIG
-def test_every_block_in_order(config):
+@pytest.mark.parametrize("w_type", [DType.INT8, DType.INT4], ids=["int8", "int4"])
+def test_every_block_in_order(config, w_type):
     rng = np.random.default_rng(config.mac.rows + 1)
-    commands = [random_conv(config, rng) for _ in range(8)]
+    commands = [random_conv(config, rng, w_type=w_type) for _ in range(8)]
     for command in commands:
         dut = BlockWalk(config)
         c, geometry, expected = command.args, geometry_of(config, command), blocks_of(config, command)
         assert len(expected) == config.mac.blocks(c["groups"], geometry["group_in"], geometry["group_out"],
-                                                  c["k_h"] * c["k_w"])
+                                                  c["k_h"] * c["k_w"], mac_lanes(w_type))
 
         async def testbench(ctx):
             ctx.set(dut.command.as_value(), command_word(config, command))

@@ -1,12 +1,14 @@
-"""The issue walks a block's output pixels and gathers each one's ``act_bytes`` input bytes (``rows`` for each
-of the block's groups) and ``cols`` old accumulators from ACT and ACC, with where its accumulators go back."""
+"""The issue walks a block's output pixels and gathers each one's ``act_bytes`` input bytes (``rows`` channels
+for each of the block's groups, in the input's type) and ``cols`` old accumulators from ACT and ACC, with where
+its accumulators go back, in the command's beats."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from aipu.rtl.conv_parts.issue import PixelIssue
 from aipu.sim.cosim.stimulus.conv import random_conv
-from aipu.sim.machine.arch import Buffer
+from aipu.sim.machine.arch import Buffer, DType
 from aipu.sim.timing.conv import conv_output_size
 from tests.rtl.configs import EVERY_CONFIG
 from tests.rtl.conv_parts.buffers import ReadPorts, run_bytes, tick
@@ -27,11 +29,12 @@ def _expected_pixels(config, command, block, act: np.ndarray, acc: np.ndarray) -
 
 
 @EVERY_CONFIG
-def test_the_pixels_of_a_block(config):
+@pytest.mark.parametrize("w_type", [DType.INT8, DType.INT4], ids=["int8", "int4"])
+def test_the_pixels_of_a_block(config, w_type):
     rng = np.random.default_rng(config.mac.rows + 4)
     act, acc = (rng.integers(0, 256, size=config.buffer(b).bytes, dtype=np.uint8) for b in (Buffer.ACT, Buffer.ACC))
     acc_port = config.buffer(Buffer.ACC).port_bytes
-    commands = [random_conv(config, rng) for _ in range(40)]
+    commands = [random_conv(config, rng, w_type=w_type) for _ in range(40)]
     strided = [c for c in commands if (c.args["stride_w"], c.args["stride_h"]) != (1, 1)]
     assert strided, "no strided command to tell step_x from tap_x"
     for command in strided[:3] + commands[:3]:

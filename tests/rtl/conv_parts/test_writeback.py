@@ -1,13 +1,12 @@
-"""The write-back puts a pixel's first ``cols`` sums at its ACC entries, two words a cycle over ``beats``
-cycles, and leaves every other byte of the words alone; pixels come every ``beats`` cycles."""
+"""The write-back puts a pixel's first ``cols`` sums at its ACC entries, two words a cycle over ``acc_beats``
+cycles, and leaves every other byte of the words alone; pixels may come every ``acc_beats`` cycles."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from aipu.rtl.conv_parts.writeback import AccWriteBack
 from aipu.sim.machine.arch import Buffer
-from aipu.sim.timing.conv import ConvTiming
+from aipu.sim.timing.conv import acc_beats
 from tests.rtl.configs import EVERY_CONFIG
 from tests.rtl.simulate import simulate
 
@@ -15,7 +14,7 @@ from tests.rtl.simulate import simulate
 @EVERY_CONFIG
 def test_pixels_land_at_their_entries_only(config):
     dut = AccWriteBack(config)
-    cols, beats = config.mac.cols, ConvTiming.of(config).beats
+    cols, beats = config.mac.cols, acc_beats(config)
     port_bytes, acc_bytes = config.buffer(Buffer.ACC).port_bytes, config.buffer(Buffer.ACC).bytes
     rng = np.random.default_rng(cols + beats)
     acc = rng.integers(0, 256, size=acc_bytes, dtype=np.uint8)
