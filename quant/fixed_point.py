@@ -51,7 +51,9 @@ class FixQuantizeActivation:
 
 def calc_quantized_value(t, p: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Table 181's calc_quantized_value with saturation: (2**-p * q, q), q = clip(round(2**p * t))."""
-    q = round_clip(np.ldexp(check_finite("t", t), p), *code_range(n, signed=True))
+    with np.errstate(over="ignore"):      # 2**p * t beyond float64 is infinite, and saturates like any value out
+        scaled = np.ldexp(check_finite("t", t), p)
+    q = round_clip(scaled, *code_range(n, signed=True))
     return np.ldexp(q.astype(np.float64), -p), q
 
 
