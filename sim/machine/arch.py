@@ -327,6 +327,11 @@ def dtype_bounds(dtype: DType) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
+def elements_bytes(count: int, dtype: DType) -> int:
+    """The bytes ``count`` elements of ``dtype`` take (INT4: two a byte, an odd count's last byte half used)."""
+    return -(-count * DTYPE_BITS[DType(dtype)] // 8)
+
+
 def mac_lanes(w_type: DType) -> int:
     """Products each MAC cell forms a cycle: two with INT4 weights (the cell's 8-bit weight register holds two
     4-bit weights, each multiplying its own input channel: docs/arithmetic.md D23), else one."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aipu.sim.machine.arch import ACC_DTYPE, BUFFER_UNIT_BYTES, DTYPE_BITS, Buffer, DType, HardwareConfig, mac_lanes
+from aipu.sim.machine.arch import ACC_DTYPE, BUFFER_UNIT_BYTES, Buffer, DType, HardwareConfig, elements_bytes, mac_lanes
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.program import Command
 
@@ -48,7 +48,7 @@ class ConvTiming:
     @classmethod
     def of(cls, config: HardwareConfig, w_type: DType = DType.INT8, in_type: DType = DType.INT8) -> ConvTiming:
         lanes = mac_lanes(w_type)
-        act_run = -(-lanes * config.mac.rows * DTYPE_BITS[in_type] // 8)
+        act_run = elements_bytes(lanes * config.mac.rows, in_type)
         act = _beats(_words_spanned(act_run, config, Buffer.ACT))
         return cls(max(act, acc_beats(config)), _beats(_words_spanned(config.mac.rows, config, Buffer.WEIGHT)), lanes)
 

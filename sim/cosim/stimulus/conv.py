@@ -7,7 +7,7 @@ import numpy as np
 
 from aipu.rtl.conv import ConvUnit
 from aipu.sim.cosim.stimulus.base import Stimulus, unit_program
-from aipu.sim.machine.arch import DTYPE_BITS, Buffer, DType, HardwareConfig, dtype_bounds, mac_lanes
+from aipu.sim.machine.arch import Buffer, DType, HardwareConfig, dtype_bounds, elements_bytes, mac_lanes
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -48,10 +48,6 @@ def _operands(rng: np.random.Generator, w_type: DType = DType.INT8) -> dict:
                 w_zero_point=_zero_point(rng, *dtype_bounds(w_type)), w_type=w_type)
 
 
-def _packed_bytes(elements: int, dtype) -> int:
-    return elements * DTYPE_BITS[DType(dtype)] // 8
-
-
 def _regions(fields: dict) -> dict[str, tuple[Buffer, int]]:
     """The buffer and size (in the buffer's units) of each region a CONV's or DWCONV's address field names."""
     out_h = _out_size(fields["in_h"], fields["k_h"], fields["stride_h"], fields["dilation_h"])
@@ -63,8 +59,8 @@ def _regions(fields: dict) -> dict[str, tuple[Buffer, int]]:
         return {"in_addr": (Buffer.WEIGHT, planes * channels),
                 "wgt_addr": (Buffer.ACT, taps * channels), "acc_addr": (Buffer.ACC, out_h * out_w * channels)}
     in_type, w_type = fields["in_type"], fields.get("w_type", DType.INT8)
-    return {"in_addr": (Buffer.ACT, _packed_bytes(fields["in_h"] * fields["in_w"] * fields["in_c"], in_type)),
-            "wgt_addr": (Buffer.WEIGHT, _packed_bytes(fields["out_c"] * taps * fields["in_c"] // fields["groups"],
+    return {"in_addr": (Buffer.ACT, elements_bytes(fields["in_h"] * fields["in_w"] * fields["in_c"], in_type)),
+            "wgt_addr": (Buffer.WEIGHT, elements_bytes(fields["out_c"] * taps * fields["in_c"] // fields["groups"],
                                                       w_type)),
             "acc_addr": (Buffer.ACC, out_h * out_w * fields["out_c"])}
 

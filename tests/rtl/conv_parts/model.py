@@ -2,7 +2,7 @@
 setups register (CONV's and DWCONV's) and the blocks in the order the block walk visits them."""
 from __future__ import annotations
 
-from aipu.sim.machine.arch import DTYPE_BITS, DType, HardwareConfig, mac_lanes
+from aipu.sim.machine.arch import DType, HardwareConfig, elements_bytes, mac_lanes
 from aipu.sim.machine.program import Command
 from aipu.sim.timing.conv import ConvTiming, DepthwiseTiming, conv_output_size, depthwise_positions
 
@@ -10,10 +10,6 @@ from aipu.sim.timing.conv import ConvTiming, DepthwiseTiming, conv_output_size, 
 def command_word(config: HardwareConfig, command: Command) -> int:
     """The command as the integer a part's ``command`` port holds."""
     return int.from_bytes(command.encode(config), "little")
-
-
-def _bytes(elements: int, dtype) -> int:
-    return elements * DTYPE_BITS[DType(dtype)] // 8
 
 
 def geometry_of(config: HardwareConfig, command: Command) -> dict[str, int]:
@@ -24,10 +20,10 @@ def geometry_of(config: HardwareConfig, command: Command) -> dict[str, int]:
     out_h, out_w = conv_output_size(command)
     timing = ConvTiming.of(config, w_type, in_type)
     groups_per_block = config.mac.groups_per_block(group_in, group_out, lanes)
-    pixel = _bytes(c["in_c"], in_type)
+    pixel = elements_bytes(c["in_c"], in_type)
     return dict(int4_weights=int(w_type == DType.INT4), int4_inputs=int(in_type == DType.INT4), beats=timing.beats,
                 group_in=group_in, group_out=group_out, out_w=out_w,
-                weights_per_out_channel=_bytes(c["k_h"] * c["k_w"] * group_in, w_type),
+                weights_per_out_channel=elements_bytes(c["k_h"] * c["k_w"] * group_in, w_type),
                 pixel_cycles=out_h * out_w * timing.beats, block_cycles=timing.block_cycles(config, out_h * out_w),
                 step_x=c["stride_w"] * pixel, step_y=c["stride_h"] * c["in_w"] * pixel,
                 tap_x=c["dilation_w"] * pixel, tap_y=c["dilation_h"] * c["in_w"] * pixel,
@@ -67,12 +63,12 @@ def blocks_of(config: HardwareConfig, command: Command) -> list[dict[str, int]]:
                         rows = min(group_in - in_chunk, chunk)
                         blocks.append(dict(
                             act=(c["in_addr"] + ky * g["tap_y"] + kx * g["tap_x"]
-                                 + _bytes(group * group_in + in_chunk, in_type)),
+                                 + elements_bytes(group * group_in + in_chunk, in_type)),
                             acc=c["acc_addr"] + out_channel,
                             weights=(c["wgt_addr"] + out_channel * g["weights_per_out_channel"]
-                                     + _bytes((ky * c["k_w"] + kx) * group_in + in_chunk, w_type)),
+                                     + elements_bytes((ky * c["k_w"] + kx) * group_in + in_chunk, w_type)),
                             rows=rows, cols=min(block_out - out_chunk, cols),
-                            act_bytes=_bytes(rows * min(c["groups"] - group, side_by_side), in_type),
+                            act_bytes=elements_bytes(rows * min(c["groups"] - group, side_by_side), in_type),
                             overwrites=int(not c["accumulate"] and ky == kx == in_chunk == 0), last=0))
     blocks[-1]["last"] = 1
     return blocks
