@@ -66,7 +66,7 @@ class DepthwiseSetup(wiring.Component):
             ("wgt_addr", cmd.wgt_addr + taps * channels <= config.buffer(Buffer.ACT).bytes),
             ("k_h", fits_h),
             ("k_w", fits_w),
-            ("in_zero_point", zero_point_fits(cmd.in_zero_point, cmd.in_type)),
+            ("in_zero_point", zero_point_fits(cmd.in_zero_point, cmd.in_type, Opcode.DWCONV, "in_type")),
             ("acc_addr", cmd.acc_addr + out_h * geo.out_w * channels <= config.buffer_units(Buffer.ACC)),
         ]
         with m.If(self.steps.check):

@@ -12,7 +12,7 @@ from amaranth.lib.wiring import Out, Signature
 
 from aipu.rtl.commands import command_layout
 from aipu.rtl.ports import word_bytes, word_count
-from aipu.sim.machine.arch import ACC_BITS, MAC_OPERAND_BITS, Buffer, HardwareConfig
+from aipu.sim.machine.arch import ACC_BITS, DTYPE_BITS, MAC_OPERAND_BITS, Buffer, DType, HardwareConfig
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.conv import ConvTiming, DepthwiseTiming, wide_input_beats
 
@@ -100,8 +100,16 @@ def next_block(config: HardwareConfig) -> Signature:
 
 
 # A MAC cell is two signed HALF_OPERAND_BITS x MAC_OPERAND_BITS multipliers (docs/arithmetic.md D23): an int8
-# weight operand b is split into its low four bits (b & 15) and the rest (b >> 4); INT4 weights are one a half.
-HALF_OPERAND_BITS = 5
+# weight operand b is split into its low NIBBLE_BITS (b & 15) and the rest (b >> 4); INT4 weights (minus their
+# zero point) are one a half.
+NIBBLE_BITS = DTYPE_BITS[DType.INT4]
+HALF_OPERAND_BITS = NIBBLE_BITS + 1
+
+
+def int8_halves(operand: Value) -> tuple[Value, Value]:
+    """An int8 weight operand (MAC_OPERAND_BITS, signed) as a cell's two multiplier operands: its low nibble
+    (unsigned) and the rest (signed), operand = low + 16 * high."""
+    return operand[:NIBBLE_BITS], operand[NIBBLE_BITS:MAC_OPERAND_BITS].as_signed()
 
 
 def weight_column(config: HardwareConfig) -> Signature:

@@ -5,11 +5,12 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from aipu.rtl.conv_parts.interfaces import PHASE, command_field, dim, geometry, next_block, packed_bytes, weight_column
+from aipu.rtl.conv_parts.interfaces import (NIBBLE_BITS, PHASE, command_field, dim, geometry, int8_halves, next_block,
+                                            packed_bytes, weight_column)
 from aipu.rtl.conv_parts.window import WordWindow, reads_needed
 from aipu.rtl.lanes import counter
 from aipu.rtl.ports import read_port, word_bytes
-from aipu.sim.machine.arch import MAC_OPERAND_BITS, Buffer, HardwareConfig
+from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.timing.conv import ConvTiming
 
 
@@ -85,9 +86,9 @@ class WeightLoader(wiring.Component):
         for r in range(rows):
             in_group = (r >= got_row_lo) & (r < got_row_hi)
             byte = run[8 * r:8 * r + 8]
-            whole = byte.as_signed() - zero_point                   # an int8 weight, 9 bits signed
-            low = Mux(int4, byte[:4].as_signed() - zero_point, whole[:4])
-            high = Mux(int4, byte[4:].as_signed() - zero_point, whole[4:MAC_OPERAND_BITS].as_signed())
+            int8_low, int8_high = int8_halves(byte.as_signed() - zero_point)
+            low = Mux(int4, byte[:NIBBLE_BITS].as_signed() - zero_point, int8_low)
+            high = Mux(int4, byte[NIBBLE_BITS:].as_signed() - zero_point, int8_high)
             m.d.comb += [column.halves[2 * r].eq(Mux(in_group, low, 0)),
                          column.halves[2 * r + 1].eq(Mux(in_group, high, 0))]
         return m

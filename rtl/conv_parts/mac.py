@@ -6,9 +6,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.arith import net
-from aipu.rtl.conv_parts.interfaces import (HALF_OPERAND_BITS, PRODUCT_BITS, command_field, pixel_operands,
-                                            slot_operands, slots, weight_column)
-from aipu.sim.machine.arch import ACC_BITS, MAC_OPERAND_BITS, DType, HardwareConfig
+from aipu.rtl.conv_parts.interfaces import (HALF_OPERAND_BITS, NIBBLE_BITS, PRODUCT_BITS, command_field, int8_halves,
+                                            pixel_operands, slot_operands, slots, weight_column)
+from aipu.sim.machine.arch import ACC_BITS, DType, HardwareConfig
 
 
 class MacArray(wiring.Component):
@@ -59,13 +59,13 @@ class MacArray(wiring.Component):
             products = []
             for r in range(rows):
                 e = j * rows + r          # the cell's DWCONV slot
-                x_slot, w_slot = self.byte_operand(slot.x[8 * e:8 * e + 8]), slot.w[e]
+                x_slot, slot_halves = self.byte_operand(slot.x[8 * e:8 * e + 8]), int8_halves(slot.w[e])
                 halves = [Mux(pixel.bank, weights[1][j][2 * r + h], weights[0][j][2 * r + h]) for h in range(2)]
-                low = net(m, Mux(self.depthwise, x_slot, low_inputs[r]) * Mux(self.depthwise, w_slot[:4], halves[0]),
-                          f"low_c{j}_r{r}")
+                low = net(m, Mux(self.depthwise, x_slot, low_inputs[r])
+                          * Mux(self.depthwise, slot_halves[0], halves[0]), f"low_c{j}_r{r}")
                 high = net(m, Mux(self.depthwise, x_slot, high_inputs[r])
-                           * Mux(self.depthwise, w_slot[4:MAC_OPERAND_BITS].as_signed(), halves[1]), f"high_c{j}_r{r}")
-                product = net(m, low + Mux(int4, high, high << 4), f"product_c{j}_r{r}")
+                           * Mux(self.depthwise, slot_halves[1], halves[1]), f"high_c{j}_r{r}")
+                product = net(m, low + Mux(int4, high, high << NIBBLE_BITS), f"product_c{j}_r{r}")
                 m.d.comb += self.products[e].eq(product)
                 products.append(product)
             dot = sum(products)
@@ -80,5 +80,5 @@ class MacArray(wiring.Component):
     def x_operand(self, run: Value, v: int) -> Value:
         """Input channel ``v`` of the run: byte ``v`` as ``in_type``, or nibble ``v`` if INT4, minus
         ``in_zero_point``."""
-        nibble = run[4 * v:4 * v + 4].as_signed() - self.in_zero_point
+        nibble = run[NIBBLE_BITS * v:NIBBLE_BITS * (v + 1)].as_signed() - self.in_zero_point
         return Mux(self.in_type == DType.INT4, nibble, self.byte_operand(run[8 * v:8 * v + 8]))

@@ -7,12 +7,14 @@ from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.conv_parts.interfaces import SETUP_STEPS, conv_command, diagonal, dim, geometry, packed_bytes
 from aipu.sim.machine.arch import Buffer, DType, HardwareConfig, dtype_bounds
-from aipu.sim.machine.isa import Opcode
+from aipu.sim.machine.isa import COMMANDS, Opcode
 from aipu.sim.timing.conv import ConvTiming, wide_input_beats
 
 
-def zero_point_fits(zero_point: Value, dtype: Value, types=(DType.INT8, DType.UINT8)) -> Value:
-    """``zero_point`` lies in the range of the operand type ``dtype`` (one of ``types``; golden's check)."""
+def zero_point_fits(zero_point: Value, dtype: Value, opcode: Opcode, type_field: str) -> Value:
+    """``zero_point`` lies in the range of the operand type ``dtype``, one of the types the command's
+    ``type_field`` allows (golden's check)."""
+    types = COMMANDS[opcode].field(type_field).legal_values()
     fits = Const(0)
     for member in types:
         low, high = dtype_bounds(member)
@@ -76,8 +78,8 @@ class ConvSetup(wiring.Component):
             ("wgt_addr", cmd.wgt_addr + cmd.out_c * weights_per_out <= config.buffer(Buffer.WEIGHT).bytes),
             ("k_h", fits_h),
             ("k_w", fits_w),
-            ("in_zero_point", zero_point_fits(cmd.in_zero_point, cmd.in_type, (DType.INT8, DType.UINT8, DType.INT4))),
-            ("w_zero_point", zero_point_fits(cmd.w_zero_point, cmd.w_type, (DType.INT8, DType.INT4))),
+            ("in_zero_point", zero_point_fits(cmd.in_zero_point, cmd.in_type, Opcode.CONV, "in_type")),
+            ("w_zero_point", zero_point_fits(cmd.w_zero_point, cmd.w_type, Opcode.CONV, "w_type")),
             ("acc_addr", cmd.acc_addr + out_h * geo.out_w * cmd.out_c <= config.buffer_units(Buffer.ACC)),
         ]
         chunk = Mux(int4_w, 2 * rows, rows)     # the in-channels of a block
