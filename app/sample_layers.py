@@ -2,11 +2,14 @@
 construction, with outputs spread over the output range so that only the tails saturate."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from aipu.compiler.lowering.conv_layer import TENSOR_DTYPES, ConvLayer
 from aipu.sim.machine.arch import (BIAS_DTYPE, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN,
-                                LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, MULTIPLIER_BITS, SHIFT_MAX, DType)
+                                LUT16_INPUT_BITS, LUT_ENTRY_DTYPE, MULTIPLIER_BITS, SHIFT_MAX, INT4_MAX, INT4_MIN,
+                                DType)
 from aipu.sim.machine.isa import LutMode, Rounding
 
 
@@ -37,6 +40,15 @@ def random_layer(rng: np.random.Generator, *, max_channels: int = 24, max_size: 
     if with_lut:
         _random_table(layer, rng)
     return layer
+
+
+def int4_weights(layer: ConvLayer, rng: np.random.Generator) -> ConvLayer:
+    """``layer`` (an even number of input channels a group) with random INT4 weights and weight zero point,
+    its shifts spread again for the smaller sums."""
+    int4 = dataclasses.replace(layer, w=rng.integers(INT4_MIN, INT4_MAX + 1, size=layer.w.shape).astype(np.int8),
+                               w_type=DType.INT4, w_zero_point=int(rng.integers(INT4_MIN, INT4_MAX + 1)))
+    _spread_outputs(int4, rng)
+    return int4
 
 
 def _random_grouping(rng: np.random.Generator, c: int, max_channels: int) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from aipu.sim.machine.isa import Rounding
 LAYER_ARRAYS = ("x", "w", "bias", "multiplier", "shift")             # required integer arrays
 LAYER_SCALARS = ("x_zero_point", "w_zero_point", "out_zero_point", "groups")
 LAYER_TUPLES = ("stride", "padding", "dilation")
-LAYER_ENUMS = {"out_type": DType, "rounding": Rounding}                 # given by name, e.g. "half_up"
+LAYER_ENUMS = {"out_type": DType, "rounding": Rounding, "w_type": DType}  # given by name, e.g. "half_up"
 _KNOWN = (*LAYER_ARRAYS, *LAYER_SCALARS, *LAYER_TUPLES, *LAYER_ENUMS)
 _MAX_ITEM_BYTES = 64      # the widest integer is 8 bytes, the longest name 19 characters of 4 bytes
 

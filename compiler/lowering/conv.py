@@ -20,7 +20,7 @@ from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer
 from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.weight_streams import WeightStreams
 from aipu.compiler.qir import QConv, QLut
-from aipu.sim.machine.arch import LUT_ENTRY_DTYPE
+from aipu.sim.machine.arch import LUT_ENTRY_DTYPE, DType
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Rounding
 
@@ -143,6 +143,7 @@ class ConvLowering:
                           out_zero_point=requant.out_zero_point, qmin=requant.qmin, qmax=requant.qmax,
                           out_type=dtype_code(context.tensors[op.y].dtype), rounding=Rounding[requant.rounding.upper()],
                           stride=op.stride, padding=padding, dilation=dilation, groups=op.groups,
+                          w_type=DType.INT4 if op.weight_format == "int4" else DType.INT8,
                           negative_multiplier=requant.negative_multiplier if leaky else None,
                           negative_shift=requant.negative_shift if leaky else None,
                           lut=table.table.astype(LUT_ENTRY_DTYPE) if table else None,
@@ -164,7 +165,7 @@ class ConvLowering:
                                      output=target + part.output_offset * elem_out)
             emit_conv(context.pipeline, part.layer, part.tiles, addresses,
                       input_row=part.input_row, output_steps=part.output_steps,
-                      weight_stream=WeightStreams(part.layer.w, prefix, context.plan, context.weight_streams)
+                      weight_stream=WeightStreams(part.layer, prefix, context.plan, context.weight_streams)
                       if context.compress else None)
 
 

@@ -12,13 +12,14 @@ tokens along each chain, the free tokens back, and the hand-over from the previo
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from aipu.compiler.lowering.base import dtype_code
-from aipu.compiler.lowering.conv_layer import ConvLayer
+from aipu.compiler.lowering.conv_layer import ConvLayer, weight_bytes
 from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.im2col import UnrolledWindow
 from aipu.compiler.lowering.pipeline import Pipeline
@@ -86,7 +87,7 @@ class _ConvEmitter:
         self.window = UnrolledWindow.of(layer) if plan.unrolled else None
         # A grouped layer whose weights and records all fit one half loads them once: its tiles differ only there.
         self.resident = (not self.dense and len(self.k_tiles) > 1
-                         and layer.w.size <= program.config.buffer(Buffer.WEIGHT).bytes // 2
+                         and weight_bytes(layer, layer.w.size) <= program.config.buffer(Buffer.WEIGHT).bytes // 2
                          and k <= program.config.buffer_units(Buffer.PARAM) // 2)
         self.step = 0
 
@@ -153,10 +154,11 @@ class _ConvEmitter:
     def _load_weights(self, item: int, k0: int, out_c: int, c0: int, in_c: int) -> None:
         """The raw weights [k0:k0+out_c, c0:c0+in_c] (OHWI in DRAM) into weight half ``item``."""
         _, cg, kh, kw = self.layer.w.shape
+        size = functools.partial(weight_bytes, self.layer)         # INT4: two a byte, chunks of even counts
         self.pipeline.append(Opcode.LOAD, dict(
             buffer=Buffer.WEIGHT, sram_addr=self.pipeline.half(Buffer.WEIGHT, item),
-            dram_addr=self.addresses["weights"] + k0 * kh * kw * cg + c0, elem_type=DType.INT8, y_size=out_c,
-            x_size=kh * kw, run=in_c, dram_y_stride=kh * kw * cg, dram_x_stride=cg))
+            dram_addr=self.addresses["weights"] + size(k0 * kh * kw * cg + c0), elem_type=DType.INT8, y_size=out_c,
+            x_size=kh * kw, run=size(in_c), dram_y_stride=size(kh * kw * cg), dram_x_stride=size(cg)))
 
     def _decode_weights(self, item: int, placed: tuple[int, int], out_c: int, c0: int, in_c: int) -> None:
         """WDEC of the stream ``placed`` (DRAM address, length) into weight half ``item``."""
@@ -195,11 +197,12 @@ class _ConvEmitter:
         """The step's CONV into the tile's accumulator half (adding to it after the first chunk)."""
         layer = self.layer
         _, cg, kh, kw = layer.w.shape
-        wgt_addr = self.pipeline.half(Buffer.WEIGHT, weight_item) + (tile.k0 * kh * kw * cg if self.resident else 0)
+        wgt_addr = (self.pipeline.half(Buffer.WEIGHT, weight_item)
+                    + (weight_bytes(layer, tile.k0 * kh * kw * cg) if self.resident else 0))
         self.pipeline.append(Opcode.CONV, dict(
             in_addr=self.pipeline.half(Buffer.ACT, self.step), **self._conv_geometry(tile, channels),
             in_type=self.in_type, in_zero_point=layer.x_zero_point, wgt_addr=wgt_addr,
-            w_zero_point=layer.w_zero_point, out_c=tile.channels,
+            w_zero_point=layer.w_zero_point, w_type=layer.w_type, out_c=tile.channels,
             groups=1 if self.dense else tile.channels // self.kg,
             acc_addr=self.pipeline.half(Buffer.ACC, tile.index), accumulate=int(chunk_index > 0)))
 

@@ -11,7 +11,8 @@ import numpy as np
 from aipu.compiler.lowering.base import field_max
 from aipu.sim import golden
 from aipu.sim.machine.arch import (BIAS_BITS, DEFAULT, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE,
-                                MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX, DType, HardwareConfig, bit_range)
+                                MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX, DType, HardwareConfig, bit_range,
+                                dtype_bounds, elements_bytes, pack_int4)
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import LutMode, Opcode, Rounding
 
@@ -27,7 +28,7 @@ class ConvLayer:
     """A quantized conv layer in golden-model conventions (NCHW input, [K, C/groups, KH, KW] weights)."""
 
     x: np.ndarray                      # int8/uint8 [1, C, H, W]
-    w: np.ndarray                      # int8 [K, C/groups, KH, KW]
+    w: np.ndarray                      # int8 [K, C/groups, KH, KW]: values of w_type
     bias: np.ndarray                   # [K], BIAS_BITS signed
     multiplier: np.ndarray             # [K], 0 .. MULTIPLIER_MAX
     shift: np.ndarray                  # [K], 0 .. SHIFT_MAX
@@ -48,6 +49,7 @@ class ConvLayer:
     lut: np.ndarray | None = None      # optional activation table (int16 entries) applied after requant:
     lut_index_shift: int = 0           # 8-bit outputs: 256 entries (DIRECT8); int16: 2**k + 1 (INTERP16)
     lut_input_min: int = _LUT16_INPUT_MIN
+    w_type: DType = DType.INT8         # INT4: values in -8..7, stored two a byte (docs/arithmetic.md D23)
 
     @property
     def out_dtype(self) -> np.dtype:
@@ -88,6 +90,11 @@ class ConvLayer:
         return LutMode.INTERP16 if self.out_type == DType.INT16 else LutMode.DIRECT8
 
 
+def weight_bytes(layer: ConvLayer, count: int) -> int:
+    """The bytes ``count`` of the layer's weights take in DRAM and in WEIGHT (INT4: two a byte)."""
+    return elements_bytes(count, layer.w_type)
+
+
 def output_size(layer: ConvLayer) -> tuple[int, int]:
     """(OH, OW) of the layer's output."""
     _, _, h, w = layer.x.shape
@@ -101,6 +108,7 @@ MAX_LAYER_ELEMENTS = 1 << 24   # per tensor (x, w, the output): larger layers ar
 MAX_LAYER_MACS = 1 << 32       # multiply-accumulates of the whole layer: bounds the golden model's time
 TENSOR_DTYPES = {"x": (DTYPE_NUMPY[DType.INT8], DTYPE_NUMPY[DType.UINT8]),    # the MAC inputs (CONV in_type)
                  "w": (DTYPE_NUMPY[DType.INT8],)}
+WEIGHT_TYPES = (DType.INT8, DType.INT4)                         # CONV w_type
 _PARAMS = (("bias", *bit_range(BIAS_BITS, signed=True)), ("multiplier", 0, MULTIPLIER_MAX), ("shift", 0, SHIFT_MAX))
 _LEAKY_PARAMS = (("negative_multiplier", 0, MULTIPLIER_MAX), ("negative_shift", 0, SHIFT_MAX))
 
@@ -162,6 +170,23 @@ def _check_shapes(layer: ConvLayer) -> None:
         raise InputError("w", layer.w, f"shape[1] must be C/groups = {c}/{layer.groups} = {c // layer.groups}")
     if kh > _KERNEL_MAX or kw > _KERNEL_MAX:
         raise InputError("w", layer.w, f"kernels up to {_KERNEL_MAX}x{_KERNEL_MAX} (CONV k_h, k_w)")
+    _check_weight_type(layer)
+
+
+def _check_weight_type(layer: ConvLayer) -> None:
+    """INT4 weights: values within INT4, and each group's input channels fill whole bytes (CONV packs a
+    group's channels two a byte, docs/arithmetic.md D23; a depthwise layer has one channel a group)."""
+    if layer.w_type not in WEIGHT_TYPES:
+        raise InputError("w_type", layer.w_type, f"expected {dtype_names(WEIGHT_TYPES)}")
+    if layer.w_type != DType.INT4:
+        return
+    low, high = dtype_bounds(DType.INT4)
+    outside = layer.w[(layer.w < low) | (layer.w > high)]
+    if outside.size:
+        raise InputError("w", int(outside.flat[0]), f"INT4 weights within {low}..{high}")
+    if layer.w.shape[1] % 2:
+        raise InputError("w_type", "INT4", f"an even number of input channels a group (this layer has "
+                         f"{layer.w.shape[1]}: INT4 weights pack two channels a byte)")
 
 
 def _check_requant_params(layer: ConvLayer) -> None:
@@ -203,8 +228,8 @@ def _check_output(layer: ConvLayer) -> None:
     out_low, out_high = (int(v) for v in (np.iinfo(layer.out_dtype).min, np.iinfo(layer.out_dtype).max))
     x_info = np.iinfo(layer.x.dtype)
     _check_int("x_zero_point", layer.x_zero_point, int(x_info.min), int(x_info.max), f" (the range of {layer.x.dtype})")
-    w_info = np.iinfo(layer.w.dtype)
-    _check_int("w_zero_point", layer.w_zero_point, int(w_info.min), int(w_info.max), f" (the range of {layer.w.dtype})")
+    w_low, w_high = dtype_bounds(layer.w_type)
+    _check_int("w_zero_point", layer.w_zero_point, w_low, w_high, f" (the range of {layer.w_type.name})")
     _check_int("out_zero_point", layer.out_zero_point, out_low, out_high, f" (the range of {layer.out_type.name})")
     qmin, qmax = layer.clamp
     _check_int("qmin", qmin, out_low, out_high, f" (the range of {layer.out_type.name})")
@@ -249,8 +274,10 @@ def _param_records(layer: ConvLayer) -> np.ndarray:
 
 
 def layer_constants(layer: ConvLayer, config: HardwareConfig) -> dict[str, np.ndarray]:
-    """What a layer reads from DRAM besides its input: "weights" (OHWI), "params" (records), "lut" (if any)."""
-    constants = {"weights": np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1)), "params": _param_records(layer)}
+    """What a layer reads from DRAM besides its input: "weights" (OHWI; INT4 two a byte along I), "params"
+    (records), "lut" (if any)."""
+    ohwi = np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1))
+    constants = {"weights": pack_int4(ohwi) if layer.w_type == DType.INT4 else ohwi, "params": _param_records(layer)}
     if layer.lut is not None:
         constants["lut"] = _lut_table(layer, config)
     return constants

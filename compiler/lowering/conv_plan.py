@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aipu.compiler.lowering.base import field_max
+from aipu.compiler.lowering.base import dtype_code, field_max
 from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, output_size
 from aipu.compiler.lowering.im2col import UnrolledWindow
-from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, HardwareConfig
+from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, DType,
+                                   HardwareConfig, elements_bytes)
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.conv import ConvTiming
 from aipu.sim.timing.dma import least_cycles, walk_words
@@ -52,13 +53,20 @@ class ConvGeometry:
     out_bytes: int       # bytes per output element
     stride_h: int
     dilation_h: int
+    w_type: DType        # INT4: weights two a byte, chunks of an even channel count
+    in_type: DType
 
     @classmethod
     def of(cls, layer: ConvLayer) -> ConvGeometry:
         _, c, _, w = layer.x.shape
         k, cg, kh, kw = layer.w.shape
         return cls(c, w, k, cg, kh, kw, layer.groups, *output_size(layer), w + layer.padding[1] + layer.padding[3],
-                   DTYPE_BYTES[layer.out_type], layer.stride[0], layer.dilation[0])
+                   DTYPE_BYTES[layer.out_type], layer.stride[0], layer.dilation[0], layer.w_type,
+                   dtype_code(layer.x.dtype))
+
+    def weight_bytes(self, count: int) -> int:
+        """Bytes of ``count`` weights."""
+        return elements_bytes(count, self.w_type)
 
     def input_rows(self, rows: int) -> int:
         """Input rows that ``rows`` output rows read."""
@@ -84,6 +92,8 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     if ((tile_c is not None and not 1 <= tile_c <= shape.c)
             or (tile_rows is not None and not 1 <= tile_rows <= shape.out_h)):
         raise ValueError(f"tile_c = {tile_c} / tile_rows = {tile_rows}: must be 1..{shape.c} / 1..{shape.out_h}")
+    if tile_c is not None and shape.w_type == DType.INT4 and tile_c % 2:
+        raise ValueError(f"tile_c = {tile_c}: INT4 weights need an even chunk of input channels")
     window = UnrolledWindow.of(layer) if unrolled is not False and tile_c in (None, shape.c) else None
     if window is not None and unrolled is None and not _unrolling_saves_blocks(shape, window, config):
         window = None
@@ -125,6 +135,8 @@ def _plain_sizes(shape: ConvGeometry, tks: list[int], all_rows: list[int],
     one group, a chunk of its channels."""
     step_k = shape.k // shape.groups if shape.groups > 1 else 1
     channels = ([tile_c] if tile_c else _halvings(shape.c)) if shape.groups == 1 else _halvings(shape.cg)
+    if shape.w_type == DType.INT4:                 # a chunk's INT4 weights fill whole bytes
+        channels = [tc for tc in channels if tc % 2 == 0]
     return [(tk, tc, rows) for tk in tks for tc in channels for rows in all_rows
             if shape.groups == 1 or tc == shape.cg or tk == step_k]
 
@@ -156,7 +168,7 @@ def _fits(shape: ConvGeometry, halves: dict[Buffer, int], tk: int, tc: int, rows
         channels, in_rows, in_w = shape.input_channels(tk, tc), shape.input_rows(rows), shape.in_w
     else:
         channels, in_rows, in_w = window.depth, rows, shape.out_w
-    return {"weight": tk * shape.kh * shape.kw * tc <= halves[Buffer.WEIGHT],
+    return {"weight": tk * shape.kh * shape.kw * shape.weight_bytes(tc) <= halves[Buffer.WEIGHT],
             "param": tk * PARAM_RECORD_BYTES <= halves[Buffer.PARAM],
             "acc": rows * shape.out_w * tk * BUFFER_UNIT_BYTES[Buffer.ACC] <= halves[Buffer.ACC],
             "out": rows * shape.out_w * tk * shape.out_bytes <= halves[Buffer.OUT],
@@ -175,7 +187,7 @@ class CostEstimate:
 
     def __init__(self, shape: ConvGeometry, config: HardwareConfig) -> None:
         self.shape, self.config = shape, config
-        self.conv = ConvTiming.of(config)       # the configuration's constants, taken once per layer
+        self.conv = ConvTiming.of(config, shape.w_type, shape.in_type)   # the constants, taken once per layer
         self.load, self.store = (least_cycles(config, opcode) for opcode in (Opcode.LOAD, Opcode.STORE))
 
     def __call__(self, tk: int, tc: int, rows: int) -> tuple[float, int]:
@@ -213,7 +225,8 @@ class CostEstimate:
 
     def _weight_and_output_words(self, tk: int, tc: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
         shape, word = self.shape, self.config.dram.bytes_per_cycle
-        weights = (chunks * walk_words(word, shape.k * shape.kh * shape.kw, min(tc, shape.cg), shape.cg)
+        weights = (chunks * walk_words(word, shape.k * shape.kh * shape.kw, shape.weight_bytes(min(tc, shape.cg)),
+                                       shape.weight_bytes(shape.cg))
                    * (row_tiles if chunks > 1 else 1))
         outputs = k_tiles * walk_words(word, shape.out_h * shape.out_w, tk * shape.out_bytes,
                                        shape.k * shape.out_bytes)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from aipu.compiler.lowering.base import field_max
+from aipu.compiler.lowering.conv_layer import ConvLayer
 from aipu.compiler.lowering.memory import DramPlan
-from aipu.sim.machine.arch import DEFAULT
+from aipu.sim.machine.arch import DEFAULT, DType
 from aipu.sim.machine.isa import Opcode
 
 
@@ -14,17 +15,18 @@ class WeightStreams:
     """``weight_stream`` of emit_conv_layer for one layer's weights [K, C/groups, KH, KW]: a tile's npu-profile
     stream (codec.encode_profile_stream), placed as a constant of ``dram`` once however often the tile is
     decoded, and described in ``record``; None (load the tile raw) where the stream is not smaller than the tile
-    or does not fit WDEC's fields, and for weights that are not int8."""
+    or does not fit WDEC's fields, and for weights that are not INT8 (WDEC writes int8 levels)."""
 
-    def __init__(self, weights: np.ndarray, prefix: str, dram: DramPlan, record: list[dict]):
-        self.weights, self.prefix, self.dram, self.record = weights, prefix, dram, record
+    def __init__(self, layer: ConvLayer, prefix: str, dram: DramPlan, record: list[dict]):
+        self.weights, self.prefix, self.dram, self.record = layer.w, prefix, dram, record
+        self.int8 = layer.w_type == DType.INT8 and layer.w.dtype == np.int8
         self.placed: dict[tuple[int, int, int, int], tuple[int, int] | None] = {}
 
     def __call__(self, k0: int, k: int, c0: int, c: int) -> tuple[int, int] | None:
         from aipu import codec
 
         key = (k0, k, c0, c)
-        if self.weights.dtype != np.int8:       # WDEC writes int8 levels
+        if not self.int8:
             return None
         if key not in self.placed:
             tile = self.weights[k0:k0 + k, c0:c0 + c]
