@@ -18,6 +18,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from aipu.compiler.driver import compile_model, low_sqnr_layers, write
     from aipu.compiler.graph import parse_input_shapes
     from aipu.compiler.quantize import QuantOptions
+    from aipu.compiler.weight_formats import read_layer_formats
     from aipu.sim.machine.errors import InputError
 
     if args.method not in METHODS:
@@ -27,7 +28,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     options = QuantOptions(method=args.method, symmetric_activations=args.symmetric,
                            per_channel_weights=not args.per_tensor_weights, n_std=args.n_std,
                            percentile=args.percentile, momentum=args.momentum, scheme=args.scheme,
-                           int16=tuple(args.int16 or ()), target_sqnr_db=args.target_sqnr)
+                           int16=tuple(args.int16 or ()), target_sqnr_db=args.target_sqnr, weights=args.weights,
+                           layer_weights=read_layer_formats(args.layer_weights) if args.layer_weights else ())
     config = load_hardware_config(args.config) if args.config else DEFAULT
     compile_kernels_once("golden", *(("codec",) if args.compress else ()))
     started = time.perf_counter()
@@ -50,6 +52,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.output}: {len(compiled.qmodel.ops)} operators -> {manifest['commands']} commands "
           f"{manifest['commands_per_unit']}, DRAM image {manifest['dram_bytes']} bytes, compiled in {seconds:.2f} s")
+    weights = manifest["weights"]
+    if weights["layers"]:
+        formats = "/".join(sorted({layer["format"] for layer in weights["layers"]}))
+        print(f"weights: {weights['bytes']} bytes {formats} ({weights['int8_bytes']} as int8)")
     if "weight_compression" in manifest:
         packed = manifest["weight_compression"]
         print(f"weights: {packed['decoded_tiles']} of {packed['tiles']} tiles decoded by WDEC, "
@@ -58,20 +64,20 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if "evaluation" in manifest:
         result = manifest["evaluation"]
         print(f"top-1 on {result['samples']} labelled samples ({result['output']}): float {result['float_top1']:.2%}, "
-              f"int8 {result['int8_top1']:.2%}; same class {result['agreement']:.2%}")
+              f"NPU {result['npu_top1']:.2%}; same class {result['agreement']:.2%}")
     if not manifest["layers"]:
         print("(no per-layer report: give --calib samples to compare every layer with float)")
         return 0
     low = low_sqnr_layers(manifest["layers"])
-    print(f"{'layer':<28} {'kind':<8} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} {'SQNR dB':>9} "
-          f"{'clipped':>8}")
+    print(f"{'layer':<28} {'kind':<8} {'weights':<7} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} "
+          f"{'SQNR dB':>9} {'clipped':>8}")
     for row in manifest["layers"]:
         shape = "x".join(map(str, row["shape"]))
         sqnr = "-" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}" + ("!" if row in low else " ")
         clipped = "-" if row["clipped_fraction"] is None else f"{row['clipped_fraction']:.2%}"
         table = f"  table inputs {row['table_input_range']}" if "table_input_range" in row else ""
-        print(f"{row['name'][:28]:<28} {row['kind']:<8} {shape:<16} {row['dtype']:<6} {row['scale']:>10.4g} "
-              f"{row['zero_point']:>5} {sqnr:>9} {clipped:>8}{table}")
+        print(f"{row['name'][:28]:<28} {row['kind']:<8} {row.get('weights', '-'):<7} {shape:<16} {row['dtype']:<6} "
+              f"{row['scale']:>10.4g} {row['zero_point']:>5} {sqnr:>9} {clipped:>8}{table}")
     return 0
 
 
@@ -227,6 +233,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compile_parser.add_argument("--scheme", default="affine",
                                 help="affine (scale and zero point per tensor, default) or pow2 (the shift-quantization patent: every "
                                      "scale a power of two, 7-bit weights, requantization by shifts)")
+    compile_parser.add_argument("--weights", metavar="FORMAT",
+                                help="conv and fc weights: int8 (default), int4 (T/AI 115.1 INT4 parameters: two "
+                                     "products a MAC cell; a layer that cannot take them keeps int8, named in the "
+                                     "notes) or pow2 (7-bit at a power-of-two scale)")
+    compile_parser.add_argument("--layer-weights", metavar="FILE.json",
+                                help="per-layer weight formats, a JSON object of node name to format (mixed "
+                                     "precision, e.g. {\"conv1\": \"int8\"}); the rest take --weights")
     compile_parser.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
     compile_parser.add_argument("--int16", action="append", metavar="TENSOR",
                                 help="quantize this tensor to int16 (repeatable): one that tables, pooling, "

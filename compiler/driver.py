@@ -16,9 +16,9 @@ from aipu.compiler.lowering.network import NetworkProgram, lower_model
 from aipu.compiler.normalize import normalize
 from aipu.compiler.program_dir import write_program_dir
 from aipu.compiler.prequantized import import_quantized, is_prequantized
-from aipu.compiler.qir import QLut, QModel
+from aipu.compiler.qir import QConv, QLut, QModel
 from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_from_powers
-from aipu.sim.machine.arch import DEFAULT, HardwareConfig
+from aipu.sim.machine.arch import DEFAULT, DType, HardwareConfig, elements_bytes
 from aipu.sim.machine.errors import InputError
 
 REPORT_SAMPLES = 16          # calibration samples the per-layer report compares float and int8 on
@@ -143,7 +143,7 @@ def compile_model(model_path, calibration_path=None, *, config: HardwareConfig =
 
 def evaluate(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], labels: np.ndarray, *, threads: int = 1,
              source="evaluation set", progress: bool = False) -> dict:
-    """Top-1 of the float graph (onnxruntime) and of the int8 model (the golden units: what the program
+    """Top-1 of the float graph (onnxruntime) and of the quantized model (the golden units: what the program
     computes, bit for bit) on the first output, one sample at a time; and how often the two agree."""
     from tqdm import tqdm
 
@@ -157,14 +157,14 @@ def evaluate(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], label
         raise InputError(f"{source}: labels", int(bad), f"class indices 0..{classes - 1}")
     session, _ = float_session(graph, threads)
     batch = shape[0]
-    float_top, int8_top = [], []
+    float_top, npu_top = [], []
     for start in tqdm(range(0, labels.size, batch), unit="sample", desc="evaluation", disable=not progress):
         feeds = {name: array[start:start + batch] for name, array in samples.items()}
         float_top.append(session.run([output], feeds)[0].reshape(batch, classes).argmax(axis=1))
-        int8_top.append(qmodel.run(qmodel.quantize_inputs(feeds))[output].reshape(batch, classes).argmax(axis=1))
-    float_top, int8_top = np.concatenate(float_top), np.concatenate(int8_top)
+        npu_top.append(qmodel.run(qmodel.quantize_inputs(feeds))[output].reshape(batch, classes).argmax(axis=1))
+    float_top, npu_top = np.concatenate(float_top), np.concatenate(npu_top)
     return {"samples": int(labels.size), "output": output, "float_top1": float(np.mean(float_top == labels)),
-            "int8_top1": float(np.mean(int8_top == labels)), "agreement": float(np.mean(float_top == int8_top))}
+            "npu_top1": float(np.mean(npu_top == labels)), "agreement": float(np.mean(float_top == npu_top))}
 
 
 def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], threads: int = 1) -> list[dict]:
@@ -207,8 +207,20 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
             row.update(_low_channels(channel_sums[op.y]))
         if op.name in table_codes:     # which part of the table the data reaches
             row["table_input_range"] = table_codes[op.name]
+        if isinstance(op, QConv):
+            row["weights"] = op.weight_format
         rows.append(row)
     return rows
+
+
+def weight_sizes(qmodel: QModel) -> dict:
+    """The MAC layers' weights as the program stores them: each layer's format and bytes (INT4 two a byte),
+    the total, and the total the same weights take as int8."""
+    layers = [{"name": op.name, "format": op.weight_format,
+               "bytes": elements_bytes(op.w.size, DType.INT4 if op.weight_format == "int4" else DType.INT8)}
+              for op in qmodel.ops if isinstance(op, QConv)]
+    return {"bytes": sum(layer["bytes"] for layer in layers),
+            "int8_bytes": sum(op.w.size for op in qmodel.ops if isinstance(op, QConv)), "layers": layers}
 
 
 def _error_sums(reference: np.ndarray, tensor, codes: np.ndarray) -> np.ndarray:
@@ -256,7 +268,7 @@ def write(compiled: Compiled, out: Path, model_path) -> dict:
                 "config_hash": network.program.config.config_hash(),
                 "quantization": asdict(compiled.options),
                 "commands_per_unit": {unit.name: len(queue) for unit, queue in network.program.queues.items() if queue},
-                "layers": compiled.layers, "notes": compiled.qmodel.notes,
+                "weights": weight_sizes(compiled.qmodel), "layers": compiled.layers, "notes": compiled.qmodel.notes,
                 **({"evaluation": compiled.evaluation} if compiled.evaluation is not None else {})}
     write_program_dir(Path(out), network.program, network.dram, manifest,
                       compiled.graph.to_onnx().SerializeToString())

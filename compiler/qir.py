@@ -88,6 +88,7 @@ class QConv:
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
     upsample: tuple[int, int] = (1, 1)
+    weight_format: str = "int8"      # compiler.weight_formats: how ``w`` was quantized ("int4": codes -8..7)
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -33,6 +33,7 @@ from aipu.compiler.qir import (QConcat, QConv, QEltwise, QLayout, QLut, QModel, 
                                summed_planes)
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.compiler.slicing import slice_gathers
+from aipu.compiler.weight_formats import CODE_MAX, check_format, int4_refusal, int4_weights
 from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, MULTIPLIER_BITS, SHIFT_MAX,
                                    SOFTMAX_SHIFT_MAX, bit_range)
@@ -61,11 +62,22 @@ class QuantOptions:
     int16: tuple[str, ...] = ()               # tensors quantized to int16 (symmetric), where their readers allow
     target_sqnr_db: float | None = None       # make tensors int16 until every layer reaches it (driver)
     full_range: tuple[str, ...] = ()          # tensors calibrated to their extrema whatever the method
+    weights: str | None = None                # weight_formats.WEIGHT_FORMATS; None: the scheme's (pow2 or int8)
+    layer_weights: tuple[tuple[str, str], ...] = ()    # (layer, format) pairs: the mapping file
 
     def __post_init__(self):
         """InputError naming the `aipu compile` option of a value no calibration can use."""
         if self.scheme not in SCHEMES:
             raise InputError("--scheme", self.scheme, " or ".join(SCHEMES))
+        if self.weights is not None:
+            check_format("--weights", self.weights)
+        for layer, weight_format in self.layer_weights:
+            check_format(f"layer {layer!r}", weight_format)
+        if self.scheme == "pow2":
+            for name, weight_format in (("--weights", self.weights), *self.layer_weights):
+                if weight_format not in (None, "pow2"):
+                    raise InputError(name, weight_format, "pow2 under --scheme pow2 (its requantizer is a shift: "
+                                     "every scale a power of two)")
         for option, value, good, allowed in (
                 ("--n-std", self.n_std, lambda v: v > 0, "a finite number above 0"),
                 ("--percentile", self.percentile, lambda v: 0 < v <= 100, "a number above 0, at most 100"),
@@ -76,6 +88,14 @@ class QuantOptions:
 
 
 SCHEMES = ("affine", "pow2")
+
+
+def layer_weight_format(options: QuantOptions, layer: str) -> tuple[str, bool]:
+    """(format, named): the layer's weight format, and whether the mapping file names the layer."""
+    named = dict(options.layer_weights)
+    if layer in named:
+        return named[layer], True
+    return options.weights or ("pow2" if options.scheme == "pow2" else "int8"), False
 
 
 def _activation_functions() -> dict:
@@ -186,6 +206,11 @@ class Quantizer:
                 if isinstance(exc, InputError):
                     raise exc.within(f"node {node.name!r} ({node.op})")
                 raise InputError(f"node {node.name!r} ({node.op})", "quantization", str(exc)) from exc
+        layers = {op.name for op in self.ops if isinstance(op, QConv)}
+        unknown = [name for name, _ in self.options.layer_weights if name not in layers]
+        if unknown:
+            raise InputError("layer weights", unknown[0], "the name of a Conv, ConvTranspose, Gemm or MatMul node "
+                             f"(this model's: {', '.join(sorted(layers)[:6])}{', ...' if len(layers) > 6 else ''})")
         missing = [name for name in self.options.int16 if name not in self.tensors]
         if missing:
             raise InputError("--int16", missing[0], "a tensor the quantized model computes (a fused activation's "
@@ -238,7 +263,9 @@ class Quantizer:
                              "is unsigned, docs/arithmetic.md §4.2)")
         x_spec, y_spec = self._mac_input(x), self.activation(y)
         self.tensors[y] = y_spec
-        w_q, w_scale = self._weights(weight, self._weight_scale_floor(node, bias, x_spec, y_spec, weight))
+        weight_format = self._weight_format(node, weight, conv.get("groups", 1))
+        floor = self._weight_scale_floor(node, bias, x_spec, y_spec, weight, CODE_MAX[weight_format])
+        w_q, w_scale = self._weights(weight, floor, weight_format)
         scale = x_spec.scale * w_scale / y_spec.scale
         bias_scaled = bias / (x_spec.scale * w_scale)
         low, high = bit_range(BIAS_BITS, signed=True)
@@ -250,7 +277,20 @@ class Quantizer:
         bias_q = golden.round_half_away(bias_scaled)
         requant = self._requant(scale, y_spec, activation)
         check_accumulator(w_q, x_spec, 0)
-        self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv))
+        self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv,
+                              weight_format=weight_format))
+
+    def _weight_format(self, node: Node, weight: np.ndarray, groups: int) -> str:
+        """The layer's weight format; a layer that cannot take the global one keeps int8 (named in the notes),
+        one the mapping file names is refused."""
+        weight_format, named = layer_weight_format(self.options, node.name)
+        refusal = int4_refusal(weight.shape, groups) if weight_format == "int4" else None
+        if refusal is None:
+            return weight_format
+        if named:
+            raise InputError(f"layer {node.name!r} weights", weight_format, f"int8 or pow2: {refusal}")
+        self.notes.append(f"layer {node.name!r} keeps int8 weights: {refusal}")
+        return "int8"
 
     def _eight_bit(self, name: str, why: str) -> QTensor:
         """The quantization of an input that must be 8-bit (``why``: the unit's limit) where --int16 made it not."""
@@ -313,8 +353,8 @@ class Quantizer:
             return self.graph.constants[activation.inputs[1]].astype(np.float64).reshape(-1)
         return None
 
-    def _weight_scale_floor(self, node: Node, bias: np.ndarray, x: QTensor, y: QTensor,
-                            weight: np.ndarray) -> np.ndarray:
+    def _weight_scale_floor(self, node: Node, bias: np.ndarray, x: QTensor, y: QTensor, weight: np.ndarray,
+                            code_max: int) -> np.ndarray:
         """The least weight scale of each output channel: the bias must fit int32 as round(b / (s_x·s_w)), and
         the requantizer's s_x·s_w / s_y must lie where M / 2^N keeps its precision. Only a channel whose weights
         are (nearly) all zero reaches it (a dead channel's 1e-34 weights gave s_w = 1e-36); such channels are
@@ -323,7 +363,7 @@ class Quantizer:
         precise = y.scale * 2.0 ** (MULTIPLIER_BITS - 1 - SHIFT_MAX) / x.scale
         floor = np.maximum(np.abs(bias) / (x.scale * (high - 1)), precise)
         amax = np.abs(weight.reshape(weight.shape[0], -1)).max(axis=1)
-        raised = np.flatnonzero((amax if self.options.per_channel_weights else amax.max()) / _WEIGHT_MAX < floor)
+        raised = np.flatnonzero((amax if self.options.per_channel_weights else amax.max()) / code_max < floor)
         if raised.size:
             shown = ", ".join(map(str, raised[:8])) + (", ..." if raised.size > 8 else "")
             self.notes.append(f"layer {node.name!r}: the weight scale of output channel{'s' * (raised.size > 1)} "
@@ -332,13 +372,15 @@ class Quantizer:
                               "to zero)")
         return floor
 
-    def _weights(self, weight: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Symmetric int8 weights [-127, 127] and their scale per output channel (or one for all), at least
-        ``floor`` (the patent's power-of-two scheme keeps its own)."""
+    def _weights(self, weight: np.ndarray, floor: np.ndarray, weight_format: str) -> tuple[np.ndarray, np.ndarray]:
+        """The weights in ``weight_format`` and their scale per output channel (or one for all), at least
+        ``floor``: int8 symmetric [-127, 127], int4 (weight_formats.int4_weights), or pow2."""
+        if weight_format == "int4":
+            return int4_weights(weight, floor, self.options.per_channel_weights)
         flat = np.abs(weight.reshape(weight.shape[0], -1))
         amax = flat.max(axis=1) if self.options.per_channel_weights else np.full(weight.shape[0], flat.max())
         floor = floor if self.options.per_channel_weights else np.full(weight.shape[0], floor.max())
-        if self.options.scheme == "pow2":       # 7-bit kernels (QUAN 63, [0069]) at the least power of two
+        if weight_format == "pow2":       # 7-bit kernels (QUAN 63, [0069]) at the least power of two
             exponents = _pow2_weight_exponents(amax, floor)
             q = [golden.pow2_quantize(channel, int(e), golden.KERNEL_QUAN) for channel, e in zip(weight, exponents)]
             return np.stack(q).astype(np.int8), np.ldexp(1.0, -exponents)

@@ -111,8 +111,8 @@ def test_compile_reports_top1_of_float_and_int8_on_labelled_samples(tmp_path, ca
     compiled = compile_model(MODEL_PATH, tmp_path / "calib.npz")
     name = compiled.qmodel.inputs[0]
     int8 = np.array([np.argmax(compiled.qmodel.run_float({name: image[None]})["logits"]) for image in images])
-    assert evaluation["samples"] == 60 and evaluation["int8_top1"] == np.mean(int8 == labels)
-    assert evaluation["float_top1"] >= 0.9 and abs(evaluation["float_top1"] - evaluation["int8_top1"]) <= 0.05
+    assert evaluation["samples"] == 60 and evaluation["npu_top1"] == np.mean(int8 == labels)
+    assert evaluation["float_top1"] >= 0.9 and abs(evaluation["float_top1"] - evaluation["npu_top1"]) <= 0.05
     for bad, message in ((dict(images=images, labels=labels + 10), "labels = "),
                          (dict(images=images), "labels = 'missing'"),
                          (dict(images=images, labels=labels.astype(np.float32)), "integer class indices"),

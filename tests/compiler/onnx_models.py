@@ -140,3 +140,25 @@ def pruned(model: onnx.ModelProto, fraction: float = 0.7) -> onnx.ModelProto:
             weights = np.where(np.abs(weights) < np.quantile(np.abs(weights), fraction), 0, weights)
             pruned_model.graph.initializer[index].CopyFrom(numpy_helper.from_array(weights, initializer.name))
     return pruned_model
+
+
+def compile_on_noise(tmp_path, model: onnx.ModelProto, options, seed: int = 3):
+    """``model`` (a [N, 3, 16, 16] input) compiled with ``options`` on 8 calibration samples of noise."""
+    from aipu.compiler.driver import compile_model
+
+    onnx.save(model, tmp_path / "model.onnx")
+    rng = np.random.default_rng(seed)
+    np.savez(tmp_path / "calib.npz", image=rng.standard_normal((8, 3, 16, 16)).astype(np.float32))
+    return compile_model(tmp_path / "model.onnx", tmp_path / "calib.npz", options=options)
+
+
+def assert_program_is_the_model(compiled, images: np.ndarray) -> None:
+    """The compiled program on the interpreter gives the quantized model's first output, bit for bit, on each
+    of ``images`` (float, [N, ...] of the model's "image" input)."""
+    from aipu.sim.interpreter import run
+
+    qmodel, network = compiled.qmodel, compiled.network
+    for image in images:
+        x = qmodel.quantize_inputs({"image": image[None]})
+        result = run(network.program, network.memory(x))
+        np.testing.assert_array_equal(network.read(result.memory, qmodel.outputs[0]), qmodel.run(x)[qmodel.outputs[0]])

@@ -16,9 +16,8 @@ from aipu.compiler.driver import compile_model
 from aipu.compiler.qir import QConv
 from aipu.compiler.quantize import QuantOptions
 from aipu.sim import golden
-from aipu.sim.interpreter import run
 from aipu.sim.machine.errors import InputError
-from tests.compiler.onnx_models import mobilenet_like, resnet_like
+from tests.compiler.onnx_models import assert_program_is_the_model, compile_on_noise, mobilenet_like, resnet_like
 from tests.sim.golden.test_conv import tapwise_int64_conv
 
 POW2 = QuantOptions(scheme="pow2")
@@ -79,27 +78,16 @@ def test_pow2_accuracy_and_the_program_is_bit_exact(digits_pow2, digits_data):
     compiled, _ = digits_pow2
     evaluation = compiled.evaluation
     # measured: float 95.83 %, pow2 94.17 % (7-bit weights, floor shifts), agreement 98.1 %
-    assert evaluation["int8_top1"] >= evaluation["float_top1"] - 0.03
-    qmodel, network = compiled.qmodel, compiled.network
-    for image in digits_data["eval_images"][:4]:
-        x = qmodel.quantize_inputs({"image": image[None]})
-        result = run(network.program, network.memory(x))
-        np.testing.assert_array_equal(network.read(result.memory, qmodel.outputs[0]), qmodel.run(x)[qmodel.outputs[0]])
+    assert evaluation["npu_top1"] >= evaluation["float_top1"] - 0.03
+    assert_program_is_the_model(compiled, digits_data["eval_images"][:4])
 
 
 @pytest.mark.parametrize("build", [mobilenet_like, resnet_like])
 def test_pow2_networks_with_eltwise_tables_and_pooling_lower_bit_exact(tmp_path, build):
-    import onnx
-
-    onnx.save(build(), tmp_path / "model.onnx")
-    rng = np.random.default_rng(3)
-    np.savez(tmp_path / "calib.npz", image=rng.standard_normal((8, 3, 16, 16)).astype(np.float32))
-    compiled = compile_model(tmp_path / "model.onnx", tmp_path / "calib.npz", options=POW2)
-    qmodel, network = compiled.qmodel, compiled.network
+    compiled = compile_on_noise(tmp_path, build(), POW2)
+    qmodel = compiled.qmodel
     assert all(_is_power_of_two(t.scale) for t in qmodel.tensors.values() if t.name not in qmodel.constants)
-    x = qmodel.quantize_inputs({"image": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)})
-    result = run(network.program, network.memory(x))
-    np.testing.assert_array_equal(network.read(result.memory, qmodel.outputs[0]), qmodel.run(x)[qmodel.outputs[0]])
+    assert_program_is_the_model(compiled, np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32))
 
 
 def test_the_cli_takes_the_scheme_and_refuses_others(digits_pow2, capsys):
