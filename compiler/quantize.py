@@ -142,6 +142,7 @@ class Quantizer:
         self.consumers = graph.consumers()
         self.functions = _activation_functions()
         self.full_range = output_determining(graph) | set(options.full_range)
+        self.kept_int8: dict[str, list[str]] = {}       # why -> the layers that keep int8 weights for it
 
     # --- tensors -------------------------------------------------------------------------------------
     def activation(self, name: str, shape: tuple[int, ...] | None = None) -> QTensor:
@@ -206,6 +207,10 @@ class Quantizer:
                 if isinstance(exc, InputError):
                     raise exc.within(f"node {node.name!r} ({node.op})")
                 raise InputError(f"node {node.name!r} ({node.op})", "quantization", str(exc)) from exc
+        for why, names in self.kept_int8.items():
+            shown = ", ".join(map(repr, names[:4])) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            self.notes.append(f"{len(names)} layer{'s' * (len(names) > 1)} keep{'s' * (len(names) == 1)} int8 "
+                              f"weights ({shown}): {why}")
         layers = {op.name for op in self.ops if isinstance(op, QConv)}
         unknown = [name for name, _ in self.options.layer_weights if name not in layers]
         if unknown:
@@ -289,7 +294,7 @@ class Quantizer:
             return weight_format
         if named:
             raise InputError(f"layer {node.name!r} weights", weight_format, f"int8 or pow2: {refusal}")
-        self.notes.append(f"layer {node.name!r} keeps int8 weights: {refusal}")
+        self.kept_int8.setdefault(refusal, []).append(node.name)
         return "int8"
 
     def _eight_bit(self, name: str, why: str) -> QTensor:

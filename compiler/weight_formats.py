@@ -58,9 +58,8 @@ def int4_refusal(weight_shape: tuple[int, ...], groups: int) -> str | None:
     per_group = weight_shape[1]
     if per_group % 2 == 0:
         return None
-    kind = ("is depthwise (one input channel a group)" if groups > 1 and per_group == 1 else
-            f"has {per_group} input channel{'s' * (per_group > 1)} a group")
-    return f"INT4 weights pack two input channels a byte, and this layer {kind} (docs/arithmetic.md D23)"
+    kind = "depthwise" if groups > 1 and per_group == 1 else f"{per_group} input channel{'s' * (per_group > 1)} a group"
+    return f"INT4 weights pack two input channels a byte: {kind} (docs/arithmetic.md D23)"
 
 
 def int4_weights(weight: np.ndarray, floor: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
