@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "units": "aipu.app.bench.units",
     "compile": "aipu.app.bench.compile",
     "cycle": "aipu.app.bench.cycle",
+    "quant": "aipu.app.bench.quant",
 }
 
 

@@ -90,3 +90,21 @@ def test_cycle_bench_reports_the_cycle_model_s_figures(tmp_path, digits_data):
     assert 0 < figures["mac_utilisation"] <= 1 and figures["simulate_s"] >= 0 and figures["peak_python_mib"] > 0
     assert figures["busy_cycles"] == {unit.name: cycles for unit, cycles in result.busy.items() if cycles}
     assert figures["dram_model"] == "npu" and all(stall > 0 for stall in figures["dram_stall_cycles"].values())
+
+
+def test_quant_bench_tables_every_weight_format_against_int8(tmp_path, digits_data):
+    """`aipu bench quant`'s table on the demo network (the bench adds the real MobileNet-like one)."""
+    from aipu.app.bench import BENCHMARKS
+    from aipu.app.bench.quant import _table
+    from aipu.app.models.train_digits import MODEL_PATH
+
+    assert BENCHMARKS["quant"] == "aipu.app.bench.quant"
+    np.savez(tmp_path / "calib.npz", image=digits_data["calibration_images"])
+    np.savez(tmp_path / "eval.npz", image=digits_data["eval_images"][:60], labels=digits_data["eval_labels"][:60])
+    table = _table(MODEL_PATH, tmp_path / "calib.npz", tmp_path / "eval.npz")
+    rows = table["rows"]
+    assert set(rows) == {"int8", "int4", "mixed", "pow2 weights", "pow2 scheme"} and table["float_top1"] > 0.9
+    assert rows["int8"]["weight_bytes_vs_int8"] == 1 and rows["int8"]["cycles_vs_int8"] == 1
+    assert 0.5 < rows["int4"]["weight_bytes_vs_int8"] < rows["mixed"]["weight_bytes_vs_int8"] < 0.6
+    assert rows["int4"]["cycles"] < rows["int8"]["cycles"]
+    assert all(0 <= row["top1"] <= 1 and row["output_sqnr_db"] > 10 for row in rows.values())
