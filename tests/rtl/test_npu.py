@@ -18,7 +18,7 @@ from aipu.sim.cosim.npu_verilog import run_npu_on
 from aipu.sim.cosim.result import first_mismatch
 from aipu.sim.cosim.verilog import NPU_TOPLEVEL, npu_verilog
 from aipu.sim.interpreter import run
-from aipu.sim.machine.arch import DEFAULT, Buffer
+from aipu.sim.machine.arch import DEFAULT, Buffer, DType
 from aipu.sim.machine.isa import EltwiseOp, Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
@@ -45,8 +45,8 @@ def test_verilator_lint_finds_nothing_else_in_the_npu(config, tmp_path):
     assert_lint_clean(source, NPU_TOPLEVEL, ACCEPTED_LINT)
 
 
-def _compile(root, model, size: int):
-    """``model`` compiled for SMALL by `aipu compile`, calibrated on random images of ``size``."""
+def _compile(root, model, size: int, *flags: str):
+    """``model`` compiled for SMALL by `aipu compile` (and ``flags``), calibrated on random images of ``size``."""
     from aipu.app.cli import main
     from aipu.compiler.program_dir import read_program_dir
 
@@ -54,7 +54,7 @@ def _compile(root, model, size: int):
     np.savez(root / "calib.npz", image=np.random.default_rng(0).normal(0, 1, (8, 3, size, size)).astype(np.float32))
     (root / "small.json").write_text(json.dumps(SMALL.to_dict()))
     assert main(["compile", str(root / "model.onnx"), "--calib", str(root / "calib.npz"), "--config",
-                 str(root / "small.json"), "-o", str(root / "out"), "--quiet"]) == 0
+                 str(root / "small.json"), "-o", str(root / "out"), "--quiet", *flags]) == 0
     return read_program_dir(root / "out")
 
 
@@ -93,13 +93,17 @@ def test_a_compiled_network_runs_from_the_host_interface_bit_exact_on_the_model_
 
 
 @pytest.mark.parametrize("backend", verilog_backends())
-def test_a_mobilenet_like_network_runs_bit_exact_on_verilog_on_the_model_s_cycles(tmp_path, backend):
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_a_mobilenet_like_network_runs_bit_exact_on_verilog_on_the_model_s_cycles(tmp_path, backend, weights):
     """Depthwise conv, squeeze-excite (hard-sigmoid gate, Mul), hard-swish, a residual Add, global pooling and a
-    softmax head: about 800 commands on SMALL, every one on the cycle model's (dram="npu") start and retire."""
+    softmax head: about 800 commands on SMALL, every one on the cycle model's (dram="npu") start and retire;
+    with INT4 weights in every layer that can take them (the stem and the depthwise conv keep int8)."""
     from aipu.app.models.synthetic import mobilenet_block_net
     from aipu.sim.cycle import simulate
 
-    directory = _compile(tmp_path, mobilenet_block_net(size=16), 16)
+    directory = _compile(tmp_path, mobilenet_block_net(size=16), 16, "--weights", weights)
+    w_types = {command.w_type for command in directory.program.queues[Unit.CONV] if command.opcode == Opcode.CONV}
+    assert w_types == ({DType.INT8, DType.INT4} if weights == "int4" else {DType.INT8})
     program, memory = directory.program, Memory.create(directory.program.config, directory.dram)
     got = run_npu_on(backend, program, memory, max_cycles=200_000)
     assert got.done and not got.errors
