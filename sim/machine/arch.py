@@ -118,9 +118,10 @@ def _buffer(doc: str, size: int, port_bytes: int):
 class BuffersConfig:
     """The on-chip buffers; names match :class:`Buffer` (``Buffer.WEIGHT`` -> ``weight``)."""
 
-    act: BufferConfig = _buffer("activation tiles read by CONV/POOL/ELTWISE/LUT", 256 * 1024, 16)
-    weight: BufferConfig = _buffer("int8 weights (one row of the array per cycle: rows x cols bytes)",
-                                   256 * 1024, 256)
+    act: BufferConfig = _buffer("activation tiles read by CONV/POOL/ELTWISE/LUT (CONV with INT4 weights reads two "
+                                "input channels a MAC row: 2 x rows bytes of int8 inputs a pixel)", 256 * 1024, 32)
+    weight: BufferConfig = _buffer("int8 weights, or INT4 two a byte (one row of the array per cycle: rows x cols "
+                                   "bytes)", 256 * 1024, 256)
     acc: BufferConfig = _buffer("int32 accumulators (cols x 4 bytes per cycle)", 64 * 1024, 64)
     out: BufferConfig = _buffer("quantized results waiting for STORE", 64 * 1024, 16)
     lut: BufferConfig = _buffer("activation tables (int16 entries)", 4 * 1024, 4)
