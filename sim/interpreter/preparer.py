@@ -12,8 +12,8 @@ import numpy as np
 from aipu.sim.interpreter.handlers import HANDLERS
 from aipu.sim.interpreter.results import DRAM, Stats, Write
 from aipu.sim.interpreter.state import RunState, View, space_name
-from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType, HardwareConfig
-from aipu.sim.machine.isa import Unit
+from aipu.sim.machine.arch import BUFFER_UNIT_BYTES, DTYPE_NUMPY, Buffer, DType, HardwareConfig
+from aipu.sim.machine.isa import Unit, dram_run_bytes
 from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.program import Command
 from aipu.sim.machine.ordering import Access, BankChecker, RaceDetector, writes_a_byte_twice
@@ -111,7 +111,7 @@ class Preparer:
     def strided_dram(self, field_name: str, address: int, cmd: Command, write: bool) -> tuple:
         """A DMA pattern [y][x][run bytes] over DRAM (strides are unsigned), bounds- and race-checked."""
         elem = DType(cmd.elem_type)
-        run = cmd.run * DTYPE_BYTES[elem]
+        run = dram_run_bytes(cmd)
         pattern = (address, cmd.y_size, cmd.dram_y_stride, cmd.x_size, cmd.dram_x_stride, run)
         end = address + (cmd.y_size - 1) * cmd.dram_y_stride + (cmd.x_size - 1) * cmd.dram_x_stride + run
         if end > self.sizes[DRAM]:

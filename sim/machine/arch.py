@@ -359,6 +359,36 @@ def pack_int4(values: np.ndarray) -> np.ndarray:
     nibbles = values.astype(np.uint8) & 0xF
     return nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
 
+# Codebook weights (docs/quantization.md, "Codebook weights on chip"): a LOAD into WEIGHT may carry each weight
+# as an index of 1, 2 or 4 bits into a codebook of 2**bits int8 entries in LUT memory, indices packed like INT4
+# elements (the first in the low bits of a byte), and writes every index's entry.
+CODEBOOK_INDEX_BITS = (1, 2, 4)
+
+
+def unpack_indices(packed: np.ndarray, bits: int) -> np.ndarray:
+    """Bytes holding ``8 // bits`` indices each -> the indices as uint8, that many times as many along the last
+    axis: index ``k * i + j`` is bits ``j * bits`` .. ``(j + 1) * bits - 1`` of byte ``i`` (low bits first)."""
+    raw = np.asarray(packed).view(np.uint8)
+    per_byte = 8 // bits
+    shifts = np.arange(per_byte, dtype=np.uint8) * bits
+    indices = (raw[..., None] >> shifts) & ((1 << bits) - 1)
+    return indices.reshape(*raw.shape[:-1], per_byte * raw.shape[-1]).astype(np.uint8)
+
+
+def pack_indices(indices: np.ndarray, bits: int) -> np.ndarray:
+    """:func:`unpack_indices`' inverse: indices below ``2**bits``, a multiple of ``8 // bits`` along the last
+    axis -> uint8 bytes (ValueError naming the first index outside, or the count)."""
+    indices = np.asarray(indices)
+    per_byte = 8 // bits
+    if indices.shape[-1:] and indices.shape[-1] % per_byte:
+        raise ValueError(f"{bits}-bit indices pack {per_byte} a byte: the last axis holds {indices.shape[-1]}")
+    outside = (indices < 0) | (indices >= 1 << bits)
+    if outside.any():
+        raise ValueError(f"index {int(indices[outside].flat[0])} is outside 0 .. {(1 << bits) - 1}")
+    grouped = indices.astype(np.uint8).reshape(*indices.shape[:-1], -1, per_byte)
+    return np.bitwise_or.reduce(grouped << (np.arange(per_byte, dtype=np.uint8) * bits), axis=-1).astype(np.uint8)
+
+
 # One parameter record per output channel: name, numpy type, meaning. Little-endian, packed.
 PARAM_RECORD: tuple[tuple[str, np.dtype, str], ...] = (
     ("bias", BIAS_DTYPE, "bias added to the accumulator (BIAS_BITS, signed)"),

@@ -10,10 +10,10 @@ import functools
 from dataclasses import dataclass
 from enum import IntEnum
 
-from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX, LUT16_INDEX_BITS_MIN,
-                                LUT16_INPUT_BITS, MAC_OPERAND_BITS, MULTIPLIER_BITS, PARAM_RECORD, SHIFT_BITS,
-                                SHIFT_MAX, SOFTMAX_EXP_BITS, SOFTMAX_LENGTH_MAX, SOFTMAX_SHIFT_MAX, WIDEST, Buffer,
-                                BYTE_TYPES, DType, HardwareConfig, bit_range, short_hash)
+from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, CODEBOOK_INDEX_BITS, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
+                                LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, MAC_OPERAND_BITS, MULTIPLIER_BITS, PARAM_RECORD,
+                                SHIFT_BITS, SHIFT_MAX, SOFTMAX_EXP_BITS, SOFTMAX_LENGTH_MAX, SOFTMAX_SHIFT_MAX, WIDEST,
+                                Buffer, BYTE_TYPES, DTYPE_BYTES, DType, HardwareConfig, bit_range, short_hash)
 
 COMMAND_BITS = 256            # every command is one fixed-width little-endian word; opcode in the lowest bits
 COMMAND_BYTES = COMMAND_BITS // 8
@@ -49,6 +49,20 @@ class Opcode(IntEnum):
 
 LOADABLE_BUFFERS = (Buffer.ACT, Buffer.WEIGHT, Buffer.LUT, Buffer.PARAM)
 VECTOR_SOURCE_BUFFERS = (Buffer.ACT, Buffer.OUT)   # where LUT/POOL/ELTWISE read their operands
+
+
+class IndexBits(IntEnum):
+    """LOAD's DRAM bytes as they are (PLAIN) or as packed codebook indices of 1, 2 or 4 bits
+    (docs/quantization.md, "Codebook weights on chip"); the value is the index width."""
+
+    PLAIN = 0
+    ONE = 1
+    TWO = 2
+    FOUR = 4
+
+
+if tuple(IndexBits)[1:] != CODEBOOK_INDEX_BITS:
+    raise ValueError(f"IndexBits {tuple(IndexBits)[1:]} differ from arch.CODEBOOK_INDEX_BITS {CODEBOOK_INDEX_BITS}")
 
 
 class Rounding(IntEnum):
@@ -175,6 +189,8 @@ STRIDE_BYTES_BITS = 24        # DRAM strides in bytes
 COUNT_BITS = 20               # element counts of vector commands
 ZERO_POINT_BITS = 16          # signed: holds a zero point or clamp bound of every element type (DType)
 WDEC_LENGTH_BITS = 24         # compressed stream length in bytes
+CODEBOOK_ADDR_BITS = 16       # LOAD's codebook slot: the first 2**16 slots of LUT memory (1 MiB) hold codebooks
+CODEBOOK_SLOT_BYTES = 1 << max(CODEBOOK_INDEX_BITS)   # a codebook starts at a multiple of the largest one's size
 
 _DTYPE = dict(bits=2, choices=BYTE_TYPES)
 
@@ -202,14 +218,21 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
         "for y, x in (y_size+pad_top+pad_bottom) x (x_size+pad_left+pad_right):\n"
         "    dst[y][x][0:run] = pad_value if (y, x) lies in the padding else\n"
         "        DRAM[dram_addr + (y-pad_top)*dram_y_stride + (x-pad_left)*dram_x_stride][0:run]\n"
-        "dst is dense in `buffer` starting at byte sram_addr",
+        "dst is dense in `buffer` starting at byte sram_addr\n"
+        "index_bits = b > 0 (codebook weights): k = 8/b indices a DRAM byte, elem_type one byte, buffer WEIGHT,\n"
+        "    run a multiple of k; the DRAM runs hold run/k bytes (strides count DRAM bytes) and\n"
+        "    dst[y][x][i] = C[index i of the run's bytes, low bits first], C = LUT[16*codebook_addr] as 2^b int8",
         (Field("buffer", 3, "destination buffer", choices=LOADABLE_BUFFERS),
          Field("sram_addr", "sram_addr_bits", "destination byte address in the buffer"),
          Field("dram_addr", "dram_addr_bits", "source byte address in DRAM"),
          *_DMA_SHAPE,
          Field("pad_top", PAD_BITS, "padding rows before"), Field("pad_bottom", PAD_BITS, "padding rows after"),
          Field("pad_left", PAD_BITS, "padding columns before"), Field("pad_right", PAD_BITS, "padding columns after"),
-         Field("pad_value", ZERO_POINT_BITS, "value written into padding (e.g. the input zero point)", signed=True))),
+         Field("pad_value", ZERO_POINT_BITS, "value written into padding (e.g. the input zero point)", signed=True),
+         Field("index_bits", 3, "PLAIN: bytes as they are; 1, 2, 4: each DRAM byte holds 8/index_bits codebook "
+               "indices", choices=IndexBits),
+         Field("codebook_addr", CODEBOOK_ADDR_BITS, f"index_bits > 0: the codebook's LUT memory address in units "
+               f"of {CODEBOOK_SLOT_BYTES} bytes (ignored when PLAIN)"))),
     CommandSpec(
         Opcode.STORE, Unit.STORE, "strided DMA from the output buffer to DRAM",
         "for y, x in y_size x x_size:\n"
@@ -399,6 +422,18 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
 
 for _spec in COMMANDS.values():   # raises if a command outgrows its word under some legal configuration
     _spec.layout(WIDEST)
+
+
+def load_expansion(command) -> int:
+    """Tile bytes one DRAM byte of a DMA command becomes: ``8 // index_bits`` for a LOAD of codebook indices,
+    else 1 (a STORE has no ``index_bits``)."""
+    bits = command.args.get("index_bits", IndexBits.PLAIN)
+    return 8 // bits if bits else 1
+
+
+def dram_run_bytes(command) -> int:
+    """The DRAM bytes of one run of a LOAD or STORE: ``run`` elements, packed ``load_expansion`` to a byte."""
+    return command.run * DTYPE_BYTES[DType(command.elem_type)] // load_expansion(command)
 
 
 def _layout_description() -> dict:

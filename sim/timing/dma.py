@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from aipu.sim.machine.arch import DTYPE_BYTES, Buffer, DType, HardwareConfig
-from aipu.sim.machine.isa import Opcode
+from aipu.sim.machine.isa import IndexBits, Opcode, dram_run_bytes, load_expansion
 from aipu.sim.machine.program import Command
 
 CHECK_CYCLES = 1          # the cycle after start: faults are raised or the probe goes out
@@ -41,7 +41,7 @@ class DramPhases(NamedTuple):
 def run_shape(cmd, dense_gap: int) -> tuple[int, int, int]:
     """(rows, runs per row, bytes per run) walked: runs adjacent in DRAM merge into one when they are
     adjacent in the tile too (always within a row; across rows only with no padding between rows)."""
-    run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
+    run = dram_run_bytes(cmd)
     rows, runs = cmd.y_size, cmd.x_size
     if runs == 1 or cmd.dram_x_stride == run:
         run, runs = run * runs, 1
@@ -79,7 +79,8 @@ def least_cycles(config: HardwareConfig, opcode: Opcode) -> int:
 
 
 def _pattern_steps(config: HardwareConfig, cmd, dense_start: int, dense_gap: int):
-    """Per step of the walk (one DRAM word of one run): tile byte address, byte count, last step of a row."""
+    """Per step of the walk (one DRAM word of one run): tile byte address, tile bytes (the DRAM bytes times
+    ``load_expansion``), last step of a row."""
     dram_bytes = config.dram.bytes_per_cycle
     rows, runs, run = run_shape(cmd, dense_gap)
     starts = (cmd.dram_addr + np.arange(rows, dtype=np.int64)[:, None] * cmd.dram_y_stride
@@ -89,7 +90,7 @@ def _pattern_steps(config: HardwareConfig, cmd, dense_start: int, dense_gap: int
     step_run = np.repeat(np.arange(starts.size), words)
     word = first_word[step_run] + np.arange(step_run.size) - np.repeat(np.cumsum(words) - words, words)
     low = np.maximum(word * dram_bytes, starts[step_run])
-    count = np.minimum((word + 1) * dram_bytes, starts[step_run] + run) - low
+    count = (np.minimum((word + 1) * dram_bytes, starts[step_run] + run) - low) * load_expansion(cmd)
     row = step_run // runs
     dense = dense_start + row * dense_gap + np.cumsum(count) - count
     row_end = np.zeros(step_run.size, bool)
@@ -122,7 +123,16 @@ def _load_slots(config: HardwareConfig, cmd) -> tuple[int, np.ndarray, int]:
     first_len, last_len = data_start - cmd.sram_addr, cmd.pad_right * run + cmd.pad_bottom * row_bytes
     pad_words = (int(_words_touched(inner, gap, port).sum()) + int(_words_touched(cmd.sram_addr, first_len, port))
                  + int(_words_touched(cmd.sram_addr + rows * row_bytes - last_len, last_len, port)))
-    return CHECK_CYCLES + config.dram.latency_cycles, np.maximum(written, 1), max(pad_words, 1)
+    return (CHECK_CYCLES + codebook_cycles(config, cmd) + config.dram.latency_cycles, np.maximum(written, 1),
+            max(pad_words, 1))
+
+
+def codebook_cycles(config: HardwareConfig, cmd) -> int:
+    """Cycles a LOAD of codebook indices reads its codebook before the probe: one per LUT memory word of it
+    (a codebook starts at a multiple of CODEBOOK_SLOT_BYTES, so it touches ceil(2**index_bits / port) words)."""
+    if cmd.index_bits == IndexBits.PLAIN:
+        return 0
+    return -(-(1 << cmd.index_bits) // config.buffer(Buffer.LUT).port_bytes)
 
 
 def _overlap_scan_cycles(cmd) -> int:

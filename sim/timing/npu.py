@@ -37,7 +37,7 @@ from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from aipu.sim.timing import command_cycles
-from aipu.sim.timing.dma import CHECK_CYCLES, dram_slots
+from aipu.sim.timing.dma import CHECK_CYCLES, codebook_cycles, dram_slots
 from aipu.sim.timing.dram_bridge import read_cycles, write_hold
 from aipu.sim.timing.fetch import FetchGeometry, Fetcher
 from aipu.sim.timing.sequencer import NEXT_START, token_wait
@@ -76,7 +76,8 @@ class _Requests:
         before, slots, after = dram_slots(config, command)
         gaps = np.concatenate(([1], slots)).astype(np.int64)     # the probe, then the walk's steps
         prefix = np.concatenate(([0], np.cumsum(gaps)))
-        return cls(gaps, prefix, read_cycles(config) + int(slots[-1]) - 1 + after, 0, start + CHECK_CYCLES,
+        probe = start + CHECK_CYCLES + codebook_cycles(config, command)    # after the codebook's reads
+        return cls(gaps, prefix, read_cycles(config) + int(slots[-1]) - 1 + after, 0, probe,
                    before + int(slots.sum()) + after)
 
     def grant(self, cycle: int) -> int | None:

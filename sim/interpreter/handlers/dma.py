@@ -1,5 +1,6 @@
-"""The DMA units' handlers: LOAD (strided DRAM to a buffer, with a padded border), STORE (the output buffer to
-strided DRAM) and WDEC (a compressed weight stream in DRAM decoded into the weight buffer)."""
+"""The DMA units' handlers: LOAD (strided DRAM to a buffer, with a padded border; codebook indices expanded on
+the way into WEIGHT), STORE (the output buffer to strided DRAM) and WDEC (a compressed weight stream in DRAM
+decoded into the weight buffer)."""
 from __future__ import annotations
 
 import functools
@@ -11,8 +12,10 @@ import numpy as np
 from aipu.sim.interpreter.run_loop import load_row, store_row
 from aipu.sim.interpreter.results import DRAM
 from aipu.sim.interpreter.state import RunState, strided_view, view
+from aipu.sim.golden.codebook import expand_codebook
 from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType
 from aipu.sim.machine.errors import ExecutionError
+from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, IndexBits, load_expansion
 from aipu.sim.machine.program import Command
 
 if TYPE_CHECKING:
@@ -21,19 +24,21 @@ if TYPE_CHECKING:
 
 def load(preparer: Preparer, cmd: Command):
     buffer, elem = Buffer(cmd.buffer), DType(cmd.elem_type)
+    codebook = _codebook(preparer, cmd)
     source = preparer.strided_dram("dram_addr", cmd.dram_addr, cmd, write=False)
     rows, cols = cmd.y_size + cmd.pad_top + cmd.pad_bottom, cmd.x_size + cmd.pad_left + cmd.pad_right
     info = np.iinfo(DTYPE_NUMPY[elem])
     if not info.min <= cmd.pad_value <= info.max:
         raise ExecutionError(f"{preparer.where}: field pad_value = {cmd.pad_value}: outside {elem.name} range")
-    run_bytes = source[1][2]
+    run_bytes = cmd.run * DTYPE_BYTES[elem]
     start, stop = preparer.span(buffer, "sram_addr", cmd.sram_addr, rows * cols * run_bytes, DTYPE_NUMPY[elem],
                                 byte_address=True)
-    preparer.stats.bytes_moved[f"DRAM->{buffer.name}"] += cmd.y_size * cmd.x_size * run_bytes
+    preparer.stats.bytes_moved[f"DRAM->{buffer.name}"] += cmd.y_size * cmd.x_size * source[1][2]
     top, left, bottom, right, pad_value = cmd.pad_top, cmd.pad_left, cmd.pad_bottom, cmd.pad_right, cmd.pad_value
     inside = (slice(top, top + cmd.y_size), slice(left, left + cmd.x_size))
     padded = top or left or bottom or right
-    preparer.row = load_row(int(buffer), start, rows, cols, DTYPE_BYTES[elem], top, left, source, pad_value)
+    if codebook is None:
+        preparer.row = load_row(int(buffer), start, rows, cols, DTYPE_BYTES[elem], top, left, source, pad_value)
 
     def execute(state: RunState) -> None:
         target = state.spaces[buffer][start:stop]
@@ -41,8 +46,35 @@ def load(preparer: Preparer, cmd: Command):
             elements = target.view(DTYPE_NUMPY[elem]).reshape(rows, cols, cmd.run)
             elements[:top] = elements[rows - bottom:] = pad_value
             elements[inside[0], :left] = elements[inside[0], cols - right:] = pad_value
-        target.reshape(rows, cols, run_bytes)[inside] = strided_view(state, source)
+        data = strided_view(state, source)
+        if codebook is not None:
+            data = expand_codebook(data, state.spaces[Buffer.LUT][codebook], cmd.index_bits).view(np.uint8)
+        target.reshape(rows, cols, run_bytes)[inside] = data
     return execute
+
+
+def _codebook(preparer: Preparer, cmd: Command) -> slice | None:
+    """A LOAD of codebook indices (index_bits > 0): its codebook's bytes in LUT memory, after the checks the
+    hardware makes first, in its order (docs/rtl-dma.md, "Faults"); None for a plain LOAD."""
+    if cmd.index_bits == IndexBits.PLAIN:
+        return None
+    expansion = load_expansion(cmd)
+    if cmd.buffer != Buffer.WEIGHT:
+        raise ExecutionError(f"{preparer.where}: field buffer = {Buffer(cmd.buffer).name}: codebook indices "
+                             f"(index_bits = {cmd.index_bits}) load into WEIGHT only")
+    if DTYPE_BYTES[DType(cmd.elem_type)] != 1:
+        raise ExecutionError(f"{preparer.where}: field elem_type = {DType(cmd.elem_type).name}: codebook entries "
+                             f"are one byte")
+    if cmd.run % expansion:
+        raise ExecutionError(f"{preparer.where}: field run = {cmd.run}: not a multiple of the {expansion} "
+                             f"indices a DRAM byte holds (index_bits = {cmd.index_bits})")
+    first = cmd.codebook_addr * CODEBOOK_SLOT_BYTES
+    if first + (1 << cmd.index_bits) > preparer.sizes[Buffer.LUT]:
+        raise ExecutionError(f"{preparer.where}: field codebook_addr = {cmd.codebook_addr:#x}: the codebook "
+                             f"ends at byte {first + (1 << cmd.index_bits):#x}, beyond LUT memory "
+                             f"({preparer.sizes[Buffer.LUT]:#x} bytes)")
+    start, stop = preparer.span(Buffer.LUT, "codebook_addr", first, 1 << cmd.index_bits, None, byte_address=True)
+    return slice(start, stop)
 
 
 def store(preparer: Preparer, cmd: Command):

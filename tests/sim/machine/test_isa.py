@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from aipu.sim.machine.arch import (DEFAULT, WIDEST, Buffer, DType, HardwareConfig, hardware_config_from_dict,
                                 load_hardware_config)
 from aipu.sim.machine.isa import (COMMAND_BITS, COMMAND_BYTES, COMMANDS, ISA_LAYOUT_HASH, TOKEN_MASK_BITS, EltwiseOp,
-                               LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit)
+                               IndexBits, LutMode, Opcode, PoolMode, RequantMode, Rounding, Unit)
 from aipu.sim.machine.program import FORMAT_VERSION, MAGIC, Command, Program
 
 SMALL = hardware_config_from_dict({"buffers": {"act": {"bytes": 1024}, "acc": {"bytes": 256}},
@@ -189,6 +189,9 @@ PINNED_WORDS = [
                   dram_y_stride=1000, dram_x_stride=20, pad_top=1, pad_bottom=2, pad_left=3, pad_right=4,
                   pad_value=-129),
      "01040c101a09de7d5bbd1d0028003800401f00a000000819fafb070000000000"),
+    (Command.make(Opcode.LOAD, push=[Unit.CONV], buffer=Buffer.WEIGHT, sram_addr=0x40, dram_addr=0x1000, run=64,
+                  index_bits=IndexBits.FOUR, codebook_addr=0xFFFF),
+     "0100041020000020000008000800000200000000000000000000e0ff3f000000"),
     (Command.make(Opcode.STORE, pop=[Unit.REQUANT]),
      "8200000000000000004000400040000000000000000000000000000000000000"),
     (Command.make(Opcode.STORE, pop=[Unit.LUT], push=[Unit.LOAD], sram_addr=0xFFFF, dram_addr=0x40,
@@ -250,10 +253,10 @@ PINNED_WORDS = [
     (Command.make(Opcode.FINISH, pop=[Unit.CONV, Unit.STORE], unit=Unit.LOAD),
      "4904000000000000000000000000000000000000000000000000000000000000"),
 ]
-PINNED_ISA_LAYOUT_HASH = "4ac6beb5bb33d18c"
+PINNED_ISA_LAYOUT_HASH = "c87a039c88d52015"
 
 
-@pytest.mark.parametrize("command, word", PINNED_WORDS, ids=[f"{c.opcode.name}-{i % 2}" for i, (c, _) in
+@pytest.mark.parametrize("command, word", PINNED_WORDS, ids=[f"{c.opcode.name}-{i}" for i, (c, _) in
                                                              enumerate(PINNED_WORDS)])
 def test_encoding_matches_the_pinned_words(command, word):
     assert command.encode().hex() == word
