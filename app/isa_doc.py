@@ -47,9 +47,10 @@ checks this with vector clocks on every access, independent of the schedule, and
 legal schedules in the tests: a correct program produces the same memory in all of them.
 
 **Banks.** ACT, WEIGHT, ACC and OUT, the buffers several units use, are each built of two banks, the
-buffer's halves (bank = address / (bytes / 2)); LUT and PARAM have one reader and one writer and are not
-banked. A bank serves one unit at a time: two commands of different units that both touch a bank, even
-both to read, must be ordered by a chain of tokens. Inside a bank, even and odd words lie in two SRAMs of
+buffer's halves (bank = address / (bytes / 2)); LUT and PARAM are not banked: PARAM has one reader and
+one writer, LUT memory the LUT unit's reads on one port and LOAD's writes and codebook reads on the other.
+A bank serves one unit at a time: two commands of different units that both touch a bank, even both to
+read, must be ordered by a chain of tokens. Inside a bank, even and odd words lie in two SRAMs of
 two ports each, so that a unit's read of an unaligned run (two consecutive words) and its write in the same
 cycle, or an ELTWISE's two operands, each find a port. The interpreter checks this rule with the race check
 (`BankError`, naming both commands and the bank). It is the price of memories a chip team maps to two-port

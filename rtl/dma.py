@@ -24,11 +24,14 @@ from amaranth.hdl import C, Cat, Elaboratable, Module, Mux, Signal
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from aipu.rtl.arith import net
 from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, shift_up
 from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
-from aipu.sim.machine.arch import DTYPE_NUMPY, BYTE_TYPES, Buffer, DType, HardwareConfig
-from aipu.sim.machine.isa import LOADABLE_BUFFERS, STRIDE_BYTES_BITS, Opcode, Unit
+from aipu.sim.machine.arch import CODEBOOK_INDEX_BITS, DTYPE_NUMPY, BYTE_TYPES, Buffer, DType, HardwareConfig
+from aipu.sim.machine.isa import CODEBOOK_ADDR_BITS, CODEBOOK_SLOT_BYTES, LOADABLE_BUFFERS, STRIDE_BYTES_BITS, IndexBits, Opcode, Unit
+
+MAX_EXPANSION = 8 // min(CODEBOOK_INDEX_BITS)      # tile bytes one DRAM byte of indices becomes, at most
 
 
 def _log2(value: int) -> int:
@@ -39,19 +42,21 @@ def _low_bits(value, bits: int):
     return value[:bits] if bits else C(0, 1)
 
 
-def window_words(config: HardwareConfig, port_bytes: int) -> int:
-    """Words of ``port_bytes`` that one DRAM word's bytes can touch, with a partial word before them."""
-    return -(-(port_bytes - 1 + config.dram.bytes_per_cycle) // port_bytes)
+def window_words(config: HardwareConfig, port_bytes: int, expansion: int = 1) -> int:
+    """Words of ``port_bytes`` that one DRAM word's bytes (each ``expansion`` tile bytes) can touch, with a partial
+    word before them."""
+    return -(-(port_bytes - 1 + expansion * config.dram.bytes_per_cycle) // port_bytes)
 
 
 class PatternWalker(Elaboratable):
     """Steps through a strided DRAM pattern one DRAM word at a time (``restart``, then ``advance``).
 
     Parameters (stable during a command): ``base`` (first byte), ``y_stride``, ``x_stride``, ``run_bytes``,
-    ``runs`` per row, ``rows``, and the tile side: ``dense_start`` (tile byte of the first run) and
-    ``dense_gap`` (tile bytes skipped after each row). Outputs for the current step: ``word_address``,
-    ``first_byte`` in that word, ``byte_count``, ``dense`` (tile byte of the first one), ``row_end``
-    (last step of a row) and ``final`` (last step).
+    ``runs`` per row, ``rows``, and the tile side: ``dense_start`` (tile byte of the first run), ``dense_gap``
+    (tile bytes skipped after each row) and ``dense_shift`` (a DRAM byte is ``2**dense_shift`` tile bytes: a LOAD
+    of codebook indices). Outputs for the current step: ``word_address``, ``first_byte`` in that word,
+    ``byte_count``, its ``tile_count`` tile bytes, ``dense`` (tile byte of the first one), ``row_end`` (last step
+    of a row) and ``final`` (last step).
     """
 
     def __init__(self, config: HardwareConfig, address_width: int, dense_width: int):
@@ -60,10 +65,12 @@ class PatternWalker(Elaboratable):
         self.y_stride, self.x_stride = Signal(STRIDE_BYTES_BITS), Signal(STRIDE_BYTES_BITS)
         self.runs, self.rows = Signal(address_width), Signal(address_width)
         self.dense_start, self.dense_gap = Signal(dense_width), Signal(dense_width)
+        self.dense_shift = Signal(2)
         self.restart, self.advance = Signal(), Signal()
         self.word_address = Signal(address_width)
         self.first_byte = Signal(range(self.word_bytes))
         self.byte_count = Signal(range(self.word_bytes + 1))
+        self.tile_count = Signal(range((self.word_bytes << 3) + 1))
         self.dense = Signal(dense_width)
         self.row_end, self.final = Signal(), Signal()
         self._address_width = address_width
@@ -82,6 +89,7 @@ class PatternWalker(Elaboratable):
             next_word.eq((self.word_address + 1) << shift),
             last_in_run.eq(run_end <= next_word),
             self.byte_count.eq(Mux(last_in_run, run_end, next_word) - address),
+            self.tile_count.eq(self.byte_count << self.dense_shift),
             self.row_end.eq(last_in_run & (column == self.runs - 1)),
             self.final.eq(self.row_end & (row == self.rows - 1)),
         ]
@@ -90,29 +98,30 @@ class PatternWalker(Elaboratable):
                          column.eq(0), row.eq(0), self.dense.eq(self.dense_start)]
         with m.Elif(self.advance):
             with m.If(~last_in_run):
-                m.d.sync += [address.eq(next_word), self.dense.eq(self.dense + self.byte_count)]
+                m.d.sync += [address.eq(next_word), self.dense.eq(self.dense + self.tile_count)]
             with m.Elif(~self.row_end):
                 m.d.sync += [column.eq(column + 1), run_address.eq(run_address + self.x_stride),
                              address.eq(run_address + self.x_stride),
-                             self.dense.eq(self.dense + self.byte_count)]
+                             self.dense.eq(self.dense + self.tile_count)]
             with m.Else():
                 m.d.sync += [column.eq(0), row.eq(row + 1), row_address.eq(row_address + self.y_stride),
                              run_address.eq(row_address + self.y_stride), address.eq(row_address + self.y_stride),
-                             self.dense.eq(self.dense + self.byte_count + self.dense_gap)]
+                             self.dense.eq(self.dense + self.tile_count + self.dense_gap)]
         return m
 
 
-def _pattern(m: Module, config: HardwareConfig, cmd, dense_gap_zero) -> SimpleNamespace:
-    """What both engines derive from the command: the merged run shape (as ``aipu.sim.timing.dma.run_shape``), the
-    pattern's last byte and whether it lies beyond the DRAM address space."""
+def _pattern(m: Module, config: HardwareConfig, cmd, dense_gap_zero, dense_shift) -> SimpleNamespace:
+    """What both engines derive from the command: the merged run shape in DRAM bytes (as
+    ``aipu.sim.timing.dma.run_shape``; a run of codebook indices is ``2**dense_shift`` times shorter than in the
+    tile), the pattern's last byte and whether it lies beyond the DRAM address space."""
     width = config.dram.address_bits + 2 * STRIDE_BYTES_BITS
     run = Signal(width)
-    m.d.comb += run.eq(Mux(cmd.elem_type == DType.INT16, cmd.run << 1, cmd.run))
+    m.d.comb += run.eq(Mux(cmd.elem_type == DType.INT16, cmd.run << 1, cmd.run) >> dense_shift)
     row_data = Signal(width)
     m.d.comb += row_data.eq(cmd.x_size * run)
     merge_x = (cmd.x_size == 1) | (cmd.dram_x_stride == run)
     merge_y = merge_x & dense_gap_zero & ((cmd.y_size == 1) | (cmd.dram_y_stride == row_data))
-    shape = SimpleNamespace(run=run, row_data=row_data, width=width,
+    shape = SimpleNamespace(run=run, row_data=row_data, width=width, dense_shift=dense_shift,
                             run_bytes=Signal(width), runs=Signal(width), rows=Signal(width),
                             last_byte=Signal(width + 1), beyond=Signal(), last_word=Signal(width))
     m.d.comb += [
@@ -133,16 +142,17 @@ def _walker(m: Module, name: str, config: HardwareConfig, cmd, shape, dense_star
     m.d.comb += [walker.base.eq(cmd.dram_addr), walker.y_stride.eq(cmd.dram_y_stride),
                  walker.x_stride.eq(cmd.dram_x_stride), walker.run_bytes.eq(shape.run_bytes),
                  walker.runs.eq(shape.runs), walker.rows.eq(shape.rows),
-                 walker.dense_start.eq(dense_start), walker.dense_gap.eq(dense_gap)]
+                 walker.dense_start.eq(dense_start), walker.dense_gap.eq(dense_gap),
+                 walker.dense_shift.eq(shape.dense_shift)]
     return walker
 
 
-def _words_written(m: Module, config: HardwareConfig, walker: PatternWalker, port_bytes: int):
+def _words_written(m: Module, walker: PatternWalker, port_bytes: int, words: int):
     """(full words completed, words written) by a LOAD step: its tile bytes end ``full`` words and, at a
-    row end, the partial word they stop in."""
+    row end, the partial word they stop in (at most ``words``)."""
     shift = _log2(port_bytes)
-    end = walker.dense + walker.byte_count
-    full, written = Signal(range(window_words(config, port_bytes) + 1)), Signal(range(window_words(config, port_bytes) + 1))
+    end = walker.dense + walker.tile_count
+    full, written = Signal(range(words + 1)), Signal(range(words + 1))
     m.d.comb += [full.eq((end >> shift) - (walker.dense >> shift)),
                  written.eq(full + (walker.row_end & (_low_bits(end, shift) != 0)))]
     return full, written
@@ -152,11 +162,14 @@ class _LoadChannel(Elaboratable):
     """The LOAD datapath into one buffer: request walker, response walker, the realigning writer (one
     buffer word per cycle) and the padding writer. ``go``: the probe is offered and the walk begins. A
     request stays offered until ``request_taken``; ``response_valid`` is a response handed over, which the
-    unit does only while ``response_ready`` (no words of the previous response left to write)."""
+    unit does only while ``response_ready`` (no words of the previous response left to write). With a
+    ``codebook`` (WEIGHT's channel) each response's bytes may be indices, expanded before they are placed."""
 
-    def __init__(self, config: HardwareConfig, buffer: Buffer, cmd, shape, dense):
+    def __init__(self, config: HardwareConfig, buffer: Buffer, cmd, shape, dense, codebook=None):
         self.config, self.buffer, self.cmd, self.shape, self.dense = config, buffer, cmd, shape, dense
+        self.codebook = codebook
         self.port_bytes = word_bytes(config, buffer)
+        self.words = window_words(config, self.port_bytes, 1 if codebook is None else MAX_EXPANSION)
         self.go = Signal()
         self.request_valid, self.request_addr, self.request_taken = Signal(), Signal(shape.width), Signal()
         self.response_data = Signal(8 * config.dram.bytes_per_cycle)
@@ -175,9 +188,9 @@ class _LoadChannel(Elaboratable):
 
         # Requests: one per slot; a slot lasts as many cycles as the step writes buffer words (at least one)
         # and starts when the step's request is taken.
-        wait = Signal(range(window_words(config, port) + 1))
+        wait = Signal(range(self.words + 1))
         requesting, probing, probe_pending, receiving = Signal(), Signal(), Signal(), Signal()
-        _, request_writes = _words_written(m, config, requests, port)
+        _, request_writes = _words_written(m, requests, port, self.words)
         with m.If(self.go | probing):
             m.d.comb += [self.request_valid.eq(1), self.request_addr.eq(shape.last_word)]
             m.d.sync += probing.eq(~self.request_taken)
@@ -194,20 +207,22 @@ class _LoadChannel(Elaboratable):
             m.d.sync += [requesting.eq(1), probe_pending.eq(1), receiving.eq(1), wait.eq(0)]
 
         # Responses: realign into buffer words; the partial last word of a step waits in `residual`.
-        words = window_words(config, port)
+        words = self.words
         residual, residual_mask = Signal(8 * port), Signal(port)
         window, window_mask = Signal(8 * port * words), Signal(port * words)
         emit_index, emit_left = Signal(range(words + 1)), Signal(range(words + 1))
         emit_addr = Signal(shape.width)
         offset = _low_bits(responses.dense, shift)
         incoming = shift_down(m, "incoming", self.response_data, responses.first_byte, 8, config.dram.bytes_per_cycle)
-        placed_mask = byte_mask(m, "placed_mask", offset, offset + responses.byte_count, port * words)
+        if self.codebook is not None:
+            incoming = _expand(m, incoming, self.codebook, config.dram.bytes_per_cycle)
+        placed_mask = byte_mask(m, "placed_mask", offset, offset + responses.tile_count, port * words)
         placed = shift_up(m, "placed", incoming, offset, 8, port * words)
         merged = Signal.like(window)
         merged_mask = Signal.like(window_mask)
         m.d.comb += [merged.eq(residual | (placed & bytes_to_bits(placed_mask))),
                      merged_mask.eq(residual_mask | placed_mask)]
-        full, written = _words_written(m, config, responses, port)
+        full, written = _words_written(m, responses, port, words)
         m.d.comb += self.response_ready.eq(emit_left == 0)
         arrival = self.response_valid & receiving & ~probe_pending
         with m.If(self.response_valid & probe_pending):
@@ -296,6 +311,26 @@ class _LoadChannel(Elaboratable):
         return Cat(*(Mux(wide & (phase ^ (i & 1)), high, low) for i in range(port)))
 
 
+def _by_index_bits(cmd, values: dict[int, int]):
+    """``values[b]`` for the command's index_bits b (PLAIN included), as a chain of multiplexers."""
+    result = C(values[IndexBits.PLAIN])
+    for bits in CODEBOOK_INDEX_BITS:
+        result = Mux(cmd.index_bits == bits, values[bits], result)
+    return result
+
+
+def _expand(m: Module, incoming, codebook: SimpleNamespace, dram_bytes: int):
+    """A DRAM word's bytes as they are (PLAIN), or each byte's ``8 // b`` indices of b bits (low bits first)
+    replaced by their codebook entries: up to ``MAX_EXPANSION * dram_bytes`` tile bytes."""
+    result = incoming
+    for bits in CODEBOOK_INDEX_BITS:
+        per_byte = 8 // bits
+        entries = [codebook.entries.word_select(incoming[8 * (j // per_byte) + bits * (j % per_byte):][:bits], 8)
+                   for j in range(per_byte * dram_bytes)]
+        result = Mux(codebook.index_bits == bits, net(m, Cat(*entries), f"expanded_{bits}"), result)
+    return net(m, result, "expanded")
+
+
 def _pad_value_fits(cmd):
     """pad_value lies in the range of elem_type."""
     return Cat(*((cmd.elem_type == dtype) & (cmd.pad_value >= int(np.iinfo(DTYPE_NUMPY[dtype]).min))
@@ -329,36 +364,56 @@ class LoadUnit(UnitComponent):
     UNIT = Unit.LOAD
 
     def ports(self, config: HardwareConfig) -> dict:
-        return {"dram_read": Out(dram_read_port(config)),
+        return {"dram_read": Out(dram_read_port(config)), "lut_read": Out(read_port(config, Buffer.LUT)),
                 **{f"{buffer.name.lower()}_write": Out(write_port(config, buffer)) for buffer in LOADABLE_BUFFERS}}
 
     def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
         config, cmd = self.config, self.view(word, Opcode.LOAD)
         dense = _load_dense_signals(m, cmd)
-        shape = _pattern(m, config, cmd, dense.gap == 0)
+        shape = _pattern(m, config, cmd, dense.gap == 0, _by_index_bits(cmd, {0: 0, 1: 3, 2: 2, 4: 1}))
         checking = Signal()
         m.d.sync += checking.eq(start)
         beyond_buffer = Cat(*((cmd.buffer == buffer) & (dense.end > config.buffer(buffer).bytes)
                               for buffer in LOADABLE_BUFFERS)).any()
-        go = Signal()
+        go, expanding, fetching = Signal(), Signal(), Signal()
+        m.d.comb += expanding.eq(cmd.index_bits != IndexBits.PLAIN)
+        codebook, fetched = self._codebook(m, cmd, checking, fetching)
+        with m.If(fetched):
+            m.d.comb += go.eq(1)
+            m.d.sync += fetching.eq(0)
         with m.If(checking):
-            with m.If(shape.beyond):
+            with m.If(expanding & (cmd.buffer != Buffer.WEIGHT)):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("buffer"))]
+            with m.Elif(expanding & (cmd.elem_type == DType.INT16)):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("elem_type"))]
+            with m.Elif(expanding & ((cmd.run & _by_index_bits(cmd, {0: 0, 1: 7, 2: 3, 4: 1})) != 0)):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("run"))]
+            with m.Elif(expanding & (codebook.end > config.buffer(Buffer.LUT).bytes)):
+                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("codebook_addr"))]
+            with m.Elif(shape.beyond):
                 m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("dram_addr"))]
             with m.Elif(~_pad_value_fits(cmd)):
                 m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("pad_value"))]
             with m.Elif(beyond_buffer):
                 m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("sram_addr"))]
+            with m.Elif(expanding):
+                m.d.sync += fetching.eq(1)
             with m.Else():
                 m.d.comb += go.eq(1)
         credit, taken, response, handed = self._responses(m)
         request_valid, request_addr, finished, ready = [], [], [], []
         for buffer in LOADABLE_BUFFERS:
-            channel = _LoadChannel(config, buffer, cmd, shape, dense)
+            channel = _LoadChannel(config, buffer, cmd, shape, dense, codebook if buffer == Buffer.WEIGHT else None)
             m.submodules[f"to_{buffer.name.lower()}"] = channel
             port = getattr(self, f"{buffer.name.lower()}_write")
+            address = channel.write.addr
+            if buffer == Buffer.LUT:   # the codebook's reads and the LUT channel's writes: one port, one address
+                address = Signal.like(port.addr, name="lut_address")
+                m.d.comb += [address.eq(Mux(self.lut_read.en, codebook.address, channel.write.addr)),
+                             self.lut_read.addr.eq(address)]
             m.d.comb += [channel.go.eq(go & (cmd.buffer == buffer)), channel.request_taken.eq(taken),
                          channel.response_data.eq(response.data), channel.response_valid.eq(handed),
-                         port.addr.eq(channel.write.addr), port.en.eq(channel.write.en),
+                         port.addr.eq(address), port.en.eq(channel.write.en),
                          port.data.eq(channel.write.data), port.mask.eq(channel.write.mask)]
             request_valid.append(channel.request_valid)
             request_addr.append(Mux(channel.request_valid, channel.request_addr, 0))
@@ -367,6 +422,36 @@ class LoadUnit(UnitComponent):
         m.d.comb += [self.dram_read.valid.eq(Cat(*request_valid).any() & credit),
                      self.dram_read.addr.eq(_or_all(request_addr)), done.eq(Cat(*finished).any()),
                      handed.eq(response.valid & Cat(*ready).all())]
+
+    def _codebook(self, m: Module, cmd, checking, fetching) -> tuple[SimpleNamespace, Signal]:
+        """A LOAD of indices reads its codebook from LUT memory into registers, one word a cycle from the check
+        cycle on (docs/rtl-dma.md, "Codebook"). Returns the codebook (``entries``, ``index_bits``, ``end``: its
+        byte after the last, ``address``: the LUT word read) and a level that is 1 in the cycle the last word
+        arrives, while ``fetching``."""
+        port_bytes, read = word_bytes(self.config, Buffer.LUT), self.lut_read
+        shift = _log2(port_bytes)
+        base, size, words = Signal(CODEBOOK_ADDR_BITS + _log2(CODEBOOK_SLOT_BYTES)), Signal(range(CODEBOOK_SLOT_BYTES + 1)), Signal(range(CODEBOOK_SLOT_BYTES + 1))
+        m.d.comb += [base.eq(cmd.codebook_addr * CODEBOOK_SLOT_BYTES),
+                     size.eq(_by_index_bits(cmd, {bits: 1 << bits if bits else 0 for bits in (0, *CODEBOOK_INDEX_BITS)})),
+                     words.eq(_by_index_bits(cmd, {bits: -(-(1 << bits) // port_bytes) if bits else 0
+                                                   for bits in (0, *CODEBOOK_INDEX_BITS)}))]
+        issued, arrived, arrived_word = Signal.like(words), Signal(), Signal.like(words)
+        index = Mux(checking, 0, issued)
+        with m.If((checking & (cmd.index_bits != IndexBits.PLAIN)) | (fetching & (issued != words))):
+            m.d.comb += read.en.eq(1)
+            m.d.sync += issued.eq(index + 1)
+        m.d.sync += [arrived.eq(read.en), arrived_word.eq(index)]
+        entries = Signal(8 * CODEBOOK_SLOT_BYTES)
+        with m.If(arrived):
+            for entry in range(CODEBOOK_SLOT_BYTES):   # a codebook is within one word, or whole words of it
+                word, byte = (entry >> shift, entry % port_bytes) if port_bytes <= CODEBOOK_SLOT_BYTES else \
+                    (0, base[:shift] + entry)
+                with m.If(arrived_word == word):
+                    m.d.sync += entries.word_select(entry, 8).eq(read.data.word_select(byte, 8))
+        fetched = Signal()
+        m.d.comb += fetched.eq(fetching & (issued == words))
+        return SimpleNamespace(entries=entries, index_bits=cmd.index_bits, end=base + size,
+                               address=(base >> shift) + index), fetched
 
     def _responses(self, m: Module) -> tuple:
         """The response queue (docs/rtl-dma.md, "Refusals and late responses"): a response goes straight to the channels
@@ -417,7 +502,7 @@ class StoreUnit(UnitComponent):
 
     def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
         config, cmd = self.config, self.view(word, Opcode.STORE)
-        shape = _pattern(m, config, cmd, C(1, 1))
+        shape = _pattern(m, config, cmd, C(1, 1), C(0, 2))
         checking, probe, probing, scanning, streaming = Signal(), Signal(), Signal(), Signal(), Signal()
         m.d.sync += checking.eq(start)
         walker = _walker(m, "walker", config, cmd, shape, cmd.sram_addr.as_unsigned() + C(0, 64), C(0, 1))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from amaranth.back import verilog
 
+from aipu.rtl import dma as rtl_dma
 from aipu.rtl.dma import LoadUnit, StoreUnit
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.result import first_difference
@@ -15,7 +16,7 @@ from aipu.sim.cosim.stimulus import Stimulus
 from aipu.sim.cosim.stimulus.dma import UNITS, chained_program, random_commands, random_memory
 from aipu.sim.interpreter import ExecutionError, run
 from aipu.sim.machine.arch import DEFAULT, Buffer, DType, HardwareConfig
-from aipu.sim.machine.isa import Opcode
+from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, IndexBits, Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from aipu.sim.timing.dma import command_cycles
@@ -31,6 +32,19 @@ def compare(config: HardwareConfig, commands: list[Command], memory: Memory) -> 
 def test_random_loads_and_stores_match_the_interpreter(config):
     rng = np.random.default_rng(7)
     compare(config, random_commands(config, rng, 40), random_memory(config, rng))
+
+
+def codebook_stimulus(config: HardwareConfig) -> Stimulus:
+    """LOADs of 1-, 2- and 4-bit indices into WEIGHT among plain LOADs (of LUT memory too) and STOREs (the default
+    suite's; tests/rtl/test_mutants.py plants bugs under it, so the units are those aipu.rtl.dma holds now)."""
+    rng = np.random.default_rng(115)
+    return Stimulus(chained_program(config, random_commands(config, rng, 24, codebook=True)),
+                    random_memory(config, rng), (rtl_dma.LoadUnit, rtl_dma.StoreUnit))
+
+
+@EVERY_CONFIG
+def test_random_codebook_loads_match_the_interpreter(config):
+    assert_matches(codebook_stimulus(config))
 
 
 def test_store_then_load_round_trip_ordered_by_tokens():
@@ -74,6 +88,12 @@ FAULTS = {
                              dram_y_stride=96, run=2),
     "load beyond the address space": dict(opcode=Opcode.LOAD, buffer=Buffer.ACT, dram_addr=(1 << 32) - 2,
                                           run=3),
+    "codebook into ACT": dict(opcode=Opcode.LOAD, buffer=Buffer.ACT, index_bits=IndexBits.TWO, run=4),
+    "codebook of INT16": dict(opcode=Opcode.LOAD, buffer=Buffer.WEIGHT, elem_type=DType.INT16, index_bits=IndexBits.TWO,
+                              run=4),
+    "codebook run": dict(opcode=Opcode.LOAD, buffer=Buffer.WEIGHT, index_bits=IndexBits.ONE, run=4),
+    "codebook beyond LUT": dict(opcode=Opcode.LOAD, buffer=Buffer.WEIGHT, index_bits=IndexBits.FOUR, run=2,
+                                codebook_addr=1024 // CODEBOOK_SLOT_BYTES),
     "store sram_addr": dict(opcode=Opcode.STORE, sram_addr=1000, run=30),
     "store beyond dram": dict(opcode=Opcode.STORE, dram_addr=4090, run=7),
     "store columns overlap": dict(opcode=Opcode.STORE, x_size=3, run=4, dram_x_stride=3, dram_y_stride=100),
@@ -117,6 +137,15 @@ def test_interleaved_rows_that_never_touch_are_legal():
 def test_converts_to_verilog(unit, config):
     """LOAD with DEFAULT's 256-byte WEIGHT port too (its realigning shifters are rtl/lanes.py's, ~10 s)."""
     assert "module" in verilog.convert(unit(config), name=unit.__name__.lower())
+
+
+@pytest.mark.slow
+@EVERY_CONFIG
+def test_many_random_codebook_loads(config):
+    """At least 1000 random commands on each configuration, a third of them LOADs of codebook indices."""
+    rng = np.random.default_rng(1151)
+    for _ in range(10):
+        compare(config, random_commands(config, rng, 100, codebook=True), random_memory(config, rng))
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import pytest
 
 from aipu.sim.cosim.stimulus import compare
 from tests.rtl.configs import SMALL
-from tests.rtl import test_conv, test_requant
+from tests.rtl import test_conv, test_dma, test_requant
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,15 @@ MUTANTS = {
     "CONV reads a block of groups' ACT run only as far as one group's channels": Mutant(
         "aipu.rtl.conv_parts.blocks", "packed_bytes(block_rows * block_groups, geo.int4_inputs)",
         "packed_bytes(block_rows, geo.int4_inputs)", test_conv.int4_stimulus),
+    "LOAD expands a byte's indices high bits first": Mutant(
+        "aipu.rtl.dma", "incoming[8 * (j // per_byte) + bits * (j % per_byte):]",
+        "incoming[8 * (j // per_byte) + bits * (per_byte - 1 - j % per_byte):]", test_dma.codebook_stimulus),
+    "LOAD starts the walk a cycle before the codebook's last word": Mutant(
+        "aipu.rtl.dma", "fetched.eq(fetching & (issued == words))", "fetched.eq(fetching & (issued + 1 >= words))",
+        test_dma.codebook_stimulus),
+    "LOAD places a step of indices as if it were plain bytes": Mutant(
+        "aipu.rtl.dma", "self.tile_count.eq(self.byte_count << self.dense_shift)",
+        "self.tile_count.eq(self.byte_count)", test_dma.codebook_stimulus),
 }
 # Known survivors: the default stimulus does not reach the corner yet (the test fails when it starts to)
 SURVIVORS = {

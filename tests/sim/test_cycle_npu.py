@@ -18,7 +18,7 @@ from aipu.sim.cosim.stimulus import dma, wdec
 from aipu.sim.cycle import simulate
 from aipu.sim.interpreter import run
 from aipu.sim.machine.arch import DEFAULT, hardware_config_from_dict
-from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.isa import Opcode, Unit, dram_run_bytes
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from aipu.app.sample_layers import random_layer
@@ -55,6 +55,19 @@ def test_random_dma_programs_follow_the_npu(config, seed):
     """Random LOAD and STORE patterns (the buffers start empty: nothing reaches them but through LOAD)."""
     stimulus = dma.random_stimulus(config, np.random.default_rng(seed), 8)
     _assert_same(stimulus.program, Memory.create(config, stimulus.memory.dram))
+
+
+@pytest.mark.parametrize("config, seed", [(WIDE_WORD, 5), (FAST_DRAM, 6), pytest.param(SMALL, 7, marks=pytest.mark.slow)],
+                         ids=["wide_word-5", "fast_dram-6", "small-7"])
+def test_random_codebook_programs_follow_the_npu(config, seed):
+    """Random LOADs of codebook indices among LOADs and STOREs: the codebook's reads before the probe, the slots
+    of expanded steps and the packed DRAM bytes."""
+    stimulus = dma.random_stimulus(config, np.random.default_rng(seed), 10, codebook=True)
+    model = _assert_same(stimulus.program, Memory.create(config, stimulus.memory.dram))
+    loads = stimulus.program.queues[Unit.LOAD]
+    assert any(command.opcode == Opcode.LOAD and command.index_bits for command in loads)
+    assert model.dram_bytes[Unit.LOAD] == sum(command.y_size * command.x_size * dram_run_bytes(command)
+                                              for command in loads if command.opcode == Opcode.LOAD)
 
 
 def test_short_unchained_loads_and_stores_follow_the_npu():

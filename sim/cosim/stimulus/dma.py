@@ -1,13 +1,13 @@
 """Random LOADs and STOREs: every element type, sizes and strides below, at and above the run (and zero),
-padding on every side, unaligned addresses, chained by tokens in the order drawn."""
+padding on every side, unaligned addresses, LOADs of codebook indices, chained by tokens in the order drawn."""
 from __future__ import annotations
 
 import numpy as np
 
 from aipu.rtl.dma import LoadUnit, StoreUnit
 from aipu.sim.cosim.stimulus.base import Stimulus
-from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, BYTE_TYPES, Buffer, HardwareConfig
-from aipu.sim.machine.isa import LOADABLE_BUFFERS, Opcode
+from aipu.sim.machine.arch import CODEBOOK_INDEX_BITS, DTYPE_BYTES, DTYPE_NUMPY, BYTE_TYPES, Buffer, DType, HardwareConfig
+from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, LOADABLE_BUFFERS, IndexBits, Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from aipu.sim.machine.ordering import writes_a_byte_twice
@@ -24,7 +24,8 @@ def random_memory(config: HardwareConfig, rng: np.random.Generator) -> Memory:
 
 
 def _pattern_end(fields: dict) -> int:
-    run = fields["run"] * DTYPE_BYTES[fields["elem_type"]]
+    """The DRAM bytes from the pattern's first to after its last (a run of indices: its packed bytes)."""
+    run = fields["run"] * DTYPE_BYTES[fields["elem_type"]] * fields.get("index_bits", 8) // 8
     return ((fields["y_size"] - 1) * fields["dram_y_stride"] + (fields["x_size"] - 1) * fields["dram_x_stride"]
             + run)
 
@@ -39,23 +40,51 @@ def _random_shape(rng: np.random.Generator, size: int) -> dict:
     elem = BYTE_TYPES[int(rng.integers(len(BYTE_TYPES)))]
     fields = dict(elem_type=elem, y_size=int(rng.integers(1, size + 1)), x_size=int(rng.integers(1, size + 1)),
                   run=int(rng.integers(1, 2 * size + 1)))
-    run = fields["run"] * DTYPE_BYTES[elem]
+    _random_strides(rng, fields, fields["run"] * DTYPE_BYTES[elem])
+    return fields
+
+
+def _random_strides(rng: np.random.Generator, fields: dict, run: int) -> None:
+    """DRAM strides below, at and above the ``run`` bytes of a run and a row's runs (and zero)."""
     for name, span in (("dram_x_stride", run), ("dram_y_stride", run * fields["x_size"])):
         fields[name] = int(rng.choice([0, span, int(rng.integers(0, span + 1)), int(rng.integers(span, 3 * span + 9))]))
-    return fields
 
 
 def random_load(config: HardwareConfig, rng: np.random.Generator, size: int = 4) -> Command:
     while True:
         fields = _random_shape(rng, size)
         buffer = LOADABLE_BUFFERS[int(rng.integers(len(LOADABLE_BUFFERS)))]
-        pads = {name: int(rng.integers(0, 3)) for name in ("pad_top", "pad_bottom", "pad_left", "pad_right")}
-        run = fields["run"] * DTYPE_BYTES[fields["elem_type"]]
-        tile = ((fields["y_size"] + pads["pad_top"] + pads["pad_bottom"])
-                * (fields["x_size"] + pads["pad_left"] + pads["pad_right"]) * run)
-        end = _pattern_end(fields)
-        if tile <= config.buffer(buffer).bytes and end <= DRAM_BYTES:
-            break
+        command = _placed_load(config, rng, fields, buffer)
+        if command is not None:
+            return command
+
+
+def random_codebook_load(config: HardwareConfig, rng: np.random.Generator, size: int = 4) -> Command:
+    """A LOAD of 1-, 2- or 4-bit codebook indices into WEIGHT: runs of whole DRAM bytes, strides counted in them,
+    its codebook anywhere in LUT memory (random_memory fills it)."""
+    while True:
+        bits = CODEBOOK_INDEX_BITS[int(rng.integers(len(CODEBOOK_INDEX_BITS)))]
+        fields = dict(index_bits=IndexBits(bits), elem_type=(DType.INT8, DType.UINT8)[int(rng.integers(2))],
+                      y_size=int(rng.integers(1, size + 1)), x_size=int(rng.integers(1, size + 1)),
+                      run=8 // bits * int(rng.integers(1, 2 * size + 1)),
+                      codebook_addr=int(rng.integers(0, (config.buffer(Buffer.LUT).bytes - (1 << bits))
+                                                     // CODEBOOK_SLOT_BYTES + 1)))
+        _random_strides(rng, fields, fields["run"] * bits // 8)
+        command = _placed_load(config, rng, fields, Buffer.WEIGHT)
+        if command is not None:
+            return command
+
+
+def _placed_load(config: HardwareConfig, rng: np.random.Generator, fields: dict, buffer: Buffer) -> Command | None:
+    """The LOAD of ``fields`` with random padding, addresses and pad value, if its tile fits ``buffer`` and its
+    pattern the DRAM image (else None: draw again)."""
+    pads = {name: int(rng.integers(0, 3)) for name in ("pad_top", "pad_bottom", "pad_left", "pad_right")}
+    run = fields["run"] * DTYPE_BYTES[fields["elem_type"]]
+    tile = ((fields["y_size"] + pads["pad_top"] + pads["pad_bottom"])
+            * (fields["x_size"] + pads["pad_left"] + pads["pad_right"]) * run)
+    end = _pattern_end(fields)
+    if tile > config.buffer(buffer).bytes or end > DRAM_BYTES:
+        return None
     info = np.iinfo(DTYPE_NUMPY[fields["elem_type"]])
     return Command.make(Opcode.LOAD, buffer=buffer, sram_addr=int(rng.integers(0, config.buffer(buffer).bytes - tile + 1)),
                         dram_addr=int(rng.integers(0, DRAM_BYTES - end + 1)),
@@ -87,10 +116,22 @@ def chained_program(config: HardwareConfig, commands: list[Command]) -> Program:
     return program
 
 
-def random_commands(config: HardwareConfig, rng: np.random.Generator, count: int) -> list[Command]:
+def random_commands(config: HardwareConfig, rng: np.random.Generator, count: int, codebook: bool = False
+                    ) -> list[Command]:
+    """LOADs and STOREs, half and half; with ``codebook`` a third of them LOADs of codebook indices (an option
+    of its own, so that the programs drawn without it stay what they were)."""
+    if codebook:
+        kinds = (random_load, random_store, random_codebook_load)
+        return [kinds[int(rng.integers(len(kinds)))](config, rng) for _ in range(count)]
     return [(random_load if rng.random() < 0.5 else random_store)(config, rng) for _ in range(count)]
 
 
-def random_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int) -> Stimulus:
-    program = chained_program(config, random_commands(config, rng, commands))
-    return Stimulus(program, random_memory(config, rng), UNITS)
+def random_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int, codebook: bool = False
+                    ) -> Stimulus:
+    """Random commands chained by tokens; with ``codebook`` LOADs of codebook indices among them, after a LOAD of
+    all of LUT memory from DRAM (a program's buffers may start empty: the codebooks are then DRAM's bytes)."""
+    drawn = random_commands(config, rng, commands, codebook)
+    if codebook:
+        drawn.insert(0, Command.make(Opcode.LOAD, buffer=Buffer.LUT, elem_type=DType.INT8,
+                                     run=min(config.buffer(Buffer.LUT).bytes, DRAM_BYTES)))
+    return Stimulus(chained_program(config, drawn), random_memory(config, rng), UNITS)
