@@ -21,8 +21,8 @@ from aipu.sim.machine.isa import Unit
 
 SCHEMA = "aipu-rtl-verify/1"
 # Unit -> the stimulus families (aipu.sim.cosim.stimulus.RANDOM) whose commands it executes
-FAMILIES = {Unit.LOAD: ("load_store",), Unit.STORE: ("load_store",), Unit.WDEC: ("wdec",), Unit.CONV: ("conv",),
-            Unit.REQUANT: ("requant",), Unit.LUT: ("lut", "softmax"), Unit.POOL: ("pool",)}
+FAMILIES = {Unit.LOAD: ("load_store", "load_codebook"), Unit.STORE: ("load_store",), Unit.WDEC: ("wdec",),
+            Unit.CONV: ("conv",), Unit.REQUANT: ("requant",), Unit.LUT: ("lut", "softmax"), Unit.POOL: ("pool",)}
 
 
 def default_top(unit: Unit) -> str:

@@ -29,7 +29,8 @@ from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, sh
 from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import CODEBOOK_INDEX_BITS, DTYPE_NUMPY, BYTE_TYPES, Buffer, DType, HardwareConfig
-from aipu.sim.machine.isa import CODEBOOK_ADDR_BITS, CODEBOOK_SLOT_BYTES, LOADABLE_BUFFERS, STRIDE_BYTES_BITS, IndexBits, Opcode, Unit
+from aipu.sim.machine.isa import (CODEBOOK_ADDR_BITS, CODEBOOK_SLOT_BYTES, LOADABLE_BUFFERS, STRIDE_BYTES_BITS, IndexBits,
+                                  Opcode, Unit)
 
 MAX_EXPANSION = 8 // min(CODEBOOK_INDEX_BITS)      # tile bytes one DRAM byte of indices becomes, at most
 
@@ -430,11 +431,12 @@ class LoadUnit(UnitComponent):
         arrives, while ``fetching``."""
         port_bytes, read = word_bytes(self.config, Buffer.LUT), self.lut_read
         shift = _log2(port_bytes)
-        base, size, words = Signal(CODEBOOK_ADDR_BITS + _log2(CODEBOOK_SLOT_BYTES)), Signal(range(CODEBOOK_SLOT_BYTES + 1)), Signal(range(CODEBOOK_SLOT_BYTES + 1))
+        base = Signal(CODEBOOK_ADDR_BITS + _log2(CODEBOOK_SLOT_BYTES))
+        size, words = Signal(range(CODEBOOK_SLOT_BYTES + 1)), Signal(range(CODEBOOK_SLOT_BYTES + 1))
         m.d.comb += [base.eq(cmd.codebook_addr * CODEBOOK_SLOT_BYTES),
-                     size.eq(_by_index_bits(cmd, {bits: 1 << bits if bits else 0 for bits in (0, *CODEBOOK_INDEX_BITS)})),
-                     words.eq(_by_index_bits(cmd, {bits: -(-(1 << bits) // port_bytes) if bits else 0
-                                                   for bits in (0, *CODEBOOK_INDEX_BITS)}))]
+                     size.eq(_by_index_bits(cmd, {0: 0, **{bits: 1 << bits for bits in CODEBOOK_INDEX_BITS}})),
+                     words.eq(_by_index_bits(cmd, {0: 0, **{bits: -(-(1 << bits) // port_bytes)
+                                                            for bits in CODEBOOK_INDEX_BITS}}))]
         issued, arrived, arrived_word = Signal.like(words), Signal(), Signal.like(words)
         index = Mux(checking, 0, issued)
         with m.If((checking & (cmd.index_bits != IndexBits.PLAIN)) | (fetching & (issued != words))):

@@ -135,7 +135,7 @@ def test_interleaved_rows_that_never_touch_are_legal():
 @pytest.mark.parametrize("unit, config", [(StoreUnit, DEFAULT), (LoadUnit, DEFAULT), (LoadUnit, SMALL)],
                          ids=["store", "load", "load-small"])
 def test_converts_to_verilog(unit, config):
-    """LOAD with DEFAULT's 256-byte WEIGHT port too (its realigning shifters are rtl/lanes.py's, ~10 s)."""
+    """LOAD with DEFAULT's 256-byte WEIGHT port too (its realigning shifters are rtl/lanes.py's, ~13 s)."""
     assert "module" in verilog.convert(unit(config), name=unit.__name__.lower())
 
 

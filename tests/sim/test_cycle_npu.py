@@ -57,7 +57,8 @@ def test_random_dma_programs_follow_the_npu(config, seed):
     _assert_same(stimulus.program, Memory.create(config, stimulus.memory.dram))
 
 
-@pytest.mark.parametrize("config, seed", [(WIDE_WORD, 5), (FAST_DRAM, 6), pytest.param(SMALL, 7, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("config, seed", [(WIDE_WORD, 5), (FAST_DRAM, 6),
+                                          pytest.param(SMALL, 7, marks=pytest.mark.slow)],
                          ids=["wide_word-5", "fast_dram-6", "small-7"])
 def test_random_codebook_programs_follow_the_npu(config, seed):
     """Random LOADs of codebook indices among LOADs and STOREs: the codebook's reads before the probe, the slots

@@ -10,12 +10,14 @@ every unit is a loop over it.
 """
 from __future__ import annotations
 
+from functools import partial
+
 from aipu.sim.cosim.stimulus import conv, dma, lut, pool, requant, wdec
 from aipu.sim.cosim.stimulus.base import Comparison, Stimulus, compare, expected_cycles, unit_program
 
 RANDOM = {"conv": conv.random_stimulus, "load_store": dma.random_stimulus, "requant": requant.random_stimulus,
           "lut": lut.random_stimulus, "softmax": lut.random_softmax_stimulus, "pool": pool.random_stimulus,
-          "wdec": wdec.random_stimulus}
+          "wdec": wdec.random_stimulus, "load_codebook": partial(dma.random_stimulus, codebook=True)}
 """Unit family -> ``(config, rng, commands) -> Stimulus``: about that many random legal commands of the family
 (fewer where a buffer runs out of room for disjoint outputs, as REQUANT's OUT does)."""
 

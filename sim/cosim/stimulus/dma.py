@@ -6,7 +6,8 @@ import numpy as np
 
 from aipu.rtl.dma import LoadUnit, StoreUnit
 from aipu.sim.cosim.stimulus.base import Stimulus
-from aipu.sim.machine.arch import CODEBOOK_INDEX_BITS, DTYPE_BYTES, DTYPE_NUMPY, BYTE_TYPES, Buffer, DType, HardwareConfig
+from aipu.sim.machine.arch import (CODEBOOK_INDEX_BITS, DTYPE_BYTES, DTYPE_NUMPY, BYTE_TYPES, Buffer, DType,
+                                HardwareConfig)
 from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, LOADABLE_BUFFERS, IndexBits, Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -128,9 +129,10 @@ def random_commands(config: HardwareConfig, rng: np.random.Generator, count: int
 
 def random_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int, codebook: bool = False
                     ) -> Stimulus:
-    """Random commands chained by tokens; with ``codebook`` LOADs of codebook indices among them, after a LOAD of
-    all of LUT memory from DRAM (a program's buffers may start empty: the codebooks are then DRAM's bytes)."""
-    drawn = random_commands(config, rng, commands, codebook)
+    """``commands`` random commands chained by tokens; with ``codebook`` LOADs of codebook indices among them, the
+    first a LOAD of all of LUT memory from DRAM (a program's buffers may start empty: the codebooks are then DRAM's
+    bytes)."""
+    drawn = random_commands(config, rng, commands - 1 if codebook else commands, codebook)
     if codebook:
         drawn.insert(0, Command.make(Opcode.LOAD, buffer=Buffer.LUT, elem_type=DType.INT8,
                                      run=min(config.buffer(Buffer.LUT).bytes, DRAM_BYTES)))
