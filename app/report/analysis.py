@@ -24,7 +24,7 @@ from aipu.compiler.program_dir import MANIFEST_FILE, PROGRAM_FILE, ProgramDir
 from aipu.sim.cycle import CycleResult, DramModel, simulate
 from aipu.sim.interpreter import DRAM, PreparedProgram, Stats, prepare
 from aipu.sim.machine.errors import InputError, executing
-from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.isa import Opcode, Unit, dram_run_bytes
 from aipu.sim.machine.memory import Memory
 from aipu.sim.timing.conv import MAC_OPCODES, useful_macs
 from aipu.sim.timing.wdec import decoded_profile
@@ -144,7 +144,8 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
         for index in indices:
             for space, written, nbytes in prepared.steps[unit, index].traffic:
                 traffic[space, written] += nbytes
-    weights = _weights(directory, spans.get(Unit.WDEC, ()))
+    weights = {**_weights(directory, spans.get(Unit.WDEC, ())),
+               **codebook_weights(directory.program, spans.get(Unit.LOAD, ()))}
     dram_read, dram_written = traffic[DRAM, False], traffic[DRAM, True]
     span = end - start
     rows = [manifest_layers.get(name, {}) for name in step["layers"]]
@@ -253,6 +254,18 @@ def _weights(directory: ProgramDir, indices: range) -> dict:
         bins += decoded_profile(data, shape).bins
     return {"weight_stream_bytes": stream, "weight_decoded_bytes": decoded,
             "weight_compression_ratio": decoded / stream if stream else None, "bins_decoded": bins}
+
+
+def codebook_weights(program, indices: range) -> dict:
+    """Bytes of the layer's LOADs of codebook indices in DRAM, and of the int8 weights they expand to in WEIGHT
+    (docs/quantization.md, "Codebook weights on chip")."""
+    packed = expanded = 0
+    for index in indices:
+        command = program.queues[Unit.LOAD][index]
+        if command.opcode == Opcode.LOAD and command.index_bits:
+            packed += command.y_size * command.x_size * dram_run_bytes(command)
+            expanded += command.y_size * command.x_size * command.run
+    return {"codebook_index_bytes": packed, "codebook_weight_bytes": expanded}
 
 
 def _run_counts(stats: Stats, spans: dict[Unit, range]) -> tuple[int, int]:

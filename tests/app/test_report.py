@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 
 from aipu.app.cli import main
 from aipu.app.models.train_digits import MODEL_PATH
-from aipu.app.report.analysis import SCHEMA_PATH, read_layer_rows, read_steps
+from aipu.app.report.analysis import SCHEMA_PATH, codebook_weights, read_layer_rows, read_steps
 from aipu.compiler.program_dir import DRAM_FILE, MANIFEST_FILE, read_program_dir, reseal, seal
 from aipu.sim.cycle import simulate
+from aipu.sim.machine.arch import Buffer
 from aipu.sim.machine.errors import InputError
-from aipu.sim.machine.isa import Unit
+from aipu.sim.machine.isa import IndexBits, Opcode, Unit
 from aipu.sim.machine.memory import Memory
+from aipu.sim.machine.program import Command, Program
 
 CHROMIUM = "/usr/bin/chromium"
 CATEGORIES = ("busy_cycles", "dram_stall_cycles", "sequencer_cycles", "idle_cycles")
@@ -118,6 +120,17 @@ def test_demo_report_adds_up_and_counts_the_input_run(demo_dir, tmp_path):
                                                                  for layer in document["layers"]]
     with open(html.with_suffix(".units.csv"), newline="") as stream:
         assert len(list(csv.DictReader(stream))) == sum(len(layer["units"]) for layer in document["layers"])
+
+
+def test_codebook_loads_count_their_packed_and_expanded_bytes():
+    """A layer's LOADs of codebook indices: their DRAM bytes and the WEIGHT bytes they become; plain LOADs count
+    in neither."""
+    program = Program()
+    for bits in (IndexBits.PLAIN, IndexBits.TWO, IndexBits.FOUR):
+        program.append(Command.make(Opcode.LOAD, buffer=Buffer.WEIGHT, y_size=3, x_size=2, run=8, index_bits=bits))
+    assert codebook_weights(program, range(3)) == {"codebook_index_bytes": 3 * 2 * (2 + 4),
+                                                   "codebook_weight_bytes": 2 * 3 * 2 * 8}
+    assert codebook_weights(program, range(1)) == {"codebook_index_bytes": 0, "codebook_weight_bytes": 0}
 
 
 def test_ports_report_is_the_rtl_s_timing(demo_dir, tmp_path):
