@@ -371,7 +371,9 @@ class LoadUnit(UnitComponent):
     def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
         config, cmd = self.config, self.view(word, Opcode.LOAD)
         dense = _load_dense_signals(m, cmd)
-        shape = _pattern(m, config, cmd, dense.gap == 0, _by_index_bits(cmd, {0: 0, 1: 3, 2: 2, 4: 1}))
+        expansion = {bits: 8 // bits for bits in CODEBOOK_INDEX_BITS}     # tile bytes a DRAM byte becomes
+        shape = _pattern(m, config, cmd, dense.gap == 0,
+                         _by_index_bits(cmd, {0: 0, **{bits: _log2(k) for bits, k in expansion.items()}}))
         checking = Signal()
         m.d.sync += checking.eq(start)
         beyond_buffer = Cat(*((cmd.buffer == buffer) & (dense.end > config.buffer(buffer).bytes)
@@ -382,21 +384,16 @@ class LoadUnit(UnitComponent):
         with m.If(fetched):
             m.d.comb += go.eq(1)
             m.d.sync += fetching.eq(0)
+        run_mask = _by_index_bits(cmd, {0: 0, **{bits: k - 1 for bits, k in expansion.items()}})
+        faults = [(expanding & (cmd.buffer != Buffer.WEIGHT), "buffer"),      # in the interpreter's order
+                  (expanding & (cmd.elem_type == DType.INT16), "elem_type"),
+                  (expanding & ((cmd.run & run_mask) != 0), "run"),
+                  (expanding & (codebook.end > config.buffer(Buffer.LUT).bytes), "codebook_addr"),
+                  (shape.beyond, "dram_addr"), (~_pad_value_fits(cmd), "pad_value"), (beyond_buffer, "sram_addr")]
         with m.If(checking):
-            with m.If(expanding & (cmd.buffer != Buffer.WEIGHT)):
-                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("buffer"))]
-            with m.Elif(expanding & (cmd.elem_type == DType.INT16)):
-                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("elem_type"))]
-            with m.Elif(expanding & ((cmd.run & _by_index_bits(cmd, {0: 0, 1: 7, 2: 3, 4: 1})) != 0)):
-                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("run"))]
-            with m.Elif(expanding & (codebook.end > config.buffer(Buffer.LUT).bytes)):
-                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("codebook_addr"))]
-            with m.Elif(shape.beyond):
-                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("dram_addr"))]
-            with m.Elif(~_pad_value_fits(cmd)):
-                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("pad_value"))]
-            with m.Elif(beyond_buffer):
-                m.d.comb += [fault.eq(1), fault_field.eq(self.error_index("sram_addr"))]
+            for index, (condition, name) in enumerate(faults):
+                with (m.Elif if index else m.If)(condition):
+                    m.d.comb += [fault.eq(1), fault_field.eq(self.error_index(name))]
             with m.Elif(expanding):
                 m.d.sync += fetching.eq(1)
             with m.Else():
