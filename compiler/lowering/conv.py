@@ -143,7 +143,7 @@ class ConvLowering:
                           out_zero_point=requant.out_zero_point, qmin=requant.qmin, qmax=requant.qmax,
                           out_type=dtype_code(context.tensors[op.y].dtype), rounding=Rounding[requant.rounding.upper()],
                           stride=op.stride, padding=padding, dilation=dilation, groups=op.groups,
-                          w_type=DType.INT4 if op.weight_format == "int4" else DType.INT8,
+                          w_type=DType.INT4 if op.weight_format == "int4" else DType.INT8, codebook=op.codebook,
                           negative_multiplier=requant.negative_multiplier if leaky else None,
                           negative_shift=requant.negative_shift if leaky else None,
                           lut=table.table.astype(LUT_ENTRY_DTYPE) if table else None,

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from aipu.compiler.lowering.base import dtype_code
-from aipu.compiler.lowering.conv_layer import ConvLayer, weight_bytes
+from aipu.compiler.lowering.conv_layer import ConvLayer, weight_bytes, weight_dram_bytes
 from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.im2col import UnrolledWindow
 from aipu.compiler.lowering.pipeline import Pipeline
 from aipu.sim.machine.arch import DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, DType
-from aipu.sim.machine.isa import LutMode, Opcode, RequantMode
+from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, LutMode, Opcode, RequantMode
 
 WeightStream = Callable[[int, int, int, int], tuple[int, int] | None]
 
@@ -96,6 +96,10 @@ class _ConvEmitter:
         if self.layer.lut is not None:   # the table stays in LUT memory for the whole layer
             self.pipeline.append(Opcode.LOAD, dict(buffer=Buffer.LUT, sram_addr=self._table_address(),
                                                    dram_addr=self.addresses["lut"], run=self.layer.lut.nbytes))
+        if self.layer.codebook is not None:     # so does the codebook, after the table
+            self.pipeline.append(Opcode.LOAD, dict(buffer=Buffer.LUT, sram_addr=self._codebook_address(),
+                                                   dram_addr=self.addresses["codebook"],
+                                                   run=1 << self.layer.index_bits))
         for tile in self._tiles():
             for chunk_index, chunk in enumerate(self.chunks):
                 self._conv_step(tile, chunk_index, chunk)
@@ -105,7 +109,15 @@ class _ConvEmitter:
             self._store(tile)
 
     def _table_address(self) -> int:
-        return self.pipeline.table_address(self.layer.lut.nbytes)
+        return self.pipeline.table_address(self._lut_bytes())
+
+    def _lut_bytes(self) -> int:
+        """LUT memory the layer uses: its table, then its codebook in a slot of its own."""
+        table = 0 if self.layer.lut is None else -(-self.layer.lut.nbytes // CODEBOOK_SLOT_BYTES) * CODEBOOK_SLOT_BYTES
+        return table + (CODEBOOK_SLOT_BYTES if self.layer.codebook is not None else 0)
+
+    def _codebook_address(self) -> int:
+        return self.pipeline.table_address(self._lut_bytes()) + self._lut_bytes() - CODEBOOK_SLOT_BYTES
 
     def _tiles(self) -> list[_Tile]:
         """The output tiles, k-tile by k-tile, with the input rows each reads."""
@@ -153,12 +165,16 @@ class _ConvEmitter:
 
     def _load_weights(self, item: int, k0: int, out_c: int, c0: int, in_c: int) -> None:
         """The raw weights [k0:k0+out_c, c0:c0+in_c] (OHWI in DRAM) into weight half ``item``."""
-        _, cg, kh, kw = self.layer.w.shape
-        size = functools.partial(weight_bytes, self.layer)         # INT4: two a byte, chunks of even counts
+        layer = self.layer
+        _, cg, kh, kw = layer.w.shape
+        packed = functools.partial(weight_dram_bytes, layer)     # INT4 two a byte, codebook indices 8 / bits a byte
+        codebook = {} if layer.codebook is None else dict(index_bits=layer.index_bits,
+                                                          codebook_addr=self._codebook_address() // CODEBOOK_SLOT_BYTES)
         self.pipeline.append(Opcode.LOAD, dict(
             buffer=Buffer.WEIGHT, sram_addr=self.pipeline.half(Buffer.WEIGHT, item),
-            dram_addr=self.addresses["weights"] + size(k0 * kh * kw * cg + c0), elem_type=DType.INT8, y_size=out_c,
-            x_size=kh * kw, run=size(in_c), dram_y_stride=size(kh * kw * cg), dram_x_stride=size(cg)))
+            dram_addr=self.addresses["weights"] + packed(k0 * kh * kw * cg + c0), elem_type=DType.INT8,
+            y_size=out_c, x_size=kh * kw, run=weight_bytes(layer, in_c), dram_y_stride=packed(kh * kw * cg),
+            dram_x_stride=packed(cg), **codebook))
 
     def _decode_weights(self, item: int, placed: tuple[int, int], out_c: int, c0: int, in_c: int) -> None:
         """WDEC of the stream ``placed`` (DRAM address, length) into weight half ``item``."""

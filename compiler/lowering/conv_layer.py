@@ -12,7 +12,8 @@ from aipu.compiler.lowering.base import field_max
 from aipu.sim import golden
 from aipu.sim.machine.arch import (BIAS_BITS, DEFAULT, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE,
                                 MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX, DType, HardwareConfig, bit_range,
-                                dtype_bounds, elements_bytes, pack_int4)
+                                CODEBOOK_INDEX_BITS, DTYPE_BITS, dtype_bounds, elements_bytes, pack_indices,
+                                pack_int4)
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import LutMode, Opcode, Rounding
 
@@ -50,6 +51,19 @@ class ConvLayer:
     lut_index_shift: int = 0           # 8-bit outputs: 256 entries (DIRECT8); int16: 2**k + 1 (INTERP16)
     lut_input_min: int = _LUT16_INPUT_MIN
     w_type: DType = DType.INT8         # INT4: values in -8..7, stored two a byte (docs/arithmetic.md D23)
+    codebook: np.ndarray | None = None  # int8 entries (2..16, sorted, distinct): w holds entries, DRAM their indices
+
+    @property
+    def index_bits(self) -> int:
+        """The width of a codebook index (the fewest of CODEBOOK_INDEX_BITS that number the entries), 0 without."""
+        if self.codebook is None:
+            return 0
+        return next(bits for bits in CODEBOOK_INDEX_BITS if len(self.codebook) <= 1 << bits)
+
+    @property
+    def weight_dram_bits(self) -> int:
+        """Bits a weight takes in DRAM: an index's, INT4's 4, else 8."""
+        return self.index_bits or DTYPE_BITS[self.w_type]
 
     @property
     def out_dtype(self) -> np.dtype:
@@ -91,8 +105,13 @@ class ConvLayer:
 
 
 def weight_bytes(layer: ConvLayer, count: int) -> int:
-    """The bytes ``count`` of the layer's weights take in DRAM and in WEIGHT (INT4: two a byte)."""
+    """The bytes ``count`` of the layer's weights take in WEIGHT (INT4: two a byte)."""
     return elements_bytes(count, layer.w_type)
+
+
+def weight_dram_bytes(layer: ConvLayer, count: int) -> int:
+    """The bytes ``count`` of the layer's weights take in DRAM (codebook indices: 8 / index_bits a byte)."""
+    return -(-count * layer.weight_dram_bits // 8)
 
 
 def output_size(layer: ConvLayer) -> tuple[int, int]:
@@ -178,6 +197,8 @@ def _check_weight_type(layer: ConvLayer) -> None:
     group's channels two a byte, docs/arithmetic.md D23; a depthwise layer has one channel a group)."""
     if layer.w_type not in WEIGHT_TYPES:
         raise InputError("w_type", layer.w_type, f"expected {dtype_names(WEIGHT_TYPES)}")
+    if layer.codebook is not None:
+        _check_codebook(layer)
     if layer.w_type != DType.INT4:
         return
     low, high = dtype_bounds(DType.INT4)
@@ -187,6 +208,23 @@ def _check_weight_type(layer: ConvLayer) -> None:
     if layer.w.shape[1] % 2:
         raise InputError("w_type", "INT4", f"an even number of input channels a group (this layer has "
                          f"{layer.w.shape[1]}: INT4 weights pack two channels a byte)")
+
+
+def _check_codebook(layer: ConvLayer) -> None:
+    """Codebook weights: 2..16 sorted distinct int8 entries, INT8 weights that are all entries, and each tap's
+    input channels whole bytes of indices (LOAD expands a run of 8 / index_bits indices a byte)."""
+    entries = layer.codebook
+    if (not isinstance(entries, np.ndarray) or entries.dtype != np.int8 or entries.ndim != 1
+            or not 2 <= entries.size <= 1 << max(CODEBOOK_INDEX_BITS) or np.any(np.diff(entries.astype(int)) <= 0)):
+        raise InputError("codebook", entries, f"2..{1 << max(CODEBOOK_INDEX_BITS)} sorted distinct int8 entries")
+    if layer.w_type != DType.INT8:
+        raise InputError("w_type", layer.w_type.name, "INT8 with a codebook (LOAD expands indices to int8 entries)")
+    if not np.all(np.isin(layer.w, entries)):
+        raise InputError("w", int(layer.w[~np.isin(layer.w, entries)].flat[0]), "a codebook entry")
+    per_byte = 8 // layer.index_bits
+    if layer.w.shape[1] % per_byte:
+        raise InputError("codebook", f"{entries.size} entries", f"input channels a group a multiple of {per_byte} "
+                         f"({layer.index_bits}-bit indices pack {per_byte} a byte; this layer has {layer.w.shape[1]})")
 
 
 def _check_requant_params(layer: ConvLayer) -> None:
@@ -274,10 +312,18 @@ def _param_records(layer: ConvLayer) -> np.ndarray:
 
 
 def layer_constants(layer: ConvLayer, config: HardwareConfig) -> dict[str, np.ndarray]:
-    """What a layer reads from DRAM besides its input: "weights" (OHWI; INT4 two a byte along I), "params"
-    (records), "lut" (if any)."""
+    """What a layer reads from DRAM besides its input: "weights" (OHWI; INT4 two a byte along I; with a codebook
+    the indices, 8 / index_bits a byte along I), "params" (records), "lut" and "codebook" (its 2^index_bits int8
+    entries), if any."""
     ohwi = np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1))
-    constants = {"weights": pack_int4(ohwi) if layer.w_type == DType.INT4 else ohwi, "params": _param_records(layer)}
+    constants = {"weights": ohwi, "params": _param_records(layer)}
+    if layer.w_type == DType.INT4:
+        constants["weights"] = pack_int4(ohwi)
+    if layer.codebook is not None:
+        constants["weights"] = pack_indices(np.searchsorted(layer.codebook, ohwi), layer.index_bits)
+        table = np.full(1 << layer.index_bits, layer.codebook[-1], np.int8)
+        table[:layer.codebook.size] = layer.codebook
+        constants["codebook"] = table
     if layer.lut is not None:
         constants["lut"] = _lut_table(layer, config)
     return constants

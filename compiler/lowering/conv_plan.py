@@ -55,6 +55,7 @@ class ConvGeometry:
     dilation_h: int
     w_type: DType        # INT4: weights two a byte, chunks of an even channel count
     in_type: DType
+    weight_dram_bits: int     # 8, INT4's 4, or a codebook index's bits
 
     @classmethod
     def of(cls, layer: ConvLayer) -> ConvGeometry:
@@ -62,11 +63,20 @@ class ConvGeometry:
         k, cg, kh, kw = layer.w.shape
         return cls(c, w, k, cg, kh, kw, layer.groups, *output_size(layer), w + layer.padding[1] + layer.padding[3],
                    DTYPE_BYTES[layer.out_type], layer.stride[0], layer.dilation[0], layer.w_type,
-                   dtype_code(layer.x.dtype))
+                   dtype_code(layer.x.dtype), layer.weight_dram_bits)
 
     def weight_bytes(self, count: int) -> int:
-        """Bytes of ``count`` weights."""
+        """Bytes of ``count`` weights in WEIGHT."""
         return elements_bytes(count, self.w_type)
+
+    def weight_dram_bytes(self, count: int) -> int:
+        """Bytes of ``count`` weights in DRAM."""
+        return -(-count * self.weight_dram_bits // 8)
+
+    @property
+    def channel_step(self) -> int:
+        """Input channels a chunk is a multiple of: those of a whole byte of weights in DRAM (1 for int8)."""
+        return 8 // self.weight_dram_bits
 
     def input_rows(self, rows: int) -> int:
         """Input rows that ``rows`` output rows read."""
@@ -92,8 +102,9 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     if ((tile_c is not None and not 1 <= tile_c <= shape.c)
             or (tile_rows is not None and not 1 <= tile_rows <= shape.out_h)):
         raise ValueError(f"tile_c = {tile_c} / tile_rows = {tile_rows}: must be 1..{shape.c} / 1..{shape.out_h}")
-    if tile_c is not None and shape.w_type == DType.INT4 and tile_c % 2:
-        raise ValueError(f"tile_c = {tile_c}: INT4 weights need an even chunk of input channels")
+    if tile_c is not None and tile_c % shape.channel_step:
+        raise ValueError(f"tile_c = {tile_c}: {shape.weight_dram_bits}-bit weights need chunks of a multiple of "
+                         f"{shape.channel_step} input channels (whole bytes)")
     window = UnrolledWindow.of(layer) if unrolled is not False and tile_c in (None, shape.c) else None
     if window is not None and unrolled is None and not _unrolling_saves_blocks(shape, window, config):
         window = None
@@ -134,9 +145,9 @@ def _plain_sizes(shape: ConvGeometry, tks: list[int], all_rows: list[int],
     """The plain plans (tk, tc, rows) to weigh. A grouped tile reads whole groups (tile_c = C/G), or, holding
     one group, a chunk of its channels."""
     step_k = shape.k // shape.groups if shape.groups > 1 else 1
-    channels = ([tile_c] if tile_c else _halvings(shape.c)) if shape.groups == 1 else _halvings(shape.cg)
-    if shape.w_type == DType.INT4:                 # a chunk's INT4 weights fill whole bytes
-        channels = [tc for tc in channels if tc % 2 == 0]
+    step = shape.channel_step                     # a chunk's weights fill whole bytes in DRAM
+    channels = ([tile_c] if tile_c else [step * tc for tc in _halvings(shape.c // step)]) if shape.groups == 1 \
+        else [step * tc for tc in _halvings(shape.cg // step)]
     return [(tk, tc, rows) for tk in tks for tc in channels for rows in all_rows
             if shape.groups == 1 or tc == shape.cg or tk == step_k]
 
@@ -225,8 +236,8 @@ class CostEstimate:
 
     def _weight_and_output_words(self, tk: int, tc: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
         shape, word = self.shape, self.config.dram.bytes_per_cycle
-        weights = (chunks * walk_words(word, shape.k * shape.kh * shape.kw, shape.weight_bytes(min(tc, shape.cg)),
-                                       shape.weight_bytes(shape.cg))
+        weights = (chunks * walk_words(word, shape.k * shape.kh * shape.kw, shape.weight_dram_bytes(min(tc, shape.cg)),
+                                       shape.weight_dram_bytes(shape.cg))
                    * (row_tiles if chunks > 1 else 1))
         outputs = k_tiles * walk_words(word, shape.out_h * shape.out_w, tk * shape.out_bytes,
                                        shape.k * shape.out_bytes)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aipu.sim.machine.arch import BANKED_BUFFERS, BUFFER_UNIT_BYTES, DTYPE_BYTES, Buffer, DType
-from aipu.sim.machine.isa import COMMANDS, EltwiseOp, Opcode, Unit
+from aipu.sim.machine.isa import COMMANDS, EltwiseOp, Opcode, Unit, dram_run_bytes
 from aipu.sim.machine.ordering import region_bytes
 from aipu.sim.machine.program import Command, Program
 
@@ -177,7 +177,7 @@ class Pipeline:
         that touched one of its bytes; record its bytes."""
         if command.opcode not in (Opcode.LOAD, Opcode.STORE):
             return
-        touched, end = _dram_bytes(command.args)
+        touched, end = _dram_bytes(command)
         self._grow(end)
         load = command.opcode == Opcode.LOAD
         other, own = (self._dram_store, self._dram_load) if load else (self._dram_load, self._dram_store)
@@ -200,9 +200,9 @@ class Pipeline:
             self.program.append(dataclasses.replace(command, pop=frozenset(pop), push=frozenset(push)))
 
 
-def _dram_bytes(args: dict) -> tuple[slice | np.ndarray, int]:
+def _dram_bytes(command: Command) -> tuple[slice | np.ndarray, int]:
     """The DRAM bytes a LOAD's or STORE's pattern touches (a slice when they are one range) and the end."""
-    run = args["run"] * DTYPE_BYTES[DType(args["elem_type"])]
+    args, run = command.args, dram_run_bytes(command)
     address, y_size, y_stride = args["dram_addr"], args["y_size"], args["dram_y_stride"]
     x_size, x_stride = args["x_size"], args["dram_x_stride"]
     if (x_size == 1 or x_stride == run) and (y_size == 1 or y_stride == x_size * run):

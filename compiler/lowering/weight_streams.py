@@ -15,11 +15,11 @@ class WeightStreams:
     """``weight_stream`` of emit_conv_layer for one layer's weights [K, C/groups, KH, KW]: a tile's npu-profile
     stream (codec.encode_profile_stream), placed as a constant of ``dram`` once however often the tile is
     decoded, and described in ``record``; None (load the tile raw) where the stream is not smaller than the tile
-    or does not fit WDEC's fields, and for weights that are not INT8 (WDEC writes int8 levels)."""
+    or does not fit WDEC's fields, and for INT4 or codebook weights (WDEC writes int8 levels)."""
 
     def __init__(self, layer: ConvLayer, prefix: str, dram: DramPlan, record: list[dict]):
         self.weights, self.prefix, self.dram, self.record = layer.w, prefix, dram, record
-        self.int8 = layer.w_type == DType.INT8 and layer.w.dtype == np.int8
+        self.int8 = layer.w_type == DType.INT8 and layer.w.dtype == np.int8 and layer.codebook is None
         self.placed: dict[tuple[int, int, int, int], tuple[int, int] | None] = {}
 
     def __call__(self, k0: int, k: int, c0: int, c: int) -> tuple[int, int] | None:

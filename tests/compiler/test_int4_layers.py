@@ -63,7 +63,7 @@ def test_int4_chunks_and_unrolled_windows(tiles):
 
 
 def test_an_odd_chunk_of_int4_weights_is_refused():
-    with pytest.raises(ValueError, match="even chunk"):
+    with pytest.raises(ValueError, match="multiple of 2 input channels"):
         lower_conv_layer(_dense_int4(np.random.default_rng(7), 6, 5), TINY, tile_c=3)
 
 
