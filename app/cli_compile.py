@@ -69,14 +69,14 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         print("(no per-layer report: give --calib samples to compare every layer with float)")
         return 0
     low = low_sqnr_layers(manifest["layers"])
-    print(f"{'layer':<28} {'kind':<8} {'weights':<7} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} "
+    print(f"{'layer':<28} {'kind':<8} {'weights':<11} {'output':<16} {'type':<6} {'scale':>10} {'zp':>5} "
           f"{'SQNR dB':>9} {'clipped':>8}")
     for row in manifest["layers"]:
         shape = "x".join(map(str, row["shape"]))
         sqnr = "-" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}" + ("!" if row in low else " ")
         clipped = "-" if row["clipped_fraction"] is None else f"{row['clipped_fraction']:.2%}"
         table = f"  table inputs {row['table_input_range']}" if "table_input_range" in row else ""
-        print(f"{row['name'][:28]:<28} {row['kind']:<8} {row.get('weights', '-'):<7} {shape:<16} {row['dtype']:<6} "
+        print(f"{row['name'][:28]:<28} {row['kind']:<8} {row.get('weights', '-'):<11} {shape:<16} {row['dtype']:<6} "
               f"{row['scale']:>10.4g} {row['zero_point']:>5} {sqnr:>9} {clipped:>8}{table}")
     return 0
 
@@ -235,8 +235,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "scale a power of two, 7-bit weights, requantization by shifts)")
     compile_parser.add_argument("--weights", metavar="FORMAT",
                                 help="conv and fc weights: int8 (default), int4 (T/AI 115.1 INT4 parameters: two "
-                                     "products a MAC cell; a layer that cannot take them keeps int8, named in the "
-                                     "notes) or pow2 (7-bit at a power-of-two scale)")
+                                     "products a MAC cell), codebook:K (K = 2..16 k-means centres a layer, stored "
+                                     "as 1-, 2- or 4-bit indices that LOAD expands) or pow2 (7-bit at a "
+                                     "power-of-two scale); a layer that cannot take int4 or a codebook keeps int8, "
+                                     "named in the notes")
     compile_parser.add_argument("--layer-weights", metavar="FILE.json",
                                 help="per-layer weight formats, a JSON object of node name to format (mixed "
                                      "precision, e.g. {\"conv1\": \"int8\"}); the rest take --weights")

@@ -18,7 +18,8 @@ from aipu.compiler.program_dir import write_program_dir
 from aipu.compiler.prequantized import import_quantized, is_prequantized
 from aipu.compiler.qir import QConv, QLut, QModel
 from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_from_powers
-from aipu.sim.machine.arch import DEFAULT, DType, HardwareConfig, elements_bytes
+from aipu.compiler.weight_formats import stored_bytes
+from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 from aipu.sim.machine.errors import InputError
 
 REPORT_SAMPLES = 16          # calibration samples the per-layer report compares float and int8 on
@@ -214,10 +215,9 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
 
 
 def weight_sizes(qmodel: QModel) -> dict:
-    """The MAC layers' weights as the program stores them: each layer's format and bytes (INT4 two a byte),
-    the total, and the total the same weights take as int8."""
-    layers = [{"name": op.name, "format": op.weight_format,
-               "bytes": elements_bytes(op.w.size, DType.INT4 if op.weight_format == "int4" else DType.INT8)}
+    """The MAC layers' weights as the program stores them in DRAM: each layer's format and bytes
+    (weight_formats.stored_bytes), the total, and the total the same weights take as int8."""
+    layers = [{"name": op.name, "format": op.weight_format, "bytes": stored_bytes(op.weight_format, op.w.size)}
               for op in qmodel.ops if isinstance(op, QConv)]
     return {"bytes": sum(layer["bytes"] for layer in layers),
             "int8_bytes": sum(op.w.size for op in qmodel.ops if isinstance(op, QConv)), "layers": layers}

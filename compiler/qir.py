@@ -89,6 +89,7 @@ class QConv:
     groups: int = 1
     upsample: tuple[int, int] = (1, 1)
     weight_format: str = "int8"      # compiler.weight_formats: how ``w`` was quantized ("int4": codes -8..7)
+    codebook: np.ndarray | None = None   # codebook:K: the sorted distinct int8 entries ``w`` takes its values from
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -33,7 +33,8 @@ from aipu.compiler.qir import (QConcat, QConv, QEltwise, QLayout, QLut, QModel, 
                                summed_planes)
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.compiler.slicing import slice_gathers
-from aipu.compiler.weight_formats import CODE_MAX, check_format, int4_refusal, int4_weights
+from aipu.compiler.weight_formats import (check_format, code_max, codebook_centres, codebook_weights, int4_weights,
+                                          refusal)
 from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, MULTIPLIER_BITS, SHIFT_MAX,
                                    SOFTMAX_SHIFT_MAX, bit_range)
@@ -269,8 +270,8 @@ class Quantizer:
         x_spec, y_spec = self._mac_input(x), self.activation(y)
         self.tensors[y] = y_spec
         weight_format = self._weight_format(node, weight, conv.get("groups", 1))
-        floor = self._weight_scale_floor(node, bias, x_spec, y_spec, weight, CODE_MAX[weight_format])
-        w_q, w_scale = self._weights(weight, floor, weight_format)
+        floor = self._weight_scale_floor(node, bias, x_spec, y_spec, weight, code_max(weight_format))
+        w_q, w_scale, codebook = self._weights(weight, floor, weight_format)
         scale = x_spec.scale * w_scale / y_spec.scale
         bias_scaled = bias / (x_spec.scale * w_scale)
         low, high = bit_range(BIAS_BITS, signed=True)
@@ -283,18 +284,18 @@ class Quantizer:
         requant = self._requant(scale, y_spec, activation)
         check_accumulator(w_q, x_spec, 0)
         self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv,
-                              weight_format=weight_format))
+                              weight_format=weight_format, codebook=codebook))
 
     def _weight_format(self, node: Node, weight: np.ndarray, groups: int) -> str:
         """The layer's weight format; a layer that cannot take the global one keeps int8 (named in the notes),
         one the mapping file names is refused."""
         weight_format, named = layer_weight_format(self.options, node.name)
-        refusal = int4_refusal(weight.shape, groups) if weight_format == "int4" else None
-        if refusal is None:
+        why = refusal(weight_format, weight.shape, groups, node.op == "ConvTranspose")
+        if why is None:
             return weight_format
         if named:
-            raise InputError(f"layer {node.name!r} weights", weight_format, f"int8 or pow2: {refusal}")
-        self.kept_int8.setdefault(refusal, []).append(node.name)
+            raise InputError(f"layer {node.name!r} weights", weight_format, f"int8 or pow2: {why}")
+        self.kept_int8.setdefault(why, []).append(node.name)
         return "int8"
 
     def _eight_bit(self, name: str, why: str) -> QTensor:
@@ -377,21 +378,27 @@ class Quantizer:
                               "to zero)")
         return floor
 
-    def _weights(self, weight: np.ndarray, floor: np.ndarray, weight_format: str) -> tuple[np.ndarray, np.ndarray]:
-        """The weights in ``weight_format`` and their scale per output channel (or one for all), at least
-        ``floor``: int8 symmetric [-127, 127], int4 (weight_formats.int4_weights), or pow2."""
+    def _weights(self, weight: np.ndarray, floor: np.ndarray,
+                 weight_format: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The weights in ``weight_format``, their scale per output channel (or one for all), at least ``floor``,
+        and a codebook's entries (else None): int8 symmetric [-127, 127], int4 (weight_formats.int4_weights),
+        codebook:K (weight_formats.codebook_weights), or pow2."""
         if weight_format == "int4":
-            return int4_weights(weight, floor, self.options.per_channel_weights)
+            return *int4_weights(weight, floor, self.options.per_channel_weights), None
+        centres = codebook_centres(weight_format)
+        if centres is not None:
+            codes, entries, scale = codebook_weights(weight, centres, floor, self.options.per_channel_weights)
+            return codes, scale, entries
         flat = np.abs(weight.reshape(weight.shape[0], -1))
         amax = flat.max(axis=1) if self.options.per_channel_weights else np.full(weight.shape[0], flat.max())
         floor = floor if self.options.per_channel_weights else np.full(weight.shape[0], floor.max())
         if weight_format == "pow2":       # 7-bit kernels (QUAN 63, [0069]) at the least power of two
             exponents = _pow2_weight_exponents(amax, floor)
             q = [golden.pow2_quantize(channel, int(e), golden.KERNEL_QUAN) for channel, e in zip(weight, exponents)]
-            return np.stack(q).astype(np.int8), np.ldexp(1.0, -exponents)
+            return np.stack(q).astype(np.int8), np.ldexp(1.0, -exponents), None
         scale = np.maximum(amax / _WEIGHT_MAX, floor)
         q = golden.round_half_away(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))))
-        return np.clip(q, -_WEIGHT_MAX, _WEIGHT_MAX).astype(np.int8), scale
+        return np.clip(q, -_WEIGHT_MAX, _WEIGHT_MAX).astype(np.int8), scale, None
 
     def _requant(self, scale: np.ndarray, y: QTensor, activation: Node | None) -> Requant:
         negative = {}

@@ -1,10 +1,12 @@
 """How a MAC layer's weights are quantized (``aipu compile --weights`` and the per-layer mapping file): the
-formats, which layers can take each, and the INT4 quantizer (docs/compiler.md §3.2).
+formats, which layers can take each, and their quantizers (docs/compiler.md §3.2).
 
 * ``int8``: symmetric [-127, 127], a scale per output channel (whitepaper §2.2.2);
 * ``int4``: T/AI 115.1-2021 §7.2.3.3's single INT4 parameters, signed [-8, 7], each output channel's step by
   the §9.4 grid search (Table 285) with the mean-squared-error criterion; CONV computes two products a MAC
   cell (docs/arithmetic.md D23);
+* ``codebook:K``: §7.2.2.2's codebook quantization (Q_Method 2) with K centres (2..16) for the layer, int8
+  entries at one scale; DRAM holds 1-, 2- or 4-bit indices that LOAD expands (docs/quantization.md);
 * ``pow2``: the shift-quantization patent's 7-bit kernels at a power-of-two scale per layer.
 """
 from __future__ import annotations
@@ -14,21 +16,38 @@ from pathlib import Path
 
 import numpy as np
 
+from aipu.quant.codebook import kmeans_centres
 from aipu.quant.int4_search import quantize as int4_search
 from aipu.sim import golden
-from aipu.sim.machine.arch import INT4_MAX, INT4_MIN
+from aipu.sim.machine.arch import CODEBOOK_INDEX_BITS, INT4_MAX, INT4_MIN
 from aipu.sim.machine.errors import InputError
 
 WEIGHT_FORMATS = ("int8", "int4", "pow2")
+CODEBOOK = "codebook:"                # + the number of centres
+CODEBOOK_CENTRES = range(2, (1 << max(CODEBOOK_INDEX_BITS)) + 1)
 CODE_MAX = {"int8": 127, "int4": INT4_MAX, "pow2": golden.KERNEL_QUAN}     # the largest |code| of each
 _MAPPING_BYTES_MAX = 1 << 20          # a mapping file names layers: a megabyte is far beyond any network's
 
 
 def check_format(option: str, value) -> str:
     """``value`` if it names a weight format, else an InputError naming ``option``."""
-    if value not in WEIGHT_FORMATS:
-        raise InputError(option, value, " or ".join(WEIGHT_FORMATS))
+    if value not in WEIGHT_FORMATS and codebook_centres(value) is None:
+        raise InputError(option, value, f"{', '.join(WEIGHT_FORMATS)} or {CODEBOOK}K (K {CODEBOOK_CENTRES.start}.."
+                                        f"{CODEBOOK_CENTRES.stop - 1})")
     return value
+
+
+def codebook_centres(weight_format) -> int | None:
+    """K of a ``codebook:K`` format (None for any other value)."""
+    if not isinstance(weight_format, str) or not weight_format.startswith(CODEBOOK):
+        return None
+    count = weight_format.removeprefix(CODEBOOK)
+    return int(count) if count.isdigit() and count.isascii() and int(count) in CODEBOOK_CENTRES else None
+
+
+def code_max(weight_format: str) -> int:
+    """The largest |code| a format gives a weight (a codebook's entries are int8)."""
+    return CODE_MAX.get(weight_format, CODE_MAX["int8"])
 
 
 def read_layer_formats(path) -> tuple[tuple[str, str], ...]:
@@ -53,13 +72,41 @@ def read_layer_formats(path) -> tuple[tuple[str, str], ...]:
         raise exc.within(str(path)) from None
 
 
-def int4_refusal(weight_shape: tuple[int, ...], groups: int) -> str | None:
-    """Why a layer with these weights [K, C/groups, KH, KW] cannot take INT4 weights, or None."""
+def stored_bytes(weight_format: str, count: int) -> int:
+    """The DRAM bytes ``count`` weights of ``weight_format`` take: INT4 two a byte, a codebook's indices
+    8 / index_bits a byte and its 2^index_bits entries, else a byte each."""
+    centres = codebook_centres(weight_format)
+    if centres is not None:
+        bits = index_bits(centres)
+        return -(-count * bits // 8) + (1 << bits)
+    return -(-count // 2) if weight_format == "int4" else count
+
+
+def index_bits(centres: int) -> int:
+    """The width of an index into ``centres`` entries: the fewest of LOAD's index widths that number them."""
+    return next(bits for bits in CODEBOOK_INDEX_BITS if centres <= 1 << bits)
+
+
+def refusal(weight_format: str, weight_shape: tuple[int, ...], groups: int, transposed: bool) -> str | None:
+    """Why a layer with these weights [K, C/groups, KH, KW] cannot take ``weight_format``, or None. INT4 weights
+    and codebook indices fill whole bytes of each tap's input channels (CONV packs INT4 two a byte, LOAD
+    expands 8 / index_bits indices a byte)."""
+    centres = codebook_centres(weight_format)
+    if weight_format == "int4":
+        what, per_byte, where = "INT4 weights pack two input channels a byte", 2, "docs/arithmetic.md D23"
+    elif centres is not None:
+        if transposed:
+            return "a transposed convolution's phases fill kernel taps with zeros, which a codebook may not hold"
+        bits = index_bits(centres)
+        what, per_byte = f"{bits}-bit codebook indices pack {8 // bits} input channels a byte", 8 // bits
+        where = "docs/quantization.md"
+    else:
+        return None
     per_group = weight_shape[1]
-    if per_group % 2 == 0:
+    if per_group % per_byte == 0:
         return None
     kind = "depthwise" if groups > 1 and per_group == 1 else f"{per_group} input channel{'s' * (per_group > 1)} a group"
-    return f"INT4 weights pack two input channels a byte: {kind} (docs/arithmetic.md D23)"
+    return f"{what}: {kind} ({where})"
 
 
 def int4_weights(weight: np.ndarray, floor: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -72,3 +119,23 @@ def int4_weights(weight: np.ndarray, floor: np.ndarray, per_channel: bool) -> tu
     scale = np.maximum(steps, floor if per_channel else np.full(weight.shape[0], floor.max()))
     codes = golden.round_half_away(np.clip(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))), INT4_MIN, INT4_MAX))
     return codes.astype(np.int8), scale
+
+
+def codebook_weights(weight: np.ndarray, centres: int, floor: np.ndarray,
+                     per_channel: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codebook weights (T/AI 115.1-2021 §7.2.2.2, Q_Method 2, one codebook for the layer) on weights in code
+    units: each output channel divided by its int8 scale (max|w| / 127, at least ``floor``; one for all when not
+    ``per_channel``), so that channels of different ranges share the entries. The k-means centres of §9.4.1.4
+    over those values, rounded to int8, are the entries; each weight takes the nearest (the lower on a tie).
+    Returns (weights as int8 codes, the sorted distinct entries, the scale per output channel)."""
+    flat = np.abs(weight.reshape(weight.shape[0], -1))
+    amax = flat.max(axis=1) if per_channel else np.full(weight.shape[0], flat.max())
+    floor = floor if per_channel else np.full(weight.shape[0], floor.max())
+    scale = np.maximum(np.maximum(amax / CODE_MAX["int8"], floor), np.finfo(np.float64).tiny)
+    units = weight / scale.reshape(-1, *([1] * (weight.ndim - 1)))
+    found = kmeans_centres(units.ravel(), centres)
+    entries = np.unique(golden.round_half_away(np.clip(found, -CODE_MAX["int8"], CODE_MAX["int8"])))
+    if entries.size == 1:           # one value (an all-zero layer): a codebook has two entries at least
+        entries = np.union1d(entries, entries + (1 if entries[0] < CODE_MAX["int8"] else -1))
+    nearest = np.searchsorted((entries[1:] + entries[:-1]) / 2, units, side="left")     # the lower one on a tie
+    return entries[nearest].astype(np.int8), entries.astype(np.int8), scale

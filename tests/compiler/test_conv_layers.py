@@ -22,6 +22,20 @@ TINY = hardware_config_from_dict({"buffers": {"act": {"bytes": 2048}, "weight": 
                                               "param": {"bytes": 256}}})
 
 
+def lowered_layers_match(build, config, seeds) -> list:
+    """Lower each layer ``build(seed)`` makes (None: none for that seed) for ``config``, run it on the
+    interpreter and compare with the golden layer; returns the lowered layers."""
+    checked = []
+    for seed in seeds:
+        layer = build(seed)
+        if layer is not None:
+            lowered = lower_conv_layer(layer, config)
+            result = run(lowered.program, lowered.memory(), seed=seed)
+            np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference(), err_msg=str(seed))
+            checked.append((layer, lowered))
+    return checked
+
+
 def _golden(layer: ConvLayer) -> np.ndarray:
     """The test's oracle: the layer on the golden units directly (conv2d, requantize, then the table)."""
     acc = golden.conv2d(layer.x, layer.w, x_zero_point=layer.x_zero_point, w_zero_point=layer.w_zero_point,

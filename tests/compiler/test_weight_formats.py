@@ -13,7 +13,7 @@ from aipu.app.models.train_digits import MODEL_PATH
 from aipu.compiler.driver import compile_model
 from aipu.compiler.qir import QConv
 from aipu.compiler.quantize import QuantOptions
-from aipu.compiler.weight_formats import int4_weights, read_layer_formats
+from aipu.compiler.weight_formats import check_format, codebook_weights, int4_weights, read_layer_formats
 from aipu.sim.machine.arch import DType
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode
@@ -56,16 +56,45 @@ def test_mixed_int4_is_within_two_points_of_int8_and_bit_exact(digits_files, dig
     assert_program_is_the_model(mixed, digits_data["eval_images"][:4])
 
 
+@pytest.mark.parametrize("weights", ["int4", "codebook:16", "codebook:4"])
 @pytest.mark.parametrize("build", [mobilenet_like, resnet_like])
-def test_int4_networks_lower_bit_exact_and_depthwise_layers_keep_int8(tmp_path, build):
-    compiled = compile_on_noise(tmp_path, build(), QuantOptions(weights="int4"))
+def test_networks_lower_bit_exact_and_layers_that_cannot_keep_int8(tmp_path, build, weights):
+    compiled = compile_on_noise(tmp_path, build(), QuantOptions(weights=weights))
     qmodel = compiled.qmodel
     formats = _formats(qmodel)
-    assert "int4" in formats.values()
+    assert weights in formats.values()
+    per_byte = 2 if weights in ("int4", "codebook:16") else 4
     for op in qmodel.ops:
-        if isinstance(op, QConv) and op.w.shape[1] % 2:
+        if isinstance(op, QConv) and op.w.shape[1] % per_byte:
             assert formats[op.name] == "int8" and any(f"{op.name!r}" in note for note in qmodel.notes)
+        elif isinstance(op, QConv) and weights.startswith("codebook"):
+            assert np.isin(op.w, op.codebook).all() and op.codebook.size <= int(weights.split(":")[1])
     assert_program_is_the_model(compiled, np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32))
+
+
+@pytest.mark.parametrize("value, good", [("codebook:16", True), ("codebook:2", True), ("codebook:1", False),
+                                         ("codebook:17", False), ("codebook:x", False), ("codebook:", False),
+                                         ("int5", False), (4, False)])
+def test_formats_are_checked_by_name(value, good):
+    if good:
+        assert check_format("--weights", value) == value
+    else:
+        with pytest.raises(InputError, match="int8, int4, pow2 or codebook:K"):
+            check_format("--weights", value)
+
+
+def test_codebook_weights_take_their_entries():
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((4, 6, 3, 3))
+    weight[0] *= 100                         # channels of very different ranges share the codebook
+    codes, entries, scale = codebook_weights(weight, 16, np.zeros(4), per_channel=True)
+    assert entries.size <= 16 and np.all(np.diff(entries.astype(int)) > 0) and np.isin(codes, entries).all()
+    error = np.mean((codes * scale[:, None, None, None] - weight) ** 2, axis=(1, 2, 3))
+    assert np.all(error < np.mean(weight ** 2, axis=(1, 2, 3)) / 50)
+    _, _, shared = codebook_weights(weight, 16, np.zeros(4), per_channel=False)
+    assert np.all(shared == shared[0])
+    codes, entries, _ = codebook_weights(np.zeros((2, 2, 1, 1)), 4, np.full(2, 0.1), per_channel=True)
+    assert entries.size == 2 and np.all(codes == 0)
 
 
 def test_int4_steps_respect_the_floor():
@@ -83,10 +112,10 @@ def test_int4_steps_respect_the_floor():
 
 
 @pytest.mark.parametrize("text, message", [
-    ('{"conv1": "int5"}', "layer 'conv1' = 'int5': int8 or int4 or pow2"),
+    ('{"conv1": "int5"}', "layer 'conv1' = 'int5': int8, int4, pow2 or codebook:K"),
     ('["conv1"]', "a JSON object"),
     ('{"conv1": ', "not JSON"),
-    ('{"a": {"b": 1}}', "int8 or int4 or pow2"),
+    ('{"a": {"b": 1}}', "int8, int4, pow2 or codebook:K"),
     ('[' * 100000, "not JSON"),
 ])
 def test_bad_mapping_files_are_refused_by_name(tmp_path, text, message):
