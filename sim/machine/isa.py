@@ -300,19 +300,25 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
         "y = requantize(ACC[acc_addr] as [pixels][channels] + p.bias, p.multiplier, p.shift, rounding,\n"
         "               out_zero_point, clamp to [qmin, qmax], leaky: negatives use p.negative_*)\n"
         "    or, if mode == FLOAT32, requantize_float32(acc + p.bias, p.scale, out_zero_point, qmin, qmax)\n"
-        "OUT[out_addr] = y as [pixels][channels] out_type",
+        "    or, if dual == 1 (NATIVE, leaky 0, p.negative_shift 0): a1, a2 = ACC[acc_addr] as [pixels][channels][2],\n"
+        "        u = rounding_shift_right((a1 + p.bias) * p.multiplier + a2 * p.negative_multiplier, p.shift,\n"
+        "        rounding), then + out_zero_point and the clamp\n"
+        "OUT[out_addr] = y as [pixels][channels] out_type\n"
+        "    INT4: two elements a byte, the even channel in the low nibble; channels even",
         (Field("acc_addr", "acc_addr_bits", "accumulator entry address"),
          Field("out_addr", "out_addr_bits", "output byte address in the output buffer"),
          *_dims(("pixels", "pixels (rows of the [pixels][channels] tile)"), bits=RUN_BITS),
          *_dims(("channels", "channels of the tile")),
          Field("param_index", "param_addr_bits", "first parameter record (one per channel)"),
-         Field("out_type", **_DTYPE, meaning="output element type"),
+         Field("out_type", 2, "output element type (INT4: two a byte)", choices=(*BYTE_TYPES, DType.INT4)),
          Field("out_zero_point", ZERO_POINT_BITS, "output zero point", signed=True),
          Field("qmin", ZERO_POINT_BITS, "lower clamp bound (output domain)", signed=True),
          Field("qmax", ZERO_POINT_BITS, "upper clamp bound (output domain)", signed=True),
          Field("mode", 2, "NATIVE: M/2^N; FLOAT32: the record's float32 scale", choices=RequantMode),
          Field("rounding", 2, "rounding of the right shift (NATIVE mode)", choices=Rounding),
-         Field("leaky", 1, "NATIVE: 1 = negative sums use the record's negative multiplier/shift"))),
+         Field("leaky", 1, "NATIVE: 1 = negative sums use the record's negative multiplier/shift"),
+         Field("dual", 1, "NATIVE: 1 = two accumulator planes a channel, the second scaled by the record's "
+               "negative multiplier (T/AI 115.1-2021 §7.2.3.3 dual INT4)"))),
     CommandSpec(
         Opcode.LUT, Unit.LUT, "table-lookup activation on a vector of elements",
         "x = src_buf[src_addr] as count elements of in_type; T = LUT[table_addr] as int16 entries\n"

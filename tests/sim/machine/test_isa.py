@@ -161,6 +161,14 @@ def test_signed_field_decodes_negative_values():
     assert Command.decode(command.encode()).args["qmin"] == -32768
 
 
+def test_int4_outputs_are_requant_only():
+    """REQUANT writes INT4 (two a byte); the other units' outputs stay whole bytes."""
+    assert Command.decode(Command.make(Opcode.REQUANT, out_type=DType.INT4).encode()).args["out_type"] == DType.INT4
+    for opcode in (Opcode.LUT, Opcode.SOFTMAX, Opcode.ELTWISE):
+        with pytest.raises(ValueError, match=f"{opcode.name} field out_type = 3: not one of INT8=0, UINT8=1, INT16=2"):
+            Command.make(opcode, out_type=DType.INT4).encode()
+
+
 def test_encode_rejects_out_of_range_and_wrong_types():
     with pytest.raises(ValueError, match="LOAD field pad_top = 16: outside legal range 0..15"):
         Command.make(Opcode.LOAD, pad_top=16).encode()
@@ -253,7 +261,7 @@ PINNED_WORDS = [
     (Command.make(Opcode.FINISH, pop=[Unit.CONV, Unit.STORE], unit=Unit.LOAD),
      "4904000000000000000000000000000000000000000000000000000000000000"),
 ]
-PINNED_ISA_LAYOUT_HASH = "c87a039c88d52015"
+PINNED_ISA_LAYOUT_HASH = "16cf753538f9ac21"
 
 
 @pytest.mark.parametrize("command, word", PINNED_WORDS, ids=[f"{c.opcode.name}-{i}" for i, (c, _) in
