@@ -138,8 +138,9 @@ def check_axis(name: str, axis, ndim: int) -> int:
     return axis % ndim if ndim else 0
 
 
-def check_clamp(qmin, qmax, out_dtype) -> tuple[int, int]:
-    lo, hi = dtype_range(out_dtype)
+def check_clamp(qmin, qmax, out_dtype, bounds: tuple[int, int] | None = None) -> tuple[int, int]:
+    """qmin <= qmax, both within ``bounds`` (default: ``out_dtype``'s range)."""
+    lo, hi = bounds or dtype_range(out_dtype)
     qmin = check_int("qmin", qmin, lo, hi)
     qmax = check_int("qmax", qmax, lo, hi)
     if qmin > qmax:

@@ -9,11 +9,14 @@ which also implements fused ReLU/ReLU6/Clip):
 * :func:`requantize_float32` -- the ONNX-compatible mode: an IEEE float32 scale, as onnxruntime.
 * :func:`requantize_tflite` -- TFLite's SaturatingRoundingDoublingHighMul + RoundingDivideByPOT.
 
+A REQUANT command (:func:`requantize_records`) may also take two accumulator planes a channel (dual, §4.7:
+T/AI 115.1-2021 §7.2.3.3's dual INT4 weights) and write INT4 outputs, two a byte (§4.8).
+
 The module opens with each mode's definition, int64 numpy step for step as docs/arithmetic.md writes it.
 The public functions check their arguments, then run the native and float32 modes through the fused kernels
 of aipu.sim.golden.fast.requant (tests/sim/golden/test_requant_kernels.py checks them against the
-definitions); the TFLite mode runs its definition, and the float64 variant of the float32 mode (onnx.reference's
-order, not the NPU's) is plain numpy in :func:`requantize_float32`.
+definitions); the TFLite mode and the dual planes run their definitions, and the float64 variant of the
+float32 mode (onnx.reference's order, not the NPU's) is plain numpy in :func:`requantize_float32`.
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, MULTIPLIER_BITS, MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX,
-                                   TFLITE_MULTIPLIER_BITS, bit_range)
+from aipu.sim.machine.arch import (ACC_DTYPE, BIAS_BITS, INT4_MAX, INT4_MIN, MULTIPLIER_BITS, MULTIPLIER_MAX,
+                                   PARAM_DTYPE, SHIFT_MAX, TFLITE_MULTIPLIER_BITS, bit_range, pack_int4)
 from aipu.sim.golden.fast import kernels
 from aipu.sim.golden._checks import (check_array, check_axis, check_clamp, check_out_dtype,
                                      check_int_param, dtype_range, first_outside, per_channel)
@@ -47,6 +50,14 @@ def native_requant(total: np.ndarray, multiplier, shift, rounding: str, negative
         multiplier = np.where(total < 0, negative_multiplier, multiplier)
         shift = np.where(total < 0, negative_shift, shift)
     return rounding_shift_right(total * multiplier, shift, rounding)
+
+
+def dual_requant(total: np.ndarray, second: np.ndarray, multiplier, second_multiplier, shift,
+                 rounding: str) -> np.ndarray:
+    """u = rounding_shift_right(t * M + a2 * M2, N, mode) (§4.7): the first plane's sum t = a1 + bias and the
+    second plane's accumulator a2, each times its plane's multiplier, one shared shift and one rounding.
+    |t * M| < 2**48 and |a2 * M2| < 2**47: the sum fits REQUANT_DUAL_BITS (50), exact in int64."""
+    return rounding_shift_right(total * multiplier + second.astype(np.int64) * second_multiplier, shift, rounding)
 
 
 def float32_requant(total: np.ndarray, scale) -> np.ndarray:
@@ -124,20 +135,22 @@ class _Channels:
         return acc.reshape(math.prod(shape[:self.axis]), shape[self.axis], math.prod(shape[self.axis + 1:]))
 
 
-def _output_checks(out_zero_point, qmin, qmax, out_dtype) -> tuple[np.dtype, int, int, int]:
+def _output_checks(out_zero_point, qmin, qmax, out_dtype, int4: bool = False) -> tuple[np.dtype, int, int, int]:
     """The output type, the clamp bounds (default: the type's range) and the zero point, checked: remembered for
     arguments that hash (a command repeats them for every tile), checked afresh for the others (an array zero
-    point)."""
+    point). ``int4``: the values of INT4 outputs, int8 within INT4's range."""
     try:
-        return _hashable_output_checks(out_zero_point, qmin, qmax, out_dtype)
+        return _hashable_output_checks(out_zero_point, qmin, qmax, out_dtype, int4)
     except TypeError:       # unhashable, or a bad type: checking again raises the right error
-        return _check_output(out_zero_point, qmin, qmax, out_dtype)
+        return _check_output(out_zero_point, qmin, qmax, out_dtype, int4)
 
 
-def _check_output(out_zero_point, qmin, qmax, out_dtype) -> tuple[np.dtype, int, int, int]:
+def _check_output(out_zero_point, qmin, qmax, out_dtype, int4: bool = False) -> tuple[np.dtype, int, int, int]:
     dtype = check_out_dtype("out_dtype", out_dtype)
-    lo, hi = dtype_range(dtype)
-    qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype)
+    if int4 and dtype != np.int8:
+        raise TypeError(f"INT4 outputs are computed as int8 values, not {dtype.name}")
+    lo, hi = (INT4_MIN, INT4_MAX) if int4 else dtype_range(dtype)
+    qmin, qmax = check_clamp(lo if qmin is None else qmin, hi if qmax is None else qmax, dtype, (lo, hi))
     zp = int(check_int_param("out_zero_point", out_zero_point, lo, hi, None))
     return dtype, qmin, qmax, zp
 
@@ -209,32 +222,63 @@ class RequantStage:
     float32_scale: bool
     leaky: bool
     rounding: int           # a code of fast.requant.ROUNDING_CODES
-    out_dtype: np.dtype
+    out_dtype: np.dtype     # int8 for INT4 outputs (their values)
     out_zero_point: int
     qmin: int
     qmax: int
+    dual: bool = False      # two accumulator planes a channel (§4.7)
+    int4: bool = False      # INT4 outputs, two a byte (§4.8)
 
 
 def requant_stage(*, float32_scale: bool, leaky: bool = False, rounding: str = "half_up", out_zero_point=0,
-                  qmin=None, qmax=None, out_dtype=np.int8) -> RequantStage:
+                  qmin=None, qmax=None, out_dtype=np.int8, dual: bool = False, int4: bool = False) -> RequantStage:
     """Check a requantizer's mode and output stage for :func:`requantize_records`: native mode
     (:func:`requantize`) uses the records' bias, multiplier and shift, and the negative pair when ``leaky``;
-    ``float32_scale`` mode (:func:`requantize_float32`) their bias and scale."""
+    ``float32_scale`` mode (:func:`requantize_float32`) their bias and scale; ``dual`` (native, not leaky) the
+    negative multiplier as the second plane's (:func:`dual_requant`). ``int4``: INT4 outputs (``out_dtype``
+    int8, the zero point and clamp within -8 .. 7), packed two a byte."""
     check_rounding(rounding)
     if float32_scale and leaky:
         raise ValueError("leaky = 1 is not supported with a float32 scale")
-    dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype)
+    if dual and (float32_scale or leaky):
+        raise ValueError(f"dual = 1 is not supported with {'a float32 scale' if float32_scale else 'leaky = 1'} "
+                         "(the record's negative multiplier is the second plane's)")
+    dtype, qmin, qmax, zp = _output_checks(out_zero_point, qmin, qmax, out_dtype, bool(int4))
     return RequantStage(bool(float32_scale), bool(leaky), kernels("requant").ROUNDING_CODES[rounding],
-                        dtype, zp, qmin, qmax)
+                        dtype, zp, qmin, qmax, bool(dual), bool(int4))
 
 
 def requantize_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage) -> tuple[np.ndarray, int]:
-    """The requantizer as the NPU runs a REQUANT command: ``acc`` int32 [pixels, channels], one parameter
-    record (arch.PARAM_DTYPE) per channel. Only what the record's field types leave open is checked here,
-    so that a tile costs little more than its kernel. Returns (out [pixels, channels], saturated count)."""
-    if acc.dtype != ACC_DTYPE or acc.ndim != 2 or records.dtype != PARAM_DTYPE or records.shape != acc.shape[1:]:
-        raise ValueError(f"expected int32 acc [pixels, channels] and one {PARAM_DTYPE} record per channel, got "
-                         f"{acc.dtype.name} {acc.shape} and {records.dtype} {records.shape}")
+    """The requantizer as the NPU runs a REQUANT command: ``acc`` int32 [pixels, channels] ([pixels, channels, 2]
+    with ``stage.dual``), one parameter record (arch.PARAM_DTYPE) per channel. Only what the record's field types
+    leave open is checked here, so that a tile costs little more than its kernel. Returns (out [pixels, channels],
+    or its bytes [pixels, channels / 2] for ``stage.int4``, and the saturated count)."""
+    planes = (2,) if stage.dual else ()
+    if (acc.dtype != ACC_DTYPE or acc.shape[2:] != planes or acc.ndim != 2 + len(planes)
+            or records.dtype != PARAM_DTYPE or records.shape != acc.shape[1:2]):
+        raise ValueError(f"expected int32 acc [pixels, channels{', 2' * stage.dual}] and one {PARAM_DTYPE} record "
+                         f"per channel, got {acc.dtype.name} {acc.shape} and {records.dtype} {records.shape}")
+    if stage.int4 and records.shape[0] % 2:
+        raise ValueError(f"INT4 outputs pack two a byte: channels = {records.shape[0]} must be even")
+    out, saturated = (_dual_records if stage.dual else _single_records)(acc, records, stage)
+    return (pack_int4(out) if stage.int4 else out), saturated
+
+
+def _dual_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage) -> tuple[np.ndarray, int]:
+    """Dual planes through their definition (plain int64 numpy: one pass over the tile); the records' negative
+    shift must be 0 (the planes share the shift; §4.7)."""
+    bias = _record_field(records, "bias", *bit_range(BIAS_BITS, signed=True))
+    m = _record_field(records, "multiplier", 0, MULTIPLIER_MAX)
+    n = _record_field(records, "shift", 0, SHIFT_MAX)
+    m2 = _record_field(records, "negative_multiplier", 0, MULTIPLIER_MAX)
+    _record_field(records, "negative_shift", 0, 0)
+    rounding = next(name for name, code in kernels("requant").ROUNDING_CODES.items() if code == stage.rounding)
+    value = dual_requant(acc[..., 0] + bias, acc[..., 1], m, m2, n, rounding)
+    return output_stage(value, stage.out_zero_point, stage.qmin, stage.qmax, stage.out_dtype)
+
+
+def _single_records(acc: np.ndarray, records: np.ndarray, stage: RequantStage) -> tuple[np.ndarray, int]:
+    """One accumulator a channel through the fused kernels."""
     blocks = np.ascontiguousarray(acc.T)[None]         # [1, channels, pixels]: the kernels' inner loop runs long
     out = np.empty(blocks.shape, stage.out_dtype)
     bias = _record_field(records, "bias", *bit_range(BIAS_BITS, signed=True))

@@ -28,6 +28,7 @@ SHIFT_BITS = 6                # requant shift N field width
 SHIFT_MAX = 47                # N in 0 .. SHIFT_MAX (rounding right shift)
 MAC_OPERAND_BITS = 9          # MAC operands are (value - zero point): signed 9 bit, -255 .. 255
 REQUANT_PRODUCT_BITS = REQUANT_SUM_BITS + MULTIPLIER_BITS  # (acc + bias) * M, signed 49 bit
+REQUANT_DUAL_BITS = REQUANT_PRODUCT_BITS + 1  # dual planes: (a1 + bias) * M + a2 * M2, signed 50 bit
 TFLITE_MULTIPLIER_BITS = 31   # optional TFLite-compatible requant: Q0.31 multiplier in [2**30, 2**31)
 ELTWISE_SUM_BITS = 48         # eltwise add/sub/max/min: sum of the two aligned, rescaled inputs
 LUT8_ENTRIES = 256            # direct table, indexed by the raw input byte

@@ -45,8 +45,9 @@ FIXED_CYCLES = 5
 
 
 def command_cycles(config: HardwareConfig, command: Command) -> int:
-    """Cycles from start to retire of a REQUANT that executes (docs/rtl-requant.md, "Cycles")."""
+    """Cycles from start to retire of a REQUANT that executes (docs/rtl-requant.md, "Cycles"): the stream
+    takes ``lanes`` accumulators a cycle, so dual (two a channel) takes twice the groups of its outputs."""
     geometry = RequantGeometry.of(config)
-    elements = command.pixels * command.channels
-    groups = (command.acc_addr + elements - 1) // geometry.lanes - command.acc_addr // geometry.lanes + 1
+    entries = command.pixels * command.channels * (2 if command.dual else 1)
+    groups = (command.acc_addr + entries - 1) // geometry.lanes - command.acc_addr // geometry.lanes + 1
     return FIXED_CYCLES + command.channels * geometry.reads_per_record + groups
