@@ -7,8 +7,9 @@ One command runs in four phases:
            them as they arrive
   VERDICT  every refusal of the interpreter, in its order, before anything is written
   STREAM   ``lanes`` accumulators per cycle through a two-stage pipeline: (A) read one ACC word and each
-           lane's record, (B) compute every lane and merge the output bytes into a two-word window that
-           writes OUT one full word at a time (a last partial word in one FLUSH cycle)
+           lane's record, (B) pair the accumulators into output lanes (``dual``: two an output), compute
+           every lane and merge the output nibbles into a two-word window that writes OUT one full word at
+           a time (a last partial word in one FLUSH cycle)
 
 The engine is wired from named parts (aipu.rtl.requant_parts), one Verilog module each: control (the
 phases), checks, records (LOAD and the record banks), fetch (stage A), lane0 .. laneN (the requantizer of
@@ -23,7 +24,7 @@ from aipu.rtl.ports import read_port, write_port
 from aipu.rtl.requant_parts.checks import RequantChecks
 from aipu.rtl.requant_parts.control import RequantControl
 from aipu.rtl.requant_parts.fetch import GroupFetch
-from aipu.rtl.requant_parts.lane import Requantizer
+from aipu.rtl.requant_parts.lane import LANE_FIELDS, Requantizer
 from aipu.rtl.requant_parts.records import RecordStore
 from aipu.rtl.requant_parts.window import OutputWindow
 from aipu.rtl.unit import UnitComponent
@@ -58,13 +59,13 @@ class RequantUnit(UnitComponent):
                      checks.flags.eq(records.flags), records.begin.eq(control.begin), records.load.eq(control.load),
                      records.channel.eq(fetch.channel), fetch.begin.eq(control.begin), fetch.issue.eq(control.issue),
                      window.begin.eq(control.begin), window.flush.eq(control.flush), window.valid.eq(fetch.valid),
-                     window.in_tile.eq(fetch.in_tile), window.group_byte.eq(fetch.group_byte)]
+                     window.in_tile.eq(fetch.in_tile), window.group_nibble.eq(fetch.group_nibble)]
         connect(m, flipped(self.param_read), records.param_read)
         connect(m, flipped(self.acc_read), fetch.acc_read)
         connect(m, flipped(self.out_write), window.out_write)
-        for j in range(RequantGeometry.of(config).lanes):
-            m.submodules[f"lane{j}"] = lane = Requantizer(config)
-            m.d.comb += [lane.accumulator.eq(fetch.accumulator[j]),
+        lanes = RequantGeometry.of(config).lanes
+        for j in range(lanes):      # dual outputs take output lanes 0 .. lanes / 2 - 1 (with one lane, lane 0)
+            m.submodules[f"lane{j}"] = lane = Requantizer(config, planes=2 if j < max(1, lanes // 2) else 1)
+            m.d.comb += [lane.accumulator.eq(fetch.accumulator[j]), lane.second.eq(fetch.second[j]),
                          lane.record.eq(records.record[j]), window.value[j].eq(lane.value),
-                         *(getattr(lane, name).eq(getattr(cmd, name))
-                           for name in ("mode", "rounding", "leaky", "out_zero_point", "qmin", "qmax"))]
+                         *(getattr(lane, name).eq(getattr(cmd, name)) for name in LANE_FIELDS)]

@@ -14,22 +14,27 @@ from aipu.sim.machine.isa import ZERO_POINT_BITS, RequantMode
 # plus any clamp bound, so the clamp decides exactly as golden's does on the unsaturated value.
 FLOAT_INT_BITS = ZERO_POINT_BITS + 1
 VALUE_BITS = 16     # the widest output type's; the clamp keeps every value inside [qmin, qmax]
+LANE_FIELDS = ("mode", "rounding", "leaky", "dual", "out_zero_point", "qmin", "qmax")   # the command's, per lane
 
 
 class Requantizer(wiring.Component):
     """``value`` = clamp(q + out_zero_point, qmin, qmax), combinationally, with q golden's ``requantize``
-    (NATIVE: (acc + bias) * M >> N in ``rounding``, the negative pair where ``leaky`` and the sum < 0) or
-    ``requantize_float32`` (FLOAT32: float32(acc + bias) * scale, rounded half to even).
+    (NATIVE: (acc + bias) * M >> N in ``rounding``, the negative pair where ``leaky`` and the sum < 0; with
+    ``dual`` the second plane's ``second`` * negative multiplier added before the shift, golden's
+    ``dual_requant``) or ``requantize_float32`` (FLOAT32: float32(acc + bias) * scale, rounded half to even).
 
-    Signature: ``accumulator`` (In: int32), ``record`` (In: the channel's PARAM record), the command's
-    ``mode``, ``rounding``, ``leaky``, ``out_zero_point``, ``qmin``, ``qmax`` (In), ``value`` (Out: int16).
+    Signature: ``accumulator``, ``second`` (In: int32), ``record`` (In: the channel's PARAM record), the
+    command's ``mode``, ``rounding``, ``leaky``, ``dual``, ``out_zero_point``, ``qmin``, ``qmax`` (In),
+    ``value`` (Out: int16). Built with ``planes=1`` the lane has no second multiplier and ignores ``dual``
+    (the unit's lanes past the first ``lanes / 2`` never take a dual output).
     """
 
-    def __init__(self, config: HardwareConfig):
+    def __init__(self, config: HardwareConfig, planes: int = 2):
+        self.planes = planes
         fields = command(config)
-        super().__init__({"accumulator": In(signed(ACC_BITS)), "record": In(PARAM_LAYOUT),
-                          **{name: In(fields[name].shape)
-                             for name in ("mode", "rounding", "leaky", "out_zero_point", "qmin", "qmax")},
+        super().__init__({"accumulator": In(signed(ACC_BITS)), "second": In(signed(ACC_BITS)),
+                          "record": In(PARAM_LAYOUT),
+                          **{name: In(fields[name].shape) for name in LANE_FIELDS},
                           "value": Out(signed(VALUE_BITS))})
 
     def elaborate(self, platform) -> Module:
@@ -39,7 +44,10 @@ class Requantizer(wiring.Component):
         use_negative = self.leaky & (total < 0)
         multiplier = Mux(use_negative, record.negative_multiplier, record.multiplier)
         shift = net(m, Mux(use_negative, record.negative_shift, record.shift)[:SHIFT_BITS], "shift")
-        product = net(m, total * multiplier, "product")
+        product = total * multiplier
+        if self.planes == 2:        # REQUANT_DUAL_BITS: the plane sum, exact (a single product with dual = 0)
+            product = product + Mux(self.dual, self.second * record.negative_multiplier, 0)
+        product = net(m, product, "product")
         native = arith.rounding_shift_right(product, shift, self.rounding)
         as_float = net(m, arith.int_to_fp32(m, total, "float"), "float")
         scaled = net(m, arith.fp32_multiply(m, as_float, record.scale, "scaled"), "scaled")

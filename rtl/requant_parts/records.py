@@ -97,6 +97,7 @@ class RecordStore(wiring.Component):
             m.d.sync += [flags.reserved.eq(flags.reserved | (record.reserved != 0)),
                          flags.shift.eq(flags.shift | (record.shift > SHIFT_MAX)),
                          flags.negative_shift.eq(flags.negative_shift | (record.negative_shift > SHIFT_MAX)),
+                         flags.negative_shift_set.eq(flags.negative_shift_set | (record.negative_shift != 0)),
                          flags.scale.eq(flags.scale | scale_refused)]
         with m.If(self.begin):
             m.d.sync += [read.eq(0), flags.eq(0)]

@@ -55,6 +55,12 @@ MUTANTS = {
     "LOAD places a step of indices as if it were plain bytes": Mutant(
         "aipu.rtl.dma", "self.tile_count.eq(self.byte_count << self.dense_shift)",
         "self.tile_count.eq(self.byte_count)", test_dma.codebook_stimulus),
+    "REQUANT scales the second plane by the first plane's multiplier": Mutant(
+        "aipu.rtl.requant_parts.lane", "self.second * record.negative_multiplier",
+        "self.second * record.multiplier", test_requant.dual_stimulus),
+    "REQUANT pairs a lane's dual entries from even groups whatever acc_addr's parity": Mutant(
+        "aipu.rtl.requant_parts.fetch", "(cmd.dual & (group[0] ^ cmd.acc_addr[0]))", "(cmd.dual & group[0])",
+        test_requant.dual_stimulus),
 }
 # Known survivors: the default stimulus does not reach the corner yet (the test fails when it starts to)
 SURVIVORS = {

@@ -180,21 +180,56 @@ def test_many_requants_on_long_tiles(config):
     assert compare_with_interpreter(random_stimulus(config, rng, commands=20, max_elements=200)) >= 4
 
 
+NEW_KINDS = pytest.mark.parametrize("kind", ["int4", "dual"])
+
+
+def kind_stimulus(config, kind: str) -> Stimulus:
+    """The default suite's random REQUANTs of ``kind``: INT4 outputs (every mode) or dual planes (every output
+    type, INT4 among them), unaligned."""
+    return random_stimulus(config, np.random.default_rng(RNG_SEED + 2), commands=12, max_elements=40, kind=kind)
+
+
+def dual_stimulus(config) -> Stimulus:
+    """The default suite's random dual REQUANTs (tests/rtl/test_mutants.py runs its dual mutants on them)."""
+    return kind_stimulus(config, "dual")
+
+
+@EVERY_CONFIG
+@NEW_KINDS
+def test_int4_and_dual_requants_match_the_interpreter(config, kind):
+    assert compare_with_interpreter(kind_stimulus(config, kind)) >= 8
+
+
+def _compare_at_length(config, commands: int, kind: str, seed: int) -> int:
+    """At least ``commands`` random REQUANTs of ``kind``, in as many programs as OUT needs; returns the count."""
+    compared, program = 0, 0
+    while compared < commands:
+        rng = np.random.default_rng(seed + program)
+        compared += compare_with_interpreter(random_stimulus(config, rng, commands=commands - compared,
+                                                             max_elements=24, kind=kind))
+        program += 1
+    return compared
+
+
 @pytest.mark.slow
 @EVERY_CONFIG
 def test_random_requants_at_length(config):
     """At least 1000 random REQUANT commands: 400 per configuration, in as many programs as OUT needs."""
-    compared, seed = 0, 0
-    while compared < 400:
-        rng = np.random.default_rng(RNG_SEED + 100 + seed)
-        compared += compare_with_interpreter(random_stimulus(config, rng, commands=400 - compared, max_elements=24))
-        seed += 1
+    _compare_at_length(config, 400, "plain", RNG_SEED + 100)
+
+
+@pytest.mark.slow
+@EVERY_CONFIG
+@NEW_KINDS
+def test_int4_and_dual_requants_at_length(config, kind):
+    """1000 random REQUANTs of each new kind per configuration."""
+    assert _compare_at_length(config, 1000, kind, RNG_SEED + 1000) >= 1000
 
 
 # --- faults: every refusal of the interpreter, named, before anything is written ----------------------
 
 LEGAL = dict(acc_addr=0, out_addr=0, pixels=2, channels=3, param_index=0, out_type=DType.INT8, out_zero_point=0,
-             qmin=-128, qmax=127, mode=RequantMode.NATIVE, rounding=Rounding.HALF_UP, leaky=0)
+             qmin=-128, qmax=127, mode=RequantMode.NATIVE, rounding=Rounding.HALF_UP, leaky=0, dual=0)
 FAULTY_PARAM_INDEX = 4      # the faulting command's records: 4, 5, 6
 FAULTY_OUT_ADDR = 32
 
@@ -226,6 +261,17 @@ FAULTS = {   # id: (command changes, record change, expected name)
     "float_zero_point_before_clamp": (dict(mode=RequantMode.FLOAT32, qmin=-200, out_zero_point=300), None,
                                       "out_zero_point"),
     "out_beyond": (dict(out_addr=SMALL.buffer_units(Buffer.OUT) - 5), None, "out_addr"),
+    "dual_acc_beyond": (dict(dual=1, acc_addr=SMALL.buffer_units(Buffer.ACC) - 11), None, "acc_addr"),
+    "dual_float": (dict(dual=1, mode=RequantMode.FLOAT32), None, "dual"),
+    "dual_leaky": (dict(dual=1, leaky=1), None, "dual"),
+    "dual_negative_shift": (dict(dual=1), _record_change("negative_shift", 1), "param_negative_shift"),
+    "int4_odd_channels": (dict(out_type=DType.INT4, qmin=-8, qmax=7), None, "channels"),
+    "int4_channels_before_clamp": (dict(out_type=DType.INT4, qmin=-9, qmax=7), None, "channels"),
+    "int4_qmax": (dict(out_type=DType.INT4, channels=4, qmin=-8, qmax=8), None, "qmax"),
+    "int4_zero_point": (dict(out_type=DType.INT4, channels=4, qmin=-8, qmax=7, out_zero_point=-9), None,
+                        "out_zero_point"),
+    "int4_out_beyond": (dict(out_type=DType.INT4, channels=4, qmin=-8, qmax=7,
+                             out_addr=SMALL.buffer_units(Buffer.OUT) - 3), None, "out_addr"),
 }
 
 
@@ -237,6 +283,7 @@ def test_faults_are_named_before_writing(case):
     memory = Memory.create(config, 64)
     memory.buffers[Buffer.ACC][:] = random_accumulators(rng, config.buffer_units(Buffer.ACC)).view(np.uint8)
     records = random_records(rng, config.buffer_units(Buffer.PARAM))
+    records["negative_shift"] = 0           # what dual reads: only a record change refuses it
     if record_change:
         record_change(records)
     memory.buffers[Buffer.PARAM][:] = records.view(np.uint8)

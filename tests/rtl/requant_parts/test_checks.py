@@ -1,5 +1,6 @@
-"""The checks name the interpreter's first refusal: the regions, then the records, leaky in FLOAT32, each mode's
-clamp and zero point checks in golden's order, out_addr; what golden never reads is not refused."""
+"""The checks name the interpreter's first refusal: the regions, then the records, leaky in FLOAT32, dual in
+FLOAT32 or with leaky, odd channels for INT4, each mode's clamp and zero point checks in golden's order,
+out_addr; what golden never reads is not refused."""
 from __future__ import annotations
 
 import pytest
@@ -14,6 +15,7 @@ from tests.rtl.simulate import simulate
 ACC, OUT = DEFAULT.buffer_units(Buffer.ACC), DEFAULT.buffer_units(Buffer.OUT)
 FLOAT = dict(mode=RequantMode.FLOAT32)
 INT8_RANGE = dict(qmin=-128, qmax=127)
+INT4 = dict(out_type=DType.INT4, qmin=-8, qmax=7)
 CASES = [   # (command fields, record flags raised, the region check's name, the verdict's name)
     (dict(acc_addr=ACC - 4, pixels=5), (), "acc_addr", None),
     (dict(param_index=DEFAULT.buffer_units(Buffer.PARAM) - 2, channels=3), (), "param_index", None),
@@ -28,6 +30,21 @@ CASES = [   # (command fields, record flags raised, the region check's name, the
     (dict(**FLOAT), ("scale",), None, "param_scale"),
     (dict(out_addr=OUT - 3, pixels=2, out_type=DType.INT16), (), None, "out_addr"),
     (dict(acc_addr=ACC - 6, pixels=2, channels=3, out_type=DType.UINT8, qmin=0, qmax=255), (), None, None),
+    (dict(acc_addr=ACC - 9, pixels=1, channels=5, dual=1), (), "acc_addr", None),       # two entries an output
+    (dict(acc_addr=ACC - 10, pixels=1, channels=5, dual=1), (), None, None),
+    (dict(dual=1, leaky=1, **FLOAT), (), None, "leaky"),
+    (dict(dual=1, **FLOAT), ("shift",), None, "dual"),
+    (dict(dual=1, leaky=1, channels=3, **INT4), ("shift",), None, "dual"),
+    (dict(channels=3, **{**INT4, "qmin": -9}), ("shift",), None, "channels"),
+    (dict(channels=4, **{**INT4, "qmin": -9}), (), None, "qmin"),
+    (dict(channels=4, out_zero_point=8, **INT4), (), None, "out_zero_point"),
+    (dict(channels=4, out_zero_point=-9, **INT4, **FLOAT), (), None, "out_zero_point"),
+    (dict(dual=1), ("negative_shift_set",), None, "param_negative_shift"),
+    (dict(dual=1), ("shift", "negative_shift_set"), None, "param_shift"),
+    (dict(), ("negative_shift_set",), None, None),                                   # read only with dual
+    (dict(leaky=1), ("negative_shift_set",), None, None),
+    (dict(out_addr=OUT - 2, pixels=1, channels=4, **INT4), (), None, None),          # two a byte
+    (dict(out_addr=OUT - 2, pixels=1, channels=6, **INT4), (), None, "out_addr"),
 ]
 
 

@@ -1,27 +1,30 @@
-"""The requantizer lane against golden's requantize_records: both modes, every rounding, leaky, every output
-type and clamp, on extreme and typical accumulators and records."""
+"""The requantizer lane against golden's requantize_records: both modes, every rounding, leaky, dual planes,
+every output type and clamp, on extreme and typical accumulators and records."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from aipu.rtl.requant_parts.lane import Requantizer
 from aipu.sim import golden
 from aipu.sim.cosim.stimulus.requant import random_accumulators, random_records
-from aipu.sim.machine.arch import BYTE_TYPES, DTYPE_NUMPY, DType, DEFAULT
+from aipu.sim.machine.arch import BYTE_TYPES, DTYPE_NUMPY, DType, DEFAULT, dtype_bounds
 from aipu.sim.machine.isa import RequantMode, Rounding
 from tests.rtl.simulate import simulate
 
 
-def _lane(accumulators, records, fields: dict) -> list[int]:
+def _lane(accumulators, records, fields: dict, seconds=None) -> list[int]:
     dut = Requantizer(DEFAULT)
     values = []
+    seconds = np.zeros_like(accumulators) if seconds is None else seconds
 
     async def testbench(ctx):
         for name, value in fields.items():
             ctx.set(getattr(dut, name), value)
-        for accumulator, record in zip(accumulators, records):
+        for accumulator, second, record in zip(accumulators, seconds, records):
             ctx.set(dut.accumulator, int(accumulator))
+            ctx.set(dut.second, int(second))
             ctx.set(dut.record.as_value(), int.from_bytes(record.tobytes(), "little"))
             values.append(ctx.get(dut.value))
 
@@ -58,3 +61,20 @@ def test_every_mode_rounding_and_type():
 def test_matches_golden(seed, floating, rounding, leaky, out_type, bounds):
     _check(seed, RequantMode.FLOAT32 if floating else RequantMode.NATIVE, rounding, leaky and not floating, out_type,
            bounds)
+
+
+@pytest.mark.parametrize("rounding", list(Rounding), ids=[r.name for r in Rounding])
+@pytest.mark.parametrize("out_type", (DType.INT8, DType.INT4), ids=["INT8", "INT4"])
+def test_dual_planes_match_golden(rounding, out_type):
+    """dual: the second accumulator times the negative multiplier joins the product before the one shift;
+    INT4's values are int8's within -8 .. 7."""
+    rng = np.random.default_rng(int(rounding))
+    acc, records = random_accumulators(rng, 2 * 24).reshape(1, 24, 2), random_records(rng, 24)
+    records["negative_shift"] = 0
+    low, high = dtype_bounds(out_type)
+    stage = golden.requant_stage(float32_scale=False, rounding=rounding.name.lower(), out_zero_point=low // 2,
+                                 qmin=low + 1, qmax=high, dual=True)
+    expected, _ = golden.requantize_records(acc, records, stage)
+    got = _lane(acc[0, :, 0], records, dict(mode=RequantMode.NATIVE, rounding=rounding, leaky=0, dual=1,
+                                            out_zero_point=low // 2, qmin=low + 1, qmax=high), acc[0, :, 1])
+    assert got == expected[0].astype(np.int64).tolist()
