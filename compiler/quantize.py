@@ -33,8 +33,7 @@ from aipu.compiler.qir import (QConcat, QConv, QEltwise, QLayout, QLut, QModel, 
                                summed_planes)
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.compiler.slicing import slice_gathers
-from aipu.compiler.weight_formats import (check_format, code_max, codebook_centres, codebook_weights, int4_weights,
-                                          refusal)
+from aipu.compiler.weight_formats import LayerFormats, check_format, code_max, quantized_weights
 from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, MULTIPLIER_BITS, SHIFT_MAX,
                                    SOFTMAX_SHIFT_MAX, bit_range)
@@ -91,14 +90,6 @@ class QuantOptions:
 SCHEMES = ("affine", "pow2")
 
 
-def layer_weight_format(options: QuantOptions, layer: str) -> tuple[str, bool]:
-    """(format, named): the layer's weight format, and whether the mapping file names the layer."""
-    named = dict(options.layer_weights)
-    if layer in named:
-        return named[layer], True
-    return options.weights or ("pow2" if options.scheme == "pow2" else "int8"), False
-
-
 def _activation_functions() -> dict:
     """Each table-driven operator as a float64 function of (x, node attributes), as ONNX defines it."""
     from math import sqrt
@@ -143,7 +134,8 @@ class Quantizer:
         self.consumers = graph.consumers()
         self.functions = _activation_functions()
         self.full_range = output_determining(graph) | set(options.full_range)
-        self.kept_int8: dict[str, list[str]] = {}       # why -> the layers that keep int8 weights for it
+        self.weight_formats = LayerFormats(options.weights or ("pow2" if options.scheme == "pow2" else "int8"),
+                                           dict(options.layer_weights))
 
     # --- tensors -------------------------------------------------------------------------------------
     def activation(self, name: str, shape: tuple[int, ...] | None = None) -> QTensor:
@@ -208,15 +200,8 @@ class Quantizer:
                 if isinstance(exc, InputError):
                     raise exc.within(f"node {node.name!r} ({node.op})")
                 raise InputError(f"node {node.name!r} ({node.op})", "quantization", str(exc)) from exc
-        for why, names in self.kept_int8.items():
-            shown = ", ".join(map(repr, names[:4])) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            self.notes.append(f"{len(names)} layer{'s' * (len(names) > 1)} keep{'s' * (len(names) == 1)} int8 "
-                              f"weights ({shown}): {why}")
-        layers = {op.name for op in self.ops if isinstance(op, QConv)}
-        unknown = [name for name, _ in self.options.layer_weights if name not in layers]
-        if unknown:
-            raise InputError("layer weights", unknown[0], "the name of a Conv, ConvTranspose, Gemm or MatMul node "
-                             f"(this model's: {', '.join(sorted(layers)[:6])}{', ...' if len(layers) > 6 else ''})")
+        self.notes += self.weight_formats.notes()
+        self.weight_formats.check_names({op.name for op in self.ops if isinstance(op, QConv)})
         missing = [name for name in self.options.int16 if name not in self.tensors]
         if missing:
             raise InputError("--int16", missing[0], "a tensor the quantized model computes (a fused activation's "
@@ -269,9 +254,10 @@ class Quantizer:
                              "is unsigned, docs/arithmetic.md §4.2)")
         x_spec, y_spec = self._mac_input(x), self.activation(y)
         self.tensors[y] = y_spec
-        weight_format = self._weight_format(node, weight, conv.get("groups", 1))
+        weight_format = self.weight_formats.of(node.name, weight.shape, conv.get("groups", 1),
+                                               node.op == "ConvTranspose")
         floor = self._weight_scale_floor(node, bias, x_spec, y_spec, weight, code_max(weight_format))
-        w_q, w_scale, codebook = self._weights(weight, floor, weight_format)
+        w_q, w_scale, codebook = quantized_weights(weight, floor, weight_format, self.options.per_channel_weights)
         scale = x_spec.scale * w_scale / y_spec.scale
         bias_scaled = bias / (x_spec.scale * w_scale)
         low, high = bit_range(BIAS_BITS, signed=True)
@@ -285,18 +271,6 @@ class Quantizer:
         check_accumulator(w_q, x_spec, 0)
         self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv,
                               weight_format=weight_format, codebook=codebook))
-
-    def _weight_format(self, node: Node, weight: np.ndarray, groups: int) -> str:
-        """The layer's weight format; a layer that cannot take the global one keeps int8 (named in the notes),
-        one the mapping file names is refused."""
-        weight_format, named = layer_weight_format(self.options, node.name)
-        why = refusal(weight_format, weight.shape, groups, node.op == "ConvTranspose")
-        if why is None:
-            return weight_format
-        if named:
-            raise InputError(f"layer {node.name!r} weights", weight_format, f"int8 or pow2: {why}")
-        self.kept_int8.setdefault(why, []).append(node.name)
-        return "int8"
 
     def _eight_bit(self, name: str, why: str) -> QTensor:
         """The quantization of an input that must be 8-bit (``why``: the unit's limit) where --int16 made it not."""
@@ -377,28 +351,6 @@ class Quantizer:
                               f"int{BIAS_BITS} and the requantizer keeps its precision (weights that small round "
                               "to zero)")
         return floor
-
-    def _weights(self, weight: np.ndarray, floor: np.ndarray,
-                 weight_format: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """The weights in ``weight_format``, their scale per output channel (or one for all), at least ``floor``,
-        and a codebook's entries (else None): int8 symmetric [-127, 127], int4 (weight_formats.int4_weights),
-        codebook:K (weight_formats.codebook_weights), or pow2."""
-        if weight_format == "int4":
-            return *int4_weights(weight, floor, self.options.per_channel_weights), None
-        centres = codebook_centres(weight_format)
-        if centres is not None:
-            codes, entries, scale = codebook_weights(weight, centres, floor, self.options.per_channel_weights)
-            return codes, scale, entries
-        flat = np.abs(weight.reshape(weight.shape[0], -1))
-        amax = flat.max(axis=1) if self.options.per_channel_weights else np.full(weight.shape[0], flat.max())
-        floor = floor if self.options.per_channel_weights else np.full(weight.shape[0], floor.max())
-        if weight_format == "pow2":       # 7-bit kernels (QUAN 63, [0069]) at the least power of two
-            exponents = _pow2_weight_exponents(amax, floor)
-            q = [golden.pow2_quantize(channel, int(e), golden.KERNEL_QUAN) for channel, e in zip(weight, exponents)]
-            return np.stack(q).astype(np.int8), np.ldexp(1.0, -exponents), None
-        scale = np.maximum(amax / _WEIGHT_MAX, floor)
-        q = golden.round_half_away(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))))
-        return np.clip(q, -_WEIGHT_MAX, _WEIGHT_MAX).astype(np.int8), scale, None
 
     def _requant(self, scale: np.ndarray, y: QTensor, activation: Node | None) -> Requant:
         negative = {}
@@ -650,16 +602,6 @@ class Quantizer:
         axis = int(node.attrs["axis"]) % len(self.graph.shapes[y])
         self.ops.append(QConcat(node.name, tuple(node.inputs), y, axis, tuple(m for m, _ in pairs),
                                 tuple(n for _, n in pairs), self.options.rounding))
-
-
-def _pow2_weight_exponents(amax: np.ndarray, floor: np.ndarray) -> np.ndarray:
-    """Per output channel, the largest e with every |w|·2^e within KERNEL_QUAN and 2^-e at least ``floor``.
-    The patent's formula (1) rounds log2 instead, which clips a channel's largest weights by up to √2
-    (docs/compiler.md §3.1 has what that cost on a real classifier)."""
-    with np.errstate(divide="ignore"):
-        unclipped = np.floor(np.log2(golden.KERNEL_QUAN / amax))
-        highest = np.floor(-np.log2(floor))
-    return np.minimum(unclipped, highest).astype(np.int64)
 
 
 def _steps(value: float, scale: float) -> int:

@@ -72,6 +72,41 @@ def read_layer_formats(path) -> tuple[tuple[str, str], ...]:
         raise exc.within(str(path)) from None
 
 
+class LayerFormats:
+    """Each MAC layer's weight format: the mapping file's (``named``), else ``default``. A layer that cannot take
+    the default keeps int8 and is listed in :meth:`notes`; one the mapping file names is refused by name."""
+
+    def __init__(self, default: str, named: dict[str, str]) -> None:
+        self.default, self.named = default, named
+        self.kept_int8: dict[str, list[str]] = {}       # why -> the layers that keep int8 weights for it
+
+    def of(self, layer: str, weight_shape: tuple[int, ...], groups: int, transposed: bool) -> str:
+        weight_format = self.named.get(layer, self.default)
+        why = refusal(weight_format, weight_shape, groups, transposed)
+        if why is None:
+            return weight_format
+        if layer in self.named:
+            raise InputError(f"layer {layer!r} weights", weight_format, f"int8 or pow2: {why}")
+        self.kept_int8.setdefault(why, []).append(layer)
+        return "int8"
+
+    def notes(self) -> list[str]:
+        """One note per reason a layer kept int8 weights, naming the first few such layers."""
+        notes = []
+        for why, names in self.kept_int8.items():
+            shown = ", ".join(map(repr, names[:4])) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            notes.append(f"{len(names)} layer{'s' * (len(names) > 1)} keep{'s' * (len(names) == 1)} int8 weights "
+                         f"({shown}): {why}")
+        return notes
+
+    def check_names(self, layers: set[str]) -> None:
+        """InputError for a name of the mapping file that is not one of the model's MAC ``layers``."""
+        unknown = [name for name in self.named if name not in layers]
+        if unknown:
+            raise InputError("layer weights", unknown[0], "the name of a Conv, ConvTranspose, Gemm or MatMul node "
+                             f"(this model's: {', '.join(sorted(layers)[:6])}{', ...' if len(layers) > 6 else ''})")
+
+
 def stored_bytes(weight_format: str, count: int) -> int:
     """The DRAM bytes ``count`` weights of ``weight_format`` take: INT4 two a byte, a codebook's indices
     8 / index_bits a byte and its 2^index_bits entries, else a byte each."""
@@ -109,6 +144,45 @@ def refusal(weight_format: str, weight_shape: tuple[int, ...], groups: int, tran
     return f"{what}: {kind} ({where})"
 
 
+def quantized_weights(weight: np.ndarray, floor: np.ndarray, weight_format: str,
+                      per_channel: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The weights [K, ...] in ``weight_format``, their scale per output channel (one for all when not
+    ``per_channel``), at least ``floor``, and a codebook's entries (else None): int8 symmetric [-127, 127],
+    int4 (:func:`int4_weights`), codebook:K (:func:`codebook_weights`), or pow2."""
+    if weight_format == "int4":
+        return *int4_weights(weight, floor, per_channel), None
+    centres = codebook_centres(weight_format)
+    if centres is not None:
+        codes, entries, scale = codebook_weights(weight, centres, floor, per_channel)
+        return codes, scale, entries
+    amax, floor = _channel_reach(weight, floor, per_channel)
+    if weight_format == "pow2":       # 7-bit kernels (QUAN 63, [0069]) at the least power of two
+        exponents = _pow2_weight_exponents(amax, floor)
+        q = [golden.pow2_quantize(channel, int(e), golden.KERNEL_QUAN) for channel, e in zip(weight, exponents)]
+        return np.stack(q).astype(np.int8), np.ldexp(1.0, -exponents), None
+    scale = np.maximum(amax / CODE_MAX["int8"], floor)
+    q = golden.round_half_away(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))))
+    return np.clip(q, -CODE_MAX["int8"], CODE_MAX["int8"]).astype(np.int8), scale, None
+
+
+def _channel_reach(weight: np.ndarray, floor: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
+    """max |w| and the scale floor per output channel, or the largest of each for every channel."""
+    flat = np.abs(weight.reshape(weight.shape[0], -1))
+    if per_channel:
+        return flat.max(axis=1), floor
+    return np.full(weight.shape[0], flat.max()), np.full(weight.shape[0], floor.max())
+
+
+def _pow2_weight_exponents(amax: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Per output channel, the largest e with every |w|·2^e within KERNEL_QUAN and 2^-e at least ``floor``.
+    The patent's formula (1) rounds log2 instead, which clips a channel's largest weights by up to √2
+    (docs/compiler.md §3.1 has what that cost on a real classifier)."""
+    with np.errstate(divide="ignore"):
+        unclipped = np.floor(np.log2(golden.KERNEL_QUAN / amax))
+        highest = np.floor(-np.log2(floor))
+    return np.minimum(unclipped, highest).astype(np.int64)
+
+
 def int4_weights(weight: np.ndarray, floor: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
     """Signed INT4 codes [-8, 7] (as int8) and a step per output channel (one shared when not ``per_channel``):
     Table 285's grid search with the MSE criterion, the step raised to ``floor`` where the bias or the
@@ -128,9 +202,7 @@ def codebook_weights(weight: np.ndarray, centres: int, floor: np.ndarray,
     ``per_channel``), so that channels of different ranges share the entries. The k-means centres of §9.4.1.4
     over those values, rounded to int8, are the entries; each weight takes the nearest (the lower on a tie).
     Returns (weights as int8 codes, the sorted distinct entries, the scale per output channel)."""
-    flat = np.abs(weight.reshape(weight.shape[0], -1))
-    amax = flat.max(axis=1) if per_channel else np.full(weight.shape[0], flat.max())
-    floor = floor if per_channel else np.full(weight.shape[0], floor.max())
+    amax, floor = _channel_reach(weight, floor, per_channel)
     scale = np.maximum(np.maximum(amax / CODE_MAX["int8"], floor), np.finfo(np.float64).tiny)
     units = weight / scale.reshape(-1, *([1] * (weight.ndim - 1)))
     found = kmeans_centres(units.ravel(), centres)
