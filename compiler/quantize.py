@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from aipu.compiler.activation_functions import TABLE_OPS, activation_functions
 from aipu.compiler.calibrate import TensorStats, choose_range, output_determining
 from aipu.compiler.graph import Graph, Node
 from aipu.compiler.normalize import conv_form, pad_widths, softmax_axes, softmax_rows_consecutive
@@ -90,35 +91,6 @@ class QuantOptions:
 SCHEMES = ("affine", "pow2")
 
 
-def _activation_functions() -> dict:
-    """Each table-driven operator as a float64 function of (x, node attributes), as ONNX defines it."""
-    from math import sqrt
-
-    erf = np.vectorize(math.erf)
-
-    def gelu(x, attrs):
-        if attrs.get("approximate", b"none") in (b"tanh", "tanh"):
-            return 0.5 * x * (1 + np.tanh(sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-        return 0.5 * x * (1 + erf(x / sqrt(2)))
-
-    def hard_sigmoid(x, attrs):
-        return np.clip(attrs.get("alpha", 0.2) * x + attrs.get("beta", 0.5), 0, 1)
-
-    return {
-        "Relu": lambda x, attrs: np.maximum(x, 0),
-        "LeakyRelu": lambda x, attrs: np.where(x < 0, attrs.get("alpha", 0.01) * x, x),
-        "PRelu": lambda x, attrs: np.where(x < 0, attrs["slope"] * x, x),
-        "Sigmoid": lambda x, attrs: 1 / (1 + np.exp(-x)),
-        "Tanh": lambda x, attrs: np.tanh(x),
-        "HardSigmoid": hard_sigmoid,
-        "HardSwish": lambda x, attrs: x * np.clip(x / 6 + 0.5, 0, 1),
-        "Swish": lambda x, attrs: x / (1 + np.exp(-attrs.get("alpha", 1.0) * x)),
-        "Gelu": gelu,
-        "Exp": lambda x, attrs: np.exp(x),
-    }
-
-
-TABLE_OPS = tuple(_activation_functions())
 
 
 class Quantizer:
@@ -132,7 +104,7 @@ class Quantizer:
         self.ops: list = []
         self.notes: list[str] = []
         self.consumers = graph.consumers()
-        self.functions = _activation_functions()
+        self.functions = activation_functions()
         self.full_range = output_determining(graph) | set(options.full_range)
         self.weight_formats = LayerFormats(options.weights or ("pow2" if options.scheme == "pow2" else "int8"),
                                            dict(options.layer_weights))
