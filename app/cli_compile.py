@@ -235,10 +235,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "scale a power of two, 7-bit weights, requantization by shifts)")
     compile_parser.add_argument("--weights", metavar="FORMAT",
                                 help="conv and fc weights: int8 (default), int4 (T/AI 115.1 INT4 parameters: two "
-                                     "products a MAC cell), codebook:K (K = 2..16 k-means centres a layer, stored "
-                                     "as 1-, 2- or 4-bit indices that LOAD expands) or pow2 (7-bit at a "
-                                     "power-of-two scale); a layer that cannot take int4 or a codebook keeps int8, "
-                                     "named in the notes")
+                                     "products a MAC cell), int4-dual (two INT4 planes a kernel, added by the "
+                                     "requantizer), codebook:K (K = 2..16 k-means centres a layer, stored as 1-, 2- "
+                                     "or 4-bit indices that LOAD expands) or pow2 (7-bit at a power-of-two scale); a "
+                                     "layer that cannot take a format keeps int4 or int8, named in the notes")
     compile_parser.add_argument("--layer-weights", metavar="FILE.json",
                                 help="per-layer weight formats, a JSON object of node name to format (mixed "
                                      "precision, e.g. {\"conv1\": \"int8\"}); the rest take --weights")

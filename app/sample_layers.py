@@ -51,6 +51,15 @@ def int4_weights(layer: ConvLayer, rng: np.random.Generator) -> ConvLayer:
     return int4
 
 
+def dual_int4_weights(layer: ConvLayer, rng: np.random.Generator) -> ConvLayer:
+    """``layer`` with random dual INT4 weights (docs/arithmetic.md §4.7): :func:`int4_weights` as the first plane,
+    a second plane with a multiplier up to the first's, a NATIVE requantizer without leaky."""
+    dual = dataclasses.replace(int4_weights(layer, rng), negative_multiplier=None, negative_shift=None, scale=None,
+                               w_second=rng.integers(INT4_MIN, INT4_MAX + 1, size=layer.w.shape).astype(np.int8))
+    dual.second_multiplier = (dual.multiplier * rng.random(dual.w.shape[0])).astype(np.int64)
+    return dual
+
+
 def _random_grouping(rng: np.random.Generator, c: int, max_channels: int) -> tuple[int, int]:
     """(groups, output channels) of a dense, depthwise or grouped layer on ``c`` input channels."""
     kind = rng.choice(["dense", "depthwise", "grouped"])

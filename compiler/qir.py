@@ -55,8 +55,16 @@ class Requant:
     negative_multiplier: np.ndarray | None = None
     negative_shift: np.ndarray | None = None
     scale: np.ndarray | None = None
+    second_multiplier: np.ndarray | None = None     # dual INT4 weights: the second plane's M2 (shift shared)
 
-    def apply(self, acc: np.ndarray, bias: np.ndarray, out_dtype: np.dtype, channel_axis: int = 1) -> np.ndarray:
+    def apply(self, acc: np.ndarray, bias: np.ndarray, out_dtype: np.dtype, channel_axis: int = 1,
+              second: np.ndarray | None = None) -> np.ndarray:
+        """The output of accumulators ``acc`` (and, with dual weights, the second plane's ``second``)."""
+        if self.second_multiplier is not None:
+            return golden.requantize_dual(acc, second, bias=bias, multiplier=self.multiplier,
+                                          second_multiplier=self.second_multiplier, shift=self.shift,
+                                          out_zero_point=self.out_zero_point, qmin=self.qmin, qmax=self.qmax,
+                                          rounding=self.rounding, channel_axis=channel_axis, out_dtype=out_dtype)
         if self.scale is not None:
             return golden.requantize_float32(acc, bias=bias, scale=self.scale, out_zero_point=self.out_zero_point,
                                              qmin=self.qmin, qmax=self.qmax, channel_axis=channel_axis,
@@ -90,6 +98,8 @@ class QConv:
     upsample: tuple[int, int] = (1, 1)
     weight_format: str = "int8"      # compiler.weight_formats: how ``w`` was quantized ("int4": codes -8..7)
     codebook: np.ndarray | None = None   # codebook:K: the sorted distinct int8 entries ``w`` takes its values from
+    w_second: np.ndarray | None = None   # int4-dual: the second INT4 plane (``w`` the first), scaled by the
+                                         # requantizer's second multiplier (docs/arithmetic.md §4.7)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -101,10 +111,11 @@ class QConv:
         padding = self.padding
         if self.upsample != (1, 1):
             x, padding = upsampled(x, self.upsample, padding, spec.zero_point)
-        acc = golden.conv2d(x.reshape(*x.shape, 1, 1) if flat else x, self.w, x_zero_point=spec.zero_point,
-                            w_zero_point=self.w_zero_point, stride=self.stride, padding=padding,
-                            dilation=self.dilation, groups=self.groups)
-        y = self.requant.apply(acc, self.bias, tensors[self.y].dtype)
+        x = x.reshape(*x.shape, 1, 1) if flat else x
+        acc, second = (None if w is None else golden.conv2d(
+            x, w, x_zero_point=spec.zero_point, w_zero_point=self.w_zero_point, stride=self.stride, padding=padding,
+            dilation=self.dilation, groups=self.groups) for w in (self.w, self.w_second))
+        y = self.requant.apply(acc, self.bias, tensors[self.y].dtype, second=second)
         return y.reshape(y.shape[:2]) if flat else y
 
 

@@ -227,11 +227,11 @@ class Quantizer:
         x_spec, y_spec = self._mac_input(x), self.activation(y)
         self.tensors[y] = y_spec
         weight_format = self.weight_formats.of(node.name, weight.shape, conv.get("groups", 1),
-                                               node.op == "ConvTranspose")
+                                               node.op == "ConvTranspose", leaky=slope is not None)
         floor = self._weight_scale_floor(node, bias, x_spec, y_spec, weight, code_max(weight_format))
-        w_q, w_scale, codebook = quantized_weights(weight, floor, weight_format, self.options.per_channel_weights)
-        scale = x_spec.scale * w_scale / y_spec.scale
-        bias_scaled = bias / (x_spec.scale * w_scale)
+        weights = quantized_weights(weight, floor, weight_format, self.options.per_channel_weights)
+        scale = x_spec.scale * weights.scale / y_spec.scale
+        bias_scaled = bias / (x_spec.scale * weights.scale)
         low, high = bit_range(BIAS_BITS, signed=True)
         outside = np.flatnonzero(~((bias_scaled > low - 0.5) & (bias_scaled < high + 0.5)))  # rounds out of int32
         if outside.size:             # only under the power-of-two scheme, whose weight scale is the layer's
@@ -240,9 +240,12 @@ class Quantizer:
                              f"|bias / (s_x * s_w)| within int{BIAS_BITS}")
         bias_q = golden.round_half_away(bias_scaled)
         requant = self._requant(scale, y_spec, activation)
-        check_accumulator(w_q, x_spec, 0)
-        self.ops.append(QConv(node.name, x, y, w_q, bias_q.astype(BIAS_DTYPE), requant, **conv,
-                              weight_format=weight_format, codebook=codebook))
+        if weights.second is not None:
+            requant = dual_requant(requant, scale, x_spec.scale * weights.second_scale / y_spec.scale)
+            check_accumulator(weights.second, x_spec, 0)
+        check_accumulator(weights.codes, x_spec, 0)
+        self.ops.append(QConv(node.name, x, y, weights.codes, bias_q.astype(BIAS_DTYPE), requant, **conv,
+                              weight_format=weight_format, codebook=weights.codebook, w_second=weights.second))
 
     def _eight_bit(self, name: str, why: str) -> QTensor:
         """The quantization of an input that must be 8-bit (``why``: the unit's limit) where --int16 made it not."""
@@ -580,6 +583,15 @@ def _steps(value: float, scale: float) -> int:
     """round_half_away(value / scale), the quotient bounded to +-2^40 first: far beyond any integer type the
     result is compared with, and the conversion to int64 stays defined (no numpy warning)."""
     return int(golden.round_half_away(np.clip(value / scale, -2.0 ** 40, 2.0 ** 40)))
+
+
+def dual_requant(requant: Requant, scale: np.ndarray, second: np.ndarray) -> Requant:
+    """``requant`` with dual INT4 planes' multipliers: per channel M ~ scale·2^N and M2 ~ second·2^N at one shift
+    N, the least of the two planes' own (docs/arithmetic.md §4.7)."""
+    pairs = [golden.quantize_multiplier(np.array([first, other]), shared_shift=True)
+             for first, other in zip(scale, second)]
+    multipliers, shifts = np.array([m for m, _ in pairs]), np.array([n for _, n in pairs])
+    return replace(requant, multiplier=multipliers[:, 0], second_multiplier=multipliers[:, 1], shift=shifts[:, 0])
 
 
 def check_accumulator(w: np.ndarray, x: QTensor, w_zero_point: int) -> None:

@@ -5,6 +5,9 @@ formats, which layers can take each, and their quantizers (docs/compiler.md §3.
 * ``int4``: T/AI 115.1-2021 §7.2.3.3's single INT4 parameters, signed [-8, 7], each output channel's step by
   the §9.4 grid search (Table 285) with the mean-squared-error criterion; CONV computes two products a MAC
   cell (docs/arithmetic.md D23);
+* ``int4-dual``: §7.2.3.3's dual INT4 parameters, w ~ s1·q1 + s2·q2, each output channel's pair of steps by
+  Table 286's grid search; one CONV computes both planes as interleaved output channels and REQUANT adds
+  them with a multiplier each (docs/arithmetic.md §4.7);
 * ``codebook:K``: §7.2.2.2's codebook quantization (Q_Method 2) with K centres (2..16) for the layer, int8
   entries at one scale; DRAM holds 1-, 2- or 4-bit indices that LOAD expands (docs/quantization.md);
 * ``pow2``: the shift-quantization patent's 7-bit kernels at a power-of-two scale per layer.
@@ -12,20 +15,22 @@ formats, which layers can take each, and their quantizers (docs/compiler.md §3.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from aipu.quant.codebook import kmeans_centres
+from aipu.quant.int4_search import dual_quantize as int4_dual_search
 from aipu.quant.int4_search import quantize as int4_search
 from aipu.sim import golden
 from aipu.sim.machine.arch import CODEBOOK_INDEX_BITS, INT4_MAX, INT4_MIN
 from aipu.sim.machine.errors import InputError
 
-WEIGHT_FORMATS = ("int8", "int4", "pow2")
+WEIGHT_FORMATS = ("int8", "int4", "int4-dual", "pow2")
 CODEBOOK = "codebook:"                # + the number of centres
 CODEBOOK_CENTRES = range(2, (1 << max(CODEBOOK_INDEX_BITS)) + 1)
-CODE_MAX = {"int8": 127, "int4": INT4_MAX, "pow2": golden.KERNEL_QUAN}     # the largest |code| of each
+CODE_MAX = {"int8": 127, "int4": INT4_MAX, "int4-dual": INT4_MAX, "pow2": golden.KERNEL_QUAN}   # largest |code|
 _MAPPING_BYTES_MAX = 1 << 20          # a mapping file names layers: a megabyte is far beyond any network's
 
 
@@ -74,28 +79,33 @@ def read_layer_formats(path) -> tuple[tuple[str, str], ...]:
 
 class LayerFormats:
     """Each MAC layer's weight format: the mapping file's (``named``), else ``default``. A layer that cannot take
-    the default keeps int8 and is listed in :meth:`notes`; one the mapping file names is refused by name."""
+    the default keeps single INT4 weights (from int4-dual, where it can take them) or int8 and is listed in
+    :meth:`notes`; one the mapping file names is refused by name."""
 
     def __init__(self, default: str, named: dict[str, str]) -> None:
         self.default, self.named = default, named
-        self.kept_int8: dict[str, list[str]] = {}       # why -> the layers that keep int8 weights for it
+        self.kept: dict[tuple[str, str], list[str]] = {}      # (why, format kept) -> the layers
 
-    def of(self, layer: str, weight_shape: tuple[int, ...], groups: int, transposed: bool) -> str:
+    def of(self, layer: str, weight_shape: tuple[int, ...], groups: int, transposed: bool,
+           leaky: bool = False) -> str:
+        """The format of ``layer`` (``leaky``: a Leaky ReLU / PReLU is fused into its requantizer)."""
         weight_format = self.named.get(layer, self.default)
-        why = refusal(weight_format, weight_shape, groups, transposed)
+        why = refusal(weight_format, weight_shape, groups, transposed, leaky)
         if why is None:
             return weight_format
         if layer in self.named:
-            raise InputError(f"layer {layer!r} weights", weight_format, f"int8 or pow2: {why}")
-        self.kept_int8.setdefault(why, []).append(layer)
-        return "int8"
+            raise InputError(f"layer {layer!r} weights", weight_format, f"another format: {why}")
+        kept = "int4" if weight_format == "int4-dual" and refusal("int4", weight_shape, groups, transposed) is None \
+            else "int8"
+        self.kept.setdefault((why, kept), []).append(layer)
+        return kept
 
     def notes(self) -> list[str]:
-        """One note per reason a layer kept int8 weights, naming the first few such layers."""
+        """One note per reason a layer kept other weights, naming the first few such layers."""
         notes = []
-        for why, names in self.kept_int8.items():
+        for (why, kept), names in self.kept.items():
             shown = ", ".join(map(repr, names[:4])) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            notes.append(f"{len(names)} layer{'s' * (len(names) > 1)} keep{'s' * (len(names) == 1)} int8 weights "
+            notes.append(f"{len(names)} layer{'s' * (len(names) > 1)} keep{'s' * (len(names) == 1)} {kept} weights "
                          f"({shown}): {why}")
         return notes
 
@@ -108,13 +118,13 @@ class LayerFormats:
 
 
 def stored_bytes(weight_format: str, count: int) -> int:
-    """The DRAM bytes ``count`` weights of ``weight_format`` take: INT4 two a byte, a codebook's indices
-    8 / index_bits a byte and its 2^index_bits entries, else a byte each."""
+    """The DRAM bytes ``count`` weights of ``weight_format`` take: INT4 two a byte (dual: two planes), a codebook's
+    indices 8 / index_bits a byte and its 2^index_bits entries, else a byte each."""
     centres = codebook_centres(weight_format)
     if centres is not None:
         bits = index_bits(centres)
         return -(-count * bits // 8) + (1 << bits)
-    return -(-count // 2) if weight_format == "int4" else count
+    return {"int4": -(-count // 2), "int4-dual": 2 * -(-count // 2)}.get(weight_format, count)
 
 
 def index_bits(centres: int) -> int:
@@ -122,12 +132,17 @@ def index_bits(centres: int) -> int:
     return next(bits for bits in CODEBOOK_INDEX_BITS if centres <= 1 << bits)
 
 
-def refusal(weight_format: str, weight_shape: tuple[int, ...], groups: int, transposed: bool) -> str | None:
+def refusal(weight_format: str, weight_shape: tuple[int, ...], groups: int, transposed: bool,
+            leaky: bool = False) -> str | None:
     """Why a layer with these weights [K, C/groups, KH, KW] cannot take ``weight_format``, or None. INT4 weights
     and codebook indices fill whole bytes of each tap's input channels (CONV packs INT4 two a byte, LOAD
-    expands 8 / index_bits indices a byte)."""
+    expands 8 / index_bits indices a byte); dual planes take the requantizer's second multiplier, which a fused
+    Leaky ReLU / PReLU (``leaky``) needs for its negative side."""
     centres = codebook_centres(weight_format)
-    if weight_format == "int4":
+    if weight_format == "int4-dual" and leaky:
+        return ("dual INT4 planes take the requantizer's second multiplier, which the fused Leaky ReLU / PReLU "
+                "needs (docs/arithmetic.md §4.7)")
+    if weight_format in ("int4", "int4-dual"):
         what, per_byte, where = "INT4 weights pack two input channels a byte", 2, "docs/arithmetic.md D23"
     elif centres is not None:
         if transposed:
@@ -144,25 +159,38 @@ def refusal(weight_format: str, weight_shape: tuple[int, ...], groups: int, tran
     return f"{what}: {kind} ({where})"
 
 
-def quantized_weights(weight: np.ndarray, floor: np.ndarray, weight_format: str,
-                      per_channel: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The weights [K, ...] in ``weight_format``, their scale per output channel (one for all when not
-    ``per_channel``), at least ``floor``, and a codebook's entries (else None): int8 symmetric [-127, 127],
-    int4 (:func:`int4_weights`), codebook:K (:func:`codebook_weights`), or pow2."""
+@dataclass(frozen=True)
+class QuantizedWeights:
+    """A layer's weights in a format: int8-held codes [K, ...] and their scale per output channel; a codebook's
+    sorted entries; dual INT4's second plane and its scales."""
+
+    codes: np.ndarray
+    scale: np.ndarray
+    codebook: np.ndarray | None = None
+    second: np.ndarray | None = None
+    second_scale: np.ndarray | None = None
+
+
+def quantized_weights(weight: np.ndarray, floor: np.ndarray, weight_format: str, per_channel: bool) -> QuantizedWeights:
+    """The weights [K, ...] in ``weight_format``, the (first plane's) scale per output channel at least ``floor``
+    (one for all when not ``per_channel``): int8 symmetric [-127, 127], int4 (:func:`int4_weights`), int4-dual
+    (:func:`int4_dual_weights`), codebook:K (:func:`codebook_weights`), or pow2."""
     if weight_format == "int4":
-        return *int4_weights(weight, floor, per_channel), None
+        return QuantizedWeights(*int4_weights(weight, floor, per_channel))
+    if weight_format == "int4-dual":
+        return int4_dual_weights(weight, floor, per_channel)
     centres = codebook_centres(weight_format)
     if centres is not None:
         codes, entries, scale = codebook_weights(weight, centres, floor, per_channel)
-        return codes, scale, entries
+        return QuantizedWeights(codes, scale, entries)
     amax, floor = _channel_reach(weight, floor, per_channel)
     if weight_format == "pow2":       # 7-bit kernels (QUAN 63, [0069]) at the least power of two
         exponents = _pow2_weight_exponents(amax, floor)
         q = [golden.pow2_quantize(channel, int(e), golden.KERNEL_QUAN) for channel, e in zip(weight, exponents)]
-        return np.stack(q).astype(np.int8), np.ldexp(1.0, -exponents), None
+        return QuantizedWeights(np.stack(q).astype(np.int8), np.ldexp(1.0, -exponents))
     scale = np.maximum(amax / CODE_MAX["int8"], floor)
     q = golden.round_half_away(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))))
-    return np.clip(q, -CODE_MAX["int8"], CODE_MAX["int8"]).astype(np.int8), scale, None
+    return QuantizedWeights(np.clip(q, -CODE_MAX["int8"], CODE_MAX["int8"]).astype(np.int8), scale)
 
 
 def _channel_reach(weight: np.ndarray, floor: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -193,6 +221,25 @@ def int4_weights(weight: np.ndarray, floor: np.ndarray, per_channel: bool) -> tu
     scale = np.maximum(steps, floor if per_channel else np.full(weight.shape[0], floor.max()))
     codes = golden.round_half_away(np.clip(weight / scale.reshape(-1, *([1] * (weight.ndim - 1))), INT4_MIN, INT4_MAX))
     return codes.astype(np.int8), scale
+
+
+def int4_dual_weights(weight: np.ndarray, floor: np.ndarray, per_channel: bool) -> QuantizedWeights:
+    """Dual INT4 (§7.2.3.3): two planes of codes [-8, 7] and a pair of steps per output channel (one pair for all
+    when not ``per_channel``), w ~ s1·q1 + s2·q2, by Table 286's grid search. A unit whose first step is under
+    ``floor`` (the bias is added at the first plane's scale) takes the single INT4 codes at the floor and an empty
+    second plane."""
+    units = weight.reshape(weight.shape[0], -1) if per_channel else weight.reshape(1, -1)
+    floors = floor if per_channel else np.array([floor.max()])
+    planes, steps = np.zeros((2, *units.shape), np.int8), np.zeros((2, len(units)))
+    for index, unit in enumerate(units):
+        (q1, q2), (s1, s2) = int4_dual_search(unit)
+        if s1 < floors[index]:
+            codes, (s1,) = int4_weights(unit[None], floors[index:index + 1], per_channel=True)
+            q1, q2, s2 = codes.ravel(), np.zeros_like(q1), s1
+        planes[:, index], steps[:, index] = (q1, q2), (s1, s2)
+    planes = planes.reshape(2, *weight.shape)
+    steps = np.broadcast_to(steps, (2, weight.shape[0])) if not per_channel else steps
+    return QuantizedWeights(planes[0], steps[0].copy(), second=planes[1], second_scale=steps[1].copy())
 
 
 def codebook_weights(weight: np.ndarray, centres: int, floor: np.ndarray,

@@ -16,7 +16,7 @@ TOP1_GOAL_POINTS = 2.0
 
 def _formats(first: str, last: str) -> dict[str, dict]:
     """QuantOptions fields of each row."""
-    return {"int8": {}, "int4": {"weights": "int4"},
+    return {"int8": {}, "int4": {"weights": "int4"}, "int4-dual": {"weights": "int4-dual"},
             "mixed": {"weights": "int4", "layer_weights": ((first, "int8"), (last, "int8"))},
             "codebook:16": {"weights": "codebook:16"},
             "pow2 weights": {"weights": "pow2"}, "pow2 scheme": {"scheme": "pow2"}}

@@ -92,7 +92,7 @@ class ConvLowering:
         h, w, c = image_shape(x)
         try:
             if op.upsample == (1, 1):
-                parts = [self._part(op, context, table, op.w, (h, w), op.padding, op.dilation)]
+                parts = [self._part(op, context, table, (op.w, op.w_second), (h, w), op.padding, op.dilation)]
             else:
                 parts = self._phases(op, context, table, (h, w, c), image_shape(y))
         except ValueError as exc:
@@ -114,11 +114,8 @@ class ConvLowering:
                     raise InputError("transposed convolution phase", f"rows {row.first}::{op.upsample[0]}, "
                                      f"columns {column.first}::{op.upsample[1]}", "outputs that read at least "
                                      "one input pixel (this padding leaves a phase with padding only)")
-                weights = np.zeros((*op.w.shape[:2], len(row.taps), len(column.taps)), op.w.dtype)
-                for i, tap_h in enumerate(row.taps):
-                    for j, tap_w in enumerate(column.taps):
-                        if tap_h >= 0 and tap_w >= 0:
-                            weights[:, :, i, j] = op.w[:, :, tap_h, tap_w]
+                weights = tuple(None if plane is None else _phase_kernel(plane, row.taps, column.taps)
+                                for plane in (op.w, op.w_second))
                 part = self._part(op, context, table, weights, (row.length, column.length),
                                   (row.pad_begin, column.pad_begin, row.pad_end, column.pad_end),
                                   (row.dilation, column.dilation))
@@ -129,9 +126,12 @@ class ConvLowering:
         return parts
 
     @staticmethod
-    def _part(op: QConv, context: Context, table: QLut | None, weights: np.ndarray, size: tuple[int, int],
-              padding: tuple[int, int, int, int], dilation: tuple[int, int]) -> ConvPart:
+    def _part(op: QConv, context: Context, table: QLut | None, weights: tuple[np.ndarray, np.ndarray | None],
+              size: tuple[int, int], padding: tuple[int, int, int, int], dilation: tuple[int, int]) -> ConvPart:
+        """One conv layer of ``op`` with these kernels (the first plane's, and dual INT4's second plane or None)
+        on an input of ``size``."""
         x = context.tensors[op.x]
+        weights, second = weights
         requant = op.requant
         leaky = requant.negative_multiplier is not None
         native = requant.scale is None          # else FLOAT32 mode: the records' multiplier and shift are unused
@@ -143,7 +143,8 @@ class ConvLowering:
                           out_zero_point=requant.out_zero_point, qmin=requant.qmin, qmax=requant.qmax,
                           out_type=dtype_code(context.tensors[op.y].dtype), rounding=Rounding[requant.rounding.upper()],
                           stride=op.stride, padding=padding, dilation=dilation, groups=op.groups,
-                          w_type=DType.INT4 if op.weight_format == "int4" else DType.INT8, codebook=op.codebook,
+                          w_type=DType.INT4 if op.weight_format.startswith("int4") else DType.INT8,
+                          codebook=op.codebook, w_second=second, second_multiplier=requant.second_multiplier,
                           negative_multiplier=requant.negative_multiplier if leaky else None,
                           negative_shift=requant.negative_shift if leaky else None,
                           lut=table.table.astype(LUT_ENTRY_DTYPE) if table else None,
@@ -167,6 +168,16 @@ class ConvLowering:
                       input_row=part.input_row, output_steps=part.output_steps,
                       weight_stream=WeightStreams(part.layer, prefix, context.plan, context.weight_streams)
                       if context.compress else None)
+
+
+def _phase_kernel(weights: np.ndarray, row_taps, column_taps) -> np.ndarray:
+    """A transposed convolution phase's kernel: the taps it reads of ``weights``, zeros where a tap is -1."""
+    kernel = np.zeros((*weights.shape[:2], len(row_taps), len(column_taps)), weights.dtype)
+    for i, tap_h in enumerate(row_taps):
+        for j, tap_w in enumerate(column_taps):
+            if tap_h >= 0 and tap_w >= 0:
+                kernel[:, :, i, j] = weights[:, :, tap_h, tap_w]
+    return kernel
 
 
 class _PlacedOnUse(dict):

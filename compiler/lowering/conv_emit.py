@@ -87,7 +87,8 @@ class _ConvEmitter:
         self.window = UnrolledWindow.of(layer) if plan.unrolled else None
         # A grouped layer whose weights and records all fit one half loads them once: its tiles differ only there.
         self.resident = (not self.dense and len(self.k_tiles) > 1
-                         and weight_bytes(layer, layer.w.size) <= program.config.buffer(Buffer.WEIGHT).bytes // 2
+                         and weight_bytes(layer, layer.w.size * layer.planes)
+                         <= program.config.buffer(Buffer.WEIGHT).bytes // 2
                          and k <= program.config.buffer_units(Buffer.PARAM) // 2)
         self.step = 0
 
@@ -164,9 +165,11 @@ class _ConvEmitter:
             x_size=1, run=loaded_k * PARAM_RECORD_BYTES))
 
     def _load_weights(self, item: int, k0: int, out_c: int, c0: int, in_c: int) -> None:
-        """The raw weights [k0:k0+out_c, c0:c0+in_c] (OHWI in DRAM) into weight half ``item``."""
+        """The raw weights [k0:k0+out_c, c0:c0+in_c] (OHWI in DRAM; dual planes: both of each channel) into weight
+        half ``item``."""
         layer = self.layer
         _, cg, kh, kw = layer.w.shape
+        k0, out_c = k0 * layer.planes, out_c * layer.planes
         packed = functools.partial(weight_dram_bytes, layer)     # INT4 two a byte, codebook indices 8 / bits a byte
         codebook = {} if layer.codebook is None else dict(index_bits=layer.index_bits,
                                                           codebook_addr=self._codebook_address() // CODEBOOK_SLOT_BYTES)
@@ -214,11 +217,11 @@ class _ConvEmitter:
         layer = self.layer
         _, cg, kh, kw = layer.w.shape
         wgt_addr = (self.pipeline.half(Buffer.WEIGHT, weight_item)
-                    + (weight_bytes(layer, tile.k0 * kh * kw * cg) if self.resident else 0))
+                    + (weight_bytes(layer, tile.k0 * layer.planes * kh * kw * cg) if self.resident else 0))
         self.pipeline.append(Opcode.CONV, dict(
             in_addr=self.pipeline.half(Buffer.ACT, self.step), **self._conv_geometry(tile, channels),
             in_type=self.in_type, in_zero_point=layer.x_zero_point, wgt_addr=wgt_addr,
-            w_zero_point=layer.w_zero_point, w_type=layer.w_type, out_c=tile.channels,
+            w_zero_point=layer.w_zero_point, w_type=layer.w_type, out_c=tile.channels * layer.planes,
             groups=1 if self.dense else tile.channels // self.kg,
             acc_addr=self.pipeline.half(Buffer.ACC, tile.index), accumulate=int(chunk_index > 0)))
 
@@ -242,7 +245,7 @@ class _ConvEmitter:
             pixels=tile.rows * self.plan.out_w, channels=tile.channels, param_index=param_index,
             out_type=layer.out_type, out_zero_point=layer.out_zero_point, qmin=qmin, qmax=qmax,
             mode=RequantMode.NATIVE if layer.scale is None else RequantMode.FLOAT32,
-            rounding=layer.rounding, leaky=int(layer.negative_multiplier is not None)))
+            rounding=layer.rounding, leaky=int(layer.negative_multiplier is not None), dual=int(layer.planes == 2)))
 
     def _apply_table(self, tile: _Tile) -> None:
         """The activation table, in place on the tile's output half."""

@@ -52,6 +52,21 @@ class ConvLayer:
     lut_input_min: int = _LUT16_INPUT_MIN
     w_type: DType = DType.INT8         # INT4: values in -8..7, stored two a byte (docs/arithmetic.md D23)
     codebook: np.ndarray | None = None  # int8 entries (2..16, sorted, distinct): w holds entries, DRAM their indices
+    w_second: np.ndarray | None = None  # dual INT4: the second plane (w the first), [K, C/groups, KH, KW]
+    second_multiplier: np.ndarray | None = None   # [K]: its multiplier, sharing the first plane's shift (§4.7)
+
+    @property
+    def planes(self) -> int:
+        """Weight planes: 2 for dual INT4 weights, which CONV runs as 2·K interleaved output channels."""
+        return 1 if self.w_second is None else 2
+
+    @property
+    def mac_weights(self) -> np.ndarray:
+        """The weights CONV multiplies: ``w``, or with dual planes [2·K, ...], plane 1 of channel k at 2k and
+        plane 2 at 2k + 1 (docs/arithmetic.md D24)."""
+        if self.w_second is None:
+            return self.w
+        return np.stack([self.w, self.w_second], axis=1).reshape(-1, *self.w.shape[1:])
 
     @property
     def index_bits(self) -> int:
@@ -74,9 +89,11 @@ class ConvLayer:
         info = np.iinfo(self.out_dtype)
         return (info.min if self.qmin is None else self.qmin, info.max if self.qmax is None else self.qmax)
 
-    def conv_golden(self) -> np.ndarray:
-        return golden.conv2d(self.x, self.w, x_zero_point=self.x_zero_point, w_zero_point=self.w_zero_point,
-                             stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+    def conv_golden(self, weights: np.ndarray | None = None) -> np.ndarray:
+        """The accumulators of ``weights`` (default ``w``) over the input."""
+        return golden.conv2d(self.x, self.w if weights is None else weights, x_zero_point=self.x_zero_point,
+                             w_zero_point=self.w_zero_point, stride=self.stride, padding=self.padding,
+                             dilation=self.dilation, groups=self.groups)
 
     def reference(self) -> np.ndarray:
         """The whole layer on the golden model: [1, K, OH, OW] of out_type."""
@@ -85,6 +102,12 @@ class ConvLayer:
             y = golden.requantize_float32(self.conv_golden(), bias=self.bias, scale=self.scale,
                                           out_zero_point=self.out_zero_point, qmin=qmin, qmax=qmax, channel_axis=1,
                                           out_dtype=self.out_dtype)
+            return self._table(y)
+        if self.w_second is not None:
+            y = golden.requantize_dual(self.conv_golden(), self.conv_golden(self.w_second), bias=self.bias,
+                                       multiplier=self.multiplier, second_multiplier=self.second_multiplier,
+                                       shift=self.shift, out_zero_point=self.out_zero_point, qmin=qmin, qmax=qmax,
+                                       rounding=self.rounding.name.lower(), channel_axis=1, out_dtype=self.out_dtype)
             return self._table(y)
         y = golden.requantize(self.conv_golden(), bias=self.bias, multiplier=self.multiplier, shift=self.shift,
                               out_zero_point=self.out_zero_point, qmin=qmin, qmax=qmax,
@@ -199,15 +222,37 @@ def _check_weight_type(layer: ConvLayer) -> None:
         raise InputError("w_type", layer.w_type, f"expected {dtype_names(WEIGHT_TYPES)}")
     if layer.codebook is not None:
         _check_codebook(layer)
+    if layer.w_second is not None:
+        _check_dual(layer)
     if layer.w_type != DType.INT4:
         return
     low, high = dtype_bounds(DType.INT4)
-    outside = layer.w[(layer.w < low) | (layer.w > high)]
-    if outside.size:
-        raise InputError("w", int(outside.flat[0]), f"INT4 weights within {low}..{high}")
+    for name in ("w", "w_second"):
+        plane = getattr(layer, name)
+        outside = np.zeros(0) if plane is None else plane[(plane < low) | (plane > high)]
+        if outside.size:
+            raise InputError(name, int(outside.flat[0]), f"INT4 weights within {low}..{high}")
     if layer.w.shape[1] % 2:
         raise InputError("w_type", "INT4", f"an even number of input channels a group (this layer has "
                          f"{layer.w.shape[1]}: INT4 weights pack two channels a byte)")
+
+
+def _check_dual(layer: ConvLayer) -> None:
+    """Dual INT4 weights: a second plane of the first's shape, INT4, and its multiplier; the requantizer in NATIVE
+    mode without a negative pair, whose multiplier the second plane takes (docs/arithmetic.md §4.7)."""
+    second = layer.w_second
+    if not isinstance(second, np.ndarray) or second.dtype != np.int8 or second.shape != layer.w.shape:
+        raise InputError("w_second", second, f"int8-held INT4 codes of w's shape {list(layer.w.shape)}")
+    if layer.w_type != DType.INT4 or layer.codebook is not None:
+        raise InputError("w_type", layer.w_type.name, "INT4 without a codebook for dual planes")
+    if layer.negative_multiplier is not None or layer.scale is not None:
+        raise InputError("w_second", "dual planes", "a NATIVE requantizer without leaky (the second plane takes "
+                         "the record's negative multiplier)")
+    values = np.asarray(layer.second_multiplier)
+    if (layer.second_multiplier is None or values.dtype.kind not in "iu"
+            or values.shape not in ((layer.w.shape[0],), ()) or np.any((values < 0) | (values > MULTIPLIER_MAX))):
+        raise InputError("second_multiplier", layer.second_multiplier,
+                         f"integers 0..{MULTIPLIER_MAX}, one per output channel or a scalar")
 
 
 def _check_codebook(layer: ConvLayer) -> None:
@@ -308,14 +353,16 @@ def _param_records(layer: ConvLayer) -> np.ndarray:
         records[name] = np.broadcast_to(getattr(layer, name), (k,))   # shapes and ranges: check_layer
     if layer.scale is not None:
         records["scale"] = layer.scale
+    if layer.w_second is not None:      # the second plane's multiplier; the shift is shared (§4.7)
+        records["negative_multiplier"] = np.broadcast_to(layer.second_multiplier, (k,))
     return records
 
 
 def layer_constants(layer: ConvLayer, config: HardwareConfig) -> dict[str, np.ndarray]:
-    """What a layer reads from DRAM besides its input: "weights" (OHWI; INT4 two a byte along I; with a codebook
-    the indices, 8 / index_bits a byte along I), "params" (records), "lut" and "codebook" (its 2^index_bits int8
-    entries), if any."""
-    ohwi = np.ascontiguousarray(layer.w.transpose(0, 2, 3, 1))
+    """What a layer reads from DRAM besides its input: "weights" (OHWI of :attr:`ConvLayer.mac_weights`; INT4 two
+    a byte along I; with a codebook the indices, 8 / index_bits a byte along I), "params" (records), "lut" and
+    "codebook" (its 2^index_bits int8 entries), if any."""
+    ohwi = np.ascontiguousarray(layer.mac_weights.transpose(0, 2, 3, 1))
     constants = {"weights": ohwi, "params": _param_records(layer)}
     if layer.w_type == DType.INT4:
         constants["weights"] = pack_int4(ohwi)

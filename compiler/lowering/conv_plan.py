@@ -56,6 +56,7 @@ class ConvGeometry:
     w_type: DType        # INT4: weights two a byte, chunks of an even channel count
     in_type: DType
     weight_dram_bits: int     # 8, INT4's 4, or a codebook index's bits
+    planes: int               # dual INT4: 2 weight planes, 2·K CONV output channels and accumulators
 
     @classmethod
     def of(cls, layer: ConvLayer) -> ConvGeometry:
@@ -63,7 +64,7 @@ class ConvGeometry:
         k, cg, kh, kw = layer.w.shape
         return cls(c, w, k, cg, kh, kw, layer.groups, *output_size(layer), w + layer.padding[1] + layer.padding[3],
                    DTYPE_BYTES[layer.out_type], layer.stride[0], layer.dilation[0], layer.w_type,
-                   dtype_code(layer.x.dtype), layer.weight_dram_bits)
+                   dtype_code(layer.x.dtype), layer.weight_dram_bits, layer.planes)
 
     def weight_bytes(self, count: int) -> int:
         """Bytes of ``count`` weights in WEIGHT."""
@@ -179,12 +180,13 @@ def _fits(shape: ConvGeometry, halves: dict[Buffer, int], tk: int, tc: int, rows
         channels, in_rows, in_w = shape.input_channels(tk, tc), shape.input_rows(rows), shape.in_w
     else:
         channels, in_rows, in_w = window.depth, rows, shape.out_w
-    return {"weight": tk * shape.kh * shape.kw * shape.weight_bytes(tc) <= halves[Buffer.WEIGHT],
+    mac_k = tk * shape.planes
+    return {"weight": mac_k * shape.kh * shape.kw * shape.weight_bytes(tc) <= halves[Buffer.WEIGHT],
             "param": tk * PARAM_RECORD_BYTES <= halves[Buffer.PARAM],
-            "acc": rows * shape.out_w * tk * BUFFER_UNIT_BYTES[Buffer.ACC] <= halves[Buffer.ACC],
+            "acc": rows * shape.out_w * mac_k * BUFFER_UNIT_BYTES[Buffer.ACC] <= halves[Buffer.ACC],
             "out": rows * shape.out_w * tk * shape.out_bytes <= halves[Buffer.OUT],
             "act": in_rows * in_w * channels <= halves[Buffer.ACT],
-            "fields": max(tk, channels, in_rows) <= DIM_MAX and rows * shape.out_w <= _PIXELS_MAX}
+            "fields": max(mac_k, channels, in_rows) <= DIM_MAX and rows * shape.out_w <= _PIXELS_MAX}
 
 
 class CostEstimate:
@@ -224,7 +226,8 @@ class CostEstimate:
         dense = shape.groups == 1 or tc < shape.cg
         kg = shape.k // shape.groups
         return self.conv.cycles(self.config, groups=1 if dense else tk // kg, group_in=tc if dense else shape.cg,
-                                group_out=tk if dense else kg, taps=shape.kh * shape.kw, pixels=rows * shape.out_w)
+                                group_out=(tk if dense else kg) * shape.planes, taps=shape.kh * shape.kw,
+                                pixels=rows * shape.out_w)
 
     def _input_words(self, tk: int, tc: int, rows: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
         """DRAM words the DMA walks for the plan's inputs (a slice of a few channels of an HWC tensor costs a
@@ -236,7 +239,8 @@ class CostEstimate:
 
     def _weight_and_output_words(self, tk: int, tc: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
         shape, word = self.shape, self.config.dram.bytes_per_cycle
-        weights = (chunks * walk_words(word, shape.k * shape.kh * shape.kw, shape.weight_dram_bytes(min(tc, shape.cg)),
+        weights = (chunks * walk_words(word, shape.k * shape.planes * shape.kh * shape.kw,
+                                       shape.weight_dram_bytes(min(tc, shape.cg)),
                                        shape.weight_dram_bytes(shape.cg))
                    * (row_tiles if chunks > 1 else 1))
         outputs = k_tiles * walk_words(word, shape.out_h * shape.out_w, tk * shape.out_bytes,
@@ -257,8 +261,8 @@ class UnrolledCost(CostEstimate):
         return k_tiles * self.window.out_h * self.window.loads_per_row()
 
     def _conv_cycles(self, tk: int, tc: int, rows: int) -> int:
-        return self.conv.cycles(self.config, groups=1, group_in=self.window.depth, group_out=tk, taps=1,
-                                pixels=rows * self.shape.out_w)
+        return self.conv.cycles(self.config, groups=1, group_in=self.window.depth, group_out=tk * self.shape.planes,
+                                taps=1, pixels=rows * self.shape.out_w)
 
     def _input_words(self, tk: int, tc: int, rows: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
         return k_tiles * self.window_words

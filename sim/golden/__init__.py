@@ -12,8 +12,8 @@ from aipu.sim.golden.pool import avg_pool2d, global_avg_pool, max_pool2d
 from aipu.sim.golden.pow2 import (FEATURE_QUAN, KERNEL_QUAN, pow2_quantize, pow2_requant_params,
                              pow2_scale_exponent)
 from aipu.sim.golden.requant import (RequantStage, leaky_relu_multipliers, onnx_requant_scale, quantize_multiplier,
-                                quantize_multiplier_tflite, requant_stage, requantize, requantize_float32,
-                                requantize_records, requantize_tflite)
+                                quantize_multiplier_tflite, requant_stage, requantize, requantize_dual,
+                                requantize_float32, requantize_records, requantize_tflite)
 from aipu.sim.golden.rounding import ROUNDING_MODES, round_half_away, rounding_divide, rounding_shift_right
 from aipu.sim.golden.softmax import build_softmax_table, softmax
 
@@ -23,6 +23,6 @@ __all__ = [
     "conv_sums", "conv_sums_channels_last", "eltwise", "eltwise_params", "expand_codebook", "global_avg_pool",
     "leaky_relu_multipliers", "lut16", "lut8", "matmul", "max_pool2d", "onnx_requant_scale", "pow2_quantize",
     "pow2_requant_params", "pow2_scale_exponent", "quantize_multiplier", "quantize_multiplier_tflite",
-    "requant_stage", "requantize", "requantize_float32", "requantize_records", "requantize_tflite",
+    "requant_stage", "requantize", "requantize_dual", "requantize_float32", "requantize_records", "requantize_tflite",
     "round_half_away", "rounding_divide", "rounding_shift_right", "softmax",
 ]

@@ -215,6 +215,24 @@ def requantize(acc: np.ndarray, *, bias=None, multiplier, shift, out_zero_point=
                        out_zero_point, qmin, qmax, out_dtype, return_saturated)
 
 
+def requantize_dual(acc: np.ndarray, second: np.ndarray, *, bias=None, multiplier, second_multiplier, shift,
+                    out_zero_point=0, qmin=None, qmax=None, rounding: str = "half_up", channel_axis: int = 1,
+                    out_dtype=np.int8) -> np.ndarray:
+    """Dual planes (§4.7): clamp(rsr((acc + bias) * M + second * M2, N) + zp, qmin, qmax), ``second`` the second
+    plane's accumulators (the shape of ``acc``); every parameter a scalar or one per channel of ``channel_axis``,
+    as :func:`requantize` takes them. The layer-level form of a REQUANT command with ``dual`` = 1."""
+    channels = _Channels(acc, channel_axis)
+    check_array("second", second, (ACC_DTYPE,))
+    if second.shape != acc.shape:
+        raise ValueError(f"second: expected the shape of acc {acc.shape}, got {second.shape}")
+    check_rounding(rounding)
+    m = channels.param("multiplier", multiplier, 0, MULTIPLIER_MAX)
+    m2 = channels.param("second_multiplier", second_multiplier, 0, MULTIPLIER_MAX)
+    n = channels.param("shift", shift, 0, SHIFT_MAX)
+    value = dual_requant(channels.biased(bias), second, m, m2, n, rounding)
+    return _output_stage(value, out_zero_point, qmin, qmax, out_dtype, False)
+
+
 @dataclass(frozen=True)
 class RequantStage:
     """How a REQUANT command requantizes, checked once (:func:`requant_stage`) for any number of tiles."""

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aipu.app.sample_layers import int4_weights, random_layer
+from aipu.app.sample_layers import dual_int4_weights, int4_weights, random_layer
 from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer, layer_constants
 from aipu.compiler.lowering.conv_layers import lower_conv_layer
 from aipu.sim.interpreter import run
@@ -88,6 +88,55 @@ def test_int4_layers_are_loaded_raw_under_compression():
 ])
 def test_what_int4_cannot_take_is_refused_by_name(change, message):
     layer = _dense_int4(np.random.default_rng(0), 8, 4)
+    check_layer(layer)
+    with pytest.raises(InputError, match=message):
+        check_layer(dataclasses.replace(layer, **change))
+
+
+def _dual_layer(seed: int):
+    """A random layer with dual INT4 weights (None if a group's channel count is odd)."""
+    rng = np.random.default_rng(seed)
+    layer = random_layer(rng, with_lut=bool(seed % 2), out_types=_OUT_TYPES)
+    return dual_int4_weights(layer, rng) if layer.w.shape[1] % 2 == 0 else None
+
+
+@pytest.mark.parametrize("config", list(CONFIGS.values()) + [TINY], ids=[*CONFIGS, "tiny"])
+def test_random_dual_int4_layers_match_golden(config):
+    """Dual planes run as one CONV of 2·K interleaved channels and a dual REQUANT of K (docs/arithmetic.md §4.7)."""
+    checked = lowered_layers_match(_dual_layer, config, range(60))
+    assert len(checked) >= 10
+    for layer, lowered in checked:
+        requants = _commands(lowered, Opcode.REQUANT)
+        assert {command.dual for command in requants} == {1}
+        assert sum(command.channels * command.pixels for command in requants) == layer.reference().size
+        assert sum(command.out_c for command in _commands(lowered, Opcode.CONV) if not command.accumulate) \
+            == 2 * sum(command.channels for command in requants)
+
+
+def test_dual_weights_are_both_planes_of_each_channel_in_turn():
+    layer = dataclasses.replace(_dense_int4(np.random.default_rng(5), 8, 3), w_second=np.full((3, 8, 3, 3), -3, np.int8),
+                                second_multiplier=np.full(3, 1 << 12))
+    packed = unpack_int4(layer_constants(layer, DEFAULT)["weights"])
+    np.testing.assert_array_equal(packed[0::2], layer.w.transpose(0, 2, 3, 1))
+    assert np.all(packed[1::2] == -3)
+    for tiles in (dict(tile_k=1, tile_c=2), dict(tile_k=2, tile_rows=3), dict(unrolled=True)):
+        lowered = lower_conv_layer(layer, TINY, **tiles)
+        result = run(lowered.program, lowered.memory())
+        np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference(), err_msg=str(tiles))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(w_second=np.zeros((3, 8, 3, 3), np.int16)), "w_second"),
+    (dict(w_second=np.zeros((2, 8, 3, 3), np.int8)), "w_second"),
+    (dict(w_second=np.full((3, 8, 3, 3), -9, np.int8)), "INT4 weights within -8..7"),
+    (dict(w_type=DType.INT8), "INT4 without a codebook"),
+    (dict(negative_multiplier=np.ones(3, np.int64), negative_shift=np.zeros(3, np.int64)), "without leaky"),
+    (dict(second_multiplier=None), "second_multiplier"),
+    (dict(second_multiplier=np.full(3, 1 << 16)), "second_multiplier"),
+])
+def test_what_dual_planes_cannot_take_is_refused_by_name(change, message):
+    layer = dataclasses.replace(_dense_int4(np.random.default_rng(0), 8, 3), w_second=np.zeros((3, 8, 3, 3), np.int8),
+                                second_multiplier=np.full(3, 1 << 12))
     check_layer(layer)
     with pytest.raises(InputError, match=message):
         check_layer(dataclasses.replace(layer, **change))

@@ -93,18 +93,20 @@ def test_a_compiled_network_runs_from_the_host_interface_bit_exact_on_the_model_
 
 
 @pytest.mark.parametrize("backend", verilog_backends())
-@pytest.mark.parametrize("weights", ["int8", "int4", "codebook:16"])
+@pytest.mark.parametrize("weights", ["int8", "int4", "int4-dual", "codebook:16"])
 def test_a_mobilenet_like_network_runs_bit_exact_on_verilog_on_the_model_s_cycles(tmp_path, backend, weights):
     """Depthwise conv, squeeze-excite (hard-sigmoid gate, Mul), hard-swish, a residual Add, global pooling and a
     softmax head: about 800 commands on SMALL, every one on the cycle model's (dram="npu") start and retire;
-    with INT4 or codebook weights in every layer that can take them (the stem and the depthwise conv keep int8;
-    LOAD expands the codebook indices)."""
+    with INT4, dual INT4 or codebook weights in every layer that can take them (the stem and the depthwise conv
+    keep int8; LOAD expands the codebook indices; REQUANT adds the dual planes)."""
     from aipu.app.models.synthetic import mobilenet_block_net
     from aipu.sim.cycle import simulate
 
     directory = _compile(tmp_path, mobilenet_block_net(size=16), 16, "--weights", weights)
     w_types = {command.w_type for command in directory.program.queues[Unit.CONV] if command.opcode == Opcode.CONV}
-    assert w_types == ({DType.INT8, DType.INT4} if weights == "int4" else {DType.INT8})
+    assert w_types == ({DType.INT8, DType.INT4} if weights.startswith("int4") else {DType.INT8})
+    dual = {command.dual for command in directory.program.queues[Unit.REQUANT] if command.opcode == Opcode.REQUANT}
+    assert dual == ({0, 1} if weights == "int4-dual" else {0})
     expanding = [command for command in directory.program.queues[Unit.LOAD] if command.args.get("index_bits")]
     assert bool(expanding) == (weights == "codebook:16")
     program, memory = directory.program, Memory.create(directory.program.config, directory.dram)

@@ -225,3 +225,19 @@ def test_w4a4_layers_chain_through_dram():
     sums = result.memory.buffers[Buffer.ACC].view(ACC_DTYPE)[1000:1000 + pixels]
     assert sums.tolist() == values.astype(np.int64).sum(axis=1).tolist()
     assert np.ptp(values) > 0                  # the values are not all one clamp bound
+
+
+def test_layer_level_dual_is_the_command():
+    """golden.requantize_dual over a layer's [N, C, H, W] planes equals REQUANT's dual records pixel by pixel."""
+    rng = np.random.default_rng(11)
+    a1, a2 = (random_accumulators(rng, 2 * 6 * 3 * 4).reshape(2, 6, 3, 4) for _ in range(2))
+    records = random_records(rng, 6)
+    records["negative_shift"] = 0
+    layer = golden.requantize_dual(a1, a2, bias=records["bias"], multiplier=records["multiplier"],
+                                   second_multiplier=records["negative_multiplier"], shift=records["shift"],
+                                   out_zero_point=3, qmin=-100, qmax=90, rounding="half_to_even")
+    pixels = np.stack([a1, a2], -1).transpose(0, 2, 3, 1, 4).reshape(-1, 6, 2)
+    stage = golden.requant_stage(float32_scale=False, rounding="half_to_even", out_zero_point=3, qmin=-100, qmax=90,
+                                 dual=True)
+    command, _ = golden.requantize_records(pixels, records, stage)
+    assert np.array_equal(layer.transpose(0, 2, 3, 1).reshape(-1, 6), command)
