@@ -105,8 +105,8 @@ def read_steps(directory: ProgramDir) -> list[dict]:
 
 def read_layer_rows(directory: ProgramDir) -> dict[str, dict]:
     """The manifest's per-layer report rows by name, checked as a hostile file's: each an object with a name,
-    and the fields the report reads (kind, sqnr_db, clipped_fraction, table_input_range) of their types and
-    ranges."""
+    and the fields the report reads (kind, weights, sqnr_db, clipped_fraction, table_input_range) of their
+    types and ranges."""
     rows, where = directory.manifest.get("layers", []), directory.path / MANIFEST_FILE
     if not isinstance(rows, list) or len(rows) > MAX_STEPS:
         raise InputError("layers", rows if not isinstance(rows, list) else f"{len(rows)} rows",
@@ -115,10 +115,11 @@ def read_layer_rows(directory: ProgramDir) -> dict[str, dict]:
         field = f"layers[{index}]"
         if not isinstance(row, dict) or not isinstance(row.get("name"), str) or not 0 < len(row["name"]) <= 256:
             raise InputError(field, row, "an object whose name is a string of 1 .. 256 characters").within(where)
-        kind, clipped, codes = row.get("kind"), row.get("clipped_fraction"), row.get("table_input_range")
+        clipped, codes = row.get("clipped_fraction"), row.get("table_input_range")
         sqnr = row.get("sqnr_db")
-        if kind is not None and not isinstance(kind, str):
-            raise InputError(f"{field}.kind", kind, "a string").within(where)
+        for name in ("kind", "weights"):
+            if row.get(name) is not None and not (isinstance(row[name], str) and len(row[name]) <= 64):
+                raise InputError(f"{field}.{name}", row[name], "a string of at most 64 characters").within(where)
         if sqnr is not None and (type(sqnr) not in (int, float) or not -1000 <= sqnr <= 1000):
             raise InputError(f"{field}.sqnr_db", sqnr, "a number of dB -1000 .. 1000, or null").within(where)
         if clipped is not None and (type(clipped) not in (int, float) or not 0 <= clipped <= 1):
@@ -156,6 +157,7 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
     return {
         "name": "+".join(step["layers"]), "layers": step["layers"],
         "kinds": [row.get("kind") for row in rows],
+        "weight_formats": [row["weights"] for row in rows if row.get("weights") is not None],
         "start_cycle": start, "end_cycle": end, "span_cycles": span,
         "macs": macs, "ideal_cycles": macs / array,
         "mac_utilisation": macs / (span * array) if span else 0.0,

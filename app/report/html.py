@@ -83,9 +83,11 @@ aipu {html.escape(meta['aipu_version'])}{' · git ' + meta['git_revision'][:12] 
 marked ! under {LOW_SQNR_DB:g} dB; saturated: values the output stages clamped to [qmin, qmax] (a fused
 ReLU's included) in the interpreter run on <code>--input</code>
 ({'this report' if meta['input_run'] else 'none given'}); longest wait: the unit and what it waited on longest;
-overlap: the cycles the layer's span shares with the previous and with the next layer's.</p>
+overlap: the cycles the layer's span shares with the previous and with the next layer's; weights: the MAC layers'
+weight formats (docs/compiler.md §3.2).</p>
 <table id="layers"><thead><tr><th>layer</th><th>span (cycles)</th><th>overlap prev. / next</th><th>MACs</th>
-<th>MAC util.</th><th>mapping eff.</th><th>DRAM read</th><th>DRAM written</th><th>weights ratio</th><th>SQNR (dB)</th>
+<th>MAC util.</th><th>mapping eff.</th><th>DRAM read</th><th>DRAM written</th><th>weights</th><th>weights ratio</th>
+<th>SQNR (dB)</th>
 <th>saturated</th><th>long pole</th><th>longest wait</th></tr></thead>
 <tbody>{rows}</tbody></table>
 <h2>Configuration</h2>
@@ -126,7 +128,8 @@ def _layer_row(layer: dict) -> str:
             f"<td>{layer['overlap_previous_cycles']:,} / {layer['overlap_next_cycles']:,}</td>"
             f"<td>{layer['macs']:,}</td>"
             f"<td>{layer['mac_utilisation']:.1%}</td><td>{mapping}</td><td>{layer['dram_read_bytes']:,}</td>"
-            f"<td>{layer['dram_written_bytes']:,}</td><td>{ratio}</td><td>{shown}</td><td>{saturated}</td>"
+            f"<td>{layer['dram_written_bytes']:,}</td><td>{html.escape('/'.join(layer['weight_formats'])) or '–'}</td>"
+            f"<td>{ratio}</td><td>{shown}</td><td>{saturated}</td>"
             f"<td>{layer['long_pole_unit']}</td>"
             f"<td>{html.escape(f'{longest[1]}: {longest[0]:,}') if longest else '–'}</td></tr>")
 

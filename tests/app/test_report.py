@@ -108,6 +108,7 @@ def test_demo_report_adds_up_and_counts_the_input_run(demo_dir, tmp_path):
     assert document["metadata"]["input_run"] and document["metadata"]["seed"] == 3
     convs = [layer for layer in document["layers"] if layer["macs"]]
     assert convs and all(layer["saturated_values"] is not None for layer in convs)
+    assert all(layer["weight_formats"] == ["int8"] for layer in convs)
     decoded = [layer for layer in convs if layer["weight_stream_bytes"]]       # the compiler keeps small ones raw
     assert decoded and all(layer["bins_decoded"] > layer["weight_decoded_bytes"] > 0 for layer in decoded)
     assert all(layer["weight_compression_ratio"] == layer["weight_decoded_bytes"] / layer["weight_stream_bytes"]
@@ -278,6 +279,7 @@ def test_read_steps_takes_any_json_and_accepts_only_disjoint_in_order_ranges(dem
 
 
 _ROW = st.fixed_dictionaries({"name": st.text(max_size=4) | _JSON, "kind": st.text(max_size=4) | _JSON,
+                              "weights": st.text(max_size=66) | _JSON,
                               "clipped_fraction": st.floats() | _JSON,
                               "table_input_range": st.lists(st.integers(-5, 5), min_size=2, max_size=2) | _JSON})
 
@@ -294,6 +296,7 @@ def test_layer_rows_take_any_json_and_accept_only_what_the_report_can_show(demo_
     for name, row in accepted.items():
         assert isinstance(name, str) and name
         assert row.get("kind") is None or isinstance(row.get("kind"), str)
+        assert row.get("weights") is None or (isinstance(row.get("weights"), str) and len(row["weights"]) <= 64)
         clipped = row.get("clipped_fraction")
         assert clipped is None or 0 <= clipped <= 1
         codes = row.get("table_input_range")
