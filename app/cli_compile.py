@@ -29,7 +29,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                            per_channel_weights=not args.per_tensor_weights, n_std=args.n_std,
                            percentile=args.percentile, momentum=args.momentum, scheme=args.scheme,
                            int16=tuple(args.int16 or ()), target_sqnr_db=args.target_sqnr, weights=args.weights,
-                           layer_weights=read_layer_formats(args.layer_weights) if args.layer_weights else ())
+                           layer_weights=read_layer_formats(args.layer_weights) if args.layer_weights else (),
+                           activations=args.activations)
     config = load_hardware_config(args.config) if args.config else DEFAULT
     compile_kernels_once("golden", *(("codec",) if args.compress else ()))
     started = time.perf_counter()
@@ -239,6 +240,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "requantizer), codebook:K (K = 2..16 k-means centres a layer, stored as 1-, 2- "
                                      "or 4-bit indices that LOAD expands) or pow2 (7-bit at a power-of-two scale); a "
                                      "layer that cannot take a format keeps int4 or int8, named in the notes")
+    compile_parser.add_argument("--activations", metavar="FORMAT", default="int8",
+                                help="activations: int8 (default: uint8/int8 by range, asymmetric), int16 (every "
+                                     "tensor that only tables, pooling, reshapes or the outputs read) or pow2 (int8 "
+                                     "at a power-of-two scale, T/AI 115.1 fixed-point activations)")
     compile_parser.add_argument("--layer-weights", metavar="FILE.json",
                                 help="per-layer weight formats, a JSON object of node name to format (mixed "
                                      "precision, e.g. {\"conv1\": \"int8\"}); the rest take --weights")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aipu.compiler.activation_functions import TABLE_OPS
 from aipu.compiler.calibrate import HISTOGRAM_METHODS, collect, float_session, read_labeled_samples, read_samples
 from aipu.compiler.consistency import check_consistency
 from aipu.compiler.graph import Graph, load_graph
@@ -62,10 +63,19 @@ def quantize_model(model_path, calibration_path=None, *, input_shapes: dict[str,
         return graph, import_quantized(graph), samples
     stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
                     progress=progress, threads=threads)
+    widened = widest_int16(graph, stats, options) if options.activations == "int16" else options
     if options.target_sqnr_db is None:
-        return graph, quantize_graph(graph, stats, options), samples
-    report_samples = {name: array[:REPORT_SAMPLES] for name, array in samples.items()}
-    return graph, raise_precision(graph, stats, options, report_samples, threads), samples
+        qmodel = quantize_graph(graph, stats, widened)
+    else:
+        report_samples = {name: array[:REPORT_SAMPLES] for name, array in samples.items()}
+        qmodel = raise_precision(graph, stats, widened, report_samples, threads)
+    if options.activations == "int16":
+        names = widened.int16
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        qmodel.notes.append(f"--activations int16: {len(names)} tensor{'s' * (len(names) != 1)} int16 ({shown}), "
+                            "those only tables, pooling, reshapes or the outputs read (the MAC array, ELTWISE and "
+                            "SOFTMAX read 8 bits)")
+    return graph, qmodel, samples
 
 
 def raise_precision(graph: Graph, stats: dict, options: QuantOptions, samples: dict[str, np.ndarray],
@@ -109,6 +119,29 @@ def _widened(graph: Graph, stats: dict, options: QuantOptions, qmodel: QModel, l
 
 def _listed(names: tuple[str, ...]) -> str:
     return f"{len(names)} tensor{'s' if len(names) != 1 else ''}" + (f" ({', '.join(names)})" if names else "")
+
+
+_INT16_READERS = (*TABLE_OPS, "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten", "Squeeze",
+                  "Unsqueeze", "Transpose")
+
+
+def widest_int16(graph: Graph, stats: dict, options: QuantOptions) -> QuantOptions:
+    """``options`` with int16 for every computed tensor the units let be int16 (``--activations int16``): of
+    those read only by tables, pooling or reshapes, or only as an output, each the quantizer takes (all at
+    once when it takes them all, else one at a time in graph order) and makes int16 (pooling and reshapes
+    keep their input's type)."""
+    consumers = graph.consumers()
+    candidates = tuple(name for node in graph.nodes for name in node.outputs
+                       if name and name not in options.int16 and (consumers.get(name) or name in graph.outputs)
+                       and all(user.op in _INT16_READERS for user in consumers.get(name, [])))
+    widened = replace(options, int16=(*options.int16, *candidates))
+    if not _takes_int16(graph, stats, options, widened.int16):
+        widened = options
+        for name in candidates:
+            if _takes_int16(graph, stats, options, (*widened.int16, name)):
+                widened = replace(widened, int16=(*widened.int16, name))
+    tensors = quantize_graph(graph, stats, widened).tensors
+    return replace(options, int16=tuple(name for name in widened.int16 if tensors[name].dtype == np.int16))
 
 
 def _takes_int16(graph: Graph, stats: dict, options: QuantOptions, int16: tuple[str, ...]) -> bool:

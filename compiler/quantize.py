@@ -35,6 +35,7 @@ from aipu.compiler.qir import (QConcat, QConv, QEltwise, QLayout, QLut, QModel, 
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.compiler.slicing import slice_gathers
 from aipu.compiler.weight_formats import LayerFormats, check_format, code_max, quantized_weights
+from aipu.quant.fixed_point import non_overflow_position
 from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, MULTIPLIER_BITS, SHIFT_MAX,
                                    SOFTMAX_SHIFT_MAX, bit_range)
@@ -65,6 +66,7 @@ class QuantOptions:
     full_range: tuple[str, ...] = ()          # tensors calibrated to their extrema whatever the method
     weights: str | None = None                # weight_formats.WEIGHT_FORMATS; None: the scheme's (pow2 or int8)
     layer_weights: tuple[tuple[str, str], ...] = ()    # (layer, format) pairs: the mapping file
+    activations: str = "int8"                 # ACTIVATION_FORMATS: "int16" widens every tensor that can be (driver)
 
     def __post_init__(self):
         """InputError naming the `aipu compile` option of a value no calibration can use."""
@@ -74,6 +76,11 @@ class QuantOptions:
             check_format("--weights", self.weights)
         for layer, weight_format in self.layer_weights:
             check_format(f"layer {layer!r}", weight_format)
+        if self.activations not in ACTIVATION_FORMATS:
+            raise InputError("--activations", self.activations, ", ".join(ACTIVATION_FORMATS))
+        if self.scheme == "pow2" and self.activations != "int8":
+            raise InputError("--activations", self.activations, "int8 under --scheme pow2 (the scheme's 7-bit "
+                             "features at power-of-two scales)")
         if self.scheme == "pow2":
             for name, weight_format in (("--weights", self.weights), *self.layer_weights):
                 if weight_format not in (None, "pow2"):
@@ -89,6 +96,7 @@ class QuantOptions:
 
 
 SCHEMES = ("affine", "pow2")
+ACTIVATION_FORMATS = ("int8", "int16", "pow2")
 
 
 
@@ -124,19 +132,24 @@ class Quantizer:
 
     def _fit(self, name: str, shape: tuple[int, ...], low: float, high: float) -> QTensor:
         """uint8 with zero point 0 for a non-negative range; else int8, asymmetric (zero point placing ``low``
-        at -128) or symmetric (zero point 0, [-127, 127] as the weights). A range of one point gets scale 1
+        at -128) or symmetric (zero point 0, [-127, 127] as the weights); under ``activations="pow2"`` int8 at
+        the power-of-two scale of T/AI 115.1-2021 §7.2.4.2 (zero point 0). A range of one point gets scale 1
         (Zhouyi whitepaper §2.2)."""
+        amax = max(-low, high)
         if name in self.options.int16:          # symmetric over [-32767, 32767] (D21), power of two under pow2
-            amax = max(-low, high)
             if self.options.scheme == "pow2":
                 scale = 2.0 ** -golden.pow2_scale_exponent(amax, _INT16_MAX) if amax > 0 else 1.0
+            elif self.options.activations == "pow2":
+                scale = 2.0 ** -non_overflow_position(np.array([low, high]), 16)
             else:
                 scale = amax / _INT16_MAX if amax > 0 else 1.0
             return QTensor(name, tuple(shape), np.dtype(np.int16), float(scale), 0)
         if self.options.scheme == "pow2":       # patent formula (1): 2^-e, e = round(log2(QUAN / abs_max))
-            amax = max(-low, high)
             exponent = golden.pow2_scale_exponent(amax, golden.FEATURE_QUAN) if amax > 0 else 0
             return QTensor(name, tuple(shape), np.dtype(np.int8), 2.0 ** -exponent, 0)
+        if self.options.activations == "pow2":  # T/AI 115.1-2021 §7.2.4.2: 2^-p, eq. (16)'s non-overflow p
+            position = non_overflow_position(np.array([low, high]), 8)
+            return QTensor(name, tuple(shape), np.dtype(np.int8), 2.0 ** -position, 0)
         if low >= 0:
             dtype, scale, zero_point = np.dtype(np.uint8), high / 255, 0
         elif self.options.symmetric_activations:

