@@ -8,7 +8,8 @@ asks for and the whitepaper does not name, clips at a percentile of |x|. docs/co
 :func:`collect` streams the set through onnxruntime in batches (the float graph with every tensor an
 output, so one run yields every activation) and keeps, per float tensor, the global and per-batch extrema
 and float64 sums for mean and standard deviation; the histogram methods take a second pass that bins |x|
-over [0, max |x|]. :func:`choose_range` turns a tensor's statistics into (lo, hi).
+over [0, max |x|]; with ``samples`` each keeps a uniform sample of its values too (for the INT4 activation step
+search of T/AI 115.1-2021 §7.2.4.3, compiler/activation_formats.py). :func:`choose_range` turns a tensor's statistics into (lo, hi).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ HISTOGRAM_METHODS = frozenset({"kld", "percentile"})
 HISTOGRAM_BINS = 2048                    # TensorRT's entropy calibration uses 2048 bins of |x|
 KLD_KEEPS_PERCENT = 99.9                 # kld's threshold never clips more of |x| than this percentile does
 MAX_CALIBRATION_ELEMENTS = 1 << 28       # 1 GiB of float32 samples
+SAMPLE_VALUES = 1 << 15                  # values a tensor keeps for the INT4 step search (collect(keep_samples=True))
 _FLOAT_KINDS = "f"
 
 
@@ -42,6 +44,8 @@ class TensorStats:
     total_squares: float = 0.0
     count: int = 0
     histogram: np.ndarray | None = None      # counts of |x| in HISTOGRAM_BINS equal bins over [0, abs_max]
+    sample: np.ndarray | None = None         # up to SAMPLE_VALUES of its values, each run's equally likely
+    sampled: int = 0                         # the values the sample was drawn from
 
     @property
     def abs_max(self) -> float:
@@ -62,6 +66,22 @@ class TensorStats:
         self.total += float(as_float64.sum())
         self.total_squares += float(np.square(as_float64).sum())
         self.count += values.size
+
+    def add_to_sample(self, values: np.ndarray, rng: np.random.Generator) -> None:
+        """Reservoir sampling (each value seen kept with probability SAMPLE_VALUES / seen) over every
+        ``step``-th value of a run, ``step`` keeping at most 2 * SAMPLE_VALUES of a large one."""
+        flat = values.reshape(-1)
+        flat = flat[::max(1, flat.size // SAMPLE_VALUES)].astype(np.float32)
+        if self.sample is None:
+            self.sample = np.empty(0, np.float32)
+        room = SAMPLE_VALUES - self.sample.size
+        self.sample = np.concatenate([self.sample, flat[:room]])
+        rest, seen = flat[room:], self.sampled + min(room, flat.size)
+        if rest.size:
+            slots = (rng.random(rest.size) * (seen + 1 + np.arange(rest.size))).astype(np.int64)
+            kept = slots < SAMPLE_VALUES
+            self.sample[slots[kept]] = rest[kept]
+        self.sampled = seen + rest.size
 
     def add_to_histogram(self, values: np.ndarray) -> None:
         if self.histogram is None:
@@ -139,10 +159,11 @@ def _read_samples(path, inputs: dict[str, tuple[int, ...]], labeled: bool) -> tu
 
 
 def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 16, histograms: bool = False,
-            progress: bool = False, threads: int = 1) -> dict[str, TensorStats]:
+            progress: bool = False, threads: int = 1, keep_samples: bool = False) -> dict[str, TensorStats]:
     """Statistics of every float tensor of ``graph`` (its inputs and every node output) over ``samples``,
     ``batch_size`` samples making one batch of the per-batch extrema. The graph runs one sample at a time,
-    at the batch size it was shaped for (constants folded from shapes hold that size)."""
+    at the batch size it was shaped for (constants folded from shapes hold that size). ``keep_samples``: each
+    tensor's statistics keep a sample of its values (TensorStats.add_to_sample, seeded: the same every run)."""
     from tqdm import tqdm
 
     session, names = float_session(graph, threads)
@@ -150,6 +171,7 @@ def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 1
     batch = graph.shapes[graph.inputs[0]][0]
     count = next(iter(samples.values())).shape[0]
     passes = 2 if histograms else 1
+    rng = np.random.default_rng(0)
     with tqdm(total=count * passes, unit="sample", desc="calibration", disable=not progress) as bar:
         for histogram_pass in range(passes):
             for first in range(0, count, batch_size):
@@ -162,6 +184,8 @@ def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 1
                             stats[name].add_to_histogram(value)
                         else:
                             stats[name].add(value, batch_start=start == first)
+                            if keep_samples:
+                                stats[name].add_to_sample(value, rng)
                     bar.update(batch)
     return stats
 

@@ -62,7 +62,7 @@ def quantize_model(model_path, calibration_path=None, *, input_shapes: dict[str,
     if prequantized:
         return graph, import_quantized(graph), samples
     stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
-                    progress=progress, threads=threads)
+                    progress=progress, threads=threads, keep_samples=options.activations == "int4")
     widened = widest_int16(graph, stats, options) if options.activations == "int16" else options
     if options.target_sqnr_db is None:
         qmodel = quantize_graph(graph, stats, widened)
@@ -230,7 +230,7 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
     for op in qmodel.ops:
         tensor = qmodel.tensors[op.y]
         row = {"name": op.name, "kind": type(op).__name__.removeprefix("Q").lower(), "output": op.y,
-               "shape": list(tensor.shape), "dtype": tensor.dtype.name, "scale": tensor.scale,
+               "shape": list(tensor.shape), "dtype": tensor.type_name, "scale": tensor.scale,
                "zero_point": tensor.zero_point, "sqnr_db": None, "clipped_fraction": None}
         if op.y in sums:
             signal, noise, clipped, total = sums[op.y]
@@ -260,8 +260,7 @@ def _error_sums(reference: np.ndarray, tensor, codes: np.ndarray) -> np.ndarray:
     """[signal power, noise power, values beyond the quantized range, values] of one run of one tensor, as
     quantize.sqnr_db sums them."""
     reference = reference.astype(np.float64)
-    info = np.iinfo(tensor.dtype)
-    low, high = tensor.dequantize(np.array([info.min, info.max]))
+    low, high = tensor.dequantize(np.array(tensor.limits))
     clipped = np.count_nonzero((reference < low - tensor.scale / 2) | (reference > high + tensor.scale / 2))
     noise = reference - tensor.dequantize(codes).astype(np.float64)
     return np.array([np.sum(reference ** 2), np.sum(noise ** 2), clipped, reference.size], np.float64)

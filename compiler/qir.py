@@ -2,7 +2,7 @@
 
 A :class:`QModel` is what the quantizer makes of a float graph and what lowering turns into commands: a list
 of operators in topological order over integer tensors (:class:`QTensor`: shape, int8/uint8/int16, scale and
-zero point, real = scale * (q - zero_point)). Each operator's :meth:`run` is the golden model's arithmetic,
+zero point, real = scale * (q - zero_point); an ``int4`` tensor holds codes -8..7 as int8). Each operator's :meth:`run` is the golden model's arithmetic,
 called directly, so the lowered command program must reproduce it bit for bit (tests compare the two).
 Float enters and leaves only at the boundary: :meth:`QModel.quantize_inputs` and :meth:`QModel.dequantize`.
 """
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from aipu.sim import golden
+from aipu.sim.machine.arch import INT4_MAX, INT4_MIN
 
 ROUNDINGS = golden.ROUNDING_MODES
 
@@ -25,16 +26,29 @@ class QTensor:
     scale: float
     zero_point: int
     onnx_rounding: bool = False      # quantized as ONNX QuantizeLinear does (a pre-quantized model's input)
+    int4: bool = False               # INT4 (compiler.activation_formats): int8 codes -8..7, stored two a byte
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """The least and the greatest code: INT4's -8..7, else the dtype's range."""
+        if self.int4:
+            return INT4_MIN, INT4_MAX
+        info = np.iinfo(self.dtype)
+        return int(info.min), int(info.max)
+
+    @property
+    def type_name(self) -> str:
+        """What reports call the type: "int4", else the dtype's name."""
+        return "int4" if self.int4 else self.dtype.name
 
     def quantize(self, real: np.ndarray) -> np.ndarray:
         """round_half_away(real / scale) + zero_point, clamped to the type (docs/arithmetic.md D3); with
         ``onnx_rounding`` ONNX's QuantizeLinear: float32 division, round half to even."""
-        info = np.iinfo(self.dtype)
         if self.onnx_rounding:
             q = np.rint(np.asarray(real, np.float32) / np.float32(self.scale)).astype(np.int64) + self.zero_point
         else:
             q = golden.round_half_away(np.asarray(real, np.float64) / self.scale) + self.zero_point
-        return np.clip(q, info.min, info.max).astype(self.dtype)
+        return np.clip(q, *self.limits).astype(self.dtype)
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
         return (q.astype(np.float64) - self.zero_point) * self.scale

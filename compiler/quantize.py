@@ -16,6 +16,8 @@ real = s * (q - zp)); docs/compiler.md §3 lists every choice with the source cl
   multipliers (D18), Concat requantizes each input to the output's scale (D19);
 * ``int16``: chosen tensors int16, symmetric (D21), read by interpolated tables, pooling, reshapes and the
   outputs; a MAC, element-wise or softmax operator reading one is refused (their units read 8 bits);
+* ``activations="int4"``: conv outputs that only INT4-weight convs read are INT4 (T/AI 115.1-2021 §7.2.4.3,
+  compiler/activation_formats.py);
 * ``scheme="pow2"``: the shift-quantization patent's power-of-two scheme instead (docs/compiler.md §3.1):
   scales 2^-e, 7-bit weights with one exponent per layer, convolutions requantized by a floor shift.
 """
@@ -26,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from aipu.compiler.activation_formats import Int4Outputs, check_activations
 from aipu.compiler.activation_functions import TABLE_OPS, activation_functions
 from aipu.compiler.calibrate import TensorStats, choose_range, output_determining
 from aipu.compiler.graph import Graph, Node
@@ -66,18 +69,17 @@ class QuantOptions:
     full_range: tuple[str, ...] = ()          # tensors calibrated to their extrema whatever the method
     weights: str | None = None                # weight_formats.WEIGHT_FORMATS; None: the scheme's (pow2 or int8)
     layer_weights: tuple[tuple[str, str], ...] = ()    # (layer, format) pairs: the mapping file
-    activations: str = "int8"                 # ACTIVATION_FORMATS: "int16" widens every tensor that can be (driver)
+    activations: str = "int8"                 # activation_formats.ACTIVATIONS
 
     def __post_init__(self):
         """InputError naming the `aipu compile` option of a value no calibration can use."""
         if self.scheme not in SCHEMES:
             raise InputError("--scheme", self.scheme, " or ".join(SCHEMES))
+        check_activations("--activations", self.activations)
         if self.weights is not None:
             check_format("--weights", self.weights)
         for layer, weight_format in self.layer_weights:
             check_format(f"layer {layer!r}", weight_format)
-        if self.activations not in ACTIVATION_FORMATS:
-            raise InputError("--activations", self.activations, ", ".join(ACTIVATION_FORMATS))
         if self.scheme == "pow2" and self.activations != "int8":
             raise InputError("--activations", self.activations, "int8 under --scheme pow2 (the scheme's 7-bit "
                              "features at power-of-two scales)")
@@ -96,7 +98,6 @@ class QuantOptions:
 
 
 SCHEMES = ("affine", "pow2")
-ACTIVATION_FORMATS = ("int8", "int16", "pow2")
 
 
 
@@ -116,6 +117,7 @@ class Quantizer:
         self.full_range = output_determining(graph) | set(options.full_range)
         self.weight_formats = LayerFormats(options.weights or ("pow2" if options.scheme == "pow2" else "int8"),
                                            dict(options.layer_weights))
+        self.int4_outputs = Int4Outputs(graph, options)
 
     # --- tensors -------------------------------------------------------------------------------------
     def activation(self, name: str, shape: tuple[int, ...] | None = None) -> QTensor:
@@ -185,7 +187,7 @@ class Quantizer:
                 if isinstance(exc, InputError):
                     raise exc.within(f"node {node.name!r} ({node.op})")
                 raise InputError(f"node {node.name!r} ({node.op})", "quantization", str(exc)) from exc
-        self.notes += self.weight_formats.notes()
+        self.notes += self.weight_formats.notes() + self.int4_outputs.notes()
         self.weight_formats.check_names({op.name for op in self.ops if isinstance(op, QConv)})
         missing = [name for name in self.options.int16 if name not in self.tensors]
         if missing:
@@ -237,7 +239,8 @@ class Quantizer:
         if slope is not None and np.any(slope <= 0):
             raise InputError("slope", float(slope.min()), "> 0 per channel (the requantizer's second multiplier "
                              "is unsigned, docs/arithmetic.md §4.2)")
-        x_spec, y_spec = self._mac_input(x), self.activation(y)
+        x_spec = self._mac_input(x)
+        y_spec = self.int4_outputs.of(node, y, self.stats, self.full_range) or self.activation(y)
         self.tensors[y] = y_spec
         weight_format = self.weight_formats.of(node.name, weight.shape, conv.get("groups", 1),
                                                node.op == "ConvTranspose", leaky=slope is not None)
@@ -359,9 +362,8 @@ class Quantizer:
                        self.options.rounding, **negative)
 
     def _clamp(self, y: QTensor, activation: Node | None) -> tuple[int, int]:
-        """The output clamp [qmin, qmax]: the type's range, narrowed by a fused Relu or Clip (D10)."""
-        info = np.iinfo(y.dtype)
-        qmin, qmax = int(info.min), int(info.max)
+        """The output clamp [qmin, qmax]: the type's range (INT4's -8..7), narrowed by a fused Relu or Clip (D10)."""
+        qmin, qmax = y.limits
         if self.options.scheme == "pow2":       # D20: features within +-QUAN
             qmin, qmax = max(qmin, -golden.FEATURE_QUAN), min(qmax, golden.FEATURE_QUAN)
         if activation is not None and activation.op == "Relu":

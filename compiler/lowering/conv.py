@@ -130,7 +130,7 @@ class ConvLowering:
               size: tuple[int, int], padding: tuple[int, int, int, int], dilation: tuple[int, int]) -> ConvPart:
         """One conv layer of ``op`` with these kernels (the first plane's, and dual INT4's second plane or None)
         on an input of ``size``."""
-        x = context.tensors[op.x]
+        x, y = context.tensors[op.x], context.tensors[op.y]
         weights, second = weights
         requant = op.requant
         leaky = requant.negative_multiplier is not None
@@ -141,7 +141,8 @@ class ConvLowering:
                           shift=requant.shift if native else np.zeros(k, np.int64), scale=requant.scale,
                           x_zero_point=x.zero_point, w_zero_point=op.w_zero_point,
                           out_zero_point=requant.out_zero_point, qmin=requant.qmin, qmax=requant.qmax,
-                          out_type=dtype_code(context.tensors[op.y].dtype), rounding=Rounding[requant.rounding.upper()],
+                          out_type=DType.INT4 if y.int4 else dtype_code(y.dtype), x_int4=x.int4,
+                          rounding=Rounding[requant.rounding.upper()],
                           stride=op.stride, padding=padding, dilation=dilation, groups=op.groups,
                           w_type=DType.INT4 if op.weight_format.startswith("int4") else DType.INT8,
                           codebook=op.codebook, w_second=second, second_multiplier=requant.second_multiplier,
@@ -155,7 +156,7 @@ class ConvLowering:
 
     def emit(self, plan: ConvPlan, context: Context) -> None:
         y = context.tensors[plan.y]
-        source, target = context.address(plan.op.x), context.plan.tensor(plan.y, y.shape, y.dtype)
+        source, target = context.address(plan.op.x), context.plan.tensor(plan.y, y.shape, y.dtype, int4=y.int4)
         elem_in, elem_out = context.tensors[plan.op.x].dtype.itemsize, y.dtype.itemsize
         last = len(plan.parts) - 1
         for index, part in enumerate(plan.parts):       # phases one after another, as operators of their own

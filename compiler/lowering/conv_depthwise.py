@@ -131,7 +131,7 @@ def _plan_depthwise(layer: ConvLayer, config: HardwareConfig, tile_k: int | None
     shape = estimate.shape
     candidates = [(*estimate(tk, rows), -rows, tk, rows)
                   for tk in ([tile_k] if tile_k else sorted({*_even_splits(shape.c), config.mac.rows}))
-                  if tk <= min(config.mac.rows, shape.c)
+                  if tk <= min(config.mac.rows, shape.c) and tk % shape.k_step == 0
                   for rows in ([tile_rows] if tile_rows else _halvings(shape.out_h))
                   if estimate.fits(tk, rows) and _rows_fed(layer, shape.out_h, rows)]
     if not candidates:
@@ -170,7 +170,7 @@ class DepthwiseEstimate:
         return (planes * tk <= halves[Buffer.WEIGHT]
                 and tk * shape.kh * shape.kw <= halves[Buffer.ACT]
                 and pixels * tk * BUFFER_UNIT_BYTES[Buffer.ACC] <= halves[Buffer.ACC]
-                and pixels * tk * shape.out_bytes <= halves[Buffer.OUT]
+                and pixels * shape.out_bytes(tk) <= halves[Buffer.OUT]
                 and tk * PARAM_RECORD_BYTES <= halves[Buffer.PARAM]
                 and in_rows <= DIM_MAX and pixels <= _PIXELS_MAX)
 
@@ -197,8 +197,8 @@ class DepthwiseEstimate:
         stride = len(self.columns) * shape.c
         inputs = sum(walk_words(word, input_rows * phase.count, tk, stride, k0 + phase.first * shape.c)
                      for k0, tk in channel_tiles for phase in self.columns)
-        outputs = sum(walk_words(word, shape.out_h * shape.out_w, tk * shape.out_bytes, shape.k * shape.out_bytes,
-                                 k0 * shape.out_bytes) for k0, tk in channel_tiles)
+        outputs = sum(walk_words(word, shape.out_h * shape.out_w, shape.out_bytes(tk), shape.out_bytes(shape.k),
+                                 shape.out_bytes(k0)) for k0, tk in channel_tiles)
         kernel = shape.k * shape.kh * shape.kw
         return inputs + outputs + walk_words(word, 1, kernel, kernel)
 

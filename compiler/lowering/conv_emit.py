@@ -18,12 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aipu.compiler.lowering.base import dtype_code
 from aipu.compiler.lowering.conv_layer import ConvLayer, weight_bytes, weight_dram_bytes
 from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.im2col import UnrolledWindow
 from aipu.compiler.lowering.pipeline import Pipeline
-from aipu.sim.machine.arch import DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, DType
+from aipu.sim.machine.arch import PARAM_RECORD_BYTES, Buffer, DType, elements_bytes
 from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, LutMode, Opcode, RequantMode
 
 WeightStream = Callable[[int, int, int, int], tuple[int, int] | None]
@@ -76,7 +75,7 @@ class _ConvEmitter:
         self.kg = k // layer.groups
         self.input_row = w * c if input_row is None else input_row
         self.out_row, self.out_pixel = (plan.out_w * k, k) if output_steps is None else output_steps
-        self.in_type = dtype_code(layer.x.dtype)
+        self.in_type = layer.in_type
         self.k_tiles = [(k0, min(plan.tile_k, k - k0)) for k0 in range(0, k, plan.tile_k)]
         self.row_tiles = [(r0, min(plan.tile_rows, plan.out_h - r0)) for r0 in range(0, plan.out_h, plan.tile_rows)]
         self.dense = layer.groups == 1 or plan.tile_c < cg      # a chunked grouped tile holds one group: dense
@@ -194,12 +193,14 @@ class _ConvEmitter:
         layer = self.layer
         _, c, _, w = layer.x.shape
         real_rows = tile.in_rows - tile.pad_top - tile.pad_bottom
+        packed = functools.partial(elements_bytes, dtype=self.in_type)      # INT4 two a byte
+        elem_type, per_element, pad_value = dma_form(self.in_type, layer.x_zero_point)
         self.pipeline.append(Opcode.LOAD, dict(
             buffer=Buffer.ACT, sram_addr=self.pipeline.half(Buffer.ACT, self.step),
-            dram_addr=self.addresses["input"] + (max(0, tile.in_first) * self.input_row + c0),
-            elem_type=self.in_type, y_size=real_rows, x_size=w, run=channels, dram_y_stride=self.input_row,
-            dram_x_stride=c, pad_top=tile.pad_top, pad_bottom=tile.pad_bottom, pad_left=layer.padding[1],
-            pad_right=layer.padding[3], pad_value=layer.x_zero_point))
+            dram_addr=self.addresses["input"] + packed(max(0, tile.in_first) * self.input_row + c0),
+            elem_type=elem_type, y_size=real_rows, x_size=w, run=channels // per_element,
+            dram_y_stride=packed(self.input_row), dram_x_stride=packed(c), pad_top=tile.pad_top,
+            pad_bottom=tile.pad_bottom, pad_left=layer.padding[1], pad_right=layer.padding[3], pad_value=pad_value))
 
     def _load_windows(self, tile: _Tile) -> None:
         """Unrolled: each output row's kernel windows, [out_w][k_h][k_w][C] after the tile's previous rows."""
@@ -261,9 +262,20 @@ class _ConvEmitter:
             out_type=layer.out_type, **table))
 
     def _store(self, tile: _Tile) -> None:
-        out_bytes = DTYPE_BYTES[self.layer.out_type]
+        packed = functools.partial(elements_bytes, dtype=self.layer.out_type)      # INT4 two a byte
+        elem_type, per_element, _ = dma_form(self.layer.out_type)
         self.pipeline.append(Opcode.STORE, dict(
             sram_addr=self.pipeline.half(Buffer.OUT, tile.index),
-            dram_addr=self.addresses["output"] + (tile.r0 * self.out_row + tile.k0) * out_bytes,
-            elem_type=self.layer.out_type, y_size=tile.rows, x_size=self.plan.out_w, run=tile.channels,
-            dram_y_stride=self.out_row * out_bytes, dram_x_stride=self.out_pixel * out_bytes))
+            dram_addr=self.addresses["output"] + packed(tile.r0 * self.out_row + tile.k0), elem_type=elem_type,
+            y_size=tile.rows, x_size=self.plan.out_w, run=tile.channels // per_element,
+            dram_y_stride=packed(self.out_row), dram_x_stride=packed(self.out_pixel)))
+
+
+def dma_form(dtype: DType, zero_point: int = 0) -> tuple[DType, int, int]:
+    """How LOAD and STORE move elements of ``dtype``: (elem_type, elements a DMA element holds, the padding
+    value at ``zero_point``). INT4 moves as bytes (UINT8) of two, its padding byte the zero point in both
+    nibbles (docs/arithmetic.md D23)."""
+    if dtype != DType.INT4:
+        return dtype, 1, zero_point
+    nibble = zero_point & 0xF
+    return DType.UINT8, 2, nibble | nibble << 4

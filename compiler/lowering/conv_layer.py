@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aipu.compiler.lowering.base import field_max
+from aipu.compiler.lowering.base import dtype_code, field_max
 from aipu.sim import golden
 from aipu.sim.machine.arch import (BIAS_BITS, DEFAULT, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE,
                                 MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX, DType, HardwareConfig, bit_range,
@@ -52,6 +52,7 @@ class ConvLayer:
     lut_input_min: int = _LUT16_INPUT_MIN
     w_type: DType = DType.INT8         # INT4: values in -8..7, stored two a byte (docs/arithmetic.md D23)
     codebook: np.ndarray | None = None  # int8 entries (2..16, sorted, distinct): w holds entries, DRAM their indices
+    x_int4: bool = False               # x holds INT4 values (int8 -8..7): DRAM two a byte, CONV in_type INT4
     w_second: np.ndarray | None = None  # dual INT4: the second plane (w the first), [K, C/groups, KH, KW]
     second_multiplier: np.ndarray | None = None   # [K]: its multiplier, sharing the first plane's shift (§4.7)
 
@@ -81,13 +82,19 @@ class ConvLayer:
         return self.index_bits or DTYPE_BITS[self.w_type]
 
     @property
+    def in_type(self) -> DType:
+        """CONV's in_type: INT4 for an ``x_int4`` input, else x's dtype."""
+        return DType.INT4 if self.x_int4 else dtype_code(self.x.dtype)
+
+    @property
     def out_dtype(self) -> np.dtype:
-        return DTYPE_NUMPY[self.out_type]
+        """The numpy type of the output's values (INT4's as int8)."""
+        return np.dtype(np.int8) if self.out_type == DType.INT4 else DTYPE_NUMPY[self.out_type]
 
     @property
     def clamp(self) -> tuple[int, int]:
-        info = np.iinfo(self.out_dtype)
-        return (info.min if self.qmin is None else self.qmin, info.max if self.qmax is None else self.qmax)
+        low, high = dtype_bounds(self.out_type)
+        return (low if self.qmin is None else self.qmin, high if self.qmax is None else self.qmax)
 
     def conv_golden(self, weights: np.ndarray | None = None) -> np.ndarray:
         """The accumulators of ``weights`` (default ``w``) over the input."""
@@ -192,6 +199,7 @@ def check_layer(layer: ConvLayer) -> None:
     Checks types, shapes and their consistency, the ranges of the command fields the layer turns into,
     a non-empty output and the size bounds, before anything is allocated or computed."""
     _check_shapes(layer)
+    _check_int4_activations(layer)
     _check_requant_params(layer)
     _check_geometry(layer)
     _check_output(layer)
@@ -255,6 +263,22 @@ def _check_dual(layer: ConvLayer) -> None:
                          f"integers 0..{MULTIPLIER_MAX}, one per output channel or a scalar")
 
 
+def _check_int4_activations(layer: ConvLayer) -> None:
+    """An INT4 input: values within INT4 and INT4 weights (CONV's in_type INT4 needs w_type INT4, whose check
+    keeps each group's channels even); an INT4 output: an even channel count (REQUANT packs two a byte), no
+    table (LUT reads whole bytes)."""
+    if layer.x_int4:
+        low, high = dtype_bounds(DType.INT4)
+        outside = layer.x[(layer.x < low) | (layer.x > high)]
+        if outside.size:
+            raise InputError("x", int(outside.flat[0]), f"INT4 inputs within {low}..{high}")
+        if layer.w_type != DType.INT4:
+            raise InputError("w_type", layer.w_type.name, "INT4 for an INT4 input (docs/arithmetic.md D23)")
+    if layer.out_type == DType.INT4 and (layer.w.shape[0] % 2 or layer.lut is not None):
+        raise InputError("out_type", "INT4", f"an even number of output channels (this layer has "
+                         f"{layer.w.shape[0]}) and no table: REQUANT packs INT4 two a byte")
+
+
 def _check_codebook(layer: ConvLayer) -> None:
     """Codebook weights: 2..16 sorted distinct int8 entries, INT8 weights that are all entries, and each tap's
     input channels whole bytes of indices (LOAD expands a run of 8 / index_bits indices a byte)."""
@@ -308,9 +332,9 @@ def _check_output(layer: ConvLayer) -> None:
     for name, enum in (("out_type", DType), ("rounding", Rounding)):
         if not isinstance(getattr(layer, name), enum):
             raise InputError(name, getattr(layer, name), f"expected a {enum.__name__}: {enum_names(enum)}")
-    out_low, out_high = (int(v) for v in (np.iinfo(layer.out_dtype).min, np.iinfo(layer.out_dtype).max))
-    x_info = np.iinfo(layer.x.dtype)
-    _check_int("x_zero_point", layer.x_zero_point, int(x_info.min), int(x_info.max), f" (the range of {layer.x.dtype})")
+    out_low, out_high = dtype_bounds(layer.out_type)
+    x_low, x_high = dtype_bounds(layer.in_type)
+    _check_int("x_zero_point", layer.x_zero_point, x_low, x_high, f" (the range of {layer.in_type.name.lower()})")
     w_low, w_high = dtype_bounds(layer.w_type)
     _check_int("w_zero_point", layer.w_zero_point, w_low, w_high, f" (the range of {layer.w_type.name})")
     _check_int("out_zero_point", layer.out_zero_point, out_low, out_high, f" (the range of {layer.out_type.name})")

@@ -10,12 +10,13 @@ commands (docs/compiler.md, "Tiling"). The estimate (:class:`CostEstimate`) adds
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from aipu.compiler.lowering.base import dtype_code, field_max
+from aipu.compiler.lowering.base import field_max
 from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, output_size
 from aipu.compiler.lowering.im2col import UnrolledWindow
-from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, DEFAULT, DTYPE_BYTES, PARAM_RECORD_BYTES, Buffer, DType,
+from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, DEFAULT, PARAM_RECORD_BYTES, Buffer, DType,
                                    HardwareConfig, elements_bytes)
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.timing.conv import ConvTiming
@@ -50,11 +51,11 @@ class ConvGeometry:
     out_h: int
     out_w: int
     in_w: int            # padded input width
-    out_bytes: int       # bytes per output element
+    out_type: DType      # INT4: two a byte, tiles of an even channel count
     stride_h: int
     dilation_h: int
     w_type: DType        # INT4: weights two a byte, chunks of an even channel count
-    in_type: DType
+    in_type: DType       # INT4: two a byte
     weight_dram_bits: int     # 8, INT4's 4, or a codebook index's bits
     planes: int               # dual INT4: 2 weight planes, 2·K CONV output channels and accumulators
 
@@ -63,12 +64,25 @@ class ConvGeometry:
         _, c, _, w = layer.x.shape
         k, cg, kh, kw = layer.w.shape
         return cls(c, w, k, cg, kh, kw, layer.groups, *output_size(layer), w + layer.padding[1] + layer.padding[3],
-                   DTYPE_BYTES[layer.out_type], layer.stride[0], layer.dilation[0], layer.w_type,
-                   dtype_code(layer.x.dtype), layer.weight_dram_bits, layer.planes)
+                   layer.out_type, layer.stride[0], layer.dilation[0], layer.w_type, layer.in_type,
+                   layer.weight_dram_bits, layer.planes)
 
     def weight_bytes(self, count: int) -> int:
         """Bytes of ``count`` weights in WEIGHT."""
         return elements_bytes(count, self.w_type)
+
+    def out_bytes(self, count: int) -> int:
+        """Bytes of ``count`` output elements."""
+        return elements_bytes(count, self.out_type)
+
+    def act_bytes(self, count: int) -> int:
+        """Bytes of ``count`` input elements."""
+        return elements_bytes(count, self.in_type)
+
+    @property
+    def k_step(self) -> int:
+        """Output channels a tile is a multiple of: whole groups, and an even count for INT4 outputs."""
+        return math.lcm(self.k // self.groups if self.groups > 1 else 1, 2 if self.out_type == DType.INT4 else 1)
 
     def weight_dram_bytes(self, count: int) -> int:
         """Bytes of ``count`` weights in DRAM."""
@@ -96,10 +110,10 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     Explicitly given sizes are kept; ``unrolled`` True or False forces the mapping (None: the estimate's)."""
     shape = ConvGeometry.of(layer)
     halves = {buffer: config.buffer(buffer).bytes // 2 for buffer in Buffer}
-    step_k = shape.k // shape.groups if shape.groups > 1 else 1
+    step_k = shape.k_step
     if tile_k is not None and (tile_k % step_k or not 1 <= tile_k <= shape.k):
-        raise ValueError(f"tile_k = {tile_k}: must be 1..{shape.k} and a multiple of the {step_k} output channels "
-                         "per group")
+        raise ValueError(f"tile_k = {tile_k}: must be 1..{shape.k} and a multiple of {step_k} (the output channels "
+                         "per group; even for INT4 outputs)")
     if ((tile_c is not None and not 1 <= tile_c <= shape.c)
             or (tile_rows is not None and not 1 <= tile_rows <= shape.out_h)):
         raise ValueError(f"tile_c = {tile_c} / tile_rows = {tile_rows}: must be 1..{shape.c} / 1..{shape.out_h}")
@@ -145,12 +159,12 @@ def _plain_sizes(shape: ConvGeometry, tks: list[int], all_rows: list[int],
                  tile_c: int | None) -> list[tuple[int, int, int]]:
     """The plain plans (tk, tc, rows) to weigh. A grouped tile reads whole groups (tile_c = C/G), or, holding
     one group, a chunk of its channels."""
-    step_k = shape.k // shape.groups if shape.groups > 1 else 1
+    group_k = shape.k // shape.groups
     step = shape.channel_step                     # a chunk's weights fill whole bytes in DRAM
     channels = ([tile_c] if tile_c else [step * tc for tc in _halvings(shape.c // step)]) if shape.groups == 1 \
         else [step * tc for tc in _halvings(shape.cg // step)]
     return [(tk, tc, rows) for tk in tks for tc in channels for rows in all_rows
-            if shape.groups == 1 or tc == shape.cg or tk == step_k]
+            if shape.groups == 1 or tc == shape.cg or tk == group_k]
 
 
 def _weighed(estimate: CostEstimate, halves: dict[Buffer, int], sizes: list[tuple[int, int, int]],
@@ -184,8 +198,8 @@ def _fits(shape: ConvGeometry, halves: dict[Buffer, int], tk: int, tc: int, rows
     return {"weight": mac_k * shape.kh * shape.kw * shape.weight_bytes(tc) <= halves[Buffer.WEIGHT],
             "param": tk * PARAM_RECORD_BYTES <= halves[Buffer.PARAM],
             "acc": rows * shape.out_w * mac_k * BUFFER_UNIT_BYTES[Buffer.ACC] <= halves[Buffer.ACC],
-            "out": rows * shape.out_w * tk * shape.out_bytes <= halves[Buffer.OUT],
-            "act": in_rows * in_w * channels <= halves[Buffer.ACT],
+            "out": rows * shape.out_w * shape.out_bytes(tk) <= halves[Buffer.OUT],
+            "act": in_rows * in_w * shape.act_bytes(channels) <= halves[Buffer.ACT],
             "fields": max(mac_k, channels, in_rows) <= DIM_MAX and rows * shape.out_w <= _PIXELS_MAX}
 
 
@@ -235,7 +249,7 @@ class CostEstimate:
         shape = self.shape
         return k_tiles * chunks * walk_words(self.config.dram.bytes_per_cycle,
                                              row_tiles * shape.input_rows(rows) * shape.w,
-                                             shape.input_channels(tk, tc), shape.c)
+                                             shape.act_bytes(shape.input_channels(tk, tc)), shape.act_bytes(shape.c))
 
     def _weight_and_output_words(self, tk: int, tc: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
         shape, word = self.shape, self.config.dram.bytes_per_cycle
@@ -243,8 +257,7 @@ class CostEstimate:
                                        shape.weight_dram_bytes(min(tc, shape.cg)),
                                        shape.weight_dram_bytes(shape.cg))
                    * (row_tiles if chunks > 1 else 1))
-        outputs = k_tiles * walk_words(word, shape.out_h * shape.out_w, tk * shape.out_bytes,
-                                       shape.k * shape.out_bytes)
+        outputs = k_tiles * walk_words(word, shape.out_h * shape.out_w, shape.out_bytes(tk), shape.out_bytes(shape.k))
         return weights + outputs
 
 

@@ -47,11 +47,12 @@ class UnrolledWindow:
 
     @classmethod
     def of(cls, layer: ConvLayer) -> UnrolledWindow | None:
-        """The layer's window, or None where the mapping does not apply (grouped, dilated in width, a 1x1
-        kernel, too many unrolled channels, or an output row whose kernel rows all fall into padding)."""
+        """The layer's window, or None where the mapping does not apply (an INT4 input, whose windows LOAD
+        would have to cut within bytes; grouped, dilated in width, a 1x1 kernel, too many unrolled channels, or
+        an output row whose kernel rows all fall into padding)."""
         _, c, h, w = layer.x.shape
         _, _, kh, kw = layer.w.shape
-        if layer.groups != 1 or layer.dilation[1] != 1 or kh * kw == 1 or kh * kw * c > DIM_MAX:
+        if layer.x_int4 or layer.groups != 1 or layer.dilation[1] != 1 or kh * kw == 1 or kh * kw * c > DIM_MAX:
             return None
         window = cls(h, w, c, (kh, kw), layer.stride, layer.dilation[0], layer.padding[0], layer.padding[1],
                      *output_size(layer))

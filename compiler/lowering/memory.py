@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aipu.sim.machine.arch import unpack_int4
+
 DRAM_ALIGN = 64
 
 
@@ -38,10 +40,18 @@ def store_tensor(dram: np.ndarray, address: int, value: np.ndarray) -> None:
     dram[address:address + data.size] = data
 
 
-def load_tensor(dram: np.ndarray, address: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Read a tensor of ``shape`` and ``dtype`` stored channels-last at ``address`` (as NCHW)."""
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-    return from_channels_last(dram[address:address + nbytes].view(dtype), shape)
+def tensor_bytes(shape: tuple[int, ...], dtype: np.dtype, int4: bool = False) -> int:
+    """The DRAM bytes of a tensor: INT4 (``int4``, int8 values) two a byte along its even channel count."""
+    count = math.prod(shape)
+    return count // 2 if int4 else count * np.dtype(dtype).itemsize
+
+
+def load_tensor(dram: np.ndarray, address: int, shape: tuple[int, ...], dtype: np.dtype,
+                int4: bool = False) -> np.ndarray:
+    """Read a tensor of ``shape`` and ``dtype`` stored channels-last at ``address`` (as NCHW); ``int4``: its
+    values two a byte (as int8)."""
+    data = dram[address:address + tensor_bytes(shape, dtype, int4)]
+    return from_channels_last(unpack_int4(data) if int4 else data.view(dtype), shape)
 
 
 @dataclass
@@ -59,10 +69,10 @@ class DramPlan:
         self.blobs[name] = blob
         return self._place(name, len(blob), reuse=False)
 
-    def tensor(self, name: str, shape: tuple[int, ...], dtype: np.dtype, reuse: bool = True) -> int:
+    def tensor(self, name: str, shape: tuple[int, ...], dtype: np.dtype, reuse: bool = True, int4: bool = False) -> int:
         if name in self.regions:
             return self.regions[name][0]
-        return self._place(name, math.prod(shape) * np.dtype(dtype).itemsize, reuse)
+        return self._place(name, tensor_bytes(shape, dtype, int4), reuse)
 
     def alias(self, name: str, source: str) -> None:
         """``name`` is the same bytes as ``source`` (a reshape that moves nothing)."""

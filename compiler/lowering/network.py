@@ -59,7 +59,7 @@ class NetworkProgram:
     def read(self, memory: Memory, name: str) -> np.ndarray:
         """Tensor ``name`` (NCHW) from a memory image after a run."""
         tensor = self.model.tensors[name]
-        return load_tensor(memory.dram, self.plan.regions[name][0], tensor.shape, tensor.dtype)
+        return load_tensor(memory.dram, self.plan.regions[name][0], tensor.shape, tensor.dtype, tensor.int4)
 
     def manifest(self) -> dict:
         """Inputs and outputs: DRAM address, shape (NCHW; stored channels-last), type and quantization."""
