@@ -242,8 +242,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "layer that cannot take a format keeps int4 or int8, named in the notes")
     compile_parser.add_argument("--activations", metavar="FORMAT", default="int8",
                                 help="activations: int8 (default: uint8/int8 by range, asymmetric), int16 (every "
-                                     "tensor that only tables, pooling, reshapes or the outputs read) or pow2 (int8 "
-                                     "at a power-of-two scale, T/AI 115.1 fixed-point activations)")
+                                     "tensor that only tables, pooling, reshapes or the outputs read), int4 (a conv "
+                                     "or fc output that only conv or fc layers with INT4 weights read: T/AI 115.1 "
+                                     "§7.2.4.3, two a byte, with --weights int4; the rest named in the notes) or "
+                                     "pow2 (int8 at a power-of-two scale, T/AI 115.1 fixed-point activations)")
     compile_parser.add_argument("--layer-weights", metavar="FILE.json",
                                 help="per-layer weight formats, a JSON object of node name to format (mixed "
                                      "precision, e.g. {\"conv1\": \"int8\"}); the rest take --weights")

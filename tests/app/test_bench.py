@@ -103,11 +103,12 @@ def test_quant_bench_tables_every_weight_format_against_int8(tmp_path, digits_da
     np.savez(tmp_path / "eval.npz", image=digits_data["eval_images"][:60], labels=digits_data["eval_labels"][:60])
     table = _table(MODEL_PATH, tmp_path / "calib.npz", tmp_path / "eval.npz")
     rows = table["rows"]
-    assert set(rows) == {"int8", "int4", "int4-dual", "mixed", "codebook:16", "pow2 weights", "pow2 scheme",
+    assert set(rows) == {"int8", "int4", "int4-dual", "mixed", "w4a4", "codebook:16", "pow2 weights", "pow2 scheme",
                          "int16 activations", "pow2 activations"}
     assert table["float_top1"] > 0.9
     assert rows["int8"]["weight_bytes_vs_int8"] == 1 and rows["int8"]["cycles_vs_int8"] == 1
     assert 0.5 < rows["int4"]["weight_bytes_vs_int8"] < rows["mixed"]["weight_bytes_vs_int8"] < 0.6
     assert rows["int4"]["cycles"] < rows["int8"]["cycles"]
     assert rows["int4"]["weight_bytes"] < rows["int4-dual"]["weight_bytes"] < 2 * rows["int4"]["weight_bytes"]
+    assert rows["w4a4"]["weight_bytes"] == rows["int4"]["weight_bytes"]
     assert all(0 <= row["top1"] <= 1 and row["output_sqnr_db"] > 10 for row in rows.values())
