@@ -80,7 +80,7 @@ class Int4Outputs:
         if reader.op not in _MAC_NODES or reader.inputs[0] != y:
             return f"read by a {reader.op} (only conv and fc layers with INT4 weights read INT4)"
         weight_format = self.named_weights.get(reader.name, self.default_weights)
-        if weight_format != "int4":
+        if weight_format not in ("int4", "int4-dual"):
             return f"read by a layer with {weight_format} weights (CONV's INT4 inputs need INT4 weights)"
         groups = int(reader.attrs.get("group", 1)) if reader.op == "Conv" else 1
         why = refusal("int4", (0, self.graph.shapes[y][1] // groups), groups, False)

