@@ -52,6 +52,21 @@ def unet_like(seed: int = 0, size: int = 16, classes: int = 3) -> onnx.ModelProt
     return b.model(b.conv(x, 16, classes, kernel=1, bn=False))
 
 
+def w4a4_chain():
+    """conv (3 input channels: int8 weights) -> conv -> conv -> depthwise conv (int8 weights) -> 1x1 conv ->
+    conv -> global pooling -> fc -> fc, each conv and the first fc with a ReLU. SMALL's buffers take the
+    48-channel tensor in chunks of input channels."""
+    b = GraphBuilder(0, 3, 16)
+    x = b.node("Relu", [b.conv("image", 3, 8)])                         # INT4: an INT4 conv reads it
+    x = b.node("Relu", [b.conv(x, 8, 48)])                              # INT4
+    x = b.node("Relu", [b.conv(x, 48, 16, stride=2)])                   # 8-bit: a depthwise conv reads it
+    x = b.node("Relu", [b.conv(x, 16, 16, groups=16)])                  # INT4, written by DWCONV's REQUANT
+    x = b.node("Relu", [b.conv(x, 16, 8, kernel=1)])                    # INT4
+    x = b.node("Relu", [b.conv(x, 8, 16)])                              # 8-bit: pooling reads it
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
+    return b.model(b.fc(b.node("Relu", [b.fc(x, 16, 12)]), 12, 10))    # INT4 between the fcs; the output 8-bit
+
+
 def random_network(seed: int, size: int = 12) -> onnx.ModelProto:
     """A random CNN: a stem, then random blocks (dense, depthwise or grouped convs with random kernels,
     strides and dilations; ReLU, ReLU6, LeakyReLU, PReLU, HardSwish, Sigmoid, Tanh; max or average pooling;

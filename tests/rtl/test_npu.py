@@ -117,6 +117,23 @@ def test_a_mobilenet_like_network_runs_bit_exact_on_verilog_on_the_model_s_cycle
     assert got.cycles == model.cycles and got.total_cycles == model.total_cycles
 
 
+@pytest.mark.parametrize("backend", verilog_backends())
+def test_a_w4a4_chain_runs_bit_exact_on_verilog_on_the_model_s_cycles(tmp_path, backend):
+    """INT4 weights and INT4 activations between them (docs/compiler.md §3.3): REQUANT writes packed INT4, STORE
+    and LOAD move the packed bytes, CONV reads them with in_type INT4; SMALL splits the wide tensor into chunks."""
+    from aipu.sim.cycle import simulate
+    from tests.compiler.onnx_models import w4a4_chain
+
+    directory = _compile(tmp_path, w4a4_chain(), 16, "--weights", "int4", "--activations", "int4")
+    program, memory = directory.program, Memory.create(directory.program.config, directory.dram)
+    assert DType.INT4 in {command.in_type for command in program.queues[Unit.CONV] if command.opcode == Opcode.CONV}
+    got = run_npu_on(backend, program, memory, max_cycles=400_000)
+    assert got.done and not got.errors
+    assert first_mismatch(program, run(program, memory), got) is None
+    model = simulate(program, memory, dram="npu")
+    assert got.cycles == model.cycles and got.total_cycles == model.total_cycles
+
+
 def _finish(unit: Unit) -> bytes:
     return Command.make(Opcode.FINISH, unit=unit).encode(SMALL)
 
