@@ -230,7 +230,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compile_parser.add_argument("--input-shape", action="append", metavar="NAME=1x3xHxW",
                                 help="fix a symbolic input dimension (repeatable)")
     compile_parser.add_argument("--method", default="extrema",
-                                help="calibration: extrema, mean, nstd, kld or percentile (default extrema)")
+                                help="calibration: extrema, mean, nstd, kld, percentile or brelu (T/AI 115.1 "
+                                     "N-sigma bounds, N from --n-std) (default extrema)")
     compile_parser.add_argument("--scheme", default="affine",
                                 help="affine (scale and zero point per tensor, default) or pow2 (the shift-quantization patent: every "
                                      "scale a power of two, 7-bit weights, requantization by shifts)")

@@ -9,7 +9,9 @@ asks for and the whitepaper does not name, clips at a percentile of |x|. docs/co
 output, so one run yields every activation) and keeps, per float tensor, the global and per-batch extrema
 and float64 sums for mean and standard deviation; the histogram methods take a second pass that bins |x|
 over [0, max |x|]; with ``samples`` each keeps a uniform sample of its values too (for the INT4 activation step
-search of T/AI 115.1-2021 §7.2.4.3, compiler/activation_formats.py). :func:`choose_range` turns a tensor's statistics into (lo, hi).
+search of T/AI 115.1-2021 §7.2.4.3, compiler/activation_formats.py); with ``bound_rate`` each run's N-sigma
+percentiles (the bounded-ReLU statistics of §7.2.4.4, method "brelu"). :func:`choose_range` turns a tensor's
+statistics into (lo, hi).
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ import numpy as np
 
 from aipu.compiler.graph import Graph
 from aipu.compiler.npz_file import read_npz
+from aipu.sim.golden.rounding import round_half_away
 from aipu.sim.machine.errors import ArrayHeader, InputError
 
-METHODS = ("extrema", "mean", "nstd", "kld", "percentile")
+METHODS = ("extrema", "mean", "nstd", "kld", "percentile", "brelu")
 HISTOGRAM_METHODS = frozenset({"kld", "percentile"})
 HISTOGRAM_BINS = 2048                    # TensorRT's entropy calibration uses 2048 bins of |x|
 KLD_KEEPS_PERCENT = 99.9                 # kld's threshold never clips more of |x| than this percentile does
@@ -46,6 +49,7 @@ class TensorStats:
     histogram: np.ndarray | None = None      # counts of |x| in HISTOGRAM_BINS equal bins over [0, abs_max]
     sample: np.ndarray | None = None         # up to SAMPLE_VALUES of its values, each run's equally likely
     sampled: int = 0                         # the values the sample was drawn from
+    run_bounds: list[tuple[float, float]] = field(default_factory=list)   # "brelu": each run's percentiles
 
     @property
     def abs_max(self) -> float:
@@ -82,6 +86,15 @@ class TensorStats:
             kept = slots < SAMPLE_VALUES
             self.sample[slots[kept]] = rest[kept]
         self.sampled = seen + rest.size
+
+    def add_run_bounds(self, values: np.ndarray, rate: float) -> None:
+        """A run's N-sigma bounds: T/AI 115.1-2021 Table 196's n_sigma_of at ``rate`` (the sorted values' entry at
+        round(size·rate), by a partial sort) and the entry of the same rank from the bottom."""
+        flat = values.reshape(-1)
+        upper = min(int(round_half_away(flat.size * rate)), flat.size - 1)
+        lower = flat.size - 1 - upper                   # the same rank from the other end
+        low, high = np.partition(flat, (lower, upper))[[lower, upper]]
+        self.run_bounds.append((float(low), float(high)))
 
     def add_to_histogram(self, values: np.ndarray) -> None:
         if self.histogram is None:
@@ -159,11 +172,13 @@ def _read_samples(path, inputs: dict[str, tuple[int, ...]], labeled: bool) -> tu
 
 
 def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 16, histograms: bool = False,
-            progress: bool = False, threads: int = 1, keep_samples: bool = False) -> dict[str, TensorStats]:
+            progress: bool = False, threads: int = 1, keep_samples: bool = False,
+            bound_rate: float | None = None) -> dict[str, TensorStats]:
     """Statistics of every float tensor of ``graph`` (its inputs and every node output) over ``samples``,
     ``batch_size`` samples making one batch of the per-batch extrema. The graph runs one sample at a time,
     at the batch size it was shaped for (constants folded from shapes hold that size). ``keep_samples``: each
-    tensor's statistics keep a sample of its values (TensorStats.add_to_sample, seeded: the same every run)."""
+    tensor's statistics keep a sample of its values (TensorStats.add_to_sample, seeded: the same every run);
+    ``bound_rate``: each run's N-sigma percentiles (TensorStats.add_run_bounds)."""
     from tqdm import tqdm
 
     session, names = float_session(graph, threads)
@@ -186,6 +201,8 @@ def collect(graph: Graph, samples: dict[str, np.ndarray], *, batch_size: int = 1
                             stats[name].add(value, batch_start=start == first)
                             if keep_samples:
                                 stats[name].add_to_sample(value, rng)
+                            if bound_rate is not None:
+                                stats[name].add_run_bounds(value, bound_rate)
                     bar.update(batch)
     return stats
 
@@ -256,6 +273,11 @@ def choose_range(stats: TensorStats, method: str, *, n_std: float = 3.0, percent
     if method == "mean":
         weights = _batch_weights(len(stats.batch_maxima), momentum)
         return float(weights @ stats.batch_minima), float(weights @ stats.batch_maxima)
+    if method == "brelu":       # T/AI 115.1-2021 §7.2.4.4 stage 1: the runs' N-sigma bounds, averaged
+        if not stats.run_bounds:
+            raise ValueError("calibration method 'brelu' needs run bounds (collect(..., bound_rate=...))")
+        lows, highs = np.mean(np.array(stats.run_bounds), axis=0)
+        return max(low, float(lows)), min(high, float(highs))
     if method == "nstd":
         mean = stats.total / stats.count
         std = math.sqrt(max(0.0, stats.total_squares / stats.count - mean * mean))

@@ -20,6 +20,7 @@ from aipu.compiler.prequantized import import_quantized, is_prequantized
 from aipu.compiler.qir import QConv, QLut, QModel
 from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_from_powers
 from aipu.compiler.weight_formats import stored_bytes
+from aipu.quant.brelu import N_SIGMA_PERCENTILE
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 from aipu.sim.machine.errors import InputError
 
@@ -62,7 +63,8 @@ def quantize_model(model_path, calibration_path=None, *, input_shapes: dict[str,
     if prequantized:
         return graph, import_quantized(graph), samples
     stats = collect(graph, samples, batch_size=batch_size, histograms=options.method in HISTOGRAM_METHODS,
-                    progress=progress, threads=threads, keep_samples=options.activations == "int4")
+                    progress=progress, threads=threads, keep_samples=options.activations == "int4",
+                    bound_rate=N_SIGMA_PERCENTILE[options.n_std] if options.method == "brelu" else None)
     widened = widest_int16(graph, stats, options) if options.activations == "int16" else options
     if options.target_sqnr_db is None:
         qmodel = quantize_graph(graph, stats, widened)

@@ -38,6 +38,7 @@ from aipu.compiler.qir import (QConcat, QConv, QEltwise, QLayout, QLut, QModel, 
 from aipu.compiler.resize import Separable, linear_form, nearest_gather
 from aipu.compiler.slicing import slice_gathers
 from aipu.compiler.weight_formats import LayerFormats, check_format, code_max, quantized_weights
+from aipu.quant.brelu import N_SIGMA_PERCENTILE
 from aipu.quant.fixed_point import non_overflow_position
 from aipu.sim import golden
 from aipu.sim.machine.arch import (ACC_BITS, BIAS_BITS, BIAS_DTYPE, LUT16_INPUT_BITS, MULTIPLIER_BITS, SHIFT_MAX,
@@ -76,6 +77,8 @@ class QuantOptions:
         if self.scheme not in SCHEMES:
             raise InputError("--scheme", self.scheme, " or ".join(SCHEMES))
         check_activations("--activations", self.activations)
+        if self.method == "brelu" and self.n_std not in N_SIGMA_PERCENTILE:
+            raise InputError("--n-std", self.n_std, "3, 3.2 or 3.5 under --method brelu (T/AI 115.1-2021 Table 195)")
         if self.weights is not None:
             check_format("--weights", self.weights)
         for layer, weight_format in self.layer_weights:

@@ -57,3 +57,14 @@ def test_the_cli_takes_activations(tmp_path, capsys):
     assert main([*command, "--activations", "int3"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == ("aipu compile: error: --activations = 'int3': "
                                                                 "int8, int16, int4, pow2")
+
+
+def test_brelu_calibration_compiles_bit_exact_and_takes_the_standard_s_n(tmp_path):
+    compiled = compile_on_noise(tmp_path, mobilenet_like(), QuantOptions(method="brelu", n_std=3.5))
+    extrema = compile_on_noise(tmp_path, mobilenet_like(), QuantOptions())
+    narrower = [name for name, tensor in compiled.qmodel.tensors.items()
+                if tensor.scale < extrema.qmodel.tensors[name].scale * 0.99]
+    assert narrower, "N-sigma bounds clip the tails the extrema keep"
+    assert_program_is_the_model(compiled, IMAGES)
+    with pytest.raises(InputError, match="--n-std = 2.0: 3, 3.2 or 3.5 under --method brelu"):
+        QuantOptions(method="brelu", n_std=2.0)

@@ -76,6 +76,28 @@ def test_percentile_clips_the_tail():
     assert choose_range(_stats(values, batch=10_000), "percentile", percentile=100.0)[1] == pytest.approx(40.0)
 
 
+def test_brelu_averages_each_run_s_n_sigma_bounds():
+    """T/AI 115.1-2021 §7.2.4.4 stage 1: the runs' bounds are quant.brelu's n_sigma_of, averaged."""
+    from aipu.quant.brelu import N_SIGMA_PERCENTILE, n_sigma_bound
+
+    rng = np.random.default_rng(2)
+    runs = [rng.laplace(0, scale, 4000).astype(np.float32) for scale in (1.0, 2.0, 0.5)]
+    stats = TensorStats()
+    for run in runs:
+        stats.add(run)
+        stats.add_run_bounds(run, N_SIGMA_PERCENTILE[3.2])
+    low, high = choose_range(stats, "brelu")
+    assert high == pytest.approx(np.mean([n_sigma_bound(run, 3.2) for run in runs]))
+    assert low == pytest.approx(np.mean([-n_sigma_bound(-run[::-1], 3.2) for run in runs]), rel=0.05)
+    assert min(map(np.min, runs)) < low < 0 < high < max(map(np.max, runs))
+    relu = TensorStats()
+    relu.add(np.maximum(runs[0], 0))
+    relu.add_run_bounds(np.maximum(runs[0], 0), N_SIGMA_PERCENTILE[3.0])
+    assert choose_range(relu, "brelu")[0] == 0.0
+    with pytest.raises(ValueError, match="needs run bounds"):
+        choose_range(_stats(runs[0], histogram=False), "brelu")
+
+
 def test_kl_divergence_ignores_rare_outliers_and_keeps_a_dense_range():
     rng = np.random.default_rng(1)
     gaussian = np.concatenate([rng.normal(0, 1, 200_000), [30.0, -25.0]]).astype(np.float32)
