@@ -182,6 +182,25 @@ def _wheel(directory: Path, entry: dict) -> Path | None:
     return found[0] if found else None
 
 
+def trained_channels(name: str = "orinet", cache_dir=None) -> list[np.ndarray]:
+    """The output channels of model ``name``'s dense convs (groups 1, at least 8 input channels), each flattened
+    and divided by its standard deviation: a bank of trained kernels' shapes from which synthetic networks draw
+    trained-like weights (app/models/synthetic.py, ``channel_bank``)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(fetch(name, cache_dir or default_cache()))
+    constants = {tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer}
+    bank = []
+    for node in model.graph.node:
+        weight = constants.get(node.input[1]) if node.op_type == "Conv" else None
+        groups = next((attribute.i for attribute in node.attribute if attribute.name == "group"), 1)
+        if weight is not None and groups == 1 and weight.shape[1] >= 8:
+            channels = weight.reshape(weight.shape[0], -1).astype(np.float64)
+            bank += [channel / channel.std() for channel in channels if channel.std() > 0]
+    return bank
+
+
 def calibration(name: str, samples: int = 8, seed: int = 0) -> np.ndarray:
     """``samples`` uniform random inputs of model ``name`` in its input's range, [samples, *shape[1:]]."""
     entry = MODELS[name]

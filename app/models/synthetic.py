@@ -9,10 +9,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 class GraphBuilder:
-    """Appends nodes and random initializers; names are generated."""
+    """Appends nodes and random initializers; names are generated. A conv's weights are normal with He's
+    standard deviation, or, given a ``channel_bank`` of trained channels (each divided by its standard
+    deviation, app/models/real.py ``trained_channels``), each output channel is a bank channel resampled with
+    replacement to the fan-in, times He's deviation: trained-like shapes (tails, kurtosis) at random."""
 
-    def __init__(self, seed: int, channels: int, size: int, opset: int = 17):
+    def __init__(self, seed: int, channels: int, size: int, opset: int = 17,
+                 channel_bank: list[np.ndarray] | None = None):
         self.rng = np.random.default_rng(seed)
+        self.channel_bank = channel_bank
         self.nodes, self.initializers, self.opset, self.count = [], [], opset, 0
         self.input = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", channels, size, size])
 
@@ -33,7 +38,7 @@ class GraphBuilder:
     def conv(self, x: str, c_in: int, c_out: int, kernel: int = 3, stride: int = 1, groups: int = 1,
              bn: bool = True, dilation: int = 1) -> str:
         fan_in = c_in // groups * kernel * kernel
-        w = self.rng.normal(0, np.sqrt(2 / fan_in), (c_out, c_in // groups, kernel, kernel)).astype(np.float32)
+        w = self.kernel_weights((c_out, c_in // groups, kernel, kernel), np.sqrt(2 / fan_in))
         pad = dilation * (kernel // 2)
         y = self.node("Conv", [x, self.const(w, "w"), self.const(self.rng.normal(0, 0.1, c_out).astype(np.float32))],
                       strides=[stride, stride], pads=[pad] * 4, group=groups, dilations=[dilation, dilation])
@@ -42,6 +47,15 @@ class GraphBuilder:
         stats = [self.rng.uniform(0.5, 1.5, c_out), self.rng.normal(0, 0.1, c_out), self.rng.normal(0, 0.1, c_out),
                  self.rng.uniform(0.5, 1.5, c_out)]
         return self.node("BatchNormalization", [y, *(self.const(v.astype(np.float32)) for v in stats)])
+
+    def kernel_weights(self, shape: tuple[int, ...], std: float) -> np.ndarray:
+        """float32 weights [K, ...] of standard deviation ``std``: normal, or drawn from the channel bank."""
+        if self.channel_bank is None:
+            return self.rng.normal(0, std, shape).astype(np.float32)
+        fan_in = int(np.prod(shape[1:]))
+        picks = self.rng.integers(0, len(self.channel_bank), shape[0])
+        rows = [self.rng.choice(self.channel_bank[pick], fan_in) for pick in picks]
+        return (std * np.stack(rows)).reshape(shape).astype(np.float32)
 
     def conv_transpose(self, x: str, c_in: int, c_out: int, kernel: int = 4, stride: int = 2, groups: int = 1,
                        pads: tuple[int, int, int, int] = (1, 1, 1, 1), output_padding: tuple[int, int] = (0, 0),
@@ -68,10 +82,12 @@ class GraphBuilder:
         return onnx.shape_inference.infer_shapes(model)
 
 
-def resnet18_shaped(seed: int = 0, size: int = 224, classes: int = 1000) -> onnx.ModelProto:
+def resnet18_shaped(seed: int = 0, size: int = 224, classes: int = 1000,
+                    channel_bank: list[np.ndarray] | None = None) -> onnx.ModelProto:
     """ResNet-18's layer shapes: a 7x7 stride-2 stem, 3x3 max pooling, four stages of two basic blocks (64, 128,
-    256, 512 channels, 1x1 stride-2 downsampling), global average pooling and a fully connected layer."""
-    b = GraphBuilder(seed, 3, size)
+    256, 512 channels, 1x1 stride-2 downsampling), global average pooling and a fully connected layer; conv
+    weights normal, or trained-like from ``channel_bank`` (GraphBuilder)."""
+    b = GraphBuilder(seed, 3, size, channel_bank=channel_bank)
     x = b.node("Relu", [b.conv("image", 3, 64, kernel=7, stride=2)])
     x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     channels = 64

@@ -93,3 +93,22 @@ def test_orientation_classifier_keeps_its_top1(scheme, least, model_cache, tmp_p
                              options=QuantOptions(scheme=scheme), evaluation_path=tmp_path / "eval.npz")
     assert compiled.evaluation["float_top1"] == 1.0
     assert compiled.evaluation["npu_top1"] >= least, compiled.evaluation
+
+
+@pytest.mark.slow
+def test_trained_like_weights_take_the_real_channels_shapes(model_cache):
+    """ResNet-18-shaped weights drawn from OriNet's trained channels have their per-channel int8 statistics:
+    mean |level| 18-26 and entropy near 6.9 bits (normal weights: 27-31 and 7.1-7.3 bits)."""
+    from onnx import numpy_helper
+
+    from aipu.app.models.real import trained_channels
+    from aipu.app.models.synthetic import resnet18_shaped
+
+    bank = trained_channels(cache_dir=model_cache)
+    assert len(bank) == 928 and all(abs(channel.std() - 1) < 1e-9 for channel in bank)
+    weights = [numpy_helper.to_array(tensor) for tensor in resnet18_shaped(size=32, channel_bank=bank).graph.initializer]
+    levels = [np.round(127 * w.reshape(len(w), -1) / np.abs(w.reshape(len(w), -1)).max(axis=1, keepdims=True))
+              for w in weights if w.ndim == 4 and w.shape[1] >= 64 and w.shape[2] == 3]
+    for level in levels:
+        counts = np.unique(level, return_counts=True)[1] / level.size
+        assert 18 < np.abs(level).mean() < 26 and 6.5 < -np.sum(counts * np.log2(counts)) < 7.05
