@@ -79,6 +79,7 @@ BUFFER_BYTES_MAX = 1 << 26         # 64 MiB per on-chip buffer (the interpreter 
 PORT_BYTES_MAX = 4096              # bytes per cycle of a buffer port or of the DMA
 DRAM_ADDRESS_BITS_MAX = 48
 CONFIG_FILE_BYTES_MAX = 1 << 16    # a configuration is a few hundred bytes; larger files are refused
+WDEC_MAX_PARTS = 64                # parts of one WDEC stream (docs/codec.md section 11), and WDEC engines
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,8 @@ class QueueConfig:
 class WdecConfig:
     bins_per_cycle: int = _key("bins the weight decoder's arithmetic decoding engine resolves per cycle (the RTL: 1; "
                                "more is for the cycle model's design-space sweep)", 1, 64)
+    engines: int = _key("weight decoder engines, each decoding one part of a stream at a time (the RTL: 1; more "
+                        "is for the cycle model and the compiler's choice of parts)", 1, WDEC_MAX_PARTS)
 
 
 @dataclass(frozen=True)

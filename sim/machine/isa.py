@@ -13,7 +13,7 @@ from enum import IntEnum
 from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, CODEBOOK_INDEX_BITS, LUT8_ENTRIES, LUT16_INDEX_BITS_MAX,
                                 LUT16_INDEX_BITS_MIN, LUT16_INPUT_BITS, MAC_OPERAND_BITS, MULTIPLIER_BITS, PARAM_RECORD,
                                 SHIFT_BITS, SHIFT_MAX, SOFTMAX_EXP_BITS, SOFTMAX_LENGTH_MAX, SOFTMAX_SHIFT_MAX, WIDEST,
-                                Buffer, BYTE_TYPES, DTYPE_BYTES, DType, HardwareConfig, bit_range, short_hash)
+                                WDEC_MAX_PARTS, Buffer, BYTE_TYPES, DTYPE_BYTES, DType, HardwareConfig, bit_range, short_hash)
 
 COMMAND_BITS = 256            # every command is one fixed-width little-endian word; opcode in the lowest bits
 COMMAND_BYTES = COMMAND_BITS // 8
@@ -189,6 +189,7 @@ STRIDE_BYTES_BITS = 24        # DRAM strides in bytes
 COUNT_BITS = 20               # element counts of vector commands
 ZERO_POINT_BITS = 16          # signed: holds a zero point or clamp bound of every element type (DType)
 WDEC_LENGTH_BITS = 24         # compressed stream length in bytes
+WDEC_PARTS_BITS = 7           # WDEC's parts: 1 .. WDEC_MAX_PARTS independently decodable parts of one stream
 CODEBOOK_ADDR_BITS = 16       # LOAD's codebook slot: the first 2**16 slots of LUT memory (1 MiB) hold codebooks
 CODEBOOK_SLOT_BYTES = 1 << max(CODEBOOK_INDEX_BITS)   # a codebook starts at a multiple of the largest one's size
 
@@ -413,12 +414,16 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
         "    chapter 10) in the npu profile (docs/codec.md section 11; `aipu codec encode --profile npu`)\n"
         "    holding the integer levels of an [out_c][in_c][k_h][k_w] tensor; a stream outside the\n"
         "    profile or corrupt is an error, at the element where it leaves the profile\n"
-        "WEIGHT[wgt_addr] = w transposed to [out_c][k_h][k_w][in_c] as int8   (levels outside int8: error)",
+        "WEIGHT[wgt_addr] = w transposed to [out_c][k_h][k_w][in_c] as int8   (levels outside int8: error)\n"
+        "parts > 1: the stream is `parts` little-endian u32 byte lengths, then that many profile streams back\n"
+        "    to back, part i holding output channels [i*out_c/parts, (i+1)*out_c/parts) (rounded down)",
         (Field("dram_addr", "dram_addr_bits", "compressed stream byte address in DRAM"),
          *_dims(("length", "compressed stream length in bytes"), bits=WDEC_LENGTH_BITS),
          Field("wgt_addr", "weight_addr_bits", "destination byte address in the weight buffer"),
          *_dims(("out_c", "output channels"), ("in_c", "input channels per group")),
-         *_dims(("k_h", "kernel rows"), ("k_w", "kernel columns"), bits=KERNEL_BITS))),
+         *_dims(("k_h", "kernel rows"), ("k_w", "kernel columns"), bits=KERNEL_BITS),
+         Field("parts", WDEC_PARTS_BITS, "independently decodable parts of the stream (docs/codec.md section 11)",
+               minimum=1, maximum=WDEC_MAX_PARTS))),
     CommandSpec(
         Opcode.FINISH, None, "end of program: executes once every other queue is empty",
         "wait for the popped tokens and for all other queues to drain; then the device reports done.\n"

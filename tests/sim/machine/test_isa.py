@@ -246,10 +246,10 @@ PINNED_WORDS = [
                   qmax=200),
      "17005090010480ffff0108d00720fa077800008893faff7f0100400600000000"),
     (Command.make(Opcode.WDEC),
-     "0800000000000010000000004000044004000000000000000000000000000000"),
+     "0800000000000010000000004000044044000000000000000000000000000000"),
     (Command.make(Opcode.WDEC, push=[Unit.CONV], dram_addr=0x1000, length=12345, wgt_addr=0x800, out_c=16, in_c=8,
-                  k_h=3, k_w=3),
-     "080004000001009003030080000420c00c000000000000000000000000000000"),
+                  k_h=3, k_w=3, parts=5),
+     "080004000001009003030080000420c04c010000000000000000000000000000"),
     (Command.make(Opcode.SOFTMAX, rows=1, length=1),
      "0a00000000000000020002000000000000000000000000000000000000000000"),
     (Command.make(Opcode.SOFTMAX, pop=[Unit.LOAD], push=[Unit.STORE], src_buf=Buffer.ACT, src_addr=0x200, dst_addr=0x40,
@@ -261,7 +261,7 @@ PINNED_WORDS = [
     (Command.make(Opcode.FINISH, pop=[Unit.CONV, Unit.STORE], unit=Unit.LOAD),
      "4904000000000000000000000000000000000000000000000000000000000000"),
 ]
-PINNED_ISA_LAYOUT_HASH = "16cf753538f9ac21"
+PINNED_ISA_LAYOUT_HASH = "decb9c48be57a01e"
 
 
 @pytest.mark.parametrize("command, word", PINNED_WORDS, ids=[f"{c.opcode.name}-{i}" for i, (c, _) in
