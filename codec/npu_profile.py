@@ -15,10 +15,14 @@ zero bits longer than the engine's one-cycle renormalisation window.
 """
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
+
+from aipu.sim.machine.arch import WDEC_MAX_PARTS as MAX_PARTS
 
 from .compiled.aec_decoder import NO_TRACE, S_ZERO_RUN_BITS, S_ZERO_RUNS, raise_on_error
 from .compiled.contexts import Element
@@ -269,3 +273,101 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int]) -> 
     if end != 8 * len(stream):
         raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
     return ProfileDecode(levels, bins, int(status[WALK_SKIPS]), int(reader.state[S_ZERO_RUNS]))
+
+
+# --- Parts: one tile's stream split by output channels for parallel engines -----------------------------------
+PART_LENGTH = struct.Struct("<I")     # the parts header: one little-endian u32 byte length per part
+
+
+class Part(NamedTuple):
+    """One part of a parts stream: its bytes' place in the whole stream and its output channels k0 .. k1-1."""
+
+    offset: int
+    length: int
+    k0: int
+    k1: int
+
+
+def part_channels(out_c: int, parts: int) -> list[tuple[int, int]]:
+    """The output channels of each part: [floor(i·out_c/parts), floor((i+1)·out_c/parts))."""
+    return [(i * out_c // parts, (i + 1) * out_c // parts) for i in range(parts)]
+
+
+def _check_parts(parts: int, out_c: int) -> None:
+    if not 1 <= parts <= MAX_PARTS:
+        raise CodecError(f"parts = {parts} is outside 1..{MAX_PARTS}", element="parts")
+    if parts > out_c:
+        raise CodecError(f"parts = {parts} exceeds out_c = {out_c}: every part needs an output channel",
+                         element="parts")
+
+
+def encode_parts_stream(weights: np.ndarray, parts: int, max_ctu_size: int = 64) -> bytes:
+    """A WDEC stream of integer weights [O, I, KH, KW] in ``parts`` parts (docs/codec.md §11): for 1 the
+    profile stream itself, else the header of part lengths and each part's profile stream, so that ``parts``
+    engines can decode it at once."""
+    weights = np.asarray(weights)
+    _check_parts(parts, weights.shape[0])
+    if parts == 1:
+        return encode_profile_stream(weights, max_ctu_size)
+    streams = [encode_profile_stream(weights[k0:k1], max_ctu_size) for k0, k1 in part_channels(len(weights), parts)]
+    return b"".join(PART_LENGTH.pack(len(stream)) for stream in streams) + b"".join(streams)
+
+
+def split_parts(stream: bytes, out_c: int, parts: int) -> list[Part]:
+    """The parts of a WDEC stream of ``out_c`` output channels, its header checked: CodecError naming the
+    element (``parts``, ``part i length``) at its byte in the stream."""
+    _check_parts(parts, out_c)
+    if parts == 1:
+        return [Part(0, len(stream), 0, out_c)]
+    offset = PART_LENGTH.size * parts
+    if len(stream) < offset:
+        raise CodecError(f"the header of {parts} part lengths needs {offset} bytes, the stream has {len(stream)}",
+                         element=f"part {len(stream) // PART_LENGTH.size} length", bit_position=8 * len(stream))
+    result = []
+    for index, (k0, k1) in enumerate(part_channels(out_c, parts)):
+        (length,) = PART_LENGTH.unpack_from(stream, PART_LENGTH.size * index)
+        if length == 0 or offset + length > len(stream):
+            raise CodecError(f"part {index} length = {length} is not 1..{len(stream) - offset}, the bytes left",
+                             element=f"part {index} length", bit_position=8 * PART_LENGTH.size * index)
+        result.append(Part(offset, length, k0, k1))
+        offset += length
+    if offset != len(stream):
+        raise CodecError(f"the part lengths sum to {offset - PART_LENGTH.size * parts} bytes, {len(stream) - offset} "
+                         "fewer than follow the header", element=f"part {parts - 1} length",
+                         bit_position=8 * PART_LENGTH.size * (parts - 1))
+    return result
+
+
+def decode_parts(stream: bytes, shape: tuple[int, int, int, int], parts: int, decode: Callable) -> list:
+    """(Part, ``decode(part bytes, part shape)``) of every part, in stream order; a CodecError of a part
+    names the part and counts its position from the start of the whole stream."""
+    out_c, in_c, k_h, k_w = (int(n) for n in shape)
+    result = []
+    for index, part in enumerate(split_parts(stream, out_c, parts)):
+        try:
+            result.append((part, decode(stream[part.offset:part.offset + part.length], (part.k1 - part.k0, in_c, k_h,
+                                                                                        k_w))))
+        except CodecError as error:
+            raise (error.relocate(8 * part.offset).add_context(part=index) if parts > 1 else error) from None
+    return result
+
+
+def _joined(stream: bytes, shape, parts: int, decode: Callable) -> ProfileDecode:
+    """The whole tensor of a parts stream, with the counts of all parts summed."""
+    joined = ProfileDecode(levels=np.zeros(tuple(int(n) for n in shape), dtype=np.int64))
+    for part, decoded in decode_parts(stream, shape, parts, decode):
+        joined.levels[part.k0:part.k1] = decoded.levels
+        joined.bins += decoded.bins
+        joined.morton_skips += decoded.morton_skips
+        joined.zero_run_cycles += decoded.zero_run_cycles
+    return joined
+
+
+def decode_parts_stream(stream: bytes, shape: tuple[int, int, int, int], parts: int) -> ProfileDecode:
+    """The reference decoder of a WDEC stream of ``parts`` parts (``decode_profile_stream`` per part)."""
+    return _joined(stream, shape, parts, decode_profile_stream)
+
+
+def decode_parts_compiled(stream: bytes, shape: tuple[int, int, int, int], parts: int) -> ProfileDecode:
+    """``decode_parts_stream`` over the compiled walk (``decode_profile_compiled`` per part)."""
+    return _joined(stream, shape, parts, decode_profile_compiled)
