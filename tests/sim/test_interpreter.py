@@ -219,6 +219,27 @@ def test_wdec_decodes_a_profile_stream_into_the_weight_buffer():
         run(program, Memory.create(DEFAULT, _dram((0x100, bad))))
 
 
+@pytest.mark.parametrize("parts", [2, 5])
+def test_wdec_decodes_a_parts_stream_to_the_levels_of_the_unsplit_tile(parts):
+    """A stream of ``parts`` parts (docs/codec.md §11) writes every level where the one-part stream writes it;
+    a corrupt part is refused naming the part."""
+    from aipu.codec import encode_parts_stream
+
+    w = RNG.integers(-40, 40, size=(7, 3, 3, 2)).astype(np.int8)
+    stream = np.frombuffer(encode_parts_stream(w, parts), np.uint8)
+    program = Program()
+    program.append(Command.make(Opcode.WDEC, dram_addr=0x100, length=stream.size, wgt_addr=0x20, out_c=7, in_c=3,
+                                k_h=3, k_w=2, parts=parts))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
+    result = run(program, Memory.create(DEFAULT, _dram((0x100, stream))))
+    weights = result.memory.buffers[Buffer.WEIGHT][0x20:0x20 + w.size].view(np.int8).reshape(7, 3, 2, 3)
+    np.testing.assert_array_equal(weights, w.transpose(0, 2, 3, 1))
+    bad = stream.copy()
+    bad[-3:] = 0xFF
+    with pytest.raises(ExecutionError, match=rf"WDEC\[0\] WDEC: .*part {parts - 1}"):
+        run(program, Memory.create(DEFAULT, _dram((0x100, bad))))
+
+
 def test_wdec_refuses_the_full_syntax_as_the_hardware_does():
     """A stream of the general encoder (here with start-depth signalling) decodes in codec/ but is outside
     the profile WDEC executes: the interpreter refuses it at the element, as rtl/wdec.py does."""

@@ -100,7 +100,7 @@ def wdec(preparer: Preparer, cmd: Command):
     def execute(state: RunState) -> None:
         stream = state.spaces[DRAM][start:stop].tobytes()
         try:
-            levels = decode_weight_stream(stream, shape)
+            levels = decode_weight_stream(stream, shape, cmd.parts)
         except ValueError as error:
             raise ValueError(f"the weight stream at dram_addr = {cmd.dram_addr:#x} ({cmd.length} bytes) {error}"
                              ) from None
@@ -112,15 +112,16 @@ DECODED_STREAMS_KEPT = 256     # weight tiles whose decoded levels the interpret
 
 
 @functools.lru_cache(maxsize=DECODED_STREAMS_KEPT)
-def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int]) -> np.ndarray:
+def decode_weight_stream(stream: bytes, shape: tuple[int, int, int, int], parts: int = 1) -> np.ndarray:
     """WDEC's decoder: one layer's bare nnc() stream of an [O, I, KH, KW] weight tensor in the npu profile
-    (what rtl/wdec.py executes; the full chapter-10 syntax is refused as the hardware refuses it) to int8
-    levels (read-only); levels outside int8 are an error, never a wrap. The last DECODED_STREAMS_KEPT results
-    are kept: a network run on many inputs decodes each of its weight tiles once."""
+    (what rtl/wdec.py executes; the full chapter-10 syntax is refused as the hardware refuses it), or such
+    streams of ``parts`` channel ranges behind their lengths (docs/codec.md §11), to int8 levels (read-only);
+    levels outside int8 are an error, never a wrap. The last DECODED_STREAMS_KEPT results are kept: a network
+    run on many inputs decodes each of its weight tiles once."""
     from aipu import codec
 
     try:
-        levels = codec.decode_profile_compiled(stream, shape).levels
+        levels = codec.decode_parts_compiled(stream, shape, parts).levels
     except codec.CodecError as exc:
         raise ValueError(f"does not decode in the npu profile: {exc}") from None
     info8 = np.iinfo(np.int8)
