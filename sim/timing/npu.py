@@ -118,6 +118,20 @@ class _Sequencer:
     waited_on: str | None = None
 
 
+def _refuse_other_wdecs(config, commands) -> None:
+    """The NPU top's WDEC is the RTL's: one engine of one bin a cycle, one part a stream (the RTL faults on
+    more); other WDECs are timed with dram="ports" or "shared" (aipu.sim.timing.wdec)."""
+    wdecs = [command for command in commands if command.opcode == Opcode.WDEC]
+    for key, value in (("bins_per_cycle", config.wdec.bins_per_cycle), ("engines", config.wdec.engines)):
+        if value != 1 and wdecs:
+            raise ValueError(f"wdec.{key} = {value}: the NPU top's WDEC has one engine of one bin a cycle; time "
+                             "other engines with dram=\"ports\" or \"shared\"")
+    for index, command in enumerate(wdecs):
+        if command.parts != 1:
+            raise ValueError(f"WDEC[{index}] parts = {command.parts}: the NPU top's WDEC decodes streams of one part; "
+                             "time streams of several with dram=\"ports\" or \"shared\"")
+
+
 class NpuTimeline:
     """The timeline of ``program`` on the Npu: :meth:`run` gives, per unit and command, (ready, start, retire,
     work, waited_on) as :class:`aipu.sim.cycle.CommandTiming` holds them."""
@@ -125,9 +139,7 @@ class NpuTimeline:
     def __init__(self, program: Program, memory: Memory) -> None:
         self.config, self.memory = program.config, memory
         self.queues = {unit: tuple(program.queues[unit]) for unit in Unit}
-        if self.config.wdec.bins_per_cycle != 1 and any(c.opcode == Opcode.WDEC for c in self.queues[Unit.WDEC]):
-            raise ValueError(f"wdec.bins_per_cycle = {self.config.wdec.bins_per_cycle}: the NPU top's WDEC decodes one "
-                             "bin a cycle; time other engines with dram=\"ports\" or \"shared\"")
+        _refuse_other_wdecs(self.config, self.queues[Unit.WDEC])
         self.depth = self.config.queues.token_depth
         geometry = FetchGeometry.of(self.config, FIFO_DEPTH)
         self.fetcher = Fetcher(geometry, 0, {unit: (0, len(queue)) for unit, queue in self.queues.items()})

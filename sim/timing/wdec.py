@@ -1,6 +1,7 @@
 """WDEC's cycles (docs/rtl-wdec.md, "Cycles"): the weight decoder (``aipu.rtl.wdec``) checks the command,
 waits for the first NEED_BITS of its stream, then decodes one bin a cycle, with a cycle more per Morton
-candidate outside a CU and per ZERO_RUN_BITS of a long zero run, and checks the padding.
+candidate outside a CU and per ZERO_RUN_BITS of a long zero run, and checks the padding. A stream of several
+parts (docs/codec.md §11) is, in this model, read header first and decoded by ``wdec.engines`` engines.
 
 The counts come from the codec's compiled profile decoder (numba): ``aipu.sim.timing`` imports this module
 only when a WDEC command is timed.
@@ -12,7 +13,7 @@ import math
 from typing import NamedTuple
 
 from aipu.codec.errors import CodecError
-from aipu.codec.npu_profile import ZERO_RUN_BITS, decode_profile_compiled
+from aipu.codec.npu_profile import PART_LENGTH, ZERO_RUN_BITS, decode_parts, decode_profile_compiled
 from aipu.codec.reference.engine import RANGE_BITS
 from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.errors import ExecutionError
@@ -26,24 +27,37 @@ NEED_BITS = (ZERO_RUN_BITS - 1 + RANGE_BITS) + 1 + RANGE_BITS
 def command_cycles(config: HardwareConfig, command, stream: bytes) -> int:
     """Cycles of a WDEC command on a profile stream that decodes (docs/rtl-wdec.md): the check, the wait for
     the first bits, the 9-bit engine start, one cycle per bin, per Morton candidate outside a CU and per
-    ZERO_RUN_BITS of a long zero run, and the padding check."""
+    ZERO_RUN_BITS of a long zero run, and the padding check; with several parts, the header's words and then
+    the slowest of the ``wdec.engines`` engines, each decoding its parts one after another."""
     return dram_phases(config, command, stream).cycles
 
 
 def dram_phases(config: HardwareConfig, command, stream: bytes) -> DramPhases:
     """WDEC's cycles around its DRAM transfer: from the first word to the last bin the stream's words are
-    read at the pace the engine uses them (at most one a cycle); the check and the read latency come before,
+    read at the pace the engines use them (at most one a cycle); the check and the read latency come before,
     the padding check after. A stream that does not decode has no timing: the RTL stops on it with an error."""
+    shape = (command.out_c, command.in_c, command.k_h, command.k_w)
     try:
-        decoded = decoded_profile(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
+        parts = decode_parts(stream, shape, command.parts, decoded_profile)
     except CodecError as error:
         raise ExecutionError(f"the weight stream at dram_addr = {command.dram_addr:#x} ({command.length} bytes) does "
                              f"not decode in the npu profile: {error}") from None
-    first = first_bits_cycles(config, command.dram_addr, command.length) - config.dram.latency_cycles
-    bins = -(-decoded.bins // config.wdec.bins_per_cycle)      # the RTL: one a cycle
-    transfer = first + bins + decoded.morton_skips + decoded.zero_run_cycles
+    engines = [0] * config.wdec.engines          # part i on engine i mod engines, each part after the previous
+    for index, (part, counts) in enumerate(parts):
+        engines[index % len(engines)] += _part_cycles(config, command.dram_addr + part.offset, part.length, counts)
+    header = 0 if command.parts == 1 else (config.dram.latency_cycles
+                                           + _stream_words(config, command.dram_addr, PART_LENGTH.size * command.parts))
+    before = 1 + config.dram.latency_cycles
+    transfer = header + max(engines) - config.dram.latency_cycles - 1
     words = _stream_words(config, command.dram_addr, command.length)
-    return DramPhases(1 + config.dram.latency_cycles, transfer, min(words, transfer), 1)
+    return DramPhases(before, transfer, min(words, transfer), 1)
+
+
+def _part_cycles(config: HardwareConfig, dram_addr: int, length: int, counts: StreamCounts) -> int:
+    """One part on its engine: the wait for its first bits and the engine start, its bins (B a cycle; the
+    RTL: one), its Morton skips and zero-run steps, and its padding check."""
+    bins = -(-counts.bins // config.wdec.bins_per_cycle)
+    return first_bits_cycles(config, dram_addr, length) + bins + counts.morton_skips + counts.zero_run_cycles + 1
 
 
 class StreamCounts(NamedTuple):

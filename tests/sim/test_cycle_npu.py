@@ -160,3 +160,24 @@ def test_a_lone_writer_is_never_refused_and_waits_write_hold(config):
         offered = int(rng.integers(0, 5)) + np.cumsum(slots)
         last = int(offered[-1])
         assert (last, last + dram_bridge.write_hold(config)) == _write_rules(offered.tolist(), config)
+
+
+@pytest.mark.parametrize("wdec_config, parts, refused", [({"engines": 2}, 1, "wdec.engines = 2"),
+                                                         ({"bins_per_cycle": 2}, 1, "wdec.bins_per_cycle = 2"),
+                                                         ({}, 2, r"WDEC\[0\] parts = 2")])
+def test_the_npu_mode_refuses_wdecs_the_npu_top_does_not_have(wdec_config, parts, refused):
+    """The NPU top's WDEC is the RTL's (one engine, one bin a cycle, one part a stream); the other modes time
+    the rest."""
+    from aipu.codec.npu_profile import encode_parts_stream
+
+    config = hardware_config_from_dict({**SMALL.to_dict(), "wdec": wdec_config})
+    weights = np.arange(-8, 8, dtype=np.int8).reshape(4, 1, 2, 2)
+    stream = np.frombuffer(encode_parts_stream(weights, parts), np.uint8)
+    program = Program(config)
+    program.append(Command.make(Opcode.WDEC, dram_addr=0, length=stream.size, out_c=4, in_c=1, k_h=2, k_w=2,
+                                parts=parts))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
+    memory = Memory.create(config, stream)
+    with pytest.raises(ValueError, match=refused):
+        simulate(program, memory)
+    assert simulate(program, memory, dram="ports").total_cycles > 0

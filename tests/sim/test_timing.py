@@ -143,3 +143,42 @@ def test_pool_lanes_fit_an_int16_group_into_one_word_of_every_port():
     one_byte_act = hardware_config_from_dict({"buffers": {"act": {"port_bytes": 1}}})
     assert [pool_lanes(config) for config in (DEFAULT, SMALL, narrow_act, one_byte_act)] == [8, 2, 2, 1]
     assert [lanes(config) for config in (DEFAULT, SMALL, narrow_act, one_byte_act)] == [8, 2, 4, 1]
+
+
+def _wdec_cycles(config, stream: bytes, dram_addr: int, shape, parts: int) -> int:
+    command = Command.make(Opcode.WDEC, dram_addr=dram_addr, length=len(stream), wgt_addr=0, out_c=shape[0],
+                           in_c=shape[1], k_h=shape[2], k_w=shape[3], parts=parts)
+    memory = Memory.create(config, dram_addr + len(stream))
+    memory.dram[dram_addr:] = np.frombuffer(stream, np.uint8)
+    return command_cycles(config, command, memory)
+
+
+def test_wdec_parts_on_engines_cost_the_header_and_the_slowest_engine():
+    """Hand-computed (docs/rtl-wdec.md, "Cycles"): a part costs latency + 2 + its first words + bins + Morton
+    skips + zero-run steps + 1; two parts on two engines the header's latency and words plus the slower part,
+    on one engine both parts; a one-part stream the formula of the RTL."""
+    from aipu.codec.npu_profile import decode_profile_stream, encode_parts_stream, encode_profile_stream
+
+    weights = np.random.default_rng(8).integers(-30, 31, size=(6, 20, 3, 3)).astype(np.int8)
+    weights[3:] //= 8                                   # the second part has fewer bins
+    stream, dram_addr = encode_parts_stream(weights, 2), 0x1005        # 5 bytes into a 16-byte DRAM word
+    first, second = (encode_profile_stream(weights[:3]), encode_profile_stream(weights[3:]))
+    assert stream == np.uint32(len(first)).tobytes() + np.uint32(len(second)).tobytes() + first + second
+
+    def part(offset: int, part_stream: bytes, shape) -> int:
+        counts = decode_profile_stream(part_stream, shape)
+        start = dram_addr + offset
+        words = min((start + len(part_stream) - 1) // 16 - start // 16 + 1, -(-(8 * (start % 16) + 26) // 128))
+        return 100 + 2 + words + counts.bins + counts.morton_skips + counts.zero_run_cycles + 1
+
+    shape = (3, 20, 3, 3)
+    slow, fast = part(8, first, shape), part(8 + len(first), second, shape)
+    assert slow > fast
+    header = 100 + 1                                     # bytes 0x1005 .. 0x100c: one DRAM word
+    two = hardware_config_from_dict({"wdec": {"engines": 2}})
+    assert _wdec_cycles(two, stream, dram_addr, weights.shape, 2) == 1 + header + slow
+    assert _wdec_cycles(DEFAULT, stream, dram_addr, weights.shape, 2) == 1 + header + slow + fast
+    assert _wdec_cycles(hardware_config_from_dict({"wdec": {"engines": 4}}), stream, dram_addr, weights.shape,
+                        2) == 1 + header + slow
+    whole = encode_profile_stream(weights)
+    assert _wdec_cycles(two, whole, dram_addr, weights.shape, 1) == part(0, whole, weights.shape) + 1
