@@ -38,9 +38,10 @@ class Wdec(UnitComponent):
     ENGINE_ERRORS = ("stream", "profile", "levels")   # does not decode; outside the npu profile; not int8
 
     def __init__(self, config: HardwareConfig):
-        if config.wdec.bins_per_cycle != 1:
-            raise ValueError(f"Wdec decodes one bin a cycle: wdec.bins_per_cycle = {config.wdec.bins_per_cycle} "
-                             "is for the cycle model only, the RTL needs 1")
+        for key, value in (("bins_per_cycle", config.wdec.bins_per_cycle), ("engines", config.wdec.engines)):
+            if value != 1:
+                raise ValueError(f"Wdec has one engine decoding one bin a cycle: wdec.{key} = {value} is for the cycle "
+                                 "model only, the RTL needs 1")
         super().__init__(config)
         self.debug_bin_valid = Signal()
         self.debug_bin_ctx = Signal(range(TRACE_STUFFING, NUM_CONTEXTS))

@@ -80,7 +80,9 @@ class SyntaxWalk(wiring.Component):
                 with m.If(self.start):
                     m.next = "CHECK"
             with m.State("CHECK"):
-                with m.If(cmd.wgt_addr + cmd.out_c * cmd.in_c * leaves.taps > config.buffer(Buffer.WEIGHT).bytes):
+                with m.If(cmd.parts != 1):            # one engine: a stream of one part (docs/rtl-wdec.md)
+                    fail("parts")
+                with m.Elif(cmd.wgt_addr + cmd.out_c * cmd.in_c * leaves.taps > config.buffer(Buffer.WEIGHT).bytes):
                     fail("wgt_addr")
                 with m.Elif(cmd.dram_addr + cmd.length > (1 << config.dram.address_bits)):
                     fail("dram_addr")

@@ -2,20 +2,24 @@
 codec's profile decoder bin by bin (valid streams, corrupted streams, random bytes); its faults by name."""
 from __future__ import annotations
 
+import gc
+import warnings
+
 import numpy as np
 import pytest
 from amaranth.back import verilog
+from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
 from aipu.app.bench.rtl import demo_model_streams
 from aipu.codec import CodecError
-from aipu.codec.npu_profile import decode_profile_stream, encoder_options
+from aipu.codec.npu_profile import decode_profile_stream, encode_parts_stream, encoder_options
 from aipu.rtl.system import System
 from aipu.rtl.wdec import Wdec
 from aipu.sim.cosim.amaranth_run import run_amaranth
 from aipu.sim.cosim.stimulus.wdec import layer_stream, random_stimulus, random_weights, streams_stimulus
 from aipu.sim.interpreter import ExecutionError, run
-from aipu.sim.machine.arch import DEFAULT, Buffer
+from aipu.sim.machine.arch import DEFAULT, Buffer, hardware_config_from_dict
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -155,6 +159,31 @@ def test_faults_name_the_field():
     field, buffer = _fault(config, layer_stream(wide), wgt_addr=0, **shape)
     assert field == "levels"
     assert buffer.any()           # the levels before the one outside int8 have been written (docs/rtl-wdec.md)
+
+
+def test_one_engine_refuses_streams_of_several_parts_and_configurations_of_several_engines():
+    """The RTL has one engine: a command with parts > 1 stops on ``parts`` before anything is written (the
+    interpreter decodes it, as an NPU of more engines would), and wdec.engines != 1 does not elaborate."""
+    config = SMALL
+    weights = random_weights(np.random.default_rng(6), (4, 3, 2, 2))
+    stream = encode_parts_stream(weights, 2)
+    command = Command.make(Opcode.WDEC, dram_addr=8, length=len(stream), wgt_addr=0, out_c=4, in_c=3, k_h=2, k_w=2,
+                           parts=2)
+    program = Program(config)
+    program.append(command)
+    program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
+    memory = Memory.create(config, len(stream) + 64)
+    memory.dram[8:8 + len(stream)] = np.frombuffer(stream, np.uint8)
+    assert run(program, memory).memory.buffers[Buffer.WEIGHT].any()
+    result = run_amaranth(program, memory, [Wdec], max_cycles=2000)
+    assert [error.field for error in result.errors] == ["parts"]
+    assert not result.memory.buffers[Buffer.WEIGHT].any()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)      # the refused unit is never elaborated
+        with pytest.raises(ValueError, match="wdec.engines = 2 is for the cycle model only") as refused:
+            Wdec(hardware_config_from_dict({**config.to_dict(), "wdec": {"engines": 2}}))
+        del refused                     # its traceback holds the half-built unit: collected here, not later
+        gc.collect()
 
 
 def test_dram_addr_beyond_the_address_space_is_refused():

@@ -17,7 +17,7 @@ from aipu.sim.machine.program import Command
 from tests.rtl.configs import SMALL
 from tests.rtl.simulate import simulate
 
-ERROR_NAMES = ("wgt_addr", "dram_addr", "k_h", "k_w", "in_c", "out_c", "stream", "profile", "levels")
+ERROR_NAMES = ("parts", "wgt_addr", "dram_addr", "k_h", "k_w", "in_c", "out_c", "stream", "profile", "levels")
 TRACE_KINDS = {BinKind.BYPASS: TRACE_BYPASS, BinKind.STUFFING: TRACE_STUFFING}
 
 
@@ -95,6 +95,7 @@ def test_faults_by_name():
     weight_bytes = SMALL.buffer(Buffer.WEIGHT).bytes
     assert _walk(SMALL, stream, shape, wgt_addr=weight_bytes - 47) == (bytearray(weight_bytes), "wgt_addr")
     assert _walk(SMALL, stream, shape, dram_addr=(1 << SMALL.dram.address_bits) - 4)[1] == "dram_addr"
+    assert _walk(SMALL, stream, shape, parts=2) == (bytearray(weight_bytes), "parts")     # one engine: one part
     assert _walk(SMALL, stream, shape, k_w=1)[1] == "k_w"
     assert _walk(SMALL, stream, shape, overrun_at=40)[1] == "stream"
     wide = weights.astype(np.int16)
