@@ -167,7 +167,8 @@ class ConvLowering:
                                      output=target + part.output_offset * elem_out)
             emit_conv(context.pipeline, part.layer, part.tiles, addresses,
                       input_row=part.input_row, output_steps=part.output_steps,
-                      weight_stream=WeightStreams(part.layer, prefix, context.plan, context.weight_streams)
+                      weight_stream=WeightStreams(part.layer, prefix, context.plan, context.weight_streams,
+                                                 context.config)
                       if context.compress else None)
 
 

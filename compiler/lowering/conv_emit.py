@@ -25,7 +25,7 @@ from aipu.compiler.lowering.pipeline import Pipeline
 from aipu.sim.machine.arch import PARAM_RECORD_BYTES, Buffer, DType, elements_bytes
 from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, LutMode, Opcode, RequantMode
 
-WeightStream = Callable[[int, int, int, int], tuple[int, int] | None]
+WeightStream = Callable[[int, int, int, int], tuple[int, int, int] | None]
 
 
 def emit_conv_layer(pipeline: Pipeline, layer: ConvLayer, plan: TilePlan, addresses: Mapping[str, int], *,
@@ -38,7 +38,7 @@ def emit_conv_layer(pipeline: Pipeline, layer: ConvLayer, plan: TilePlan, addres
     the output may be views of larger tensors: ``input_row`` elements between input rows (default W * C),
     ``output_steps`` elements between output rows and between output pixels (default out_w * K and K), as a
     transposed convolution's phases read and write them. ``weight_stream(k0, k, c0, c)``: where the compressed
-    stream of the weights [k0:k0+k, c0:c0+c] lies in DRAM (address, length), or None to load that tile raw; a
+    stream of the weights [k0:k0+k, c0:c0+c] lies in DRAM (address, length, parts), or None to load that tile raw; a
     placed tile is decoded by WDEC instead."""
     _ConvEmitter(pipeline, layer, plan, addresses, input_row, output_steps, weight_stream).emit()
 
@@ -178,12 +178,12 @@ class _ConvEmitter:
             y_size=out_c, x_size=kh * kw, run=weight_bytes(layer, in_c), dram_y_stride=packed(kh * kw * cg),
             dram_x_stride=packed(cg), **codebook))
 
-    def _decode_weights(self, item: int, placed: tuple[int, int], out_c: int, c0: int, in_c: int) -> None:
-        """WDEC of the stream ``placed`` (DRAM address, length) into weight half ``item``."""
+    def _decode_weights(self, item: int, placed: tuple[int, int, int], out_c: int, c0: int, in_c: int) -> None:
+        """WDEC of the stream ``placed`` (DRAM address, length, parts) into weight half ``item``."""
         _, _, kh, kw = self.layer.w.shape
         self.pipeline.append(Opcode.WDEC, dict(
             dram_addr=placed[0], length=placed[1], wgt_addr=self.pipeline.half(Buffer.WEIGHT, item), out_c=out_c,
-            in_c=in_c, k_h=kh, k_w=kw))
+            in_c=in_c, k_h=kh, k_w=kw, parts=placed[2]))
 
     def _load_activations(self, tile: _Tile, c0: int, channels: int) -> None:
         """The tile's input rows, channels ``c0``.. (HWC in DRAM), padded as the CONV reads them."""

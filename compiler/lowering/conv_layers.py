@@ -94,7 +94,7 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
                      **{name: dram.regions[f"{i}.{name}"][0]
                         for name in ("weights", "params", "output", "lut", "codebook") if f"{i}.{name}" in dram.regions}}
         emit_conv(pipeline, layer, plan, addresses,
-                  weight_stream=WeightStreams(layer, str(i), dram, streams) if compress else None)
+                  weight_stream=WeightStreams(layer, str(i), dram, streams, config) if compress else None)
     pipeline.close()
     program = pipeline.program
     program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))

@@ -157,14 +157,15 @@ def pruned(model: onnx.ModelProto, fraction: float = 0.7) -> onnx.ModelProto:
     return pruned_model
 
 
-def compile_on_noise(tmp_path, model: onnx.ModelProto, options, seed: int = 3):
-    """``model`` (a [N, 3, 16, 16] input) compiled with ``options`` on 8 calibration samples of noise."""
+def compile_on_noise(tmp_path, model: onnx.ModelProto, options, seed: int = 3, **lowering):
+    """``model`` (a [N, 3, 16, 16] input) compiled with ``options`` on 8 calibration samples of noise;
+    ``lowering``: compile_model's ``config`` and ``compress``."""
     from aipu.compiler.driver import compile_model
 
     onnx.save(model, tmp_path / "model.onnx")
     rng = np.random.default_rng(seed)
     np.savez(tmp_path / "calib.npz", image=rng.standard_normal((8, 3, 16, 16)).astype(np.float32))
-    return compile_model(tmp_path / "model.onnx", tmp_path / "calib.npz", options=options)
+    return compile_model(tmp_path / "model.onnx", tmp_path / "calib.npz", options=options, **lowering)
 
 
 def assert_program_is_the_model(compiled, images: np.ndarray) -> None:

@@ -12,18 +12,22 @@ from aipu.sim.interpreter import run
 from aipu.sim.machine.arch import DEFAULT
 from aipu.sim.machine.errors import HazardError
 from aipu.sim.machine.isa import Opcode, Unit
+from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
-from tests.compiler.onnx_models import mobilenet_like, pruned, random_network, resnet_like, unet_like
+from tests.compiler.onnx_models import (GraphBuilder, assert_program_is_the_model, compile_on_noise, mobilenet_like,
+                                        pruned, random_network, resnet_like, unet_like)
 from tests.compiler.test_lowering import TINY, _check_every_tensor
 from tests.compiler.test_quantize import _compile
 
 
 def _decoded_weights(network) -> int:
-    """Checks that every WDEC command's stream decodes in the profile to int8 levels; returns how many there are."""
+    """Checks that every WDEC command's stream decodes in the profile (part by part) to int8 levels; returns how
+    many there are."""
     commands = [command for command in network.program.queues[Unit.WDEC] if command.opcode == Opcode.WDEC]
     for command in commands:
         stream = network.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
-        levels = codec.decode_profile_compiled(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
+        levels = codec.decode_parts_compiled(stream, (command.out_c, command.in_c, command.k_h, command.k_w),
+                                             command.parts)
         assert -128 <= levels.levels.min() and levels.levels.max() <= 127
     return len(commands)
 
@@ -99,3 +103,42 @@ def test_every_wdec_token_is_needed(tmp_path, unit, source, match):
     x = qmodel.quantize_inputs({qmodel.inputs[0]: rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)})
     with pytest.raises(HazardError, match="WDEC.*not ordered by tokens"):
         run(network.program, network.memory(x))
+
+
+def _wide_conv(seed: int = 0):
+    """A network whose middle conv (32 -> 128, 3x3: 36 864 weights) makes tiles long enough to split."""
+    b = GraphBuilder(seed, 3, 16)
+    x = b.node("Relu", [b.conv("image", 3, 32, stride=2)])
+    x = b.node("Relu", [b.conv(x, 32, 128)])
+    return b.model(b.fc(b.node("Flatten", [b.node("GlobalAveragePool", [x])]), 128, 10))
+
+
+def _wdecs(network) -> list[Command]:
+    return [command for command in network.program.queues[Unit.WDEC] if command.opcode == Opcode.WDEC]
+
+
+def test_tiles_split_into_parts_for_four_engines_and_the_program_is_still_the_model(tmp_path):
+    """With wdec.engines 4 the compiler splits a long tile into the most parts (4, 2) that cost at most 1 %
+    more than one part; the program equals the quantized model, and its WDECs take fewer cycles on four
+    engines than on one. On DEFAULT (one engine) every stream has one part."""
+    from aipu.codec.npu_profile import encode_profile_stream
+    from aipu.compiler.quantize import QuantOptions
+    from aipu.sim.machine.arch import hardware_config_from_dict
+    from aipu.sim.timing import command_cycles
+
+    four = hardware_config_from_dict({"wdec": {"engines": 4}})
+    compiled = compile_on_noise(tmp_path, pruned(_wide_conv()), QuantOptions(), config=four, compress=True)
+    network = compiled.network
+    split = [command for command in _wdecs(network) if command.parts > 1]
+    assert split and {command.parts for command in split} <= {2, 4}
+    memory = Memory.create(four, network.dram)
+    for command in split:
+        shape = (command.out_c, command.in_c, command.k_h, command.k_w)
+        stream = network.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
+        levels = codec.decode_parts_compiled(stream, shape, command.parts).levels
+        assert command.length <= 1.01 * len(encode_profile_stream(levels))
+        assert command_cycles(four, command, memory) < command_cycles(DEFAULT, command, memory)
+    assert _decoded_weights(network) == len(_wdecs(network))
+    assert_program_is_the_model(compiled, np.random.default_rng(1).standard_normal((2, 3, 16, 16), np.float32))
+    default = compile_on_noise(tmp_path, pruned(_wide_conv()), QuantOptions(), compress=True).network
+    assert len(_wdecs(default)) == len(_wdecs(network)) and all(command.parts == 1 for command in _wdecs(default))
