@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "compile": "aipu.app.bench.compile",
     "cycle": "aipu.app.bench.cycle",
     "quant": "aipu.app.bench.quant",
+    "parts": "aipu.app.bench.parts",
 }
 
 

@@ -112,3 +112,20 @@ def test_quant_bench_tables_every_weight_format_against_int8(tmp_path, digits_da
     assert rows["int4"]["weight_bytes"] < rows["int4-dual"]["weight_bytes"] < 2 * rows["int4"]["weight_bytes"]
     assert rows["w4a4"]["weight_bytes"] == rows["int4"]["weight_bytes"]
     assert all(0 <= row["top1"] <= 1 and row["output_sqnr_db"] > 10 for row in rows.values())
+
+
+def test_parts_bench_prices_every_split_of_the_demo_network_against_one_part(tmp_path, digits_data):
+    """`aipu bench parts` on the demo network (the bench adds the real PP-LCNet): the tiles are the ones its
+    compressed program decodes, and every split costs more than one part, more the more parts."""
+    from aipu.app.bench import BENCHMARKS
+    from aipu.app.bench.parts import PARTS, _costs, _tensors
+    from aipu.app.models.train_digits import MODEL_PATH
+
+    assert BENCHMARKS["parts"] == "aipu.app.bench.parts"
+    np.savez(tmp_path / "calib.npz", image=digits_data["calibration_images"])
+    tensors = _tensors(MODEL_PATH, tmp_path / "calib.npz")
+    assert tensors["tiles"] and all(tile.dtype == np.int8 for tile in tensors["tiles"])
+    rows = _costs(tensors["layers"])["rows"]
+    assert list(rows) == list(PARTS) and rows[1]["vs_one_part"] == 1 and rows[1]["within_overhead"] == "4/4"
+    costs = [rows[parts]["bits_per_weight"] for parts in PARTS]
+    assert costs == sorted(costs) and costs[0] < costs[1] and 6 < costs[0] < 8
