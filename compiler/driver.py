@@ -18,7 +18,7 @@ from aipu.compiler.normalize import normalize
 from aipu.compiler.program_dir import write_program_dir
 from aipu.compiler.prequantized import import_quantized, is_prequantized
 from aipu.compiler.qir import QConv, QLut, QModel
-from aipu.compiler.quantize import QuantOptions, quantize_graph, sqnr_from_powers
+from aipu.compiler.quantize import LAYOUT_OPS, QuantOptions, quantize_graph, sqnr_from_powers
 from aipu.compiler.weight_formats import stored_bytes
 from aipu.quant.brelu import N_SIGMA_PERCENTILE
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
@@ -123,8 +123,7 @@ def _listed(names: tuple[str, ...]) -> str:
     return f"{len(names)} tensor{'s' if len(names) != 1 else ''}" + (f" ({', '.join(names)})" if names else "")
 
 
-_INT16_READERS = (*TABLE_OPS, "MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten", "Squeeze",
-                  "Unsqueeze", "Transpose")
+_INT16_READERS = (*TABLE_OPS, "MaxPool", "AveragePool", "GlobalAveragePool", *LAYOUT_OPS)
 
 
 def widest_int16(graph: Graph, stats: dict, options: QuantOptions) -> QuantOptions:

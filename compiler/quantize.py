@@ -51,7 +51,7 @@ _INT16_MAX = 32767                # int16 activations: symmetric, -32768 never u
 _ELTWISE_OPERANDS = "the element-wise unit reads 8-bit operands (ELTWISE a_type, b_type)"
 LUT16_TABLE_BITS = 9              # an int16 input's table: 2^9 + 1 entries over the whole int16 range
 _FUSABLE = ("Relu", "Clip", "LeakyRelu", "PRelu")
-_LAYOUT_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
+LAYOUT_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
 _ELTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "mul"}
 
 
@@ -222,7 +222,7 @@ class Quantizer:
                 self.tensors[output] = self.same_as(node.inputs[0], output)
                 name = node.name if output == node.outputs[0] else f"{node.name}:{output}"
                 self.ops.append(QLayout(name, node.inputs[0], output, gather=gather))
-        elif op in _LAYOUT_OPS or op == "Resize":
+        elif op in LAYOUT_OPS or op == "Resize":
             self.tensors[node.outputs[0]] = self.same_as(node.inputs[0], node.outputs[0])
             permutation = tuple(node.attrs.get("perm", range(len(self.graph.shapes[node.inputs[0]]))[::-1]))
             self.ops.append(QLayout(node.name, node.inputs[0], node.outputs[0],

@@ -189,7 +189,7 @@ STRIDE_BYTES_BITS = 24        # DRAM strides in bytes
 COUNT_BITS = 20               # element counts of vector commands
 ZERO_POINT_BITS = 16          # signed: holds a zero point or clamp bound of every element type (DType)
 WDEC_LENGTH_BITS = 24         # compressed stream length in bytes
-WDEC_PARTS_BITS = 7           # WDEC's parts: 1 .. WDEC_MAX_PARTS independently decodable parts of one stream
+WDEC_PARTS_BITS = WDEC_MAX_PARTS.bit_length()   # WDEC's parts: 1 .. WDEC_MAX_PARTS parts of one stream
 CODEBOOK_ADDR_BITS = 16       # LOAD's codebook slot: the first 2**16 slots of LUT memory (1 MiB) hold codebooks
 CODEBOOK_SLOT_BYTES = 1 << max(CODEBOOK_INDEX_BITS)   # a codebook starts at a multiple of the largest one's size
 
