@@ -24,15 +24,16 @@ import numpy as np
 
 from aipu.sim.machine.arch import WDEC_MAX_PARTS as MAX_PARTS
 
-from .compiled.aec_decoder import NO_TRACE, S_ZERO_RUN_BITS, S_ZERO_RUNS, raise_on_error
+from .compiled.aec_decoder import NO_TRACE, POSITIONS_TRACE_COLUMNS, S_ZERO_RUN_BITS, S_ZERO_RUNS, raise_on_error
 from .compiled.contexts import Element
 from .compiled.element_io import FastElementReader
-from .compiled.profile_walk import (WALK_CTU, WALK_ELEMENT, WALK_END_FLAG, WALK_ERROR, WALK_OUTSIDE, WALK_POS,
-                                    WALK_SKIPS, WALK_STATUS_SIZE, WALK_VALUE, decode_profile_ctus)
+from .compiled.profile_walk import (CYCLE_SKIP, WALK_CTU, WALK_ELEMENT, WALK_END_FLAG, WALK_ERROR, WALK_OUTSIDE,
+                                    WALK_POS, WALK_SKIPS, WALK_STATUS_SIZE, WALK_VALUE, decode_profile_ctus,
+                                    profile_cycles)
 from .errors import CodecError, error_context
 from .reference.element_coder import ElementDecoder
 from .reference.elements import element_spec
-from .reference.engine import AecDecoder
+from .reference.engine import RANGE_BITS, AecDecoder
 from .reference.geometry import ctu_size_from_idx
 from .reference.headers import step_size
 from .reference.sublayer_coder import MAX_CBOOK_SIZE
@@ -242,11 +243,13 @@ _FLAG_TABLES = tuple(_flag_table(flags) for flags in (PROFILE_CTU_FLAGS, (PROFIL
 _PROFILE_FLAG_VALUES = dict((*PROFILE_CTU_FLAGS, PROFILE_SPLIT_FLAG, *PROFILE_CU_FLAGS))
 
 
-def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int]) -> ProfileDecode:
+def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int],
+                            trace: np.ndarray = NO_TRACE) -> ProfileDecode:
     """``decode_profile_stream`` over the compiled engine (codec.compiled.profile_walk): the same levels, bins,
-    Morton skips, zero-run cycles and refusals, about a hundred times faster."""
+    Morton skips, zero-run cycles and refusals, about a hundred times faster. ``trace``: the engine's trace
+    array (codec.compiled.aec_decoder), filled with every bin."""
     out_c, in_c, k_h, k_w = (int(n) for n in shape)
-    reader = FastElementReader(stream)
+    reader = FastElementReader(stream, trace)
     reader.state[S_ZERO_RUN_BITS] = ZERO_RUN_BITS
     levels = np.zeros((out_c, in_c, k_h, k_w), dtype=np.int64)
     status = np.zeros(WALK_STATUS_SIZE, dtype=np.int64)
@@ -255,7 +258,7 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int]) -> 
         size = ctu_size_from_idx(header["max_ctu3d_idx"])
         ctus = np.array([(c, k, min(size, in_c - c), min(size, out_c - k))
                          for c, k in _ctu_origins(header, in_c, out_c)], dtype=np.int64).reshape(-1, 4)
-        decode_profile_ctus(reader.state, reader.ctx, reader.data, NO_TRACE, levels, ctus, k_h * k_w, k_w,
+        decode_profile_ctus(reader.state, reader.ctx, reader.data, trace, levels, ctus, k_h * k_w, k_w,
                             *_FLAG_TABLES, SPLIT_FLAG_MIN_CU, status)
         element = Element(int(status[WALK_ELEMENT])).name
         with error_context(ctu=int(status[WALK_CTU])):
@@ -273,6 +276,19 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int]) -> 
     if end != 8 * len(stream):
         raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
     return ProfileDecode(levels, bins, int(status[WALK_SKIPS]), int(reader.state[S_ZERO_RUNS]))
+
+
+def profile_cycles_compiled(stream: bytes, shape: tuple[int, int, int, int], counts=None) -> np.ndarray:
+    """``decode_profile_stream(..., cycles=)``'s list from the compiled walk, as int8 with CYCLE_SKIP for
+    None: the stream bits WDEC's engine takes in each cycle after its 9-bit start. The stream is decoded with
+    a positions trace of exactly as many rows as it has bins and Morton skips: ``counts`` (its ``bins``,
+    ``morton_skips`` and ``zero_run_cycles``) if the caller has them, else from a decode first."""
+    counts = decode_profile_compiled(stream, shape) if counts is None else counts
+    trace = np.zeros((counts.bins + counts.morton_skips, POSITIONS_TRACE_COLUMNS), dtype=np.int32)
+    decode_profile_compiled(stream, shape, trace)
+    cycles = np.empty(len(trace) + counts.zero_run_cycles, dtype=np.int8)
+    profile_cycles(trace, RANGE_BITS, ZERO_RUN_BITS, cycles)
+    return cycles
 
 
 # --- Parts: one tile's stream split by output channels for parallel engines -----------------------------------

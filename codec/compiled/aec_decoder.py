@@ -7,7 +7,8 @@ directly:
 * ``state``: int64[STATE_SIZE], the engine registers and bookkeeping (``new_state``);
 * ``ctx``: the context array of ``codec.compiled.contexts``;
 * ``data``: uint8[:], the stream;
-* ``trace``: int32[capacity, 2] of (ctxIdx, bin), or an empty array for no trace.
+* ``trace``: int32[capacity, 2] of (ctxIdx, bin), or an empty array for no trace (a positions trace,
+  int32[capacity, POSITIONS_TRACE_COLUMNS], also holds where the engine stood after each bin).
 
 numba cannot raise our CodecError with a position, so errors set ``state[S_ERROR]`` (ERR_* codes) and
 the decoding functions then return -1; a caller checks the return value or ``state[S_ERROR]`` and
@@ -61,6 +62,8 @@ def new_state(data: np.ndarray, bit_offset: int = 0, bound_s: int = BOUND_S) -> 
 
 
 NO_TRACE = np.zeros((0, 2), dtype=np.int32)
+# A positions trace has two more columns: the bit position after the row's bin, the zero-run cycles so far.
+TRACE_POS, TRACE_ZERO_RUNS, POSITIONS_TRACE_COLUMNS = 2, 3, 4
 
 
 @njit
@@ -170,7 +173,9 @@ def decode_bin(state, data, pred_mps, lg_pmps_full):
 
 
 @njit
-def _record(state, trace, ctx_idx, bin_val):
+def record(state, trace, ctx_idx, bin_val):
+    """One trace row: (ctxIdx, bin), and in a positions trace the engine's bit position and zero-run cycles
+    so far (the npu profile's per-cycle consumption, codec.compiled.profile_walk.profile_cycles)."""
     if trace.shape[0] == 0:
         return
     n = state[S_TRACE_LEN]
@@ -179,6 +184,9 @@ def _record(state, trace, ctx_idx, bin_val):
         return
     trace[n, 0] = ctx_idx
     trace[n, 1] = bin_val
+    if trace.shape[1] > TRACE_POS:
+        trace[n, TRACE_POS] = state[S_POS]
+        trace[n, TRACE_ZERO_RUNS] = state[S_ZERO_RUNS]
     state[S_TRACE_LEN] = n + 1
 
 
@@ -186,21 +194,21 @@ def _record(state, trace, ctx_idx, bin_val):
 def decode_decision(state, ctx, data, trace, ctx_idx):
     bin_val = decode_bin(state, data, ctx[ctx_idx, CTX_MPS], ctx[ctx_idx, CTX_LG_PMPS])
     update_ctx(ctx, ctx_idx, bin_val)
-    _record(state, trace, ctx_idx, bin_val)
+    record(state, trace, ctx_idx, bin_val)
     return bin_val
 
 
 @njit
 def decode_bypass(state, data, trace):
     bin_val = decode_bin(state, data, 0, BYPASS_LG_PMPS)
-    _record(state, trace, TRACE_BYPASS, bin_val)
+    record(state, trace, TRACE_BYPASS, bin_val)
     return bin_val
 
 
 @njit
 def decode_stuffing_bit(state, data, trace):
     bin_val = decode_bin(state, data, 0, STUFFING_LG_PMPS)
-    _record(state, trace, TRACE_STUFFING, bin_val)
+    record(state, trace, TRACE_STUFFING, bin_val)
     return bin_val
 
 

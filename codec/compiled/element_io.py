@@ -29,12 +29,13 @@ class FastElementReader:
 
     decoding = True
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, trace: np.ndarray = NO_TRACE):
         self.data = np.frombuffer(bytes(data), dtype=np.uint8)
         self.state = new_state(self.data)
         self.ctx = new_contexts()
+        self.trace = trace              # every bin decoded, as aec_decoder.record writes it
         raise_on_error(self.state)
-        self._io = (self.state, self.ctx, self.data, NO_TRACE, new_encoder_state(), NO_BYTES.copy())
+        self._io = (self.state, self.ctx, self.data, trace, new_encoder_state(), NO_BYTES.copy())
 
     @property
     def bins_decoded(self) -> int:
@@ -50,16 +51,16 @@ class FastElementReader:
         if spec.binarization == "FL":
             length = spec.fixed_length if spec.fixed_length is not None else inputs["length"]
             if spec.bypass:
-                result = decode_fl(self.state, self.ctx, self.data, NO_TRACE, -1, INC_CONST, length)
+                result = decode_fl(self.state, self.ctx, self.data, self.trace, -1, INC_CONST, length)
             else:
-                result = decode_decision(self.state, self.ctx, self.data, NO_TRACE,
+                result = decode_decision(self.state, self.ctx, self.data, self.trace,
                                          spec.ctx_start + spec.ctx_inc(0, inputs))
         elif spec.binarization == "U":
             rule = INC_RULE_CODES[spec.inc_rule]
-            result = decode_u(self.state, self.ctx, self.data, NO_TRACE, spec.ctx_start, rule, inputs["max_value"])
+            result = decode_u(self.state, self.ctx, self.data, self.trace, spec.ctx_start, rule, inputs["max_value"])
         else:
             rule = INC_RULE_CODES[spec.inc_rule]
-            result = decode_uegk(self.state, self.ctx, self.data, NO_TRACE, spec.ctx_start, rule,
+            result = decode_uegk(self.state, self.ctx, self.data, self.trace, spec.ctx_start, rule,
                                  inputs.get("sign", 0), spec.c_max, spec.k)
         raise_on_error(self.state, element=name)
         return int(result)
@@ -70,7 +71,7 @@ class FastElementReader:
         return decode_weight_sublayer(self._io, header, sub, limits)
 
     def finish(self) -> int:
-        end = finish(self.state, self.data, NO_TRACE)
+        end = finish(self.state, self.data, self.trace)
         raise_on_error(self.state, element="terminator")
         return int(end)
 

@@ -8,12 +8,17 @@ flags (each must have the value the profile needs), the CU's leaves in Morton or
 ``uni_abs_q``; then ``end_of_last_layer_ctu_flag``. tests/codec/test_npu_profile.py requires the same
 levels, bins and refusals from both.
 
+Given a positions trace (aec_decoder.POSITIONS_TRACE_COLUMNS), the walk also records each Morton skip in it,
+and ``profile_cycles`` turns the trace into the engine's bits per cycle: the list the reference's ``cycles``
+gives the NPU's cycle model, without the reference's cost.
+
 A stop inside the njit code is a status code: ``status[WALK_ERROR]`` (``WALK_OUTSIDE``: an element off the
 profile; ``WALK_END_FLAG``: the end flag disagrees with the CTU count) or the engine's ``state[S_ERROR]``.
 """
 from __future__ import annotations
 
-from .aec_decoder import S_ERROR, S_POS, decode_bypass, decode_decision, decode_u, decode_uegk
+from .aec_decoder import (S_ERROR, S_POS, TRACE_POS, TRACE_ZERO_RUNS, decode_bypass, decode_decision, decode_u,
+                          decode_uegk, record)
 from .contexts import ELEMENT_ROWS, ROW_C_MAX, ROW_CTX, ROW_K, ROW_RULE, Element, inc_coef_sign, inc_nz_neighbours
 from .jit_cache import njit
 
@@ -23,6 +28,8 @@ WALK_STATUS_SIZE = 6
 WALK_NONE, WALK_OUTSIDE, WALK_END_FLAG = 0, 1, 2
 # rows of a flag table: (Element, the value the profile needs, the unary element's max_value or -1 for a flag)
 FLAG_ELEMENT, FLAG_WANTED, FLAG_MAX = 0, 1, 2
+TRACE_SKIP = -3             # a positions trace's ctxIdx of a Morton candidate outside its CU (no bin)
+CYCLE_SKIP = -1             # profile_cycles' entry for such a candidate: a cycle of the leaf walk alone
 
 
 @njit
@@ -77,6 +84,8 @@ def _leaves(state, ctx, data, trace, levels, c0, k0, height, width, zdepth, k_w,
             outside = max(outside, _bit_length(x ^ (width - 1)) - 1)
         if outside >= 0:
             status[WALK_SKIPS] += 1
+            if trace.shape[1] > TRACE_POS:
+                record(state, trace, TRACE_SKIP, 0)
             index = (index | ((1 << (3 * outside)) - 1)) + 1
             continue
         value = 0
@@ -126,3 +135,24 @@ def decode_profile_ctus(state, ctx, data, trace, levels, ctus, zdepth, k_w, ctu_
         if last != (1 if index == count - 1 else 0):
             status[WALK_ERROR], status[WALK_POS] = WALK_END_FLAG, state[S_POS]
             return
+
+
+@njit
+def profile_cycles(trace, start, run_bits, out):
+    """The engine's cycles after its start from the positions trace of a whole profile stream (header, walk
+    and terminator; ``start``: the bit position before the first bin): per bin, a cycle of ``run_bits`` per
+    zero-run cycle before it, then the bin's cycle with the rest of the bits it took; CYCLE_SKIP per Morton
+    skip. ``out`` holds exactly that many entries (the trace's rows and the zero-run cycles)."""
+    position, runs, n = start, 0, 0
+    for row in range(trace.shape[0]):
+        if trace[row, 0] == TRACE_SKIP:
+            out[n] = CYCLE_SKIP
+            n += 1
+            continue
+        new_runs = trace[row, TRACE_ZERO_RUNS] - runs
+        for _ in range(new_runs):
+            out[n] = run_bits
+            n += 1
+        out[n] = trace[row, TRACE_POS] - position - new_runs * run_bits
+        n += 1
+        position, runs = trace[row, TRACE_POS], trace[row, TRACE_ZERO_RUNS]

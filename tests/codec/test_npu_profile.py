@@ -10,8 +10,8 @@ import pytest
 from aipu.app.cli import main
 from aipu.codec import CodecError
 from aipu.codec.api import CodecOptions, decode_stream, encode, read_index
-from aipu.codec.npu_profile import (decode_profile_compiled, decode_profile_stream, encode_profile_stream,
-                                   encoder_options, morton_leaves, with_profile)
+from aipu.codec.npu_profile import (CYCLE_SKIP, decode_profile_compiled, decode_profile_stream, encode_profile_stream,
+                                   encoder_options, morton_leaves, profile_cycles_compiled, with_profile)
 from aipu.codec.reference.geometry import CTU_SIZES, tree_shapes
 from aipu.codec.reference.tree_coder import children
 
@@ -65,6 +65,23 @@ def test_compiled_walk_counts_the_zero_run_cycles_of_sparse_layers(density):
     stream = encode_profile_stream(np.where(rng.random(shape) < density, rng.integers(-20, 21, shape), 0), 64)
     assert decode_profile_stream(stream, shape).zero_run_cycles > 0
     assert _outcome(decode_profile_compiled, stream, shape) == _outcome(decode_profile_stream, stream, shape)
+    _assert_same_cycles(stream, shape)
+
+
+def _assert_same_cycles(stream: bytes, shape) -> None:
+    """The compiled walk's bits per engine cycle are the reference's ``cycles`` list (None: a Morton skip)."""
+    reference: list = []
+    decode_profile_stream(stream, shape, cycles=reference)
+    compiled = profile_cycles_compiled(stream, shape)
+    assert [None if bits == CYCLE_SKIP else int(bits) for bits in compiled] == reference
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_compiled_cycles_are_the_reference_s(seed):
+    """Random layers, tall or wide (Morton skips where a side is not a power of two), in random CTU sizes."""
+    rng = np.random.default_rng(200 + seed)
+    shape = (int(rng.integers(1, 70)), int(rng.integers(1, 20)), int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    _assert_same_cycles(encode_profile_stream(_levels(rng, shape), int(rng.choice(CTU_SIZES))), shape)
 
 
 @pytest.mark.parametrize("seed", range(10))
