@@ -190,7 +190,7 @@ class NpuTimeline:
         if self.wdec is not None:
             self.wdec.step(cycle, granted == WDEC_READER)
             if self.wdec.requested:
-                self.units[Unit.WDEC].retire, self.wdec = self.wdec.finish(cycle + 1), None
+                self.units[Unit.WDEC].retire, self.wdec = self.wdec.finish(), None
         fetcher.step(cycle, answer)
 
     def _next(self, cycle: int) -> int | None:
@@ -212,11 +212,14 @@ class NpuTimeline:
         elif fetcher.answers:
             events.append(fetcher.answers[0])
         load, wdec = self.load, self.wdec
-        if load is not None and load.offered <= cycle or wdec is not None and (load or fetcher.requesting):
-            return cycle + 1        # LOAD refused in this cycle (offered again), or WDEC beside other readers
+        if load is not None and load.offered <= cycle:
+            return cycle + 1        # LOAD refused in this cycle: offered again
+        beside = load is not None or fetcher.requesting
+        if wdec is not None and beside:
+            events.append(wdec.next_request(cycle + 1))     # WDEC beside other readers: each request visited
         horizon = min(events, default=None)
-        if wdec is not None:
-            return self._wdec_alone(cycle, NEVER if horizon is None else horizon)
+        if wdec is not None and not beside:
+            return self._wdec_alone(NEVER if horizon is None else horizon)
         if load is None or horizon is not None and horizon <= load.offered:
             return horizon
         granted, retire = load.grant_alone(NEVER if horizon is None else horizon)
@@ -227,18 +230,15 @@ class NpuTimeline:
             return min(horizon, retire) if horizon is not None else retire
         return min(horizon, load.offered) if horizon is not None else load.offered
 
-    def _wdec_alone(self, cycle: int, horizon: int) -> int:
-        """Step WDEC, the only reader that can request, from ``cycle + 1`` to ``horizon`` (each request granted
-        when made); the next cycle to visit."""
+    def _wdec_alone(self, horizon: int) -> int:
+        """Step WDEC, the only reader that can request, up to ``horizon`` (each request granted when made); the
+        next cycle to visit."""
         wdec = self.wdec
-        for now in range(cycle + 1, horizon):
-            granted = wdec.requesting(now)
-            if granted:
-                self.pointer = (WDEC_READER + 1) % READERS
-            wdec.step(now, granted)
-            if wdec.requested:
-                self.units[Unit.WDEC].retire, self.wdec = wdec.finish(now + 1), None
-                return min(horizon, self.units[Unit.WDEC].retire)
+        if wdec.alone(horizon):
+            self.pointer = (WDEC_READER + 1) % READERS
+        if wdec.requested:
+            self.units[Unit.WDEC].retire, self.wdec = wdec.finish(), None
+            return min(horizon, self.units[Unit.WDEC].retire)
         return horizon
 
     def _load_retires(self, retire: int | None) -> None:
