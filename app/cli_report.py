@@ -24,6 +24,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     print(f"{args.program}: {summary['total_cycles']:,} cycles ({summary['time_us']:,.1f} µs at {summary['clock_mhz']} "
           f"MHz), MAC utilisation {summary['mac_utilisation']:.1%}, {len(document['layers'])} layers, long pole "
           f"{summary['long_pole_unit']}, DRAM {args.dram}")
+    if summary["wdec_pole_layers"]:
+        print(f"weight decoding (WDEC) outlasts CONV in {summary['wdec_pole_layers']} of {len(document['layers'])} "
+              "layers")
     print(f"layer overlap: the layers' spans add up to {summary['layer_span_sum_cycles']:,} cycles and cover "
           f"{summary['layer_covered_cycles']:,} together: they overlap by {summary['layer_overlap_cycles']:,}")
     print("written: " + ", ".join(str(path) for path in written))

@@ -7,7 +7,8 @@ formulas), ``dram_stall`` (what sharing the DRAM added), ``stall`` by what it wa
 token queue, the drain before FINISH), ``sequencer`` (taking and checking each command) and ``idle``.
 Layers overlap in time (the next layer's first loads run under this one's last compute): each layer says how
 many cycles its span shares with the previous and the next layer's, and the summary how much all spans
-overlap.
+overlap. With compressed weights each layer also says whether decoding them (WDEC) or computing with them
+(CONV) is its long pole (``wdec_conv_pole``).
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def analyse(directory: ProgramDir, *, dram: DramModel = "npu", stats: Stats | No
             "dram_written_bytes": dram_bytes[Unit.STORE],
             "dram_bytes_per_cycle": config.dram.bytes_per_cycle,
             "long_pole_unit": max(Unit, key=lambda unit: timing.busy[unit]).name,
+            "wdec_pole_layers": sum(layer["wdec_conv_pole"] == "wdec" for layer in layers),
             **_span_totals(layers),
             "units": [_unit_totals(unit, timing) for unit in Unit if timing.timings[unit]],
         },
@@ -139,7 +141,8 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
     queues = directory.program.queues
     macs = sum(useful_macs(queues[Unit.CONV][i]) for i in spans.get(Unit.CONV, ()) if
                queues[Unit.CONV][i].opcode in MAC_OPCODES)
-    conv_busy = sum(timing.timings[Unit.CONV][i].work for i in spans.get(Unit.CONV, ()))
+    poles = _wdec_conv_pole(units)
+    conv_busy = poles["conv_busy_cycles"]
     traffic: dict[tuple[str, bool], int] = Counter()
     for unit, indices in spans.items():
         for index in indices:
@@ -169,6 +172,7 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
         "sram_written_bytes": _sram_bytes(traffic, written=True),
         **weights,
         "long_pole_unit": max(units, key=lambda row: row["busy_cycles"] + row["dram_stall_cycles"])["unit"],
+        **poles,
         "units": units,
         "calibration_sqnr_db": min(sqnr) if sqnr else None,
         "calibration_clipped_fraction": max(clipped) if clipped else None,
@@ -200,6 +204,19 @@ def _span_totals(layers: list[dict]) -> dict:
     spans = sum(layer["span_cycles"] for layer in layers)
     return {"layer_span_sum_cycles": spans, "layer_covered_cycles": covered,
             "layer_overlap_cycles": spans - covered}
+
+
+def _wdec_conv_pole(units: list[dict]) -> dict:
+    """WDEC's and CONV's busy cycles in the layer and which of the two is its long pole: "wdec" where WDEC's
+    cycles at work (busy and DRAM stall, as ``long_pole_unit`` counts them) exceed CONV's, so that decoding the
+    weights would bound the layer even if it overlapped the MACs entirely; "conv" where CONV works at least as
+    long (every layer with MACs and no compressed weights); None in a layer with neither."""
+    rows = {row["unit"]: row for row in units}
+    at_work = {name: rows[name]["busy_cycles"] + rows[name]["dram_stall_cycles"] if name in rows else 0
+               for name in ("WDEC", "CONV")}
+    pole = None if not any(at_work.values()) else "wdec" if at_work["WDEC"] > at_work["CONV"] else "conv"
+    return {"wdec_busy_cycles": rows["WDEC"]["busy_cycles"] if "WDEC" in rows else 0,
+            "conv_busy_cycles": rows["CONV"]["busy_cycles"] if "CONV" in rows else 0, "wdec_conv_pole": pole}
 
 
 def _sram_bytes(traffic: dict[tuple[str, bool], int], *, written: bool) -> dict[str, int]:

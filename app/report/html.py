@@ -26,7 +26,7 @@ table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 td, th { padding: 2px 8px; border-bottom: 1px solid #eee; text-align: right; }
 td:first-child, th:first-child { text-align: left; }
 figure { margin: 1em 0; } figcaption { color: #555; font-size: 0.9em; }
-img { max-width: 100%; } .muted { color: #777; }
+img { max-width: 100%; } .muted { color: #777; } .pair { white-space: nowrap; }
 """
 
 
@@ -68,7 +68,8 @@ aipu {html.escape(meta['aipu_version'])}{' · git ' + meta['git_revision'][:12] 
 <tr><td>MAC utilisation</td><td>{summary['mac_utilisation']:.1%}</td><td>{summary['macs']:,} MACs on
 {summary['mac_array_size']} multipliers</td></tr>
 <tr><td>DRAM</td><td>{summary['dram_read_bytes']:,} B read</td><td>{summary['dram_written_bytes']:,} B written</td></tr>
-<tr><td>long pole</td><td>{summary['long_pole_unit']}</td><td></td></tr>
+<tr><td>long pole</td><td>{summary['long_pole_unit']}</td><td>WDEC, not CONV, in {summary['wdec_pole_layers']:,} of
+{len(layers):,} layers</td></tr>
 <tr><td>layer overlap</td><td>{summary['layer_overlap_cycles']:,} cycles</td><td>spans add up to
 {summary['layer_span_sum_cycles']:,} cycles, cover {summary['layer_covered_cycles']:,} together</td></tr>
 </table>
@@ -84,11 +85,13 @@ marked ! under {LOW_SQNR_DB:g} dB; saturated: values the output stages clamped t
 ReLU's included) in the interpreter run on <code>--input</code>
 ({'this report' if meta['input_run'] else 'none given'}); longest wait: the unit and what it waited on longest;
 overlap: the cycles the layer's span shares with the previous and with the next layer's; weights: the MAC layers'
-weight formats (docs/compiler.md §3.2).</p>
+weight formats (docs/compiler.md §3.2); WDEC / CONV: the busy cycles of decoding the layer's compressed weights
+and of computing with them, and which of the two works longer (busy and DRAM stall): WDEC there bounds the
+layer however well decoding overlaps the MACs.</p>
 <table id="layers"><thead><tr><th>layer</th><th>span (cycles)</th><th>overlap prev. / next</th><th>MACs</th>
 <th>MAC util.</th><th>mapping eff.</th><th>DRAM read</th><th>DRAM written</th><th>weights</th><th>weights ratio</th>
 <th>SQNR (dB)</th>
-<th>saturated</th><th>long pole</th><th>longest wait</th></tr></thead>
+<th>saturated</th><th>long pole</th><th>WDEC / CONV busy</th><th>WDEC or CONV</th><th>longest wait</th></tr></thead>
 <tbody>{rows}</tbody></table>
 <h2>Configuration</h2>
 <pre>{configuration}</pre>
@@ -125,12 +128,14 @@ def _layer_row(layer: dict) -> str:
     sqnr = layer["calibration_sqnr_db"]
     shown = "–" if sqnr is None else f"{sqnr:.1f}" + (" !" if sqnr < LOW_SQNR_DB else "")
     return (f"<tr><td>{html.escape(layer['name'])}</td><td>{layer['span_cycles']:,}</td>"
-            f"<td>{layer['overlap_previous_cycles']:,} / {layer['overlap_next_cycles']:,}</td>"
+            f"<td class=\"pair\">{layer['overlap_previous_cycles']:,} / {layer['overlap_next_cycles']:,}</td>"
             f"<td>{layer['macs']:,}</td>"
             f"<td>{layer['mac_utilisation']:.1%}</td><td>{mapping}</td><td>{layer['dram_read_bytes']:,}</td>"
             f"<td>{layer['dram_written_bytes']:,}</td><td>{html.escape('/'.join(layer['weight_formats'])) or '–'}</td>"
             f"<td>{ratio}</td><td>{shown}</td><td>{saturated}</td>"
             f"<td>{layer['long_pole_unit']}</td>"
+            f"<td class=\"pair\">{layer['wdec_busy_cycles']:,} / {layer['conv_busy_cycles']:,}</td>"
+            f"<td>{(layer['wdec_conv_pole'] or '–').upper()}</td>"
             f"<td>{html.escape(f'{longest[1]}: {longest[0]:,}') if longest else '–'}</td></tr>")
 
 

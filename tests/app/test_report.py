@@ -83,6 +83,9 @@ def _check_adds_up(document: dict, directory: str, dram: str) -> None:
             assert sum(row[name] for name in CATEGORIES) + sum(row["stall_cycles"].values()) == layer["span_cycles"]
     for row in summary["units"]:
         assert row["busy_cycles"] == timing.busy[Unit[row["unit"]]]
+    for unit in (Unit.WDEC, Unit.CONV):
+        assert sum(layer[f"{unit.name.lower()}_busy_cycles"] for layer in layers) == timing.busy[unit]
+    assert summary["wdec_pole_layers"] == sum(layer["wdec_conv_pole"] == "wdec" for layer in layers)
     _check_overlap(summary, layers)
     dram_read = summary["dram_read_bytes"]
     assert dram_read == sum(layer["dram_read_bytes"] for layer in layers) > 0
@@ -114,6 +117,10 @@ def test_demo_report_adds_up_and_counts_the_input_run(demo_dir, tmp_path):
     assert all(layer["weight_compression_ratio"] == layer["weight_decoded_bytes"] / layer["weight_stream_bytes"]
                for layer in decoded)
     assert document["summary"]["long_pole_unit"] == "WDEC"              # one bin a cycle: the decoder is the pole
+    assert all(layer["wdec_conv_pole"] == "wdec" and layer["wdec_busy_cycles"] > layer["conv_busy_cycles"] > 0
+               for layer in decoded)
+    assert all(layer["wdec_busy_cycles"] == 0 and layer["wdec_conv_pole"] == "conv"
+               for layer in convs if not layer["weight_stream_bytes"])
     with open(html.with_suffix(".layers.csv"), newline="") as stream:
         rows = list(csv.DictReader(stream))
     assert [row["name"] for row in rows] == [layer["name"] for layer in document["layers"]]
@@ -151,6 +158,8 @@ def test_resnet18_shaped_report_finds_the_array_bound_layers(resnet_dir, tmp_pat
     body = [layer for layer in layers if layer["macs"] >= 100_000_000]
     assert len(body) >= 12
     assert sum(layer["long_pole_unit"] == "CONV" and layer["mac_utilisation"] > 0.9 for layer in body) >= 10
+    assert all(layer["wdec_conv_pole"] == "conv" for layer in layers if layer["macs"])      # no compressed weights
+    assert document["summary"]["wdec_pole_layers"] == 0
     assert 0.8 <= layers[0]["mac_utilisation"] <= layers[0]["mapping_efficiency"] <= 147 / 160
     overlapping = [layer for layer in layers[1:] if layer["overlap_previous_cycles"] > 0]
     assert len(overlapping) >= len(layers) // 2 and document["summary"]["layer_overlap_cycles"] > 0
