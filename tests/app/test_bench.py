@@ -1,6 +1,8 @@
 """The benchmarks' helpers (app/bench/): the weight sets they time and the statistics they print."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,40 @@ def test_parts_bench_prices_every_split_of_the_demo_network_against_one_part(tmp
     assert list(rows) == list(PARTS) and rows[1]["vs_one_part"] == 1 and rows[1]["within_overhead"] == "4/4"
     costs = [rows[parts]["bits_per_weight"] for parts in PARTS]
     assert costs == sorted(costs) and costs[0] < costs[1] and 6 < costs[0] < 8
+
+
+def test_wdec_bench_prices_compressed_weights_on_the_demo_network(capsys):
+    """`aipu bench wdec --models demo` with a small sweep: each point's JSON figures hang together, the NPU top
+    times one engine of one bin a cycle and one DRAM port per unit the others, labelled."""
+    from aipu.app.cli import main
+
+    assert main(["bench", "wdec", "--models", "demo", "--vary", "wdec.engines=1,2",
+                 "--vary", "wdec.bins_per_cycle=1,4"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["benchmark"] == "wdec" and result["goal_max_cycles_ratio"] == 1.05
+    assert result["axes"] == {"wdec.engines": [1, 2], "wdec.bins_per_cycle": [1, 4]}
+    points = result["models"]["demo"]["points"]
+    assert [point["dram_model"] for point in points] == ["npu", "ports", "ports", "ports"]
+    for point in points:
+        assert point["error"] is None and point["dram_model"] in result["dram_models"]
+        ratio = point["compressed_cycles"] / point["uncompressed_cycles"]
+        assert point["cycles_vs_uncompressed"] == round(ratio, 4) > 0
+        assert point["within_goal"] == (ratio <= 1.05)
+        assert 0 < point["weight_bytes_compressed"] < point["weight_bytes_raw"]
+        assert point["weight_bytes_vs_raw"] == round(point["weight_bytes_compressed"] / point["weight_bytes_raw"], 4)
+        assert point["dram_read_bytes_compressed"] < point["dram_read_bytes_uncompressed"]
+        assert point["wdec_bins"] >= point["wdec_busy_cycles"] * point["bins_per_wdec_busy_cycle"] * 0.999 > 0
+        assert set(point["wdec_pole_layers"]) <= {"conv1", "conv2", "conv3", "pool", "fc"} and point["layers"] == 5
+    one, *others = points
+    assert one["bins_per_wdec_busy_cycle"] <= 1 < max(point["bins_per_wdec_busy_cycle"] for point in others)
+    assert all(point["compressed_cycles"] < one["compressed_cycles"] for point in others)
+
+
+def test_bench_options_belong_to_the_benchmarks_that_take_them():
+    from aipu.app.bench import run_benchmark
+    from aipu.sim.machine.errors import InputError
+
+    with pytest.raises(InputError, match="--vary.*not an option of `aipu bench cycle`"):
+        run_benchmark("cycle", vary=["wdec.engines=1,2"])
+    with pytest.raises(InputError, match="--models = 'demo,alexnet': one or more of demo, "):
+        run_benchmark("wdec", models="demo,alexnet")
