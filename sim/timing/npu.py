@@ -20,9 +20,9 @@ Cycle 0 is START's. Besides the sequencer's rules (``aipu.sim.timing.sequencer``
   been answered (``write_idle``): a function of the command alone (:func:`store_cycles`).
 
 Time advances from event to event: a cycle is visited only if a unit takes, starts or retires a command in
-it, the fetcher requests or receives a word, LOAD is refused, or WDEC has words to request beside another
-reader. While LOAD (or WDEC) is the only reader that can request before the next event, its grants up to it
-are placed first, each when requested.
+it, the fetcher requests or receives a word, LOAD is refused, or WDEC requests beside another reader (its
+cycles before such a request step at once: npu_wdec.WdecStream.next_request). While LOAD (or WDEC) is the only
+reader that can request before the next event, its grants up to it are placed first, each when requested.
 """
 from __future__ import annotations
 
