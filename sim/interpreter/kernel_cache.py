@@ -32,12 +32,13 @@ KERNEL_MODULES: dict[str, tuple[str, ...]] = {
     "codec": tuple(f"aipu.codec.compiled.{name}" for name in (
         "aec_decoder", "aec_encoder", "contexts", "profile_walk", "sublayer_decoder", "tree_coders")),
     "interpreter": ("aipu.sim.interpreter.tiles", "aipu.sim.interpreter.run_loop"),
+    "timing": ("aipu.sim.timing.npu_wdec",),
 }
 GROUPS = tuple(KERNEL_MODULES)
 #: the groups in parts that compile no kernel in common (the run loop calls golden kernels; neither calls the
 #: codec's), in the order a part warms them: each part may compile in a process of its own, with no two
 #: processes writing one kernel's cache
-PARTS = (("golden", "interpreter"), ("codec",))
+PARTS = (("golden", "interpreter"), ("codec", "timing"))
 #: kernels only the tests and benchmarks call, which the warm-up leaves to them
 NOT_WARMED = frozenset({"aipu.sim.interpreter.tiles.requant_tile", "aipu.codec.compiled.aec_decoder.decode_program",
                         "aipu.codec.compiled.aec_encoder.encode_program"})
