@@ -216,4 +216,22 @@ def _interpreter(rng: np.random.Generator) -> None:
     prepare(program, memory.dram.size).run(memory, in_place=True)
 
 
-_WORKLOADS = {"golden": _golden, "codec": _codec, "interpreter": _interpreter}
+def _timing(rng: np.random.Generator) -> None:
+    """The NPU cycle model's WDEC on a small stream: stepped beside another reader, then alone."""
+    from aipu import codec
+    from aipu.sim.machine.arch import DEFAULT
+    from aipu.sim.machine.isa import Opcode
+    from aipu.sim.machine.program import Command
+    from aipu.sim.timing.npu_wdec import WdecStream
+
+    weights = _values(rng, (4, 4, 3, 3), np.int8) // 8
+    stream = codec.encode_profile_stream(weights)
+    command = Command.make(Opcode.WDEC, dram_addr=0, length=len(stream), wgt_addr=0, out_c=4, in_c=4, k_h=3, k_w=3)
+    wdec = WdecStream(DEFAULT, command, stream, 0)
+    cycle = wdec.next_request(0)
+    wdec.step(cycle, wdec.requesting(cycle))
+    wdec.alone(cycle + 10)
+    wdec.finish()
+
+
+_WORKLOADS = {"golden": _golden, "codec": _codec, "interpreter": _interpreter, "timing": _timing}
