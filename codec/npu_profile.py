@@ -10,21 +10,24 @@ leaves the profile, every stream outside it (``CodecError`` with ``element`` nam
 
 The walk here uses the reference engine and the element table, so its bins are the general decoder's bins
 (the tests compare the traces). It also counts what the hardware's cycle formula needs (rtl/wdec.py):
-the Morton candidates outside the CU that the leaf walk steps over, and the engine cycles spent on runs of
-zero bits longer than the engine's one-cycle renormalisation window.
+the Morton candidates outside the CU that the leaf walk steps over, the engine cycles spent on runs of
+zero bits longer than the engine's one-cycle renormalisation window, and the leaves' cascade runs (the bins
+of a leaf, cut before each bin that needs such zero-run cycles) by length, from which ``bin_cycles`` gives
+the cycles of the bins for any ``wdec.bins_per_cycle``.
 """
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
 
 from aipu.sim.machine.arch import WDEC_MAX_PARTS as MAX_PARTS
 
-from .compiled.aec_decoder import NO_TRACE, POSITIONS_TRACE_COLUMNS, S_ZERO_RUN_BITS, S_ZERO_RUNS, raise_on_error
+from .compiled.aec_decoder import (MAX_RUN, NO_TRACE, POSITIONS_TRACE_COLUMNS, S_RUNS, S_ZERO_RUN_BITS, S_ZERO_RUNS,
+                                  raise_on_error)
 from .compiled.contexts import Element
 from .compiled.element_io import FastElementReader
 from .compiled.profile_walk import (CYCLE_SKIP, WALK_CTU, WALK_ELEMENT, WALK_END_FLAG, WALK_ERROR, WALK_OUTSIDE,
@@ -79,10 +82,21 @@ class ProfileDecode:
     bins: int = 0                    # every bin, the terminating stuffing bin included
     morton_skips: int = 0            # leaf-walk candidates outside their CU
     zero_run_cycles: int = 0         # extra engine cycles on long zero runs
+    leaf_runs: np.ndarray = field(default_factory=lambda: np.zeros(MAX_RUN + 1, np.int64))   # [n]: runs of n bins
+
+
+def bin_cycles(counts, bins_per_cycle: int) -> int:
+    """Engine cycles of the bins of a decoded stream (``counts``: a ProfileDecode, or anything with its
+    ``bins`` and ``leaf_runs``) on an engine of ``bins_per_cycle`` stages (docs/rtl-wdec.md, "Cycles"): a
+    cascade run of n leaf bins takes ceil(n / B) cycles, every other bin one."""
+    lengths = np.arange(len(counts.leaf_runs))
+    leaf_bins = int(lengths @ counts.leaf_runs)
+    return counts.bins - leaf_bins + int(-(-lengths // bins_per_cycle) @ counts.leaf_runs)
 
 
 class _CountingDecoder(AecDecoder):
-    """The reference engine, counting the cycles the hardware spends on zero runs before a bin; with
+    """The reference engine, counting the cycles the hardware spends on zero runs before a bin and the
+    cascade runs of the leaves (``run_from``: the bin that began the open run, None outside a leaf); with
     ``cycles`` a list, it also receives the stream bits the hardware's engine takes in each of those cycles
     and in each bin's."""
 
@@ -90,6 +104,15 @@ class _CountingDecoder(AecDecoder):
         super().__init__(data, trace=True)
         self.zero_run_cycles = 0
         self.cycles = cycles
+        self.leaf_runs = np.zeros(MAX_RUN + 1, np.int64)
+        self.run_from: int | None = None
+
+    def end_run(self) -> None:
+        """The open run ends before the next bin (one after zero-run steps, or past a leaf's end), if it holds
+        a bin; the next run begins there."""
+        if self.run_from is not None and self.run_from < self.bins_decoded:
+            self.leaf_runs[min(self.bins_decoded - self.run_from, MAX_RUN)] += 1
+            self.run_from = self.bins_decoded
 
     def _decode(self, pred_mps: int, lg_pmps_full: int) -> int:
         runs, position = 0, self._pos
@@ -99,6 +122,8 @@ class _CountingDecoder(AecDecoder):
                 value_s += ZERO_RUN_BITS
                 runs += 1
         self.zero_run_cycles += runs
+        if runs:
+            self.end_run()
         bin_val = super()._decode(pred_mps, lg_pmps_full)
         if self.cycles is not None:
             self.cycles.extend([ZERO_RUN_BITS] * runs)
@@ -210,10 +235,13 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
                         continue
                     z, y, x = leaf
                     value = 0
+                    decoder.run_from = decoder.bins_decoded
                     if reader.read("uni_map_nzflag", n0=0, n1=0):
                         sign = reader.read("uni_sign", c0=previous)
                         magnitude = reader.read("uni_abs_q")
                         value = -magnitude if sign else magnitude
+                    decoder.end_run()
+                    decoder.run_from = None
                     result.levels[k0 + x, c0 + y, z // k_w, z % k_w] = value
                     previous = value
                 last = int(index == len(origins) - 1)
@@ -229,7 +257,7 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
             trace.extend(decoder.trace)
     if end != 8 * len(stream):
         raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
-    result.zero_run_cycles = decoder.zero_run_cycles
+    result.zero_run_cycles, result.leaf_runs = decoder.zero_run_cycles, decoder.leaf_runs
     return result
 
 
@@ -246,8 +274,8 @@ _PROFILE_FLAG_VALUES = dict((*PROFILE_CTU_FLAGS, PROFILE_SPLIT_FLAG, *PROFILE_CU
 def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int],
                             trace: np.ndarray = NO_TRACE) -> ProfileDecode:
     """``decode_profile_stream`` over the compiled engine (codec.compiled.profile_walk): the same levels, bins,
-    Morton skips, zero-run cycles and refusals, about a hundred times faster. ``trace``: the engine's trace
-    array (codec.compiled.aec_decoder), filled with every bin."""
+    Morton skips, zero-run cycles, leaf runs and refusals, about a hundred times faster. ``trace``: the engine's
+    trace array (codec.compiled.aec_decoder), filled with every bin."""
     out_c, in_c, k_h, k_w = (int(n) for n in shape)
     reader = FastElementReader(stream, trace)
     reader.state[S_ZERO_RUN_BITS] = ZERO_RUN_BITS
@@ -275,7 +303,8 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int],
         raise error.add_context(bit_position=reader.bit_position)
     if end != 8 * len(stream):
         raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
-    return ProfileDecode(levels, bins, int(status[WALK_SKIPS]), int(reader.state[S_ZERO_RUNS]))
+    return ProfileDecode(levels, bins, int(status[WALK_SKIPS]), int(reader.state[S_ZERO_RUNS]),
+                         reader.state[S_RUNS:S_RUNS + MAX_RUN + 1].copy())
 
 
 def profile_cycles_compiled(stream: bytes, shape: tuple[int, int, int, int], counts=None) -> np.ndarray:
@@ -376,6 +405,7 @@ def _joined(stream: bytes, shape, parts: int, decode: Callable) -> ProfileDecode
         joined.bins += decoded.bins
         joined.morton_skips += decoded.morton_skips
         joined.zero_run_cycles += decoded.zero_run_cycles
+        joined.leaf_runs += decoded.leaf_runs
     return joined
 
 

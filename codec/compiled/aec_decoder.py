@@ -35,7 +35,11 @@ S_RS1, S_RT1, S_VALUE_S, S_VALUE_T, S_VALUE_D, S_BFLAG = 0, 1, 2, 3, 4, 5
 S_POS, S_END, S_BOUND_S, S_BINS, S_TRACE_LEN, S_ERROR, S_ERROR_POS = 6, 7, 8, 9, 10, 11, 12
 # the hardware's zero-run cycles (codec.npu_profile.ZERO_RUN_BITS): counted when S_ZERO_RUN_BITS is set
 S_ZERO_RUN_BITS, S_ZERO_RUNS = 13, 14
-STATE_SIZE = 15
+# the hardware's cascade runs (codec.npu_profile, "bins_per_cycle"): while state[S_RUN_FROM] >= 0 (the bin that
+# began the open run), a bin after zero-run steps ends the run before it; state[S_RUNS + n] counts runs of n bins
+S_RUN_FROM, S_RUNS = 15, 16
+MAX_RUN = 127               # longer runs count as MAX_RUN (a profile leaf of a legal level has at most 81 bins)
+STATE_SIZE = S_RUNS + MAX_RUN + 1
 # state[S_ERROR] codes, and the encoder's (codec.compiled.aec_encoder)
 ERR_NONE, ERR_PAST_END, ERR_PREFIX_TOO_LONG, ERR_VALUE_TOO_LARGE, ERR_TRACE_FULL, ERR_TERMINATOR = 0, 1, 2, 3, 4, 5
 ERR_OUTPUT_FULL = 6
@@ -57,6 +61,7 @@ def new_state(data: np.ndarray, bit_offset: int = 0, bound_s: int = BOUND_S) -> 
     state[S_END] = 8 * len(data)
     state[S_BOUND_S] = bound_s
     state[S_VALUE_D] = 1
+    state[S_RUN_FROM] = -1
     state[S_VALUE_T] = _read_bits(state, data, RANGE_BITS)
     return state
 
@@ -123,6 +128,16 @@ def zero_runs(data, pos, end, bound_s, run_bits):
 
 
 @njit
+def end_run(state, bin_index):
+    """Count the open cascade run as ending before bin ``bin_index`` (a bin after zero-run steps, or the end
+    of a leaf), if it holds a bin; the next run begins there."""
+    start = state[S_RUN_FROM]
+    if 0 <= start < bin_index:
+        state[S_RUNS + min(bin_index - start, MAX_RUN)] += 1
+        state[S_RUN_FROM] = bin_index
+
+
+@njit
 def decode_bin(state, data, pred_mps, lg_pmps_full):
     """decode_decision without the context update (reference.engine.AecDecoder._decode)."""
     lg_pmps = lg_pmps_full >> 2
@@ -130,7 +145,10 @@ def decode_bin(state, data, pred_mps, lg_pmps_full):
     bound_s = state[S_BOUND_S]
     if state[S_VALUE_D] or (state[S_BFLAG] == 1 and state[S_RS1] == bound_s):
         if value_t == 0 and state[S_ZERO_RUN_BITS]:
-            state[S_ZERO_RUNS] += zero_runs(data, state[S_POS], state[S_END], bound_s, state[S_ZERO_RUN_BITS])
+            runs = zero_runs(data, state[S_POS], state[S_END], bound_s, state[S_ZERO_RUN_BITS])
+            if runs:
+                state[S_ZERO_RUNS] += runs
+                end_run(state, state[S_BINS])
         state[S_RS1] = 0
         value_s = 0
         while value_t < 0x100 and value_s < bound_s:
@@ -306,7 +324,10 @@ def decode_uegk(state, ctx, data, trace, ctx_start, rule, sign, c_max, k):
             pred_mps, lg_pmps = ctx[ctx_idx, CTX_MPS], ctx[ctx_idx, CTX_LG_PMPS] >> 2
         if value_d or (b_flag == 1 and rs1 == bound_s):
             if value_t == 0 and run_bits:
-                runs += zero_runs(data, pos, end, bound_s, run_bits)
+                steps = zero_runs(data, pos, end, bound_s, run_bits)
+                if steps:
+                    runs += steps
+                    end_run(state, state[S_BINS] + bins)
             rs1 = 0
             value_s = 0
             while value_t < 0x100 and value_s < bound_s:

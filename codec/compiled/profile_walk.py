@@ -17,8 +17,8 @@ profile; ``WALK_END_FLAG``: the end flag disagrees with the CTU count) or the en
 """
 from __future__ import annotations
 
-from .aec_decoder import (S_ERROR, S_POS, TRACE_POS, TRACE_ZERO_RUNS, decode_bypass, decode_decision, decode_u,
-                          decode_uegk, record)
+from .aec_decoder import (S_BINS, S_ERROR, S_POS, S_RUN_FROM, TRACE_POS, TRACE_ZERO_RUNS, decode_bypass,
+                          decode_decision, decode_u, decode_uegk, end_run, record)
 from .contexts import ELEMENT_ROWS, ROW_C_MAX, ROW_CTX, ROW_K, ROW_RULE, Element, inc_coef_sign, inc_nz_neighbours
 from .jit_cache import njit
 
@@ -63,7 +63,8 @@ def _fixed_flags(state, ctx, data, trace, table, status):
 @njit
 def _leaves(state, ctx, data, trace, levels, c0, k0, height, width, zdepth, k_w, status):
     """One CU's leaves in Morton order (z bit above y above x), written to ``levels`` [O, I, KH, KW]; a
-    candidate outside the CU skips its whole out-of-range subtree (counted in status[WALK_SKIPS])."""
+    candidate outside the CU skips its whole out-of-range subtree (counted in status[WALK_SKIPS]). Each
+    leaf's bins are one cascade run, cut where a bin needs zero-run steps (counted in the state's S_RUNS)."""
     depth = max(_bit_length(zdepth - 1), _bit_length(height - 1), _bit_length(width - 1))
     total = 1 << (3 * depth)
     index = 0
@@ -89,6 +90,7 @@ def _leaves(state, ctx, data, trace, levels, c0, k0, height, width, zdepth, k_w,
             index = (index | ((1 << (3 * outside)) - 1)) + 1
             continue
         value = 0
+        state[S_RUN_FROM] = state[S_BINS]
         status[WALK_ELEMENT] = Element.uni_map_nzflag
         nonzero = decode_decision(state, ctx, data, trace, ELEMENT_ROWS[Element.uni_map_nzflag, ROW_CTX]
                                   + inc_nz_neighbours(0, 0))
@@ -104,6 +106,8 @@ def _leaves(state, ctx, data, trace, levels, c0, k0, height, width, zdepth, k_w,
             value = -magnitude if sign else magnitude
         if state[S_ERROR]:
             return
+        end_run(state, state[S_BINS])
+        state[S_RUN_FROM] = -1
         levels[k0 + x, c0 + y, z // k_w, z % k_w] = value
         previous = value
         index += 1

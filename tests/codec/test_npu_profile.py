@@ -53,17 +53,19 @@ def _outcome(decode, stream: bytes, shape) -> tuple:
         if error.element in (None, "terminator"):
             return ("terminator",)
         return error.reason.split(" (")[0], error.element, error.bit_position, error.context.get("ctu")
-    return result.levels.tobytes(), result.bins, result.morton_skips, result.zero_run_cycles
+    return result.levels.tobytes(), result.bins, result.morton_skips, result.zero_run_cycles, tuple(result.leaf_runs)
 
 
 @pytest.mark.parametrize("density", [0.0, 0.001])
 def test_compiled_walk_counts_the_zero_run_cycles_of_sparse_layers(density):
     """Near-empty layers leave long runs of zero bits in the stream: the compiled walk counts the hardware's
-    zero-run cycles as the reference does."""
+    zero-run cycles as the reference does, and the leaves' cascade runs, which zero-run steps cut (then there
+    are more runs than leaves)."""
     rng = np.random.default_rng(3)
     shape = (64, 32, 3, 3)
     stream = encode_profile_stream(np.where(rng.random(shape) < density, rng.integers(-20, 21, shape), 0), 64)
-    assert decode_profile_stream(stream, shape).zero_run_cycles > 0
+    decoded = decode_profile_stream(stream, shape)
+    assert decoded.zero_run_cycles > 0 and (decoded.leaf_runs.sum() > decoded.levels.size) == (density > 0)
     assert _outcome(decode_profile_compiled, stream, shape) == _outcome(decode_profile_stream, stream, shape)
     _assert_same_cycles(stream, shape)
 

@@ -12,6 +12,7 @@ import pytest
 from aipu.sim.cosim.stimulus.conv import random_dwconv
 from aipu.sim.cosim.stimulus.dma import random_load, random_store
 from aipu.sim.machine.arch import DEFAULT, Buffer, DType, hardware_config_from_dict
+from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode, PoolMode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command
@@ -25,6 +26,7 @@ CYCLE_MODEL_ALONE = """
 import sys
 from aipu.sim.cycle import simulate
 from aipu.sim.machine.arch import DEFAULT, Buffer, DType, hardware_config_from_dict
+from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
@@ -182,3 +184,31 @@ def test_wdec_parts_on_engines_cost_the_header_and_the_slowest_engine():
                         2) == 1 + header + slow
     whole = encode_profile_stream(weights)
     assert _wdec_cycles(two, whole, dram_addr, weights.shape, 1) == part(0, whole, weights.shape) + 1
+
+
+def test_wdec_bins_per_cycle_takes_each_leaf_in_cascades_of_b_bins():
+    """Hand-counted (docs/rtl-wdec.md, "Cycles"): levels 0, 3 and -20 of a 1x1x1x3 tensor take 1 bin
+    (uni_map_nzflag), 6 (nzflag, sign, three unary ones and a zero) and 23 (nzflag, sign, 16 unary ones, then
+    the Exp-Golomb 0 code of 4: '110' and suffix '01'), so B = 2 needs 1 + 3 + 12 cycles for them and B = 4
+    1 + 2 + 6 (no zero-run step falls inside them: each leaf is one run); every other bin (header, flags,
+    end flag, stuffing) stays one a cycle, as do Morton skips and zero-run steps, and the engine waits for
+    B·26 bits before its start."""
+    from aipu.codec.npu_profile import decode_profile_stream, encode_profile_stream
+
+    weights = np.array([0, 3, -20], np.int8).reshape(1, 1, 1, 3)
+    stream = encode_profile_stream(weights)
+    counts = decode_profile_stream(stream, weights.shape)
+    assert {int(n): int(counts.leaf_runs[n]) for n in np.nonzero(counts.leaf_runs)[0]} == {1: 1, 6: 1, 23: 1}
+    dram_addr = 0x40 + 11                                                   # 11 bytes into a 16-byte word
+    other = counts.bins - (1 + 6 + 23)
+    for bins_per_cycle, leaves in ((1, 30), (2, 1 + 3 + 12), (4, 1 + 2 + 6)):
+        config = hardware_config_from_dict({"wdec": {"bins_per_cycle": bins_per_cycle}})
+        words = min(-(-(dram_addr + len(stream)) // 16) - dram_addr // 16, -(-(88 + 26 * bins_per_cycle) // 128))
+        expected = 1 + 100 + 2 + words + other + leaves + counts.morton_skips + counts.zero_run_cycles + 1
+        assert _wdec_cycles(config, stream, dram_addr, weights.shape, 1) == expected
+
+
+@pytest.mark.parametrize("bins_per_cycle", [0, 3, 16])
+def test_wdec_bins_per_cycle_is_1_2_4_or_8(bins_per_cycle):
+    with pytest.raises(InputError, match="wdec.bins_per_cycle"):
+        hardware_config_from_dict({"wdec": {"bins_per_cycle": bins_per_cycle}})
