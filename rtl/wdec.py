@@ -1,18 +1,20 @@
 """WDEC: the on-chip weight decoder. One command decodes one layer's chapter-10 stream (the npu profile,
-codec/npu_profile.py) from DRAM into int8 weights in WEIGHT, one bin per cycle (docs/rtl-wdec.md).
+codec/npu_profile.py) from DRAM into int8 weights in WEIGHT, up to ``wdec.bins_per_cycle`` bins of a leaf per
+cycle (docs/rtl-wdec.md).
 
 The engine is wired from named parts (aipu.rtl.wdec_parts), one Verilog module each:
   fetcher   word reads from DRAM into a FIFO deep enough to cover the read latency
-  window    the bit window that always holds the NEED_BITS the engine may consume in a cycle
-  engine    the arithmetic decoder of 10.4.3.3 (renormalisation, decision, bypass, stuffing bin)
-  contexts  the context RAM with its update_ctx
+  window    the bit window that always holds the B·NEED_BITS the engine may consume in a cycle
+  engine    the arithmetic decoder of 10.4.3.3 (renormalisation, decision, bypass, stuffing bin): a cascade
+            of B decision stages
+  contexts  the context RAM (B banks) with its update_ctx
   syntax    the command's sequence through the profile's syntax: header fields (bypass FL), CTU flags, the
             unitree's leaves in Morton order with the UEGk de-binariser, the write of each level at its
             [O][KH][KW][I] byte
 
-Every bin the engine decodes is visible on ``debug_bin_valid`` / ``debug_bin_ctx`` / ``debug_bin`` (the
-software trace's (ctxIdx, bin), -1 bypass, -2 stuffing), so tests compare the hardware bin by bin. NEED_BITS
-and the cycles a command takes are ``aipu.sim.timing.wdec``.
+Every bin the engine decodes is visible on ``debug_bin_valid`` / ``debug_bin_ctx`` / ``debug_bin`` (lists of a
+signal per lane, lane 0 first; the software trace's (ctxIdx, bin), -1 bypass, -2 stuffing), so tests compare
+the hardware bin by bin. NEED_BITS and the cycles a command takes are ``aipu.sim.timing.wdec``.
 """
 from __future__ import annotations
 
@@ -38,26 +40,31 @@ class Wdec(UnitComponent):
     ENGINE_ERRORS = ("stream", "profile", "levels")   # does not decode; outside the npu profile; not int8
 
     def __init__(self, config: HardwareConfig):
-        for key, value in (("bins_per_cycle", config.wdec.bins_per_cycle), ("engines", config.wdec.engines)):
-            if value != 1:
-                raise ValueError(f"Wdec has one engine decoding one bin a cycle: wdec.{key} = {value} is for the cycle "
-                                 "model only, the RTL needs 1")
+        if config.wdec.engines != 1:
+            raise ValueError(f"Wdec has one engine: wdec.engines = {config.wdec.engines} is for the cycle model only, "
+                             "the RTL needs 1")
         super().__init__(config)
-        self.debug_bin_valid = Signal()
-        self.debug_bin_ctx = Signal(range(TRACE_STUFFING, NUM_CONTEXTS))
-        self.debug_bin = Signal()
+        lanes = range(config.wdec.bins_per_cycle)
+        self.debug_bin_valid = [Signal(name=f"debug_bin_valid{lane}") for lane in lanes]
+        self.debug_bin_ctx = [Signal(range(TRACE_STUFFING, NUM_CONTEXTS), name=f"debug_bin_ctx{lane}")
+                              for lane in lanes]
+        self.debug_bin = [Signal(name=f"debug_bin{lane}") for lane in lanes]
 
     def ports(self, config: HardwareConfig) -> dict:
-        if 8 * config.dram.bytes_per_cycle < NEED_BITS:
-            raise ValueError(f"WDEC needs DRAM words of at least {NEED_BITS} bits to decode a bin every cycle")
+        lanes = config.wdec.bins_per_cycle
+        if 8 * config.dram.bytes_per_cycle < lanes * NEED_BITS:
+            raise ValueError(f"WDEC needs DRAM words of at least {lanes * NEED_BITS} bits to decode {lanes} bins a "
+                             f"cycle (wdec.bins_per_cycle = {lanes}), dram.bytes_per_cycle = "
+                             f"{config.dram.bytes_per_cycle} gives {8 * config.dram.bytes_per_cycle}")
         return {"dram_read": Out(dram_read_port(config)), "weight_write": Out(write_port(config, Buffer.WEIGHT))}
 
     def elaborate_engine(self, m, word, start, done, fault, fault_field):
         m.submodules.syntax = syntax = SyntaxWalk(self.config, self.error_names)
         m.submodules.fetcher = fetcher = WordFetcher(self.config)
         m.submodules.bit_window = window = BitWindow(self.config)
-        m.submodules.engine = engine = ArithmeticDecoder()
-        m.submodules.contexts = contexts = ContextMemory()
+        lanes = self.config.wdec.bins_per_cycle
+        m.submodules.engine = engine = ArithmeticDecoder(lanes)
+        m.submodules.contexts = contexts = ContextMemory(lanes)
         m.d.comb += [syntax.command.eq(self.view(word, Opcode.WDEC)), syntax.start.eq(start), done.eq(syntax.done),
                      fault.eq(syntax.fault), fault_field.eq(syntax.fault_field)]
         connect(m, syntax.span, fetcher.span, window.span)
@@ -67,8 +74,11 @@ class Wdec(UnitComponent):
         connect(m, window.bits, engine.bits)
         connect(m, syntax.end, window.end)
         connect(m, syntax.bins, engine.bins)
-        connect(m, engine.context, contexts.port)
-        m.d.comb += contexts.clear.eq(syntax.span.begin)
+        for request, lane in zip(syntax.lanes, engine.lanes):
+            connect(m, request, lane)
+        for port, memory_port in zip(engine.context, contexts.ports):
+            connect(m, port, memory_port)
+        m.d.comb += [contexts.clear.eq(syntax.span.begin), contexts.rotation.eq(syntax.rotation)]
         connect(m, flipped(self.weight_write), syntax.weight_write)
-        m.d.comb += [self.debug_bin_valid.eq(engine.trace.valid), self.debug_bin_ctx.eq(engine.trace.context),
-                     self.debug_bin.eq(engine.trace.bin)]
+        for trace, valid, context, bin_ in zip(engine.trace, self.debug_bin_valid, self.debug_bin_ctx, self.debug_bin):
+            m.d.comb += [valid.eq(trace.valid), context.eq(trace.context), bin_.eq(trace.bin)]

@@ -1,51 +1,53 @@
-"""WDEC's arithmetic decoding engine: 10.4.3.3 (codec/reference/engine.py transcribed), one bin a cycle."""
+"""WDEC's arithmetic decoding engine: 10.4.3.3 (codec/reference/engine.py transcribed), a cascade of decision
+stages that decodes up to ``lanes`` bins a cycle."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from aipu.codec.npu_profile import ZERO_RUN_BITS
 from aipu.codec.reference.engine import (BOUND_S, BYPASS_LG_PMPS, RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS,
                                          TRACE_STUFFING)
 from aipu.rtl.arith import bit_length
-from aipu.rtl.wdec_parts.interfaces import (BIN_REQUEST, BIN_TRACE, BIT_WINDOW, CONTEXT_PORT, LG_BITS, NEED_BITS,
-                                            BinKind)
+from aipu.rtl.wdec_parts.interfaces import (BIN_LANE, BIN_REQUEST, BIN_TRACE, CONTEXT_PORT, LG_BITS, NEED_BITS,
+                                            BinKind, bit_window)
+
+# The engine's registers between two bins. valueT is kept as its 8 low bits plus a flag for "at least 0x100":
+# the software's wider value is only ever used for the next renormalisation's ``valueT < 0x100`` test and its
+# ``& 0xFF`` (docs/rtl-wdec.md). ``zero_run_pending``: zero-run steps have begun this bin's renormalisation.
+ENGINE_STATE = data.StructLayout({"rs1": 8, "rt1": 8, "value_s": 8, "value_t": 8, "value_t_big": 1, "bflag": 1,
+                                  "value_d": 1, "zero_run_pending": 1})
 
 
-class ArithmeticDecoder(wiring.Component):
-    """In one cycle: renormalise (past up to ZERO_RUN_BITS - 1 leading zeros of an empty valueT, plus 9 bits),
-    split the range, decide MPS or LPS, read the LPS's bit and renormalising shift; the context memory
-    updates the context at the end of the cycle. A longer zero run with valueT = 0 takes a cycle per
-    ZERO_RUN_BITS zeros (up to boundS) before the bin.
+class DecisionStage(wiring.Component):
+    """One bin, combinationally: renormalise (past up to ZERO_RUN_BITS - 1 leading zeros of an empty valueT,
+    plus 9 bits), split the range, decide MPS or LPS, read the LPS's bit and renormalising shift. ``zero_run``
+    says the bin needs a zero-run step first (a longer zero run with valueT = 0); then ``bin``, ``used`` and
+    ``after`` mean nothing.
 
-    valueT is kept as its 8 low bits plus a flag for "at least 0x100": the software's wider value is only
-    ever used for the next renormalisation's ``valueT < 0x100`` test and its ``& 0xFF`` (docs/rtl-wdec.md).
-    A request waits for the bit window to be ready; every decoded bin shows on ``trace``.
-
-    Signature: ``bits`` (In: the bit window), ``bins`` (In: the syntax walk's requests), ``context`` (Out: the
-    context memory), ``trace`` (Out: the bin decoded this cycle).
+    Signature: ``before`` (In: the engine's state), ``bits`` (In: the next NEED_BITS stream bits), ``kind``,
+    ``mps``, ``lg`` (In: the bin's kind and its context's state), ``zero_run``, ``bin``, ``used`` (the stream
+    bits the bin takes) and ``after`` (the state after it) (Out).
     """
 
     def __init__(self):
-        super().__init__({"bits": In(BIT_WINDOW), "bins": In(BIN_REQUEST), "context": Out(CONTEXT_PORT),
-                          "trace": Out(BIN_TRACE)})
+        super().__init__({"before": In(ENGINE_STATE), "bits": In(NEED_BITS), "kind": In(BinKind), "mps": In(1),
+                          "lg": In(LG_BITS), "zero_run": Out(1), "bin": Out(1), "used": Out(range(NEED_BITS + 1)),
+                          "after": Out(ENGINE_STATE)})
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        bins, window, context = self.bins, self.bits, self.context
-        bits, avail = window.bits, window.avail
-        rs1, rt1, value_s, value_t = Signal(8), Signal(8), Signal(8), Signal(8)
-        value_t_big, bflag, value_d, zero_run_pending = Signal(), Signal(), Signal(), Signal()
-        in_context = bins.kind == BinKind.CONTEXT
+        state, bits, after = self.before, self.bits, self.after
+        in_context = self.kind == BinKind.CONTEXT
         mps_in, lg_full = Signal(), Signal(LG_BITS + 1)
-        m.d.comb += [mps_in.eq(in_context & context.mps),
-                     lg_full.eq(Mux(in_context, context.lg,
-                                    Mux(bins.kind == BinKind.BYPASS, BYPASS_LG_PMPS, STUFFING_LG_PMPS)))]
+        m.d.comb += [mps_in.eq(in_context & self.mps),
+                     lg_full.eq(Mux(in_context, self.lg,
+                                    Mux(self.kind == BinKind.BYPASS, BYPASS_LG_PMPS, STUFFING_LG_PMPS)))]
 
         # renormalisation (10.4.3.3.2): up to ZERO_RUN_BITS - 1 leading zeros and 9 bits
-        renorm = value_d | (bflag & (rs1 == BOUND_S)) | zero_run_pending
-        s_start = Mux(zero_run_pending, value_s, 0)
+        renorm = state.value_d | (state.bflag & (state.rs1 == BOUND_S)) | state.zero_run_pending
+        s_start = Mux(state.zero_run_pending, state.value_s, 0)
         room = Signal(9)
         m.d.comb += room.eq(BOUND_S - s_start)
         leading_zeros = Signal(range(ZERO_RUN_BITS + 1))
@@ -53,36 +55,35 @@ class ArithmeticDecoder(wiring.Component):
         for bit in reversed(range(ZERO_RUN_BITS)):      # the first 1 among the next bits: the last If wins
             with m.If(bits[NEED_BITS - 1 - bit]):
                 m.d.comb += leading_zeros.eq(bit)
-        t_length = bit_length(m, value_t, 8)
-        zero_run = Signal()
-        m.d.comb += zero_run.eq(renorm & (value_t == 0) & ~value_t_big & (leading_zeros == ZERO_RUN_BITS)
-                                & (room > ZERO_RUN_BITS))
+        t_length = bit_length(m, state.value_t, 8)
+        m.d.comb += self.zero_run.eq(renorm & (state.value_t == 0) & ~state.value_t_big
+                                     & (leading_zeros == ZERO_RUN_BITS) & (room > ZERO_RUN_BITS))
         renorm_bits = Signal(range(NEED_BITS + 1))
         fresh = Signal(RANGE_BITS + 1)
         r_rs1, r_value_t, r_value_s, r_bflag = Signal(8), Signal(8), Signal(8), Signal()
         with m.If(~renorm):
-            m.d.comb += [r_rs1.eq(rs1), r_value_t.eq(value_t), r_value_s.eq(value_s), r_bflag.eq(bflag)]
-        with m.Elif(value_t_big):
-            m.d.comb += [r_value_t.eq(value_t), r_value_s.eq(0)]
+            m.d.comb += [r_rs1.eq(state.rs1), r_value_t.eq(state.value_t), r_value_s.eq(state.value_s),
+                         r_bflag.eq(state.bflag)]
+        with m.Elif(state.value_t_big):
+            m.d.comb += [r_value_t.eq(state.value_t), r_value_s.eq(0)]
         with m.Else():
-            wanted = Mux(value_t == 0, leading_zeros + RANGE_BITS, RANGE_BITS - t_length)
+            wanted = Mux(state.value_t == 0, leading_zeros + RANGE_BITS, RANGE_BITS - t_length)
             m.d.comb += renorm_bits.eq(Mux(wanted < room, wanted, room))
-            m.d.comb += fresh.eq((value_t << renorm_bits) | (bits >> (NEED_BITS - renorm_bits).as_unsigned()))
-            m.d.comb += [r_value_t.eq(fresh[:8]), r_value_s.eq(s_start + renorm_bits),
-                         r_bflag.eq(fresh < 0x100)]
+            m.d.comb += fresh.eq((state.value_t << renorm_bits) | (bits >> (NEED_BITS - renorm_bits).as_unsigned()))
+            m.d.comb += [r_value_t.eq(fresh[:8]), r_value_s.eq(s_start + renorm_bits), r_bflag.eq(fresh < 0x100)]
         after_renorm = Signal(NEED_BITS)
         m.d.comb += after_renorm.eq(bits << renorm_bits)
 
         # the decision: range split, MPS or LPS, the LPS's renormalising shift
         lg = lg_full >> 2
-        s_flag = rt1 < lg
+        s_flag = state.rt1 < lg
         rs2 = Signal(9)
         rt2 = Signal(8)
-        m.d.comb += [rs2.eq(r_rs1 + s_flag), rt2.eq(Mux(s_flag, 256 + rt1 - lg, rt1 - lg))]
+        m.d.comb += [rs2.eq(r_rs1 + s_flag), rt2.eq(Mux(s_flag, 256 + state.rt1 - lg, state.rt1 - lg))]
         lps = Signal()
         m.d.comb += lps.eq((rs2 > r_value_s) | ((rs2 == r_value_s) & (r_value_t >= rt2) & ~r_bflag))
         t_rlps = Signal(RANGE_BITS)
-        m.d.comb += t_rlps.eq(Mux(s_flag, rt1 + lg, lg))
+        m.d.comb += t_rlps.eq(Mux(s_flag, state.rt1 + lg, lg))
         lps_shift = Signal(range(RANGE_BITS + 1))
         m.d.comb += lps_shift.eq(RANGE_BITS - bit_length(m, t_rlps, RANGE_BITS))
         one_more = rs2 != r_value_s
@@ -92,49 +93,87 @@ class ArithmeticDecoder(wiring.Component):
         m.d.comb += after_one.eq(after_renorm << one_more)
         lps_value = Signal(10 + RANGE_BITS)
         m.d.comb += lps_value.eq((base << lps_shift) | (after_one >> (NEED_BITS - lps_shift).as_unsigned()))
-        bin_value = Signal()
-        m.d.comb += bin_value.eq(Mux(lps, ~mps_in, mps_in))
-        bin_bits = Signal(range(NEED_BITS + 2))
-        m.d.comb += bin_bits.eq(renorm_bits + Mux(lps, one_more + lps_shift, 0))
-        m.d.comb += [bins.bin.eq(bin_value), context.index.eq(bins.context), context.bin.eq(bin_value)]
-
-        with m.If(window.ready & bins.start):          # 10.4.2.2: the first 9 bits
-            with m.If(avail < RANGE_BITS):
-                m.d.comb += bins.overrun.eq(1)
-            with m.Else():
-                first = bits[NEED_BITS - RANGE_BITS:]
-                m.d.comb += [window.consume.eq(RANGE_BITS), bins.started.eq(1)]
-                m.d.sync += [rs1.eq(0), rt1.eq(0xFF), value_s.eq(0), bflag.eq(0), value_d.eq(1),
-                             zero_run_pending.eq(0), value_t.eq(first[:8]), value_t_big.eq(first[8])]
-        with m.Elif(window.ready & bins.decode):
-            with m.If(zero_run):
-                with m.If(avail < ZERO_RUN_BITS):
-                    m.d.comb += bins.overrun.eq(1)
-                with m.Else():
-                    m.d.comb += window.consume.eq(ZERO_RUN_BITS)
-                    m.d.sync += [value_s.eq(s_start + ZERO_RUN_BITS), rs1.eq(0), zero_run_pending.eq(1)]
-            with m.Elif(bin_bits > avail):
-                m.d.comb += bins.overrun.eq(1)
-            with m.Else():
-                m.d.comb += [bins.decoded.eq(1), window.consume.eq(bin_bits), context.update.eq(in_context)]
-                m.d.sync += [value_s.eq(r_value_s), bflag.eq(r_bflag), zero_run_pending.eq(0)]
-                with m.If(lps):
-                    m.d.sync += [value_t.eq(lps_value[:8]), value_t_big.eq(lps_value[8:] != 0), value_d.eq(1),
-                                 rs1.eq(r_rs1), rt1.eq((t_rlps << lps_shift)[:8])]
-                with m.Else():
-                    m.d.sync += [value_t.eq(r_value_t), value_t_big.eq(0), value_d.eq(0), rs1.eq(rs2),
-                                 rt1.eq(rt2)]
-                self._trace(m)
+        m.d.comb += [self.bin.eq(Mux(lps, ~mps_in, mps_in)),
+                     self.used.eq(renorm_bits + Mux(lps, one_more + lps_shift, 0)),
+                     after.value_s.eq(r_value_s), after.bflag.eq(r_bflag)]
+        with m.If(lps):
+            m.d.comb += [after.value_t.eq(lps_value[:8]), after.value_t_big.eq(lps_value[8:] != 0),
+                         after.value_d.eq(1), after.rs1.eq(r_rs1), after.rt1.eq((t_rlps << lps_shift)[:8])]
+        with m.Else():
+            m.d.comb += [after.value_t.eq(r_value_t), after.rs1.eq(rs2), after.rt1.eq(rt2)]
         return m
 
-    def _trace(self, m: Module) -> None:
-        """The decoded bin as the software trace shows it."""
-        bins = self.bins
-        m.d.comb += [self.trace.valid.eq(1), self.trace.bin.eq(bins.bin)]
-        with m.Switch(bins.kind):
+
+class ArithmeticDecoder(wiring.Component):
+    """The engine: its registers and a cascade of ``lanes`` DecisionStages, stage j decoding lane j's bin from
+    the state stage j-1 leaves and the stream bits after those stage j-1 took. In one cycle the lanes decode in
+    order while the syntax walk asks for them, up to the first that needs a zero-run step: lane 0 then takes
+    the step (a cycle per ZERO_RUN_BITS zeros, up to boundS) before its bin, a later lane waits for the next
+    cycle. Each stage reads its context on its own port of the context memory, which updates them at the end
+    of the cycle. A request waits for the bit window to be ready; every decoded bin shows on its lane of
+    ``trace``.
+
+    Signature: ``bits`` (In: the bit window), ``bins`` and ``lanes`` (In: the syntax walk's requests, a lane per
+    stage), ``context`` (Out: a context port per lane), ``trace`` (Out: a lane per stage).
+    """
+
+    def __init__(self, lanes: int = 1):
+        self.stages = lanes
+        super().__init__({"bits": In(bit_window(lanes)), "bins": In(BIN_REQUEST), "lanes": In(BIN_LANE).array(lanes),
+                          "context": Out(CONTEXT_PORT).array(lanes), "trace": Out(BIN_TRACE).array(lanes)})
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        bins, window, view = self.bins, self.bits, self.stages * NEED_BITS
+        state = Signal(ENGINE_STATE)
+        offset = 0                          # the stream bits the stages before this one take
+        going = window.ready & ~bins.start  # the stages before this one decoded their bins
+        for index, (lane, port, trace) in enumerate(zip(self.lanes, self.context, self.trace)):
+            m.submodules[f"stage{index}"] = stage = DecisionStage()
+            m.d.comb += [stage.before.eq(state if index == 0 else previous), stage.kind.eq(lane.kind),
+                         stage.bits.eq((window.bits << offset)[view - NEED_BITS:view]), port.index.eq(lane.context),
+                         stage.mps.eq(port.mps), stage.lg.eq(port.lg), port.bin.eq(stage.bin), lane.bin.eq(stage.bin)]
+            asked, taken = Signal(name=f"asked{index}"), Signal(range(view + 1), name=f"taken{index}")
+            m.d.comb += [asked.eq(going & lane.decode & ~stage.zero_run), taken.eq(offset + stage.used)]
+            with m.If(asked & (taken > window.avail)):
+                m.d.comb += bins.overrun.eq(1)
+            with m.Elif(asked):
+                m.d.comb += [lane.decoded.eq(1), port.update.eq(lane.kind == BinKind.CONTEXT),
+                             window.consume.eq(taken)]
+                m.d.sync += state.eq(stage.after)           # the last lane decoded sets the registers
+                self._trace(m, lane, trace)
+            if index == 0:
+                self._zero_run_step(m, state, going & lane.decode & stage.zero_run)
+            going, offset, previous = lane.decoded, taken, stage.after
+
+        with m.If(window.ready & bins.start):          # 10.4.2.2: the first 9 bits
+            with m.If(window.avail < RANGE_BITS):
+                m.d.comb += bins.overrun.eq(1)
+            with m.Else():
+                first = window.bits[view - RANGE_BITS:]
+                m.d.comb += [window.consume.eq(RANGE_BITS), bins.started.eq(1)]
+                m.d.sync += [state.rs1.eq(0), state.rt1.eq(0xFF), state.value_s.eq(0), state.bflag.eq(0),
+                             state.value_d.eq(1), state.zero_run_pending.eq(0), state.value_t.eq(first[:8]),
+                             state.value_t_big.eq(first[8])]
+        return m
+
+    def _zero_run_step(self, m: Module, state, step) -> None:
+        """Lane 0's bin first needs ZERO_RUN_BITS more zeros of its renormalisation (``step``): take them."""
+        with m.If(step & (self.bits.avail < ZERO_RUN_BITS)):
+            m.d.comb += self.bins.overrun.eq(1)
+        with m.Elif(step):
+            m.d.comb += self.bits.consume.eq(ZERO_RUN_BITS)
+            m.d.sync += [state.value_s.eq(Mux(state.zero_run_pending, state.value_s, 0) + ZERO_RUN_BITS),
+                         state.rs1.eq(0), state.zero_run_pending.eq(1)]
+
+    @staticmethod
+    def _trace(m: Module, lane, trace) -> None:
+        """A lane's decoded bin as the software trace shows it."""
+        m.d.comb += [trace.valid.eq(1), trace.bin.eq(lane.bin)]
+        with m.Switch(lane.kind):
             with m.Case(BinKind.CONTEXT):
-                m.d.comb += self.trace.context.eq(bins.context)
+                m.d.comb += trace.context.eq(lane.context)
             with m.Case(BinKind.BYPASS):
-                m.d.comb += self.trace.context.eq(TRACE_BYPASS)
+                m.d.comb += trace.context.eq(TRACE_BYPASS)
             with m.Case(BinKind.STUFFING):
-                m.d.comb += self.trace.context.eq(TRACE_STUFFING)
+                m.d.comb += trace.context.eq(TRACE_STUFFING)

@@ -33,29 +33,36 @@ def stream_span(config: HardwareConfig) -> Signature:
                       "length": Out(command_field(config, "length"))})
 
 
-# From the bit window to the engine: the next NEED_BITS stream bits MSB first (zero past the stream's end),
-# how many of them the stream still has (``avail``), whether the window holds all it may need (``ready``),
-# and the bits the engine takes this cycle (``consume``).
-BIT_WINDOW = Signature({"bits": Out(NEED_BITS), "avail": Out(range(NEED_BITS + 1)), "ready": Out(1),
-                        "consume": In(range(NEED_BITS + 1))})
+def bit_window(lanes: int) -> Signature:
+    """From the bit window to an engine of ``lanes`` stages: the next ``lanes``·NEED_BITS stream bits MSB first
+    (zero past the stream's end), how many of them the stream still has (``avail``), whether the window holds
+    all a cycle may need (``ready``), and the bits the engine takes this cycle (``consume``)."""
+    view = lanes * NEED_BITS
+    return Signature({"bits": Out(view), "avail": Out(range(view + 1)), "ready": Out(1),
+                      "consume": In(range(view + 1))})
 
 # From the syntax walk to the bit window: ``check`` asks whether the stream ends here (zero padding to the
 # next byte, then the stream's last byte); ``ended`` says it does (the padding is consumed), ``malformed``
 # that it does not. Both wait for the window to be ready.
 STREAM_END = Signature({"check": Out(1), "ended": In(1), "malformed": In(1)})
 
-# From the syntax walk to the engine: ``start`` the engine (its first 9 bits; ``started`` answers), or
-# ``decode`` a bin of ``kind`` in ``context``; ``decoded`` says the engine did, with ``bin``. ``overrun``: the
-# stream ends before the bits this cycle needs.
-BIN_REQUEST = Signature({"start": Out(1), "decode": Out(1), "kind": Out(BinKind), "context": Out(range(NUM_CONTEXTS)),
-                         "started": In(1), "decoded": In(1), "bin": In(1), "overrun": In(1)})
+# One stage of the engine's cascade, from the syntax walk: ``decode`` a bin of ``kind`` in ``context`` (after
+# the previous lane's bin, which it may depend on); ``decoded`` says the engine did, with ``bin``.
+BIN_LANE = Signature({"decode": Out(1), "kind": Out(BinKind), "context": Out(range(NUM_CONTEXTS)), "decoded": In(1),
+                      "bin": In(1)})
 
-# From the engine to the context memory: the state (mps, lgPmps) of context ``index``, and its ``update``
+
+# From the syntax walk to the engine, beside a BIN_LANE per engine stage: ``start`` the engine (its first 9
+# bits; ``started`` answers), or ask for up to a bin a lane, in decode order (the engine decodes lane j only
+# after lane j-1). ``overrun``: the stream ends before the bits a requested bin needs.
+BIN_REQUEST = Signature({"start": Out(1), "started": In(1), "overrun": In(1)})
+
+# From an engine stage to the context memory: the state (mps, lgPmps) of context ``index``, and its ``update``
 # with the decoded ``bin`` at the end of the cycle.
 CONTEXT_PORT = Signature({"index": Out(range(NUM_CONTEXTS)), "mps": In(1), "lg": In(LG_BITS), "update": Out(1),
                           "bin": Out(1)})
 
-# The bin decoded this cycle as the software trace's pair (ctxIdx, bin); ctxIdx -1 bypass, -2 stuffing.
+# A bin decoded this cycle (one lane) as the software trace's pair (ctxIdx, bin); ctxIdx -1 bypass, -2 stuffing.
 BIN_TRACE = Signature({"valid": Out(1), "context": Out(range(TRACE_STUFFING, NUM_CONTEXTS)), "bin": Out(1)})
 
 

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 from aipu.rtl.commands import command_layout
 from aipu.rtl.ports import write_port
 from aipu.rtl.wdec_parts.elements import SHAPE_FIELDS, CtuFlags, HeaderFields
-from aipu.rtl.wdec_parts.interfaces import BIN_REQUEST, STREAM_END, BinKind, stream_span
+from aipu.rtl.wdec_parts.interfaces import BIN_LANE, BIN_REQUEST, STREAM_END, BinKind, stream_span
 from aipu.rtl.wdec_parts.leaves import LeafWalk
 from aipu.rtl.wdec_parts.levels import LevelDecoder
 from aipu.rtl.wdec_parts.writer import LevelWriter
@@ -23,24 +23,30 @@ class SyntaxWalk(wiring.Component):
       PRIME     the engine's first 9 bits
       HEADER    the header fields (bypass bins)
       CTU       the CTU's flags (context bins)
-      LEAF      the CU's leaves: each leaf's level, written as it completes, Morton candidates outside
-                the CU skipped; the end-of-CTU bypass bin when the walk ends (last CTU: STUFFING)
+      LEAF      the CU's leaves: each leaf's level, up to ``wdec.bins_per_cycle`` of its bins a cycle (one a
+                lane), written as it completes, Morton candidates outside the CU skipped; the end-of-CTU
+                bypass bin when the walk ends (last CTU: STUFFING)
       STUFFING  the stuffing bin, then PADDING: the zero padding ends the stream
 
     and the parts it holds for them: the header fields and CTU flags, the leaf walk, the level decoder and
-    the level writer. Any fault stops the command with ``fault`` naming it (an index into ``error_names``).
+    the level writer. Every bin but a leaf's goes alone, on lane 0. Any fault stops the command with ``fault``
+    naming it (an index into ``error_names``).
 
     Signature: ``command`` (In: the WDEC command), ``start`` (In), ``done``, ``fault``, ``fault_field`` (Out,
     per UnitComponent.elaborate_engine), ``span`` (Out: to the fetcher and the bit window), ``end`` (Out: the
-    window's padding check), ``bins`` (Out: the engine's requests), ``weight_write`` (the WEIGHT port).
+    window's padding check), ``bins`` and ``lanes`` (Out: the engine's requests, a lane per stage),
+    ``rotation`` (Out: the context memory's bank of lane 0, a leaf bin's position), ``weight_write`` (the
+    WEIGHT port).
     """
 
     def __init__(self, config: HardwareConfig, error_names: tuple[str, ...]):
         self.config = config
         self.error_names = error_names
+        lanes = config.wdec.bins_per_cycle
         super().__init__({"command": In(command_layout(config, Opcode.WDEC)), "start": In(1), "done": Out(1),
                           "fault": Out(1), "fault_field": Out(range(len(error_names))),
                           "span": Out(stream_span(config)), "end": Out(STREAM_END), "bins": Out(BIN_REQUEST),
+                          "lanes": Out(BIN_LANE).array(lanes), "rotation": Out(range(lanes)),
                           "weight_write": Out(write_port(config, Buffer.WEIGHT))})
 
     def elaborate(self, platform) -> Module:
@@ -49,12 +55,12 @@ class SyntaxWalk(wiring.Component):
         m.submodules.header = header = HeaderFields(config, self.error_names)
         m.submodules.flags = flags = CtuFlags()
         m.submodules.leaves = leaves = LeafWalk(config)
-        m.submodules.levels = levels = LevelDecoder()
+        m.submodules.levels = levels = LevelDecoder(config.wdec.bins_per_cycle)
         m.submodules.writer = writer = LevelWriter(config)
         connect(m, flipped(self.weight_write), writer.weight_write)
         m.d.comb += [self.span.dram_addr.eq(cmd.dram_addr), self.span.length.eq(cmd.length),
                      header.begin.eq(self.span.begin), leaves.begin.eq(self.span.begin),
-                     header.bin.eq(bins.bin), flags.bin.eq(bins.bin), levels.bin.eq(bins.bin),
+                     header.bin.eq(self.lanes[0].bin), flags.bin.eq(self.lanes[0].bin),
                      leaves.ctu_size_idx.eq(header.ctu_size_idx), flags.split_coded.eq(leaves.split_coded),
                      writer.level.eq(levels.level), writer.taps.eq(leaves.taps), writer.wgt_addr.eq(cmd.wgt_addr),
                      writer.in_c.eq(cmd.in_c), writer.kernel.eq(leaves.kernel), writer.tap.eq(leaves.tap),
@@ -69,11 +75,11 @@ class SyntaxWalk(wiring.Component):
             m.next = "IDLE"
 
         def decode(kind, context=0):
-            """Ask the engine for a bin this cycle; returns whether it decoded one (on ``bins.bin``)."""
-            m.d.comb += [bins.decode.eq(1), bins.kind.eq(kind), bins.context.eq(context)]
+            """Ask the engine for a bin this cycle on lane 0; returns whether it decoded one (on its ``bin``)."""
+            m.d.comb += [self.lanes[0].decode.eq(1), self.lanes[0].kind.eq(kind), self.lanes[0].context.eq(context)]
             with m.If(bins.overrun):
                 fail("stream")
-            return bins.decoded
+            return self.lanes[0].decoded
 
         with m.FSM(name="wdec"):
             with m.State("IDLE"):
@@ -112,7 +118,7 @@ class SyntaxWalk(wiring.Component):
             with m.State("LEAF"):
                 with m.If(leaves.cu_end):
                     with m.If(decode(BinKind.BYPASS)):
-                        with m.If(bins.bin != leaves.last_ctu):
+                        with m.If(self.lanes[0].bin != leaves.last_ctu):
                             fail("stream")
                         with m.Elif(leaves.last_ctu):
                             m.next = "STUFFING"
@@ -122,14 +128,14 @@ class SyntaxWalk(wiring.Component):
                 with m.Elif(leaves.outside):
                     m.d.comb += leaves.skip.eq(1)
                 with m.Else():
-                    m.d.comb += levels.decoded.eq(decode(BinKind.CONTEXT, levels.context))
+                    self._leaf_bins(m, levels, fail)
                     with m.If(levels.too_large):
                         fail("levels")
                     with m.Elif(levels.complete):
                         m.d.comb += [writer.valid.eq(1), leaves.next_leaf.eq(1)]
             with m.State("STUFFING"):
                 with m.If(decode(BinKind.STUFFING)):
-                    with m.If(~bins.bin):
+                    with m.If(~self.lanes[0].bin):
                         fail("stream")
                     with m.Else():
                         m.next = "PADDING"
@@ -141,3 +147,13 @@ class SyntaxWalk(wiring.Component):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
         return m
+
+    def _leaf_bins(self, m: Module, levels: LevelDecoder, fail) -> None:
+        """A leaf's bins this cycle: every lane the level wants, in its context, on the leaf position's bank."""
+        m.d.comb += self.rotation.eq(levels.position)
+        for wanted, request in zip(levels.lanes, self.lanes):
+            m.d.comb += [request.decode.eq(wanted.wants), request.kind.eq(BinKind.CONTEXT),
+                         request.context.eq(wanted.context), wanted.decoded.eq(request.decoded),
+                         wanted.bin.eq(request.bin)]
+        with m.If(self.bins.overrun):
+            fail("stream")

@@ -1,20 +1,23 @@
-"""WDEC's bit window: the stream's bits from DRAM words, always the NEED_BITS the engine may take in a cycle."""
+"""WDEC's bit window: the stream's bits from DRAM words, always the B·NEED_BITS an engine of B stages may take in
+a cycle."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from aipu.rtl.wdec_parts.interfaces import BIT_WINDOW, NEED_BITS, STREAM_END, stream_span
+from aipu.rtl.wdec_parts.interfaces import NEED_BITS, STREAM_END, bit_window, stream_span
 from aipu.sim.machine.arch import HardwareConfig
 
 
 class BitWindow(wiring.Component):
-    """A shift register of ``2·NEED_BITS + word`` bits that takes a word whenever it holds fewer than
-    ``2·NEED_BITS`` (the first word without the bytes before ``dram_addr``), so that it always holds the
-    NEED_BITS the engine may consume in one cycle: after the start the engine never waits.
+    """A shift register of ``2·view + word`` bits, ``view`` the ``wdec.bins_per_cycle``·NEED_BITS an engine of
+    that many stages may consume in one cycle, that takes a word whenever it holds fewer than ``2·view`` (the
+    first word without the bytes before ``dram_addr``). Ready once it holds ``view`` bits, it holds them in
+    every later cycle as long as a word has at least ``view`` bits (WDEC refuses narrower words): after the
+    start the engine never waits.
 
-    ``bits`` shows the next NEED_BITS bits, zero past the stream's ``length`` bytes; ``end`` checks that the
+    ``bits`` shows the next ``view`` bits, zero past the stream's ``length`` bytes; ``end`` checks that the
     stream ends after the padding to the next byte (all zero).
 
     Signature: ``span`` (In: begin, dram_addr, length), ``words`` (In: the fetcher's DRAM words), ``drained``
@@ -25,7 +28,7 @@ class BitWindow(wiring.Component):
         self.config = config
         words = stream.Signature(8 * config.dram.bytes_per_cycle)
         super().__init__({"span": In(stream_span(config)), "words": In(words), "drained": In(1),
-                          "bits": Out(BIT_WINDOW), "end": In(STREAM_END)})
+                          "bits": Out(bit_window(config.wdec.bins_per_cycle)), "end": In(STREAM_END)})
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -33,12 +36,13 @@ class BitWindow(wiring.Component):
         nbytes = self.config.dram.bytes_per_cycle
         word_bits = 8 * nbytes
         offset_bits = (nbytes - 1).bit_length()
-        window_bits = 2 * NEED_BITS + word_bits
+        view = self.config.wdec.bins_per_cycle * NEED_BITS
+        window_bits = 2 * view + word_bits
         window = Signal(window_bits)
         count = Signal(range(window_bits + 1))
-        consume = Signal(range(NEED_BITS + 1))
+        consume = Signal(range(view + 1))
         first_pending = Signal()
-        m.d.comb += words.ready.eq(count < 2 * NEED_BITS)
+        m.d.comb += words.ready.eq(count < 2 * view)
         refill = words.valid & words.ready
         stream_order = Cat(*[words.payload[8 * i:8 * i + 8] for i in reversed(range(nbytes))])
         skip_bytes = span.dram_addr[:offset_bits] if offset_bits else Const(0, 1)
@@ -61,14 +65,13 @@ class BitWindow(wiring.Component):
         m.d.sync += position.eq(position + consume)
         left = stream_bits - position
         avail, bits, ready = self.bits.avail, self.bits.bits, self.bits.ready
-        m.d.comb += avail.eq(Mux(left < NEED_BITS, left, NEED_BITS))
-        past_end = (Const(1, NEED_BITS + 1) << (NEED_BITS - avail).as_unsigned()) - 1
-        m.d.comb += [bits.eq(window[window_bits - NEED_BITS:] & ~past_end),
-                     ready.eq((count >= NEED_BITS) | self.drained)]
+        m.d.comb += avail.eq(Mux(left < view, left, view))
+        past_end = (Const(1, view + 1) << (view - avail).as_unsigned()) - 1
+        m.d.comb += [bits.eq(window[window_bits - view:] & ~past_end), ready.eq((count >= view) | self.drained)]
 
         pad = Signal(3)
         m.d.comb += pad.eq(-position[:3])
-        padding = bits >> (NEED_BITS - pad).as_unsigned()
+        padding = bits >> (view - pad).as_unsigned()
         with m.If(self.end.check & ready):
             with m.If((pad > avail) | (padding != 0) | (position + pad != stream_bits)):
                 m.d.comb += self.end.malformed.eq(1)

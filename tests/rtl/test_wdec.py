@@ -1,5 +1,6 @@
 """WDEC in the System against the interpreter (every WEIGHT byte, every command's cycles) and against the
-codec's profile decoder bin by bin (valid streams, corrupted streams, random bytes); its faults by name."""
+codec's profile decoder bin by bin (valid streams, corrupted streams, random bytes), at 1, 2 and 4 bins a
+cycle; its faults by name."""
 from __future__ import annotations
 
 import gc
@@ -24,24 +25,33 @@ from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from tests.rtl.checks import assert_matches
-from tests.rtl.configs import CONFIGS, EVERY_CONFIG, SMALL
+from tests.rtl.configs import CONFIGS, SMALL, wdec_cascade
+
+CASCADES = (1, 2, 4)
+# Every configuration at every cascade: B = 1 as it is, B = 2 and 4 with the DRAM word widened where it must be
+WDEC_CONFIGS = {f"{name}-b{bins}": wdec_cascade(config, bins) for bins in CASCADES for name, config in CONFIGS.items()}
+EVERY_WDEC_CONFIG = pytest.mark.parametrize("config", list(WDEC_CONFIGS.values()), ids=list(WDEC_CONFIGS))
+EVERY_CASCADE = pytest.mark.parametrize("config", [wdec_cascade(SMALL, bins) for bins in CASCADES],
+                                        ids=[f"small-b{bins}" for bins in CASCADES])
 
 
-@EVERY_CONFIG
+@EVERY_WDEC_CONFIG
 def test_random_layers_decode_byte_exact_with_the_interpreter_in_the_predicted_cycles(config):
-    assert_matches(random_stimulus(config, np.random.default_rng(list(CONFIGS.values()).index(config)), 4))
+    assert_matches(random_stimulus(config, np.random.default_rng(list(WDEC_CONFIGS.values()).index(config)), 4))
 
 
 @pytest.mark.slow
 def test_a_thousand_random_layers():
     rng = np.random.default_rng(1000)
     for _ in range(1000 // 20):
-        assert_matches(random_stimulus(SMALL if rng.random() < 0.5 else DEFAULT, rng, 20))
+        config = wdec_cascade(SMALL if rng.random() < 0.5 else DEFAULT, int(rng.choice(CASCADES)))
+        assert_matches(random_stimulus(config, rng, 20))
 
 
 @pytest.mark.slow
-def test_the_demo_models_conv_layers():
-    assert_matches(streams_stimulus(DEFAULT, demo_model_streams(), np.random.default_rng(7)))
+@pytest.mark.parametrize("bins", CASCADES)
+def test_the_demo_models_conv_layers(bins):
+    assert_matches(streams_stimulus(wdec_cascade(DEFAULT, bins), demo_model_streams(), np.random.default_rng(7)))
 
 
 # --- bin by bin ------------------------------------------------------------------------------------------------
@@ -59,8 +69,9 @@ def rtl_bins(config, stream: bytes, shape) -> tuple[list[tuple[int, int]], str |
         ctx.set(system.queue_lengths[Unit.WDEC], len(queues[Unit.WDEC]))
         ctx.set(system.run, 1)
         for _ in range(200 * len(stream) + 2000):
-            if ctx.get(unit.debug_bin_valid):
-                bins.append((ctx.get(unit.debug_bin_ctx), ctx.get(unit.debug_bin)))
+            for valid, context, bin_ in zip(unit.debug_bin_valid, unit.debug_bin_ctx, unit.debug_bin):
+                if ctx.get(valid):
+                    bins.append((ctx.get(context), ctx.get(bin_)))
             await ctx.tick()
             if ctx.get(system.done) or ctx.get(system.failed):
                 break
@@ -98,14 +109,15 @@ def _agree_bin_by_bin(config, stream: bytes, shape) -> str | None:
     return error
 
 
-@EVERY_CONFIG
+@EVERY_WDEC_CONFIG
 def test_bins_equal_the_softwares_trace(config):
     rng = np.random.default_rng(5)
     shape = (3, 2, 3, 3)
     assert _agree_bin_by_bin(config, layer_stream(random_weights(rng, shape)), shape) is None
 
 
-def test_corrupted_and_random_streams_stop_where_the_software_stops():
+@EVERY_CASCADE
+def test_corrupted_and_random_streams_stop_where_the_software_stops(config):
     rng = np.random.default_rng(11)
     errors = set()
     for index in range(12):
@@ -116,14 +128,31 @@ def test_corrupted_and_random_streams_stop_where_the_software_stops():
         else:       # keep the header, corrupt the CTUs: the context-coded paths run on garbage
             start = int(rng.integers(18, len(stream)))
             stream[start:] = rng.integers(0, 256, size=len(stream) - start, dtype=np.uint8).tobytes()
-        errors.add(_agree_bin_by_bin(SMALL, bytes(stream), shape))
+        errors.add(_agree_bin_by_bin(config, bytes(stream), shape))
     assert {"stream", "profile"} <= errors
 
 
-def test_a_stream_of_ones_and_long_zero_runs():
+@EVERY_CASCADE
+def test_a_stream_of_ones_and_long_zero_runs(config):
     shape = (1, 1, 1, 1)
     for stream in (b"\xff" * 12, b"\xff\x80" + bytes(30), bytes(40), b"\x00\x01" * 20):
-        _agree_bin_by_bin(SMALL, stream, shape)
+        _agree_bin_by_bin(config, stream, shape)
+
+
+@pytest.mark.parametrize("bins", CASCADES[1:])
+def test_leaves_cut_by_zero_run_steps(bins):
+    """A near-empty layer whose zero runs fall inside leaves: a lane that needs a zero-run step ends the
+    cycle's cascade, lane 0 takes the step next cycle; bin by bin and cycle by cycle as the formula."""
+    rng = np.random.default_rng(12)
+    shape = (16, 4, 3, 3)
+    while True:
+        weights = np.where(rng.random(shape) < 0.01, rng.integers(-30, 31, shape), 0).astype(np.int8)
+        stream = layer_stream(weights)
+        if decode_profile_stream(stream, shape).leaf_runs.sum() > weights.size:
+            break
+    config = wdec_cascade(SMALL, bins)
+    assert _agree_bin_by_bin(config, stream, shape) is None
+    assert_matches(streams_stimulus(config, [(stream, shape)], rng))
 
 
 # --- faults ----------------------------------------------------------------------------------------------------
@@ -141,8 +170,8 @@ def _fault(config, stream: bytes, **fields) -> tuple[str, np.ndarray]:
     return error.field, result.memory.buffers[Buffer.WEIGHT]
 
 
-def test_faults_name_the_field():
-    config = SMALL
+@EVERY_CASCADE
+def test_faults_name_the_field(config):
     rng = np.random.default_rng(3)
     weights = random_weights(rng, (4, 3, 2, 2))
     stream = layer_stream(weights)
@@ -163,7 +192,8 @@ def test_faults_name_the_field():
 
 def test_one_engine_refuses_streams_of_several_parts_and_configurations_of_several_engines():
     """The RTL has one engine: a command with parts > 1 stops on ``parts`` before anything is written (the
-    interpreter decodes it, as an NPU of more engines would), and wdec.engines != 1 does not elaborate."""
+    interpreter decodes it, as an NPU of more engines would), and wdec.engines != 1 does not elaborate, nor
+    a cascade whose bits a cycle a DRAM word cannot bring."""
     config = SMALL
     weights = random_weights(np.random.default_rng(6), (4, 3, 2, 2))
     stream = encode_parts_stream(weights, 2)
@@ -182,6 +212,8 @@ def test_one_engine_refuses_streams_of_several_parts_and_configurations_of_sever
         warnings.simplefilter("ignore", UnusedElaboratable)      # the refused unit is never elaborated
         with pytest.raises(ValueError, match="wdec.engines = 2 is for the cycle model only") as refused:
             Wdec(hardware_config_from_dict({**config.to_dict(), "wdec": {"engines": 2}}))
+        with pytest.raises(ValueError, match="at least 52 bits to decode 2 bins a cycle") as refused:
+            Wdec(hardware_config_from_dict({**config.to_dict(), "wdec": {"bins_per_cycle": 2}}))
         del refused                     # its traceback holds the half-built unit: collected here, not later
         gc.collect()
 
@@ -206,5 +238,6 @@ def test_a_stream_outside_the_profile_is_refused_by_both_decoders():
     assert _agree_bin_by_bin(SMALL, stream, weights.shape) == "profile"
 
 
-def test_converts_to_verilog():
-    assert "module wdec" in verilog.convert(Wdec(DEFAULT), name="wdec")
+@pytest.mark.parametrize("bins", CASCADES)
+def test_converts_to_verilog(bins):
+    assert "module wdec" in verilog.convert(Wdec(wdec_cascade(DEFAULT, bins)), name="wdec")
