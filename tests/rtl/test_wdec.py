@@ -18,6 +18,7 @@ from aipu.codec.npu_profile import decode_profile_stream, encode_parts_stream, e
 from aipu.rtl.system import System
 from aipu.rtl.wdec import Wdec
 from aipu.sim.cosim.amaranth_run import run_amaranth
+from aipu.sim.cosim.synth import memory_ports, over_two_ports
 from aipu.sim.cosim.stimulus.wdec import layer_stream, random_stimulus, random_weights, streams_stimulus
 from aipu.sim.interpreter import ExecutionError, run
 from aipu.sim.machine.arch import DEFAULT, Buffer, hardware_config_from_dict
@@ -241,3 +242,12 @@ def test_a_stream_outside_the_profile_is_refused_by_both_decoders():
 @pytest.mark.parametrize("bins", CASCADES)
 def test_converts_to_verilog(bins):
     assert "module wdec" in verilog.convert(Wdec(wdec_cascade(DEFAULT, bins)), name="wdec")
+
+
+@pytest.mark.parametrize("bins", CASCADES[1:])
+def test_every_memory_has_two_ports_at_any_cascade(bins):
+    """The context memory is ``bins`` banks of one read and one write port (tests/rtl/test_memories.py checks
+    the configurations' own B = 1)."""
+    memories = memory_ports(Wdec(wdec_cascade(DEFAULT, bins)))
+    assert over_two_ports(memories) == []
+    assert sum(memory["name"].startswith("contexts.bank") for memory in memories) == bins

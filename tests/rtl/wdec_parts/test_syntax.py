@@ -1,5 +1,6 @@
 """The syntax walk, with the software decoder's bins as the engine's answers, asks for exactly the software's
-bins (kind and context), writes every level at its [O][KH][KW][I] byte and stops on each fault by name."""
+bins (kind and context), a leaf's up to a bin a lane a cycle, writes every level at its [O][KH][KW][I] byte and
+stops on each fault by name."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,7 @@ from aipu.sim.cosim.stimulus.wdec import layer_stream, random_weights
 from aipu.sim.machine.arch import DEFAULT, Buffer
 from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.program import Command
-from tests.rtl.configs import SMALL
+from tests.rtl.configs import SMALL, wdec_cascade
 from tests.rtl.simulate import simulate
 
 ERROR_NAMES = ("parts", "wgt_addr", "dram_addr", "k_h", "k_w", "in_c", "out_c", "stream", "profile", "levels")
@@ -22,8 +23,9 @@ TRACE_KINDS = {BinKind.BYPASS: TRACE_BYPASS, BinKind.STUFFING: TRACE_STUFFING}
 
 
 def _walk(config, stream: bytes, shape, *, overrun_at: int | None = None, **fields) -> tuple[bytearray, str | None]:
-    """(WEIGHT after the command, the fault's name or None) of one command whose engine answers with the
-    software's bins of ``stream`` (an overrun instead of bin ``overrun_at``); ``fields`` override the command's."""
+    """(WEIGHT after the command, the fault's name or None) of one command whose engine answers every lane it
+    asks for with the software's bins of ``stream`` (an overrun instead of bin ``overrun_at``); ``fields``
+    override the command's."""
     trace: list[tuple[int, int]] = []
     try:
         decode_profile_stream(stream, shape, trace)
@@ -46,14 +48,18 @@ def _walk(config, stream: bytes, shape, *, overrun_at: int | None = None, **fiel
         for _ in range(4 * len(trace) + 100):
             ctx.set(dut.bins.started, ctx.get(dut.bins.start))
             ctx.set(dut.end.ended, ctx.get(dut.end.check))
-            answer = ctx.get(dut.bins.decode)
-            if answer:
-                kind, context = ctx.get(dut.bins.kind), ctx.get(dut.bins.context)
-                assert (TRACE_KINDS.get(kind, context), asked) == (trace[asked][0], asked)
-            ctx.set(dut.bins.overrun, answer and asked == overrun_at)
-            ctx.set(dut.bins.decoded, answer and asked != overrun_at)
-            ctx.set(dut.bins.bin, trace[asked][1] if answer else 0)
-            asked += answer
+            overrun, going = False, True
+            for lane in dut.lanes:         # lane j's request may depend on lane j-1's bin
+                answer = going and ctx.get(lane.decode)
+                if answer:
+                    kind, context = ctx.get(lane.kind), ctx.get(lane.context)
+                    assert (TRACE_KINDS.get(kind, context), asked) == (trace[asked][0], asked)
+                overrun |= answer and asked == overrun_at
+                going = answer and asked != overrun_at
+                ctx.set(lane.decoded, going)
+                ctx.set(lane.bin, trace[asked][1] if going else 0)
+                asked += going
+            ctx.set(dut.bins.overrun, overrun)
             if ctx.get(dut.weight_write.en):
                 address, data, mask = (ctx.get(getattr(dut.weight_write, name)) for name in ("addr", "data", "mask"))
                 for lane in range(port_bytes):
@@ -77,9 +83,11 @@ def _transposed(weights: np.ndarray) -> bytes:
     return weights.transpose(0, 2, 3, 1).astype(np.int8).tobytes()
 
 
+@pytest.mark.parametrize("bins", [1, 4])
 @pytest.mark.parametrize("config,shape,ctu", [(SMALL, (2, 20, 1, 2), 16), (DEFAULT, (10, 2, 3, 3), 8),
                                               (SMALL, (4, 3, 1, 1), 64)], ids=["small", "default", "one-ctu"])
-def test_every_level_lands_at_its_byte(config, shape, ctu):
+def test_every_level_lands_at_its_byte(config, shape, ctu, bins):
+    config = wdec_cascade(config, bins)
     weights = random_weights(np.random.default_rng(sum(shape)), shape)
     weight, fault = _walk(config, layer_stream(weights, ctu), shape, wgt_addr=7)
     assert fault is None
@@ -87,19 +95,21 @@ def test_every_level_lands_at_its_byte(config, shape, ctu):
     assert weight[7:7 + size] == _transposed(weights) and not any(weight[:7]) and not any(weight[7 + size:])
 
 
-def test_faults_by_name():
+@pytest.mark.parametrize("bins", [1, 2])
+def test_faults_by_name(bins):
+    config = wdec_cascade(SMALL, bins)
     rng = np.random.default_rng(9)
     shape = (4, 3, 2, 2)
     weights = random_weights(rng, shape)
     stream = layer_stream(weights)
-    weight_bytes = SMALL.buffer(Buffer.WEIGHT).bytes
-    assert _walk(SMALL, stream, shape, wgt_addr=weight_bytes - 47) == (bytearray(weight_bytes), "wgt_addr")
-    assert _walk(SMALL, stream, shape, dram_addr=(1 << SMALL.dram.address_bits) - 4)[1] == "dram_addr"
-    assert _walk(SMALL, stream, shape, parts=2) == (bytearray(weight_bytes), "parts")     # one engine: one part
-    assert _walk(SMALL, stream, shape, k_w=1)[1] == "k_w"
-    assert _walk(SMALL, stream, shape, overrun_at=40)[1] == "stream"
+    weight_bytes = config.buffer(Buffer.WEIGHT).bytes
+    assert _walk(config, stream, shape, wgt_addr=weight_bytes - 47) == (bytearray(weight_bytes), "wgt_addr")
+    assert _walk(config, stream, shape, dram_addr=(1 << config.dram.address_bits) - 4)[1] == "dram_addr"
+    assert _walk(config, stream, shape, parts=2) == (bytearray(weight_bytes), "parts")     # one engine: one part
+    assert _walk(config, stream, shape, k_w=1)[1] == "k_w"
+    assert _walk(config, stream, shape, overrun_at=40)[1] == "stream"
     wide = weights.astype(np.int16)
     wide[1, 2, 1, 0] = 200
-    assert _walk(SMALL, layer_stream(wide), shape)[1] == "levels"
+    assert _walk(config, layer_stream(wide), shape)[1] == "levels"
     full_syntax = layer_stream(weights, options=encoder_options().__class__())
-    assert _walk(SMALL, full_syntax, shape)[1] == "profile"
+    assert _walk(config, full_syntax, shape)[1] == "profile"

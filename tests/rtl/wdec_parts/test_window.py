@@ -1,4 +1,4 @@
-"""The bit window shows the stream's next NEED_BITS bits (zero past its end) however many the engine takes
+"""The bit window shows the stream's next B·NEED_BITS bits (zero past its end) however many the engine takes
 a cycle, never makes the engine wait once it is ready, and checks the zero padding at the stream's end."""
 from __future__ import annotations
 
@@ -7,21 +7,22 @@ import pytest
 
 from aipu.rtl.wdec_parts.interfaces import NEED_BITS
 from aipu.rtl.wdec_parts.window import BitWindow
-from tests.rtl.configs import CONFIGS, SMALL
+from tests.rtl.configs import CONFIGS, SMALL, wdec_cascade
 from tests.rtl.simulate import simulate
 
 
-def _next_bits(stream: bytes, position: int) -> int:
-    """NEED_BITS stream bits from ``position``, MSB first, zero past the end."""
-    value = int.from_bytes(stream + bytes(NEED_BITS // 8 + 2), "big")
-    total = 8 * (len(stream) + NEED_BITS // 8 + 2)
-    return (value >> (total - position - NEED_BITS)) & ((1 << NEED_BITS) - 1)
+def _next_bits(stream: bytes, position: int, view: int) -> int:
+    """``view`` stream bits from ``position``, MSB first, zero past the end."""
+    value = int.from_bytes(stream + bytes(view // 8 + 2), "big")
+    total = 8 * (len(stream) + view // 8 + 2)
+    return (value >> (total - position - view)) & ((1 << view) - 1)
 
 
 def _read(config, stream: bytes, dram_addr: int, rng, keep: int) -> tuple[str, int]:
     """Consume the stream at random paces down to ``keep`` bits, checking every view on the way; then ask for
     its end. Returns (the end's answer, bits consumed)."""
     dut = BitWindow(config)
+    view = config.wdec.bins_per_cycle * NEED_BITS
     nbytes = config.dram.bytes_per_cycle
     image = bytes(dram_addr) + stream + bytes(nbytes)
     first, last = dram_addr // nbytes, (dram_addr + len(stream) - 1) // nbytes
@@ -42,9 +43,9 @@ def _read(config, stream: bytes, dram_addr: int, rng, keep: int) -> tuple[str, i
             left = 8 * len(stream) - position
             if ctx.get(dut.bits.ready):
                 was_ready = True
-                assert ctx.get(dut.bits.bits) == _next_bits(stream, position)
-                assert ctx.get(dut.bits.avail) == min(left, NEED_BITS)
-                take = min(int(rng.integers(0, NEED_BITS + 1)), left - keep)
+                assert ctx.get(dut.bits.bits) == _next_bits(stream, position, view)
+                assert ctx.get(dut.bits.avail) == min(left, view)
+                take = min(int(rng.integers(0, view + 1)), left - keep)
                 if take == 0 and left == keep:
                     ctx.set(dut.bits.consume, 0)
                     ctx.set(dut.end.check, 1)
@@ -66,7 +67,8 @@ def _read(config, stream: bytes, dram_addr: int, rng, keep: int) -> tuple[str, i
     return outcome["end"], outcome["position"]
 
 
-@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+@pytest.mark.parametrize("config", [wdec_cascade(config, bins) for bins in (1, 2, 4) for config in CONFIGS.values()],
+                         ids=[f"{name}-b{bins}" for bins in (1, 2, 4) for name in CONFIGS])
 def test_every_view_at_any_pace_and_the_end(config):
     rng = np.random.default_rng(2)
     stream = bytearray(rng.integers(0, 256, size=60, dtype=np.uint8).tobytes())
