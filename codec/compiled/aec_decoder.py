@@ -35,10 +35,10 @@ S_RS1, S_RT1, S_VALUE_S, S_VALUE_T, S_VALUE_D, S_BFLAG = 0, 1, 2, 3, 4, 5
 S_POS, S_END, S_BOUND_S, S_BINS, S_TRACE_LEN, S_ERROR, S_ERROR_POS = 6, 7, 8, 9, 10, 11, 12
 # the hardware's zero-run cycles (codec.npu_profile.ZERO_RUN_BITS): counted when S_ZERO_RUN_BITS is set
 S_ZERO_RUN_BITS, S_ZERO_RUNS = 13, 14
-# the hardware's cascade runs (codec.npu_profile, "bins_per_cycle"): while state[S_RUN_FROM] >= 0 (the bin that
-# began the open run), a bin after zero-run steps ends the run before it; state[S_RUNS + n] counts runs of n bins
+# the hardware's cascade runs (docs/rtl-wdec.md, "The cascade"): while state[S_RUN_FROM] >= 0 (the bin that began
+# the open run), a bin after zero-run steps ends the run before it; state[S_RUNS + n] counts runs of n bins
 S_RUN_FROM, S_RUNS = 15, 16
-MAX_RUN = 127               # longer runs count as MAX_RUN (a profile leaf of a legal level has at most 81 bins)
+MAX_RUN = 127               # longer runs count as MAX_RUN (a profile leaf of a decodable level has at most 81 bins)
 STATE_SIZE = S_RUNS + MAX_RUN + 1
 # state[S_ERROR] codes, and the encoder's (codec.compiled.aec_encoder)
 ERR_NONE, ERR_PAST_END, ERR_PREFIX_TOO_LONG, ERR_VALUE_TOO_LARGE, ERR_TRACE_FULL, ERR_TERMINATOR = 0, 1, 2, 3, 4, 5

@@ -148,7 +148,7 @@ class QueueConfig:
 class WdecConfig:
     bins_per_cycle: int = _key("bins of one leaf the weight decoder's engine resolves per cycle, a cascade of that "
                                "many decision stages (the RTL needs DRAM words of at least 26 bits per stage)", 1,
-                               8, power_of_two=True)
+                               4, power_of_two=True)
     engines: int = _key("weight decoder engines, each decoding one part of a stream at a time (the RTL: 1; more "
                         "is for the cycle model and the compiler's choice of parts)", 1, WDEC_MAX_PARTS)
 

@@ -66,13 +66,13 @@ def _decode(levels: list[int], lanes: int) -> list[tuple[str, int]]:
     return outcomes
 
 
-@pytest.mark.parametrize("lanes", [1, 2, 4, 8])
+@pytest.mark.parametrize("lanes", [1, 2, 4])
 def test_every_int8_level(lanes):
     levels = [int(level) for level in np.random.default_rng(1).permutation(np.arange(-128, 128))] + [0, 0, -5, 0]
     assert _decode(levels, lanes) == [("complete", level & 0xFF) for level in levels]
 
 
-@pytest.mark.parametrize("lanes", [1, 2, 4, 8])
+@pytest.mark.parametrize("lanes", [1, 2, 4])
 def test_magnitudes_beyond_int8_are_refused(lanes):
     ones = 2 + 16 + 7                   # nzflag, sign, the unary prefix, the 7th Exp-Golomb one
     assert _decode([128, -129, 143, 1000, -128], lanes) == [
