@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In
 
 from aipu.codec.reference.elements import NUM_CONTEXTS
 from aipu.codec.reference.engine import LG_PMPS_INIT, LG_PMPS_MAX, LPS_INCREMENT
-from aipu.rtl.wdec_parts.interfaces import CONTEXT_PORT, LG_BITS
+from aipu.rtl.wdec_parts.interfaces import CONTEXT_PORT, LG_BITS, rotation_shape
 
 STATE_BITS = LG_BITS + 3        # mps, cycno (2 bits), lgPmps
 
@@ -29,7 +29,8 @@ class ContextMemory(wiring.Component):
 
     def __init__(self, lanes: int = 1):
         self.lanes = lanes
-        super().__init__({"ports": In(CONTEXT_PORT).array(lanes), "rotation": In(range(lanes)), "clear": In(1)})
+        super().__init__({"ports": In(CONTEXT_PORT).array(lanes), "rotation": In(rotation_shape(lanes)),
+                          "clear": In(1)})
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -42,8 +43,9 @@ class ContextMemory(wiring.Component):
             writes.append(memory.write_port())
         reads, writes = Array(reads), Array(writes)
         marked = written
+        bits = (lanes - 1).bit_length()
         for lane, port in enumerate(self.ports):
-            bank = (self.rotation + lane)[:(lanes - 1).bit_length()]
+            bank = (self.rotation + lane)[:bits] if bits else 0
             state = Signal(STATE_BITS, name=f"state{lane}")
             m.d.comb += [reads[bank].addr.eq(port.index),
                          state.eq(Mux(written.bit_select(port.index, 1), reads[bank].data, LG_PMPS_INIT << 3)),

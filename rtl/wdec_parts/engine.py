@@ -15,9 +15,9 @@ from aipu.rtl.wdec_parts.interfaces import (BIN_LANE, BIN_REQUEST, BIN_TRACE, CO
 
 # The engine's registers between two bins. valueT is kept as its 8 low bits plus a flag for "at least 0x100":
 # the software's wider value is only ever used for the next renormalisation's ``valueT < 0x100`` test and its
-# ``& 0xFF`` (docs/rtl-wdec.md). ``zero_run_pending``: zero-run steps have begun this bin's renormalisation.
+# ``& 0xFF`` (docs/rtl-wdec.md).
 ENGINE_STATE = data.StructLayout({"rs1": 8, "rt1": 8, "value_s": 8, "value_t": 8, "value_t_big": 1, "bflag": 1,
-                                  "value_d": 1, "zero_run_pending": 1})
+                                  "value_d": 1})
 
 
 class DecisionStage(wiring.Component):
@@ -26,13 +26,14 @@ class DecisionStage(wiring.Component):
     says the bin needs a zero-run step first (a longer zero run with valueT = 0); then ``bin``, ``used`` and
     ``after`` mean nothing.
 
-    Signature: ``before`` (In: the engine's state), ``bits`` (In: the next NEED_BITS stream bits), ``kind``,
+    Signature: ``before`` (In: the engine's state), ``pending`` (In: zero-run steps have begun this bin's
+    renormalisation, from ``before.value_s``), ``bits`` (In: the next NEED_BITS stream bits), ``kind``,
     ``mps``, ``lg`` (In: the bin's kind and its context's state), ``zero_run``, ``bin``, ``used`` (the stream
     bits the bin takes) and ``after`` (the state after it) (Out).
     """
 
     def __init__(self):
-        super().__init__({"before": In(ENGINE_STATE), "bits": In(NEED_BITS), "kind": In(BinKind), "mps": In(1),
+        super().__init__({"before": In(ENGINE_STATE), "pending": In(1), "bits": In(NEED_BITS), "kind": In(BinKind), "mps": In(1),
                           "lg": In(LG_BITS), "zero_run": Out(1), "bin": Out(1), "used": Out(range(NEED_BITS + 1)),
                           "after": Out(ENGINE_STATE)})
 
@@ -46,8 +47,8 @@ class DecisionStage(wiring.Component):
                                     Mux(self.kind == BinKind.BYPASS, BYPASS_LG_PMPS, STUFFING_LG_PMPS)))]
 
         # renormalisation (10.4.3.3.2): up to ZERO_RUN_BITS - 1 leading zeros and 9 bits
-        renorm = state.value_d | (state.bflag & (state.rs1 == BOUND_S)) | state.zero_run_pending
-        s_start = Mux(state.zero_run_pending, state.value_s, 0)
+        renorm = state.value_d | (state.bflag & (state.rs1 == BOUND_S)) | self.pending
+        s_start = Mux(self.pending, state.value_s, 0)
         room = Signal(9)
         m.d.comb += room.eq(BOUND_S - s_start)
         leading_zeros = Signal(range(ZERO_RUN_BITS + 1))
@@ -126,11 +127,13 @@ class ArithmeticDecoder(wiring.Component):
         m = Module()
         bins, window, view = self.bins, self.bits, self.stages * NEED_BITS
         state = Signal(ENGINE_STATE)
+        zero_run_pending = Signal()         # lane 0's bin has had zero-run steps
         offset = 0                          # the stream bits the stages before this one take
         going = window.ready & ~bins.start  # the stages before this one decoded their bins
         for index, (lane, port, trace) in enumerate(zip(self.lanes, self.context, self.trace)):
             m.submodules[f"stage{index}"] = stage = DecisionStage()
             m.d.comb += [stage.before.eq(state if index == 0 else previous), stage.kind.eq(lane.kind),
+                         stage.pending.eq(zero_run_pending if index == 0 else 0),
                          stage.bits.eq((window.bits << offset)[view - NEED_BITS:view]), port.index.eq(lane.context),
                          stage.mps.eq(port.mps), stage.lg.eq(port.lg), port.bin.eq(stage.bin), lane.bin.eq(stage.bin)]
             asked, taken = Signal(name=f"asked{index}"), Signal(range(view + 1), name=f"taken{index}")
@@ -140,10 +143,10 @@ class ArithmeticDecoder(wiring.Component):
             with m.Elif(asked):
                 m.d.comb += [lane.decoded.eq(1), port.update.eq(lane.kind == BinKind.CONTEXT),
                              window.consume.eq(taken)]
-                m.d.sync += state.eq(stage.after)           # the last lane decoded sets the registers
+                m.d.sync += [state.eq(stage.after), zero_run_pending.eq(0)]     # the last lane decoded sets them
                 self._trace(m, lane, trace)
             if index == 0:
-                self._zero_run_step(m, state, going & lane.decode & stage.zero_run)
+                self._zero_run_step(m, state, zero_run_pending, going & lane.decode & stage.zero_run)
             going, offset, previous = lane.decoded, taken, stage.after
 
         with m.If(window.ready & bins.start):          # 10.4.2.2: the first 9 bits
@@ -153,18 +156,18 @@ class ArithmeticDecoder(wiring.Component):
                 first = window.bits[view - RANGE_BITS:]
                 m.d.comb += [window.consume.eq(RANGE_BITS), bins.started.eq(1)]
                 m.d.sync += [state.rs1.eq(0), state.rt1.eq(0xFF), state.value_s.eq(0), state.bflag.eq(0),
-                             state.value_d.eq(1), state.zero_run_pending.eq(0), state.value_t.eq(first[:8]),
+                             state.value_d.eq(1), zero_run_pending.eq(0), state.value_t.eq(first[:8]),
                              state.value_t_big.eq(first[8])]
         return m
 
-    def _zero_run_step(self, m: Module, state, step) -> None:
+    def _zero_run_step(self, m: Module, state, pending, step) -> None:
         """Lane 0's bin first needs ZERO_RUN_BITS more zeros of its renormalisation (``step``): take them."""
         with m.If(step & (self.bits.avail < ZERO_RUN_BITS)):
             m.d.comb += self.bins.overrun.eq(1)
         with m.Elif(step):
             m.d.comb += self.bits.consume.eq(ZERO_RUN_BITS)
-            m.d.sync += [state.value_s.eq(Mux(state.zero_run_pending, state.value_s, 0) + ZERO_RUN_BITS),
-                         state.rs1.eq(0), state.zero_run_pending.eq(1)]
+            m.d.sync += [state.value_s.eq(Mux(pending, state.value_s, 0) + ZERO_RUN_BITS), state.rs1.eq(0),
+                         pending.eq(1)]
 
     @staticmethod
     def _trace(m: Module, lane, trace) -> None:

@@ -57,6 +57,12 @@ BIN_LANE = Signature({"decode": Out(1), "kind": Out(BinKind), "context": Out(ran
 # after lane j-1). ``overrun``: the stream ends before the bits a requested bin needs.
 BIN_REQUEST = Signature({"start": Out(1), "started": In(1), "overrun": In(1)})
 
+def rotation_shape(lanes: int) -> int:
+    """Bits of the context memory's bank rotation, from the syntax walk: a bank's index, at least one bit (one
+    lane: unused)."""
+    return max(1, (lanes - 1).bit_length())
+
+
 # From an engine stage to the context memory: the state (mps, lgPmps) of context ``index``, and its ``update``
 # with the decoded ``bin`` at the end of the cycle.
 CONTEXT_PORT = Signature({"index": Out(range(NUM_CONTEXTS)), "mps": In(1), "lg": In(LG_BITS), "update": Out(1),

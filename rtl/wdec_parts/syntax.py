@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 from aipu.rtl.commands import command_layout
 from aipu.rtl.ports import write_port
 from aipu.rtl.wdec_parts.elements import SHAPE_FIELDS, CtuFlags, HeaderFields
-from aipu.rtl.wdec_parts.interfaces import BIN_LANE, BIN_REQUEST, STREAM_END, BinKind, stream_span
+from aipu.rtl.wdec_parts.interfaces import BIN_LANE, BIN_REQUEST, STREAM_END, BinKind, rotation_shape, stream_span
 from aipu.rtl.wdec_parts.leaves import LeafWalk
 from aipu.rtl.wdec_parts.levels import LevelDecoder
 from aipu.rtl.wdec_parts.writer import LevelWriter
@@ -46,7 +46,7 @@ class SyntaxWalk(wiring.Component):
         super().__init__({"command": In(command_layout(config, Opcode.WDEC)), "start": In(1), "done": Out(1),
                           "fault": Out(1), "fault_field": Out(range(len(error_names))),
                           "span": Out(stream_span(config)), "end": Out(STREAM_END), "bins": Out(BIN_REQUEST),
-                          "lanes": Out(BIN_LANE).array(lanes), "rotation": Out(range(lanes)),
+                          "lanes": Out(BIN_LANE).array(lanes), "rotation": Out(rotation_shape(lanes)),
                           "weight_write": Out(write_port(config, Buffer.WEIGHT))})
 
     def elaborate(self, platform) -> Module:

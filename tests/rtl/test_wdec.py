@@ -27,6 +27,8 @@ from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from tests.rtl.checks import assert_matches
 from tests.rtl.configs import CONFIGS, SMALL, wdec_cascade
+from tests.rtl.lint import assert_lint_clean
+from tests.rtl.test_npu import ACCEPTED_LINT
 
 CASCADES = (1, 2, 4)
 # Every configuration at every cascade: B = 1 as it is, B = 2 and 4 with the DRAM word widened where it must be
@@ -251,3 +253,11 @@ def test_every_memory_has_two_ports_at_any_cascade(bins):
     memories = memory_ports(Wdec(wdec_cascade(DEFAULT, bins)))
     assert over_two_ports(memories) == []
     assert sum(memory["name"].startswith("contexts.bank") for memory in memories) == bins
+
+
+@pytest.mark.parametrize("bins", CASCADES[1:])
+def test_verilator_lint_finds_nothing_else_at_any_cascade(bins, tmp_path):
+    """The NPU's lint (tests/rtl/test_npu.py, the configurations' own B = 1) on WDEC alone at B = 2 and 4."""
+    source = tmp_path / "wdec.v"
+    source.write_text(verilog.convert(Wdec(wdec_cascade(SMALL, bins)), name="wdec"))
+    assert_lint_clean(source, "wdec", ACCEPTED_LINT)
