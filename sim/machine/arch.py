@@ -147,8 +147,8 @@ class QueueConfig:
 @dataclass(frozen=True)
 class WdecConfig:
     bins_per_cycle: int = _key("bins of one leaf the weight decoder's engine resolves per cycle, a cascade of that "
-                               "many decision stages (the RTL needs DRAM words of at least 26 bits per stage)", 1,
-                               4, power_of_two=True)
+                               "many decision stages (the RTL needs a DRAM word to hold every stage's bits: "
+                               "docs/rtl-wdec.md)", 1, 4, power_of_two=True)
     engines: int = _key("weight decoder engines, each decoding one part of a stream at a time (the RTL: 1; more "
                         "is for the cycle model and the compiler's choice of parts)", 1, WDEC_MAX_PARTS)
 

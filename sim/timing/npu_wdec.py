@@ -39,7 +39,7 @@ from aipu.codec.reference.engine import RANGE_BITS
 from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.program import Command
 from aipu.sim.timing.dram_bridge import read_cycles
-from aipu.sim.timing.wdec import NEED_BITS, decoded_profile
+from aipu.sim.timing.wdec import NEED_BITS, decoded_profile, stream_words
 
 FIFO_SLACK = 4              # the word fetcher's FIFO holds dram.latency_cycles + 4 words
 BEGIN_CYCLES = 2            # start, then the check: requests from the cycle after
@@ -118,7 +118,7 @@ class WdecStream:
     def __init__(self, config: HardwareConfig, command: Command, stream: bytes, start: int):
         self.consumption = engine_cycles(stream, (command.out_c, command.in_c, command.k_h, command.k_w))
         nbytes = config.dram.bytes_per_cycle
-        words = (command.dram_addr + command.length - 1) // nbytes - command.dram_addr // nbytes + 1
+        words = stream_words(config, command.dram_addr, command.length)
         self.state = np.zeros(STATE_SIZE, dtype=np.int64)
         self.state[[NEED, START_BITS, SKIP, BEGIN, DEPTH, LATENCY, WORD_BITS, FIRST_BITS]] = (
             NEED_BITS, RANGE_BITS, CYCLE_SKIP, start + BEGIN_CYCLES, config.dram.latency_cycles + FIFO_SLACK,

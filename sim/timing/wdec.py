@@ -50,10 +50,10 @@ def dram_phases(config: HardwareConfig, command, stream: bytes) -> DramPhases:
     for index, (part, counts) in enumerate(parts):
         engines[index % len(engines)] += _part_cycles(config, command.dram_addr + part.offset, part.length, counts)
     header = 0 if command.parts == 1 else (config.dram.latency_cycles
-                                           + _stream_words(config, command.dram_addr, PART_LENGTH.size * command.parts))
+                                           + stream_words(config, command.dram_addr, PART_LENGTH.size * command.parts))
     before = 1 + config.dram.latency_cycles
     transfer = header + max(engines) - config.dram.latency_cycles - 1
-    words = _stream_words(config, command.dram_addr, command.length)
+    words = stream_words(config, command.dram_addr, command.length)
     return DramPhases(before, transfer, min(words, transfer), 1)
 
 
@@ -89,7 +89,7 @@ _STREAM_COUNTS: dict[tuple[bytes, tuple], StreamCounts] = {}
 _STREAM_COUNTS_KEPT = 1 << 16
 
 
-def _stream_words(config: HardwareConfig, dram_addr: int, length: int) -> int:
+def stream_words(config: HardwareConfig, dram_addr: int, length: int) -> int:
     """DRAM words that hold the stream's bytes."""
     nbytes = config.dram.bytes_per_cycle
     return (dram_addr + length - 1) // nbytes - dram_addr // nbytes + 1
@@ -101,5 +101,5 @@ def first_bits_cycles(config: HardwareConfig, dram_addr: int, length: int) -> in
     window, one per word it takes (words arrive one a cycle) and the start itself."""
     nbytes = config.dram.bytes_per_cycle
     needed = math.ceil((8 * (dram_addr % nbytes) + config.wdec.bins_per_cycle * NEED_BITS) / (8 * nbytes))
-    words = min(_stream_words(config, dram_addr, length), needed)
+    words = min(stream_words(config, dram_addr, length), needed)
     return config.dram.latency_cycles + 2 + words
