@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from aipu.rtl.arbiter import after, round_robin
 from aipu.rtl.axi import AxiSignature
 from aipu.rtl.ports import dram_read_port, dram_write_port
 from aipu.sim.machine.arch import HardwareConfig
@@ -94,7 +95,7 @@ class DramBridge(wiring.Component):
         pointer = Signal(range(n))
         outstanding = Signal(range(self.max_reads + 1))
         requests = Cat(*(port.valid for port in self.read))
-        winner = self._round_robin(m, requests, pointer)
+        winner = round_robin(m, requests, pointer)
         offer = Signal()
         m.d.comb += offer.eq(~self.error & (requests != 0) & (~bus.arvalid | bus.arready)
                              & (outstanding < self.max_reads))
@@ -106,7 +107,7 @@ class DramBridge(wiring.Component):
             m.d.comb += port.ready.eq(grant & (winner == index))
         with m.If(grant):
             m.d.sync += [bus.arvalid.eq(1), bus.araddr.eq(chosen_addr << self.word_shift), bus.arid.eq(winner),
-                         pointer.eq(Mux(winner == n - 1, 0, winner + 1))]
+                         pointer.eq(after(winner, n))]
         with m.Elif(bus.arready):
             m.d.sync += bus.arvalid.eq(0)
         answered = bus.rvalid          # rready is always high
@@ -119,18 +120,6 @@ class DramBridge(wiring.Component):
             m.d.comb += [port.data.eq(data), port.data_valid.eq(data_valid & (data_id == index))]
         return ((failed, ErrorCause.AXI_RESPONSE, self._code(self.readers, bus.rid), bus.rresp),
                 (refused, ErrorCause.DRAM_RANGE, self._code(self.readers, winner), 0))
-
-    def _round_robin(self, m: Module, requests, pointer) -> Signal:
-        """The first set bit of ``requests`` from bit ``pointer`` on, wrapping around."""
-        n = len(self.readers)
-        winner = Signal(range(n))
-        for start in range(n):
-            with m.If(pointer == start):
-                for offset in reversed(range(n)):
-                    index = (start + offset) % n
-                    with m.If(requests[index]):
-                        m.d.comb += winner.eq(index)
-        return winner
 
     def _write_side(self, m: Module) -> tuple:
         """AW register and W queue; B counted into ``write_idle``."""
