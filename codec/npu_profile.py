@@ -30,9 +30,10 @@ from .compiled.aec_decoder import (MAX_RUN, NO_TRACE, POSITIONS_TRACE_COLUMNS, S
                                   raise_on_error)
 from .compiled.contexts import Element
 from .compiled.element_io import FastElementReader
-from .compiled.profile_walk import (CYCLE_SKIP, WALK_CTU, WALK_ELEMENT, WALK_END_FLAG, WALK_ERROR, WALK_OUTSIDE,
-                                    WALK_POS, WALK_SKIPS, WALK_STATUS_SIZE, WALK_VALUE, decode_profile_ctus,
-                                    profile_cycles)
+from .compiled.profile_walk import (CUBE_SHIFT, CYCLE_SKIP, MARK_CUBE, MARK_LEAF, MARK_LEVEL, WALK_CTU, WALK_CUBES,
+                                    WALK_ELEMENT, WALK_END_FLAG, WALK_ERROR, WALK_LAST_CUBE, WALK_OUTSIDE, WALK_POS,
+                                    WALK_SKIPS, WALK_STATUS_SIZE, WALK_VALUE, decode_profile_ctus, profile_cycles,
+                                    profile_entries)
 from .errors import CodecError, error_context
 from .reference.element_coder import ElementDecoder
 from .reference.elements import element_spec
@@ -83,6 +84,7 @@ class ProfileDecode:
     morton_skips: int = 0            # leaf-walk candidates outside their CU
     zero_run_cycles: int = 0         # extra engine cycles on long zero runs
     leaf_runs: np.ndarray = field(default_factory=lambda: np.zeros(MAX_RUN + 1, np.int64))   # [n]: runs of n bins
+    cube_runs: int = 0               # runs of leaves of one 8x8x8 cube (with a positions trace only)
 
 
 def bin_cycles(counts, bins_per_cycle: int) -> int:
@@ -267,27 +269,31 @@ def _flag_table(flags) -> np.ndarray:
                      for name, wanted in flags], dtype=np.int64).reshape(-1, 3)
 
 
+NO_CUBES = np.zeros((0, 3), dtype=np.int64)
 _FLAG_TABLES = tuple(_flag_table(flags) for flags in (PROFILE_CTU_FLAGS, (PROFILE_SPLIT_FLAG,), PROFILE_CU_FLAGS))
 _PROFILE_FLAG_VALUES = dict((*PROFILE_CTU_FLAGS, PROFILE_SPLIT_FLAG, *PROFILE_CU_FLAGS))
 
 
 def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int],
-                            trace: np.ndarray = NO_TRACE) -> ProfileDecode:
+                            trace: np.ndarray = NO_TRACE, cubes: np.ndarray = NO_CUBES) -> ProfileDecode:
     """``decode_profile_stream`` over the compiled engine (codec.compiled.profile_walk): the same levels, bins,
     Morton skips, zero-run cycles, leaf runs and refusals, about a hundred times faster. ``trace``: the engine's
-    trace array (codec.compiled.aec_decoder), filled with every bin."""
+    trace array (codec.compiled.aec_decoder), filled with every bin; with a positions trace, ``cubes`` (int64
+    rows) receives the cube (k >> 3, z >> 3, c >> 3) of each run of leaves of one cube, as many as it holds
+    (``cube_runs`` counts them)."""
     out_c, in_c, k_h, k_w = (int(n) for n in shape)
     reader = FastElementReader(stream, trace)
     reader.state[S_ZERO_RUN_BITS] = ZERO_RUN_BITS
     levels = np.zeros((out_c, in_c, k_h, k_w), dtype=np.int64)
     status = np.zeros(WALK_STATUS_SIZE, dtype=np.int64)
+    status[WALK_LAST_CUBE] = -1
     try:
         header = read_header(reader.code, (k_h, k_w, in_c, out_c))
         size = ctu_size_from_idx(header["max_ctu3d_idx"])
         ctus = np.array([(c, k, min(size, in_c - c), min(size, out_c - k))
                          for c, k in _ctu_origins(header, in_c, out_c)], dtype=np.int64).reshape(-1, 4)
         decode_profile_ctus(reader.state, reader.ctx, reader.data, trace, levels, ctus, k_h * k_w, k_w,
-                            *_FLAG_TABLES, SPLIT_FLAG_MIN_CU, status)
+                            *_FLAG_TABLES, SPLIT_FLAG_MIN_CU, status, cubes)
         element = Element(int(status[WALK_ELEMENT])).name
         with error_context(ctu=int(status[WALK_CTU])):
             raise_on_error(reader.state, element=element)
@@ -304,7 +310,7 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int],
     if end != 8 * len(stream):
         raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
     return ProfileDecode(levels, bins, int(status[WALK_SKIPS]), int(reader.state[S_ZERO_RUNS]),
-                         reader.state[S_RUNS:S_RUNS + MAX_RUN + 1].copy())
+                         reader.state[S_RUNS:S_RUNS + MAX_RUN + 1].copy(), int(status[WALK_CUBES]))
 
 
 def profile_cycles_compiled(stream: bytes, shape: tuple[int, int, int, int], counts=None) -> np.ndarray:
@@ -318,6 +324,57 @@ def profile_cycles_compiled(stream: bytes, shape: tuple[int, int, int, int], cou
     cycles = np.empty(len(trace) + counts.zero_run_cycles, dtype=np.int8)
     profile_cycles(trace, RANGE_BITS, ZERO_RUN_BITS, cycles)
     return cycles
+
+
+def cube_grid(shape: tuple[int, int, int, int]) -> tuple[int, int, int]:
+    """The aligned 8x8x8 cubes of (k, z, c) along each axis of an [O][I][KH][KW] tensor (docs/rtl-wdec.md)."""
+    out_c, in_c, k_h, k_w = (int(n) for n in shape)
+    return tuple(-(-n // (1 << CUBE_SHIFT)) for n in (out_c, k_h * k_w, in_c))
+
+
+def profile_entries_compiled(stream: bytes, shape: tuple[int, int, int, int], bins_per_cycle: int,
+                             counts=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The engine's cycles after its 9-bit start on an engine of ``bins_per_cycle`` (B) stages (docs/rtl-wdec.md,
+    "The cascade"): up to B consecutive bins of one leaf a cycle, cut before a bin that needs zero-run steps,
+    every other bin one a cycle, a cycle per zero-run step and per Morton skip (CYCLE_SKIP). Returns (bits,
+    marks, cubes): int8 stream bits per cycle; uint8 marks per cycle, MARK_LEVEL where it completes a level
+    (decodes a leaf's last bin), MARK_LEAF on a leaf's cycles (its bins' and their zero-run steps), MARK_CUBE on
+    the first cycle of each cube's leaves (its ordinal counts the MARK_CUBE cycles up to it, less one); and the
+    cubes' (k >> 3, z >> 3, c >> 3) by ordinal (int64 rows). As many cycles as ``bin_cycles(counts, B) +
+    morton_skips + zero_run_cycles``; for B = 1 the bits are ``profile_cycles_compiled``'s. Each cube's leaves
+    are contiguous in the Morton order (AssertionError if not)."""
+    counts = decode_profile_compiled(stream, shape) if counts is None else counts
+    trace = np.zeros((counts.bins + counts.morton_skips, POSITIONS_TRACE_COLUMNS), dtype=np.int32)
+    cubes = np.zeros((int(np.prod(cube_grid(shape))), 3), dtype=np.int64)
+    runs = decode_profile_compiled(stream, shape, trace, cubes).cube_runs
+    if runs != len(cubes):
+        raise AssertionError(f"{runs} runs of one cube's leaves, {len(cubes)} cubes: a cube's leaves not contiguous")
+    size = bin_cycles(counts, bins_per_cycle) + counts.morton_skips + counts.zero_run_cycles
+    bits, marks = np.empty(size, dtype=np.int8), np.zeros(size, dtype=np.uint8)
+    written = profile_entries(trace, RANGE_BITS, ZERO_RUN_BITS, bins_per_cycle, bits, marks)
+    if written != size:
+        raise AssertionError(f"the profile walk gave {written} engine cycles at B = {bins_per_cycle}, its counts "
+                             f"{size} (-1: more)")
+    return bits, marks, cubes
+
+
+def cube_writes(cubes: np.ndarray, wgt_addr: int, shape: tuple[int, int, int, int], port_bytes: int) -> np.ndarray:
+    """WRITES of each cube (rows (k >> 3, z >> 3, c >> 3)) of a part whose levels go to WEIGHT from ``wgt_addr``
+    (its first kernel's byte), ``shape`` the part's [O][I][KH][KW]: the stager writes a cube as rows, one per
+    valid (k, z), of its channels c0 .. c0 + nc - 1 at byte A = wgt_addr + (k * taps + z) * in_c + c0, each row
+    one write per WEIGHT word of ``port_bytes`` it touches (/work/wt/notes/stager_spec.md). int64 per cube."""
+    out_c, in_c, k_h, k_w = (int(n) for n in shape)
+    taps, side = k_h * k_w, 1 << CUBE_SHIFT
+    cubes = np.asarray(cubes, dtype=np.int64).reshape(-1, 3)
+    offsets = np.arange(side)
+    k = (cubes[:, 0:1] << CUBE_SHIFT) + offsets                    # [n, 8] kernels, taps, first channel
+    z = (cubes[:, 1:2] << CUBE_SHIFT) + offsets
+    c0 = cubes[:, 2] << CUBE_SHIFT
+    nc = np.minimum(side, in_c - c0)
+    start = wgt_addr + (k[:, :, None] * taps + z[:, None, :]) * in_c + c0[:, None, None]      # [n, 8, 8]
+    words = (start + nc[:, None, None] - 1) // port_bytes - start // port_bytes + 1
+    valid = (k < out_c)[:, :, None] & (z < taps)[:, None, :]
+    return np.where(valid, words, 0).sum(axis=(1, 2))
 
 
 # --- Parts: one tile's stream split by output channels for parallel engines -----------------------------------

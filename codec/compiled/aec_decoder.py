@@ -67,8 +67,12 @@ def new_state(data: np.ndarray, bit_offset: int = 0, bound_s: int = BOUND_S) -> 
 
 
 NO_TRACE = np.zeros((0, 2), dtype=np.int32)
-# A positions trace has two more columns: the bit position after the row's bin, the zero-run cycles so far.
-TRACE_POS, TRACE_ZERO_RUNS, POSITIONS_TRACE_COLUMNS = 2, 3, 4
+# A positions trace has three more columns: the bit position after the row's bin, the zero-run cycles so far, and
+# (set by the profile walk, codec.compiled.profile_walk) whether the bin is one of a leaf's: TRACE_LEAF_BIN, or
+# TRACE_LEAF_LAST for the last bin of its leaf (0: any other bin), with TRACE_CUBE_FIRST added on the first bin of
+# a leaf whose 8x8x8 cube is not the previous leaf's
+TRACE_POS, TRACE_ZERO_RUNS, TRACE_LEAF, POSITIONS_TRACE_COLUMNS = 2, 3, 4, 5
+TRACE_LEAF_BIN, TRACE_LEAF_LAST, TRACE_LEAF_KIND, TRACE_CUBE_FIRST = 1, 2, 3, 4
 
 
 @njit

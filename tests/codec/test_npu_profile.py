@@ -10,8 +10,10 @@ import pytest
 from aipu.app.cli import main
 from aipu.codec import CodecError
 from aipu.codec.api import CodecOptions, decode_stream, encode, read_index
-from aipu.codec.npu_profile import (CYCLE_SKIP, decode_profile_compiled, decode_profile_stream, encode_profile_stream,
-                                   encoder_options, morton_leaves, profile_cycles_compiled, with_profile)
+from aipu.codec.npu_profile import (CYCLE_SKIP, MARK_CUBE, MARK_LEAF, MARK_LEVEL, bin_cycles, cube_grid, cube_writes,
+                                   decode_profile_compiled, decode_profile_stream, encode_profile_stream,
+                                   encoder_options, morton_leaves, profile_cycles_compiled, profile_entries_compiled,
+                                   with_profile)
 from aipu.codec.reference.geometry import CTU_SIZES, tree_shapes
 from aipu.codec.reference.tree_coder import children
 
@@ -84,6 +86,88 @@ def test_compiled_cycles_are_the_reference_s(seed):
     rng = np.random.default_rng(200 + seed)
     shape = (int(rng.integers(1, 70)), int(rng.integers(1, 20)), int(rng.integers(1, 4)), int(rng.integers(1, 4)))
     _assert_same_cycles(encode_profile_stream(_levels(rng, shape), int(rng.choice(CTU_SIZES))), shape)
+
+
+@pytest.mark.parametrize("bins_per_cycle", [1, 2, 4])
+@pytest.mark.parametrize("kind", ["random", "trained_like", "sparse"])
+def test_entries_of_b_bins_a_cycle_count_the_formula_s_cycles_and_the_levels(kind, bins_per_cycle):
+    """The engine's cycles at B bins a cycle: as many as ``bin_cycles`` + Morton skips + zero-run cycles, their
+    bits the stream's after the 9-bit start, one level-completing cycle per leaf; at B = 1 the bits are
+    ``profile_cycles_compiled``'s."""
+    rng = np.random.default_rng({"random": 7, "trained_like": 8, "sparse": 9}[kind])
+    for _ in range(4):
+        shape = (int(rng.integers(1, 60)), int(rng.integers(1, 30)), int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        if kind == "random":
+            levels = _levels(rng, shape)
+        elif kind == "trained_like":
+            levels = np.where(rng.random(shape) < 0.3, 0, np.clip(np.round(rng.laplace(0, 8, shape)), -128, 127))
+        else:
+            levels = np.where(rng.random(shape) < 0.002, rng.integers(-20, 21, shape), 0)
+        stream = encode_profile_stream(levels.astype(np.int8), int(rng.choice(CTU_SIZES)))
+        counts = decode_profile_compiled(stream, shape)
+        bits, marks, _ = profile_entries_compiled(stream, shape, bins_per_cycle)
+        completes = marks & MARK_LEVEL
+        skips = int(np.count_nonzero(bits == CYCLE_SKIP))
+        assert len(bits) == bin_cycles(counts, bins_per_cycle) + counts.morton_skips + counts.zero_run_cycles
+        assert skips == counts.morton_skips
+        consumed = int(bits[bits != CYCLE_SKIP].astype(np.int64).sum())      # up to the stuffing bin, not the padding
+        assert 0 <= 8 * len(stream) - 9 - consumed < 8
+        one = profile_cycles_compiled(stream, shape)
+        assert consumed == int(one[one != CYCLE_SKIP].astype(np.int64).sum())
+        assert int(completes.sum()) == counts.levels.size and not marks[bits == CYCLE_SKIP].any()
+        assert (marks[completes != 0] & MARK_LEAF).all()
+        if bins_per_cycle == 1:
+            np.testing.assert_array_equal(bits, one)
+
+
+def _leaf_cubes(shape, ctu: int) -> list[tuple[int, int, int]]:
+    """The cube (k >> 3, z >> 3, c >> 3) of each leaf in stream order: the CTUs (c outer, k inner), each CU's
+    leaves in Morton order (the reference's walk)."""
+    out_c, in_c, k_h, k_w = shape
+    cubes = []
+    for c0 in range(0, in_c, ctu):
+        for k0 in range(0, out_c, ctu):
+            for leaf in morton_leaves(k_h * k_w, min(ctu, in_c - c0), min(ctu, out_c - k0)):
+                if leaf is not None:
+                    z, y, x = leaf
+                    cubes.append(((k0 + x) >> 3, z >> 3, (c0 + y) >> 3))
+    return cubes
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_each_cube_s_entries_are_one_run_in_the_engine_s_cycles(seed):
+    """Random shapes (edges off the 8-grid, up to 7x7 kernels, 1x1) and CTU sizes: the entries of each cube
+    ordinal (counted by MARK_CUBE, on leaf cycles only) form one run, the ordinals follow the leaves' cubes in
+    the reference's order, and every cube of the grid has one ordinal."""
+    rng = np.random.default_rng(300 + seed)
+    taps = [(1, 1), (3, 3), (1, 3), (5, 5), (7, 7), (2, 1)][seed % 6]
+    shape = (int(rng.integers(1, 50)), int(rng.integers(1, 50)), *taps)
+    ctu = int(rng.choice(CTU_SIZES))
+    stream = encode_profile_stream(_levels(rng, shape), ctu)
+    bits, marks, cubes = profile_entries_compiled(stream, shape, int(rng.choice([1, 2, 4])))
+    leaf = (marks & MARK_LEAF) != 0
+    assert not (marks[~leaf] & (MARK_CUBE | MARK_LEVEL)).any()
+    ordinal = np.cumsum((marks & MARK_CUBE) != 0) - 1
+    runs = ordinal[leaf]
+    assert runs[0] == 0 and set(np.diff(runs).tolist()) <= {0, 1} and runs[-1] == len(cubes) - 1
+    assert len(cubes) == np.prod(cube_grid(shape)) and len(set(map(tuple, cubes.tolist()))) == len(cubes)
+    per_leaf = [tuple(cube) for cube in cubes[ordinal[(marks & MARK_LEVEL) != 0]].tolist()]
+    assert per_leaf == _leaf_cubes(shape, ctu)
+
+
+def test_cube_writes_count_each_row_s_weight_words():
+    """Hand-counted: 8 channels a row at byte (k * taps + z) * in_c + c0 from wgt_addr; one write per WEIGHT word
+    a row touches; rows only for kernels and taps inside the tensor."""
+    one = np.array([[0, 0, 0]])
+    assert cube_writes(one, 0, (8, 8, 1, 1), 256).tolist() == [8]                 # 8 rows of 8 bytes, one word each
+    assert cube_writes(one, 0, (8, 8, 1, 1), 4).tolist() == [16]                  # two words each
+    assert cube_writes(one, 2, (8, 8, 1, 1), 4).tolist() == [24]                  # bytes 2..9: three words each
+    assert cube_writes(one, 0, (3, 5, 1, 1), 4).tolist() == [6]                   # bytes 0..4, 5..9, 10..14: 2 each
+    # 3x3 kernel, in_c = 20: cube (0, 1, 2) holds tap 8 of kernels 0..7, channels 16..19
+    rows = [(k * 9 + 8) * 20 + 16 for k in range(8)]
+    assert cube_writes(np.array([[0, 1, 2]]), 0, (8, 20, 3, 3), 4).tolist() == [sum((a + 3) // 4 - a // 4 + 1
+                                                                                   for a in rows)]
+    assert cube_writes(np.array([[1, 0, 0], [0, 1, 0]]), 16, (10, 8, 3, 3), 16).tolist() == [2 * 8, 8 * 1]
 
 
 @pytest.mark.parametrize("seed", range(10))
