@@ -9,7 +9,8 @@ calibrated on CALIBRATION_PAGES rendered pages) and ``resnet18_shaped`` (app/mod
 calibrated on two normal samples) whose conv weights are drawn as WEIGHTS says. Per configuration: the cycles
 of both programs and their ratio, the conv weight tiles' DRAM bytes raw and as the program stores them (WDEC
 streams where those are smaller) and their ratio, the DRAM bytes each program reads, WDEC's bins, busy cycles
-and bins per busy cycle, and the layers whose WDEC outlasts CONV (the report's ``wdec_conv_pole``).
+and bins per busy cycle, the layers whose WDEC outlasts CONV (the report's ``wdec_conv_pole``) and the seconds
+the compressed program took to lower and report.
 
 The configuration is DEFAULT or ``config`` (a file), with the grid of ``vary`` (``KEY=V1,V2,...`` as `aipu
 sweep --vary` takes them, e.g. ``wdec.engines=1,2,4``) on top. Each point is timed on the cycle model of the
@@ -34,8 +35,7 @@ WEIGHTS = ("each output channel of each conv a channel of OriNet's dense convs (
            "app/models/real.py trained_channels: 928 trained channels, each divided by its standard deviation) "
            "drawn at random and resampled with replacement to the fan-in, times He's deviation "
            "(app/models/synthetic.py GraphBuilder, seed 0)")
-DRAM_MODELS = {"npu": "the NPU top's shared DRAM bridge (the RTL's timing)",
-               "ports": "one DRAM port per unit: the NPU top's WDEC has one engine of one bin a cycle"}
+DRAM_MODELS = {"npu": "the NPU top's shared DRAM bridge (the RTL's timing)"}
 
 
 def _quantized(name: str, root: Path):
@@ -93,7 +93,7 @@ def _point(qmodel, config, root: Path, uncompressed: dict) -> dict:
     from aipu.sim.machine.arch import WdecConfig
     from aipu.sim.machine.isa import Unit
 
-    dram = "npu" if (config.wdec.engines, config.wdec.bins_per_cycle) == (1, 1) else "ports"
+    dram = "npu"
     key = (dataclasses.replace(config, wdec=WdecConfig()).config_hash(), dram)
     if key not in uncompressed:
         uncompressed[key] = _timed(qmodel, config, False, dram, root)[0]

@@ -6,12 +6,15 @@ from amaranth.lib.wiring import In, Out, Signature
 
 from aipu.codec.reference.elements import NUM_CONTEXTS, element_spec
 from aipu.codec.reference.engine import LG_PMPS_MAX, TRACE_STUFFING
+from aipu.codec.reference.geometry import CTU_SIZES
 from aipu.rtl.commands import command_layout
 from aipu.sim.machine.arch import HardwareConfig
-from aipu.sim.machine.isa import Opcode
+from aipu.sim.machine.isa import KERNEL_BITS, Opcode
 from aipu.sim.timing.wdec import NEED_BITS
 
 LG_BITS = LG_PMPS_MAX.bit_length()
+MAX_ZDEPTH = ((1 << KERNEL_BITS) - 1) ** 2      # taps of a kernel: the Morton tree's z extent at most
+MORTON_LEVELS = max((MAX_ZDEPTH - 1).bit_length(), (max(CTU_SIZES) - 1).bit_length())   # bits per axis
 
 
 class BinKind(enum.Enum, shape=2):
@@ -67,6 +70,17 @@ def rotation_shape(lanes: int) -> int:
 # with the decoded ``bin`` at the end of the cycle.
 CONTEXT_PORT = Signature({"index": Out(range(NUM_CONTEXTS)), "mps": In(1), "lg": In(LG_BITS), "update": Out(1),
                           "bin": Out(1)})
+
+
+def leaf_level(config: HardwareConfig) -> Signature:
+    """From the syntax walk to the cube stager: ``valid`` when a leaf's ``level`` completes this cycle; the
+    current leaf's position (``kernel``, ``tap``, ``channel``, whether or not a level completes) and whether
+    this cycle's bins are a leaf's (``in_leaf``: not a header, flag or end bin, nor a Morton skip); the
+    part's ``taps`` (k_h·k_w)."""
+    return Signature({"valid": Out(1), "level": Out(8), "kernel": Out(command_field(config, "out_c").width + 1),
+                      "tap": Out(MORTON_LEVELS), "channel": Out(command_field(config, "in_c").width + 1),
+                      "in_leaf": Out(1), "taps": Out(range(MAX_ZDEPTH + 1))})
+
 
 # A bin decoded this cycle (one lane) as the software trace's pair (ctxIdx, bin); ctxIdx -1 bypass, -2 stuffing.
 BIN_TRACE = Signature({"valid": Out(1), "context": Out(range(TRACE_STUFFING, NUM_CONTEXTS)), "bin": Out(1)})

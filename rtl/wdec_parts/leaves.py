@@ -8,12 +8,8 @@ from amaranth.lib.wiring import In, Out
 from aipu.codec.npu_profile import SPLIT_FLAG_MIN_CU
 from aipu.codec.reference.geometry import CTU_SIZES
 from aipu.rtl.arith import bit_length
-from aipu.rtl.wdec_parts.interfaces import command_field
+from aipu.rtl.wdec_parts.interfaces import MAX_ZDEPTH, MORTON_LEVELS, command_field
 from aipu.sim.machine.arch import HardwareConfig
-from aipu.sim.machine.isa import KERNEL_BITS
-
-MAX_ZDEPTH = ((1 << KERNEL_BITS) - 1) ** 2
-MORTON_LEVELS = max((MAX_ZDEPTH - 1).bit_length(), (max(CTU_SIZES) - 1).bit_length())
 
 
 def _maximum(values):

@@ -8,18 +8,18 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 from aipu.rtl.commands import command_layout
 from aipu.rtl.ports import write_port
 from aipu.rtl.wdec_parts.elements import SHAPE_FIELDS, CtuFlags, HeaderFields
-from aipu.rtl.wdec_parts.interfaces import BIN_LANE, BIN_REQUEST, STREAM_END, BinKind, rotation_shape, stream_span
+from aipu.rtl.wdec_parts.interfaces import (BIN_LANE, BIN_REQUEST, STREAM_END, BinKind, leaf_level, rotation_shape,
+                                            stream_span)
 from aipu.rtl.wdec_parts.leaves import LeafWalk
 from aipu.rtl.wdec_parts.levels import LevelDecoder
-from aipu.rtl.wdec_parts.writer import LevelWriter
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import Opcode
 
 
 class SyntaxWalk(wiring.Component):
-    """The command's sequence, one state per stretch of the stream:
+    """One part's sequence (its ``command``: the part's stream, channels and bytes of WEIGHT, checked by the
+    unit), from ``start``, when its stream begins, one state per stretch of the stream:
 
-      CHECK     the tensor within WEIGHT and the stream within the DRAM address space; the stream begins
       PRIME     the engine's first 9 bits
       HEADER    the header fields (bypass bins)
       CTU       the CTU's flags (context bins)
@@ -47,7 +47,7 @@ class SyntaxWalk(wiring.Component):
                           "fault": Out(1), "fault_field": Out(range(len(error_names))),
                           "span": Out(stream_span(config)), "end": Out(STREAM_END), "bins": Out(BIN_REQUEST),
                           "lanes": Out(BIN_LANE).array(lanes), "rotation": Out(rotation_shape(lanes)),
-                          "weight_write": Out(write_port(config, Buffer.WEIGHT))})
+                          "leaf": Out(leaf_level(config))})
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -56,15 +56,13 @@ class SyntaxWalk(wiring.Component):
         m.submodules.flags = flags = CtuFlags()
         m.submodules.leaves = leaves = LeafWalk(config)
         m.submodules.levels = levels = LevelDecoder(config.wdec.bins_per_cycle)
-        m.submodules.writer = writer = LevelWriter(config)
-        connect(m, flipped(self.weight_write), writer.weight_write)
         m.d.comb += [self.span.dram_addr.eq(cmd.dram_addr), self.span.length.eq(cmd.length),
                      header.begin.eq(self.span.begin), leaves.begin.eq(self.span.begin),
                      header.bin.eq(self.lanes[0].bin), flags.bin.eq(self.lanes[0].bin),
                      leaves.ctu_size_idx.eq(header.ctu_size_idx), flags.split_coded.eq(leaves.split_coded),
-                     writer.level.eq(levels.level), writer.taps.eq(leaves.taps), writer.wgt_addr.eq(cmd.wgt_addr),
-                     writer.in_c.eq(cmd.in_c), writer.kernel.eq(leaves.kernel), writer.tap.eq(leaves.tap),
-                     writer.channel.eq(leaves.channel)]
+                     self.leaf.level.eq(levels.level), self.leaf.taps.eq(leaves.taps),
+                     self.leaf.kernel.eq(leaves.kernel), self.leaf.tap.eq(leaves.tap),
+                     self.leaf.channel.eq(leaves.channel)]
         m.d.comb += [getattr(part, name).eq(getattr(cmd, name)) for name in SHAPE_FIELDS.values()
                      for part in (header, leaves)]
 
@@ -84,15 +82,6 @@ class SyntaxWalk(wiring.Component):
         with m.FSM(name="wdec"):
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                with m.If(cmd.parts != 1):            # one engine: a stream of one part (docs/rtl-wdec.md)
-                    fail("parts")
-                with m.Elif(cmd.wgt_addr + cmd.out_c * cmd.in_c * leaves.taps > config.buffer(Buffer.WEIGHT).bytes):
-                    fail("wgt_addr")
-                with m.Elif(cmd.dram_addr + cmd.length > (1 << config.dram.address_bits)):
-                    fail("dram_addr")
-                with m.Else():
                     m.d.comb += self.span.begin.eq(1)
                     m.next = "PRIME"
             with m.State("PRIME"):
@@ -128,11 +117,12 @@ class SyntaxWalk(wiring.Component):
                 with m.Elif(leaves.outside):
                     m.d.comb += leaves.skip.eq(1)
                 with m.Else():
+                    m.d.comb += self.leaf.in_leaf.eq(1)
                     self._leaf_bins(m, levels, fail)
                     with m.If(levels.too_large):
                         fail("levels")
                     with m.Elif(levels.complete):
-                        m.d.comb += [writer.valid.eq(1), leaves.next_leaf.eq(1)]
+                        m.d.comb += [self.leaf.valid.eq(1), leaves.next_leaf.eq(1)]
             with m.State("STUFFING"):
                 with m.If(decode(BinKind.STUFFING)):
                     with m.If(~self.lanes[0].bin):

@@ -41,7 +41,8 @@ GROUPS = tuple(KERNEL_MODULES)
 PARTS = (("golden", "interpreter"), ("codec", "timing"))
 #: kernels only the tests and benchmarks call, which the warm-up leaves to them
 NOT_WARMED = frozenset({"aipu.sim.interpreter.tiles.requant_tile", "aipu.codec.compiled.aec_decoder.decode_program",
-                        "aipu.codec.compiled.aec_encoder.encode_program"})
+                        "aipu.codec.compiled.aec_encoder.encode_program",
+                        "aipu.codec.compiled.profile_walk.profile_cycles"})
 
 
 def kernels(groups=GROUPS) -> dict:
@@ -217,17 +218,20 @@ def _interpreter(rng: np.random.Generator) -> None:
 
 
 def _timing(rng: np.random.Generator) -> None:
-    """The NPU cycle model's WDEC on a small stream: stepped beside another reader, then alone."""
-    from aipu import codec
-    from aipu.sim.machine.arch import DEFAULT
+    """The NPU cycle model's WDEC on a small stream of two parts on two lanes of two bins a cycle: stepped beside
+    another reader, then alone."""
+    from aipu.codec.npu_profile import encode_parts_stream
+    from aipu.sim.machine.arch import hardware_config_from_dict
     from aipu.sim.machine.isa import Opcode
     from aipu.sim.machine.program import Command
-    from aipu.sim.timing.npu_wdec import WdecStream
+    from aipu.sim.timing.npu_wdec import WdecUnit
 
     weights = _values(rng, (4, 4, 3, 3), np.int8) // 8
-    stream = codec.encode_profile_stream(weights)
-    command = Command.make(Opcode.WDEC, dram_addr=0, length=len(stream), wgt_addr=0, out_c=4, in_c=4, k_h=3, k_w=3)
-    wdec = WdecStream(DEFAULT, command, stream, 0)
+    stream = encode_parts_stream(weights, 2)
+    config = hardware_config_from_dict({"wdec": {"engines": 2, "bins_per_cycle": 2}})
+    command = Command.make(Opcode.WDEC, dram_addr=0, length=len(stream), wgt_addr=0, out_c=4, in_c=4, k_h=3, k_w=3,
+                           parts=2)
+    wdec = WdecUnit(config, command, stream, 0)
     cycle = wdec.next_request(0)
     wdec.step(cycle, wdec.requesting(cycle))
     wdec.alone(cycle + 10)

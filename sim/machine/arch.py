@@ -79,7 +79,7 @@ BUFFER_BYTES_MAX = 1 << 26         # 64 MiB per on-chip buffer (the interpreter 
 PORT_BYTES_MAX = 4096              # bytes per cycle of a buffer port or of the DMA
 DRAM_ADDRESS_BITS_MAX = 48
 CONFIG_FILE_BYTES_MAX = 1 << 16    # a configuration is a few hundred bytes; larger files are refused
-WDEC_MAX_PARTS = 64                # parts of one WDEC stream (docs/codec.md section 11), and WDEC engines
+WDEC_MAX_PARTS = 64                # parts of one WDEC stream (docs/codec.md section 11), and WDEC's part decoders
 
 
 @dataclass(frozen=True)
@@ -149,8 +149,8 @@ class WdecConfig:
     bins_per_cycle: int = _key("bins of one leaf the weight decoder's engine resolves per cycle, a cascade of that "
                                "many decision stages (the RTL needs a DRAM word to hold every stage's bits: "
                                "docs/rtl-wdec.md)", 1, 4, power_of_two=True)
-    engines: int = _key("weight decoder engines, each decoding one part of a stream at a time (the RTL: 1; more "
-                        "is for the cycle model and the compiler's choice of parts)", 1, WDEC_MAX_PARTS)
+    engines: int = _key("the weight decoder's part decoders: a stream of K <= engines parts (the compiler's choice) "
+                        "decodes on K of them at once, sharing WDEC's DRAM and WEIGHT ports", 1, WDEC_MAX_PARTS)
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,15 @@ Cycle 0 is START's. Besides the sequencer's rules (``aipu.sim.timing.sequencer``
   after its grant (the read-side limits never bind: one grant a cycle, each open for fewer cycles than they
   allow), and the LOAD retires ``latency + slot[last] - 1 + after`` cycles after its last step's grant. Alone
   on the bridge every request is granted when offered: the formula (``aipu.sim.timing.dma``);
-* WDEC's word fetcher reads through the same grant, as its FIFO makes room, and its engine waits when the
-  window lacks bits (:class:`aipu.sim.timing.npu_wdec.WdecStream`);
+* WDEC's lanes' word fetchers read through the same grant (the unit's, round robin between its lanes), as
+  their FIFOs make room, and each lane's engine waits when its window lacks bits or its write is held
+  (:class:`aipu.sim.timing.npu_wdec.WdecUnit`);
 * STORE writes through the bridge's write side, which no other unit uses, and retires once every write has
   been answered (``write_idle``): a function of the command alone (:func:`store_cycles`).
 
 Time advances from event to event: a cycle is visited only if a unit takes, starts or retires a command in
 it, the fetcher requests or receives a word, LOAD is refused, or WDEC requests beside another reader (its
-cycles before such a request step at once: npu_wdec.WdecStream.next_request). While LOAD (or WDEC) is the only
+cycles before such a request step at once: npu_wdec.WdecUnit.next_request). While LOAD (or WDEC) is the only
 reader that can request before the next event, its grants up to it are placed first, each when requested.
 """
 from __future__ import annotations
@@ -118,20 +119,6 @@ class _Sequencer:
     waited_on: str | None = None
 
 
-def _refuse_other_wdecs(config, commands) -> None:
-    """The NPU top's WDEC is the RTL's: one engine of one bin a cycle, one part a stream (the RTL faults on
-    more); other WDECs are timed with dram="ports" or "shared" (aipu.sim.timing.wdec)."""
-    wdecs = [command for command in commands if command.opcode == Opcode.WDEC]
-    for key, value in (("bins_per_cycle", config.wdec.bins_per_cycle), ("engines", config.wdec.engines)):
-        if value != 1 and wdecs:
-            raise ValueError(f"wdec.{key} = {value}: the NPU top's WDEC has one engine of one bin a cycle; time "
-                             "other engines with dram=\"ports\" or \"shared\"")
-    for index, command in enumerate(wdecs):
-        if command.parts != 1:
-            raise ValueError(f"WDEC[{index}] parts = {command.parts}: the NPU top's WDEC decodes streams of one part; "
-                             "time streams of several with dram=\"ports\" or \"shared\"")
-
-
 class NpuTimeline:
     """The timeline of ``program`` on the Npu: :meth:`run` gives, per unit and command, (ready, start, retire,
     work, waited_on) as :class:`aipu.sim.cycle.CommandTiming` holds them."""
@@ -139,7 +126,6 @@ class NpuTimeline:
     def __init__(self, program: Program, memory: Memory) -> None:
         self.config, self.memory = program.config, memory
         self.queues = {unit: tuple(program.queues[unit]) for unit in Unit}
-        _refuse_other_wdecs(self.config, self.queues[Unit.WDEC])
         self.depth = self.config.queues.token_depth
         geometry = FetchGeometry.of(self.config, FIFO_DEPTH)
         self.fetcher = Fetcher(geometry, 0, {unit: (0, len(queue)) for unit, queue in self.queues.items()})
@@ -148,7 +134,7 @@ class NpuTimeline:
         self.popped: dict[tuple[Unit, Unit], list[int]] = defaultdict(list)   # start cycle of each pop
         self.timings: dict[Unit, list[tuple]] = {unit: [] for unit in Unit}
         self.load: _Requests | None = None
-        self.wdec = None                        # a WDEC command with words still to request (npu_wdec.WdecStream)
+        self.wdec = None                        # a WDEC command with words still to request (npu_wdec.WdecUnit)
         self.pointer = 0                    # the bridge's round-robin pointer
         self.changes = 0                    # starts and retires so far: what a waiting start depends on
 
@@ -282,14 +268,14 @@ class NpuTimeline:
             self.load = _Requests.of_load(self.config, command, cycle)
             seq.work = self.load.work
         elif command.opcode == Opcode.WDEC:
-            from aipu.sim.timing.npu_wdec import WdecStream     # the codec's decoders: only when a WDEC is timed
+            from aipu.sim.timing.npu_wdec import WdecUnit       # the codec's decoders: only when a WDEC is timed
 
             try:                    # a stream that does not decode has no timing: the RTL stops on it
                 seq.work = command_cycles(self.config, command, self.memory)
             except ExecutionError as error:
                 raise ExecutionError(f"WDEC[{seq.index}]: {error}") from None
             stream = self.memory.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
-            self.wdec = WdecStream(self.config, command, stream, cycle)
+            self.wdec = WdecUnit(self.config, command, stream, cycle)
         elif command.opcode == Opcode.STORE:
             seq.work, duration = store_cycles(self.config, command)
             seq.retire = cycle + duration
@@ -305,5 +291,8 @@ class NpuTimeline:
         self.changes += 1
         for target in command.push:
             self.pushed[unit, target].append(cycle)
-        self.timings[unit].append((seq.idle + TAKE_TO_START, seq.start, cycle, seq.work, seq.waited_on))
+        work = seq.work
+        if unit == Unit.WDEC:   # lanes' round-robin arbiters: a refused grant may even shorten a split stream
+            work = min(work, cycle - seq.start)
+        self.timings[unit].append((seq.idle + TAKE_TO_START, seq.start, cycle, work, seq.waited_on))
         self.units[unit] = _Sequencer(idle=cycle + 1, index=seq.index + 1)

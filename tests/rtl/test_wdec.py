@@ -26,7 +26,7 @@ from aipu.sim.machine.isa import Opcode, Unit
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from tests.rtl.checks import assert_matches
-from tests.rtl.configs import CONFIGS, SMALL, wdec_cascade
+from tests.rtl.configs import CONFIGS, NON_SQUARE, SMALL, wdec_cascade
 from tests.rtl.lint import assert_lint_clean
 from tests.rtl.test_npu import ACCEPTED_LINT
 
@@ -186,37 +186,55 @@ def test_faults_name_the_field(config):
     assert _fault(config, stream, wgt_addr=0, **{**shape, "out_c": 5})[0] == "out_c"
     assert _fault(config, stream[:-1], wgt_addr=0, **shape)[0] == "stream"
     assert _fault(config, stream + b"\0", wgt_addr=0, **shape)[0] == "stream"
-    wide = weights.astype(np.int16)
-    wide[1, 2, 1, 0] = 200
-    field, buffer = _fault(config, layer_stream(wide), wgt_addr=0, **shape)
+    wide = random_weights(rng, (16, 3, 2, 2)).astype(np.int16)
+    wide[14, 2, 1, 0] = 200                   # in the second cube of kernels: the first has been written
+    field, buffer = _fault(config, layer_stream(wide), wgt_addr=0, **{**shape, "out_c": 16})
     assert field == "levels"
-    assert buffer.any()           # the levels before the one outside int8 have been written (docs/rtl-wdec.md)
+    assert buffer[:8 * 3 * 2 * 2].any() and not buffer[8 * 3 * 2 * 2:].any()      # docs/rtl-wdec.md, "Faults"
 
 
-def test_one_engine_refuses_streams_of_several_parts_and_configurations_of_several_engines():
-    """The RTL has one engine: a command with parts > 1 stops on ``parts`` before anything is written (the
-    interpreter decodes it, as an NPU of more engines would), and wdec.engines != 1 does not elaborate, nor
-    a cascade whose bits a cycle a DRAM word cannot bring."""
-    config = SMALL
+# Several part decoders: a configuration each, every B among them
+PARTS_CONFIGS = {"small-e3-b1": wdec_cascade(SMALL, 1, 3), "default-e4-b4": wdec_cascade(DEFAULT, 4, 4),
+                 "mac8x16-e2-b2": wdec_cascade(NON_SQUARE, 2, 2)}
+EVERY_PARTS_CONFIG = pytest.mark.parametrize("config", list(PARTS_CONFIGS.values()), ids=list(PARTS_CONFIGS))
+
+
+@EVERY_PARTS_CONFIG
+def test_streams_of_several_parts_decode_on_as_many_decoders_in_the_predicted_cycles(config):
+    assert_matches(random_stimulus(config, np.random.default_rng(list(PARTS_CONFIGS.values()).index(config)), 4))
+
+
+def test_decoders_finishing_levels_every_cycle_take_turns_at_the_weight_port():
+    """Zero weights end a level every cycle on every decoder: the write arbiter serves one a cycle, the others
+    hold (their engines wait), in the cycles the model predicts."""
+    config = wdec_cascade(SMALL, 1, 3)
+    weights = np.zeros((6, 4, 3, 3), dtype=np.int8)
+    weights[1, 2, 0, 1] = 5
+    assert_matches(streams_stimulus(config, [(encode_parts_stream(weights, 3), weights.shape, 3)],
+                                    np.random.default_rng(2)))
+
+
+def test_parts_beyond_the_decoders_are_refused_by_both():
+    """K parts need K part decoders (and K <= out_c): the interpreter and the RTL refuse more on ``parts``,
+    before anything is written; a header whose lengths are not the stream's stops both on ``stream``."""
+    config = wdec_cascade(SMALL, 1, 2)
     weights = random_weights(np.random.default_rng(6), (4, 3, 2, 2))
-    stream = encode_parts_stream(weights, 2)
-    command = Command.make(Opcode.WDEC, dram_addr=8, length=len(stream), wgt_addr=0, out_c=4, in_c=3, k_h=2, k_w=2,
-                           parts=2)
-    program = Program(config)
-    program.append(command)
-    program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
-    memory = Memory.create(config, len(stream) + 64)
-    memory.dram[8:8 + len(stream)] = np.frombuffer(stream, np.uint8)
-    assert run(program, memory).memory.buffers[Buffer.WEIGHT].any()
-    result = run_amaranth(program, memory, [Wdec], max_cycles=2000)
-    assert [error.field for error in result.errors] == ["parts"]
-    assert not result.memory.buffers[Buffer.WEIGHT].any()
+    shape = dict(out_c=4, in_c=3, k_h=2, k_w=2)
+    field, buffer = _fault(config, encode_parts_stream(weights, 3), wgt_addr=0, parts=3, **shape)
+    assert field == "parts" and not buffer.any()
+    stream = bytearray(encode_parts_stream(weights, 2))
+    assert _fault(config, bytes(stream[:7]), wgt_addr=0, parts=2, **shape)[0] == "stream"
+    for index, length in ((0, 0), (1, 1)):
+        corrupted = bytearray(stream)
+        corrupted[4 * index:4 * index + 4] = length.to_bytes(4, "little")
+        assert _fault(config, bytes(corrupted), wgt_addr=0, parts=2, **shape)[0] == "stream"
+
+
+def test_a_cascade_needs_its_bits_in_a_dram_word():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnusedElaboratable)      # the refused unit is never elaborated
-        with pytest.raises(ValueError, match="wdec.engines = 2 is for the cycle model only") as refused:
-            Wdec(hardware_config_from_dict({**config.to_dict(), "wdec": {"engines": 2}}))
         with pytest.raises(ValueError, match="at least 52 bits to decode 2 bins a cycle") as refused:
-            Wdec(hardware_config_from_dict({**config.to_dict(), "wdec": {"bins_per_cycle": 2}}))
+            Wdec(hardware_config_from_dict({**SMALL.to_dict(), "wdec": {"bins_per_cycle": 2}}))
         del refused                     # its traceback holds the half-built unit: collected here, not later
         gc.collect()
 
@@ -246,18 +264,20 @@ def test_converts_to_verilog(bins):
     assert "module wdec" in verilog.convert(Wdec(wdec_cascade(DEFAULT, bins)), name="wdec")
 
 
-@pytest.mark.parametrize("bins", CASCADES[1:])
-def test_every_memory_has_two_ports_at_any_cascade(bins):
-    """The context memory is ``bins`` banks of one read and one write port (tests/rtl/test_memories.py checks
-    the configurations' own B = 1)."""
-    memories = memory_ports(Wdec(wdec_cascade(DEFAULT, bins)))
+@pytest.mark.parametrize("bins,engines", [(2, 1), (4, 1), (2, 3)])
+def test_every_memory_has_two_ports_at_any_cascade(bins, engines):
+    """Each part decoder's context memory is ``bins`` banks of one read and one write port
+    (tests/rtl/test_memories.py checks the configurations' own B = 1)."""
+    memories = memory_ports(Wdec(wdec_cascade(DEFAULT, bins, engines)))
     assert over_two_ports(memories) == []
-    assert sum(memory["name"].startswith("contexts.bank") for memory in memories) == bins
+    for index in range(engines):
+        assert sum(memory["name"].startswith(f"part{index}.contexts.bank") for memory in memories) == bins
 
 
-@pytest.mark.parametrize("bins", CASCADES[1:])
-def test_verilator_lint_finds_nothing_else_at_any_cascade(bins, tmp_path):
-    """The NPU's lint (tests/rtl/test_npu.py, the configurations' own B = 1) on WDEC alone at B = 2 and 4."""
+@pytest.mark.parametrize("bins,engines", [(2, 1), (4, 1), (2, 3)])
+def test_verilator_lint_finds_nothing_else_at_any_cascade(bins, engines, tmp_path):
+    """The NPU's lint (tests/rtl/test_npu.py, the configurations' own B = 1 and one part decoder) on WDEC alone
+    at B = 2 and 4, and with three part decoders."""
     source = tmp_path / "wdec.v"
-    source.write_text(verilog.convert(Wdec(wdec_cascade(SMALL, bins)), name="wdec"))
+    source.write_text(verilog.convert(Wdec(wdec_cascade(SMALL, bins, engines)), name="wdec"))
     assert_lint_clean(source, "wdec", ACCEPTED_LINT)

@@ -225,19 +225,26 @@ def test_wdec_decodes_a_parts_stream_to_the_levels_of_the_unsplit_tile(parts):
     a corrupt part is refused naming the part."""
     from aipu.codec import encode_parts_stream
 
+    config = hardware_config_from_dict({**DEFAULT.to_dict(), "wdec": {"engines": parts}})     # a decoder a part
     w = RNG.integers(-40, 40, size=(7, 3, 3, 2)).astype(np.int8)
     stream = np.frombuffer(encode_parts_stream(w, parts), np.uint8)
-    program = Program()
+    program = Program(config)
     program.append(Command.make(Opcode.WDEC, dram_addr=0x100, length=stream.size, wgt_addr=0x20, out_c=7, in_c=3,
                                 k_h=3, k_w=2, parts=parts))
     program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
-    result = run(program, Memory.create(DEFAULT, _dram((0x100, stream))))
+    result = run(program, Memory.create(config, _dram((0x100, stream))))
     weights = result.memory.buffers[Buffer.WEIGHT][0x20:0x20 + w.size].view(np.int8).reshape(7, 3, 2, 3)
     np.testing.assert_array_equal(weights, w.transpose(0, 2, 3, 1))
     bad = stream.copy()
     bad[-3:] = 0xFF
     with pytest.raises(ExecutionError, match=rf"WDEC\[0\] WDEC: .*part {parts - 1}"):
-        run(program, Memory.create(DEFAULT, _dram((0x100, bad))))
+        run(program, Memory.create(config, _dram((0x100, bad))))
+    program = Program()                                  # one part decoder: one part a stream
+    program.append(Command.make(Opcode.WDEC, dram_addr=0x100, length=stream.size, wgt_addr=0x20, out_c=7, in_c=3,
+                                k_h=3, k_w=2, parts=parts))
+    program.append(Command.make(Opcode.FINISH, unit=Unit.WDEC))
+    with pytest.raises(ExecutionError, match=rf"field parts = {parts}: .* at most min\(wdec.engines, out_c\) = 1"):
+        run(program, Memory.create(DEFAULT, _dram((0x100, stream))))
 
 
 def test_wdec_refuses_the_full_syntax_as_the_hardware_does():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from aipu.codec.api import encode, read_index
-from aipu.codec.npu_profile import encode_profile_stream
+from aipu.codec.npu_profile import encode_parts_stream, encode_profile_stream
 from aipu.codec.reference.geometry import CTU_SIZES
 from aipu.rtl.wdec import Wdec
 from aipu.sim.cosim.stimulus.base import Stimulus, unit_program
@@ -45,19 +45,18 @@ def random_shape(rng: np.random.Generator, weight_bytes: int, max_weights: int =
             return out_c, in_c, k_h, k_w
 
 
-def streams_stimulus(config: HardwareConfig, streams: list[tuple[bytes, tuple[int, ...]]],
-                     rng: np.random.Generator) -> Stimulus:
-    """One WDEC command per (stream, [O, I, KH, KW]), the streams back to back after 0-3 bytes of gap each,
-    each decoding to a random WEIGHT address."""
+def streams_stimulus(config: HardwareConfig, streams: list[tuple], rng: np.random.Generator) -> Stimulus:
+    """One WDEC command per (stream, [O, I, KH, KW]) or (stream, [O, I, KH, KW], parts), the streams back to
+    back after 0-3 bytes of gap each, each decoding to a random WEIGHT address."""
     dram = bytearray()
     weight_bytes = config.buffer(Buffer.WEIGHT).bytes
     commands = []
-    for stream, (out_c, in_c, k_h, k_w) in streams:
+    for stream, (out_c, in_c, k_h, k_w), *parts in streams:
         dram += bytes(int(rng.integers(0, 4)))
         size = out_c * in_c * k_h * k_w
         commands.append(Command.make(Opcode.WDEC, dram_addr=len(dram), length=len(stream),
                                      wgt_addr=int(rng.integers(0, weight_bytes - size + 1)),
-                                     out_c=out_c, in_c=in_c, k_h=k_h, k_w=k_w))
+                                     out_c=out_c, in_c=in_c, k_h=k_h, k_w=k_w, parts=parts[0] if parts else 1))
         dram += stream
     memory = Memory.create(config, len(dram) + 64)
     memory.dram[:len(dram)] = np.frombuffer(bytes(dram), np.uint8)
@@ -66,8 +65,11 @@ def streams_stimulus(config: HardwareConfig, streams: list[tuple[bytes, tuple[in
 
 def random_stimulus(config: HardwareConfig, rng: np.random.Generator, commands: int,
                     max_weights: int = MAX_WEIGHTS) -> Stimulus:
+    """``commands`` random layers, each split into a random number of parts up to the part decoders."""
     streams = []
     for _ in range(commands):
         shape = random_shape(rng, config.buffer(Buffer.WEIGHT).bytes, max_weights)
-        streams.append((layer_stream(random_weights(rng, shape), int(rng.choice(CTU_SIZES))), shape))
+        parts = int(rng.integers(1, min(config.wdec.engines, shape[0]) + 1))
+        streams.append((encode_parts_stream(random_weights(rng, shape), parts, int(rng.choice(CTU_SIZES))), shape,
+                        parts))
     return streams_stimulus(config, streams, rng)

@@ -15,6 +15,7 @@ from aipu.sim.interpreter.state import RunState, strided_view, view
 from aipu.sim.golden.codebook import expand_codebook
 from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType
 from aipu.sim.machine.errors import ExecutionError
+from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, IndexBits, load_expansion
 from aipu.sim.machine.program import Command
 
@@ -90,6 +91,10 @@ def store(preparer: Preparer, cmd: Command):
 
 
 def wdec(preparer: Preparer, cmd: Command):
+    engines = preparer.config.wdec.engines
+    if cmd.parts > min(engines, cmd.out_c):
+        raise ExecutionError(f"{preparer.where}: field parts = {cmd.parts}: a stream splits into at most "
+                             f"min(wdec.engines, out_c) = {min(engines, cmd.out_c)} parts, one per part decoder")
     start, stop = preparer.span(DRAM, "dram_addr", cmd.dram_addr, cmd.length, None)
     shape = (cmd.out_c, cmd.in_c, cmd.k_h, cmd.k_w)
     out = preparer.tensor(Buffer.WEIGHT, "wgt_addr", cmd.wgt_addr, (cmd.out_c, cmd.k_h, cmd.k_w, cmd.in_c), np.int8,
