@@ -79,7 +79,7 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     decoded by WDEC where their stream is smaller (``WeightStreams``), the streams placed after the outputs.
     ``tiles``: per layer, tile sizes to keep (plan_tiles' keywords). ``dwconv``: whether depthwise layers may run
     on DWCONV where it is faster (conv_depthwise.plan_conv; the RTL does not execute DWCONV yet)."""
-    plans = _plan_chain(layers, config, tiles, dwconv)
+    plans = _plan_chain(layers, config, tiles, dwconv, compress)
     dram = DramPlan()
     dram.constant("input", channels_last(layers[0].x))
     for i, layer in enumerate(layers):
@@ -94,7 +94,8 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
                      **{name: dram.regions[f"{i}.{name}"][0]
                         for name in ("weights", "params", "output", "lut", "codebook") if f"{i}.{name}" in dram.regions}}
         emit_conv(pipeline, layer, plan, addresses,
-                  weight_stream=WeightStreams(layer, str(i), dram, streams, config) if compress else None)
+                  weight_stream=WeightStreams(layer, str(i), dram, streams, config, plan.parts_overhead)
+                  if compress else None)
     pipeline.close()
     program = pipeline.program
     program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
@@ -105,7 +106,7 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
 
 
 def _plan_chain(layers: list[ConvLayer], config: HardwareConfig, tiles: list[dict] | None,
-                dwconv: bool) -> list[TilePlan]:
+                dwconv: bool, compress: bool = False) -> list[TilePlan]:
     """Each layer checked and planned; each layer's input shaped as the previous layer's output."""
     if not layers:
         raise ValueError("lower_conv_layers needs at least one layer")
@@ -114,7 +115,7 @@ def _plan_chain(layers: list[ConvLayer], config: HardwareConfig, tiles: list[dic
         raise ValueError(f"tiles has {len(tiles)} entries for {len(layers)} layers")
     for layer in layers:
         check_layer(layer)
-    plans = [plan_conv(layer, config, dwconv=dwconv, **t) for layer, t in zip(layers, tiles)]
+    plans = [plan_conv(layer, config, dwconv=dwconv, **{"compress": compress, **t}) for layer, t in zip(layers, tiles)]
     for i in range(1, len(layers)):
         shape = (1, layers[i - 1].w.shape[0], plans[i - 1].out_h, plans[i - 1].out_w)
         if layers[i].x.shape != shape or layers[i].x.dtype != layers[i - 1].out_dtype:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from aipu.compiler.lowering.base import field_max
 from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, output_size
 from aipu.compiler.lowering.im2col import UnrolledWindow
+from aipu.compiler.lowering.wdec_cost import WdecCost
+from aipu.compiler.lowering.weight_streams import PARTS_OVERHEAD, decodable
 from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, DEFAULT, PARAM_RECORD_BYTES, Buffer, DType,
                                    HardwareConfig, elements_bytes)
 from aipu.sim.machine.isa import Opcode
@@ -35,6 +37,7 @@ class TilePlan:
     out_h: int
     out_w: int
     unrolled: bool = False   # the kernel window gathered by LOAD, run as a 1x1 conv (im2col.py); tile_c = C
+    parts_overhead: float = PARTS_OVERHEAD   # compressed: the bytes WDEC parts may add (weight_streams.parts_of)
 
 
 @dataclass(frozen=True)
@@ -103,11 +106,14 @@ class ConvGeometry:
 
 
 def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
-               tile_c: int | None = None, tile_rows: int | None = None, unrolled: bool | None = None) -> TilePlan:
+               tile_c: int | None = None, tile_rows: int | None = None, unrolled: bool | None = None,
+               compress: bool = False) -> TilePlan:
     """Tiles that fit half of every buffer, chosen among even splits of K and halvings of C and of the output
     rows, plain or unrolled (im2col.py): the fewest commands among the plans within ESTIMATE_TOLERANCE of the
     fewest estimated cycles (:class:`CostEstimate`; docs/compiler.md, "Tiling").
-    Explicitly given sizes are kept; ``unrolled`` True or False forces the mapping (None: the estimate's)."""
+    Explicitly given sizes are kept; ``unrolled`` True or False forces the mapping (None: the estimate's).
+    ``compress``: the layer's weight tiles will be WDEC streams where WDEC takes them (weight_streams.py), so
+    each plan's weights are weighed as WDEC's estimated decoding (wdec_cost.py) rather than as raw LOADs."""
     shape = ConvGeometry.of(layer)
     halves = {buffer: config.buffer(buffer).bytes // 2 for buffer in Buffer}
     step_k = shape.k_step
@@ -128,10 +134,11 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
                          "larger than 1x1, every output row reading the image, tile_c = C)")
     tks = [tile_k] if tile_k else [n * step_k for n in _even_splits(shape.k // step_k)]
     all_rows = [tile_rows] if tile_rows else _halvings(shape.out_h)
-    candidates = [] if unrolled else _weighed(CostEstimate(shape, config), halves,
-                                              _plain_sizes(shape, tks, all_rows, tile_c), None)
+    wdec = WdecCost(config) if compress and decodable(layer) else None
+    plain = CostEstimate(shape, config, wdec)
+    candidates = [] if unrolled else _weighed(plain, halves, _plain_sizes(shape, tks, all_rows, tile_c), None)
     if window is not None:
-        candidates += _weighed(UnrolledCost(shape, config, window), halves,
+        candidates += _weighed(UnrolledCost(shape, config, window, wdec), halves,
                                [(tk, shape.c, rows) for tk in tks for rows in all_rows], window)
     if not candidates:
         tk, rows = tile_k or step_k, tile_rows or 1
@@ -145,7 +152,8 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     fastest = min(candidate[0] for candidate in candidates)
     best = min(candidates, key=lambda candidate: (candidate[0] > fastest * ESTIMATE_TOLERANCE, candidate[1:]))
     *_, tk, tc, rows, is_unrolled = best
-    return TilePlan(tk, tc, rows, shape.out_h, shape.out_w, is_unrolled)
+    overhead = (UnrolledCost(shape, config, window, wdec) if is_unrolled else plain).parts_overhead(tk, tc, rows)
+    return TilePlan(tk, tc, rows, shape.out_h, shape.out_w, is_unrolled, overhead)
 
 
 def _unrolling_saves_blocks(shape: ConvGeometry, window: UnrolledWindow, config: HardwareConfig) -> bool:
@@ -209,11 +217,13 @@ class CostEstimate:
     plus each LOAD's and STORE's fixed cycles. Inputs are re-read per k-tile (groups == 1; a grouped tile reads
     only its own groups' channels), weights per row tile when the input channels are split (the weight half
     then changes every step). The DMA and the MAC array overlap across tiles (double buffering): the busier
-    one's cycles plus the other's share of one tile, the pipeline's fill. :class:`UnrolledCost` replaces the
-    activations' LOADs and words and the CONVs' cycles."""
+    one's cycles plus the other's share of one tile, the pipeline's fill. With ``wdec`` (compressed weights)
+    the weight tiles leave the DMA for WDEC, a third stage weighed by :class:`WdecCost`, so that plans whose
+    decoding would outlast the MACs lose (``_pipelined``). :class:`UnrolledCost` replaces the activations'
+    LOADs and words and the CONVs' cycles."""
 
-    def __init__(self, shape: ConvGeometry, config: HardwareConfig) -> None:
-        self.shape, self.config = shape, config
+    def __init__(self, shape: ConvGeometry, config: HardwareConfig, wdec: WdecCost | None = None) -> None:
+        self.shape, self.config, self.wdec = shape, config, wdec
         self.conv = ConvTiming.of(config, shape.w_type, shape.in_type)   # the constants, taken once per layer
         self.load, self.store = (least_cycles(config, opcode) for opcode in (Opcode.LOAD, Opcode.STORE))
 
@@ -224,12 +234,45 @@ class CostEstimate:
         tiles = k_tiles * row_tiles
         steps = tiles * chunks
         weight_loads = steps if chunks > 1 else k_tiles
-        loads = self._activation_loads(k_tiles, steps) + weight_loads + k_tiles        # + the records
+        decoded = self._decoded(tk, tc)
+        loads = self._activation_loads(k_tiles, steps) + (0 if decoded else weight_loads) + k_tiles  # + records
         dma = (self._input_words(tk, tc, rows, k_tiles, row_tiles, chunks)
-               + self._weight_and_output_words(tk, tc, k_tiles, row_tiles, chunks)
-               + self.load * loads + self.store * tiles)
+               + (0 if decoded else self._weight_words(tc, row_tiles, chunks))
+               + self._output_words(tk, k_tiles) + self.load * loads + self.store * tiles)
         mac = steps * self._conv_cycles(tk, tc, rows)
-        return max(dma, mac) + min(dma, mac) / tiles, loads + tiles + steps + tiles
+        commands = loads + tiles + steps + tiles + (weight_loads if decoded else 0)
+        if not decoded:
+            return max(dma, mac) + min(dma, mac) / tiles, commands
+        wdec = weight_loads * self.wdec.cycles(tk, self._tile_weights(tk, tc), mac / weight_loads)[0]
+        return self._pipelined(dma, mac, wdec, tiles, steps), commands
+
+    def parts_overhead(self, tk: int, tc: int, rows: int) -> float:
+        """The cap on the bytes the plan's WDEC parts may add: PARTS_OVERHEAD, or more where its decode would
+        outlast the CONVs between two decodes (WdecCost.cycles)."""
+        if not self._decoded(tk, tc):
+            return PARTS_OVERHEAD
+        k_tiles, row_tiles = -(-self.shape.k // tk), -(-self.shape.out_h // rows)
+        chunks = -(-(self.shape.c if self.shape.groups == 1 else self.shape.cg) // tc)
+        conv = self._conv_cycles(tk, tc, rows) * (1 if chunks > 1 else row_tiles)     # between two decodes
+        return self.wdec.cycles(tk, self._tile_weights(tk, tc), conv)[1]
+
+    def _tile_weights(self, tk: int, tc: int) -> int:
+        """Weights of one weight tile (a k-tile's, or one chunk's of it)."""
+        return tk * self.shape.planes * self.shape.kh * self.shape.kw * min(tc, self.shape.cg)
+
+    def _decoded(self, tk: int, tc: int) -> bool:
+        """Whether the plan's weight tiles are WDEC streams (compressed layers, where they fit WDEC's fields)."""
+        return self.wdec is not None and self.wdec.decodes(tk, min(tc, self.shape.cg), self._tile_weights(tk, tc))
+
+    @staticmethod
+    def _pipelined(dma: float, mac: float, wdec: float, tiles: int, steps: int) -> float:
+        """DMA, WDEC and the MAC array overlapped: the busiest one's cycles plus the pipeline's fill. Under the
+        MAC array, the first tile's loads, as without WDEC (the first decode runs under the previous layer's
+        last CONV: counting it would favour plans that decode the same weights once per CONV step); under WDEC
+        or the DMA, the last CONV follows the last decode (one CONV step) or the last load (one tile)."""
+        if mac >= max(dma, wdec):
+            return mac + dma / tiles
+        return wdec + mac / steps if wdec >= dma else dma + mac / tiles
 
     def _activation_loads(self, k_tiles: int, steps: int) -> int:
         return steps
@@ -251,22 +294,25 @@ class CostEstimate:
                                              row_tiles * shape.input_rows(rows) * shape.w,
                                              shape.act_bytes(shape.input_channels(tk, tc)), shape.act_bytes(shape.c))
 
-    def _weight_and_output_words(self, tk: int, tc: int, k_tiles: int, row_tiles: int, chunks: int) -> int:
+    def _weight_words(self, tc: int, row_tiles: int, chunks: int) -> int:
+        """DRAM words of the raw weight LOADs: every chunk's, once per row tile when chunks reload them."""
         shape, word = self.shape, self.config.dram.bytes_per_cycle
-        weights = (chunks * walk_words(word, shape.k * shape.planes * shape.kh * shape.kw,
-                                       shape.weight_dram_bytes(min(tc, shape.cg)),
-                                       shape.weight_dram_bytes(shape.cg))
-                   * (row_tiles if chunks > 1 else 1))
-        outputs = k_tiles * walk_words(word, shape.out_h * shape.out_w, shape.out_bytes(tk), shape.out_bytes(shape.k))
-        return weights + outputs
+        return (chunks * walk_words(word, shape.k * shape.planes * shape.kh * shape.kw,
+                                    shape.weight_dram_bytes(min(tc, shape.cg)), shape.weight_dram_bytes(shape.cg))
+                * (row_tiles if chunks > 1 else 1))
+
+    def _output_words(self, tk: int, k_tiles: int) -> int:
+        shape, word = self.shape, self.config.dram.bytes_per_cycle
+        return k_tiles * walk_words(word, shape.out_h * shape.out_w, shape.out_bytes(tk), shape.out_bytes(shape.k))
 
 
 class UnrolledCost(CostEstimate):
     """The estimate of an unrolled plan (im2col.py): one CONV per tile, a 1x1 conv over the window's depth;
     every output row's LOADs once per k-tile (their DRAM words counted exactly, taken once per layer)."""
 
-    def __init__(self, shape: ConvGeometry, config: HardwareConfig, window: UnrolledWindow) -> None:
-        super().__init__(shape, config)
+    def __init__(self, shape: ConvGeometry, config: HardwareConfig, window: UnrolledWindow,
+                 wdec: WdecCost | None = None) -> None:
+        super().__init__(shape, config, wdec)
         self.window = window
         self.window_words = window.input_words(config.dram.bytes_per_cycle)
 

@@ -11,6 +11,7 @@ from aipu.sim.machine.arch import DType, HardwareConfig
 from aipu.sim.machine.isa import Opcode
 
 PARTS_OVERHEAD = 0.01       # a split's stream may be this much longer than the one-part stream
+POLE_PARTS_OVERHEAD = 0.05  # ... and this much in a layer whose plan finds WDEC the pole (conv_plan, wdec_cost)
 
 
 class WeightStreams:
@@ -20,9 +21,11 @@ class WeightStreams:
     not smaller than the tile or does not fit WDEC's fields, and for INT4 or codebook weights (WDEC writes int8
     levels)."""
 
-    def __init__(self, layer: ConvLayer, prefix: str, dram: DramPlan, record: list[dict], config: HardwareConfig):
+    def __init__(self, layer: ConvLayer, prefix: str, dram: DramPlan, record: list[dict], config: HardwareConfig,
+                 overhead: float = PARTS_OVERHEAD):
         self.weights, self.prefix, self.dram, self.record, self.config = layer.w, prefix, dram, record, config
-        self.int8 = layer.w_type == DType.INT8 and layer.w.dtype == np.int8 and layer.codebook is None
+        self.overhead = overhead      # the plan's cap on the bytes parts add (TilePlan.parts_overhead)
+        self.int8 = decodable(layer)
         self.placed: dict[tuple[int, int, int, int], tuple[int, int, int] | None] = {}
 
     def __call__(self, k0: int, k: int, c0: int, c: int) -> tuple[int, int, int] | None:
@@ -32,7 +35,7 @@ class WeightStreams:
             return None
         if key not in self.placed:
             tile = self.weights[k0:k0 + k, c0:c0 + c]
-            stream, parts = parts_of(tile, self.config.wdec.engines)
+            stream, parts = parts_of(tile, self.config.wdec.engines, self.overhead)
             fits = all(value <= field_max(self.config, Opcode.WDEC, name) for name, value in
                        (("length", len(stream)), ("out_c", k), ("in_c", c), ("k_h", tile.shape[2]),
                         ("k_w", tile.shape[3])))
@@ -47,9 +50,14 @@ class WeightStreams:
         return self.placed[key]
 
 
-def parts_of(tile: np.ndarray, engines: int) -> tuple[bytes, int]:
+def decodable(layer: ConvLayer) -> bool:
+    """Whether WDEC can write the layer's weights: int8 levels (not INT4, dual planes or codebook indices)."""
+    return layer.w_type == DType.INT8 and layer.w.dtype == np.int8 and layer.codebook is None
+
+
+def parts_of(tile: np.ndarray, engines: int, overhead: float = PARTS_OVERHEAD) -> tuple[bytes, int]:
     """The tile's WDEC stream and its parts K: the largest K of engines, engines/2, .. 1 with K <= the tile's
-    output channels whose stream is at most PARTS_OVERHEAD longer than the one-part stream (docs/codec.md
+    output channels whose stream is at most ``overhead`` longer than the one-part stream (docs/codec.md
     §11: each part repeats the headers and restarts the contexts)."""
     from aipu import codec
 
@@ -58,7 +66,7 @@ def parts_of(tile: np.ndarray, engines: int) -> tuple[bytes, int]:
     while parts > 1:
         if parts <= len(tile):
             stream = codec.encode_parts_stream(tile, parts)
-            if len(stream) <= len(whole) * (1 + PARTS_OVERHEAD):
+            if len(stream) <= len(whole) * (1 + overhead):
                 return stream, parts
         parts //= 2
     return whole, 1

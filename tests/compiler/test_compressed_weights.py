@@ -119,9 +119,11 @@ def _wdecs(network) -> list[Command]:
 
 def test_tiles_split_into_parts_for_four_engines_and_the_program_is_still_the_model(tmp_path):
     """With wdec.engines 4 the compiler splits a long tile into the most parts (4, 2) that cost at most 1 %
-    more than one part; the program equals the quantized model, and its WDECs take fewer cycles on four
-    engines than the tile's one-part stream on one. On DEFAULT (one engine) every stream has one part."""
+    more than one part, or 5 % where the plan finds WDEC the pole; the program equals the quantized model, and
+    its WDECs take fewer cycles on four engines than the tile's one-part stream on one. On DEFAULT (one engine) every stream has one part
+    (the plans may differ: they weigh WDEC's cycles)."""
     from aipu.codec.npu_profile import encode_profile_stream
+    from aipu.compiler.lowering.weight_streams import POLE_PARTS_OVERHEAD
     from aipu.compiler.quantize import QuantOptions
     from aipu.sim.machine.arch import hardware_config_from_dict
     from aipu.sim.timing import command_cycles
@@ -137,11 +139,11 @@ def test_tiles_split_into_parts_for_four_engines_and_the_program_is_still_the_mo
         stream = network.dram[command.dram_addr:command.dram_addr + command.length].tobytes()
         levels = codec.decode_parts_compiled(stream, shape, command.parts).levels
         whole = encode_profile_stream(levels)
-        assert command.length <= 1.01 * len(whole)
+        assert command.length <= (1 + POLE_PARTS_OVERHEAD) * len(whole)
         unsplit = Command.make(Opcode.WDEC, **{**command.args, "dram_addr": 0, "length": len(whole), "parts": 1})
         one = Memory.create(DEFAULT, np.frombuffer(whole, np.uint8))
         assert command_cycles(four, command, memory) < command_cycles(DEFAULT, unsplit, one)
     assert _decoded_weights(network) == len(_wdecs(network))
     assert_program_is_the_model(compiled, np.random.default_rng(1).standard_normal((2, 3, 16, 16), np.float32))
     default = compile_on_noise(tmp_path, pruned(_wide_conv()), QuantOptions(), compress=True).network
-    assert len(_wdecs(default)) == len(_wdecs(network)) and all(command.parts == 1 for command in _wdecs(default))
+    assert _wdecs(default) and all(command.parts == 1 for command in _wdecs(default))
