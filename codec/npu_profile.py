@@ -362,7 +362,7 @@ def cube_writes(cubes: np.ndarray, wgt_addr: int, shape: tuple[int, int, int, in
     """WRITES of each cube (rows (k >> 3, z >> 3, c >> 3)) of a part whose levels go to WEIGHT from ``wgt_addr``
     (its first kernel's byte), ``shape`` the part's [O][I][KH][KW]: the stager writes a cube as rows, one per
     valid (k, z), of its channels c0 .. c0 + nc - 1 at byte A = wgt_addr + (k * taps + z) * in_c + c0, each row
-    one write per WEIGHT word of ``port_bytes`` it touches (/work/wt/notes/stager_spec.md). int64 per cube."""
+    one write per WEIGHT word of ``port_bytes`` it touches (docs/rtl-wdec.md, "Stager"). int64 per cube."""
     out_c, in_c, k_h, k_w = (int(n) for n in shape)
     taps, side = k_h * k_w, 1 << CUBE_SHIFT
     cubes = np.asarray(cubes, dtype=np.int64).reshape(-1, 3)

@@ -12,7 +12,8 @@ the last one has finished. It is wired from named parts (aipu.rtl.wdec_parts), o
 
 Every bin part decoder 0 decodes is visible on ``debug_bin_valid`` / ``debug_bin_ctx`` / ``debug_bin`` (lists
 of a signal per cascade lane, lane 0 first; the software trace's (ctxIdx, bin), -1 bypass, -2 stuffing), so
-tests compare the hardware bin by bin. NEED_BITS and the cycles a command takes are ``aipu.sim.timing.wdec``.
+tests compare the hardware bin by bin. NEED_BITS is ``aipu.sim.timing.wdec_stream``'s, the cycles a command takes
+``aipu.sim.timing.wdec``'s.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from aipu.rtl.wdec_parts.header import PartsHeader
 from aipu.rtl.wdec_parts.part_decoder import PartDecoder
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
-from aipu.sim.timing.wdec import NEED_BITS
+from aipu.sim.timing.wdec_stream import NEED_BITS
 
 
 class Wdec(UnitComponent):

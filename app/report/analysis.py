@@ -29,7 +29,7 @@ from aipu.sim.machine.errors import InputError, executing
 from aipu.sim.machine.isa import Opcode, Unit, dram_run_bytes
 from aipu.sim.machine.memory import Memory
 from aipu.sim.timing.conv import MAC_OPCODES, useful_macs
-from aipu.sim.timing.wdec import decoded_profile
+from aipu.sim.timing.wdec_stream import decoded_profile
 
 FORMAT, SCHEMA_VERSION = "aipu-report", 1
 SCHEMA_PATH = Path(__file__).with_name("schema.json")

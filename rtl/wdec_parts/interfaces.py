@@ -10,7 +10,7 @@ from aipu.codec.reference.geometry import CTU_SIZES
 from aipu.rtl.commands import command_layout
 from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.isa import KERNEL_BITS, Opcode
-from aipu.sim.timing.wdec import NEED_BITS
+from aipu.sim.timing.wdec_stream import NEED_BITS
 
 LG_BITS = LG_PMPS_MAX.bit_length()
 MAX_ZDEPTH = ((1 << KERNEL_BITS) - 1) ** 2      # taps of a kernel: the Morton tree's z extent at most

@@ -1,6 +1,6 @@
 """A WDEC command on the NPU top, cycle by cycle: the unit's E = ``wdec.engines`` lanes (``aipu.rtl.wdec``), each
 a word fetcher, window and engine of B = ``wdec.bins_per_cycle`` bins a cycle on one part of the stream, their
-requests on the shared DRAM bridge and their engines' progress (/work/wt/notes/lanes_model_spec.md, docs/rtl-wdec.md).
+requests on the shared DRAM bridge and their engines' progress (docs/rtl-wdec.md).
 
 A lane is the one-engine WDEC of before: its fetcher requests a word whenever its FIFO and its reads in flight
 hold fewer than ``dram.latency_cycles + 4`` words, its window takes a word from the FIFO whenever it holds fewer
@@ -8,7 +8,7 @@ than ``2 * V`` bits (V = B * NEED_BITS), so after the first words the requests f
 the stream, cycle by cycle. The codec's compiled profile walk gives that consumption (``profile_entries_compiled``:
 the bits of each engine cycle after the 9-bit start, whether the cycle is a leaf's, completes a level or begins
 the leaves of the next 8x8x8 cube, and the cubes in their order), kept per stream digest: a network's tiles come
-back. Each lane's levels go through its cube stager (/work/wt/notes/stager_spec.md): a cube is written once the
+back. Each lane's levels go through its cube stager (docs/rtl-wdec.md, "Stager"): a cube is written once the
 next cube's first level completes (or after the padding check), as WRITES = its rows' WEIGHT words
 (``codec.npu_profile.cube_writes``), one write a granted cycle.
 
@@ -56,7 +56,7 @@ from aipu.sim.machine.arch import HardwareConfig
 from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.program import Command
 from aipu.sim.timing.dram_bridge import read_cycles
-from aipu.sim.timing.wdec import NEED_BITS, decoded_profile, stream_words
+from aipu.sim.timing.wdec_stream import NEED_BITS, decoded_profile, stream_words
 
 FIFO_SLACK = 4              # each lane's word fetcher's FIFO holds dram.latency_cycles + 4 words
 BEGIN_CYCLES = 2            # start, then the check: requests from the cycle after

@@ -3,7 +3,7 @@ waits for the first B·NEED_BITS of its stream, then decodes up to B = ``wdec.bi
 leaf a cycle (every other bin one a cycle), with a cycle more per Morton candidate outside a CU and per
 ZERO_RUN_BITS of a long zero run, and checks the padding. A stream of K parts (docs/codec.md §11) is read
 header first and decoded by K of the ``wdec.engines`` lanes at once (``aipu.sim.timing.npu_wdec``), whose
-cycles alone on the port this module gives. Each lane's cube stager (/work/wt/notes/stager_spec.md) writes its
+cycles alone on the port this module gives. Each lane's cube stager (docs/rtl-wdec.md, "Stager") writes its
 levels to WEIGHT by 8x8x8 cubes: the engine waits while a cube's predecessor still drains, and the last cube is
 written after the padding check, so that the cycles of one part too are the unit's, simulated
 (:func:`simulated_phases`); :func:`engine_phases`, the formula of the engine alone, is a lower bound.
@@ -14,22 +14,15 @@ only when a WDEC command is timed.
 from __future__ import annotations
 
 import hashlib
-import math
-from typing import NamedTuple
 
 import numpy as np
 
 from aipu.codec.errors import CodecError
-from aipu.codec.npu_profile import (PART_LENGTH, ZERO_RUN_BITS, bin_cycles, decode_parts, decode_profile_compiled,
-                                   split_parts)
-from aipu.codec.reference.engine import RANGE_BITS
+from aipu.codec.npu_profile import PART_LENGTH, bin_cycles, decode_parts, split_parts
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.timing.dma import DramPhases
-
-# The most bits one bin consumes: a renormalisation past ZERO_RUN_BITS - 1 zeros plus 9 bits, then an LPS
-# reading one bit and shifting by up to 9. An engine of B stages takes up to B·NEED_BITS a cycle.
-NEED_BITS = (ZERO_RUN_BITS - 1 + RANGE_BITS) + 1 + RANGE_BITS
+from aipu.sim.timing.wdec_stream import StreamCounts, decoded_profile, first_bits_cycles, stream_words
 
 
 def command_cycles(config: HardwareConfig, command, stream: bytes) -> int:
@@ -104,7 +97,7 @@ def simulated_phases(config: HardwareConfig, command, stream: bytes) -> DramPhas
     if cycles is None:
         unit = WdecUnit(config, command, stream, 0, latency=config.dram.latency_cycles)
         unit.alone(NEVER)
-        if len(_SIMULATED) >= _STREAM_COUNTS_KEPT:
+        if len(_SIMULATED) >= _SIMULATED_KEPT:
             _SIMULATED.clear()
         cycles = _SIMULATED[key] = unit.finish()
     parts = split_parts(stream, command.out_c, command.parts)
@@ -115,6 +108,7 @@ def simulated_phases(config: HardwareConfig, command, stream: bytes) -> DramPhas
 
 
 _SIMULATED: dict[tuple, int] = {}
+_SIMULATED_KEPT = 1 << 16        # commands whose cycles are remembered: beyond it the cache starts afresh
 
 
 def _phases(config: HardwareConfig, cycles: int, words: int) -> DramPhases:
@@ -138,44 +132,3 @@ def _part_cycles(config: HardwareConfig, dram_addr: int, length: int, counts: St
     a cycle), its Morton skips and zero-run steps, and its padding check."""
     bins = bin_cycles(counts, config.wdec.bins_per_cycle)
     return first_bits_cycles(config, dram_addr, length) + bins + counts.morton_skips + counts.zero_run_cycles + 1
-
-
-class StreamCounts(NamedTuple):
-    bins: int
-    morton_skips: int
-    zero_run_cycles: int
-    leaf_runs: np.ndarray       # ProfileDecode.leaf_runs
-
-
-def decoded_profile(stream: bytes, shape: tuple[int, int, int, int]) -> StreamCounts:
-    """The profile decoder's counts of one stream, remembered by the stream's digest (a report asks for the
-    cycles and the bins of the same streams; the decoded levels are not kept)."""
-    key = (hashlib.blake2b(stream, digest_size=16).digest(), tuple(shape))
-    counts = _STREAM_COUNTS.get(key)
-    if counts is None:
-        if len(_STREAM_COUNTS) >= _STREAM_COUNTS_KEPT:
-            _STREAM_COUNTS.clear()
-        decoded = decode_profile_compiled(stream, shape)
-        counts = _STREAM_COUNTS[key] = StreamCounts(decoded.bins, decoded.morton_skips, decoded.zero_run_cycles,
-                                                    decoded.leaf_runs)
-    return counts
-
-
-_STREAM_COUNTS: dict[tuple[bytes, tuple], StreamCounts] = {}
-_STREAM_COUNTS_KEPT = 1 << 16
-
-
-def stream_words(config: HardwareConfig, dram_addr: int, length: int) -> int:
-    """DRAM words that hold the stream's bytes."""
-    nbytes = config.dram.bytes_per_cycle
-    return (dram_addr + length - 1) // nbytes - dram_addr // nbytes + 1
-
-
-def first_bits_cycles(config: HardwareConfig, dram_addr: int, length: int) -> int:
-    """Cycles from the first DRAM request to the 9-bit engine start, which waits until the window holds the
-    B·NEED_BITS of a cycle (or the whole stream): the read latency, one cycle each into the FIFO and into the
-    window, one per word it takes (words arrive one a cycle) and the start itself."""
-    nbytes = config.dram.bytes_per_cycle
-    needed = math.ceil((8 * (dram_addr % nbytes) + config.wdec.bins_per_cycle * NEED_BITS) / (8 * nbytes))
-    words = min(stream_words(config, dram_addr, length), needed)
-    return config.dram.latency_cycles + 2 + words

@@ -23,7 +23,7 @@ def wdec_cascade(config, bins_per_cycle: int, engines: int = 1):
     """``config`` with WDEC's ``engines`` part decoders decoding ``bins_per_cycle`` bins of a leaf a cycle each,
     its DRAM word widened where the engine needs more bits a cycle than it has (SMALL's 4 bytes hold one
     stage's 26 bits)."""
-    from aipu.sim.timing.wdec import NEED_BITS
+    from aipu.sim.timing.wdec_stream import NEED_BITS
 
     nbytes = max(config.dram.bytes_per_cycle, 1 << (-(-bins_per_cycle * NEED_BITS // 8) - 1).bit_length())
     return hardware_config_from_dict({**config.to_dict(), "wdec": {"bins_per_cycle": bins_per_cycle, "engines": engines},

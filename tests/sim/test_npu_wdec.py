@@ -2,7 +2,7 @@
 at a time or from request to request it is granted and retires in the same cycles; alone on the bridge one
 part takes the engine's formula, then its cube stager's last flush, more where the stager holds it; K parts on
 E lanes take no less than the slowest part alone and no more than all of them one after another. The cube
-stager (/work/wt/notes/stager_spec.md) by hand-built lanes: a one-cube part, a cube closing while its
+stager (docs/rtl-wdec.md, "Stager") by hand-built lanes: a one-cube part, a cube closing while its
 predecessor drains (held), lanes sharing the write port round robin, Morton skips while held."""
 from __future__ import annotations
 

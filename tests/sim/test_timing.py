@@ -161,7 +161,7 @@ def test_wdec_parts_on_lanes_cost_the_header_then_at_least_the_slowest_part():
     cycle; two parts on two lanes the header (requested from the third cycle, answered ``latency`` later),
     then the slower part as if alone from there, delayed by the faster's reads and writes by less than the
     faster part takes; idle lanes change nothing; a one-part stream the engine's formula, then its cube stager's
-    flush of the last cube (/work/wt/notes/stager_spec.md). More parts than lanes are refused."""
+    flush of the last cube (docs/rtl-wdec.md, "Stager"). More parts than lanes are refused."""
     from aipu.codec.npu_profile import decode_profile_stream, encode_parts_stream, encode_profile_stream
 
     weights = np.random.default_rng(8).integers(-30, 31, size=(6, 20, 3, 3)).astype(np.int8)
