@@ -1,6 +1,6 @@
-"""A WDEC command on the NPU top, cycle by cycle: the unit's E = ``wdec.engines`` lanes (``aipu.rtl.wdec``), each
-a word fetcher, window and engine of B = ``wdec.bins_per_cycle`` bins a cycle on one part of the stream, their
-requests on the shared DRAM bridge and their engines' progress (docs/rtl-wdec.md).
+"""A WDEC command on the NPU top, cycle by cycle: the unit's E = ``wdec.engines`` lanes (``aipu.rtl.wdec``'s part
+decoders), each a word fetcher, window and engine of B = ``wdec.bins_per_cycle`` bins a cycle on one part of the
+stream, their requests on the shared DRAM bridge and their engines' progress (docs/rtl-wdec.md).
 
 A lane is the one-engine WDEC of before: its fetcher requests a word whenever its FIFO and its reads in flight
 hold fewer than ``dram.latency_cycles + 4`` words, its window takes a word from the FIFO whenever it holds fewer
@@ -50,9 +50,8 @@ import numpy as np
 from aipu.codec.compiled.jit_cache import SourceKeyedJit
 from aipu.codec.npu_profile import (CYCLE_SKIP, MARK_CUBE, MARK_LEAF, MARK_LEVEL, PART_LENGTH, cube_writes,
                                    profile_entries_compiled, split_parts)
-from aipu.sim.machine.arch import Buffer
 from aipu.codec.reference.engine import RANGE_BITS
-from aipu.sim.machine.arch import HardwareConfig
+from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.program import Command
 from aipu.sim.timing.dram_bridge import read_cycles
