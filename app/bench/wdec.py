@@ -14,9 +14,7 @@ the compressed program took to lower and report.
 
 The configuration is DEFAULT or ``config`` (a file), with the grid of ``vary`` (``KEY=V1,V2,...`` as `aipu
 sweep --vary` takes them, e.g. ``wdec.engines=1,2,4``) on top. Each point is timed on the cycle model of the
-NPU top (dram="npu": its shared DRAM bridge, the RTL's timing) where WDEC is the RTL's, one engine of one bin
-a cycle; the NPU top refuses other WDECs, so those points are timed with one DRAM port per unit
-(dram="ports"), and say so.
+NPU top (dram="npu": its shared DRAM bridge, the RTL's timing), whatever its part decoders and cascade.
 """
 from __future__ import annotations
 
