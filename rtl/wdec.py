@@ -30,7 +30,7 @@ from aipu.rtl.wdec_parts.header import PartsHeader
 from aipu.rtl.wdec_parts.part_decoder import PartDecoder
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
-from aipu.sim.timing.wdec_stream import NEED_BITS
+from aipu.sim.timing.wdec_stream import NEED_BITS, fetch_depth
 
 
 class Wdec(UnitComponent):
@@ -75,7 +75,7 @@ class Wdec(UnitComponent):
             m.d.comb += [header.dram_addr.eq(cmd.dram_addr), header.parts.eq(cmd.parts)]
             header_words = PART_LENGTH.size * engines // config.dram.bytes_per_cycle + 2
             m.submodules.reads = reads = ReadArbiter(config, engines + 1,
-                                                     engines * (config.dram.latency_cycles + 4) + header_words)
+                                                     engines * fetch_depth(config) + header_words)
             connect(m, flipped(self.dram_read), reads.dram_read)
             for reader, port in zip([decoder.dram_read for decoder in decoders] + [header.dram_read], reads.readers):
                 connect(m, reader, port)

@@ -9,14 +9,15 @@ from amaranth.lib.wiring import In, Out
 from aipu.rtl.ports import dram_read_port
 from aipu.rtl.wdec_parts.interfaces import stream_span
 from aipu.sim.machine.arch import HardwareConfig
+from aipu.sim.timing.wdec_stream import fetch_depth
 
 
 class WordFetcher(wiring.Component):
     """Reads the words from the one of ``dram_addr`` to the one of the stream's last byte.
 
-    A request goes out every cycle while the FIFO (``dram.latency_cycles + 4`` words) plus the reads in
-    flight have room, so after the first response the FIFO never runs dry. ``words`` hands them on in
-    stream order (as DRAM delivers them); ``drained`` says every word of the stream has gone out.
+    A request goes out every cycle while the FIFO (``fetch_depth``: ``dram.latency_cycles + 4`` words) plus
+    the reads in flight have room, so after the first response the FIFO never runs dry. ``words`` hands them
+    on in stream order (as DRAM delivers them); ``drained`` says every word of the stream has gone out.
 
     Signature: ``span`` (In: begin, dram_addr, length), ``dram_read`` (the unit's DRAM port), ``words``
     (Out: a stream of DRAM words), ``drained`` (Out).
@@ -31,7 +32,7 @@ class WordFetcher(wiring.Component):
         m = Module()
         span, dram, words = self.span, self.dram_read, self.words
         offset_bits = (self.config.dram.bytes_per_cycle - 1).bit_length()
-        depth = self.config.dram.latency_cycles + 4
+        depth = fetch_depth(self.config)
         m.submodules.fifo = fifo = SyncFIFO(width=len(words.payload), depth=depth)
         end_byte = span.dram_addr + span.length
         first_word = span.dram_addr >> offset_bits

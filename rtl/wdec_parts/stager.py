@@ -7,11 +7,12 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from aipu.codec.npu_profile import CUBE_SHIFT
 from aipu.rtl.ports import word_bytes, write_port
 from aipu.rtl.wdec_parts.interfaces import command_field, leaf_level
 from aipu.sim.machine.arch import Buffer, HardwareConfig
 
-SIDE = 8                 # a cube's side: rows of SIDE channels, SIDE x SIDE rows of (kernel, tap)
+SIDE = 1 << CUBE_SHIFT   # the codec's cube side: rows of SIDE channels, SIDE x SIDE rows of (kernel, tap)
 ROWS = SIDE * SIDE
 
 
@@ -44,14 +45,14 @@ class CubeStager(wiring.Component):
         drain_port = banks.read_port()
         fill_bank, filling, draining, finished = Signal(), Signal(), Signal(), Signal()
         fill_cube = Signal(len(Cat(leaf.kernel, leaf.tap, leaf.channel)))
-        cube = Cat(leaf.kernel[3:], leaf.tap[3:], leaf.channel[3:])
-        m.d.comb += [fill_port.addr.eq(Cat(leaf.tap[:3], leaf.kernel[:3], fill_bank)),
+        cube = Cat(leaf.kernel[CUBE_SHIFT:], leaf.tap[CUBE_SHIFT:], leaf.channel[CUBE_SHIFT:])
+        m.d.comb += [fill_port.addr.eq(Cat(leaf.tap[:CUBE_SHIFT], leaf.kernel[:CUBE_SHIFT], fill_bank)),
                      fill_port.data.eq(leaf.level.replicate(SIDE)), self.pending.eq(draining),
                      self.hold.eq(leaf.in_leaf & filling & (cube != fill_cube) & draining),
                      self.done.eq(finished & ~filling & ~draining)]
         closing = Signal()
         with m.If(leaf.valid):
-            m.d.comb += fill_port.en.eq(1 << leaf.channel[:3])
+            m.d.comb += fill_port.en.eq(1 << leaf.channel[:CUBE_SHIFT])
             with m.If(filling & (cube != fill_cube)):
                 m.d.comb += [closing.eq(1), fill_port.addr[-1].eq(~fill_bank)]
                 m.d.sync += fill_bank.eq(~fill_bank)
@@ -71,11 +72,11 @@ class CubeStager(wiring.Component):
         WEIGHT word its channels touch; the row in the read port's register, the next one read as it goes."""
         leaf, nbytes = self.leaf, self.port_bytes
         shift = (nbytes - 1).bit_length()
-        base = Signal.like(fill_cube)           # the draining cube: (kernel, tap, channel) >> 3
-        row_k, row_z = Signal(3), Signal(3)
+        base = Signal.like(fill_cube)           # the draining cube: (kernel, tap, channel) >> CUBE_SHIFT
+        row_k, row_z = Signal(CUBE_SHIFT), Signal(CUBE_SHIFT)
         segment = Signal(range(-(-SIDE // nbytes) + 1))     # words of the row written so far
-        k_bits, z_bits = len(leaf.kernel) - 3, len(leaf.tap) - 3
-        k0, z0, c0 = (field << 3 for field in (base[:k_bits], base[k_bits:k_bits + z_bits], base[k_bits + z_bits:]))
+        k_bits, z_bits = len(leaf.kernel) - CUBE_SHIFT, len(leaf.tap) - CUBE_SHIFT
+        k0, z0, c0 = (field << CUBE_SHIFT for field in (base[:k_bits], base[k_bits:k_bits + z_bits], base[k_bits + z_bits:]))
         rows_k = Mux(self.out_c - k0 < SIDE, self.out_c - k0, SIDE)
         rows_z = Mux(leaf.taps - z0 < SIDE, leaf.taps - z0, SIDE)
         channels = Mux(self.in_c - c0 < SIDE, self.in_c - c0, SIDE)
@@ -85,9 +86,9 @@ class CubeStager(wiring.Component):
         word = (start >> shift) + segment
         last_segment = ((word + 1) << shift) >= end
         last_row = (row_k == rows_k - 1) & (row_z == rows_z - 1)
-        rotation = ((word << shift) - start)[:3]
+        rotation = ((word << shift) - start)[:CUBE_SHIFT]
         row = port.data
-        rotated = Cat(*(row.word_select((rotation + j)[:3], 8) for j in range(SIDE)))
+        rotated = Cat(*(row.word_select((rotation + j)[:CUBE_SHIFT], 8) for j in range(SIDE)))
         first = Mux(start > (word << shift), (start - (word << shift))[:shift + 1], 0)     # bytes of the word
         beyond = Mux(last_segment, (end - (word << shift))[:shift + 1], nbytes)
         write = self.write
@@ -95,7 +96,7 @@ class CubeStager(wiring.Component):
                      write.mask.eq(((1 << beyond) - 1) & ~((1 << first) - 1)), port.en.eq(0)]
         next_k = Mux(row_z == rows_z - 1, row_k + 1, row_k)
         next_z = Mux(row_z == rows_z - 1, 0, row_z + 1)
-        m.d.comb += port.addr.eq(Cat(next_z[:3], next_k[:3], ~fill_bank))
+        m.d.comb += port.addr.eq(Cat(next_z[:CUBE_SHIFT], next_k[:CUBE_SHIFT], ~fill_bank))
         with m.If(closing):
             m.d.comb += [port.en.eq(1), port.addr.eq(fill_bank * ROWS)]
             m.d.sync += [draining.eq(1), base.eq(fill_cube), row_k.eq(0), row_z.eq(0), segment.eq(0)]

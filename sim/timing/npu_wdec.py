@@ -55,9 +55,8 @@ from aipu.sim.machine.arch import Buffer, HardwareConfig
 from aipu.sim.machine.errors import ExecutionError
 from aipu.sim.machine.program import Command
 from aipu.sim.timing.dram_bridge import read_cycles
-from aipu.sim.timing.wdec_stream import NEED_BITS, decoded_profile, stream_words
+from aipu.sim.timing.wdec_stream import NEED_BITS, decoded_profile, fetch_depth, stream_words
 
-FIFO_SLACK = 4              # each lane's word fetcher's FIFO holds dram.latency_cycles + 4 words
 BEGIN_CYCLES = 2            # start, then the check: requests from the cycle after
 NEVER = 1 << 62
 # lanes[i] of a lane: the constants first (those of other modules too, so that the compiled code depends on no
@@ -268,7 +267,7 @@ class WdecUnit:
                               port_bytes) for part, (_, _, cubes) in zip(parts, entries)]
         self.writes = np.concatenate(writes)
         self.lanes = np.zeros((len(parts), LANE_SIZE), dtype=np.int64)
-        depth = config.dram.latency_cycles + FIFO_SLACK
+        depth = fetch_depth(config)
         header = 0 if len(parts) == 1 else stream_words(config, command.dram_addr, PART_LENGTH.size * len(parts))
         offset = cubes = 0
         for lane, part, (bits, _, _), own in zip(self.lanes, parts, entries, writes):

@@ -60,3 +60,12 @@ def first_bits_cycles(config: HardwareConfig, dram_addr: int, length: int) -> in
     needed = math.ceil((8 * (dram_addr % nbytes) + config.wdec.bins_per_cycle * NEED_BITS) / (8 * nbytes))
     words = min(stream_words(config, dram_addr, length), needed)
     return config.dram.latency_cycles + 2 + words
+
+
+FETCH_SLACK = 4     # a part decoder's word fetcher holds dram.latency_cycles + FETCH_SLACK words, FIFO and in flight
+
+
+def fetch_depth(config: HardwareConfig) -> int:
+    """Words a part decoder's fetcher holds in its FIFO and in flight: enough to cover the read latency, so
+    that after the first answer its FIFO never runs dry."""
+    return config.dram.latency_cycles + FETCH_SLACK
