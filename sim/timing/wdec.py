@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
-
 from aipu.codec.errors import CodecError
 from aipu.codec.npu_profile import PART_LENGTH, bin_cycles, decode_parts, split_parts
 from aipu.sim.machine.arch import Buffer, HardwareConfig
@@ -52,35 +50,6 @@ def engine_phases(config: HardwareConfig, command, parts: list) -> DramPhases:
     ((part, counts),) = parts
     total = _part_cycles(config, command.dram_addr + part.offset, part.length, counts)
     return _phases(config, total + 1, stream_words(config, command.dram_addr, command.length))
-
-
-def one_part_cycles(config: HardwareConfig, command, stream: bytes) -> int:
-    """One part's cycles alone on its port by its cubes, for a part whose engine the window never stalls after
-    its start (:func:`engine_phases` exact for the engine): the engine's entry n runs in cycle T + n + H, H the
-    cycles held before it; cube j's first level (entry l_j) closes cube j - 1 in C_j, which drains in C_j + 1 ..
-    C_j + W_(j-1) (alone, a write each cycle), so cube j + 1's first entry s_(j+1) is held until C_j + W_(j-1)
-    + 1; after the padding check p = T + N + H the last cube is flushed in f = max(p + 1, the cycle after the
-    last drain) and written in f + 1 .. f + W_last, and DONE follows. The unit's simulation is the definition
-    (:func:`simulated_phases`; tests/sim/test_npu_wdec.py holds the two equal)."""
-    from aipu.codec.npu_profile import MARK_CUBE, MARK_LEVEL, cube_writes
-    from aipu.sim.timing.npu_wdec import engine_entries
-
-    parts = _decoded_parts(command, stream)
-    shape = (command.out_c, command.in_c, command.k_h, command.k_w)
-    bits, marks, cubes = engine_entries(stream, shape, config.wdec.bins_per_cycle)
-    writes = cube_writes(cubes, command.wgt_addr, shape, config.buffer(Buffer.WEIGHT).port_bytes).tolist()
-    starts = np.flatnonzero(marks & MARK_CUBE).tolist()
-    levels = np.flatnonzero(marks & MARK_LEVEL)
-    firsts = levels[np.searchsorted(levels, starts)].tolist()      # each cube's first level
-    held, drained = 0, -1           # drained: the last cycle of the last drain (cycles from T = 0)
-    for j in range(1, len(starts)):
-        if starts[j] + held <= drained:
-            held = drained + 1 - starts[j]
-        close = firsts[j] + held
-        drained = close + writes[j - 1]
-    padding = len(bits) + held
-    flush = max(padding + 1, drained + 1)
-    return engine_phases(config, command, parts).cycles + (flush + writes[-1] + 1) - len(bits)
 
 
 def simulated_phases(config: HardwareConfig, command, stream: bytes) -> DramPhases:
