@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from aipu.compiler.lowering.base import field_max
 from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, output_size
 from aipu.compiler.lowering.im2col import UnrolledWindow
-from aipu.compiler.lowering.wdec_cost import WdecCost
+from aipu.compiler.lowering.wdec_cost import LayerStream, WdecCost
 from aipu.compiler.lowering.weight_streams import PARTS_OVERHEAD, decodable
 from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, DEFAULT, PARAM_RECORD_BYTES, Buffer, DType,
                                    HardwareConfig, elements_bytes)
@@ -134,7 +134,7 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
                          "larger than 1x1, every output row reading the image, tile_c = C)")
     tks = [tile_k] if tile_k else [n * step_k for n in _even_splits(shape.k // step_k)]
     all_rows = [tile_rows] if tile_rows else _halvings(shape.out_h)
-    wdec = WdecCost(config) if compress and decodable(layer) else None
+    wdec = WdecCost(config, LayerStream.of(layer.w)) if compress and decodable(layer) else None
     plain = CostEstimate(shape, config, wdec)
     candidates = [] if unrolled else _weighed(plain, halves, _plain_sizes(shape, tks, all_rows, tile_c), None)
     if window is not None:
