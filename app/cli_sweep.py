@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from aipu.compiler.compression import COMPRESSION
+
 PLOT_SERIES_MAX = 16        # lines per panel that the legend still names one by one
 
 
@@ -144,8 +146,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="an axis of the grid (repeatable): a configuration key such as mac.rows, "
                              "buffers.act.bytes, dram.bytes_per_cycle, or mac=8x8,16x16 for rows and cols together; "
                              "at most 256 configurations in all")
-    parser.add_argument("--compress", action="store_true", help="conv weights as WDEC streams, as `aipu compile "
-                                                                "--compress`")
+    parser.add_argument("--compress", nargs="?", const="hidden", choices=tuple(COMPRESSION), metavar="POLICY",
+                        help="conv weights as WDEC streams, as `aipu compile --compress [POLICY]` (hidden or all)")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler (tcp://host:port); "
                                                                "default: a local cluster")
     parser.add_argument("--workers", type=int, help="processes of the local cluster (default: all cores)")

@@ -80,7 +80,7 @@ class Point:
 class Sweep:
     model: str
     calibration: str | None
-    compress: bool
+    compress: str | None
     identity: str
     base: HardwareConfig
     axes: list[Axis]
@@ -187,7 +187,7 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def program_identity(model: Path, calibration: Path | None, options: QuantOptions, compress: bool) -> str:
+def program_identity(model: Path, calibration: Path | None, options: QuantOptions, compress: str | None) -> str:
     """What decides the program of every configuration: the model's and calibration set's bytes, the
     quantization options, ``compress`` and the code."""
     parts = {"model": _file_digest(model), "calibration": _file_digest(calibration) if calibration else None,
@@ -261,7 +261,7 @@ def _failed(error: str) -> dict:
     return {**dict.fromkeys(FIGURES[:-1]), "error": error}
 
 
-def measure(qmodel, config: HardwareConfig, compress: bool) -> dict:
+def measure(qmodel, config: HardwareConfig, compress: str | None) -> dict:
     """The figures of ``qmodel`` lowered for ``config`` on the cycle model (shared DRAM); a configuration the
     compiler refuses (a buffer too small, ...) gives its error instead."""
     from aipu.compiler.lowering.network import lower_model
@@ -323,7 +323,7 @@ def dask_client(scheduler: str | None, workers: int | None):
 
 
 def run_sweep(model: Path, calibration: Path | None, *, base: HardwareConfig, axes: list[Axis],
-              compress: bool = False, options: QuantOptions = QuantOptions(), scheduler: str | None = None,
+              compress: str | None = None, options: QuantOptions = QuantOptions(), scheduler: str | None = None,
               workers: int | None = None, cache_folder: Path | None = None, progress: bool = False,
               threads: int = 1, model_label: str | None = None, calibration_label: str | None = None) -> Sweep:
     """Every configuration of the grid, from the cache where it has it, the others on Dask. The model is

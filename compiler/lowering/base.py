@@ -28,8 +28,9 @@ class Context:
     plan: DramPlan
     tensors: dict[str, QTensor]
     constants: dict[str, np.ndarray]       # integer operands of the quantized model (e.g. an eltwise constant)
-    compress: bool = False                 # conv weights as npu-profile streams that WDEC decodes
+    compress: str | None = None            # the policy by which conv weights become streams WDEC decodes
     weight_streams: list[dict] = field(default_factory=list)    # what compression placed, for the manifest
+    weight_item_cycles: float = 0.0        # the latest conv plan's (TilePlan.weight_item_cycles)
 
     @property
     def program(self) -> Program:

@@ -152,7 +152,9 @@ class ConvLowering:
                           **({"lut_index_shift": table.index_shift}     # the default domain: all of int16
                              if table is not None and table.index_shift is not None else {}))
         check_layer(layer)
-        return ConvPart(layer, plan_conv(layer, context.config, compress=context.compress))
+        plan = plan_conv(layer, context.config, compress=context.compress, hidden_under=context.weight_item_cycles)
+        context.weight_item_cycles = plan.weight_item_cycles
+        return ConvPart(layer, plan)
 
     def emit(self, plan: ConvPlan, context: Context) -> None:
         y = context.tensors[plan.y]
@@ -168,7 +170,7 @@ class ConvLowering:
             emit_conv(context.pipeline, part.layer, part.tiles, addresses,
                       input_row=part.input_row, output_steps=part.output_steps,
                       weight_stream=WeightStreams(part.layer, prefix, context.plan, context.weight_streams,
-                                                 context.config, part.tiles.parts_overhead)
+                                                 context.config, part.tiles.parts_overhead, part.tiles.compressed)
                       if context.compress else None)
 
 

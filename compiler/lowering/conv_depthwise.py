@@ -97,11 +97,13 @@ def _rows_fed(layer: ConvLayer, out_h: int, rows: int) -> bool:
 
 def plan_conv(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, dwconv: bool = True, tile_k: int | None = None,
               tile_c: int | None = None, tile_rows: int | None = None, unrolled: bool | None = None,
-              compress: bool = False) -> TilePlan:
+              compress: str | None = None, hidden_under: float = 0.0) -> TilePlan:
     """The conv tiler's plan (conv_plan.plan_tiles), or with ``dwconv`` a DepthwisePlan where the layer takes
     DWCONV and its estimated cycles are fewer. Explicitly given sizes and a forced ``unrolled`` mapping (which
-    rules DWCONV out) are kept; ``compress``: the tiler weighs WDEC streams (plan_tiles)."""
-    tiles = {"tile_k": tile_k, "tile_c": tile_c, "tile_rows": tile_rows, "unrolled": unrolled, "compress": compress}
+    rules DWCONV out) are kept; ``compress``, ``hidden_under``: the compression policy the tiler weighs WDEC
+    streams by and the cycles the layer's first decode may hide under (plan_tiles)."""
+    tiles = {"tile_k": tile_k, "tile_c": tile_c, "tile_rows": tile_rows, "unrolled": unrolled, "compress": compress,
+             "hidden_under": hidden_under}
     try:
         plan = plan_tiles(layer, config, **tiles)
     except ValueError:

@@ -16,6 +16,7 @@ from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer
 from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.memory import DramPlan, channels_last, load_tensor, store_tensor
 from aipu.compiler.lowering.pipeline import Pipeline
+from aipu.compiler.compression import compression_policy
 from aipu.compiler.lowering.weight_streams import WeightStreams
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
@@ -61,7 +62,7 @@ class LoweredLayer:
         return load_tensor(memory.dram, self.output_addr, (1, k, out_h, out_w), self.output_dtype)
 
 
-def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, compress: bool = False,
+def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, compress: str | None = None,
                      dwconv: bool = True, **tiles) -> LoweredLayer:
     """Plan DRAM, tile the layer and emit LOAD/CONV or DWCONV/REQUANT(/LUT)/STORE with double buffering and
     tokens."""
@@ -69,16 +70,18 @@ def lower_conv_layer(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, comp
 
 
 def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
-                      tiles: list[dict] | None = None, *, compress: bool = False,
+                      tiles: list[dict] | None = None, *, compress: str | None = None,
                       dwconv: bool = True) -> LoweredLayer:
     """Lower a chain of conv layers into one program: layer i + 1 reads layer i's output from DRAM.
 
     Only the first layer's ``x`` is input data; later layers' ``x`` must have the previous output's
     shape and dtype (their values are not used). One pipeline gives the tokens, so that a layer's first
     loads overlap the previous layer's last compute (compiler/lowering/pipeline.py). ``compress``: weight tiles
-    decoded by WDEC where their stream is smaller (``WeightStreams``), the streams placed after the outputs.
+    decoded by WDEC where their stream is smaller (``WeightStreams``) under that policy (weight_streams.COMPRESSION),
+    the streams placed after the outputs.
     ``tiles``: per layer, tile sizes to keep (plan_tiles' keywords). ``dwconv``: whether depthwise layers may run
     on DWCONV where it is faster (conv_depthwise.plan_conv; the RTL does not execute DWCONV yet)."""
+    compress = compression_policy(compress)
     plans = _plan_chain(layers, config, tiles, dwconv, compress)
     dram = DramPlan()
     dram.constant("input", channels_last(layers[0].x))
@@ -94,7 +97,8 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
                      **{name: dram.regions[f"{i}.{name}"][0]
                         for name in ("weights", "params", "output", "lut", "codebook") if f"{i}.{name}" in dram.regions}}
         emit_conv(pipeline, layer, plan, addresses,
-                  weight_stream=WeightStreams(layer, str(i), dram, streams, config, plan.parts_overhead)
+                  weight_stream=WeightStreams(layer, str(i), dram, streams, config, plan.parts_overhead,
+                                              plan.compressed)
                   if compress else None)
     pipeline.close()
     program = pipeline.program
@@ -106,7 +110,7 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
 
 
 def _plan_chain(layers: list[ConvLayer], config: HardwareConfig, tiles: list[dict] | None,
-                dwconv: bool, compress: bool = False) -> list[TilePlan]:
+                dwconv: bool, compress: str | None = None) -> list[TilePlan]:
     """Each layer checked and planned; each layer's input shaped as the previous layer's output."""
     if not layers:
         raise ValueError("lower_conv_layers needs at least one layer")
@@ -115,7 +119,11 @@ def _plan_chain(layers: list[ConvLayer], config: HardwareConfig, tiles: list[dic
         raise ValueError(f"tiles has {len(tiles)} entries for {len(layers)} layers")
     for layer in layers:
         check_layer(layer)
-    plans = [plan_conv(layer, config, dwconv=dwconv, **{"compress": compress, **t}) for layer, t in zip(layers, tiles)]
+    plans = []
+    for layer, kept in zip(layers, tiles):
+        hidden_under = plans[-1].weight_item_cycles if plans else 0.0
+        plans.append(plan_conv(layer, config, dwconv=dwconv, **{"compress": compress, "hidden_under": hidden_under,
+                                                                 **kept}))
     for i in range(1, len(layers)):
         shape = (1, layers[i - 1].w.shape[0], plans[i - 1].out_h, plans[i - 1].out_w)
         if layers[i].x.shape != shape or layers[i].x.dtype != layers[i - 1].out_dtype:

@@ -6,7 +6,9 @@ conv); those plans compete with the plain ones on the same estimate.
 Among every even split of K and every halving of C and of the output rows that fits, the plan with the
 fewest estimated cycles wins, and among the plans within ESTIMATE_TOLERANCE of it the one with the fewest
 commands (docs/compiler.md, "Tiling"). The estimate (:class:`CostEstimate`) adds up the units' own timing
-(``aipu.sim.timing``) over a plan's commands, before they are placed in DRAM and in the buffers.
+(``aipu.sim.timing``) over a plan's commands, before they are placed in DRAM and in the buffers. Under the
+"hidden" compression policy, a layer's weights become WDEC streams only where its best compressed plan is
+within HIDDEN_SLACK of its best raw plan.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from aipu.compiler.lowering.base import field_max
 from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, output_size
 from aipu.compiler.lowering.im2col import UnrolledWindow
 from aipu.compiler.lowering.wdec_cost import LayerStream, WdecCost
+from aipu.compiler.compression import compression_policy
 from aipu.compiler.lowering.weight_streams import PARTS_OVERHEAD, decodable
 from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, DEFAULT, PARAM_RECORD_BYTES, Buffer, DType,
                                    HardwareConfig, elements_bytes)
@@ -25,6 +28,7 @@ from aipu.sim.timing.conv import ConvTiming
 from aipu.sim.timing.dma import least_cycles, walk_words
 
 ESTIMATE_TOLERANCE = 1.02   # plans whose estimated cycles are this close to the fastest count as ties
+HIDDEN_SLACK = 0.01         # "hidden" compression: the estimated cycles decoding may add to a layer's best plan
 _PIXELS_MAX = field_max(DEFAULT, Opcode.REQUANT, "pixels")      # output pixels of one tile
 
 
@@ -38,6 +42,9 @@ class TilePlan:
     out_w: int
     unrolled: bool = False   # the kernel window gathered by LOAD, run as a 1x1 conv (im2col.py); tile_c = C
     parts_overhead: float = PARTS_OVERHEAD   # compressed: the bytes WDEC parts may add (weight_streams.parts_of)
+    compressed: bool = False     # the weight tiles are WDEC streams where they are smaller (weight_streams.py)
+    weight_item_cycles: float = 0.0   # estimated CONV cycles on one weight tile, under which the next layer's
+                                      # first decode may run (plan_tiles' ``hidden_under``)
 
 
 @dataclass(frozen=True)
@@ -107,15 +114,18 @@ class ConvGeometry:
 
 def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
                tile_c: int | None = None, tile_rows: int | None = None, unrolled: bool | None = None,
-               compress: bool = False) -> TilePlan:
+               compress: str | None = None, hidden_under: float = 0.0) -> TilePlan:
     """Tiles that fit half of every buffer, chosen among even splits of K and halvings of C and of the output
     rows, plain or unrolled (im2col.py): the fewest commands among the plans within ESTIMATE_TOLERANCE of the
     fewest estimated cycles (:class:`CostEstimate`; docs/compiler.md, "Tiling").
     Explicitly given sizes are kept; ``unrolled`` True or False forces the mapping (None: the estimate's).
-    ``compress``: the layer's weight tiles will be WDEC streams where WDEC takes them (weight_streams.py), so
-    each plan's weights are weighed as WDEC's estimated decoding (wdec_cost.py) rather than as raw LOADs."""
+    ``compress`` (a policy of weight_streams.COMPRESSION): the layer's weight tiles will be WDEC streams where
+    WDEC takes them (weight_streams.py), so each plan's weights are weighed as WDEC's estimated decoding
+    (wdec_cost.py) rather than as raw LOADs; "hidden" keeps the best raw plan, weights raw, where the best
+    compressed one is estimated more than HIDDEN_SLACK slower, counting what its first decode takes beyond
+    ``hidden_under``: the previous layer's CONV cycles on its last weight tile (TilePlan.weight_item_cycles),
+    which the decode overlaps (it writes the other half of WEIGHT)."""
     shape = ConvGeometry.of(layer)
-    halves = {buffer: config.buffer(buffer).bytes // 2 for buffer in Buffer}
     step_k = shape.k_step
     if tile_k is not None and (tile_k % step_k or not 1 <= tile_k <= shape.k):
         raise ValueError(f"tile_k = {tile_k}: must be 1..{shape.k} and a multiple of {step_k} (the output channels "
@@ -132,16 +142,32 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     if unrolled and window is None:
         raise ValueError("unrolled: the layer cannot run unrolled (groups = 1, horizontal dilation 1, a kernel "
                          "larger than 1x1, every output row reading the image, tile_c = C)")
-    tks = [tile_k] if tile_k else [n * step_k for n in _even_splits(shape.k // step_k)]
+    sizes = (tile_k, tile_c, tile_rows)
+    policy = compression_policy(compress)
+    wdec = WdecCost(config, LayerStream.of(layer.w)) if policy and decodable(layer) else None
+    cycles, plan, first_decode = _best_plan(shape, config, sizes, window, unrolled, wdec)
+    if wdec is not None and policy == "hidden":
+        raw_cycles, raw, _ = _best_plan(shape, config, sizes, window, unrolled, None)
+        if cycles + max(0.0, first_decode - hidden_under) > raw_cycles * (1 + HIDDEN_SLACK):
+            return raw
+    return plan
+
+
+def _best_plan(shape: ConvGeometry, config: HardwareConfig, sizes: tuple, window: UnrolledWindow | None,
+               unrolled: bool | None, wdec: WdecCost | None) -> tuple[float, TilePlan, float]:
+    """(estimated cycles, plan, its first decode's estimated cycles) of the best plan keeping ``sizes`` (tile_k, tile_c, tile_rows; None where
+    free), plain unless ``unrolled`` and unrolled over ``window`` where given; compressed with ``wdec``."""
+    tile_k, tile_c, tile_rows = sizes
+    tks = [tile_k] if tile_k else [n * shape.k_step for n in _even_splits(shape.k // shape.k_step)]
     all_rows = [tile_rows] if tile_rows else _halvings(shape.out_h)
-    wdec = WdecCost(config, LayerStream.of(layer.w)) if compress and decodable(layer) else None
+    halves = {buffer: config.buffer(buffer).bytes // 2 for buffer in Buffer}
     plain = CostEstimate(shape, config, wdec)
     candidates = [] if unrolled else _weighed(plain, halves, _plain_sizes(shape, tks, all_rows, tile_c), None)
     if window is not None:
         candidates += _weighed(UnrolledCost(shape, config, window, wdec), halves,
                                [(tk, shape.c, rows) for tk in tks for rows in all_rows], window)
     if not candidates:
-        tk, rows = tile_k or step_k, tile_rows or 1
+        tk, rows = tile_k or shape.k_step, tile_rows or 1
         tc = shape.c if unrolled else tile_c or 1 if shape.groups == 1 else 1
         failed = [name for name, good in _fits(shape, halves, tk, tc, rows, window if unrolled else None).items()
                   if not good]
@@ -151,9 +177,11 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     # (the plain mapping on a tie).
     fastest = min(candidate[0] for candidate in candidates)
     best = min(candidates, key=lambda candidate: (candidate[0] > fastest * ESTIMATE_TOLERANCE, candidate[1:]))
-    *_, tk, tc, rows, is_unrolled = best
-    overhead = (UnrolledCost(shape, config, window, wdec) if is_unrolled else plain).parts_overhead(tk, tc, rows)
-    return TilePlan(tk, tc, rows, shape.out_h, shape.out_w, is_unrolled, overhead)
+    cycles, *_, tk, tc, rows, is_unrolled = best
+    estimate = UnrolledCost(shape, config, window, wdec) if is_unrolled else plain
+    plan = TilePlan(tk, tc, rows, shape.out_h, shape.out_w, is_unrolled, estimate.parts_overhead(tk, tc, rows),
+                    compressed=wdec is not None, weight_item_cycles=estimate.between_decodes(tk, tc, rows))
+    return cycles, plan, estimate.first_decode(tk, tc, rows)
 
 
 def _unrolling_saves_blocks(shape: ConvGeometry, window: UnrolledWindow, config: HardwareConfig) -> bool:
@@ -249,12 +277,24 @@ class CostEstimate:
     def parts_overhead(self, tk: int, tc: int, rows: int) -> float:
         """The cap on the bytes the plan's WDEC parts may add: PARTS_OVERHEAD, or more where its decode would
         outlast the CONVs between two decodes (WdecCost.cycles)."""
-        if not self._decoded(tk, tc):
-            return PARTS_OVERHEAD
-        k_tiles, row_tiles = -(-self.shape.k // tk), -(-self.shape.out_h // rows)
+        return self._one_decode(tk, tc, rows)[1] if self._decoded(tk, tc) else PARTS_OVERHEAD
+
+    def first_decode(self, tk: int, tc: int, rows: int) -> float:
+        """The estimated cycles of the plan's first WDEC command (0 where its weights are loaded raw), which
+        the previous layer may not hide: the "hidden" policy adds them to the plan's estimate."""
+        return self._one_decode(tk, tc, rows)[0] if self._decoded(tk, tc) else 0.0
+
+    def _one_decode(self, tk: int, tc: int, rows: int) -> tuple[float, float]:
+        """(cycles, parts' overhead cap) of one of the plan's WDEC commands, with the CONVs between two decodes
+        to hide under (WdecCost.cycles)."""
+        return self.wdec.cycles(tk, self._tile_weights(tk, tc), self.between_decodes(tk, tc, rows))
+
+    def between_decodes(self, tk: int, tc: int, rows: int) -> float:
+        """CONV cycles on one weight tile: a CONV step's where chunks reload the weights every step, else the
+        k-tile's row tiles'."""
+        row_tiles = -(-self.shape.out_h // rows)
         chunks = -(-(self.shape.c if self.shape.groups == 1 else self.shape.cg) // tc)
-        conv = self._conv_cycles(tk, tc, rows) * (1 if chunks > 1 else row_tiles)     # between two decodes
-        return self.wdec.cycles(tk, self._tile_weights(tk, tc), conv)[1]
+        return self._conv_cycles(tk, tc, rows) * (1 if chunks > 1 else row_tiles)
 
     def _tile_weights(self, tk: int, tc: int) -> int:
         """Weights of one weight tile (a k-tile's, or one chunk's of it)."""
@@ -267,9 +307,10 @@ class CostEstimate:
     @staticmethod
     def _pipelined(dma: float, mac: float, wdec: float, tiles: int, steps: int) -> float:
         """DMA, WDEC and the MAC array overlapped: the busiest one's cycles plus the pipeline's fill. Under the
-        MAC array, the first tile's loads, as without WDEC (the first decode runs under the previous layer's
-        last CONV: counting it would favour plans that decode the same weights once per CONV step); under WDEC
-        or the DMA, the last CONV follows the last decode (one CONV step) or the last load (one tile)."""
+        MAC array, the first tile's loads, as without WDEC (the first decode may run under the previous layer's
+        last CONVs; counting it would favour plans that decode the same weights once per CONV step, reading
+        their streams from DRAM as often: ``first_decode`` counts it apart); under WDEC or the DMA, the last
+        CONV follows the last decode (one CONV step) or the last load (one tile)."""
         if mac >= max(dma, wdec):
             return mac + dma / tiles
         return wdec + mac / steps if wdec >= dma else dma + mac / tiles

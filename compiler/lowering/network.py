@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aipu.compiler.compression import compression_policy
 from aipu.compiler.lowering.base import Context, Lowering
 from aipu.compiler.lowering.conv import ConvLowering
 from aipu.compiler.lowering.eltwise import ConcatLowering, EltwiseLowering
@@ -44,6 +45,7 @@ class NetworkProgram:
     model: QModel
     weight_streams: list[dict] = field(default_factory=list)    # one per compressed weight tile (--compress)
     steps: list[dict] = field(default_factory=list)    # per emitted step: its layers and its commands per unit
+    compress: str | None = None     # the compression policy (compiler/compression.py), None: raw weights
 
     def memory(self, inputs: dict[str, np.ndarray]) -> Memory:
         """A memory image with the quantized ``inputs`` (NCHW, the model's types) in place."""
@@ -78,17 +80,20 @@ class NetworkProgram:
             weight_bytes = sum(stream["weight_bytes"] for stream in decoded)
             stream_bytes = sum(stream["stream_bytes"] for stream in decoded)
             manifest["weight_compression"] = {
-                "tiles": len(self.weight_streams), "decoded_tiles": len(decoded), "weight_bytes": weight_bytes,
+                "policy": self.compress, "tiles": len(self.weight_streams), "decoded_tiles": len(decoded),
+                "weight_bytes": weight_bytes,
                 "stream_bytes": stream_bytes, "bits_per_weight": round(8 * stream_bytes / max(weight_bytes, 1), 3),
                 "streams": self.weight_streams}
         return manifest
 
 
 def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bool = False,
-                compress: bool = False) -> NetworkProgram:
+                compress: str | None = None) -> NetworkProgram:
     """Plan every operator (all errors before anything is emitted), then emit them in order. ``compress``:
-    conv weight tiles as npu-profile streams decoded by WDEC, where that is smaller than the raw tile."""
-    context = Context(Pipeline(Program(config)), DramPlan(), model.tensors, model.constants, compress=compress)
+    conv weight tiles as npu-profile streams decoded by WDEC, where that is smaller than the raw tile, under that
+    policy of weight_streams.COMPRESSION ("hidden": only in layers whose decoding hides; "all")."""
+    context = Context(Pipeline(Program(config)), DramPlan(), model.tensors, model.constants,
+                      compress=compression_policy(compress))
     for name in model.inputs:
         tensor = model.tensors[name]
         context.plan.tensor(name, tensor.shape, tensor.dtype, reuse=False)
@@ -112,7 +117,7 @@ def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bo
     context.pipeline.close()
     context.program.append(Command.make(Opcode.FINISH, unit=Unit.STORE))
     return NetworkProgram(context.program, context.plan.image(), context.plan, model, context.weight_streams,
-                          emitted)
+                          emitted, context.compress)
 
 
 def _plan(model: QModel, context: Context) -> list[tuple]:

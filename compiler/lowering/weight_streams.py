@@ -18,14 +18,15 @@ class WeightStreams:
     """``weight_stream`` of emit_conv_layer for one layer's weights [K, C/groups, KH, KW]: a tile's stream
     (codec.encode_parts_stream, in as many parts as ``parts_of`` chooses), placed as a constant of ``dram`` once
     however often the tile is decoded, and described in ``record``; None (load the tile raw) where the stream is
-    not smaller than the tile or does not fit WDEC's fields, and for INT4 or codebook weights (WDEC writes int8
-    levels)."""
+    not smaller than the tile or does not fit WDEC's fields, for INT4 or codebook weights (WDEC writes int8
+    levels), and everywhere in a layer whose plan keeps its weights raw (``decode`` False: the "hidden" policy
+    found decoding would cost cycles), whose tiles are recorded without a stream."""
 
     def __init__(self, layer: ConvLayer, prefix: str, dram: DramPlan, record: list[dict], config: HardwareConfig,
-                 overhead: float = PARTS_OVERHEAD):
+                 overhead: float = PARTS_OVERHEAD, decode: bool = True):
         self.weights, self.prefix, self.dram, self.record, self.config = layer.w, prefix, dram, record, config
         self.overhead = overhead      # the plan's cap on the bytes parts add (TilePlan.parts_overhead)
-        self.int8 = decodable(layer)
+        self.int8, self.decode = decodable(layer), decode
         self.placed: dict[tuple[int, int, int, int], tuple[int, int, int] | None] = {}
 
     def __call__(self, k0: int, k: int, c0: int, c: int) -> tuple[int, int, int] | None:
@@ -34,20 +35,24 @@ class WeightStreams:
         if not self.int8:
             return None
         if key not in self.placed:
-            tile = self.weights[k0:k0 + k, c0:c0 + c]
-            stream, parts = parts_of(tile, self.config.wdec.engines, self.overhead)
-            fits = all(value <= field_max(self.config, Opcode.WDEC, name) for name, value in
-                       (("length", len(stream)), ("out_c", k), ("in_c", c), ("k_h", tile.shape[2]),
-                        ("k_w", tile.shape[3])))
-            name = f"{self.prefix}/weights[{k0}:{k0 + k},{c0}:{c0 + c}]"
-            decoded = fits and len(stream) < tile.size
-            self.record.append({"name": name, "weight_bytes": tile.size, "stream_bytes": len(stream),
-                                "parts": parts, "decoded": decoded})
-            self.placed[key] = None
-            if decoded:
-                address = self.dram.constant(name, np.frombuffer(stream, np.uint8))
-                self.placed[key] = (address, len(stream), parts)
+            self.placed[key] = self._placed(f"{self.prefix}/weights[{k0}:{k0 + k},{c0}:{c0 + c}]",
+                                            self.weights[k0:k0 + k, c0:c0 + c])
         return self.placed[key]
+
+    def _placed(self, name: str, tile: np.ndarray) -> tuple[int, int, int] | None:
+        """The tile's stream placed in DRAM and recorded, or None (recorded raw)."""
+        if not self.decode:
+            self.record.append({"name": name, "weight_bytes": tile.size, "stream_bytes": None, "parts": 0,
+                                "decoded": False})
+            return None
+        stream, parts = parts_of(tile, self.config.wdec.engines, self.overhead)
+        fits = all(value <= field_max(self.config, Opcode.WDEC, field) for field, value in
+                   (("length", len(stream)), ("out_c", tile.shape[0]), ("in_c", tile.shape[1]),
+                    ("k_h", tile.shape[2]), ("k_w", tile.shape[3])))
+        decoded = fits and len(stream) < tile.size
+        self.record.append({"name": name, "weight_bytes": tile.size, "stream_bytes": len(stream), "parts": parts,
+                            "decoded": decoded})
+        return (self.dram.constant(name, np.frombuffer(stream, np.uint8)), len(stream), parts) if decoded else None
 
 
 def decodable(layer: ConvLayer) -> bool:

@@ -205,7 +205,7 @@ def test_an_edited_manifest_or_a_file_from_another_directory_is_refused(compiled
     (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
     other = tmp_path / "other"
     assert main(["compile", str(MODEL_PATH), "--calib", str(compiled_dir / "calib.npz"), "-o", str(other),
-                 "--quiet", "--compress"]) == 0
+                 "--quiet", "--compress", "all"]) == 0
     shutil.copy(other / "program.aipu", copy / "program.aipu")
     assert "program.aipu: " in _error(run, capsys)
 

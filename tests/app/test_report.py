@@ -41,7 +41,7 @@ def demo_dir(tmp_path_factory, digits_data) -> str:
     root = tmp_path_factory.mktemp("demo")
     np.savez(root / "calib.npz", images=digits_data["calibration_images"])
     np.save(root / "x.npy", digits_data["eval_images"][:4])
-    return _compile(root, MODEL_PATH, root / "calib.npz", "--compress")
+    return _compile(root, MODEL_PATH, root / "calib.npz", "--compress", "all")
 
 
 @pytest.fixture(scope="module")

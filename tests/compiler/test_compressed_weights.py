@@ -39,7 +39,7 @@ def test_pruned_networks_run_bit_exact_with_weights_decoded_on_chip(tmp_path, bu
     _, qmodel = _compile(tmp_path, pruned(build()), rng.normal(0, 1, (12, 3, 16, 16)).astype(np.float32))
     image = rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
     plain, _ = _check_every_tensor(qmodel, config, image, seed=4)
-    network, compared = _check_every_tensor(qmodel, config, image, seed=4, compress=True)
+    network, compared = _check_every_tensor(qmodel, config, image, seed=4, compress="all")
     assert len(compared) >= 10 and _decoded_weights(network) >= 3
     packed = network.manifest()["weight_compression"]
     assert packed["stream_bytes"] < packed["weight_bytes"] and packed["bits_per_weight"] < 6
@@ -52,14 +52,14 @@ def test_random_pruned_networks_with_compressed_weights(tmp_path, seed):
     _, qmodel = _compile(tmp_path, pruned(random_network(seed)), rng.normal(0, 1, (8, 3, 12, 12)).astype(np.float32))
     for config in (DEFAULT, TINY):
         network, _ = _check_every_tensor(qmodel, config, rng.normal(0, 1, (1, 3, 12, 12)).astype(np.float32),
-                                         seed=seed, compress=True)
+                                         seed=seed, compress="all")
         assert _decoded_weights(network)
 
 
 def test_incompressible_tiles_are_loaded_raw(tmp_path):
     rng = np.random.default_rng(1)
     _, qmodel = _compile(tmp_path, mobilenet_like(), rng.normal(0, 1, (8, 3, 16, 16)).astype(np.float32))
-    network = lower_model(qmodel, compress=True)
+    network = lower_model(qmodel, compress="all")
     packed = network.manifest()["weight_compression"]
     raw = [stream for stream in packed["streams"] if not stream["decoded"]]
     assert raw and all(stream["stream_bytes"] >= stream["weight_bytes"] for stream in raw)
@@ -98,7 +98,7 @@ def _without_token(network, unit: Unit, source: Unit, match) -> None:
 def test_every_wdec_token_is_needed(tmp_path, unit, source, match):
     rng = np.random.default_rng(5)
     _, qmodel = _compile(tmp_path, pruned(resnet_like()), rng.normal(0, 1, (8, 3, 16, 16)).astype(np.float32))
-    network = lower_model(qmodel, TINY, compress=True)
+    network = lower_model(qmodel, TINY, compress="all")
     _without_token(network, unit, source, match)
     x = qmodel.quantize_inputs({qmodel.inputs[0]: rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)})
     with pytest.raises(HazardError, match="WDEC.*not ordered by tokens"):
@@ -129,7 +129,7 @@ def test_tiles_split_into_parts_for_four_engines_and_the_program_is_still_the_mo
     from aipu.sim.timing import command_cycles
 
     four = hardware_config_from_dict({"wdec": {"engines": 4}})
-    compiled = compile_on_noise(tmp_path, pruned(_wide_conv()), QuantOptions(), config=four, compress=True)
+    compiled = compile_on_noise(tmp_path, pruned(_wide_conv()), QuantOptions(), config=four, compress="all")
     network = compiled.network
     split = [command for command in _wdecs(network) if command.parts > 1]
     assert split and {command.parts for command in split} <= {2, 4}
@@ -145,5 +145,5 @@ def test_tiles_split_into_parts_for_four_engines_and_the_program_is_still_the_mo
         assert command_cycles(four, command, memory) < command_cycles(DEFAULT, unsplit, one)
     assert _decoded_weights(network) == len(_wdecs(network))
     assert_program_is_the_model(compiled, np.random.default_rng(1).standard_normal((2, 3, 16, 16), np.float32))
-    default = compile_on_noise(tmp_path, pruned(_wide_conv()), QuantOptions(), compress=True).network
+    default = compile_on_noise(tmp_path, pruned(_wide_conv()), QuantOptions(), compress="all").network
     assert _wdecs(default) and all(command.parts == 1 for command in _wdecs(default))

@@ -74,7 +74,7 @@ def test_int4_weights_take_half_the_bytes():
 
 def test_int4_layers_are_loaded_raw_under_compression():
     layer = _int4_layer(next(seed for seed in range(60) if _int4_layer(seed) is not None))
-    lowered = lower_conv_layer(layer, DEFAULT, compress=True)
+    lowered = lower_conv_layer(layer, DEFAULT, compress="all")
     assert not _commands(lowered, Opcode.WDEC)
     result = run(lowered.program, lowered.memory())
     np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference())

@@ -170,7 +170,7 @@ def test_compressed_weights_decode_into_the_unrolled_layout():
     layer = conv_layer(3, (15, 13), 12, 7, stride=(2, 2), padding=(3,) * 4, dtype=np.uint8, zero_point=140)
     rng = np.random.default_rng(1)
     layer.w[rng.random(layer.w.shape) < 0.8] = 0          # sparse enough for the stream to be smaller
-    lowered = lower_conv_layer(layer, unrolled=True, compress=True)
+    lowered = lower_conv_layer(layer, unrolled=True, compress="all")
     assert lowered.program.queues[Unit.WDEC]
     result = run(lowered.program, lowered.memory(), seed=4)
     np.testing.assert_array_equal(lowered.read_output(result.memory), layer.reference())

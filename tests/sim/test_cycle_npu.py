@@ -113,7 +113,7 @@ def test_a_layer_with_compressed_weights_follows_the_npu(seed):
     rng = np.random.default_rng(seed)
     layer = random_layer(rng, max_channels=8, max_size=6)
     layer = replace(layer, w=np.where(rng.random(layer.w.shape) < 0.7, 0, layer.w).astype(layer.w.dtype))
-    lowered = lower_conv_layer(layer, SMALL, compress=True)
+    lowered = lower_conv_layer(layer, SMALL, compress="all")
     assert lowered.program.queues[Unit.WDEC]
     _assert_same(lowered.program, lowered.memory(None))
 

@@ -105,7 +105,7 @@ def check_compressed(config, backend: str, seeds) -> None:
         rng = np.random.default_rng(seed)
         layer = random_layer(rng, max_channels=8, max_size=6)
         layer = replace(layer, w=np.where(rng.random(layer.w.shape) < 0.7, 0, layer.w).astype(layer.w.dtype))
-        lowered = lower_conv_layer(layer, config, compress=True, **RTL_LOWERING)
+        lowered = lower_conv_layer(layer, config, compress="all", **RTL_LOWERING)
         decoded += len(lowered.program.queues[Unit.WDEC])
         got = check_lowered(lowered, backend, f"compressed seed {seed}")
         assert np.array_equal(lowered.read_output(got.memory), layer.reference())
