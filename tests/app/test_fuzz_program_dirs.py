@@ -25,7 +25,8 @@ from aipu.compiler.program_dir import DRAM_FILE, MANIFEST_FILE, SEALED_FILES, re
 from tests.sandbox import Sandbox, accepted_or_one_line, assert_one_line_error, fuzz, profiles, run_case, run_cli
 
 FILES = [MANIFEST_FILE, *SEALED_FILES]
-_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 40, 2 ** 40) | st.floats(allow_nan=False)
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 40, 2 ** 40)
+                     | st.floats(allow_nan=False, allow_infinity=False)
                      | st.text(max_size=6) | st.sampled_from([0, 1, -1, 2 ** 31, 2 ** 32, 2 ** 64, "int8", "conv"]),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
                      max_leaves=6)
@@ -38,7 +39,7 @@ def compiled(tmp_path_factory, digits_data):
     root = tmp_path_factory.mktemp("compiled")
     np.savez(root / "calib.npz", images=digits_data["calibration_images"])
     np.save(root / "one.npy", digits_data["eval_images"][:1])
-    for name, options in (("plain", []), ("compressed", ["--compress"])):
+    for name, options in (("plain", []), ("compressed", ["--compress", "all"])):
         assert main(["compile", str(MODEL_PATH), "--calib", str(root / "calib.npz"), "-o", str(root / name),
                      "--quiet", *options]) == 0
         assert main(["run", str(root / name), "--input", str(root / "one.npy")]) == 0
