@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from aipu.app.warm_up import compile_kernels_once, program_kernels
-from aipu.compiler.compression import COMPRESSION
+from aipu.compiler.compression import policy_argument
 from aipu.sim.machine.arch import DEFAULT, load_hardware_config
 
 
@@ -60,8 +60,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         print(f"weights: {weights['bytes']} bytes {formats} ({weights['int8_bytes']} as int8)")
     if "weight_compression" in manifest:
         packed = manifest["weight_compression"]
-        print(f"weights: {packed['decoded_tiles']} of {packed['tiles']} tiles decoded by WDEC ({packed['policy']}: "
-              f"{COMPRESSION[packed['policy']]}), {packed['weight_bytes']} bytes in {packed['stream_bytes']} "
+        print(f"weights: {packed['decoded_tiles']} of {packed['tiles']} tiles decoded by WDEC (--compress "
+              f"{packed['policy']}), {packed['weight_bytes']} bytes in {packed['stream_bytes']} "
               f"({packed['bits_per_weight']:.2f} bits per weight)")
     if "evaluation" in manifest:
         result = manifest["evaluation"]
@@ -266,8 +266,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compile_parser.add_argument("--eval", metavar="DATA.npz",
                                 help="labelled samples (the inputs and an integer array 'labels'): top-1 of float "
                                      "and int8 in the report")
-    compile_parser.add_argument("--compress", nargs="?", const="hidden", choices=tuple(COMPRESSION),
-                                metavar="POLICY",
+    compile_parser.add_argument("--compress", nargs="?", const="hidden", type=policy_argument, metavar="POLICY",
                                 help="conv weights entropy-coded (T/AI 115.1 chapter 10, npu profile) and decoded "
                                      "on chip by WDEC, tile by tile where that is smaller: POLICY 'hidden' (the "
                                      "default) only in layers whose decoding the tiler estimates to hide behind "

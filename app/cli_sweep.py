@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from aipu.compiler.compression import COMPRESSION
+from aipu.compiler.compression import policy_argument
 
 PLOT_SERIES_MAX = 16        # lines per panel that the legend still names one by one
 
@@ -146,7 +146,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="an axis of the grid (repeatable): a configuration key such as mac.rows, "
                              "buffers.act.bytes, dram.bytes_per_cycle, or mac=8x8,16x16 for rows and cols together; "
                              "at most 256 configurations in all")
-    parser.add_argument("--compress", nargs="?", const="hidden", choices=tuple(COMPRESSION), metavar="POLICY",
+    parser.add_argument("--compress", nargs="?", const="hidden", type=policy_argument, metavar="POLICY",
                         help="conv weights as WDEC streams, as `aipu compile --compress [POLICY]` (hidden or all)")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler (tcp://host:port); "
                                                                "default: a local cluster")

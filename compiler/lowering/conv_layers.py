@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aipu.compiler.compression import compression_policy
 from aipu.compiler.lowering.conv_depthwise import conv_constants, emit_conv, plan_conv
 from aipu.compiler.lowering.conv_layer import ConvLayer, check_layer
 from aipu.compiler.lowering.conv_plan import TilePlan
 from aipu.compiler.lowering.memory import DramPlan, channels_last, load_tensor, store_tensor
 from aipu.compiler.lowering.pipeline import Pipeline
-from aipu.compiler.compression import compression_policy
 from aipu.compiler.lowering.weight_streams import WeightStreams
 from aipu.sim.machine.arch import DEFAULT, HardwareConfig
 from aipu.sim.machine.isa import Opcode, Unit
@@ -77,8 +77,8 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     Only the first layer's ``x`` is input data; later layers' ``x`` must have the previous output's
     shape and dtype (their values are not used). One pipeline gives the tokens, so that a layer's first
     loads overlap the previous layer's last compute (compiler/lowering/pipeline.py). ``compress``: weight tiles
-    decoded by WDEC where their stream is smaller (``WeightStreams``) under that policy (weight_streams.COMPRESSION),
-    the streams placed after the outputs.
+    decoded by WDEC where their stream is smaller (``WeightStreams``) in the layers that policy picks
+    (compiler/compression.py), the streams placed after the outputs.
     ``tiles``: per layer, tile sizes to keep (plan_tiles' keywords). ``dwconv``: whether depthwise layers may run
     on DWCONV where it is faster (conv_depthwise.plan_conv; the RTL does not execute DWCONV yet)."""
     compress = compression_policy(compress)

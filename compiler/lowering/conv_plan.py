@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from aipu.compiler.compression import compression_policy
 from aipu.compiler.lowering.base import field_max
 from aipu.compiler.lowering.conv_layer import DIM_MAX, ConvLayer, output_size
 from aipu.compiler.lowering.im2col import UnrolledWindow
 from aipu.compiler.lowering.wdec_cost import LayerStream, WdecCost
-from aipu.compiler.compression import compression_policy
 from aipu.compiler.lowering.weight_streams import PARTS_OVERHEAD, decodable
 from aipu.sim.machine.arch import (BUFFER_UNIT_BYTES, DEFAULT, PARAM_RECORD_BYTES, Buffer, DType,
                                    HardwareConfig, elements_bytes)
@@ -119,7 +119,7 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     rows, plain or unrolled (im2col.py): the fewest commands among the plans within ESTIMATE_TOLERANCE of the
     fewest estimated cycles (:class:`CostEstimate`; docs/compiler.md, "Tiling").
     Explicitly given sizes are kept; ``unrolled`` True or False forces the mapping (None: the estimate's).
-    ``compress`` (a policy of weight_streams.COMPRESSION): the layer's weight tiles will be WDEC streams where
+    ``compress`` (a policy of compiler/compression.py): the layer's weight tiles will be WDEC streams where
     WDEC takes them (weight_streams.py), so each plan's weights are weighed as WDEC's estimated decoding
     (wdec_cost.py) rather than as raw LOADs; "hidden" keeps the best raw plan, weights raw, where the best
     compressed one is estimated more than HIDDEN_SLACK slower, counting what its first decode takes beyond
@@ -155,8 +155,9 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
 
 def _best_plan(shape: ConvGeometry, config: HardwareConfig, sizes: tuple, window: UnrolledWindow | None,
                unrolled: bool | None, wdec: WdecCost | None) -> tuple[float, TilePlan, float]:
-    """(estimated cycles, plan, its first decode's estimated cycles) of the best plan keeping ``sizes`` (tile_k, tile_c, tile_rows; None where
-    free), plain unless ``unrolled`` and unrolled over ``window`` where given; compressed with ``wdec``."""
+    """(estimated cycles, plan, its first decode's estimated cycles) of the best plan keeping ``sizes`` (tile_k,
+    tile_c, tile_rows; None where free), plain unless ``unrolled`` and unrolled over ``window`` where given;
+    compressed with ``wdec``."""
     tile_k, tile_c, tile_rows = sizes
     tks = [tile_k] if tile_k else [n * shape.k_step for n in _even_splits(shape.k // shape.k_step)]
     all_rows = [tile_rows] if tile_rows else _halvings(shape.out_h)
