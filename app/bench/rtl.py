@@ -17,6 +17,7 @@ anchor that makes the figure comparable across machines.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
@@ -34,6 +35,7 @@ MAX_CYCLES = 2_000_000
 NPU_ROUNDS = 3           # rounds of the real layers on the NPU top and the System, in turn (npu_rates)
 CONV_TILES = "conv_resnet18_l2_tiles"     # the MAC array alone on the first Verilator layer's CONV commands
 UNIT_COMMANDS = 250       # per unit family: long enough that the simulator's start and stop do not set the rate
+WDEC_CASCADE = 4          # bins_per_cycle of the second WDEC workload on real weights (issue 49: >= 1.5 a cycle)
 # (the slow test_a_thousand_random_commands_per_unit_on_verilog uses the same builds)
 
 
@@ -118,7 +120,8 @@ def _rate(cycles: int, seconds: float) -> int | None:
 
 def unit_rates(backends: list[str], config=None, commands: int = UNIT_COMMANDS) -> dict:
     """Each unit family alone (default configuration unless ``config``), WDEC on the demo model's weights
-    where they fit the WEIGHT buffer, and on Verilator CONV on the ResNet-18 layer's tiles:
+    where they fit the WEIGHT buffer (on the configuration and on its decoder of WDEC_CASCADE bins a cycle),
+    and on Verilator CONV on the ResNet-18 layer's tiles:
     build time, then simulated cycles per second of the free-running RTL (``run_s``) and per second of the whole
     call (``wall_s``: interpreter, preload and read-back included), what the comparison found (empty:
     bit-exact, every command on its formula) and the unit's figures."""
@@ -133,6 +136,9 @@ def unit_rates(backends: list[str], config=None, commands: int = UNIT_COMMANDS) 
     demo = demo_model_streams()
     if max(int(np.prod(shape)) for _, shape in demo) <= config.buffer(Buffer.WEIGHT).bytes:
         workloads["wdec_demo_model"] = streams_stimulus(config, demo, np.random.default_rng(0))
+        cascade = dataclasses.replace(config, wdec=dataclasses.replace(config.wdec, bins_per_cycle=WDEC_CASCADE))
+        if cascade != config:
+            workloads[f"wdec_demo_model_b{WDEC_CASCADE}"] = streams_stimulus(cascade, demo, np.random.default_rng(0))
     if "verilator" in backends:    # a real layer's tiles: about 460k cycles, hours on Icarus
         workloads[CONV_TILES] = tiles_alone(_layer(*VERILATOR_LAYERS[0])[0], np.random.default_rng(0))
     depth = commands + 1       # one build per family, whatever share of the queues a program takes
@@ -144,8 +150,8 @@ def unit_rates(backends: list[str], config=None, commands: int = UNIT_COMMANDS) 
                 continue
             started = time.perf_counter()
             if backend != "amaranth":
-                get_build(config, stimulus.units, program_depth=depth, dram_bytes=stimulus.memory.dram.size,
-                          simulator=backend)
+                get_build(stimulus.program.config, stimulus.units, program_depth=depth,
+                          dram_bytes=stimulus.memory.dram.size, simulator=backend)
             built = time.perf_counter()
             comparison = compare(stimulus, backend, build_at_least=(depth, 0))
             seconds, result = time.perf_counter() - built, comparison.result
