@@ -174,6 +174,7 @@ def _layer(step: dict, directory: ProgramDir, prepared: PreparedProgram, timing:
         **weights,
         "long_pole_unit": max(units, key=lambda row: row["busy_cycles"] + row["dram_stall_cycles"])["unit"],
         **poles,
+        **_decode_rates(weights["weight_decoded_bytes"], poles),
         "units": units,
         "calibration_sqnr_db": min(sqnr) if sqnr else None,
         "calibration_clipped_fraction": max(clipped) if clipped else None,
@@ -218,6 +219,14 @@ def _wdec_conv_pole(units: list[dict]) -> dict:
     pole = None if not any(at_work.values()) else "wdec" if at_work["WDEC"] > at_work["CONV"] else "conv"
     return {"wdec_busy_cycles": rows["WDEC"]["busy_cycles"] if "WDEC" in rows else 0,
             "conv_busy_cycles": rows["CONV"]["busy_cycles"] if "CONV" in rows else 0, "wdec_conv_pole": pole}
+
+
+def _decode_rates(decoded: int, poles: dict) -> dict:
+    """Weights WDEC wrote per cycle of its work, and the rate CONV's work asks for: the layer's decoded weights
+    per CONV busy cycle (WDEC keeps pace where the first is the larger); None without decoded weights."""
+    wdec, conv = poles["wdec_busy_cycles"], poles["conv_busy_cycles"]
+    return {"wdec_weights_per_cycle": decoded / wdec if decoded and wdec else None,
+            "weights_per_conv_cycle": decoded / conv if decoded and conv else None}
 
 
 def _sram_bytes(traffic: dict[tuple[str, bool], int], *, written: bool) -> dict[str, int]:
