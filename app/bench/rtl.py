@@ -35,7 +35,6 @@ MAX_CYCLES = 2_000_000
 NPU_ROUNDS = 3           # rounds of the real layers on the NPU top and the System, in turn (npu_rates)
 CONV_TILES = "conv_resnet18_l2_tiles"     # the MAC array alone on the first Verilator layer's CONV commands
 UNIT_COMMANDS = 250       # per unit family: long enough that the simulator's start and stop do not set the rate
-WDEC_CASCADE = 4          # bins_per_cycle of the second WDEC workload on real weights (issue 49: >= 1.5 a cycle)
 # (the slow test_a_thousand_random_commands_per_unit_on_verilog uses the same builds)
 
 
@@ -107,6 +106,14 @@ def wdec_throughput(program, memory, expected, result) -> dict | None:
 FIGURES = {"mac_utilisation": mac_utilisation, "wdec": wdec_throughput}
 
 
+def _widest_cascade(config):
+    """``config`` with the most bins a cycle its WDEC key allows (issue 49's bins per cycle on real weights)."""
+    from aipu.sim.machine.arch import WdecConfig
+
+    key = next(f for f in dataclasses.fields(WdecConfig) if f.name == "bins_per_cycle")
+    return dataclasses.replace(config, wdec=dataclasses.replace(config.wdec, bins_per_cycle=key.metadata["maximum"]))
+
+
 def _backends() -> list[str]:
     from aipu.sim.cosim.cocotb_run import BACKENDS
 
@@ -120,7 +127,7 @@ def _rate(cycles: int, seconds: float) -> int | None:
 
 def unit_rates(backends: list[str], config=None, commands: int = UNIT_COMMANDS) -> dict:
     """Each unit family alone (default configuration unless ``config``), WDEC on the demo model's weights
-    where they fit the WEIGHT buffer (on the configuration and on its decoder of WDEC_CASCADE bins a cycle),
+    where they fit the WEIGHT buffer (on the configuration and on its widest cascade, ``_widest_cascade``),
     and on Verilator CONV on the ResNet-18 layer's tiles:
     build time, then simulated cycles per second of the free-running RTL (``run_s``) and per second of the whole
     call (``wall_s``: interpreter, preload and read-back included), what the comparison found (empty:
@@ -136,9 +143,10 @@ def unit_rates(backends: list[str], config=None, commands: int = UNIT_COMMANDS) 
     demo = demo_model_streams()
     if max(int(np.prod(shape)) for _, shape in demo) <= config.buffer(Buffer.WEIGHT).bytes:
         workloads["wdec_demo_model"] = streams_stimulus(config, demo, np.random.default_rng(0))
-        cascade = dataclasses.replace(config, wdec=dataclasses.replace(config.wdec, bins_per_cycle=WDEC_CASCADE))
-        if cascade != config:
-            workloads[f"wdec_demo_model_b{WDEC_CASCADE}"] = streams_stimulus(cascade, demo, np.random.default_rng(0))
+        widest = _widest_cascade(config)
+        if widest != config:
+            workloads[f"wdec_demo_model_b{widest.wdec.bins_per_cycle}"] = streams_stimulus(widest, demo,
+                                                                                        np.random.default_rng(0))
     if "verilator" in backends:    # a real layer's tiles: about 460k cycles, hours on Icarus
         workloads[CONV_TILES] = tiles_alone(_layer(*VERILATOR_LAYERS[0])[0], np.random.default_rng(0))
     depth = commands + 1       # one build per family, whatever share of the queues a program takes

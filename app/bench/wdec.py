@@ -101,13 +101,13 @@ def _point(qmodel, config, root: Path, uncompressed: dict) -> dict:
     plain = uncompressed[key]["summary"]
     return {"dram_model": dram, "uncompressed_cycles": plain["total_cycles"],
             "dram_read_bytes_uncompressed": plain["dram_read_bytes"],
-            "policies": {policy: _compressed(qmodel, config, policy, root, plain) for policy in COMPRESSION}}
+            "policies": {policy: _compressed(qmodel, config, policy, dram, root, plain) for policy in COMPRESSION}}
 
 
-def _compressed(qmodel, config, policy: str, root: Path, plain: dict) -> dict:
+def _compressed(qmodel, config, policy: str, dram: str, root: Path, plain: dict) -> dict:
     """The figures of the program compressed under ``policy`` against the uncompressed one's summary."""
     started = time.perf_counter()
-    document, manifest, timing = _timed(qmodel, config, policy, "npu", root)
+    document, manifest, timing = _timed(qmodel, config, policy, dram, root)
     seconds = time.perf_counter() - started
     summary, layers = document["summary"], document["layers"]
     bins, busy = sum(layer["bins_decoded"] for layer in layers), timing.busy[Unit.WDEC]

@@ -91,7 +91,7 @@ def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bo
                 compress: str | None = None) -> NetworkProgram:
     """Plan every operator (all errors before anything is emitted), then emit them in order. ``compress``:
     conv weight tiles as npu-profile streams decoded by WDEC, where that is smaller than the raw tile, under that
-    policy of weight_streams.COMPRESSION ("hidden": only in layers whose decoding hides; "all")."""
+    policy of compiler/compression.py ("hidden": only in layers whose decoding hides; "all")."""
     context = Context(Pipeline(Program(config)), DramPlan(), model.tensors, model.constants,
                       compress=compression_policy(compress))
     for name in model.inputs:
