@@ -168,7 +168,7 @@ def _role(dim: int, position: int) -> str:
 
 
 # --------------------------------------------------------------------------------------------- encode
-def _layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | None, options: CodecOptions
+def layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | None, options: CodecOptions
                      ) -> tuple[StreamHeader, list[Sublayer], list[dict]]:
     arrays = [(name, *_check_array(name, tensors[name])) for name in (weight, bias) if name is not None]
     integer = _is_integer(arrays[0][1])
@@ -210,7 +210,7 @@ def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | Non
     bar = _progress(total, "encode", show)
     for weight, bias in groups:
         with error_context(layer=weight):
-            header, subs, described = _layer_sublayers(tensors, weight, bias, options)
+            header, subs, described = layer_sublayers(tensors, weight, bias, options)
             stream = encode_stream(header, [subs], options.encoder)
             weights = sum(int(np.asarray(tensors[t["name"]]).size) for t in described)
             infos.append(LayerInfo(name=weight, offset=offset, length=len(stream.data), tensors=described,

@@ -29,7 +29,7 @@ from aipu.sim.machine.arch import WDEC_MAX_PARTS as MAX_PARTS
 from .compiled.aec_decoder import (MAX_RUN, NO_TRACE, POSITIONS_TRACE_COLUMNS, S_RUNS, S_ZERO_RUN_BITS, S_ZERO_RUNS,
                                   raise_on_error)
 from .compiled.contexts import Element
-from .compiled.element_io import FastElementReader
+from .compiled.element_io import FastElementReader, FastElementWriter
 from .compiled.profile_walk import (CUBE_SHIFT, CYCLE_SKIP, MARK_CUBE, MARK_LEAF, MARK_LEVEL, WALK_CTU, WALK_CUBES,
                                     WALK_ELEMENT, WALK_END_FLAG, WALK_ERROR, WALK_LAST_CUBE, WALK_OUTSIDE, WALK_POS,
                                     WALK_SKIPS, WALK_STATUS_SIZE, WALK_VALUE, decode_profile_ctus, profile_cycles,
@@ -39,8 +39,8 @@ from .reference.element_coder import ElementDecoder
 from .reference.elements import element_spec
 from .reference.engine import RANGE_BITS, AecDecoder
 from .reference.geometry import ctu_size_from_idx
-from .reference.headers import step_size
-from .reference.sublayer_coder import MAX_CBOOK_SIZE
+from .reference.headers import DEFAULT_LIMITS, step_size
+from .reference.sublayer_coder import MAX_CBOOK_SIZE, code_weight_sublayer
 
 ZERO_RUN_BITS = 8           # the hardware renormalises past at most this many leading zero bits per cycle
 PROFILE_CTU_FLAGS = (("select_map_mode_flag", 0), ("map_mode_flag", 1), ("enable_start_depth", 0))
@@ -65,14 +65,22 @@ def encoder_options(max_ctu_size: int = 64):
     return with_profile(CodecOptions(max_ctu_size=max_ctu_size))
 
 
-def encode_profile_stream(weights: np.ndarray, max_ctu_size: int = 64) -> bytes:
+def encode_profile_stream(weights: np.ndarray, max_ctu_size: int = 64, continuation: bool = False) -> bytes:
     """One layer's bare stream of integer weights [O, I, KH, KW] in the profile: the bytes the compiler places
-    in DRAM for a WDEC command (a container layer's payload, without the container)."""
-    from .api import encode, read_index
+    in DRAM for a WDEC command (a container layer's payload, without the container). ``continuation``: a
+    continuation part instead, CONTINUATION_HEADER's fields and then the same CTUs (docs/codec.md §11)."""
+    from .api import layer_sublayers
+    from .encoder import TrialPlanner, encode_stream
 
-    container = encode({"weight": np.asarray(weights)}, encoder_options(max_ctu_size))
-    (info,), payload = read_index(container)
-    return container[payload + info.offset:payload + info.offset + info.length]
+    options = encoder_options(max_ctu_size)
+    header, subs, _ = layer_sublayers({"weight": np.asarray(weights)}, "weight", None, options)
+    if not continuation:
+        return encode_stream(header, [subs], options.encoder).data
+    writer = FastElementWriter()
+    for name, _ in CONTINUATION_HEADER:
+        writer.code(name, getattr(header, name))
+    code_weight_sublayer(writer, header, subs[0], TrialPlanner(options.encoder), DEFAULT_LIMITS)
+    return writer.finish()
 
 
 @dataclass
@@ -169,14 +177,20 @@ PROFILE_HEADER = (("integer_input", None), ("total_trainable_layer", 1), ("enabl
                   ("array1d_depth", None), ("total_sublayer", 1), ("sublayer_cmaxw", None), ("sublayer_dim", 0),
                   ("sublayer_shape", "R"), ("sublayer_shape", "S"), ("sublayer_shape", "C"), ("sublayer_shape", "K"),
                   ("sublayer_scan_order", 0), ("sublayer_bitdepth", None))
+# what a continuation part (every part of a parts stream but the first) keeps of them: the one field its CTU
+# walk needs; the rest is the first part's
+CONTINUATION_HEADER = (("max_ctu3d_idx", None),)
 SHAPE_AXES = "RSCK"
 
 
-def read_header(read: Callable[[str], int], sublayer_shape: tuple[int, int, int, int]) -> dict[str, int]:
-    """The stream and layer headers, each field checked as soon as ``read(element)`` returns it: the profile's
-    values, the sublayer shape (R, S, C, K) the caller expects, and the step size's zero bit depth (codec.md
-    §2, A13)."""
+def read_header(read: Callable[[str], int], sublayer_shape: tuple[int, int, int, int],
+                continuation: bool = False) -> dict[str, int]:
+    """The stream and layer headers (of a continuation part: CONTINUATION_HEADER), each field checked as soon as
+    ``read(element)`` returns it: the profile's values, the sublayer shape (R, S, C, K) the caller expects, and
+    the step size's zero bit depth (codec.md §2, A13)."""
     header: dict[str, int] = {}
+    if continuation:
+        return {name: read(name) for name, _ in CONTINUATION_HEADER}
     for name, wanted in PROFILE_HEADER:
         value = read(name)
         if isinstance(wanted, str):
@@ -198,9 +212,10 @@ def _ctu_origins(header: dict[str, int], in_c: int, out_c: int) -> list[tuple[in
     return [(c, k) for c in range(0, in_c, size) for k in range(0, out_c, size)]
 
 
-def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
-                          trace: list | None = None, cycles: list | None = None) -> ProfileDecode:
-    """Decode a profile stream of an [O][I][KH][KW] tensor; CodecError outside the profile or on corruption.
+def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int], trace: list | None = None,
+                          cycles: list | None = None, continuation: bool = False) -> ProfileDecode:
+    """Decode a profile stream of an [O][I][KH][KW] tensor (``continuation``: a continuation part, whose
+    header is CONTINUATION_HEADER); CodecError outside the profile or on corruption.
     ``trace`` receives the (ctxIdx, bin) of every bin decoded, also those before an error; ``cycles`` the
     stream bits the hardware's engine takes in each cycle after its 9-bit start (a zero-run step, a bin, the
     stuffing bin included), or None for a Morton candidate outside its CU (a cycle of the leaf walk alone),
@@ -210,7 +225,7 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int],
     reader = ElementDecoder(decoder)
     result = ProfileDecode(levels=np.zeros((out_c, in_c, k_h, k_w), dtype=np.int64))
     try:
-        header = read_header(reader.read, (k_h, k_w, in_c, out_c))
+        header = read_header(reader.read, (k_h, k_w, in_c, out_c), continuation)
         zdepth = k_h * k_w
         origins = _ctu_origins(header, in_c, out_c)
         size = ctu_size_from_idx(header["max_ctu3d_idx"])
@@ -274,8 +289,8 @@ _FLAG_TABLES = tuple(_flag_table(flags) for flags in (PROFILE_CTU_FLAGS, (PROFIL
 _PROFILE_FLAG_VALUES = dict((*PROFILE_CTU_FLAGS, PROFILE_SPLIT_FLAG, *PROFILE_CU_FLAGS))
 
 
-def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int],
-                            trace: np.ndarray = NO_TRACE, cubes: np.ndarray = NO_CUBES) -> ProfileDecode:
+def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int], trace: np.ndarray = NO_TRACE,
+                            cubes: np.ndarray = NO_CUBES, continuation: bool = False) -> ProfileDecode:
     """``decode_profile_stream`` over the compiled engine (codec.compiled.profile_walk): the same levels, bins,
     Morton skips, zero-run cycles, leaf runs and refusals, about a hundred times faster. ``trace``: the engine's
     trace array (codec.compiled.aec_decoder), filled with every bin; with a positions trace, ``cubes`` (int64
@@ -288,7 +303,7 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int],
     status = np.zeros(WALK_STATUS_SIZE, dtype=np.int64)
     status[WALK_LAST_CUBE] = -1
     try:
-        header = read_header(reader.code, (k_h, k_w, in_c, out_c))
+        header = read_header(reader.code, (k_h, k_w, in_c, out_c), continuation)
         size = ctu_size_from_idx(header["max_ctu3d_idx"])
         ctus = np.array([(c, k, min(size, in_c - c), min(size, out_c - k))
                          for c, k in _ctu_origins(header, in_c, out_c)], dtype=np.int64).reshape(-1, 4)
@@ -313,14 +328,15 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int],
                          reader.state[S_RUNS:S_RUNS + MAX_RUN + 1].copy(), int(status[WALK_CUBES]))
 
 
-def profile_cycles_compiled(stream: bytes, shape: tuple[int, int, int, int], counts=None) -> np.ndarray:
+def profile_cycles_compiled(stream: bytes, shape: tuple[int, int, int, int], counts=None,
+                            continuation: bool = False) -> np.ndarray:
     """``decode_profile_stream(..., cycles=)``'s list from the compiled walk, as int8 with CYCLE_SKIP for
     None: the stream bits WDEC's engine takes in each cycle after its 9-bit start. The stream is decoded with
     a positions trace of exactly as many rows as it has bins and Morton skips: ``counts`` (its ``bins``,
     ``morton_skips`` and ``zero_run_cycles``) if the caller has them, else from a decode first."""
-    counts = decode_profile_compiled(stream, shape) if counts is None else counts
+    counts = decode_profile_compiled(stream, shape, continuation=continuation) if counts is None else counts
     trace = np.zeros((counts.bins + counts.morton_skips, POSITIONS_TRACE_COLUMNS), dtype=np.int32)
-    decode_profile_compiled(stream, shape, trace)
+    decode_profile_compiled(stream, shape, trace, continuation=continuation)
     cycles = np.empty(len(trace) + counts.zero_run_cycles, dtype=np.int8)
     profile_cycles(trace, RANGE_BITS, ZERO_RUN_BITS, cycles)
     return cycles
@@ -333,7 +349,7 @@ def cube_grid(shape: tuple[int, int, int, int]) -> tuple[int, int, int]:
 
 
 def profile_entries_compiled(stream: bytes, shape: tuple[int, int, int, int], bins_per_cycle: int,
-                             counts=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                             counts=None, continuation: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The engine's cycles after its 9-bit start on an engine of ``bins_per_cycle`` (B) stages (docs/rtl-wdec.md,
     "The cascade"): up to B consecutive bins of one leaf a cycle, cut before a bin that needs zero-run steps,
     every other bin one a cycle, a cycle per zero-run step and per Morton skip (CYCLE_SKIP). Returns (bits,
@@ -343,10 +359,10 @@ def profile_entries_compiled(stream: bytes, shape: tuple[int, int, int, int], bi
     cubes' (k >> 3, z >> 3, c >> 3) by ordinal (int64 rows). As many cycles as ``bin_cycles(counts, B) +
     morton_skips + zero_run_cycles``; for B = 1 the bits are ``profile_cycles_compiled``'s. Each cube's leaves
     are contiguous in the Morton order (AssertionError if not)."""
-    counts = decode_profile_compiled(stream, shape) if counts is None else counts
+    counts = decode_profile_compiled(stream, shape, continuation=continuation) if counts is None else counts
     trace = np.zeros((counts.bins + counts.morton_skips, POSITIONS_TRACE_COLUMNS), dtype=np.int32)
     cubes = np.zeros((int(np.prod(cube_grid(shape))), 3), dtype=np.int64)
-    runs = decode_profile_compiled(stream, shape, trace, cubes).cube_runs
+    runs = decode_profile_compiled(stream, shape, trace, cubes, continuation).cube_runs
     if runs != len(cubes):
         raise AssertionError(f"{runs} runs of one cube's leaves, {len(cubes)} cubes: a cube's leaves not contiguous")
     size = bin_cycles(counts, bins_per_cycle) + counts.morton_skips + counts.zero_run_cycles
@@ -405,13 +421,14 @@ def _check_parts(parts: int, out_c: int) -> None:
 
 def encode_parts_stream(weights: np.ndarray, parts: int, max_ctu_size: int = 64) -> bytes:
     """A WDEC stream of integer weights [O, I, KH, KW] in ``parts`` parts (docs/codec.md §11): for 1 the
-    profile stream itself, else the header of part lengths and each part's profile stream, so that ``parts``
-    engines can decode it at once."""
+    profile stream itself, else the header of part lengths, the first part's profile stream and the others'
+    continuation parts, so that ``parts`` engines can decode it at once."""
     weights = np.asarray(weights)
     _check_parts(parts, weights.shape[0])
     if parts == 1:
         return encode_profile_stream(weights, max_ctu_size)
-    streams = [encode_profile_stream(weights[k0:k1], max_ctu_size) for k0, k1 in part_channels(len(weights), parts)]
+    streams = [encode_profile_stream(weights[k0:k1], max_ctu_size, continuation=index > 0)
+               for index, (k0, k1) in enumerate(part_channels(len(weights), parts))]
     return b"".join(PART_LENGTH.pack(len(stream)) for stream in streams) + b"".join(streams)
 
 
@@ -441,14 +458,16 @@ def split_parts(stream: bytes, out_c: int, parts: int) -> list[Part]:
 
 
 def decode_parts(stream: bytes, shape: tuple[int, int, int, int], parts: int, decode: Callable) -> list:
-    """(Part, ``decode(part bytes, part shape)``) of every part, in stream order; a CodecError of a part
-    names the part and counts its position from the start of the whole stream."""
+    """(Part, ``decode(part bytes, part shape, continuation=)``) of every part, in stream order (every part but
+    the first a continuation part); a CodecError of a part names the part and counts its position from the start
+    of the whole stream."""
     out_c, in_c, k_h, k_w = (int(n) for n in shape)
     result = []
     for index, part in enumerate(split_parts(stream, out_c, parts)):
         try:
-            result.append((part, decode(stream[part.offset:part.offset + part.length], (part.k1 - part.k0, in_c, k_h,
-                                                                                        k_w))))
+            part_shape = (part.k1 - part.k0, in_c, k_h, k_w)
+            result.append((part, decode(stream[part.offset:part.offset + part.length], part_shape,
+                                        continuation=index > 0)))
         except CodecError as error:
             raise (error.relocate(8 * part.offset).add_context(part=index) if parts > 1 else error) from None
     return result

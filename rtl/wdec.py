@@ -59,7 +59,7 @@ class Wdec(UnitComponent):
         abort = Signal()
         decoders = []
         for index in range(engines):
-            decoder = PartDecoder(config, self.error_names)
+            decoder = PartDecoder(config, self.error_names, continuation=index > 0)
             m.submodules[f"part{index}"] = ResetInserter(abort)(decoder)
             decoders.append(decoder)
         m.submodules.writes = writes = WriteArbiter(config, engines)

@@ -83,12 +83,14 @@ def _timed(qmodel, config, compress: str | None, dram: str, root: Path) -> tuple
 
 def _weight_bytes(manifest: dict) -> dict:
     """The conv weight tiles' bytes as int8 and as the compressed program stores them (streams where decoded)."""
-    streams = manifest.get("weight_compression", {}).get("streams", [])
+    packed = manifest.get("weight_compression", {})
+    streams = packed.get("streams", [])
     raw = sum(stream["weight_bytes"] for stream in streams)
     stored = sum(stream["stream_bytes"] if stream["decoded"] else stream["weight_bytes"] for stream in streams)
     return {"weight_tiles": len(streams), "decoded_tiles": sum(stream["decoded"] for stream in streams),
             "weight_bytes_raw": raw, "weight_bytes_compressed": stored,
-            "weight_bytes_vs_raw": round(stored / raw, 4) if raw else None}
+            "weight_bytes_vs_raw": round(stored / raw, 4) if raw else None,
+            "split_overhead": packed.get("split_overhead")}
 
 
 def _point(qmodel, config, root: Path, uncompressed: dict) -> dict:

@@ -79,10 +79,12 @@ class NetworkProgram:
             decoded = [stream for stream in self.weight_streams if stream["decoded"]]
             weight_bytes = sum(stream["weight_bytes"] for stream in decoded)
             stream_bytes = sum(stream["stream_bytes"] for stream in decoded)
+            one_part = sum(stream["one_part_bytes"] for stream in decoded)
             manifest["weight_compression"] = {
                 "policy": self.compress, "tiles": len(self.weight_streams), "decoded_tiles": len(decoded),
                 "weight_bytes": weight_bytes,
                 "stream_bytes": stream_bytes, "bits_per_weight": round(8 * stream_bytes / max(weight_bytes, 1), 3),
+                "split_overhead": round(stream_bytes / one_part - 1, 5) if one_part else None,
                 "streams": self.weight_streams}
         return manifest
 

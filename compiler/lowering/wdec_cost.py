@@ -22,7 +22,7 @@ from aipu.sim.machine.isa import Opcode
 # fitted on the ResNet-18-shaped program's trained-like tiles (aipu bench wdec at 8 to 32 engines; 18.2 bins
 # and 0.15 Morton skips a weight take 21.7, 11.4 and 6.1 cycles at B = 1, 2, 4).
 BINS_PER_CYCLE = {1: 0.845, 2: 1.62, 4: 3.08}
-PART_BYTES = 40                 # what each further part adds to a stream (headers, restarted contexts, length)
+PART_BYTES = 26                 # what each further part adds to a stream (its length, restarted contexts)
 
 
 class LayerStream(NamedTuple):

@@ -43,15 +43,15 @@ class WeightStreams:
         """The tile's stream placed in DRAM and recorded, or None (recorded raw)."""
         if not self.decode:
             self.record.append({"name": name, "weight_bytes": tile.size, "stream_bytes": None, "parts": 0,
-                                "decoded": False})
+                                "one_part_bytes": None, "decoded": False})
             return None
-        stream, parts = parts_of(tile, self.config.wdec.engines, self.overhead)
+        stream, parts, one_part = parts_of(tile, self.config.wdec.engines, self.overhead)
         fits = all(value <= field_max(self.config, Opcode.WDEC, field) for field, value in
                    (("length", len(stream)), ("out_c", tile.shape[0]), ("in_c", tile.shape[1]),
                     ("k_h", tile.shape[2]), ("k_w", tile.shape[3])))
         decoded = fits and len(stream) < tile.size
         self.record.append({"name": name, "weight_bytes": tile.size, "stream_bytes": len(stream), "parts": parts,
-                            "decoded": decoded})
+                            "one_part_bytes": one_part, "decoded": decoded})
         return (self.dram.constant(name, np.frombuffer(stream, np.uint8)), len(stream), parts) if decoded else None
 
 
@@ -60,10 +60,10 @@ def decodable(layer: ConvLayer) -> bool:
     return layer.w_type == DType.INT8 and layer.w.dtype == np.int8 and layer.codebook is None
 
 
-def parts_of(tile: np.ndarray, engines: int, overhead: float = PARTS_OVERHEAD) -> tuple[bytes, int]:
-    """The tile's WDEC stream and its parts K: the largest K of engines, engines/2, .. 1 with K <= the tile's
-    output channels whose stream is at most ``overhead`` longer than the one-part stream (docs/codec.md
-    §11: each part repeats the headers and restarts the contexts)."""
+def parts_of(tile: np.ndarray, engines: int, overhead: float = PARTS_OVERHEAD) -> tuple[bytes, int, int]:
+    """The tile's WDEC stream, its parts K and the one-part stream's bytes: the largest K of engines,
+    engines/2, .. 1 with K <= the tile's output channels whose stream is at most ``overhead`` longer than the
+    one-part stream (docs/codec.md §11: each part adds its length and restarts the contexts)."""
     from aipu import codec
 
     whole = codec.encode_profile_stream(tile)
@@ -72,6 +72,6 @@ def parts_of(tile: np.ndarray, engines: int, overhead: float = PARTS_OVERHEAD) -
         if parts <= len(tile):
             stream = codec.encode_parts_stream(tile, parts)
             if len(stream) <= len(whole) * (1 + overhead):
-                return stream, parts
+                return stream, parts, len(whole)
         parts //= 2
-    return whole, 1
+    return whole, 1, len(whole)

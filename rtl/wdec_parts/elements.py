@@ -5,7 +5,8 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from aipu.codec.npu_profile import PROFILE_CTU_FLAGS, PROFILE_CU_FLAGS, PROFILE_HEADER, PROFILE_SPLIT_FLAG
+from aipu.codec.npu_profile import (CONTINUATION_HEADER, PROFILE_CTU_FLAGS, PROFILE_CU_FLAGS, PROFILE_HEADER,
+                                   PROFILE_SPLIT_FLAG)
 from aipu.codec.reference.elements import NUM_CONTEXTS, element_spec
 from aipu.rtl.wdec_parts.interfaces import command_field, context_index
 from aipu.sim.machine.arch import HardwareConfig
@@ -16,7 +17,8 @@ SHAPE_FIELDS = {"R": "k_h", "S": "k_w", "C": "in_c", "K": "out_c"}   # sublayer_
 class HeaderFields(wiring.Component):
     """The stream and layer headers: bypass FL fields, each checked as its last bin is decoded against the
     profile's value or the command's shape (the field that disagrees is the fault); the step size's zero
-    bit depth of a float layer is a ``stream`` fault. Keeps max_ctu3d_idx for the leaf walk.
+    bit depth of a float layer is a ``stream`` fault. Keeps max_ctu3d_idx for the leaf walk. A
+    ``continuation`` part's decoder reads CONTINUATION_HEADER instead (max_ctu3d_idx alone).
 
     Signature: ``begin`` (In: a stream begins), ``decoded``/``bin`` (In: a header bin), the command's
     ``k_h``, ``k_w``, ``in_c``, ``out_c`` (In), ``complete`` (Out: the bin ended the header),
@@ -24,8 +26,10 @@ class HeaderFields(wiring.Component):
     ``ctu_size_idx`` (Out: max_ctu3d_idx).
     """
 
-    def __init__(self, config: HardwareConfig, error_names: tuple[str, ...]):
+    def __init__(self, config: HardwareConfig, error_names: tuple[str, ...], continuation: bool = False):
         self.error_names = error_names
+        self.continuation = continuation
+        self.fields = CONTINUATION_HEADER if continuation else PROFILE_HEADER
         super().__init__({"begin": In(1), "decoded": In(1), "bin": In(1),
                           **{name: In(command_field(config, name)) for name in SHAPE_FIELDS.values()},
                           "complete": Out(1), "fault": Out(1), "fault_field": Out(range(len(error_names))),
@@ -33,7 +37,7 @@ class HeaderFields(wiring.Component):
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        field = Signal(range(len(PROFILE_HEADER) + 1))
+        field = Signal(range(len(self.fields) + 1))
         field_bit = Signal(6)
         value = Signal(32)
         integer_input, cmaxw_nonzero = Signal(), Signal()
@@ -45,7 +49,7 @@ class HeaderFields(wiring.Component):
             accumulated = Cat(self.bin, value[:31])
             m.d.sync += [value.eq(accumulated), field_bit.eq(field_bit + 1)]
             with m.Switch(field):
-                for index, (name, wanted) in enumerate(PROFILE_HEADER):
+                for index, (name, wanted) in enumerate(self.fields):
                     with m.Case(index):
                         length = element_spec(name).fixed_length
                         with m.If(field_bit == length - 1):
@@ -62,7 +66,9 @@ class HeaderFields(wiring.Component):
                             elif wanted is not None:
                                 with m.If(accumulated[:length] != wanted):
                                     refuse("profile")
-                            if index == len(PROFILE_HEADER) - 1:
+                            if index == len(self.fields) - 1 and self.continuation:
+                                m.d.comb += self.complete.eq(1)
+                            elif index == len(self.fields) - 1:
                                 with m.If(~integer_input & cmaxw_nonzero & (accumulated[:length] == 0)):
                                     refuse("stream")
                                 with m.Else():

@@ -26,13 +26,15 @@ class PartDecoder(wiring.Component):
     take a leaf's level the engine holds (it sees its bit window as not ready), and the leaf walk's Morton
     skips go on.
 
+    ``continuation``: the decoder of a later part, whose stream is a continuation part (docs/codec.md §11).
+
     Signature: ``command`` (In), ``start`` (In), ``done``, ``fault``, ``fault_field`` (Out), ``dram_read`` (the
     part's DRAM requests), ``write`` (Out: the level's WEIGHT write, ``en`` unused), ``pending`` (Out),
     ``grant`` (In), ``trace`` (Out: the engine's bins, a BIN_TRACE per cascade stage).
     """
 
-    def __init__(self, config: HardwareConfig, error_names: tuple[str, ...]):
-        self.config, self.error_names = config, error_names
+    def __init__(self, config: HardwareConfig, error_names: tuple[str, ...], continuation: bool = False):
+        self.config, self.error_names, self.continuation = config, error_names, continuation
         super().__init__({"command": In(command_layout(config, Opcode.WDEC)), "start": In(1), "done": Out(1),
                           "fault": Out(1), "fault_field": Out(range(len(error_names))),
                           "dram_read": Out(dram_read_port(config)), "write": Out(write_port(config, Buffer.WEIGHT)),
@@ -42,7 +44,7 @@ class PartDecoder(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         lanes = self.config.wdec.bins_per_cycle
-        m.submodules.syntax = syntax = SyntaxWalk(self.config, self.error_names)
+        m.submodules.syntax = syntax = SyntaxWalk(self.config, self.error_names, self.continuation)
         m.submodules.fetcher = fetcher = WordFetcher(self.config)
         m.submodules.bit_window = window = BitWindow(self.config)
         m.submodules.engine = engine = ArithmeticDecoder(lanes)

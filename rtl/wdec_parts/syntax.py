@@ -21,7 +21,7 @@ class SyntaxWalk(wiring.Component):
     unit), from ``start``, when its stream begins, one state per stretch of the stream:
 
       PRIME     the engine's first 9 bits
-      HEADER    the header fields (bypass bins)
+      HEADER    the header fields (bypass bins; a ``continuation`` part's: max_ctu3d_idx alone)
       CTU       the CTU's flags (context bins)
       LEAF      the CU's leaves: each leaf's level, up to ``wdec.bins_per_cycle`` of its bins a cycle (one a
                 lane), written as it completes, Morton candidates outside the CU skipped; the end-of-CTU
@@ -39,9 +39,10 @@ class SyntaxWalk(wiring.Component):
     WEIGHT port).
     """
 
-    def __init__(self, config: HardwareConfig, error_names: tuple[str, ...]):
+    def __init__(self, config: HardwareConfig, error_names: tuple[str, ...], continuation: bool = False):
         self.config = config
         self.error_names = error_names
+        self.continuation = continuation
         lanes = config.wdec.bins_per_cycle
         super().__init__({"command": In(command_layout(config, Opcode.WDEC)), "start": In(1), "done": Out(1),
                           "fault": Out(1), "fault_field": Out(range(len(error_names))),
@@ -52,7 +53,7 @@ class SyntaxWalk(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         config, cmd, bins = self.config, self.command, self.bins
-        m.submodules.header = header = HeaderFields(config, self.error_names)
+        m.submodules.header = header = HeaderFields(config, self.error_names, self.continuation)
         m.submodules.flags = flags = CtuFlags()
         m.submodules.leaves = leaves = LeafWalk(config)
         m.submodules.levels = levels = LevelDecoder(config.wdec.bins_per_cycle)

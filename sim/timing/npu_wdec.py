@@ -259,7 +259,7 @@ class WdecUnit:
         shape = (command.out_c, command.in_c, command.k_h, command.k_w)
         parts = split_parts(stream, command.out_c, command.parts)
         entries = [engine_entries(stream[part.offset:part.offset + part.length], (part.k1 - part.k0, *shape[1:]),
-                                  config.wdec.bins_per_cycle) for part in parts]
+                                  config.wdec.bins_per_cycle, index > 0) for index, part in enumerate(parts)]
         self.bits = np.concatenate([bits for bits, _, _ in entries])
         self.marks = np.concatenate([marks for _, marks, _ in entries])
         taps, port_bytes = command.k_h * command.k_w, config.buffer(Buffer.WEIGHT).port_bytes
@@ -340,18 +340,18 @@ def _lane(config: HardwareConfig, dram_addr: int, length: int, depth: int, laten
     return lane
 
 
-def engine_entries(stream: bytes, shape: tuple[int, int, int, int], bins_per_cycle: int) -> tuple[np.ndarray,
-                                                                                                   np.ndarray,
-                                                                                                   np.ndarray]:
-    """An engine's cycles on one part's stream at B bins a cycle (``profile_entries_compiled``, sized by the
-    decoder's counts, which it has already): the bits of each, its marks and the cubes, remembered by its digest."""
-    key = (hashlib.blake2b(stream, digest_size=16).digest(), tuple(shape), bins_per_cycle)
+def engine_entries(stream: bytes, shape: tuple[int, int, int, int], bins_per_cycle: int, continuation: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An engine's cycles on one part's stream (``continuation``: a continuation part) at B bins a cycle
+    (``profile_entries_compiled``, sized by the decoder's counts, which it has already): the bits of each, its
+    marks and the cubes, remembered by its digest."""
+    key = (hashlib.blake2b(stream, digest_size=16).digest(), tuple(shape), bins_per_cycle, continuation)
     entries = _ENGINE_ENTRIES.get(key)
     if entries is None:
         if sum(len(bits) for bits, _, _ in _ENGINE_ENTRIES.values()) >= KEPT_CYCLES:
             _ENGINE_ENTRIES.clear()
-        entries = _ENGINE_ENTRIES[key] = profile_entries_compiled(stream, shape, bins_per_cycle,
-                                                                  decoded_profile(stream, shape))
+        entries = _ENGINE_ENTRIES[key] = profile_entries_compiled(
+            stream, shape, bins_per_cycle, decoded_profile(stream, shape, continuation), continuation)
     return entries
 
 

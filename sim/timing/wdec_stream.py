@@ -28,15 +28,15 @@ class StreamCounts(NamedTuple):
     leaf_runs: np.ndarray       # ProfileDecode.leaf_runs
 
 
-def decoded_profile(stream: bytes, shape: tuple[int, int, int, int]) -> StreamCounts:
-    """The profile decoder's counts of one stream, remembered by the stream's digest (a report asks for the
-    cycles and the bins of the same streams; the decoded levels are not kept)."""
-    key = (hashlib.blake2b(stream, digest_size=16).digest(), tuple(shape))
+def decoded_profile(stream: bytes, shape: tuple[int, int, int, int], continuation: bool = False) -> StreamCounts:
+    """The profile decoder's counts of one stream (``continuation``: a continuation part), remembered by the
+    stream's digest (a report asks for the cycles and the bins of the same streams; the levels are not kept)."""
+    key = (hashlib.blake2b(stream, digest_size=16).digest(), tuple(shape), continuation)
     counts = _STREAM_COUNTS.get(key)
     if counts is None:
         if len(_STREAM_COUNTS) >= _STREAM_COUNTS_KEPT:
             _STREAM_COUNTS.clear()
-        decoded = decode_profile_compiled(stream, shape)
+        decoded = decode_profile_compiled(stream, shape, continuation=continuation)
         counts = _STREAM_COUNTS[key] = StreamCounts(decoded.bins, decoded.morton_skips, decoded.zero_run_cycles,
                                                     decoded.leaf_runs)
     return counts

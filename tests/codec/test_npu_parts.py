@@ -1,5 +1,5 @@
 """Parts streams (docs/codec.md §11): a tile's stream split by output channels into independently decodable
-npu-profile streams behind a header of their lengths. They round-trip for any split, their bins are the
+npu-profile streams (the first whole, the others continuation parts) behind a header of their lengths. They round-trip for any split, their bins are the
 general decoder's part by part, and every hostile header or part is a CodecError naming the element and its
 place in the whole stream."""
 from __future__ import annotations
@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from aipu.codec import CodecError
 from aipu.codec.api import decode_stream
-from aipu.codec.npu_profile import (MAX_PARTS, decode_parts, decode_parts_compiled, decode_parts_stream,
-                                   decode_profile_stream, encode_parts_stream, encode_profile_stream,
-                                   part_channels)
+from aipu.codec.npu_profile import (CONTINUATION_HEADER, MAX_PARTS, PROFILE_HEADER, decode_parts,
+                                   decode_parts_compiled, decode_parts_stream, decode_profile_stream,
+                                   encode_parts_stream, encode_profile_stream, part_channels)
+from aipu.codec.reference.elements import element_spec
 from aipu.codec.reference.geometry import CTU_SIZES
 
 QUICK = settings(max_examples=40, derandomize=True, deadline=None, database=None,
@@ -52,20 +53,28 @@ def test_parts_streams_round_trip(tile):
         (compiled.bins, compiled.morton_skips, compiled.zero_run_cycles)
 
 
+def _header_bins(fields) -> int:
+    return sum(element_spec(name).fixed_length for name, _ in fields)
+
+
 def test_each_part_decodes_as_the_general_decoder_bin_by_bin():
+    """The first part is a whole profile stream; a continuation part has the bins of the whole profile stream of
+    its channels but for the header fields it leaves to the first part."""
     levels = _levels(5, (13, 7, 3, 3))
-
-    def traced(part: bytes, shape):
-        general, profile = [], []
-        _, _, _, bins = decode_stream(part, trace=general)
-        decoded = decode_profile_stream(part, shape, profile)
-        assert profile == general and decoded.bins == bins + 1
-        return decoded
-
-    parts = decode_parts(encode_parts_stream(levels, 5), levels.shape, 5, traced)
+    header = _header_bins(PROFILE_HEADER)
+    ctu_idx = _header_bins(PROFILE_HEADER[:[name for name, _ in PROFILE_HEADER].index("max_ctu3d_idx")])
+    kept = slice(ctu_idx, ctu_idx + _header_bins(CONTINUATION_HEADER))
+    parts = decode_parts(encode_parts_stream(levels, 5), levels.shape, 5,
+                         lambda part, shape, continuation: (part, continuation))
     assert [(part.k0, part.k1) for part, _ in parts] == part_channels(13, 5) == [(0, 2), (2, 5), (5, 7), (7, 10),
                                                                                  (10, 13)]
-    for part, decoded in parts:
+    for part, (stream, continuation) in parts:
+        general, profile = [], []
+        _, _, _, bins = decode_stream(encode_profile_stream(levels[part.k0:part.k1]), trace=general)
+        decoded = decode_profile_stream(stream, (part.k1 - part.k0, 7, 3, 3), profile, continuation=continuation)
+        if continuation:
+            general, bins = general[kept] + general[header:], bins - header + kept.stop - kept.start
+        assert profile == general and decoded.bins == bins + 1
         np.testing.assert_array_equal(decoded.levels, levels[part.k0:part.k1])
 
 
@@ -99,12 +108,12 @@ def test_an_error_inside_a_part_names_the_part_and_its_place_in_the_whole_stream
     stream = encode_parts_stream(levels, 4)
     offset = 16 + sum(struct.unpack_from("<4I", stream)[:2])          # part 2's first byte
     corrupt = bytearray(stream)
-    corrupt[offset + 2] ^= 0x10                                       # inside part 2's header
+    corrupt[offset + 2] ^= 0x10                                       # inside part 2's first CTU
     with pytest.raises(CodecError) as caught:
         decode_parts_stream(bytes(corrupt), levels.shape, 4)
     alone = bytes(corrupt[offset:offset + struct.unpack_from("<4I", stream)[2]])
     with pytest.raises(CodecError) as inside:
-        decode_profile_stream(alone, (2, 4, 3, 3))
+        decode_profile_stream(alone, (2, 4, 3, 3), continuation=True)
     assert caught.value.context["part"] == 2 and caught.value.element == inside.value.element
     assert caught.value.bit_position == 8 * offset + inside.value.bit_position
 

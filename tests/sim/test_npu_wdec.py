@@ -17,7 +17,7 @@ from aipu.sim.machine.isa import Opcode
 from aipu.sim.machine.program import Command
 from aipu.sim.timing import wdec
 from aipu.codec.npu_profile import (CYCLE_SKIP, MARK_CUBE, MARK_LEAF, MARK_LEVEL, cube_writes, encode_parts_stream,
-                                   profile_entries_compiled, split_parts)
+                                   encode_profile_stream, profile_entries_compiled, split_parts)
 from aipu.sim.timing import npu_wdec
 from aipu.sim.timing.npu_wdec import NEVER, WdecUnit
 
@@ -32,9 +32,10 @@ def _config(engines: int, bins_per_cycle: int, narrow: bool = False):
                                       "wdec": {"engines": engines, "bins_per_cycle": bins_per_cycle}})
 
 
-def _command(seed: int, parts: int = 1, density: float = 0.7) -> tuple[Command, bytes]:
+def _command(seed: int, parts: int = 1, density: float = 0.7, with_levels: bool = False) -> tuple:
     """A layer of ten to forty thousand weights (a stream of hundreds of DRAM words) at an odd DRAM address, in
-    ``parts`` parts, ``density`` of its weights non-zero."""
+    ``parts`` parts, ``density`` of its weights non-zero: the command and its stream (``with_levels``: also
+    the levels and the CTU size)."""
     rng = np.random.default_rng(seed)
     shape = (int(rng.integers(40, 70)), int(rng.integers(30, 70)), 3, 3)
     levels = np.where(rng.random(shape) < density, np.clip(np.round(rng.laplace(0, 8, shape)), -128, 127), 0)
@@ -42,8 +43,9 @@ def _command(seed: int, parts: int = 1, density: float = 0.7) -> tuple[Command, 
     levels = levels.astype(np.int8)
     stream = layer_stream(levels, ctu) if parts == 1 else encode_parts_stream(levels, parts, ctu)
     out_c, in_c, k_h, k_w = shape
-    return Command.make(Opcode.WDEC, dram_addr=int(rng.integers(0, 40)), length=len(stream), wgt_addr=0,
-                        out_c=out_c, in_c=in_c, k_h=k_h, k_w=k_w, parts=parts), stream
+    command = Command.make(Opcode.WDEC, dram_addr=int(rng.integers(0, 40)), length=len(stream), wgt_addr=0,
+                           out_c=out_c, in_c=in_c, k_h=k_h, k_w=k_w, parts=parts)
+    return (command, stream, levels, ctu) if with_levels else (command, stream)
 
 
 def _refused(cycle: int) -> bool:
@@ -104,11 +106,21 @@ def test_one_part_alone_on_the_bridge_takes_the_engine_then_the_stager(engines, 
     assert least <= alone.finish() - START == wdec.command_cycles(config, command, stream) <= most
 
 
-def _part_alone(config, command: Command, stream: bytes, part) -> int:
-    """One part's cycles as a command of its own at its place in DRAM."""
+def _part_alone(config, command: Command, stream: bytes, part, levels: np.ndarray, ctu: int) -> tuple[int, int]:
+    """Bounds of one part's cycles in the unit: (at least, at most). The first part runs as a command of its
+    own at its place in DRAM (both bounds); a continuation part takes at least its engine's cycles, and at most
+    those of the whole profile stream of its channels as a command of its own, which adds the header fields."""
+    channels = levels[part.k0:part.k1]
+    continuation = part.k0 > 0
+    own = encode_profile_stream(channels, ctu) if continuation else stream[part.offset:part.offset + part.length]
     single = Command.make(Opcode.WDEC, **{**command.args, "dram_addr": command.dram_addr + part.offset,
-                                          "length": part.length, "out_c": part.k1 - part.k0, "parts": 1})
-    return wdec.command_cycles(config, single, stream[part.offset:part.offset + part.length])
+                                          "length": len(own), "out_c": part.k1 - part.k0, "parts": 1})
+    most = wdec.command_cycles(config, single, own)
+    if not continuation:
+        return most, most
+    bits, _, _ = npu_wdec.engine_entries(stream[part.offset:part.offset + part.length], channels.shape,
+                                         config.wdec.bins_per_cycle, continuation=True)
+    return len(bits), most
 
 
 @pytest.mark.parametrize("engines, parts", [(2, 2), (4, 3), (8, 8)])
@@ -116,10 +128,11 @@ def _part_alone(config, command: Command, stream: bytes, part) -> int:
 @pytest.mark.parametrize("seed", range(2))
 def test_parts_take_between_the_slowest_part_and_all_parts_alone(engines, parts, bins_per_cycle, seed):
     config = _config(engines, bins_per_cycle, narrow=seed == 1)
-    command, stream = _command(10 + seed, parts, density=(0.7, 0.05)[seed])
-    alone = [_part_alone(config, command, stream, part) for part in split_parts(stream, command.out_c, parts)]
+    command, stream, levels, ctu = _command(10 + seed, parts, density=(0.7, 0.05)[seed], with_levels=True)
+    bounds = [_part_alone(config, command, stream, part, levels, ctu)
+              for part in split_parts(stream, command.out_c, parts)]
     cycles = wdec.command_cycles(config, command, stream)
-    assert max(alone) <= cycles <= sum(alone)
+    assert max(least for least, _ in bounds) <= cycles <= sum(most for _, most in bounds)
     unit = WdecUnit(config, command, stream, START)
     assert unit.alone(NEVER) and unit.finish() - START == cycles
 

@@ -167,17 +167,17 @@ def test_wdec_parts_on_lanes_cost_the_header_then_at_least_the_slowest_part():
     weights = np.random.default_rng(8).integers(-30, 31, size=(6, 20, 3, 3)).astype(np.int8)
     weights[3:] //= 8                                   # the second part has fewer bins
     stream, dram_addr = encode_parts_stream(weights, 2), 0x1005        # 5 bytes into a 16-byte DRAM word
-    first, second = (encode_profile_stream(weights[:3]), encode_profile_stream(weights[3:]))
+    first, second = encode_profile_stream(weights[:3]), encode_profile_stream(weights[3:], continuation=True)
     assert stream == np.uint32(len(first)).tobytes() + np.uint32(len(second)).tobytes() + first + second
 
-    def part(offset: int, part_stream: bytes, shape) -> int:
-        counts = decode_profile_stream(part_stream, shape)
+    def part(offset: int, part_stream: bytes, shape, continuation: bool = False) -> int:
+        counts = decode_profile_stream(part_stream, shape, continuation=continuation)
         start = dram_addr + offset
         words = min((start + len(part_stream) - 1) // 16 - start // 16 + 1, -(-(8 * (start % 16) + 26) // 128))
         return 100 + 2 + words + counts.bins + counts.morton_skips + counts.zero_run_cycles + 1
 
     shape = (3, 20, 3, 3)
-    slow, fast = part(8, first, shape), part(8 + len(first), second, shape)
+    slow, fast = part(8, first, shape), part(8 + len(first), second, shape, continuation=True)
     assert slow > fast
     header = 2 + 100                                     # bytes 0x1005 .. 0x100c: one DRAM word
     two = hardware_config_from_dict({"wdec": {"engines": 2}})

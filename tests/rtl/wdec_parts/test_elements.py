@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aipu.codec.npu_profile import PROFILE_CTU_FLAGS, PROFILE_CU_FLAGS, PROFILE_SPLIT_FLAG, decode_profile_stream
+from aipu.codec.npu_profile import (PROFILE_CTU_FLAGS, PROFILE_CU_FLAGS, PROFILE_SPLIT_FLAG, decode_profile_stream,
+                                   encode_profile_stream)
 from aipu.codec.reference.elements import element_spec
 from aipu.codec.reference.engine import TRACE_BYPASS
 from aipu.rtl.wdec_parts.elements import CtuFlags, HeaderFields
@@ -17,16 +18,19 @@ ERROR_NAMES = ("k_h", "k_w", "in_c", "out_c", "stream", "profile")
 SHAPE = (5, 3, 2, 3)
 
 
-def _header_bins(max_ctu_size: int) -> list[int]:
+def _header_bins(max_ctu_size: int, continuation: bool = False) -> list[int]:
     trace: list[tuple[int, int]] = []
-    decode_profile_stream(layer_stream(random_weights(np.random.default_rng(1), SHAPE), max_ctu_size), SHAPE, trace)
+    weights = random_weights(np.random.default_rng(1), SHAPE)
+    stream = encode_profile_stream(weights, max_ctu_size, continuation) if continuation else layer_stream(weights,
+                                                                                                         max_ctu_size)
+    decode_profile_stream(stream, SHAPE, trace, continuation=continuation)
     first_context_bin = next(index for index, (context, _) in enumerate(trace) if context != TRACE_BYPASS)
     return [bin_ for _, bin_ in trace[:first_context_bin]]
 
 
-def _read_header(bins: list[int], shape) -> tuple[int, str | None, int]:
+def _read_header(bins: list[int], shape, continuation: bool = False) -> tuple[int, str | None, int]:
     """(bins read, the fault or None, ctu_size_idx) of the header fields on ``bins``."""
-    dut = HeaderFields(DEFAULT, ERROR_NAMES)
+    dut = HeaderFields(DEFAULT, ERROR_NAMES, continuation)
     outcome = {}
 
     async def testbench(ctx):
@@ -54,6 +58,13 @@ def _read_header(bins: list[int], shape) -> tuple[int, str | None, int]:
 def test_a_profile_header_completes_at_its_last_bin(max_ctu_size, index):
     bins = _header_bins(max_ctu_size)
     assert _read_header(bins, SHAPE) == (len(bins), None, index)
+
+
+@pytest.mark.parametrize("max_ctu_size,index", [(64, 0), (16, 2), (8, 3)])
+def test_a_continuation_header_is_max_ctu3d_idx_alone(max_ctu_size, index):
+    bins = _header_bins(max_ctu_size, continuation=True)
+    assert len(bins) == element_spec("max_ctu3d_idx").fixed_length
+    assert _read_header(bins, (0, 0, 0, 0), continuation=True) == (len(bins), None, index)
 
 
 def test_the_field_that_disagrees_is_the_fault():
