@@ -49,8 +49,8 @@ class WdecCost:
     such a tile at all (its fields).
 
     The cap is weight_streams.PARTS_OVERHEAD, the bytes a split may always add; where the decode would then
-    outlast the CONVs it feeds (WDEC the pole), up to POLE_PARTS_OVERHEAD: a few percent of the stream's bytes
-    then buy a decode twice or four times as fast."""
+    outlast the CONVs it feeds (WDEC the pole), up to POLE_PARTS_OVERHEAD: another percent of the stream's
+    bytes then buys a decode twice or four times as fast."""
 
     def __init__(self, config: HardwareConfig, stream: LayerStream) -> None:
         self.config, self.bytes_per_weight = config, stream.bits / 8

@@ -11,7 +11,7 @@ from aipu.sim.machine.arch import DType, HardwareConfig
 from aipu.sim.machine.isa import Opcode
 
 PARTS_OVERHEAD = 0.01       # a split's stream may be this much longer than the one-part stream
-POLE_PARTS_OVERHEAD = 0.05  # ... and this much in a layer whose plan finds WDEC the pole (conv_plan, wdec_cost)
+POLE_PARTS_OVERHEAD = 0.02  # ... and this much in a layer whose plan finds WDEC the pole (conv_plan, wdec_cost)
 
 
 class WeightStreams:

@@ -119,9 +119,9 @@ def _wdecs(network) -> list[Command]:
 
 def test_tiles_split_into_parts_for_four_engines_and_the_program_is_still_the_model(tmp_path):
     """With wdec.engines 4 the compiler splits a long tile into the most parts (4, 2) that cost at most 1 %
-    more than one part, or 5 % where the plan finds WDEC the pole; the program equals the quantized model, and
-    its WDECs take fewer cycles on four engines than the tile's one-part stream on one. On DEFAULT (one engine) every stream has one part
-    (the plans may differ: they weigh WDEC's cycles)."""
+    more than one part, or 2 % where the plan finds WDEC the pole; the program equals the quantized model, and
+    its WDECs take fewer cycles on four engines than the tile's one-part stream on one. On DEFAULT (one engine)
+    every stream has one part (the plans may differ: they weigh WDEC's cycles)."""
     from aipu.codec.npu_profile import encode_profile_stream
     from aipu.compiler.lowering.weight_streams import POLE_PARTS_OVERHEAD
     from aipu.compiler.quantize import QuantOptions
