@@ -9,10 +9,10 @@ both ways from the weights `aipu bench wdec` quantizes:
 
 * ResNet-18-shaped's stem (7x7 stride 2, 3 -> 64 channels on 224x224, trained-like weights) as a layer of its
   own: the layer with the most MACs per weight (12,544), whose single weight tile WDEC decodes in two parts
-  ahead of the first CONV. Within the bar: 533,531 cycles compressed against 508,725 (1.049; layer1's 3x3
+  ahead of the first CONV. Within the bar: 533,396 cycles compressed against 508,725 (1.049; layer1's 3x3
   64 -> 64 convs, 3,136 MACs per weight, take 1.21 at two decoders and 1.05 at their most, eight parts).
 * the demo model (the digits CNN) whole: not within it. Its convs are too small to hide a decode behind
-  (57,958 cycles against 4,063 at two decoders; 4.15 times at four).
+  (43,998 cycles against 4,063 at two decoders).
 
 Run as a script (``python -m tests.rtl.test_npu_compressed``) it prints both programs' figures as JSON.
 """
