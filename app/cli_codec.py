@@ -134,7 +134,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     return 0
 
 
-def _decode_file(path: str) -> tuple[bytes, dict[str, np.ndarray], list]:
+def _decode_file(path: str, strict: bool) -> tuple[bytes, dict[str, np.ndarray], list]:
     """The container's bytes, tensors and layer infos; a CodecError names the file."""
     from aipu.codec import api
     from aipu.codec.errors import error_context
@@ -142,7 +142,7 @@ def _decode_file(path: str) -> tuple[bytes, dict[str, np.ndarray], list]:
     data = read_at_most(path, MAX_CONTAINER_BYTES)
     compile_kernels_once("codec")
     with error_context(file=path):
-        tensors, infos = api.decode_with_info(data)
+        tensors, infos = api.decode_with_info(data, strict=strict)
     return data, tensors, infos
 
 
@@ -156,14 +156,14 @@ def _save_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
-    _, tensors, _ = _decode_file(args.input)
+    _, tensors, _ = _decode_file(args.input, args.strict)
     _save_npz(args.output, tensors)
     print(f"{args.output}: {len(tensors)} tensors")
     return 0
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    data, _, infos = _decode_file(args.input)
+    data, _, infos = _decode_file(args.input, args.strict)
     if args.json:
         json.dump([{**vars(info), "bits_per_weight": info.bits_per_weight} for info in infos], sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -205,9 +205,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     dec = commands.add_parser("decode", help="decode a container to .npz")
     dec.add_argument("input")
     dec.add_argument("-o", "--output", required=True, help="output .npz")
+    _strict_argument(dec)
     dec.set_defaults(func=_cmd_decode)
 
     info = commands.add_parser("info", help="per-layer shape, bits/weight, modes, bins and decode time")
     info.add_argument("input")
     info.add_argument("--json", action="store_true", help="machine-readable output")
+    _strict_argument(info)
     info.set_defaults(func=_cmd_info)
+
+
+def _strict_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strict", action="store_true",
+                        help="require each layer's stream to end as this encoder ends it (zero padding to a byte, "
+                             "nothing after it); by default whatever follows the terminating stuffing bin is "
+                             "ignored, as a conforming decoder does")

@@ -406,9 +406,14 @@ def _layer_table(index: object, payload: int, size: int, limits: DecoderLimits) 
 
 
 def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference: bool = False,
-                  trace: list[tuple[int, int]] | None = None
+                  trace: list[tuple[int, int]] | None = None, strict: bool = False
                   ) -> tuple[StreamHeader, list[list[Sublayer]], list[dict[str, int]], int]:
     """Decode one bare nnc() stream: header, layers (levels filled in), mode statistics, bins.
+
+    The stream ends with a stuffing bin of 1 (the standard defines no termination: docs/codec-engine.md,
+    "Termination"); whatever follows it is ignored, as a conforming decoder ignores it, so streams flushed the
+    way AVS2 encoders flush decode too. ``strict`` also requires this encoder's own end: zero padding to a byte
+    and nothing after it.
 
     The sublayers are decoded by the compiled path (codec.compiled) unless ``reference`` asks for the
     pure-Python decoder (codec.reference); both give the same result. A ``trace`` list
@@ -425,10 +430,10 @@ def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference
     except CodecError as error:       # a header or syntax check: where the engine stood when it failed
         raise error.add_context(bit_position=decoder.bit_position)
     bins = decoder.bins_decoded          # without the terminating stuffing bin
-    end = decoder.finish()
+    end = decoder.finish(strict)
     if trace is not None:
         trace.extend(decoder.trace)
-    if end != 8 * len(data):
+    if strict and end != 8 * len(data):
         raise CodecError(f"{len(data) - end // 8} bytes left after the end of the stream", bit_position=end)
     return header, layers, stats, bins
 
@@ -446,21 +451,21 @@ def decode_weight_stream(stream: bytes, shape: tuple[int, ...], limits: DecoderL
     its index offset and length), to the integer levels (int64) of its weight tensor in the ONNX layout
     ``shape``. The levels are what the NPU computes with; a float layer's step size is the compiler's concern."""
     with error_context(bit_position=0):     # the stream disagreeing with ``shape``: at its start
-        _, layers, _, _ = decode_stream(stream, limits)
+        _, layers, _, _ = decode_stream(stream, limits, strict=True)
         if len(layers) != 1:
             raise CodecError(f"a weight stream holds one layer, this one holds {len(layers)}")
         return _levels_in_layout(layers[0][0], tuple(shape), "weight")
 
 
 def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: DecoderLimits,
-                         levels_only: bool = False) -> dict[str, np.ndarray]:
+                         levels_only: bool = False, strict: bool = False) -> dict[str, np.ndarray]:
     start = payload + info.offset
     stream = data[start:start + info.length]
     started = time.perf_counter()
     try:
         if zlib.crc32(stream) != info.crc32:
             raise CodecError("the layer stream fails its CRC-32 check", bit_position=0)
-        header, layers, _, _ = decode_stream(stream, limits)
+        header, layers, _, _ = decode_stream(stream, limits, strict=strict)
         if len(layers) != 1 or len(layers[0]) != len(info.tensors):
             raise CodecError("the stream's layers do not match the container index")
         result = {}
@@ -493,27 +498,28 @@ def _tensor(levels: np.ndarray, step: np.float32, integer_input: int, dtype: np.
     return values.astype(dtype)
 
 
-def decode_with_info(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, progress: bool | None = None
-                     ) -> tuple[dict[str, np.ndarray], list[LayerInfo]]:
-    """Decode every layer of a container; returns the tensors and the per-layer info (with decode time)."""
+def decode_with_info(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, progress: bool | None = None,
+                     strict: bool = False) -> tuple[dict[str, np.ndarray], list[LayerInfo]]:
+    """Decode every layer of a container; returns the tensors and the per-layer info (with decode time).
+    ``strict``: each layer's stream must end as this encoder ends it (``decode_stream``)."""
     infos, payload = read_index(data, limits)
     total = sum(info.weights for info in infos)
     bar = _progress(total, "decode", progress if progress is not None else total >= PROGRESS_WEIGHTS)
     tensors: dict[str, np.ndarray] = {}
     for info in infos:
-        tensors.update(_decode_layer_stream(data, payload, info, limits))
+        tensors.update(_decode_layer_stream(data, payload, info, limits, strict=strict))
         bar.update(info.weights)
     bar.close()
     return tensors, infos
 
 
-def decode(data: bytes) -> dict[str, np.ndarray]:
-    """Decode a container to ``{name: array}`` in the original shapes and dtypes."""
-    return decode_with_info(data)[0]
+def decode(data: bytes, strict: bool = False) -> dict[str, np.ndarray]:
+    """Decode a container to ``{name: array}`` in the original shapes and dtypes (``strict``: decode_stream's)."""
+    return decode_with_info(data, strict=strict)[0]
 
 
 def decode_layer(data: bytes, name_or_index: str | int, limits: DecoderLimits = DEFAULT_LIMITS,
-                 levels: bool = False) -> dict[str, np.ndarray]:
+                 levels: bool = False, strict: bool = False) -> dict[str, np.ndarray]:
     """Decode one layer (a weight and its bias) without touching the others; see the module docstring.
 
     ``levels=True`` returns the integer levels (int64, original layout) and, under ``name + ":step"``,
@@ -531,7 +537,7 @@ def decode_layer(data: bytes, name_or_index: str | int, limits: DecoderLimits = 
         if not matches:
             raise CodecError(f"no layer named {name_or_index!r}")
         info = matches[0]
-    return _decode_layer_stream(bytes(data), payload, info, limits, levels)
+    return _decode_layer_stream(bytes(data), payload, info, limits, levels, strict)
 
 
 class _NoBar:

@@ -25,8 +25,8 @@ import numpy as np
 from ..errors import CodecError
 from ..reference.binarization import MAX_EG_VALUE, MAX_FL_LENGTH
 from ..reference.elements import NUM_CONTEXTS
-from ..reference.engine import (BOUND_S, BYPASS_LG_PMPS, RANGE_BITS, STUFFING_LG_PMPS, TRACE_BYPASS,
-                                TRACE_STUFFING)
+from ..reference.engine import (BOUND_S, BYPASS_LG_PMPS, RANGE_BITS, STUFFING_LG_PMPS, TERMINATION_ZERO_BITS,
+                                TRACE_BYPASS, TRACE_STUFFING)
 from .contexts import CTX_LG_PMPS, CTX_MPS, INC_CONST, ctx_inc, new_contexts, update_ctx
 from .jit_cache import njit
 
@@ -235,13 +235,30 @@ def decode_stuffing_bit(state, data, trace):
 
 
 @njit
-def finish(state, data, trace):
-    """The terminator (reference.engine.AecDecoder.finish); returns the bit position after it, or -1."""
+def finish(state, data, trace, strict):
+    """The terminator (reference.engine.AecDecoder.finish); returns the bit position after it, or -1. Not
+    ``strict``, only the stuffing bin is read: ``data`` and S_END then include the zeros it may read past the
+    stream (``finish_stream``)."""
     ok = decode_stuffing_bit(state, data, trace) == 1
-    padding = (8 - (state[S_POS] & 7)) & 7
-    if _read_bits(state, data, padding) != 0 or not ok:
+    if strict:
+        padding = (8 - (state[S_POS] & 7)) & 7
+        ok = _read_bits(state, data, padding) == 0 and ok
+    if not ok:
         set_error(state, ERR_TERMINATOR)
     return -1 if state[S_ERROR] else state[S_POS]
+
+
+def finish_stream(state, data: np.ndarray, trace, strict: bool) -> int:
+    """``finish`` on a stream of ``data``: not strict, with TERMINATION_ZERO_BITS of zeros after the data for
+    the stuffing bin to read, an error there placed at the end of the data at the latest."""
+    if strict:
+        return finish(state, data, trace, True)
+    end = state[S_END]
+    state[S_END] += TERMINATION_ZERO_BITS
+    result = finish(state, np.concatenate([data, np.zeros(TERMINATION_ZERO_BITS // 8, dtype=np.uint8)]), trace,
+                    False)
+    state[S_ERROR_POS] = min(state[S_ERROR_POS], end)
+    return result
 
 
 @njit
@@ -506,5 +523,5 @@ class FastDecoder:
     def decode_stuffing_bit(self) -> int:
         return self._checked(decode_stuffing_bit(self.state, self.data, self._trace))
 
-    def finish(self) -> int:
-        return self._checked(finish(self.state, self.data, self._trace))
+    def finish(self, strict: bool = True) -> int:
+        return self._checked(finish_stream(self.state, self.data, self._trace, strict))

@@ -14,7 +14,7 @@ from ..errors import CodecError
 from ..reference.binarization import MAX_EG_VALUE
 from ..reference.elements import element_spec
 from .aec_decoder import (NO_TRACE, S_BINS, S_POS, STATE_SIZE, decode_decision, decode_fl, decode_u, decode_uegk,
-                          finish, new_state, raise_on_error)
+                          finish_stream, new_state, raise_on_error)
 from .aec_encoder import FastEncoder, encode_decision, encode_fl, encode_u, encode_uegk, new_encoder_state
 from .contexts import INC_CONST, INC_RULE_CODES, new_contexts
 from .sublayer_decoder import decode_weight_sublayer
@@ -70,8 +70,9 @@ class FastElementReader:
         statistics."""
         return decode_weight_sublayer(self._io, header, sub, limits)
 
-    def finish(self) -> int:
-        end = finish(self.state, self.data, self.trace)
+    def finish(self, strict: bool = True) -> int:
+        """The terminator (aec_decoder.finish): strict, the padding too; else the stuffing bin alone."""
+        end = finish_stream(self.state, self.data, self.trace, strict)
         raise_on_error(self.state, element="terminator")
         return int(end)
 

@@ -31,6 +31,7 @@ STUFFING_LG_PMPS = 4         # decode_aec_stuffing_bit: lgPmps = 4, mps = 0, no 
 LPS_INCREMENT = (197, 95, 46)  # update_ctx's switch for cwr = 3, 4, 5 (10.4.3.3.5)
 TRACE_BYPASS = -1            # trace ctxIdx of a bypass bin
 TRACE_STUFFING = -2          # trace ctxIdx of a stuffing bin (the terminator)
+TERMINATION_ZERO_BITS = 16   # zeros a lenient finish() may read past the data (an AVS2 flush ends up to 9 short)
 RANGE_BITS = 9               # the range mantissa 256 + rT1 and the first read_bits(9)
 LOW_FLUSH_BITS = 18          # encoder: low-end bits kept before a byte goes out (8 + 9 of range + 1 of carry)
 
@@ -214,11 +215,26 @@ class AecDecoder:
             self.trace.append((TRACE_STUFFING, bin_val))
         return bin_val
 
-    def finish(self) -> int:
-        """Decode the terminator (a stuffing bin equal to 1, then 0-padding to a byte boundary).
+    def finish(self, strict: bool = True) -> int:
+        """Decode the terminator: a stuffing bin equal to 1, then (``strict``) 0-padding to a byte boundary.
 
-        Returns the absolute bit position just after the stream, a multiple of 8.
+        Returns the absolute bit position just after the stream, a multiple of 8 when strict. Not strict, the
+        stuffing bin may read up to TERMINATION_ZERO_BITS zeros past the end of the data and nothing after it
+        is read: any termination a conforming decoder accepts (docs/codec-engine.md, "Termination").
         """
+        if not strict:
+            end = self._end
+            self._data += bytes(TERMINATION_ZERO_BITS // 8)
+            self._end += TERMINATION_ZERO_BITS
+            try:
+                if self.decode_stuffing_bit() != 1:
+                    raise CodecError("terminating stuffing bin is 0: stream corrupt or not at its end",
+                                     bit_position=self._pos)
+            except CodecError as error:      # placed inside the data, where the compiled engine places it
+                error.bit_position = min(error.bit_position, end)
+                raise
+            self._finished = True
+            return self._pos
         if self.decode_stuffing_bit() != 1:
             raise CodecError("terminating stuffing bin is 0: stream corrupt or not at its end",
                              bit_position=self._pos)

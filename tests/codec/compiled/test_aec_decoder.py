@@ -57,7 +57,7 @@ def test_njit_program_equals_python():
         assert ctx[:, contexts.CTX_MPS].tolist() == reference.contexts.mps
         assert ctx[:, contexts.CTX_CYCNO].tolist() == reference.contexts.cycno
         assert ctx[:, contexts.CTX_LG_PMPS].tolist() == reference.contexts.lg_pmps
-        assert aec_decoder.finish(state, buffer, trace) == 8 * len(data)
+        assert aec_decoder.finish(state, buffer, trace, True) == 8 * len(data)
 
 
 def test_njit_debinarisation_equals_element_coder():
@@ -99,7 +99,7 @@ def test_njit_debinarisation_equals_element_coder():
             start, rule, c_max, k = contexts.uegk_params(name)
             got = aec_decoder.decode_uegk(state, ctx, buffer, trace, start, rule, inputs.get("sign", 0), c_max, k)
         assert got == value, name
-    assert aec_decoder.finish(state, buffer, trace) == 8 * len(data)
+    assert aec_decoder.finish(state, buffer, trace, True) == 8 * len(data)
 
     reference = AecDecoder(data, trace=True)
     reader = ElementDecoder(reference)
@@ -153,7 +153,7 @@ def test_long_random_streams_both_paths():
         decode_ops(reference, [c for c, _ in ops])
         assert reference.bit_position == int(state[aec_decoder.S_POS])
         assert reference.trace == [tuple(row) for row in trace[: len(ops)].tolist()]
-        assert aec_decoder.finish(state, buffer, trace) == reference.finish() == 8 * len(data)
+        assert aec_decoder.finish(state, buffer, trace, True) == reference.finish() == 8 * len(data)
         out = np.zeros(aec_encoder.output_capacity(len(ops)), dtype=np.uint8)
         enc_state = aec_encoder.new_encoder_state()
         ops_array = np.array([c for c, _ in ops], dtype=np.int64)

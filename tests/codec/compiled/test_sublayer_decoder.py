@@ -18,6 +18,7 @@ from aipu import codec
 from aipu.codec.api import decode_stream
 from aipu.codec.encoder import EncoderOptions, encode_stream
 from aipu.codec.errors import CodecError
+from aipu.codec.reference.engine import TERMINATION_ZERO_BITS
 from aipu.codec.reference.headers import SCAN_KC, DecoderLimits, StreamHeader, Sublayer
 from aipu.codec.reference.tree_coder import TREES
 
@@ -26,12 +27,12 @@ from aipu.codec.reference.tree_coder import TREES
 LIMITS = DecoderLimits(max_weights_per_sublayer=1 << 18, max_zdepth=256)
 
 
-def decode_both(data: bytes):
+def decode_both(data: bytes, strict: bool = False):
     """Decode with both decoders; returns (header, layers, stats, bins) or the CodecError, after comparing."""
     outcomes = []
     for reference in (False, True):
         try:
-            outcomes.append(decode_stream(data, LIMITS, reference=reference))
+            outcomes.append(decode_stream(data, LIMITS, reference=reference, strict=strict))
         except CodecError as error:
             assert str(error)
             outcomes.append(error)
@@ -191,10 +192,18 @@ def test_the_rich_streams_reach_every_path():
         assert seen.get(key, 0) > 0, key
 
 
-def test_every_truncation_fails_in_both():
+def test_every_truncation_fails_in_both_or_keeps_every_level():
+    """Strict, every truncation fails; by default one that cuts only the terminator's flush decodes the same
+    levels (the stuffing bin reads zeros past the end), any other fails."""
     for data in rich_streams():
-        for cut in range(0, len(data), max(1, len(data) // 40)):
-            assert isinstance(decode_both(data[:cut]), CodecError)
+        whole = decode_both(data)
+        for cut in [*range(0, len(data), max(1, len(data) // 40)), len(data) - 1]:
+            assert isinstance(decode_both(data[:cut], strict=True), CodecError)
+            lenient = decode_both(data[:cut])
+            if not isinstance(lenient, CodecError):
+                assert cut >= len(data) - TERMINATION_ZERO_BITS // 8 and lenient[3] == whole[3]
+                for cut_sub, sub in zip(lenient[1][0], whole[1][0], strict=True):
+                    np.testing.assert_array_equal(cut_sub.levels, sub.levels)
 
 
 @FUZZ
