@@ -62,6 +62,8 @@ def quantize_uniform(weights: np.ndarray, *, bitdepth: int | None = None, step: 
                              f"(1/{scale:g} per 2**bitdepth - 1 levels)")
     else:
         _check_bitdepth(bitdepth)
+        if peak * scale > MAX_CMAXW:          # checked as a float: ceil(inf) has no int
+            raise ValueError(f"sublayer_cmaxw {peak * scale:.6g} does not fit in 32 bits (weights up to {peak:g})")
         cmaxw = int(np.ceil(peak * scale))
     if cmaxw > MAX_CMAXW:
         raise ValueError(f"sublayer_cmaxw {cmaxw} does not fit in 32 bits (weights up to {peak:g})")

@@ -25,3 +25,10 @@ def test_the_encoder_names_the_tensor_it_refuses():
         codec.encode({"fine": np.arange(4, dtype=np.uint64), "big": np.array([3, 2**64 - 1], dtype=np.uint64)})
     with pytest.raises(ValueError, match=r"tensor 'w': weights contain NaN"):
         codec.encode({"w": np.array([[0.5, np.nan]], dtype=np.float32)})
+
+
+@pytest.mark.parametrize("peak", [1e36, 1e308, np.finfo(np.float64).max])
+def test_float_weights_too_large_for_cmaxw_are_refused_by_name(peak):
+    """max|w|·256 beyond 32 bits (float64 near its maximum overflows to infinity) is a named ValueError."""
+    with pytest.raises(ValueError, match=r"tensor 'w': sublayer_cmaxw \S+ does not fit in 32 bits"):
+        codec.encode({"w": np.array([[peak, -1.0]], dtype=np.float64)}, codec.CodecOptions(bitdepth=7))
