@@ -20,6 +20,8 @@ from aipu.sim.machine.errors import InputError
 ONNX_WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
 WEIGHT_KINDS = "iuf"                 # integer, unsigned and float tensors
 MAX_CONTAINER_BYTES = 1 << 31        # what `decode` and `info` read of a file
+# --bits N: N-bit signed levels, the stream's sublayer_bitdepth N - 1 (a 5-bit field: codec.quantize.MAX_BITDEPTH)
+MIN_BITS, MAX_BITS = 2, 32
 
 
 def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]]]:
@@ -109,8 +111,10 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     from aipu.codec import api
     from aipu.codec.encoder import FAST_OPTIONS, EncoderOptions
     encoder = FAST_OPTIONS if args.fast else EncoderOptions()
+    if not MIN_BITS <= args.bits <= MAX_BITS:
+        raise InputError("--bits", args.bits, f"an integer {MIN_BITS} .. {MAX_BITS} (N-bit signed levels)")
     try:
-        options = api.CodecOptions(bitdepth=args.bitdepth, step=args.step, clusters=args.clusters,
+        options = api.CodecOptions(bitdepth=args.bits - 1, step=args.step, clusters=args.clusters,
                                    bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,
                                    progress=True if args.progress else None)
     except InputError as error:       # named by its command-line option
@@ -190,7 +194,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     enc.add_argument("input", help="model.onnx (Conv/Gemm/MatMul initializers) or tensors.npz")
     enc.add_argument("-o", "--output", required=True, help="output container (.nnr)")
     quant = enc.add_mutually_exclusive_group()
-    quant.add_argument("--bitdepth", type=int, default=8, help="uniform quantisation bit depth (default 8)")
+    quant.add_argument("--bits", type=int, default=8,
+                       help="uniform quantisation of float weights to N-bit signed levels, within +-(2^(N-1) - 1) "
+                            "(default 8: int8's range without -128); the stream's sublayer_bitdepth is N - 1")
     quant.add_argument("--step", type=float, help="uniform quantisation step size")
     quant.add_argument("--clusters", type=int, help="k-means codebook quantisation with this many levels")
     enc.add_argument("--bias-bitdepth", type=int, default=16, help="bit depth of float 1-D tensors")

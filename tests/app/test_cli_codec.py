@@ -41,7 +41,7 @@ def test_onnx_loader_takes_conv_gemm_matmul_initializers(tmp_path):
 
 def test_encode_info_decode_onnx(tmp_path, capsys):
     expected = _tiny_onnx(tmp_path / "m.onnx", np.random.default_rng(1))
-    assert main(["codec", "encode", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.nnr"), "--bitdepth", "6",
+    assert main(["codec", "encode", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.nnr"), "--bits", "7",
                  "--fast"]) == 0
     assert "bits/weight, encoded in" in capsys.readouterr().out
     assert main(["codec", "info", str(tmp_path / "m.nnr")]) == 0
@@ -53,6 +53,21 @@ def test_encode_info_decode_onnx(tmp_path, capsys):
         q = quantize_uniform(expected["conv_w"], bitdepth=6)
         np.testing.assert_array_equal(out["conv_w"], reconstruct(q.levels, q.step))
         assert out["fc_b"].shape == (10,)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_bits_n_gives_n_bit_signed_levels(tmp_path, bits):
+    """--bits N: the float weights' levels span +-(2^(N-1) - 1), the stream's sublayer_bitdepth N - 1."""
+    from aipu.app.cli_codec import MAX_BITS
+    from aipu.codec.api import decode_layer
+    from aipu.codec.quantize import MAX_BITDEPTH
+
+    assert MAX_BITS == MAX_BITDEPTH + 1
+    np.savez(tmp_path / "w.npz", w=np.linspace(-1, 1, 301, dtype=np.float32).reshape(1, 301))
+    assert main(["codec", "encode", str(tmp_path / "w.npz"), "-o", str(tmp_path / "w.nnr"), "--bits", str(bits),
+                 "--fast"]) == 0
+    levels = decode_layer((tmp_path / "w.nnr").read_bytes(), "w", levels=True)["w"]
+    assert levels.min() == -(2 ** (bits - 1) - 1) and levels.max() == 2 ** (bits - 1) - 1
 
 
 def test_encode_npz_with_step_and_integer_tensors(tmp_path, capsys):
@@ -99,7 +114,8 @@ def test_any_tensor_name_survives_decode(tmp_path):
     (["codec", "encode", "empty.npz", "-o", "x.nnr", "--step", "inf"], "--step = inf: a finite positive number"),
     (["codec", "encode", "empty.npz", "-o", "x.nnr", "--step", "nan"], "--step = nan: a finite positive number"),
     (["codec", "encode", "empty.npz", "-o", "x.nnr", "--clusters", "0"], "--clusters = 0: an integer 1 .. 65536"),
-    (["codec", "encode", "empty.npz", "-o", "x.nnr", "--bitdepth", "40"], "--bitdepth = 40: an integer 1 .. 31"),
+    (["codec", "encode", "empty.npz", "-o", "x.nnr", "--bits", "40"], "--bits = 40: an integer 2 .. 32"),
+    (["codec", "encode", "empty.npz", "-o", "x.nnr", "--bits", "1"], "--bits = 1: an integer 2 .. 32"),
 ])
 def test_user_errors_are_one_line(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)

@@ -47,7 +47,7 @@ VALID_NPZ, VALID_MODEL = _npz_bytes(VALID_ARRAYS), _valid_model()
 def _options(draw) -> list[str]:
     """Options in combinations argparse accepts, with values mostly valid and now and then not."""
     options = []
-    quantizer = draw(st.sampled_from(["", "--bitdepth", "--step", "--clusters"]))
+    quantizer = draw(st.sampled_from(["", "--bits", "--step", "--clusters"]))
     wrong = draw(st.sampled_from([False, False, False, True]))
     if quantizer == "--step":
         steps = ["inf", "nan", "-1", "0", "1e300"] if wrong else ["1e-30", "1e-4", "0.01", "0.5", "1e30"]
