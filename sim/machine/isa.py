@@ -415,8 +415,9 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
         "    holding the integer levels of an [out_c][in_c][k_h][k_w] tensor; a stream outside the\n"
         "    profile or corrupt is an error, at the element where it leaves the profile\n"
         "WEIGHT[wgt_addr] = w transposed to [out_c][k_h][k_w][in_c] as int8   (levels outside int8: error)\n"
-        "parts > 1: the stream is `parts` little-endian u32 byte lengths, then that many profile streams back\n"
-        "    to back, part i holding output channels [i*out_c/parts, (i+1)*out_c/parts) (rounded down)",
+        "parts > 1: the stream is `parts` little-endian u32 byte lengths, then that many parts back to back,\n"
+        "    part i holding output channels [i*out_c/parts, (i+1)*out_c/parts) (rounded down): part 0 a\n"
+        "    profile stream, the others continuation parts (of the headers only max_ctu3d_idx)",
         (Field("dram_addr", "dram_addr_bits", "compressed stream byte address in DRAM"),
          *_dims(("length", "compressed stream length in bytes"), bits=WDEC_LENGTH_BITS),
          Field("wgt_addr", "weight_addr_bits", "destination byte address in the weight buffer"),
