@@ -198,7 +198,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="uniform quantisation of float weights to N-bit signed levels, within +-(2^(N-1) - 1) "
                             "(default 8: int8's range without -128); the stream's sublayer_bitdepth is N - 1")
     quant.add_argument("--step", type=float, help="uniform quantisation step size")
-    quant.add_argument("--clusters", type=int, help="k-means codebook quantisation with this many levels")
+    quant.add_argument("--clusters", type=int,
+                       help="k-means codebook quantisation with this many levels a layer: for a consumer that "
+                            "needs at most K distinct values, not for size: on trained CNN weights it costs more "
+                            "bits than --bits at the same SQNR (measured in docs/codec.md §6)")
     enc.add_argument("--bias-bitdepth", type=int, default=16, help="bit depth of float 1-D tensors")
     enc.add_argument("--ctu", type=int, default=64, choices=(64, 32, 16, 8), help="maximum CTU size")
     mode = enc.add_mutually_exclusive_group()
