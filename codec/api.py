@@ -31,7 +31,7 @@ from aipu.sim.machine.errors import InputError
 
 from .compiled.element_io import FastElementReader
 from .encoder import EncoderOptions, encode_stream
-from .errors import CodecError, error_context
+from .errors import CodecError, check_stream_end, error_context
 from .layout import Placement, from_standard, placement, to_standard
 from .quantize import MAX_BITDEPTH, Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
 from .reference.element_coder import ElementReader
@@ -433,8 +433,8 @@ def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference
     end = decoder.finish(strict)
     if trace is not None:
         trace.extend(decoder.trace)
-    if strict and end != 8 * len(data):
-        raise CodecError(f"{len(data) - end // 8} bytes left after the end of the stream", bit_position=end)
+    if strict:
+        check_stream_end(data, end)
     return header, layers, stats, bins
 
 

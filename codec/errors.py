@@ -61,3 +61,10 @@ def error_context(**context: Any) -> Iterator[None]:
         yield
     except CodecError as error:
         raise error.add_context(**context)
+
+
+def check_stream_end(data: bytes, end: int) -> None:
+    """A stream of ``data`` whose terminator ended at bit ``end`` must end there (a strict decoder)."""
+    left = len(data) - end // 8
+    if left:
+        raise CodecError(f"{left} byte{'s' if left != 1 else ''} left after the end of the stream", bit_position=end)

@@ -34,7 +34,7 @@ from .compiled.profile_walk import (CUBE_SHIFT, CYCLE_SKIP, MARK_CUBE, MARK_LEAF
                                     WALK_ELEMENT, WALK_END_FLAG, WALK_ERROR, WALK_LAST_CUBE, WALK_OUTSIDE, WALK_POS,
                                     WALK_SKIPS, WALK_STATUS_SIZE, WALK_VALUE, decode_profile_ctus, profile_cycles,
                                     profile_entries)
-from .errors import CodecError, error_context
+from .errors import CodecError, check_stream_end, error_context
 from .reference.element_coder import ElementDecoder
 from .reference.elements import element_spec
 from .reference.engine import RANGE_BITS, AecDecoder
@@ -272,8 +272,7 @@ def decode_profile_stream(stream: bytes, shape: tuple[int, int, int, int], trace
     finally:
         if trace is not None:
             trace.extend(decoder.trace)
-    if end != 8 * len(stream):
-        raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
+    check_stream_end(stream, end)
     result.zero_run_cycles, result.leaf_runs = decoder.zero_run_cycles, decoder.leaf_runs
     return result
 
@@ -322,8 +321,7 @@ def decode_profile_compiled(stream: bytes, shape: tuple[int, int, int, int], tra
         end = reader.finish()
     except CodecError as error:
         raise error.add_context(bit_position=reader.bit_position)
-    if end != 8 * len(stream):
-        raise CodecError(f"{len(stream) - end // 8} bytes left after the end of the stream", bit_position=end)
+    check_stream_end(stream, end)
     return ProfileDecode(levels, bins, int(status[WALK_SKIPS]), int(reader.state[S_ZERO_RUNS]),
                          reader.state[S_RUNS:S_RUNS + MAX_RUN + 1].copy(), int(status[WALK_CUBES]))
 
