@@ -20,8 +20,6 @@ from aipu.sim.machine.errors import InputError
 ONNX_WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
 WEIGHT_KINDS = "iuf"                 # integer, unsigned and float tensors
 MAX_CONTAINER_BYTES = 1 << 31        # what `decode` and `info` read of a file
-# --bits N: N-bit signed levels, the stream's sublayer_bitdepth N - 1 (a 5-bit field: codec.quantize.MAX_BITDEPTH)
-MIN_BITS, MAX_BITS = 2, 32
 
 
 def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]]]:
@@ -110,9 +108,10 @@ def load_tensors(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str
 def _cmd_encode(args: argparse.Namespace) -> int:
     from aipu.codec import api
     from aipu.codec.encoder import FAST_OPTIONS, EncoderOptions
+    from aipu.codec.quantize import MAX_BITDEPTH
     encoder = FAST_OPTIONS if args.fast else EncoderOptions()
-    if not MIN_BITS <= args.bits <= MAX_BITS:
-        raise InputError("--bits", args.bits, f"an integer {MIN_BITS} .. {MAX_BITS} (N-bit signed levels)")
+    if not 2 <= args.bits <= MAX_BITDEPTH + 1:      # N-bit signed levels: the stream's sublayer_bitdepth N - 1
+        raise InputError("--bits", args.bits, f"an integer 2 .. {MAX_BITDEPTH + 1} (N-bit signed levels)")
     try:
         options = api.CodecOptions(bitdepth=args.bits - 1, step=args.step, clusters=args.clusters,
                                    bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,

@@ -58,11 +58,8 @@ def test_encode_info_decode_onnx(tmp_path, capsys):
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_bits_n_gives_n_bit_signed_levels(tmp_path, bits):
     """--bits N: the float weights' levels span +-(2^(N-1) - 1), the stream's sublayer_bitdepth N - 1."""
-    from aipu.app.cli_codec import MAX_BITS
     from aipu.codec.api import decode_layer
-    from aipu.codec.quantize import MAX_BITDEPTH
 
-    assert MAX_BITS == MAX_BITDEPTH + 1
     np.savez(tmp_path / "w.npz", w=np.linspace(-1, 1, 301, dtype=np.float32).reshape(1, 301))
     assert main(["codec", "encode", str(tmp_path / "w.npz"), "-o", str(tmp_path / "w.nnr"), "--bits", str(bits),
                  "--fast"]) == 0

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from aipu.codec.reference.engine import BYPASS_LG_PMPS, STUFFING_LG_PMPS, ContextModels
 
-from .bin_streams import BYPASS, STUFFING
-
 
 class Avs2Encoder:
     def __init__(self) -> None:
@@ -69,21 +67,20 @@ class Avs2Encoder:
             low = (low << 1) | ((current >> position) & 1)
         self.low, self.s1, self.t1 = low, 0, width & 0xFF
 
-    def feed(self, ops: list[tuple[int, int]]) -> None:
-        """(ctxIdx, bin) pairs, ctxIdx -1 bypass and -2 stuffing (tests/codec/bin_streams.py)."""
-        for ctx_idx, bin_val in ops:
-            if ctx_idx == BYPASS:
-                self.encode(bin_val, 0, BYPASS_LG_PMPS)
-            elif ctx_idx == STUFFING:
-                self.encode(bin_val, 0, STUFFING_LG_PMPS)
-            else:
-                self.encode(bin_val, self.contexts.mps[ctx_idx], self.contexts.lg_pmps[ctx_idx])
-                self.contexts.update(ctx_idx, bin_val)
+    def encode_decision(self, ctx_idx: int, bin_val: int) -> None:
+        self.encode(bin_val, self.contexts.mps[ctx_idx], self.contexts.lg_pmps[ctx_idx])
+        self.contexts.update(ctx_idx, bin_val)
+
+    def encode_bypass(self, bin_val: int) -> None:
+        self.encode(bin_val, 0, BYPASS_LG_PMPS)
+
+    def encode_stuffing_bit(self, bin_val: int) -> None:
+        self.encode(bin_val, 0, STUFFING_LG_PMPS)
 
     def finish(self) -> bytes:
         """AVS2's end of a slice: a stuffing bin of 1, ``low``'s two top bits and a 1, zeros to a byte; the
         first output bit dropped."""
-        self.encode(1, 0, STUFFING_LG_PMPS)
+        self.encode_stuffing_bit(1)
         self._put_plus((self.low >> 9) & 1)
         self.bits += [(self.low >> 8) & 1, 1]
         bits = self.bits[1:]

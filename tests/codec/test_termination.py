@@ -20,7 +20,7 @@ from aipu.codec.npu_profile import decode_profile_stream, encode_profile_stream
 from aipu.codec.reference.engine import AecDecoder
 
 from .avs2_encoder import Avs2Encoder
-from .bin_streams import STUFFING, decode_ops, random_ops
+from .bin_streams import STUFFING, decode_ops, feed_ops, random_ops
 
 
 def _avs2_terminated(stream: bytes) -> bytes:
@@ -29,7 +29,7 @@ def _avs2_terminated(stream: bytes) -> bytes:
     api.decode_stream(stream, trace=trace, strict=True)
     assert trace[-1] == (STUFFING, 1)
     encoder = Avs2Encoder()
-    encoder.feed(trace[:-1])
+    feed_ops(encoder, trace[:-1])
     return encoder.finish()
 
 
@@ -40,7 +40,7 @@ def test_avs2_flushed_bin_streams_end_leniently_and_mostly_not_strictly(engine):
         ops = random_ops(rng, rng.randint(0, 600), num_ctx=rng.choice([1, 4, 64]),
                          bypass_share=rng.choice([0.0, 0.2, 0.9]))
         encoder = Avs2Encoder()
-        encoder.feed(ops)
+        feed_ops(encoder, ops)
         data = encoder.finish()
         lenient = engine(data)
         assert decode_ops(lenient, [ctx for ctx, _ in ops]) == ops
