@@ -3,14 +3,15 @@
 Container (".nnr", docs/codec.md §3): the standard defines only the ``nnc()`` payload, without names or
 framework layouts, so the codec wraps one ``nnc()`` stream *per layer* in a small index::
 
-    b"AIPUNNR2" | u32 LE index length | u32 LE CRC-32 of the index | index (UTF-8 JSON) | layer streams
+    b"AIPUNNR3" | u32 LE index length | u32 LE CRC-32 of the index | index | layer streams
 
-The index lists every layer with the byte ``offset`` (from the start of the stream area), the ``length``
-and the CRC-32 of its ``nnc()`` stream, the tensors it carries (name, dtype, original shape, role) and the
-encoder's statistics. The streams tile the stream area exactly, so the two checksums cover every byte of
-the file. Each layer stream is a complete ``nnc()`` (nnc_header, one layer, terminator) with freshly
-initialised contexts, so a layer decodes on its own: ``decode_layer`` (and the WDEC command) seeks to
-``offset`` and decodes ``length`` bytes.
+The index is UTF-8 JSON, deflated (raw DEFLATE, RFC 1951). It lists every layer with the ``length`` and the
+CRC-32 of its ``nnc()`` stream and the tensors it carries (name, dtype, original shape, role); the streams
+lie back to back in index order and tile the stream area exactly, so a layer's offset is the sum of the
+lengths before it and the two checksums cover every byte of the file. Each layer stream is a complete
+``nnc()`` (nnc_header, one layer, terminator) with freshly initialised contexts, so a layer decodes on its
+own: ``decode_layer`` (and the WDEC command) seeks to its offset and decodes ``length`` bytes. The encoder's
+statistics (bins, modes) are not stored: the decoder counts them again.
 
 Every failure on a corrupt or crafted input is a CodecError whose bit position counts from the first byte
 of the input the caller passed (the container, or the bare stream for ``decode_stream``).
@@ -40,9 +41,10 @@ from .reference.geometry import CTU_SIZES
 from .reference.headers import DEFAULT_LIMITS, SCAN_CK, DecoderLimits, StreamHeader, Sublayer
 from .reference.nnc import code_nnc
 
-MAGIC = b"AIPUNNR2"
-OLD_MAGICS = (b"AIPUNNR1",)              # without checksums: refused, re-encode
-HEADER = struct.Struct("<8sII")         # magic, index length, CRC-32 of the index
+MAGIC = b"AIPUNNR3"
+OLD_MAGICS = (b"AIPUNNR1", b"AIPUNNR2")  # without checksums; with a plain JSON index: refused, re-encode
+HEADER = struct.Struct("<8sII")         # magic, index length, CRC-32 of the (deflated) index
+MAX_INDEX_BYTES = 1 << 26               # what a deflated index may inflate to
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 MAX_NAME_LENGTH = 1024
@@ -93,11 +95,11 @@ class LayerInfo:
     """One layer of a container: where its stream is, what it holds, what coding it used."""
 
     name: str
-    offset: int
+    offset: int                         # from the start of the stream area: the lengths before it
     length: int
     tensors: list[dict]                 # name, dtype, shape, role ("weight" | "bias" | "vector")
     weights: int = 0
-    bins: int = 0
+    bins: int = 0                       # bins and modes: the encoder's, or counted again by the decoder
     modes: dict[str, int] = field(default_factory=dict)
     crc32: int = 0                      # of the layer stream
     decode_seconds: float | None = None  # set by the decoder, never stored (the file is reproducible)
@@ -220,14 +222,16 @@ def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | Non
             offset += len(stream.data)
             bar.update(int(np.asarray(tensors[weight]).size))
     bar.close()
-    index = json.dumps({"layers": [_info_json(info) for info in infos]}).encode()
+    index = json.dumps({"layers": [_info_json(info) for info in infos]}, separators=(",", ":")).encode()
     return pack_container(index, b"".join(streams)), infos
 
 
 def pack_container(index: bytes, streams: bytes) -> bytes:
     """A container from its index (UTF-8 JSON) and the layer streams it describes: the header with the
-    index's length and CRC-32, the index, the streams."""
-    return HEADER.pack(MAGIC, len(index), zlib.crc32(index)) + index + streams
+    deflated index's length and CRC-32, the deflated index, the streams."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    packed = deflate.compress(index) + deflate.flush()
+    return HEADER.pack(MAGIC, len(packed), zlib.crc32(packed)) + packed + streams
 
 
 def encode(tensors: dict[str, np.ndarray], options: CodecOptions | None = None,
@@ -259,7 +263,7 @@ def _valid_groups(tensors: dict[str, np.ndarray], groups: list[tuple[str, str | 
     return result + [(name, None) for name in missing]
 
 
-_LAYER_KEYS = ("name", "offset", "length", "crc32", "tensors", "weights", "bins", "modes")
+_LAYER_KEYS = ("name", "length", "crc32", "tensors")
 _TENSOR_KEYS = ("name", "dtype", "shape", "role")
 
 
@@ -288,7 +292,7 @@ def read_index(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS) -> tuple[lis
     raw = data[start:start + length]
     if zlib.crc32(raw) != checksum:
         raise CodecError("the container index fails its CRC-32 check", bit_position=8 * start)
-    index = _parse_json(raw, start)
+    index = _parse_json(_inflate(raw, start), start)
     payload = start + length
     try:
         return _layer_table(index, payload, len(data), limits), payload
@@ -296,19 +300,43 @@ def read_index(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS) -> tuple[lis
         raise error.add_context(bit_position=8 * start)
 
 
+def index_json(data: bytes) -> bytes:
+    """The container's index as the JSON text it inflates to, after the header and checksum checks."""
+    data = bytes(data)
+    read_index(data)
+    _, length, _ = HEADER.unpack_from(data)
+    return _inflate(data[HEADER.size:HEADER.size + length], HEADER.size)
+
+
+def _inflate(raw: bytes, start: int) -> bytes:
+    """The deflated index ``raw`` (at byte ``start``) inflated, at most MAX_INDEX_BYTES of it."""
+    inflate = zlib.decompressobj(-15)
+    try:
+        text = inflate.decompress(raw, MAX_INDEX_BYTES)
+    except zlib.error as exc:
+        raise CodecError(f"the container index is not deflate data: {exc}", bit_position=8 * start) from None
+    if inflate.unconsumed_tail or (not inflate.eof and len(text) == MAX_INDEX_BYTES):
+        raise CodecError(f"the container index inflates to more than {MAX_INDEX_BYTES} bytes",
+                         bit_position=8 * start)
+    if not inflate.eof or inflate.unused_data:
+        raise CodecError("the container index does not end where its deflate data ends",
+                         bit_position=8 * start)
+    return text
+
+
 def _parse_json(raw: bytes, start: int) -> object:
-    """The index (``raw``, at byte ``start``) as JSON; CodecError at the offending byte for anything json
-    cannot read."""
+    """The inflated index ``raw`` (deflated at byte ``start``) as JSON; CodecError for anything json cannot read,
+    at the index's start (a position inside the inflated text names no byte of the file)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CodecError(f"the container index is not UTF-8: {exc.reason}",
-                         bit_position=8 * (start + exc.start)) from None
+        raise CodecError(f"the container index is not UTF-8: {exc.reason} at its character {exc.start}",
+                         bit_position=8 * start) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CodecError(f"the container index is not JSON: {exc.msg}",
-                         bit_position=8 * (start + len(text[:exc.pos].encode()))) from None
+        raise CodecError(f"the container index is not JSON: {exc.msg} at its character {exc.pos}",
+                         bit_position=8 * start) from None
     except (ValueError, RecursionError) as exc:    # an integer of over 4300 digits; nesting deeper than the stack
         raise CodecError(f"the container index cannot be read: {reprlib.repr(str(exc))}",
                          bit_position=8 * start) from None
@@ -379,24 +407,15 @@ def _layer_table(index: object, payload: int, size: int, limits: DecoderLimits) 
             checked, count = _tensor_entry(tensor, f"{where}.tensors[{j}]", j, tensor_names)
             tensors.append(checked)
             weights += count
-        if type(entry["weights"]) is not int or entry["weights"] != weights:
-            raise _bad_field(f"{where}.weights", entry["weights"], f"{weights}, the size of its tensors")
         total += weights
         if total > limits.max_weights_per_container:
             raise CodecError(f"container index: the layers hold more than the decoder limit of "
                              f"{limits.max_weights_per_container} weights")
-        if type(entry["offset"]) is not int or entry["offset"] != offset:
-            raise _bad_field(f"{where}.offset", entry["offset"], f"{offset}: the streams lie back to back")
         length = _integer_field(entry, "length", where, 1, size)
         if payload + offset + length > size:
             raise CodecError(f"container index: {where}: stream [{offset}, +{length}] runs past the end of the file",
                              bit_position=8 * (payload + offset))
-        modes = entry["modes"]
-        if not isinstance(modes, dict) or not all(_is_valid_name(key) and type(count) is int and 0 <= count < 1 << 63
-                                                  for key, count in modes.items()):
-            raise _bad_field(f"{where}.modes", modes, "an object of counts")
         infos.append(LayerInfo(name=name, offset=offset, length=length, tensors=tensors, weights=weights,
-                               bins=_integer_field(entry, "bins", where, 0, (1 << 63) - 1), modes=modes,
                                crc32=_integer_field(entry, "crc32", where, 0, (1 << 32) - 1)))
         offset += length
     if payload + offset != size:
@@ -465,7 +484,8 @@ def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: Dec
     try:
         if zlib.crc32(stream) != info.crc32:
             raise CodecError("the layer stream fails its CRC-32 check", bit_position=0)
-        header, layers, _, _ = decode_stream(stream, limits, strict=strict)
+        header, layers, stats, info.bins = decode_stream(stream, limits, strict=strict)
+        info.modes = stats[0] if stats else {}
         if len(layers) != 1 or len(layers[0]) != len(info.tensors):
             raise CodecError("the stream's layers do not match the container index")
         result = {}

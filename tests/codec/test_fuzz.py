@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aipu import codec
-from aipu.codec.api import HEADER, MAGIC, decode_stream, pack_container
+from aipu.codec.api import HEADER, MAGIC, MAX_INDEX_BYTES, decode_stream, index_json, pack_container
 from aipu.codec.encoder import EncoderOptions, encode_stream
 from aipu.codec.errors import CodecError
 from aipu.codec.reference.element_coder import ElementWriter
@@ -159,7 +159,7 @@ def index_end() -> int:
 @functools.cache
 def valid_index() -> dict:
     """The valid container's index; shared, so a test copies it before changing it."""
-    return json.loads(valid_container()[HEADER.size:index_end()])
+    return json.loads(index_json(valid_container()))
 
 
 def valid_streams() -> bytes:
@@ -169,7 +169,7 @@ def valid_streams() -> bytes:
 def container_with(index: object, streams: bytes | None = None) -> bytes:
     """A container whose index is ``index`` (an object, or raw JSON text) with a correct CRC, and the valid
     container's layer streams unless ``streams`` are given."""
-    raw = index.encode() if isinstance(index, str) else json.dumps(index).encode()
+    raw = index.encode() if isinstance(index, str) else json.dumps(index, separators=(",", ":")).encode()
     return pack_container(raw, valid_streams() if streams is None else streams)
 
 
@@ -454,10 +454,19 @@ def _zero_extent_container(max_ctu3d_size: int) -> bytes:
     """The index claims a valid 8x3x3x3 weight; its stream's header claims R = 0 (issue 6)."""
     stream = crafted_stream((0, 3, 3, 8), StreamHeader(integer_input=1, enable_max_ctu3d_size=max_ctu3d_size),
                             tail=b"")
-    index = {"layers": [{"name": "w", "offset": 0, "length": len(stream), "crc32": zlib.crc32(stream),
-                         "tensors": [{"name": "w", "dtype": "int8", "shape": [8, 3, 3, 3], "role": "weight"}],
-                         "weights": 216, "bins": 0, "modes": {}}]}
+    index = {"layers": [{"name": "w", "length": len(stream), "crc32": zlib.crc32(stream),
+                         "tensors": [{"name": "w", "dtype": "int8", "shape": [8, 3, 3, 3], "role": "weight"}]}]}
     return container_with(index, stream)
+
+
+def _deflated(text: bytes) -> bytes:
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return deflate.compress(text) + deflate.flush()
+
+
+def _raw_index(packed: bytes) -> bytes:
+    """A container whose index bytes are ``packed`` as they stand (a correct length and CRC-32)."""
+    return HEADER.pack(MAGIC, len(packed), zlib.crc32(packed)) + packed + valid_streams()
 
 
 def _flipped(position: int) -> bytes:
@@ -475,14 +484,15 @@ CRAFTED_CONTAINERS = {
     "zero R": (lambda: _zero_extent_container(0), "has a zero extent"),
     "zero R, max CTU size": (lambda: _zero_extent_container(1), "has a zero extent"),
     "no layer name": (lambda: container_with(_layer({"name": None})), "layers[0] = "),
-    "weights x": (lambda: container_with(_layer({"weights": "x"})), "layers[0].weights = 'x'"),
+    "length x": (lambda: container_with(_layer({"length": "x"})), "layers[0].length = 'x'"),
+    "old keys": (lambda: container_with(_layer({"offset": 0})), "exactly the keys name, length, crc32, tensors"),
     "huge shape": (lambda: container_with(_layer({"shape": [10**30, 3]}, tensor=0)), "exceeds the 16-bit"),
     "zero shape": (lambda: container_with(_layer({"shape": [6, 0, 3, 3]}, tensor=0)), "empty tensors cannot be coded"),
     "no layers": (lambda: container_with({"layers": []}), "bytes after the last layer stream"),
     "silent cast": (lambda: container_with(_layer({"dtype": "uint8"}, _int_layer(), 0)), "outside the range of uint8"),
     "integer as float": (lambda: container_with(_layer({"dtype": "float32"}, _int_layer(), 0)), "integer_input 1"),
     "duplicate name": (lambda: container_with(_layer({"name": "conv.bias"}, _int_layer(), 0)), "not used before"),
-    "flipped name": (lambda: _flipped(valid_container().index(b'"conv.bias"') + 1),
+    "flipped index": (lambda: _flipped(HEADER.size + 5),
                      "the container index fails its CRC-32"),
     "flipped stream": (lambda: _flipped(len(valid_container()) - 3), "the layer stream fails its CRC-32 check"),
     "deep JSON": (lambda: container_with('{"layers": ' + "[" * 100_000 + "]" * 100_000 + "}"), "cannot be read"),
@@ -490,6 +500,11 @@ CRAFTED_CONTAINERS = {
     "not JSON": (lambda: container_with('{"layers": [}'), "is not JSON"),
     "not UTF-8": (lambda: pack_container(b'{"layers": ["\xff"]}', valid_streams()), "is not UTF-8"),
     "version 1": (lambda: b"AIPUNNR1" + valid_container()[len(MAGIC):], "no longer read"),
+    "version 2": (lambda: b"AIPUNNR2" + valid_container()[len(MAGIC):], "no longer read"),
+    "not deflate": (lambda: _raw_index(b"\xff\xff\xff\xff"), "is not deflate data"),
+    "deflate and more": (lambda: _raw_index(_deflated(b'{"layers":[]}') + b"x"), "does not end where"),
+    "truncated deflate": (lambda: _raw_index(_deflated(b'{"layers":[]}')[:-2]), "does not end where"),
+    "deflate bomb": (lambda: _raw_index(_deflated(b" " * (MAX_INDEX_BYTES + 1))), "inflates to more than"),
 }
 
 
@@ -504,13 +519,14 @@ def test_a_stream_error_counts_from_the_container_start(sandbox):
     """A corrupt layer stream behind a matching CRC: the position lies inside that layer's bytes."""
     index = json.loads(json.dumps(valid_index()))
     layer = index["layers"][-1]
+    offset = sum(entry["length"] for entry in index["layers"][:-1])
     streams = bytearray(valid_streams())
-    streams[layer["offset"] + 3] ^= 0xFF
-    layer["crc32"] = zlib.crc32(streams[layer["offset"]:layer["offset"] + layer["length"]])
+    streams[offset + 3] ^= 0xFF
+    layer["crc32"] = zlib.crc32(streams[offset:offset + layer["length"]])
     data = container_with(index, bytes(streams))
     result = check_container(sandbox, data)
     assert result[0] == "error" and f"layer {layer['name']}" in result[3]
-    assert 8 * (index_end() + layer["offset"]) <= result[2] <= 8 * len(data)
+    assert 8 * (index_end() + offset) <= result[2] <= 8 * len(data)
 
 
 @pytest.mark.parametrize("command", ["decode", "info"])

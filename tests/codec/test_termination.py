@@ -64,10 +64,10 @@ def _rebuilt(container: bytes, transform) -> bytes:
     """``container`` with every layer's stream replaced by ``transform(stream)``, its index updated."""
     infos, payload = api.read_index(container)
     streams, layers, offset = [], [], 0
-    index = json.loads(container[api.HEADER.size:payload])
+    index = json.loads(api.index_json(container))
     for info, entry in zip(infos, index["layers"]):
         stream = transform(container[payload + info.offset:payload + info.offset + info.length])
-        layers.append({**entry, "offset": offset, "length": len(stream), "crc32": zlib.crc32(stream)})
+        layers.append({**entry, "length": len(stream), "crc32": zlib.crc32(stream)})
         streams.append(stream)
         offset += len(stream)
     return api.pack_container(json.dumps({**index, "layers": layers}).encode(), b"".join(streams))
