@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import reprlib
 import struct
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -519,16 +521,30 @@ def _tensor(levels: np.ndarray, step: np.float32, integer_input: int, dtype: np.
 
 
 def decode_with_info(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, progress: bool | None = None,
-                     strict: bool = False) -> tuple[dict[str, np.ndarray], list[LayerInfo]]:
+                     strict: bool = False, threads: int | None = None
+                     ) -> tuple[dict[str, np.ndarray], list[LayerInfo]]:
     """Decode every layer of a container; returns the tensors and the per-layer info (with decode time).
-    ``strict``: each layer's stream must end as this encoder ends it (``decode_stream``)."""
+    ``strict``: each layer's stream must end as this encoder ends it (``decode_stream``).
+
+    The layer streams are independent, so up to ``threads`` of them (default: one per core) decode at once
+    (the compiled decoder runs without the GIL). The result, and the error raised for the first bad layer in
+    index order, are those of decoding one layer after the other.
+    """
+    data = bytes(data)
     infos, payload = read_index(data, limits)
     total = sum(info.weights for info in infos)
     bar = _progress(total, "decode", progress if progress is not None else total >= PROGRESS_WEIGHTS)
     tensors: dict[str, np.ndarray] = {}
-    for info in infos:
-        tensors.update(_decode_layer_stream(data, payload, info, limits, strict=strict))
-        bar.update(info.weights)
+    workers = min(threads or os.cpu_count() or 1, len(infos))
+    with ThreadPoolExecutor(max(workers, 1)) as pool:
+        futures = [pool.submit(_decode_layer_stream, data, payload, info, limits, strict=strict) for info in infos]
+        try:
+            for info, future in zip(infos, futures):
+                tensors.update(future.result())
+                bar.update(info.weights)
+        finally:
+            for future in futures:
+                future.cancel()
     bar.close()
     return tensors, infos
 

@@ -195,6 +195,23 @@ def test_decode_layer_reads_only_its_own_stream():
     assert error.value.context.get("layer") == "a"
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_threaded_decode_equals_one_thread_and_names_the_first_bad_layer(threads):
+    rng = np.random.default_rng(10)
+    tensors = {f"l{i}": np.round(rng.laplace(0, 3, (6, 4, 3, 3))).astype(np.int8) for i in range(5)}
+    data = codec.encode(tensors, codec.CodecOptions(encoder=FAST))
+    decoded, infos = codec.decode_with_info(data, threads=threads)
+    assert list(decoded) == list(tensors) and all(np.array_equal(decoded[k], v) for k, v in tensors.items())
+    assert [info.bins for info in infos] == [info.bins for info in codec.decode_with_info(data, threads=1)[1]]
+    _, payload = codec.read_index(data)
+    broken = bytearray(data)
+    for layer in (1, 3):                     # two bad layers: the error is the first one's
+        broken[payload + infos[layer].offset + 2] ^= 0xFF
+    with pytest.raises(codec.CodecError) as error:
+        codec.decode_with_info(bytes(broken), threads=threads)
+    assert error.value.context.get("layer") == "l1"
+
+
 def test_bin_trace_for_rtl_comparison():
     rng = np.random.default_rng(9)
     stream = encode_stream(StreamHeader(integer_input=1, array1d_depth=9), [conv_sublayers(rng)])
