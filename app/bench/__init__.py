@@ -26,7 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "parts": "aipu.app.bench.parts",
     "wdec": "aipu.app.bench.wdec",
 }
-FLAGS = ("models", "config", "vary")
+FLAGS = ("models", "config", "vary", "compare")
 
 
 def run_benchmark(name: str, **options) -> dict:
@@ -60,4 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--vary", action="append", metavar="KEY=V1,V2,...",
                         help="wdec: an axis of configurations on top of it (repeatable), as `aipu sweep --vary` "
                              "takes them, e.g. wdec.engines=1,2,4")
+    parser.add_argument("--compare", choices=("nncodec",),
+                        help="codec: code the same int8 weights of real CNNs with NNCodec 2.1.3 (installed on first "
+                             "use in an environment of its own) and report both codecs side by side")
     parser.set_defaults(func=_cmd_bench)

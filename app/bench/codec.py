@@ -19,6 +19,7 @@ from aipu.codec.quantize import quantize_uniform
 from aipu.codec.reference.tree_coder import TREES
 
 BITDEPTH = 6
+OPTIONS = ("compare",)
 SHAPES = {"conv3x3": (48, 32, 3, 3), "conv1x1": (96, 48, 1, 1), "fc": (10, 384)}
 
 
@@ -139,7 +140,11 @@ def large_decode_speeds() -> dict:
     return report
 
 
-def run() -> dict:
+def run(compare: str | None = None) -> dict:
+    """The codec's own figures, or with ``compare="nncodec"`` this codec against NNCodec (codec_compare)."""
+    if compare is not None:
+        from . import codec_compare
+        return codec_compare.run()
     tensors = trained_like_weights()
     weights = sum(t.size for t in tensors.values())
     entropy = sum(order0_entropy_bits(quantize_uniform(t, bitdepth=BITDEPTH).levels) for t in tensors.values())

@@ -175,3 +175,27 @@ def test_bench_options_belong_to_the_benchmarks_that_take_them():
         run_benchmark("cycle", vary=["wdec.engines=1,2"])
     with pytest.raises(InputError, match="--models = 'demo,alexnet': one or more of demo, "):
         run_benchmark("wdec", models="demo,alexnet")
+
+
+def test_codec_comparison_levels_and_entropy():
+    """`aipu bench codec --compare nncodec`'s int8 levels: symmetric, max |w| at +-127, per tensor or per row."""
+    from aipu.app.bench.codec_compare import int8_levels, order0_bits
+
+    weights = np.array([[0.5, -1.0, 0.25], [0.01, 0.02, -0.04], [0.0, 0.0, 0.0]], np.float32)
+    assert int8_levels(weights, per_channel=False).tolist() == [[64, -127, 32], [1, 3, -5], [0, 0, 0]]
+    assert int8_levels(weights, per_channel=True).tolist() == [[64, -127, 32], [32, 64, -127], [0, 0, 0]]
+    assert order0_bits(np.array([3, 3, -3, -3], np.int8)) == 4.0
+
+
+@pytest.mark.slow      # creates NNCodec's own environment on first use (pip builds its extension: about a minute)
+def test_codec_comparison_runs_both_codecs_losslessly_on_the_demo_weights():
+    """Both codecs code the demo model's int8 kernels; NNCodec in its own venv, its decode checked there."""
+    from aipu.app.bench import codec_compare
+
+    report = codec_compare.run(models=("demo",))
+    for quantisation in codec_compare.QUANTISATIONS:
+        entry = report[f"demo/{quantisation}"]
+        assert entry["tensors"] == 4 and entry["weight_count"] > 10_000
+        for codec in ("aipu", "nncodec"):
+            assert 0 < entry[codec]["bits_per_weight"] < 9 and entry[codec]["decode_mweights_per_s"] > 0
+        assert entry["size_vs_nncodec"] > 0 and entry["order0_entropy_bits_per_weight"] > 0
