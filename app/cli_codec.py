@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aipu.app.cli_protect import register_protection
 from aipu.app.warm_up import compile_kernels_once
 from aipu.sim.machine.errors import InputError
 
@@ -186,7 +187,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("codec", help="T/AI 115.1 chapter-10 weight codec: encode, decode, info")
+    parser = subparsers.add_parser("codec", help="T/AI 115.1 chapter-10 weight codec: encode, decode, info; "
+                                   "chapter-11 protection: protect, unprotect, keygen")
     commands = parser.add_subparsers(dest="codec_command", metavar="ACTION", required=True)
 
     enc = commands.add_parser("encode", help="compress the weights of an .onnx or .npz file")
@@ -221,6 +223,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     info.add_argument("--json", action="store_true", help="machine-readable output")
     _strict_argument(info)
     info.set_defaults(func=_cmd_info)
+    register_protection(commands)
 
 
 def _strict_argument(parser: argparse.ArgumentParser) -> None:

@@ -69,7 +69,7 @@ def protect(data: bytes, public_key, cipher: str = "aes") -> bytes:
     key = wrap(public_key, working_key)
     header = (FIXED.pack(MAGIC, VERSION, symalgno, asymalgno, len(iv), len(key)) + iv + key
               + MID_SIZE.pack(len(data) + TAG_BYTES))
-    encryptor = _gcm(symalgno, working_key, iv).encryptor()
+    encryptor = gcm(symalgno, working_key, iv).encryptor()
     encryptor.authenticate_additional_data(header)
     body = encryptor.update(data) + encryptor.finalize()
     return header + body + encryptor.tag
@@ -89,7 +89,7 @@ def unprotect(data: bytes, private_key) -> bytes:
         raise InputError("working key", f"{len(working_key)} bytes", f"{expected} bytes for {SYM_NAMES[info.symalgno]}")
     from cryptography.exceptions import InvalidTag
     body, tag = info.mid_data[:-TAG_BYTES], bytes(info.mid_data[-TAG_BYTES:])
-    decryptor = _gcm(info.symalgno, working_key, info.iv, tag).decryptor()
+    decryptor = gcm(info.symalgno, working_key, info.iv, tag).decryptor()
     decryptor.authenticate_additional_data(info.header)
     plain = decryptor.update(body)
     try:
@@ -107,7 +107,8 @@ def block_cipher(symalgno: int, key: bytes):
     return (algorithms.AES if symalgno == SYM_AES else algorithms.SM4)(key)
 
 
-def _gcm(symalgno: int, key: bytes, iv: bytes, tag: bytes | None = None):
+def gcm(symalgno: int, key: bytes, iv: bytes, tag: bytes | None = None):
+    """The GCM cipher of SymAlgNO ``symalgno`` with this key and IV (and, to decrypt, the tag)."""
     from cryptography.hazmat.primitives.ciphers import Cipher, modes
     return Cipher(block_cipher(symalgno, key), modes.GCM(iv, tag))
 
