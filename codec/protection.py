@@ -71,8 +71,8 @@ def protect(data: bytes, public_key, cipher: str = "aes") -> bytes:
               + MID_SIZE.pack(len(data) + TAG_BYTES))
     encryptor = gcm(symalgno, working_key, iv).encryptor()
     encryptor.authenticate_additional_data(header)
-    body = encryptor.update(data) + encryptor.finalize()
-    return header + body + encryptor.tag
+    body = encryptor.update(data)
+    return b"".join((header, body, encryptor.finalize(), encryptor.tag))   # the model's bytes copied once
 
 
 def unprotect(data: bytes, private_key) -> bytes:
