@@ -35,10 +35,14 @@ class WrongKeyError(InputError):
 
 @dataclass(frozen=True)
 class Sm2PublicKey:
-    """A point (x, y) of the SM2 curve, checked on the curve when read."""
+    """A point (x, y) of the SM2 curve, checked on the curve when made."""
 
     x: int
     y: int
+
+    def __post_init__(self) -> None:
+        if not _on_curve(self.x, self.y):
+            raise InputError("x, y", "a point off the curve", "a point of the SM2 curve (GB/T 32918.5)")
 
     def point_hex(self) -> str:
         return f"{self.x:064x}{self.y:064x}"
@@ -46,9 +50,13 @@ class Sm2PublicKey:
 
 @dataclass(frozen=True)
 class Sm2PrivateKey:
-    """d in [1, n - 2] (GB/T 32918.1 §6.1)."""
+    """d in [1, n - 2] (GB/T 32918.1 §6.1), checked when made."""
 
     d: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.d <= _curve_numbers()[3] - 2:
+            raise InputError("d", hex(self.d), "1 .. n - 2 of the SM2 curve (GB/T 32918.1 §6.1)")
 
     def public_key(self) -> Sm2PublicKey:
         x, y = _split_point(_multiply(self.d, _curve()["g"]))
@@ -128,8 +136,13 @@ def _sm2_decrypt(private: Sm2PrivateKey, ciphertext: bytes) -> bytes | None:
 
 # ------------------------------------------------------------------------------------------ wrapping a working key
 def key_algorithm(key) -> int:
-    """AsymAlgNO of a public or private key object (1 RSA, 2 SM2)."""
-    return ASYM_SM2 if isinstance(key, (Sm2PublicKey, Sm2PrivateKey)) else ASYM_RSA
+    """AsymAlgNO of a public or private key object (1 RSA, 2 SM2); TypeError for any other object."""
+    if isinstance(key, (Sm2PublicKey, Sm2PrivateKey)):
+        return ASYM_SM2
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    if isinstance(key, (rsa.RSAPublicKey, rsa.RSAPrivateKey)):
+        return ASYM_RSA
+    raise TypeError(f"an RSA or SM2 key object, not {type(key).__name__}")
 
 
 def wrapped_key_sizes(asymalgno: int, working_key_bytes: int) -> tuple[int, int]:
@@ -143,6 +156,8 @@ def wrap(public_key, working_key: bytes) -> bytes:
     """``working_key`` encrypted with ``public_key`` (Table 345's rsa_enc / sm2_enc)."""
     if isinstance(public_key, Sm2PublicKey):
         return _sm2_encrypt(public_key, working_key)
+    if not hasattr(public_key, "encrypt"):
+        raise TypeError(f"a public key, not {type(public_key).__name__}")
     return public_key.encrypt(working_key, _oaep())
 
 
@@ -228,8 +243,6 @@ def load_public_key(data: bytes):
         return _load_rsa(data, private=False)
     if head == SM2_PUBLIC_TAG.encode():
         fields = _sm2_fields(data, ("x", "y"))
-        if not _on_curve(fields["x"], fields["y"]):
-            raise InputError("x, y", "a point off the curve", "a point of the SM2 curve (GB/T 32918.5)")
         return Sm2PublicKey(fields["x"], fields["y"])
     if head in (*_PEM_PRIVATE, _PEM_ENCRYPTED, SM2_PRIVATE_TAG.encode()):
         raise InputError("key", "a private key", "a public key (protect takes NAME.pub, unprotect takes NAME)")
@@ -242,11 +255,7 @@ def load_private_key(data: bytes):
     if head in _PEM_PRIVATE:
         return _load_rsa(data, private=True)
     if head == SM2_PRIVATE_TAG.encode():
-        d = _sm2_fields(data, ("d",))["d"]
-        n = _curve_numbers()[3]
-        if not 1 <= d <= n - 2:
-            raise InputError("d", hex(d), "1 .. n - 2 of the SM2 curve (GB/T 32918.1 §6.1)")
-        return Sm2PrivateKey(d)
+        return Sm2PrivateKey(_sm2_fields(data, ("d",))["d"])
     if head == _PEM_ENCRYPTED:
         raise InputError("key", "an encrypted PKCS#8 key", "an unencrypted key (openssl pkcs8 -in KEY -out PLAIN)")
     if head in (_PEM_PUBLIC, SM2_PUBLIC_TAG.encode()):

@@ -317,3 +317,12 @@ def test_gcm_known_answers(symalgno, key, iv, aad, plain, cipher, tag):
     encryptor.authenticate_additional_data(bytes.fromhex(aad))
     assert (encryptor.update(bytes.fromhex(plain)) + encryptor.finalize()).hex() == cipher
     assert encryptor.tag.hex() == tag
+
+
+def test_protect_takes_a_public_key_object(key_pairs):
+    with pytest.raises(TypeError, match="a public key"):
+        protect(b"", key_pairs["rsa"][0])
+    with pytest.raises(TypeError, match="an RSA or SM2 key object"):
+        protect(b"", "alice.pub")
+    with pytest.raises(InputError, match="^x, y = 'a point off the curve'"):
+        keys.Sm2PublicKey(1, 1)
