@@ -190,6 +190,21 @@ def test_sm2_wrapping_agrees_with_gmssl_in_c1c3c2_order():
         keys.unwrap(private, b"\x04" + legacy.encrypt(working_key))
 
 
+def test_sm2_decryption_known_answer():
+    """A C1C3C2 ciphertext published independently of gmssl, on the curve of GB/T 32918.5: the SM2 test of the
+    MegaHunt MH1903S SDK (cryptlibTest/sm2_self_test.c: key, message and both orders of its ciphertext)."""
+    private = keys.Sm2PrivateKey(0xC46841E769D7F6A7599046C029900CB6D47BBD54BE83AF50284584BC1E390BF9)
+    assert private.public_key() == keys.Sm2PublicKey(
+        0x1CDFD6D0375D84164EA5CBCD929874F19384743E20407EF1CCFDC07D960643F7,
+        0xF0053CCD7FE91230A12003A084964928DE12DC97E6F51F2B46C43935DB9F7857)
+    c1 = ("70342F90FA3213647483B18B6974187F9D16F73CBFBECCF88CF57388C0C663E5"
+          "CD73A4460987F928ABCD184C0196B55B97E535A45E841BAA62C73B7B81CF31F4")
+    c3, c2 = "A4EEE1AF44C46E32977A14BE98C2606BAFFA7A0BA0391A64BC549920357939E8", "64B7FCC88FFC327247A49B36872131A7"
+    assert keys.unwrap(private, bytes.fromhex("04" + c1 + c3 + c2)).hex() == "115960c5598a2797c2d02d76d468cdc9"
+    with pytest.raises(WrongKeyError):               # the same bytes in the old C1C2C3 order
+        keys.unwrap(private, bytes.fromhex("04" + c1 + c2 + c3))
+
+
 def test_sm2_public_key_whose_x_starts_with_04():
     """gmssl's CryptSM2 strips leading '0'/'4' hex digits of such a key (``lstrip("04")``); ours keeps them."""
     private = keys.Sm2PrivateKey(11)
