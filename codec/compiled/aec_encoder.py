@@ -175,6 +175,19 @@ def encode_uegk(state, ctx, out, ctx_start, rule, sign, c_max, k, value):
 
 
 @njit
+def encode_escapes(state, ctx, out, values, nz_ctx, sign_ctx, abs_start, abs_rule, c_max, k):
+    """escape()'s elements for every escaped level in ``values`` (reference.sublayer_coder.SublayerCoder._escape):
+    esc_nzflag, and for a non-zero level esc_sign and esc_abs_q; the caller checks the magnitudes."""
+    for i in range(values.shape[0]):
+        value = values[i]
+        encode_decision(state, ctx, out, nz_ctx, 1 if value != 0 else 0)
+        if value != 0:
+            sign = 1 if value < 0 else 0
+            encode_decision(state, ctx, out, sign_ctx, sign)
+            encode_uegk(state, ctx, out, abs_start, abs_rule, sign, c_max, k, abs(value))
+
+
+@njit
 def encode_program(state, ctx, out, ops, bins):
     """Encode ``bins[i]`` with ``ops[i]`` (ctxIdx >= 0, -1 bypass, -2 stuffing); for tests and benchmarks."""
     for i in range(ops.shape[0]):

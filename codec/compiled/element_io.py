@@ -15,7 +15,8 @@ from ..reference.binarization import MAX_EG_VALUE
 from ..reference.elements import element_spec
 from .aec_decoder import (NO_TRACE, S_BINS, S_POS, STATE_SIZE, decode_decision, decode_fl, decode_u, decode_uegk,
                           finish_stream, new_state, raise_on_error)
-from .aec_encoder import FastEncoder, encode_decision, encode_fl, encode_u, encode_uegk, new_encoder_state
+from .aec_encoder import (FastEncoder, encode_decision, encode_escapes, encode_fl, encode_u, encode_uegk,
+                          new_encoder_state)
 from .contexts import INC_CONST, INC_RULE_CODES, new_contexts
 from .sublayer_decoder import decode_weight_sublayer
 from .tree_coders import encode_tree, tree_truth
@@ -128,6 +129,19 @@ class FastElementWriter:
                         tree_truth(tree, np.ascontiguousarray(truth_map, dtype=np.int64)))
         except CodecError as error:
             raise ValueError(f"tree {tree}: a value cannot be coded ({error.reason})") from None
+
+    def code_escapes(self, values: np.ndarray) -> None:
+        """The escaped levels of a CU in coding order, each as esc_nzflag [esc_sign esc_abs_q], in one call."""
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        if values.size and int(np.abs(values).max()) > MAX_EG_VALUE:
+            raise ValueError(f"element esc_abs_q: UEGk value must be in 0..{MAX_EG_VALUE}, "
+                             f"got {int(np.abs(values).max())}")
+        nz, sign, magnitude = (element_spec(name) for name in ("esc_nzflag", "esc_sign", "esc_abs_q"))
+        engine = self.engine
+        engine.reserve(values.size * (2 + self._MAX_ELEMENT_BINS))
+        encode_escapes(engine.state, engine.ctx, engine.out, values, nz.ctx_start + nz.ctx_inc(0, {}),
+                       sign.ctx_start + sign.ctx_inc(0, {}), magnitude.ctx_start,
+                       INC_RULE_CODES[magnitude.inc_rule], magnitude.c_max, magnitude.k)
 
     def fork(self) -> FastElementWriter:
         return FastElementWriter(self.engine.fork())

@@ -360,6 +360,14 @@ class SublayerCoder:
         escaped = np.argwhere(index_map == escape_index)
         if len(escaped):
             self._count("escapes")
+        compiled = getattr(io, "code_escapes", None)       # codec.compiled: the same elements, njit
+        if compiled is not None:
+            values = truth[tuple(escaped.T)]
+            if values.size and int(np.abs(values).max()) > self.limits.max_level:
+                raise CodecError(f"escaped level {int(np.abs(values).max())} out of range", element="esc_abs_q")
+            compiled(values)
+            levels[tuple(escaped.T)] = values
+            return levels
         for z, y, x in escaped:
             value = 0 if io.decoding else int(truth[z, y, x])
             q = 0
