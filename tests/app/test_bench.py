@@ -187,6 +187,25 @@ def test_codec_comparison_levels_and_entropy():
     assert order0_bits(np.array([3, 3, -3, -3], np.int8)) == 4.0
 
 
+def test_codec_comparison_estimator_bounds():
+    """The same bins under ideal estimators: Krichevsky-Trofimov counts per context, and each context's final
+    frequencies; the trace is the reference decoder's, without the terminating stuffing bin."""
+    from aipu.app.bench.codec_compare import estimator_bounds, layer_bin_trace
+    from aipu.codec import api
+
+    bins = np.array([[5, 1], [5, 1], [-1, 0], [7, 0], [5, 0], [7, 0]], np.int32)
+    adaptive = -np.log2([0.5, 0.75, 1 / 6, 0.5, 0.75]).sum() + 1
+    static = -np.log2([2 / 3, 2 / 3, 1 / 3]).sum() + 1
+    assert np.allclose(estimator_bounds(bins), (adaptive, static))
+    levels = np.round(np.random.default_rng(1).laplace(0, 4, (8, 6, 3, 3))).astype(np.int8)
+    data, (info,) = api.encode_with_info({"w": levels})
+    _, payload = api.read_index(data)
+    stream = data[payload:payload + info.length]
+    reference = []
+    api.decode_stream(stream, trace=reference)
+    assert layer_bin_trace(stream, info.weights).tolist() == [list(row) for row in reference[:-1]]
+
+
 @pytest.mark.slow      # creates NNCodec's own environment on first use (pip builds its extension: about a minute)
 def test_codec_comparison_runs_both_codecs_losslessly_on_the_demo_weights():
     """Both codecs code the demo model's int8 kernels; NNCodec in its own venv, its decode checked there."""
