@@ -537,7 +537,10 @@ def decode_with_info(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, progre
     tensors: dict[str, np.ndarray] = {}
     workers = min(threads or os.cpu_count() or 1, len(infos))
     with ThreadPoolExecutor(max(workers, 1)) as pool:
-        futures = [pool.submit(_decode_layer_stream, data, payload, info, limits, strict=strict) for info in infos]
+        largest_first = sorted(range(len(infos)), key=lambda i: -infos[i].weights)   # no long layer left for last
+        submitted = {i: pool.submit(_decode_layer_stream, data, payload, infos[i], limits, strict=strict)
+                     for i in largest_first}
+        futures = [submitted[i] for i in range(len(infos))]
         try:
             for info, future in zip(infos, futures):
                 tensors.update(future.result())
