@@ -36,6 +36,7 @@ from .compiled.element_io import FastElementReader
 from .encoder import EncoderOptions, encode_stream
 from .errors import CodecError, check_stream_end, error_context
 from .layout import Placement, from_standard, placement, to_standard
+from .protection import MAGIC as PROTECTED_MAGIC
 from .quantize import MAX_BITDEPTH, Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
 from .reference.element_coder import ElementReader
 from .reference.engine import AecDecoder
@@ -284,6 +285,9 @@ def read_index(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS) -> tuple[lis
     if data[:len(MAGIC)] in OLD_MAGICS:
         raise CodecError(f"container format {data[:len(MAGIC)].decode()} has no checksums and is no longer read: "
                          "encode the weights again", bit_position=0)
+    if data.startswith(PROTECTED_MAGIC):
+        raise CodecError("a protected model (T/AI 115.1-2021 chapter 11): `aipu codec unprotect` it first",
+                         bit_position=0)
     if len(data) < HEADER.size or not data.startswith(MAGIC):
         raise CodecError("not an AIPU weight container (bad magic or too short)", bit_position=0)
     _, length, checksum = HEADER.unpack_from(data)

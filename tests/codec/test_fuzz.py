@@ -501,6 +501,7 @@ CRAFTED_CONTAINERS = {
     "not UTF-8": (lambda: pack_container(b'{"layers": ["\xff"]}', valid_streams()), "is not UTF-8"),
     "version 1": (lambda: b"AIPUNNR1" + valid_container()[len(MAGIC):], "no longer read"),
     "version 2": (lambda: b"AIPUNNR2" + valid_container()[len(MAGIC):], "no longer read"),
+    "protected": (lambda: b"AIPUNNRP" + valid_container()[len(MAGIC):], "`aipu codec unprotect` it first"),
     "not deflate": (lambda: _raw_index(b"\xff\xff\xff\xff"), "is not deflate data"),
     "deflate and more": (lambda: _raw_index(_deflated(b'{"layers":[]}') + b"x"), "does not end where"),
     "truncated deflate": (lambda: _raw_index(_deflated(b'{"layers":[]}')[:-2]), "does not end where"),
