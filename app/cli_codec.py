@@ -21,6 +21,7 @@ from aipu.sim.machine.errors import InputError
 ONNX_WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
 WEIGHT_KINDS = "iuf"                 # integer, unsigned and float tensors
 MAX_CONTAINER_BYTES = 1 << 31        # what `decode` and `info` read of a file
+MAX_WORKERS = 256                    # processes `encode --workers` may start
 
 
 def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]]]:
@@ -127,7 +128,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
         options, groups = with_profile(options), [(name, None) for name in tensors]
     started = time.perf_counter()
     try:
-        data, infos = api.encode_with_info(tensors, options, groups)
+        data, infos = api.encode_with_info(tensors, options, groups, workers=args.workers)
     except ValueError as exc:           # a tensor the codec cannot take: one line naming the file and tensor
         raise ValueError(f"{args.input}: {exc}") from None
     seconds = time.perf_counter() - started
@@ -209,6 +210,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--fast", action="store_true", help="one fixed mode (octree from the root), no search")
     mode.add_argument("--profile", choices=("npu",), help="npu: the subset the NPU's weight decoder (WDEC) "
                       "executes (docs/codec.md §11); every tensor is a layer of its own")
+    enc.add_argument("--workers", type=_workers, default=0, metavar="N",
+                     help="encode layers in up to N processes at once (default 0: one per core); the bytes do not "
+                          "depend on it")
     enc.add_argument("--progress", action="store_true", help="always show a progress bar")
     enc.set_defaults(func=_cmd_encode)
 
@@ -224,6 +228,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _strict_argument(info)
     info.set_defaults(func=_cmd_info)
     register_protection(commands)
+
+
+def _workers(text: str) -> int:
+    """--workers: a count of processes, 0 for one per core."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 (one per core) .. {MAX_WORKERS}")
+    return value
 
 
 def _strict_argument(parser: argparse.ArgumentParser) -> None:

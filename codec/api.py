@@ -25,7 +25,7 @@ import reprlib
 import struct
 import time
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -202,31 +202,71 @@ def layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | Non
 
 
 def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | None = None,
-                     groups: list[tuple[str, str | None]] | None = None) -> tuple[bytes, list[LayerInfo]]:
+                     groups: list[tuple[str, str | None]] | None = None, workers: int = 1
+                     ) -> tuple[bytes, list[LayerInfo]]:
     """Encode tensors (one layer per weight[+bias] group); returns the container and per-layer info.
 
-    The same tensors and options always give the same bytes: the file holds no timings.
+    The same tensors and options always give the same bytes: the file holds no timings. The layers are
+    independent streams, so above PARALLEL_WEIGHTS they may be encoded in up to ``workers`` processes (0: one
+    per core), the largest first; the bytes, and the error a bad layer raises, are those of one process.
     """
     options = options or CodecOptions()
     groups = _valid_groups(tensors, groups if groups is not None else default_groups(tensors))
     total = sum(int(np.asarray(tensors[w]).size) for w, _ in groups)
     show = options.progress if options.progress is not None else total >= PROGRESS_WEIGHTS
+    jobs = [({name: tensors[name] for name in (weight, bias) if name is not None}, weight, bias, options)
+            for weight, bias in groups]
+    workers = min(workers or os.cpu_count() or 1, len(jobs)) if total >= PARALLEL_WEIGHTS else 1
     streams, infos, offset = [], [], 0
     bar = _progress(total, "encode", show)
-    for weight, bias in groups:
-        with error_context(layer=weight):
-            header, subs, described = layer_sublayers(tensors, weight, bias, options)
-            stream = encode_stream(header, [subs], options.encoder)
-            weights = sum(int(np.asarray(tensors[t["name"]]).size) for t in described)
-            infos.append(LayerInfo(name=weight, offset=offset, length=len(stream.data), tensors=described,
-                                   weights=weights, bins=stream.bins, modes=stream.stats[0],
-                                   crc32=zlib.crc32(stream.data)))
-            streams.append(stream.data)
-            offset += len(stream.data)
-            bar.update(int(np.asarray(tensors[weight]).size))
+    for job, (stream, described) in zip(jobs, _encoded_layers(jobs, workers)):
+        weight = job[1]
+        weights = sum(int(np.asarray(tensors[t["name"]]).size) for t in described)
+        infos.append(LayerInfo(name=weight, offset=offset, length=len(stream.data), tensors=described,
+                               weights=weights, bins=stream.bins, modes=stream.stats[0],
+                               crc32=zlib.crc32(stream.data)))
+        streams.append(stream.data)
+        offset += len(stream.data)
+        bar.update(int(np.asarray(tensors[weight]).size))
     bar.close()
     index = json.dumps({"layers": [_info_json(info) for info in infos]}, separators=(",", ":")).encode()
     return pack_container(index, b"".join(streams)), infos
+
+
+PARALLEL_WEIGHTS = 1 << 18       # below this a worker process costs more than it saves
+
+
+def _encode_layer(job: tuple) -> tuple:
+    """One layer's stream and tensor descriptions; ``job`` = (its tensors, weight, bias, options)."""
+    tensors, weight, bias, options = job
+    with error_context(layer=weight):
+        header, subs, described = layer_sublayers(tensors, weight, bias, options)
+        return encode_stream(header, [subs], options.encoder), described
+
+
+def _encoded_layers(jobs: list[tuple], workers: int):
+    """``_encode_layer`` of every job, in order. With workers, in that many processes, the largest layers first;
+    a layer that fails there is encoded again here, so that it raises exactly the error one process raises."""
+    if workers <= 1:
+        yield from map(_encode_layer, jobs)
+        return
+    import multiprocessing
+
+    # fork: a worker starts with this process's compiled code and never re-runs the caller's main module
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
+        largest_first = sorted(range(len(jobs)), key=lambda i: -sum(a.size for a in jobs[i][0].values()))
+        submitted = {i: pool.submit(_encode_layer, jobs[i]) for i in largest_first}
+        try:
+            for i in range(len(jobs)):
+                try:
+                    result = submitted[i].result()
+                except Exception:       # noqa: BLE001 -- re-raised below, with its context, by the same code
+                    result = _encode_layer(jobs[i])
+                yield result
+        finally:
+            for future in submitted.values():
+                future.cancel()
 
 
 def pack_container(index: bytes, streams: bytes) -> bytes:

@@ -212,6 +212,20 @@ def test_threaded_decode_equals_one_thread_and_names_the_first_bad_layer(threads
     assert error.value.context.get("layer") == "l1"
 
 
+def test_encoding_in_worker_processes_gives_the_same_bytes_and_errors(monkeypatch):
+    monkeypatch.setattr(codec.api, "PARALLEL_WEIGHTS", 0)
+    rng = np.random.default_rng(11)
+    tensors = {f"l{i}": rng.normal(0, 1, (4 + i, 3, 3, 3)).astype(np.float32) for i in range(4)}
+    options = codec.CodecOptions(encoder=FAST)
+    assert codec.encode_with_info(tensors, options, workers=2)[0] == codec.encode(tensors, options)
+    tensors["l2"][0, 0, 0, 0] = np.inf
+    with pytest.raises(ValueError) as one:
+        codec.encode(tensors, options)
+    with pytest.raises(ValueError) as two:
+        codec.encode_with_info(tensors, options, workers=2)
+    assert str(one.value) == str(two.value) and "'l2'" in str(two.value)
+
+
 def test_bin_trace_for_rtl_comparison():
     rng = np.random.default_rng(9)
     stream = encode_stream(StreamHeader(integer_input=1, array1d_depth=9), [conv_sublayers(rng)])
