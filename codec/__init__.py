@@ -1,7 +1,9 @@
 """Neural-network weight compression: the T/AI 115.1-2021 chapter-10 bitstream.
 
 ``encode(tensors, options)`` -> container bytes, ``decode(data)`` -> tensors, ``decode_layer(data, name)``
-for one layer; ``encode_with_info``/``decode_with_info``/``read_index`` add per-layer statistics.
+for one layer; ``encode_with_info``/``decode_with_info``/``read_index`` add per-layer statistics. Pre-quantized
+integer tensors pass their ``QuantParams`` (scale, zero point) to ``encode``; ``quantization_of(info.tensors)``
+gives them back.
 docs/codec.md describes the container, the syntax decisions and the encoder.
 
 The names are imported on first use (PEP 562), so that importing ``aipu.codec`` or one of its modules (e.g.
@@ -17,7 +19,8 @@ _EXPORTS = {"CodecOptions": "api", "LayerInfo": "api", "decode": "api", "decode_
             "encode_with_info": "api", "read_index": "api", "decode_profile_stream": "npu_profile",
             "decode_profile_compiled": "npu_profile", "encode_profile_stream": "npu_profile",
             "encode_parts_stream": "npu_profile", "decode_parts_stream": "npu_profile",
-            "decode_parts_compiled": "npu_profile", "EncoderOptions": "encoder", "CodecError": "errors"}
+            "decode_parts_compiled": "npu_profile", "EncoderOptions": "encoder", "CodecError": "errors",
+            "QuantParams": "quantization", "quantization_of": "quantization"}
 
 __all__ = sorted(_EXPORTS)
 

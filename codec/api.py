@@ -6,7 +6,8 @@ framework layouts, so the codec wraps one ``nnc()`` stream *per layer* in a smal
     b"AIPUNNR3" | u32 LE index length | u32 LE CRC-32 of the index | index | layer streams
 
 The index is UTF-8 JSON, deflated (raw DEFLATE, RFC 1951). It lists every layer with the ``length`` and the
-CRC-32 of its ``nnc()`` stream and the tensors it carries (name, dtype, original shape, role); the streams
+CRC-32 of its ``nnc()`` stream and the tensors it carries (name, dtype, original shape, role, and for a
+pre-quantized integer tensor its ``quantization``: scale, zero point, axis; codec.quantization); the streams
 lie back to back in index order and tile the stream area exactly, so a layer's offset is the sum of the
 lengths before it and the two checksums cover every byte of the file. Each layer stream is a complete
 ``nnc()`` (nnc_header, one layer, terminator) with freshly initialised contexts, so a layer decodes on its
@@ -37,6 +38,7 @@ from .encoder import EncoderOptions, encode_stream
 from .errors import CodecError, check_stream_end, error_context
 from .layout import Placement, from_standard, placement, to_standard
 from .protection import MAGIC as PROTECTED_MAGIC
+from .quantization import QuantParams, check_params, read_entry
 from .quantize import MAX_BITDEPTH, Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
 from .reference.element_coder import ElementReader
 from .reference.engine import AecDecoder
@@ -100,7 +102,7 @@ class LayerInfo:
     name: str
     offset: int                         # from the start of the stream area: the lengths before it
     length: int
-    tensors: list[dict]                 # name, dtype, shape, role ("weight" | "bias" | "vector")
+    tensors: list[dict]                 # name, dtype, shape, role ("weight" | "bias" | "vector"), [quantization]
     weights: int = 0
     bins: int = 0                       # bins and modes: the encoder's, or counted again by the decoder
     modes: dict[str, int] = field(default_factory=dict)
@@ -173,8 +175,11 @@ def _role(dim: int, position: int) -> str:
 
 
 # --------------------------------------------------------------------------------------------- encode
-def layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | None, options: CodecOptions
-                     ) -> tuple[StreamHeader, list[Sublayer], list[dict]]:
+def layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | None, options: CodecOptions,
+                    quantization: dict[str, QuantParams] | None = None
+                    ) -> tuple[StreamHeader, list[Sublayer], list[dict]]:
+    """One layer's stream header, sublayers and index entries; a quantized tensor is coded as q - zero_point."""
+    quantization = quantization or {}
     arrays = [(name, *_check_array(name, tensors[name])) for name in (weight, bias) if name is not None]
     integer = _is_integer(arrays[0][1])
     header = StreamHeader(integer_input=int(integer), enable_escape_reorder=int(options.enable_escape_reorder),
@@ -184,6 +189,12 @@ def layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | Non
                           array1d_depth=options.bias_bitdepth)
     subs, described = [], []
     for position, (name, array, place) in enumerate(arrays):
+        described.append({"name": name, "dtype": array.dtype.name, "shape": list(array.shape),
+                          "role": _role(place.dim, position)})
+        if name in quantization:
+            params = check_params(name, array, quantization[name])
+            described[-1]["quantization"] = params.entry()
+            array = params.centred(array)
         try:
             quant = _quantize(array, options, place.dim == 1)
         except ValueError as exc:          # a value the codec cannot carry, or a bad option: name the tensor
@@ -194,28 +205,33 @@ def layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | Non
             peak = int(np.max(np.abs(quant.levels))) if quant.levels.size else 0
             header.array1d_depth = max(peak - 1, 0).bit_length()
         subs.append(sub)
-        described.append({"name": name, "dtype": array.dtype.name, "shape": list(array.shape),
-                          "role": _role(place.dim, position)})
     if len(subs) == 2:
         subs[0].include_bias_array1d = 1
     return header, subs, described
 
 
 def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | None = None,
-                     groups: list[tuple[str, str | None]] | None = None, workers: int = 1
+                     groups: list[tuple[str, str | None]] | None = None,
+                     quantization: dict[str, QuantParams] | None = None, workers: int = 1
                      ) -> tuple[bytes, list[LayerInfo]]:
     """Encode tensors (one layer per weight[+bias] group); returns the container and per-layer info.
 
-    The same tensors and options always give the same bytes: the file holds no timings. The layers are
-    independent streams, so above PARALLEL_WEIGHTS they may be encoded in up to ``workers`` processes (0: one
-    per core), the largest first; the bytes, and the error a bad layer raises, are those of one process.
+    ``quantization`` gives pre-quantized integer tensors their scale and zero point: such a tensor is coded as
+    q - zero_point and the index carries the parameters (codec.quantization). The same tensors and options
+    always give the same bytes: the file holds no timings. The layers are independent streams, so above
+    PARALLEL_WEIGHTS they may be encoded in up to ``workers`` processes (0: one per core), the largest first;
+    the bytes, and the error a bad layer raises, are those of one process.
     """
     options = options or CodecOptions()
+    unknown = [name for name in quantization or {} if name not in tensors]
+    if unknown:
+        raise ValueError(f"quantization names unknown tensor {unknown[0]!r}")
     groups = _valid_groups(tensors, groups if groups is not None else default_groups(tensors))
     total = sum(int(np.asarray(tensors[w]).size) for w, _ in groups)
     show = options.progress if options.progress is not None else total >= PROGRESS_WEIGHTS
-    jobs = [({name: tensors[name] for name in (weight, bias) if name is not None}, weight, bias, options)
-            for weight, bias in groups]
+    quantization = quantization or {}
+    jobs = [({name: tensors[name] for name in (weight, bias) if name is not None}, weight, bias, options,
+             {name: quantization[name] for name in (weight, bias) if name in quantization}) for weight, bias in groups]
     workers = min(workers or os.cpu_count() or 1, len(jobs)) if total >= PARALLEL_WEIGHTS else 1
     streams, infos, offset = [], [], 0
     bar = _progress(total, "encode", show)
@@ -237,10 +253,10 @@ PARALLEL_WEIGHTS = 1 << 18       # below this a worker process costs more than i
 
 
 def _encode_layer(job: tuple) -> tuple:
-    """One layer's stream and tensor descriptions; ``job`` = (its tensors, weight, bias, options)."""
-    tensors, weight, bias, options = job
+    """One layer's stream and tensor descriptions; ``job`` = (its tensors, weight, bias, options, quantization)."""
+    tensors, weight, bias, options, quantization = job
     with error_context(layer=weight):
-        header, subs, described = layer_sublayers(tensors, weight, bias, options)
+        header, subs, described = layer_sublayers(tensors, weight, bias, options, quantization)
         return encode_stream(header, [subs], options.encoder), described
 
 
@@ -278,9 +294,10 @@ def pack_container(index: bytes, streams: bytes) -> bytes:
 
 
 def encode(tensors: dict[str, np.ndarray], options: CodecOptions | None = None,
-           groups: list[tuple[str, str | None]] | None = None) -> bytes:
-    """Encode tensors into a container (see the module docstring)."""
-    return encode_with_info(tensors, options, groups)[0]
+           groups: list[tuple[str, str | None]] | None = None,
+           quantization: dict[str, QuantParams] | None = None) -> bytes:
+    """Encode tensors into a container (see the module docstring and ``encode_with_info``)."""
+    return encode_with_info(tensors, options, groups, quantization)[0]
 
 
 def _valid_groups(tensors: dict[str, np.ndarray], groups: list[tuple[str, str | None]]
@@ -308,6 +325,7 @@ def _valid_groups(tensors: dict[str, np.ndarray], groups: list[tuple[str, str | 
 
 _LAYER_KEYS = ("name", "length", "crc32", "tensors")
 _TENSOR_KEYS = ("name", "dtype", "shape", "role")
+_OPTIONAL_TENSOR_KEYS = ("quantization",)
 
 
 def _info_json(info: LayerInfo) -> dict:
@@ -392,9 +410,10 @@ def _bad_field(where: str, value: object, expected: str) -> CodecError:
     return CodecError(f"container index: {where} = {reprlib.repr(value)}, expected {expected}")
 
 
-def _check_keys(entry: object, keys: tuple[str, ...], where: str) -> dict:
-    if not isinstance(entry, dict) or set(entry) != set(keys):
-        raise _bad_field(where, entry, "an object with exactly the keys " + ", ".join(keys))
+def _check_keys(entry: object, keys: tuple[str, ...], where: str, optional: tuple[str, ...] = ()) -> dict:
+    if not isinstance(entry, dict) or not set(keys) <= set(entry) <= set(keys + optional):
+        also = f" (and optionally {', '.join(optional)})" if optional else ""
+        raise _bad_field(where, entry, "an object with exactly the keys " + ", ".join(keys) + also)
     return entry
 
 
@@ -417,7 +436,7 @@ def _new_name(entry: dict, where: str, seen: set[str]) -> str:
 
 def _tensor_entry(entry: object, where: str, position: int, names: set[str]) -> tuple[dict, int]:
     """One tensor of the index, checked field by field; returns it and its number of weights."""
-    tensor = _check_keys(entry, _TENSOR_KEYS, where)
+    tensor = _check_keys(entry, _TENSOR_KEYS, where, _OPTIONAL_TENSOR_KEYS)
     _new_name(tensor, where, names)
     if not isinstance(tensor["dtype"], str) or tensor["dtype"] not in FLOAT_DTYPES + INT_DTYPES:
         raise _bad_field(f"{where}.dtype", tensor["dtype"], "one of " + ", ".join(FLOAT_DTYPES + INT_DTYPES))
@@ -430,6 +449,8 @@ def _tensor_entry(entry: object, where: str, position: int, names: set[str]) -> 
         raise CodecError(f"container index: {where}.shape: {exc}") from None
     if tensor["role"] != _role(place.dim, position):
         raise _bad_field(f"{where}.role", tensor["role"], repr(_role(place.dim, position)))
+    if "quantization" in tensor:
+        read_entry(tensor["quantization"], f"container index: {where}", tensor["dtype"], shape)
     return tensor, math.prod(shape)
 
 
@@ -541,8 +562,7 @@ def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: Dec
                 result[entry["name"]] = levels
                 result[entry["name"] + ":step"] = np.float32(sub.step)
             else:
-                result[entry["name"]] = _tensor(levels, sub.step, header.integer_input, np.dtype(entry["dtype"]),
-                                                entry["name"])
+                result[entry["name"]] = _tensor(levels, sub.step, header.integer_input, entry)
     except CodecError as error:
         error.context["layer"] = info.name       # the stream's layer 0 is this container layer
         raise error.relocate(8 * start)
@@ -550,10 +570,15 @@ def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: Dec
     return result
 
 
-def _tensor(levels: np.ndarray, step: np.float32, integer_input: int, dtype: np.dtype, name: str) -> np.ndarray:
-    """Decoded levels in the tensor's dtype; a value the dtype cannot hold is an error, never a silent cast."""
+def _tensor(levels: np.ndarray, step: np.float32, integer_input: int, entry: dict) -> np.ndarray:
+    """Decoded levels as the index ``entry``'s tensor: a quantized one's zero point added, in its dtype; a value
+    the dtype cannot hold is an error, never a silent cast."""
+    name, dtype = entry["name"], np.dtype(entry["dtype"])
     if bool(integer_input) != (dtype.kind in "iub"):
         raise CodecError(f"tensor {name!r}: dtype {dtype} in a stream with integer_input {integer_input}")
+    if "quantization" in entry:
+        params = read_entry(entry["quantization"], f"tensor {name!r}", dtype.name, entry["shape"])
+        return params.restored(levels, dtype, name)
     values = levels if integer_input else reconstruct(levels, step)
     if dtype.kind == "f":
         low, high = float(np.finfo(dtype).min), float(np.finfo(dtype).max)
@@ -607,7 +632,7 @@ def decode_layer(data: bytes, name_or_index: str | int, limits: DecoderLimits = 
 
     ``levels=True`` returns the integer levels (int64, original layout) and, under ``name + ":step"``,
     the float32 step of dequantw, instead of the dequantised tensors: what a hardware weight decoder
-    produces before its dequantisation multiply.
+    produces before its dequantisation multiply. A pre-quantized tensor's levels are q - zero_point.
     """
     infos, payload = read_index(data, limits)
     if isinstance(name_or_index, int):

@@ -1,0 +1,123 @@
+"""Pre-quantized integer tensors: their scale and zero point, and the container index entry that carries them.
+
+A quantized ONNX weight holds integers q whose real value is ``scale * (q - zero_point)``, per tensor or per
+slice along one axis. The codec codes the levels ``q - zero_point`` losslessly (``integer_input = 1``): a
+uint8 weight with zero point 128 becomes a centred signed tensor, far cheaper to code than 0..255. Decoding
+adds the zero point back and returns q in its own dtype, bit-exactly. The tensor's index entry carries the
+parameters (docs/codec.md §3)::
+
+    "quantization": {"scale": [float, ...] or null, "zero_point": [int, ...], "axis": int or null}
+
+``read_entry`` is the one place that reads and checks this entry: the index reader runs it on every entry,
+and the encoder on the entry it is about to write, so that whatever is written can be read back.
+"""
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import CodecError
+from .quantize import MAX_CMAXW
+
+QUANTIZED_DTYPES = ("int8", "uint8", "int16", "uint16", "int32")   # what ONNX quantizes to, within 32 bits
+ENTRY_KEYS = ("scale", "zero_point", "axis")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass(frozen=True)
+class QuantParams:
+    """Scale and zero point of an integer tensor: one value each (``axis`` None) or one per slice along ``axis``.
+
+    ``scale`` is None where the format gives none (ConvInteger, MatMulInteger: a later Mul scales the output).
+    """
+
+    zero_point: np.ndarray                # int64, 1-D
+    scale: np.ndarray | None = None      # float32, 1-D
+    axis: int | None = None
+
+    def entry(self) -> dict:
+        """The index entry, the values as they are (``read_entry`` decides whether they are valid)."""
+        scale = None if self.scale is None else np.asarray(self.scale).ravel().tolist()
+        return {"scale": scale, "zero_point": np.asarray(self.zero_point).ravel().tolist(), "axis": self.axis}
+
+    def _along_axis(self, values: np.ndarray, ndim: int) -> np.ndarray:
+        """``values`` shaped to broadcast over a tensor of ``ndim`` axes along ``axis``."""
+        if self.axis is None:
+            return values.reshape(())
+        return values.reshape([-1 if i == self.axis else 1 for i in range(ndim)])
+
+    def centred(self, q: np.ndarray) -> np.ndarray:
+        """The levels coded for the integers q: ``q - zero_point`` (int64)."""
+        return q.astype(np.int64) - self._along_axis(self.zero_point, q.ndim)
+
+    def restored(self, levels: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+        """The integers q of decoded levels, in ``dtype``; a q the dtype cannot hold is a CodecError."""
+        q = levels + self._along_axis(self.zero_point, levels.ndim)
+        info = np.iinfo(dtype)
+        if q.size and not info.min <= int(q.min()) <= int(q.max()) <= info.max:
+            raise CodecError(f"tensor {name!r}: a decoded level plus its zero point is outside the range of {dtype}")
+        return q.astype(dtype)
+
+
+class QuantizationError(CodecError):
+    """A quantization entry that cannot be used: names the field, the value and what is allowed."""
+
+    def __init__(self, where: str, field: str, value: object, expected: str) -> None:
+        super().__init__(f"{where}: quantization.{field} = {reprlib.repr(value)}, expected {expected}")
+        self.field, self.value, self.expected = field, value, expected
+
+
+def read_entry(entry: object, where: str, dtype: str, shape: Sequence[int]) -> QuantParams:
+    """The entry of a tensor of ``dtype`` and ``shape``, every field checked; QuantizationError otherwise.
+
+    Zero points are integers within the dtype, scales finite positive float32 values, each list holds one
+    value or one per slice along ``axis`` (an axis of the tensor, or null for one value), and every level
+    ``q - zero_point`` of the dtype fits the codec's ±(2^32 − 1).
+    """
+    if not isinstance(entry, dict) or set(entry) != set(ENTRY_KEYS):
+        raise QuantizationError(where, "keys", entry, "an object with exactly the keys " + ", ".join(ENTRY_KEYS))
+    if dtype not in QUANTIZED_DTYPES:
+        raise QuantizationError(where, "dtype", dtype, "a tensor of " + ", ".join(QUANTIZED_DTYPES))
+    axis = entry["axis"]
+    if axis is not None and (type(axis) is not int or not 0 <= axis < len(shape)):
+        raise QuantizationError(where, "axis", axis, f"null or an axis of the tensor, 0..{len(shape) - 1}")
+    counts = (1,) if axis is None or shape[axis] == 1 else (1, shape[axis])
+    how_many = " or ".join(map(str, counts))
+    low, high = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+    zero_point = entry["zero_point"]
+    if not _is_list_of(zero_point, counts) or not all(type(z) is int and low <= z <= high for z in zero_point):
+        raise QuantizationError(where, "zero_point", zero_point, f"a list of {how_many} integers in {low}..{high}")
+    if any(max(high - z, z - low) > MAX_CMAXW for z in zero_point):
+        raise QuantizationError(where, "zero_point", zero_point, f"levels q - zero_point within ±{MAX_CMAXW}")
+    scale = entry["scale"]
+    if scale is not None and (not _is_list_of(scale, counts) or not all(_is_float32(s) for s in scale)):
+        raise QuantizationError(where, "scale", scale, f"null or a list of {how_many} finite float32 values > 0")
+    return QuantParams(zero_point=np.array(zero_point, dtype=np.int64),
+                       scale=None if scale is None else np.array(scale, dtype=np.float32), axis=axis)
+
+
+def _is_list_of(values: object, counts: tuple[int, ...]) -> bool:
+    return isinstance(values, list) and len(values) in counts
+
+
+def _is_float32(value: object) -> bool:
+    """A positive number that float32 holds exactly, so that the index round-trips it (a bool is no number)."""
+    if type(value) not in (int, float) or not 0 < value <= FLOAT32_MAX:
+        return False
+    return float(np.float32(value)) == value
+
+
+def check_params(name: str, array: np.ndarray, params: QuantParams) -> QuantParams:
+    """``params`` of the tensor ``name`` checked as the decoder will check its index entry, in their normal form
+    (int64 zero points, float32 scales)."""
+    return read_entry(params.entry(), f"tensor {name!r}", array.dtype.name, array.shape)
+
+
+def quantization_of(tensors: Sequence[dict]) -> dict[str, QuantParams]:
+    """The quantization parameters of the tensors (index entries, e.g. a decoded LayerInfo's) that carry them."""
+    return {tensor["name"]: read_entry(tensor["quantization"], f"tensor {tensor['name']!r}", tensor["dtype"],
+                                       tensor["shape"])
+            for tensor in tensors if "quantization" in tensor}
