@@ -85,18 +85,24 @@ def read_entry(entry: object, where: str, dtype: str, shape: Sequence[int]) -> Q
     if axis is not None and (type(axis) is not int or not 0 <= axis < len(shape)):
         raise QuantizationError(where, "axis", axis, f"null or an axis of the tensor, 0..{len(shape) - 1}")
     counts = (1,) if axis is None or shape[axis] == 1 else (1, shape[axis])
-    how_many = " or ".join(map(str, counts))
     low, high = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
     zero_point = entry["zero_point"]
     if not _is_list_of(zero_point, counts) or not all(type(z) is int and low <= z <= high for z in zero_point):
-        raise QuantizationError(where, "zero_point", zero_point, f"a list of {how_many} integers in {low}..{high}")
+        raise QuantizationError(where, "zero_point", zero_point, _count_of(counts, f"integer in {low}..{high}",
+                                                                              f"integers in {low}..{high}"))
     if any(max(high - z, z - low) > MAX_CMAXW for z in zero_point):
         raise QuantizationError(where, "zero_point", zero_point, f"levels q - zero_point within ±{MAX_CMAXW}")
     scale = entry["scale"]
     if scale is not None and (not _is_list_of(scale, counts) or not all(_is_float32(s) for s in scale)):
-        raise QuantizationError(where, "scale", scale, f"null or a list of {how_many} finite float32 values > 0")
+        raise QuantizationError(where, "scale", scale, _count_of(counts, "finite float32 value > 0",
+                                                                  "finite float32 values > 0") + ", or null: no scale")
     return QuantParams(zero_point=np.array(zero_point, dtype=np.int64),
                        scale=None if scale is None else np.array(scale, dtype=np.float32), axis=axis)
+
+
+def _count_of(counts: tuple[int, ...], noun: str, nouns: str) -> str:
+    """"1 integer in 0..255", or "1 or 8 integers in 0..255 (one per slice along the axis)"."""
+    return f"1 {noun}" if counts == (1,) else f"1 or {counts[1]} {nouns} (one per slice along the axis)"
 
 
 def _is_list_of(values: object, counts: tuple[int, ...]) -> bool:
