@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 import zipfile
@@ -15,96 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from aipu.app.cli_protect import register_protection
+from aipu.app.codec_inputs import load_tensors, quantization_members
 from aipu.app.warm_up import compile_kernels_once
 from aipu.sim.machine.errors import InputError
 
-ONNX_WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
-WEIGHT_KINDS = "iuf"                 # integer, unsigned and float tensors
 MAX_CONTAINER_BYTES = 1 << 31        # what `decode` and `info` read of a file
 MAX_WORKERS = 256                    # processes `encode --workers` may start
-
-
-def load_onnx(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]]]:
-    """Initializers used by Conv/Gemm/MatMul nodes, grouped (weight, bias)."""
-    from aipu.compiler.graph import read_model
-
-    model = read_model(path)
-    inits = {init.name: init for init in model.graph.initializer}
-    tensors: dict[str, np.ndarray] = {}
-    groups: list[tuple[str, str | None]] = []
-
-    def take(name: str) -> str | None:
-        if name in inits and name not in tensors:
-            tensors[name] = _initializer(path, inits[name])
-            return name
-        return None
-
-    for node in model.graph.node:
-        if node.op_type not in ONNX_WEIGHT_OPS:
-            continue
-        inputs = list(node.input)
-        if node.op_type == "MatMul":
-            for name in inputs:
-                if take(name):
-                    groups.append((name, None))
-            continue
-        weight = take(inputs[1]) if len(inputs) > 1 else None
-        bias = take(inputs[2]) if len(inputs) > 2 and inputs[2] else None
-        if weight:
-            groups.append((weight, bias))
-        elif bias:
-            groups.append((bias, None))
-    if not tensors:
-        raise InputError("initializers", "none", "Conv/Gemm/MatMul weights stored in the model").within(path)
-    return tensors, groups
-
-
-def _initializer(path: Path, tensor) -> np.ndarray:
-    """One initializer as an array: stored in the file, of a numeric type, of at most a layer's weights."""
-    import onnx
-
-    from aipu.codec.reference.headers import DEFAULT_LIMITS
-    from aipu.compiler.graph import initializer_array
-
-    where = f"initializer {tensor.name!r}"
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        raise InputError(where, "external data", "tensors stored inside the model file").within(path)
-    try:
-        array = initializer_array(tensor, DEFAULT_LIMITS.max_weights_per_sublayer)
-    except InputError as error:
-        raise error.within(path) from None
-    if array.dtype.kind not in WEIGHT_KINDS:
-        raise InputError(where, str(array.dtype), "an integer or float tensor").within(path)
-    return array
-
-
-def _check_tensor(where: str, shape: list[int]) -> None:
-    from aipu.codec.reference.headers import DEFAULT_LIMITS
-
-    if any(size < 0 for size in shape) or math.prod(shape) > DEFAULT_LIMITS.max_weights_per_sublayer:
-        raise InputError(where, shape, f"a shape of at most {DEFAULT_LIMITS.max_weights_per_sublayer} weights, "
-                                       "what a decoder accepts in one layer")
-
-
-def load_tensors(path: Path) -> tuple[dict[str, np.ndarray], list[tuple[str, str | None]] | None]:
-    if path.suffix == ".onnx":
-        return load_onnx(path)
-    if path.suffix == ".npz":
-        from aipu.compiler.npz_file import read_npz
-
-        def check_member(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
-            if dtype.kind not in WEIGHT_KINDS:
-                raise InputError(name, str(dtype), "an integer or float tensor")
-            _check_tensor(name, list(shape))
-
-        try:
-            tensors = read_npz(path, check_member)
-        except InputError as error:
-            raise error.within(path) from None
-        if not tensors:
-            raise InputError("arrays", "none", "at least one tensor").within(path)
-        return tensors, None
-    raise InputError("input", str(path), "an .onnx or .npz file")
 
 
 def _cmd_encode(args: argparse.Namespace) -> int:
@@ -121,14 +36,14 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     except InputError as error:       # named by its command-line option
         raise InputError("--" + error.field.replace("_", "-").replace("max-ctu-size", "ctu"), error.value,
                          error.allowed) from None
-    tensors, groups = load_tensors(Path(args.input))
+    tensors, groups, quantization = load_tensors(Path(args.input))
     compile_kernels_once("codec")
     if args.profile == "npu":        # what the NPU's WDEC decodes: every tensor a layer of its own
         from aipu.codec.npu_profile import with_profile
         options, groups = with_profile(options), [(name, None) for name in tensors]
     started = time.perf_counter()
     try:
-        data, infos = api.encode_with_info(tensors, options, groups, workers=args.workers)
+        data, infos = api.encode_with_info(tensors, options, groups, quantization, workers=args.workers)
     except ValueError as exc:           # a tensor the codec cannot take: one line naming the file and tensor
         raise ValueError(f"{args.input}: {exc}") from None
     seconds = time.perf_counter() - started
@@ -161,10 +76,26 @@ def _save_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
-    _, tensors, _ = _decode_file(args.input, args.strict)
-    _save_npz(args.output, tensors)
+    _, tensors, infos = _decode_file(args.input, args.strict)
+    _save_npz(args.output, {**tensors, **_quantization_arrays(infos, tensors)})
     print(f"{args.output}: {len(tensors)} tensors")
     return 0
+
+
+def _quantization_arrays(infos: list, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """NAME:scale, NAME:zero_point and NAME:axis of every quantized tensor; a name that clashes with a tensor's
+    is refused rather than overwritten."""
+    from aipu.codec.quantization import quantization_of
+
+    arrays: dict[str, np.ndarray] = {}
+    for info in infos:
+        for name, params in quantization_of(info.tensors).items():
+            arrays.update(quantization_members(name, params, tensors[name].dtype))
+    clash = next((name for name in arrays if name in tensors), None)
+    if clash is not None:
+        raise InputError("tensor", clash, "a name that is not also a quantized tensor's NAME:scale, "
+                                          "NAME:zero_point or NAME:axis member")
+    return arrays
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -173,12 +104,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
         json.dump([{**vars(info), "bits_per_weight": info.bits_per_weight} for info in infos], sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(f"{'layer':<28} {'shape':<22} {'weights':>9} {'bytes':>8} {'bits/w':>7} {'bins':>9} "
+    print(f"{'layer':<28} {'shape':<22} {'quantized':<15} {'weights':>9} {'bytes':>8} {'bits/w':>7} {'bins':>9} "
           f"{'dec s':>7}  modes")
     for info in infos:
         shapes = " + ".join("x".join(map(str, t["shape"])) or "scalar" for t in info.tensors)
+        quantized = " + ".join(_quantized_marker(t) for t in info.tensors)
         modes = ", ".join(f"{key}:{count}" for key, count in sorted(info.modes.items()))
-        print(f"{info.name[:28]:<28} {shapes[:22]:<22} {info.weights:>9} {info.length:>8} "
+        print(f"{info.name[:28]:<28} {shapes[:22]:<22} {quantized[:15]:<15} {info.weights:>9} {info.length:>8} "
               f"{info.bits_per_weight:>7.3f} {info.bins:>9} {info.decode_seconds:>7.3f}  {modes}")
     total_bytes = sum(info.length for info in infos)
     weights = sum(info.weights for info in infos)
@@ -187,13 +119,24 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quantized_marker(tensor: dict) -> str:
+    """How a tensor of the index is quantized: "-" (not), "tensor" (one scale), "axis N" (per axis N)."""
+    if "quantization" not in tensor:
+        return "-"
+    axis = tensor["quantization"]["axis"]
+    return "tensor" if axis is None else f"axis {axis}"
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("codec", help="T/AI 115.1 chapter-10 weight codec: encode, decode, info; "
                                    "chapter-11 protection: protect, unprotect, keygen")
     commands = parser.add_subparsers(dest="codec_command", metavar="ACTION", required=True)
 
     enc = commands.add_parser("encode", help="compress the weights of an .onnx or .npz file")
-    enc.add_argument("input", help="model.onnx (Conv/Gemm/MatMul initializers) or tensors.npz")
+    enc.add_argument("input", help="model.onnx (the initializers of Conv/Gemm/MatMul, also through one "
+                     "DequantizeLinear, and of QLinearConv/QGemm/QLinearMatMul/ConvInteger/MatMulInteger: "
+                     "quantized ones coded as the integers they are, with scale and zero point) or tensors.npz "
+                     "(NAME:scale, NAME:zero_point, NAME:axis members quantize NAME)")
     enc.add_argument("-o", "--output", required=True, help="output container (.nnr)")
     quant = enc.add_mutually_exclusive_group()
     quant.add_argument("--bits", type=int, default=8,

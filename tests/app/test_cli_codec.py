@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aipu import codec
-from aipu.app.cli_codec import load_onnx
+from aipu.app.codec_inputs import load_onnx
 from aipu.codec.quantize import quantize_uniform, reconstruct
 from aipu.app.cli import main
 
@@ -34,9 +34,9 @@ def _tiny_onnx(path, rng):
 
 def test_onnx_loader_takes_conv_gemm_matmul_initializers(tmp_path):
     expected = _tiny_onnx(tmp_path / "m.onnx", np.random.default_rng(0))
-    tensors, groups = load_onnx(tmp_path / "m.onnx")
+    tensors, groups, quantization = load_onnx(tmp_path / "m.onnx")
     assert set(tensors) == set(expected)          # "shape" (a Reshape input) is not a weight
-    assert groups == [("conv_w", "conv_b"), ("fc_w", "fc_b"), ("mm_w", None)]
+    assert groups == [("conv_w", "conv_b"), ("fc_w", "fc_b"), ("mm_w", None)] and quantization == {}
 
 
 def test_encode_info_decode_onnx(tmp_path, capsys):
