@@ -66,7 +66,8 @@ class QuantizationError(CodecError):
     """A quantization entry that cannot be used: names the field, the value and what is allowed."""
 
     def __init__(self, where: str, field: str, value: object, expected: str) -> None:
-        super().__init__(f"{where}: quantization.{field} = {reprlib.repr(value)}, expected {expected}")
+        name = f"quantization.{field}" if field else "quantization"      # "": the entry as a whole
+        super().__init__(f"{where}: {name} = {reprlib.repr(value)}, expected {expected}")
         self.field, self.value, self.expected = field, value, expected
 
 
@@ -78,7 +79,7 @@ def read_entry(entry: object, where: str, dtype: str, shape: Sequence[int]) -> Q
     ``q - zero_point`` of the dtype fits the codec's ±(2^32 − 1).
     """
     if not isinstance(entry, dict) or set(entry) != set(ENTRY_KEYS):
-        raise QuantizationError(where, "keys", entry, "an object with exactly the keys " + ", ".join(ENTRY_KEYS))
+        raise QuantizationError(where, "", entry, "an object with exactly the keys " + ", ".join(ENTRY_KEYS))
     if dtype not in QUANTIZED_DTYPES:
         raise QuantizationError(where, "dtype", dtype, "a tensor of " + ", ".join(QUANTIZED_DTYPES))
     axis = entry["axis"]

@@ -11,7 +11,8 @@ The inputs:
   values, then random element values that the decoder's own path through the syntax asks for, coded
   exactly, cut off after a random number of elements and followed by random bytes; this is the class of
   input that found the zero-extent hang of issue 6;
-* every one-byte corruption and every truncation of a container, and index mutations with a recomputed CRC;
+* every one-byte corruption and every truncation of a container, and index mutations with a recomputed CRC,
+  also aimed at the quantization entries of a container of pre-quantized tensors;
 * the crafted inputs of issue 6, through the library and through ``aipu codec decode|info``.
 
 The default suite runs a derandomized quick subset; ``-m slow`` runs the long random versions.
@@ -413,22 +414,22 @@ def index_paths() -> list[tuple]:
 
 
 @st.composite
-def mutated_indexes(draw):
-    """The valid index with one value replaced, one key removed or one key added."""
-    index = json.loads(json.dumps(valid_index()))
-    path = draw(st.sampled_from(index_paths()[1:]))
+def mutated_indexes(draw, base=valid_index, paths=lambda: index_paths()[1:], values=JSON_VALUES):
+    """The index ``base()`` with one value at one of ``paths()`` replaced, its key removed or a key added."""
+    index = json.loads(json.dumps(base()))
+    path = draw(st.sampled_from(paths()))
     parent = index
     for key in path[:-1]:
         parent = parent[key]
     action = draw(st.sampled_from(["replace", "remove", "add"]))
     if action == "replace":
-        parent[path[-1]] = draw(JSON_VALUES)
+        parent[path[-1]] = draw(values)
     elif action == "remove":
         del parent[path[-1]]
     elif isinstance(parent, dict):
-        parent[draw(st.text(max_size=4))] = draw(JSON_VALUES)
+        parent[draw(st.text(max_size=4))] = draw(values)
     else:
-        parent.insert(path[-1], draw(JSON_VALUES))
+        parent.insert(path[-1], draw(values))
     return index
 
 
@@ -437,6 +438,48 @@ def mutated_indexes(draw):
 def test_index_mutations(sandbox, index):
     """A crafted index with a correct CRC: every field is checked (decoding it unchanged is allowed too)."""
     check_container(sandbox, container_with(index))
+
+
+@functools.cache
+def quantized_container() -> bytes:
+    """Pre-quantized tensors: uint8 per output channel with its int32 bias, int8 per tensor without scale."""
+    rng = np.random.default_rng(2)
+    tensors = {"w": rng.integers(0, 256, (4, 3, 3, 3)).astype(np.uint8),
+               "b": rng.integers(-900, 900, 4).astype(np.int32), "q": np.arange(-20, 20, dtype=np.int8).reshape(5, 8)}
+    quantization = {"w": codec.QuantParams(np.array([120, 128, 130, 255]), np.float32([0.5, 0.25, 1e-3, 3]), 0),
+                    "b": codec.QuantParams(np.zeros(4, np.int64), np.float32([0.1, 0.2, 0.3, 0.4]), 0),
+                    "q": codec.QuantParams(np.array([-3]))}
+    return codec.encode(tensors, codec.CodecOptions(encoder=EncoderOptions(split="never")), [("w", "b"), ("q", None)],
+                        quantization)
+
+
+@functools.cache
+def quantized_index() -> dict:
+    return json.loads(index_json(quantized_container()))
+
+
+@functools.cache
+def quantization_paths() -> list[tuple]:
+    """Every path into the quantized container's quantization entries, the entries themselves included."""
+    return [path for path in _paths(quantized_index()) if "quantization" in path]
+
+
+# Values a quantization entry must refuse or take: float32's edges, NaN and the infinities, the dtypes' ranges.
+QUANTIZATION_VALUES = JSON_VALUES | st.sampled_from(
+    [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-45, 3.4028234663852886e38, 3.5e38, 0.1, 0.5, -128,
+     127, 128, 255, 256, 65535, 2**31 - 1, -2**31, 3, 4, -1]).flatmap(
+    lambda value: st.sampled_from([value, [value], [value] * 4, [value] * 5]))
+
+
+def quantized_streams() -> bytes:
+    return quantized_container()[HEADER.size + HEADER.unpack_from(quantized_container())[1]:]
+
+
+@QUICK
+@given(index=mutated_indexes(quantized_index, quantization_paths, QUANTIZATION_VALUES))
+def test_quantization_entry_mutations(sandbox, index):
+    """Every malformed quantization entry is a located CodecError (a valid change may decode)."""
+    check_container(sandbox, container_with(index, quantized_streams()))
 
 
 def _layer(changes: dict, layer: int = 0, tensor: int | None = None) -> dict:
@@ -448,6 +491,13 @@ def _layer(changes: dict, layer: int = 0, tensor: int | None = None) -> dict:
         else:
             target[key] = value
     return index
+
+
+def _quantization(**changes) -> bytes:
+    """The quantized container with fields of its first tensor's quantization entry changed."""
+    index = json.loads(json.dumps(quantized_index()))
+    index["layers"][0]["tensors"][0]["quantization"].update(changes)
+    return container_with(index, quantized_streams())
 
 
 def _zero_extent_container(max_ctu3d_size: int) -> bytes:
@@ -506,6 +556,8 @@ CRAFTED_CONTAINERS = {
     "deflate and more": (lambda: _raw_index(_deflated(b'{"layers":[]}') + b"x"), "does not end where"),
     "truncated deflate": (lambda: _raw_index(_deflated(b'{"layers":[]}')[:-2]), "does not end where"),
     "deflate bomb": (lambda: _raw_index(_deflated(b" " * (MAX_INDEX_BYTES + 1))), "inflates to more than"),
+    "NaN scale": (lambda: _quantization(scale=[float("nan")] * 4), "quantization.scale = [nan, nan, nan, nan]"),
+    "zero point wraps": (lambda: _quantization(zero_point=[255] * 4), "zero point is outside the range of uint8"),
 }
 
 
@@ -560,6 +612,13 @@ def test_long_random_and_flipped_streams(sandbox, data, flips):
 @given(case=structured_cases(max_budget=5000, max_tail=400))
 def test_long_structured_streams(sandbox, case):
     check_stream(sandbox, run_case(sandbox, structured_stream, case))
+
+
+@pytest.mark.slow
+@LONG
+@given(index=mutated_indexes(quantized_index, quantization_paths, QUANTIZATION_VALUES))
+def test_long_quantization_entry_mutations(sandbox, index):
+    check_container(sandbox, container_with(index, quantized_streams()))
 
 
 @pytest.mark.slow
