@@ -7,6 +7,7 @@ than the caller allows, and a truncated or corrupt member is an InputError namin
 from __future__ import annotations
 
 import math
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -18,8 +19,9 @@ from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.files import open_regular
 
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-# What zipfile, zlib and numpy's .npy header parser raise on corrupt data (seeks to bad offsets: OSError).
-_CORRUPT = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError)
+# What zipfile, zlib and numpy's .npy header parser raise on corrupt data (seeks to bad offsets: OSError; a
+# version-1 header whose brackets do not close: tokenize.TokenError, from numpy's _filter_header).
+_CORRUPT = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError, tokenize.TokenError)
 
 MAX_FILE_BYTES = 1 << 40           # the file; what its members may allocate is the caller's check_member
 MAX_MEMBERS = 4096

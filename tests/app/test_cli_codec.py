@@ -102,6 +102,7 @@ def test_any_tensor_name_survives_decode(tmp_path):
     (["codec", "encode", "truncated.npz", "-o", "x.nnr"], "truncated.npz: format = 'not a complete zip archive'"),
     (["codec", "encode", "garbage.npz", "-o", "x.nnr"], "garbage.npz: format = 'not a complete zip archive'"),
     (["codec", "encode", "crc.npz", "-o", "x.nnr"], "crc.npz: w = "),
+    (["codec", "encode", "header.npz", "-o", "x.nnr"], "header.npz: w = \"('EOF in multi-line statement'"),
     (["codec", "encode", "none.npz", "-o", "x.nnr"], "none.npz: arrays = 'none': at least one tensor"),
     (["codec", "encode", "strings.npz", "-o", "x.nnr"], "strings.npz: w = '<U1': an integer or float tensor"),
     (["codec", "encode", "huge.npz", "-o", "x.nnr"], "huge.npz: w = [100000, 100000, 4]: a shape of at most"),
@@ -141,6 +142,8 @@ def _hostile_files(root):
     import zipfile
     with zipfile.ZipFile(root / "huge.npz", "w") as archive:
         archive.write(root / "huge.npy", "w.npy")
+    with zipfile.ZipFile(root / "header.npz", "w") as archive:       # a header numpy's tokenize cannot read
+        archive.writestr("w.npy", data[stored:].split(b"PK")[0].replace(b"'descr':", b"'descr'{"))
     _tiny_onnx(root / "tiny.onnx", np.random.default_rng(3))
     model = (root / "tiny.onnx").read_bytes()
     (root / "truncated.onnx").write_bytes(model[:len(model) // 2])
