@@ -14,7 +14,7 @@ and the encoder on the entry it is about to write, so that whatever is written c
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,26 +88,27 @@ def read_entry(entry: object, where: str, dtype: str, shape: Sequence[int]) -> Q
     counts = (1,) if axis is None or shape[axis] == 1 else (1, shape[axis])
     low, high = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
     zero_point = entry["zero_point"]
-    if not _is_list_of(zero_point, counts) or not all(type(z) is int and low <= z <= high for z in zero_point):
-        raise QuantizationError(where, "zero_point", zero_point, _count_of(counts, f"integer in {low}..{high}",
-                                                                              f"integers in {low}..{high}"))
+    _check_list(where, "zero_point", zero_point, counts, axis, lambda z: type(z) is int and low <= z <= high,
+                f"an integer in {low}..{high}")
     if any(max(high - z, z - low) > MAX_CMAXW for z in zero_point):
         raise QuantizationError(where, "zero_point", zero_point, f"levels q - zero_point within ±{MAX_CMAXW}")
     scale = entry["scale"]
-    if scale is not None and (not _is_list_of(scale, counts) or not all(_is_float32(s) for s in scale)):
-        raise QuantizationError(where, "scale", scale, _count_of(counts, "finite float32 value > 0",
-                                                                  "finite float32 values > 0") + ", or null: no scale")
+    if scale is not None:
+        _check_list(where, "scale", scale, counts, axis, _is_float32, "a finite positive number that float32 holds exactly", ", or null")
     return QuantParams(zero_point=np.array(zero_point, dtype=np.int64),
                        scale=None if scale is None else np.array(scale, dtype=np.float32), axis=axis)
 
 
-def _count_of(counts: tuple[int, ...], noun: str, nouns: str) -> str:
-    """"1 integer in 0..255", or "1 or 8 integers in 0..255 (one per slice along the axis)"."""
-    return f"1 {noun}" if counts == (1,) else f"1 or {counts[1]} {nouns} (one per slice along the axis)"
-
-
-def _is_list_of(values: object, counts: tuple[int, ...]) -> bool:
-    return isinstance(values, list) and len(values) in counts
+def _check_list(where: str, field: str, values: object, counts: tuple[int, ...], axis: int | None,
+                valid: Callable[[object], bool], element: str, alternative: str = "") -> None:
+    """``values`` is a list of one of ``counts`` elements, each ``valid``; QuantizationError naming the list or
+    its first bad element otherwise."""
+    if not isinstance(values, list) or len(values) not in counts:
+        many = f"1 or {counts[-1]} values, one per slice along axis {axis}" if len(counts) > 1 else "1 value"
+        raise QuantizationError(where, field, values, f"a list of {many}{alternative}")
+    bad = next((i for i, value in enumerate(values) if not valid(value)), None)
+    if bad is not None:
+        raise QuantizationError(where, f"{field}[{bad}]", values[bad], element)
 
 
 def _is_float32(value: object) -> bool:

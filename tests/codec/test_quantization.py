@@ -62,13 +62,13 @@ def test_an_unquantized_container_is_unchanged():
 
 
 @pytest.mark.parametrize("params,words", [
-    (QuantParams(np.array([0]), np.array([np.nan], np.float32)), "quantization.scale = [nan]"),
-    (QuantParams(np.array([0]), np.array([-0.5], np.float32)), "finite float32 value > 0"),
-    (QuantParams(np.array([0]), np.array([0.1])), "quantization.scale = [0.1]"),        # float64, not float32
-    (QuantParams(np.array([300])), "integer in -128..127"),
-    (QuantParams(np.array([1.5])), "quantization.zero_point = [1.5]"),
-    (QuantParams(np.zeros(3, np.int64), axis=0), "1 or 4 integers in -128..127 (one per slice"),
-    (QuantParams(np.zeros(4, np.int64)), "1 integer in"),
+    (QuantParams(np.array([0]), np.array([np.nan], np.float32)), "quantization.scale[0] = nan"),
+    (QuantParams(np.array([0]), np.array([-0.5], np.float32)), "scale[0] = -0.5, expected a finite positive"),
+    (QuantParams(np.array([0]), np.array([0.1])), "scale[0] = 0.1, expected a finite positive number that float32 holds exactly"),        # float64, not float32
+    (QuantParams(np.array([300])), "zero_point[0] = 300, expected an integer in -128..127"),
+    (QuantParams(np.array([1.5])), "quantization.zero_point[0] = 1.5"),
+    (QuantParams(np.zeros(3, np.int64), axis=0), "a list of 1 or 4 values, one per slice along axis 0"),
+    (QuantParams(np.zeros(4, np.int64)), "zero_point = [0, 0, 0, 0], expected a list of 1 value"),
     (QuantParams(np.zeros(1, np.int64), axis=2), "an axis of the tensor, 0..1"),
 ])
 def test_the_encoder_refuses_parameters_it_could_not_read_back(params, words):
@@ -104,9 +104,9 @@ def _with_quantization(entry) -> bytes:
 
 @pytest.mark.parametrize("entry,words", [
     ({"scale": None, "zero_point": [128]}, "exactly the keys scale, zero_point, axis"),
-    ({"scale": None, "zero_point": [True], "axis": None}, "quantization.zero_point = [True]"),
-    ({"scale": [1e39], "zero_point": [128], "axis": None}, "finite float32 value > 0"),
-    ({"scale": [10 ** 400], "zero_point": [128], "axis": None}, "finite float32 value > 0"),
+    ({"scale": None, "zero_point": [True], "axis": None}, "quantization.zero_point[0] = True"),
+    ({"scale": [1e39], "zero_point": [128], "axis": None}, "scale[0] = 1e+39, expected a finite positive"),
+    ({"scale": [10 ** 400], "zero_point": [128], "axis": None}, "that float32 holds exactly"),
     ({"scale": None, "zero_point": [128], "axis": True}, "quantization.axis = True"),
     ({"scale": None, "zero_point": [128] * 6, "axis": 1}, None),        # a valid per-axis entry
     ({"scale": None, "zero_point": [255], "axis": None}, "outside the range of uint8"),   # 72 + 255
