@@ -118,6 +118,11 @@ def _input(node, index: int) -> str:
     return node.input[index] if index < len(node.input) else ""
 
 
+def _node_label(node) -> str:
+    """A node as errors name it: its op type and name, or its first output where it has no name."""
+    return f"{node.op_type} {node.name!r}" if node.name else f"{node.op_type} -> {(node.output or [''])[0]!r}"
+
+
 class _OnnxReader:
     """One model's initializers and the nodes producing each value; collects the tensors taken so far."""
 
@@ -159,7 +164,7 @@ class _OnnxReader:
 
     def _params(self, node, slot: Slot, name: str, array: np.ndarray) -> QuantParams:
         """The checked scale, zero point and axis of the weight ``name`` at ``slot`` of ``node``."""
-        where = f"{node.op_type} {node.name!r}"
+        where = _node_label(node)
         block_size = next((a.i for a in node.attribute if a.name == "block_size"), 0)
         if block_size:
             raise InputError(f"{where} block_size", block_size, "0: blocked quantization is not carried, only "
@@ -188,19 +193,19 @@ class _OnnxReader:
         factors = [self._parameter(node, index, name, "scale") for index in slot.scale]
         for index, factor in zip(slot.scale, factors):
             if factor is None or factor.dtype.kind != "f":
-                raise InputError(f"{node.op_type} {node.name!r} input {index} {_input(node, index)!r}",
+                raise InputError(f"{_node_label(node)} input {index} {_input(node, index)!r}",
                                  "absent" if factor is None else str(factor.dtype),
                                  f"a float scale of the stored weight {name!r}").within(self.path)
         if len(factors) == 1:
             return factors[0]
         if len({factor.size for factor in factors} - {1}) > 1:
-            raise InputError(f"{node.op_type} {node.name!r} scales", [factor.size for factor in factors],
+            raise InputError(f"{_node_label(node)} scales", [factor.size for factor in factors],
                              "sizes that broadcast: 1 or one common length").within(self.path)
         return math.prod(factor.astype(np.float32) for factor in factors)
 
     def _parameter(self, node, index: int, name: str, role: str) -> np.ndarray | None:
         """A scalar or 1-D initializer at input ``index``, flattened; None when the input is absent."""
-        where = f"{node.op_type} {node.name!r} input {index}"
+        where = f"{_node_label(node)} input {index}"
         input_name = _input(node, index)
         if not input_name:
             return None

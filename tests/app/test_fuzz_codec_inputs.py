@@ -1,6 +1,7 @@
-"""`aipu codec encode` takes hostile input: .npz files of random arrays or damaged bytes, ONNX models whose
-weight initializer has a random type, shape, data or storage, damaged serialized models, all under random
-options. Each case runs in a forked child under a time and a memory limit (tests/sandbox.py) and either
+"""`aipu codec encode` takes hostile input: .npz files of random arrays (also as quantization members
+NAME:scale, NAME:zero_point, NAME:axis) or damaged bytes, ONNX models (float, or quantized with
+DequantizeLinear) whose weight, scale or zero point initializer has a random type, shape, data or storage,
+damaged serialized models, all under random options. Each case runs in a forked child under a time and a memory limit (tests/sandbox.py) and either
 encodes (and the container decodes to the tensors' names and shapes) or ends in one line naming the file
 or the option, with status 2.
 The default suite runs a seeded quick subset; ``-m slow`` runs many more examples.
@@ -40,7 +41,22 @@ def _valid_model() -> onnx.ModelProto:
     return helper.make_model(graph)
 
 
-VALID_NPZ, VALID_MODEL = _npz_bytes(VALID_ARRAYS), _valid_model()
+def _valid_quantized_model() -> onnx.ModelProto:
+    """The same Conv with its weight and bias stored as integers behind DequantizeLinear, per output channel."""
+    inits = {"w": _RNG.integers(0, 256, (8, 3, 3, 3)).astype(np.uint8), "w_scale": np.full(8, 0.01, np.float32),
+             "w_zp": np.full(8, 128, np.uint8), "b": np.arange(-4, 4, dtype=np.int32), "b_scale": np.float32(0.001),
+             "b_zp": np.int32(0)}
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["w", "w_scale", "w_zp"], ["wf"], axis=0),
+         helper.make_node("DequantizeLinear", ["b", "b_scale", "b_zp"], ["bf"]),
+         helper.make_node("Conv", ["x", "wf", "bf"], ["y"], pads=[1, 1, 1, 1])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [numpy_helper.from_array(value, name) for name, value in inits.items()])
+    return helper.make_model(graph)
+
+
+VALID_NPZ, VALID_MODEL, VALID_QUANTIZED_MODEL = _npz_bytes(VALID_ARRAYS), _valid_model(), _valid_quantized_model()
 
 
 @st.composite
@@ -70,7 +86,8 @@ def _npz_file(draw) -> bytes:
         return draw(mangled_bytes(VALID_NPZ))
     arrays = dict(VALID_ARRAYS)
     for _ in range(draw(st.integers(1, 3))):
-        arrays[draw(st.sampled_from([*VALID_ARRAYS, "fc.weight", "a/b", ""]))] = draw(random_array())
+        arrays[draw(st.sampled_from([*VALID_ARRAYS, "fc.weight", "a/b", "", "conv.weight:scale", "q:zero_point",
+                                     "conv.weight:zero_point", "conv.weight:axis", "q", "x:axis"]))] = draw(random_array())
     return _npz_bytes(arrays)
 
 
@@ -78,13 +95,13 @@ _TYPES = st.sampled_from([*TensorProto.DataType.values(), 999, -1])
 
 
 @st.composite
-def _model_file(draw) -> bytes:
-    """The valid model with its weight initializer's type, dims, data or storage changed, or its bytes damaged."""
+def _model_file(draw, valid: onnx.ModelProto) -> bytes:
+    """The valid model with an initializer's type, dims, data or storage changed, or its bytes damaged."""
     if draw(st.integers(0, 3)) == 0:
-        return draw(mangled_bytes(VALID_MODEL.SerializeToString()))
+        return draw(mangled_bytes(valid.SerializeToString()))
     model = onnx.ModelProto()
-    model.CopyFrom(VALID_MODEL)
-    weight = model.graph.initializer[draw(st.integers(0, 1))]
+    model.CopyFrom(valid)
+    weight = model.graph.initializer[draw(st.integers(0, len(model.graph.initializer) - 1))]
     for change in draw(st.lists(st.sampled_from(["type", "dims", "raw", "typed", "external", "name"]), min_size=1,
                                 max_size=3)):
         if change == "type":
@@ -121,9 +138,10 @@ def _check_encode(box, tmp_path, name: str, content: bytes, options: list[str]) 
     decoded = tmp_path / "decoded.npz"
     code, _, err = run_case(box, run_cli, ["codec", "decode", str(output), "-o", str(decoded)])
     assert code == 0, err
-    if name.endswith(".npz"):
+    if name.endswith(".npz"):           # the tensors come back; quantization members may gain a default zero point
         with np.load(path) as given, np.load(decoded) as back:
-            assert {key: back[key].shape for key in back.files} == {key: given[key].shape for key in given.files}
+            assert {key: back[key].shape for key in back.files if ":" not in key} == \
+                {key: given[key].shape for key in given.files if ":" not in key}
 
 
 @pytest.mark.parametrize("profile", profiles(quick=60, long=3000))
@@ -134,5 +152,11 @@ def test_fuzz_codec_encode_npz(profile, tmp_path, sandbox):
 
 @pytest.mark.parametrize("profile", profiles(quick=60, long=3000))
 def test_fuzz_codec_encode_onnx(profile, tmp_path, sandbox):
-    fuzz(profile, st.tuples(_model_file(), _options()),
+    fuzz(profile, st.tuples(_model_file(VALID_MODEL), _options()),
+         lambda case: _check_encode(sandbox, tmp_path, "model.onnx", *case))
+
+
+@pytest.mark.parametrize("profile", profiles(quick=60, long=3000))
+def test_fuzz_codec_encode_quantized_onnx(profile, tmp_path, sandbox):
+    fuzz(profile, st.tuples(_model_file(VALID_QUANTIZED_MODEL), _options()),
          lambda case: _check_encode(sandbox, tmp_path, "model.onnx", *case))
