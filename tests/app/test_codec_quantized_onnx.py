@@ -301,3 +301,14 @@ def test_onnxruntime_quantized_digits(tmp_path, kind):
     decoded = _decode(tmp_path, path)
     assert _check_against_the_model(decoded, onnx.load(str(path))) == (4 if kind == "dynamic" else 8)
     _assert_npz_encodes_again(tmp_path, decoded)
+
+
+@pytest.mark.slow
+def test_ddddocr_old_convinteger_weights_round_trip(tmp_path):
+    """A real dynamically quantized model (ConvInteger, uint8 weights with zero points): every weight back."""
+    from aipu.app.models.real import default_cache, fetch
+
+    path = fetch("ddddocr-ocr-old", default_cache())
+    decoded = _decode(tmp_path, path)
+    assert _check_against_the_model(decoded, onnx.load(str(path))) > 0
+    assert all(f"{name}:scale" not in decoded for name in decoded)       # ConvInteger carries no scale
