@@ -169,10 +169,11 @@ class _OnnxReader:
         if block_size:
             raise InputError(f"{where} block_size", block_size, "0: blocked quantization is not carried, only "
                              "per-tensor or per-axis").within(self.path)
-        zero_point = self._parameter(node, slot.zero_point, name, "zero point") if slot.zero_point else None
+        zero_point = None if slot.zero_point is None else self._parameter(node, slot.zero_point, name, "zero point")
         if zero_point is not None and zero_point.dtype != array.dtype:
-            raise InputError(f"{where} input {slot.zero_point} {_input(node, slot.zero_point)!r}", str(zero_point.dtype),
-                             f"{array.dtype}, the dtype of the weight {name!r}").within(self.path)
+            raise InputError(f"{where} input {slot.zero_point} {_input(node, slot.zero_point)!r}",
+                             str(zero_point.dtype), f"{array.dtype}, the dtype of the weight {name!r}"
+                             ).within(self.path)
         scale = self._scale(node, slot, name)
         sizes = [values.size for values in (scale, zero_point) if values is not None]
         axis = None if all(size == 1 for size in sizes) else slot.axis(node, array.ndim)

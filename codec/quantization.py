@@ -94,7 +94,8 @@ def read_entry(entry: object, where: str, dtype: str, shape: Sequence[int]) -> Q
         raise QuantizationError(where, "zero_point", zero_point, f"levels q - zero_point within ±{MAX_CMAXW}")
     scale = entry["scale"]
     if scale is not None:
-        _check_list(where, "scale", scale, counts, axis, _is_float32, "a finite positive number that float32 holds exactly", ", or null")
+        _check_list(where, "scale", scale, counts, axis, _is_float32,
+                    "a finite positive number that float32 holds exactly", ", or null")
     return QuantParams(zero_point=np.array(zero_point, dtype=np.int64),
                        scale=None if scale is None else np.array(scale, dtype=np.float32), axis=axis)
 

@@ -1,9 +1,9 @@
 """`aipu codec encode` takes hostile input: .npz files of random arrays (also as quantization members
 NAME:scale, NAME:zero_point, NAME:axis) or damaged bytes, ONNX models (float, or quantized with
 DequantizeLinear) whose weight, scale or zero point initializer has a random type, shape, data or storage,
-damaged serialized models, all under random options. Each case runs in a forked child under a time and a memory limit (tests/sandbox.py) and either
-encodes (and the container decodes to the tensors' names and shapes) or ends in one line naming the file
-or the option, with status 2.
+damaged serialized models, all under random options. Each case runs in a forked child under a time and a
+memory limit (tests/sandbox.py) and either encodes (and the container decodes to the tensors' names and
+shapes) or ends in one line naming the file or the option, with status 2.
 The default suite runs a seeded quick subset; ``-m slow`` runs many more examples.
 """
 from __future__ import annotations
@@ -86,8 +86,9 @@ def _npz_file(draw) -> bytes:
         return draw(mangled_bytes(VALID_NPZ))
     arrays = dict(VALID_ARRAYS)
     for _ in range(draw(st.integers(1, 3))):
-        arrays[draw(st.sampled_from([*VALID_ARRAYS, "fc.weight", "a/b", "", "conv.weight:scale", "q:zero_point",
-                                     "conv.weight:zero_point", "conv.weight:axis", "q", "x:axis"]))] = draw(random_array())
+        names = [*VALID_ARRAYS, "fc.weight", "a/b", "", "conv.weight:scale", "q:zero_point", "conv.weight:zero_point",
+                 "conv.weight:axis", "q", "x:axis"]
+        arrays[draw(st.sampled_from(names))] = draw(random_array())
     return _npz_bytes(arrays)
 
 

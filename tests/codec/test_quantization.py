@@ -64,7 +64,8 @@ def test_an_unquantized_container_is_unchanged():
 @pytest.mark.parametrize("params,words", [
     (QuantParams(np.array([0]), np.array([np.nan], np.float32)), "quantization.scale[0] = nan"),
     (QuantParams(np.array([0]), np.array([-0.5], np.float32)), "scale[0] = -0.5, expected a finite positive"),
-    (QuantParams(np.array([0]), np.array([0.1])), "scale[0] = 0.1, expected a finite positive number that float32 holds exactly"),        # float64, not float32
+    (QuantParams(np.array([0]), np.array([0.1])),                       # float64, not float32
+     "scale[0] = 0.1, expected a finite positive number that float32 holds exactly"),
     (QuantParams(np.array([300])), "zero_point[0] = 300, expected an integer in -128..127"),
     (QuantParams(np.array([1.5])), "quantization.zero_point[0] = 1.5"),
     (QuantParams(np.zeros(3, np.int64), axis=0), "a list of 1 or 4 values, one per slice along axis 0"),
