@@ -77,8 +77,11 @@ def _save_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
 
 def _cmd_decode(args: argparse.Namespace) -> int:
     _, tensors, infos = _decode_file(args.input, args.strict)
-    _save_npz(args.output, {**tensors, **_quantization_arrays(infos, tensors)})
-    print(f"{args.output}: {len(tensors)} tensors")
+    quantization = _quantization_arrays(infos, tensors)
+    _save_npz(args.output, {**tensors, **quantization})
+    quantized = sum(name.endswith(":zero_point") for name in quantization)
+    print(f"{args.output}: {len(tensors)} tensors" + (f", {quantized} of them quantized (with NAME:zero_point, "
+                                                      "NAME:scale, NAME:axis)" if quantized else ""))
     return 0
 
 

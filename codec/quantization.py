@@ -84,7 +84,9 @@ def read_entry(entry: object, where: str, dtype: str, shape: Sequence[int]) -> Q
         raise QuantizationError(where, "dtype", dtype, "a tensor of " + ", ".join(QUANTIZED_DTYPES))
     axis = entry["axis"]
     if axis is not None and (type(axis) is not int or not 0 <= axis < len(shape)):
-        raise QuantizationError(where, "axis", axis, f"null or an axis of the tensor, 0..{len(shape) - 1}")
+        allowed = (f"an axis of the tensor, 0..{len(shape) - 1}, or null (per tensor)" if shape
+                   else "null: a scalar has no axis")
+        raise QuantizationError(where, "axis", axis, allowed)
     counts = (1,) if axis is None or shape[axis] == 1 else (1, shape[axis])
     low, high = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
     zero_point = entry["zero_point"]

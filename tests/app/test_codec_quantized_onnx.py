@@ -194,7 +194,7 @@ ONNX_ERRORS = {
     "negative scale": (lambda path: _qdq_conv(path, W_INT8, np.float32(-0.5), np.int8(0)),
                        "scale[0] of 'w' = -0.5: a finite positive number that float32 holds exactly"),
     "axis outside the weight": (lambda path: _qdq_conv(path, W_INT8, SCALES, np.zeros(8, np.int8), axis=7),
-                                "axis of 'w' = 7: null or an axis of the tensor, 0..3"),
+                                "axis of 'w' = 7: an axis of the tensor, 0..3, or null"),
     "2-D scale": (lambda path: _qdq_conv(path, W_INT8, SCALES.reshape(8, 1), np.int8(0), axis=0),
                   "input 1 'w_scale' shape = [8, 1]: a scalar or 1-D scale"),
     "blocked quantization": (_block_size, "DequantizeLinear 'dq_w' block_size = 3: 0: blocked quantization"),
