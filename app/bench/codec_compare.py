@@ -26,13 +26,13 @@ MAX_BINS_PER_WEIGHT = 64        # a bound on the trace of an int8 layer (about 9
 
 def model_kernels(name: str) -> dict[str, np.ndarray]:
     """The float Conv/Gemm/MatMul kernels (two or more dimensions) of a model."""
-    from aipu.app.cli_codec import load_onnx
+    from aipu.app.codec_inputs import load_onnx
     if name == "demo":
         from aipu.app.models.train_digits import MODEL_PATH as path
     else:
         from aipu.app.models.real import default_cache, fetch
         path = fetch(name, default_cache())
-    tensors, _ = load_onnx(path)
+    tensors = load_onnx(path).tensors
     return {key: array for key, array in tensors.items() if array.ndim >= 2 and array.dtype.kind == "f"}
 
 
