@@ -19,6 +19,7 @@ The default suite runs a derandomized quick subset; ``-m slow`` runs the long ra
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import hashlib
@@ -556,7 +557,9 @@ CRAFTED_CONTAINERS = {
     "deflate and more": (lambda: _raw_index(_deflated(b'{"layers":[]}') + b"x"), "does not end where"),
     "truncated deflate": (lambda: _raw_index(_deflated(b'{"layers":[]}')[:-2]), "does not end where"),
     "deflate bomb": (lambda: _raw_index(_deflated(b" " * (MAX_INDEX_BYTES + 1))), "inflates to more than"),
-    "NaN scale": (lambda: _quantization(scale=[float("nan")] * 4), "quantization.scale[0] = nan"),
+    "NaN scale": (lambda: _quantization(scale=base64.b64encode(np.full(4, np.nan, "<f4").tobytes()).decode()),
+                  "quantization.scale[0] = nan"),
+    "scale list": (lambda: _quantization(scale=[0.5] * 4), "expected base64 of little-endian float32"),
     "zero point wraps": (lambda: _quantization(zero_point=[255] * 4), "zero point is outside the range of uint8"),
 }
 

@@ -1,6 +1,7 @@
 """Pre-quantized integer tensors: coded as q - zero_point, decoded bit-exactly with their scale and zero point."""
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -103,11 +104,20 @@ def _with_quantization(entry) -> bytes:
     return pack_container(json.dumps(index).encode(), data[HEADER.size + length:])
 
 
+def _float32_text(*values: float) -> str:
+    """Scales as an index entry stores them: base64 of their little-endian float32 bytes."""
+    return base64.b64encode(np.array(values, "<f4").tobytes()).decode()
+
+
 @pytest.mark.parametrize("entry,words", [
     ({"scale": None, "zero_point": [128]}, "exactly the keys scale, zero_point, axis"),
     ({"scale": None, "zero_point": [True], "axis": None}, "quantization.zero_point[0] = True"),
-    ({"scale": [1e39], "zero_point": [128], "axis": None}, "scale[0] = 1e+39, expected a finite positive"),
-    ({"scale": [10 ** 400], "zero_point": [128], "axis": None}, "that float32 holds exactly"),
+    ({"scale": _float32_text(np.inf), "zero_point": [128], "axis": None}, "scale[0] = inf, expected a finite positive"),
+    ({"scale": _float32_text(0.5, 0.0), "zero_point": [128], "axis": None}, "scale = [0.5, 0.0], expected a list "
+                                                                          "of 1 value"),
+    ({"scale": [0.5], "zero_point": [128], "axis": None}, "quantization.scale = [0.5], expected base64"),
+    ({"scale": "AACAPw", "zero_point": [128], "axis": None}, "quantization.scale = 'AACAPw', expected base64"),
+    ({"scale": "AAAA#w==", "zero_point": [128], "axis": None}, "expected base64"),
     ({"scale": None, "zero_point": [128], "axis": True}, "quantization.axis = True"),
     ({"scale": None, "zero_point": [128] * 6, "axis": 1}, None),        # a valid per-axis entry
     ({"scale": None, "zero_point": [255], "axis": None}, "outside the range of uint8"),   # 72 + 255
