@@ -1,15 +1,22 @@
 """Encoder decisions: split, tree type, start depth, codebook, escape mode and z reordering by actual cost.
 
-The syntax (codec.reference.sublayer_coder) asks a planner for every free decision in coding order.
-``TrialPlanner`` answers by trial encodes: it codes each candidate into a bit-counting fork of the arithmetic
-encoder (same contexts, same interval), keeps the cheapest and remembers the decision, so the real pass
-replays it.
+The syntax (codec.reference.sublayer_coder) asks a planner for every free decision in coding order. Both
+planners decide by trial encodes: a candidate is coded into a bit-counting fork of the arithmetic encoder (same
+contexts, same interval) and the cheapest is kept.
+
+* ``SublayerPlanner`` (``search="sublayer"``, the default) chooses one mode for a whole sublayer by coding a
+  sample of it (blocks spread over it, ``_sample``) with each candidate; the sublayer is then coded in one pass.
+  On real CNN weights a mode per CU saves next to nothing over the best mode per sublayer, and this search finds
+  that mode at a fraction of the per-CU search's cost (docs/codec.md §7).
+* ``TrialPlanner`` (``search="cu"``) tries the candidates on every CU and remembers the decision, so the real pass
+  replays it; it reaches every syntax path (a tree per CU, splits), which the tests use.
+
 Candidates can be restricted (``EncoderOptions``) to force one mode, which the tests use to reach every
 syntax path and the benchmark uses for the "best single fixed mode" comparison.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -19,7 +26,8 @@ from .reference.engine import AecEncoder
 from .reference.geometry import CtuGeometry, tree_shapes
 from .reference.headers import StreamHeader, Sublayer
 from .reference.nnc import code_nnc
-from .reference.sublayer_coder import MAX_CBOOK_SIZE, TREE_MODE_BITS, CtuChoice, LeafChoice, SublayerCoder
+from .reference.sublayer_coder import (MAX_CBOOK_SIZE, TREE_MODE_BITS, CtuChoice, LeafChoice, SublayerCoder,
+                                       code_weight_sublayer)
 from .reference.tree_coder import TREES
 
 CODEBOOK_CHOICES = ("off", "on", "auto")
@@ -27,6 +35,10 @@ START_DEPTH_CHOICES = ("leaf", "root", "auto")
 SPLIT_CHOICES = ("never", "always", "auto")
 ZDEP_CHOICES = ("off", "on", "auto")
 ESCAPE_CHOICES = ("off", "on", "auto")
+SEARCH_CHOICES = ("sublayer", "cu")
+SAMPLE_EXTENT = 32      # the sublayer search's sample: blocks of 32 channels x 32 kernels, every z plane, ...
+SAMPLE_FRACTION = 16    # ... about one block in 16 ...
+SAMPLE_BLOCKS = 8       # ... and at most 8 of them
 
 
 @dataclass(frozen=True)
@@ -39,12 +51,13 @@ class EncoderOptions:
     start_depth: str = "auto"       # leaf: code only leaves; root: code the whole tree
     split: str = "auto"             # CU quadtree split
     zdep: str = "auto"              # on: reorder RS planes by energy (plane 0 stays first)
-    max_split_trials: int = 1       # CU depths (from the CTU) at which a split is evaluated by trial
+    max_split_trials: int = 1       # cu search: CU depths (from the CTU) at which a split is evaluated by trial
+    search: str = "sublayer"        # sublayer: one mode per sublayer, tried on a sample; cu: tried on every CU
 
     def __post_init__(self) -> None:
         for name, allowed in (("codebook", CODEBOOK_CHOICES), ("start_depth", START_DEPTH_CHOICES),
                               ("split", SPLIT_CHOICES), ("zdep", ZDEP_CHOICES),
-                              ("escape_reorder", ESCAPE_CHOICES)):
+                              ("escape_reorder", ESCAPE_CHOICES), ("search", SEARCH_CHOICES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not self.trees or any(tree not in TREES for tree in self.trees):
@@ -221,6 +234,91 @@ class TrialPlanner:
         return shapes, books
 
 
+@dataclass
+class SublayerPlanner:
+    """The Planner of the sublayer search (see module docstring): at a sublayer's first CTU it chooses the
+    sublayer's fixed options by trial encodes of a sample, then a ``TrialPlanner`` of those options (one candidate
+    each, so no further trial) answers every decision of the sublayer."""
+
+    options: EncoderOptions = field(default_factory=EncoderOptions)
+    _sub: Sublayer | None = None
+    _fixed: TrialPlanner | None = None
+
+    def ctu_header(self, coder: SublayerCoder, ctu: CtuGeometry) -> CtuChoice:
+        if coder.sub is not self._sub:
+            self._sub, self._fixed = coder.sub, TrialPlanner(self.choose(coder))
+        return self._fixed.ctu_header(coder, ctu)
+
+    def split(self, coder: SublayerCoder, depth: int, y_idx: int, x_idx: int) -> bool:
+        return self._fixed.split(coder, depth, y_idx, x_idx)
+
+    def leaf(self, coder: SublayerCoder, depth: int, y_idx: int, x_idx: int) -> LeafChoice:
+        return self._fixed.leaf(coder, depth, y_idx, x_idx)
+
+    def choose(self, coder: SublayerCoder) -> EncoderOptions:
+        """The sublayer's options, staged as the CU search on the sample's first block: every tree x start depth
+        with the first option of the rest, then on the best of them a codebook, plane reordering and CU splits,
+        each kept if it codes the block in fewer bits. The two best trees, with those changes, then race on the
+        whole sample."""
+        options = self.options
+        first = replace(options, split="always" if options.split == "always" else "never",
+                        codebook="on" if options.codebook == "on" else "off",
+                        zdep="on" if options.zdep == "on" else "off",
+                        escape_reorder="on" if options.escape_reorder == "on" else "off")
+        starts = ("leaf", "root") if options.start_depth == "auto" else (options.start_depth,)
+        stage_a = [replace(first, trees=(tree,), start_depth=start) for tree in options.trees for start in starts]
+        stage_b = []
+        if options.codebook == "auto":
+            reorders = ("off", "on") if options.escape_reorder == "auto" else (options.escape_reorder,)
+            stage_b += [{"codebook": "on", "escape_reorder": reorder} for reorder in reorders]
+        if options.zdep == "auto" and coder.header.enable_zdep_reorder and coder.sub.zdepth > 2:
+            stage_b.append({"zdep": "on"})
+        if options.split == "auto":
+            stage_b.append({"split": "always"})
+        if len(stage_a) == 1 and not stage_b:
+            return first
+
+        sample = _sample(coder.sub)
+        block = replace(sample, shape=(*sample.shape[:2], min(sample.shape[2], SAMPLE_EXTENT), sample.shape[3]),
+                        levels=sample.levels[:, :SAMPLE_EXTENT])
+
+        def cost(candidate: EncoderOptions, sublayer: Sublayer) -> float:
+            fork = coder.io.fork()
+            code_weight_sublayer(fork, coder.header, sublayer, TrialPlanner(candidate), coder.limits)
+            return fork.cost_bits
+
+        ranked = sorted(zip((cost(candidate, block) for candidate in stage_a), range(len(stage_a))))
+        best_cost, best = ranked[0][0], stage_a[ranked[0][1]]
+        changes: dict = {}
+        for change in stage_b:
+            candidate = replace(best, **change)
+            candidate_cost = cost(candidate, block)
+            if candidate_cost < best_cost:
+                best, best_cost, changes = candidate, candidate_cost, {**changes, **change}
+        if len(ranked) == 1 or sample.levels.shape[1] == block.levels.shape[1]:
+            return best
+        finalists = [best, replace(stage_a[ranked[1][1]], **changes)]
+        return min(finalists, key=lambda candidate: cost(candidate, sample))
+
+
+def _sample(sub: Sublayer) -> Sublayer:
+    """The sublayer search's sample of ``sub``: up to SAMPLE_BLOCKS blocks of SAMPLE_EXTENT channels x kernels
+    (every z plane), about one in SAMPLE_FRACTION of the sublayer's blocks, evenly spaced in raster order and stacked
+    along the channel axis; each block keeps the neighbourhoods the trees code. A block of the last row or column is
+    moved back inside the sublayer, so that all are whole."""
+    _, channels, kernels = sub.levels.shape
+    rows, cols = -(-channels // SAMPLE_EXTENT), -(-kernels // SAMPLE_EXTENT)
+    count = min(SAMPLE_BLOCKS, max(1, rows * cols // SAMPLE_FRACTION))
+    height, width = min(channels, SAMPLE_EXTENT), min(kernels, SAMPLE_EXTENT)
+    blocks = []
+    for index in np.linspace(0, rows * cols - 1, count).round().astype(int):
+        y, x = divmod(int(index), cols)
+        y0, x0 = min(y * SAMPLE_EXTENT, channels - height), min(x * SAMPLE_EXTENT, kernels - width)
+        blocks.append(sub.levels[:, y0:y0 + height, x0:x0 + width])
+    levels = np.concatenate(blocks, axis=1)
+    return replace(sub, shape=(*sub.shape[:2], *levels.shape[1:]), levels=levels)
+
+
 # One fixed mode without trial encodes (CLI --fast): 10-30x faster than the search, 0.3-2 % larger.
 FAST_OPTIONS = EncoderOptions(trees=("octree",), codebook="off", start_depth="root", split="never", zdep="off")
 
@@ -234,13 +332,14 @@ class EncodedStream:
 
 def encode_stream(header: StreamHeader, layers: list[list[Sublayer]], options: EncoderOptions | None = None,
                   reference: bool = False) -> EncodedStream:
-    """One nnc() bitstream for ``layers`` (sublayers with integer levels), modes chosen by trial.
+    """One nnc() bitstream for ``layers`` (sublayers with integer levels), modes chosen by trial (``options.search``).
 
     The trees are coded by the compiled path (codec.compiled) unless ``reference`` asks for the pure-Python
     encoder (codec.reference); both write the same bytes.
     """
     writer = ElementWriter(AecEncoder()) if reference else FastElementWriter()
-    planner = TrialPlanner(options or EncoderOptions())
+    options = options or EncoderOptions()
+    planner = SublayerPlanner(options) if options.search == "sublayer" else TrialPlanner(options)
     _, _, stats = code_nnc(writer, header, layers, planner)
     bins = writer.engine.bins_encoded
     return EncodedStream(writer.engine.finish(), bins, stats)

@@ -162,6 +162,7 @@ def run(compare: str | None = None) -> dict:
     fixed = fixed_mode_bits(tensors)
     best_fixed = min(fixed, key=fixed.get)
     _, fast_seconds, _ = _stream_bits(tensors, FAST_OPTIONS)
+    per_cu_bits, per_cu_seconds, _ = _stream_bits(tensors, EncoderOptions(search="cu"))
     return {
         "weights": "synthetic trained-like: Laplacian, per-channel gamma scales, pruned channels; 6-bit uniform",
         "weight_count": int(weights),
@@ -173,6 +174,8 @@ def run(compare: str | None = None) -> dict:
         "fixed_modes_bits_per_weight": {name: bits / weights for name, bits in sorted(fixed.items())},
         "encode_mweights_per_s": weights / encode_seconds / 1e6,
         "encode_fixed_mode_mweights_per_s": weights / fast_seconds / 1e6,
+        "per_cu_search": {"bits_per_weight": per_cu_bits / weights,
+                          "encode_mweights_per_s": weights / per_cu_seconds / 1e6},
         "decode_mweights_per_s": weights / decode_seconds / 1e6,
         "decode_reference_mweights_per_s": weights / reference_seconds / 1e6,
         "coder": "numba sublayer decoder over the numba trees (codec.compiled); reference: codec.reference",

@@ -96,9 +96,11 @@ def best_decode_seconds(data: bytes, threads: int | None) -> tuple[float, dict[s
 
 
 def aipu_figures(tensors: dict[str, np.ndarray]) -> dict:
-    """Container bytes, encode seconds (full mode search; in one process and in a process per core) and best
-    decode seconds (on one thread and on a thread per core) of this codec: its layers are independent streams."""
+    """Container bytes, encode seconds (the default mode search, one mode a sublayer: in one process and in a
+    process per core; the per-CU search in one process) and best decode seconds (on one thread and on a thread per
+    core) of this codec: its layers are independent streams."""
     from aipu.codec.api import CodecOptions, encode_with_info, read_index
+    from aipu.codec.encoder import EncoderOptions
 
     started = time.perf_counter()
     data, infos = encode_with_info(tensors, CodecOptions(progress=False))
@@ -106,6 +108,9 @@ def aipu_figures(tensors: dict[str, np.ndarray]) -> dict:
     started = time.perf_counter()
     encode_with_info(tensors, CodecOptions(progress=False), workers=0)
     encode_parallel_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    per_cu, _ = encode_with_info(tensors, CodecOptions(progress=False, encoder=EncoderOptions(search="cu")))
+    per_cu_seconds = time.perf_counter() - started
     one_thread, decoded = best_decode_seconds(data, 1)
     if any(not np.array_equal(decoded[name], levels) for name, levels in tensors.items()):
         raise RuntimeError("the codec did not decode the int8 levels losslessly")
@@ -115,6 +120,7 @@ def aipu_figures(tensors: dict[str, np.ndarray]) -> dict:
     return {"bytes": len(data), "stream_bytes": sum(info.length for info in infos),
             "adaptive_bits": bounds[0], "static_bits": bounds[1],
             "encode_seconds": encode_seconds, "encode_parallel_seconds": encode_parallel_seconds,
+            "per_cu_bytes": len(per_cu), "per_cu_seconds": per_cu_seconds,
             "decode_seconds": one_thread,
             "decode_threaded_seconds": best_decode_seconds(data, None)[0]}
 
@@ -138,6 +144,8 @@ def compare(tensors: dict[str, np.ndarray]) -> dict:
                  "same_bins_static_floor_bits_per_weight": ours["static_bits"] / weights,
                  "encode_mweights_per_s": mega / ours["encode_seconds"],
                  "encode_parallel_mweights_per_s": mega / ours["encode_parallel_seconds"],
+                 "per_cu_search": {"bits_per_weight": 8 * ours["per_cu_bytes"] / weights,
+                                   "encode_mweights_per_s": mega / ours["per_cu_seconds"]},
                  "decode_mweights_per_s": mega / ours["decode_seconds"],
                  "decode_threaded_mweights_per_s": mega / ours["decode_threaded_seconds"]},
         "nncodec": {"bits_per_weight": 8 * nnc["bytes"] / weights,

@@ -19,7 +19,7 @@ from .aec_encoder import (FastEncoder, encode_decision, encode_escapes, encode_f
                           new_encoder_state)
 from .contexts import INC_CONST, INC_RULE_CODES, new_contexts
 from .sublayer_decoder import decode_weight_sublayer
-from .tree_coders import encode_tree, tree_truth
+from .tree_coders import encode_tree
 
 NO_BYTES = np.zeros(0, dtype=np.uint8)      # the data of an encoder, the output of a decoder: never touched
 
@@ -126,7 +126,7 @@ class FastElementWriter:
         self._dummy_state[:] = 0
         try:
             encode_tree(self._io(), tree, shapes, start_depth, cbook_size, out_map,
-                        tree_truth(tree, np.ascontiguousarray(truth_map, dtype=np.int64)))
+                        np.ascontiguousarray(truth_map, dtype=np.int64))
         except CodecError as error:
             raise ValueError(f"tree {tree}: a value cannot be coded ({error.reason})") from None
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..reference.binarization import MAX_EG_VALUE
-from ..reference.tree_coder import leaf_group_uniform, pool_levels
 from .aec_decoder import ERR_VALUE_TOO_LARGE, S_ERROR, decode_decision, decode_uegk, raise_on_error, set_error
 from .aec_encoder import encode_decision, encode_uegk
 from .contexts import (ELEMENT_ROWS, ROW_C_MAX, ROW_CTX, ROW_K, ROW_RULE, Element, inc_coef_pair, inc_coef_sign,
@@ -459,32 +458,89 @@ PLACEHOLDER_GROUP = np.zeros((1, 1, 1), dtype=np.int8)
 DECODING_TRUTH = (PLACEHOLDER_FLAT, PLACEHOLDER_FLAT, PLACEHOLDER_MAP, PLACEHOLDER_GROUP)
 
 
-def _flat(levels: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate([level.reshape(-1) for level in levels]).astype(np.int64)
+@njit
+def pool_into(leaves, shapes, offsets, use_max, flat):
+    """``reference.tree_coder.pool_levels`` of ``leaves`` into ``flat``, the tree of ``shapes`` (root first) laid
+    out as the tree coders index it (level l from offsets[l]): each node holds the minimum (or maximum) of its
+    children, a child index 2i and 2i+1 (an odd last index paired with itself) along every axis the level halves;
+    z is kept where the shapes keep it."""
+    last = shapes.shape[0] - 1
+    zdepth, height, width = shapes[last, 0], shapes[last, 1], shapes[last, 2]
+    for z in range(zdepth):
+        for y in range(height):
+            for x in range(width):
+                flat[offsets[last] + (z * height + y) * width + x] = leaves[z, y, x]
+    for level in range(last - 1, -1, -1):
+        cz, ch, cw = shapes[level + 1, 0], shapes[level + 1, 1], shapes[level + 1, 2]
+        pz, ph, pw = shapes[level, 0], shapes[level, 1], shapes[level, 2]
+        child = offsets[level + 1]
+        for z in range(pz):
+            z0 = z if pz == cz else 2 * z
+            z1 = z if pz == cz else min(2 * z + 1, cz - 1)
+            for y in range(ph):
+                y0, y1 = 2 * y, min(2 * y + 1, ch - 1)
+                for x in range(pw):
+                    x0, x1 = 2 * x, min(2 * x + 1, cw - 1)
+                    best = flat[child + (z0 * ch + y0) * cw + x0]
+                    for kz in (z0, z1):
+                        for ky in (y0, y1):
+                            for kx in (x0, x1):
+                                value = flat[child + (kz * ch + ky) * cw + kx]
+                                if (value > best) if use_max else (value < best):
+                                    best = value
+                    flat[offsets[level] + (z * ph + y) * pw + x] = best
 
 
-def tree_truth(tree: str, index_map: np.ndarray) -> tuple:
-    """Encoder truth of a tree over the CU's IndexMap, as in TreeCoder (pooled per level, root first)."""
-    planar = tree == "uni_tagtree"
-    magnitude = np.abs(index_map)
+@njit
+def uniform_leaf_groups_into(magnitude, groups):
+    """``reference.tree_coder.leaf_group_uniform`` into ``groups`` (int8, all ones on entry): per 2x2 leaf group,
+    whether its existing values are equal."""
+    zdepth, height, width = magnitude.shape
+    for z in range(zdepth):
+        for y in range(height):
+            for x in range(width):
+                if magnitude[z, y, x] != magnitude[z, y & ~1, x & ~1]:
+                    groups[z, y >> 1, x >> 1] = 0
+
+
+def pooled_levels(leaves: np.ndarray, shapes: np.ndarray, offsets: np.ndarray, use_max: bool) -> np.ndarray:
+    """``pool_into`` a new flat array (int64 ``leaves``; ``offsets`` of the levels, ``shapes`` root first)."""
+    flat = np.empty(int(offsets[-1] + shapes[-1].prod()), dtype=np.int64)
+    pool_into(leaves, shapes, offsets, use_max, flat)
+    return flat
+
+
+def uniform_leaf_groups(magnitude: np.ndarray) -> np.ndarray:
+    """``uniform_leaf_groups_into`` a new int8 array."""
+    zdepth, height, width = magnitude.shape
+    groups = np.ones((zdepth, (height + 1) >> 1, (width + 1) >> 1), dtype=np.int8)
+    uniform_leaf_groups_into(magnitude, groups)
+    return groups
+
+
+def tree_truth(tree: str, index_map: np.ndarray, shapes: np.ndarray, offsets: np.ndarray) -> tuple:
+    """Encoder truth of a tree over the CU's int64 IndexMap, as in TreeCoder (pooled per level, root first, over
+    the tree's ``shapes`` at ``offsets``)."""
     if tree == "octree":
-        return (_flat(pool_levels((index_map != 0).astype(np.int8), False, np.maximum)), PLACEHOLDER_FLAT,
-                index_map, PLACEHOLDER_GROUP)
-    low = _flat(pool_levels(magnitude, planar, np.minimum))
+        nonzero = (index_map != 0).astype(np.int64)
+        return pooled_levels(nonzero, shapes, offsets, True), PLACEHOLDER_FLAT, index_map, PLACEHOLDER_GROUP
+    magnitude = np.abs(index_map)
+    low = pooled_levels(magnitude, shapes, offsets, False)
     if tree == "tagtree":
         return low, PLACEHOLDER_FLAT, index_map, PLACEHOLDER_GROUP
-    high = _flat(pool_levels(magnitude, planar, np.maximum))
-    group = leaf_group_uniform(magnitude).astype(np.int8) if planar else PLACEHOLDER_GROUP
+    high = pooled_levels(magnitude, shapes, offsets, True)
+    group = uniform_leaf_groups(magnitude) if tree == "uni_tagtree" else PLACEHOLDER_GROUP
     return low, high, index_map, group
 
 
 def encode_tree(io: tuple, tree: str, shapes: list[tuple[int, int, int]], start_depth: int, cbook_size: int,
-                out_map: np.ndarray, truth: tuple) -> None:
-    """Encode one CU tree (the encoder's ``truth``, from ``tree_truth``) with the njit functions; raises
+                out_map: np.ndarray, index_map: np.ndarray) -> None:
+    """Encode one CU tree (its ``index_map``, pooled by ``tree_truth``) with the njit functions; raises
     CodecError if a value cannot be coded. The decoder calls the trees from its sublayer loop."""
     shape_array = np.array(shapes, dtype=np.int64)
     sizes = shape_array.prod(axis=1)
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    truth = tree_truth(tree, index_map, shape_array, offsets)
     total = int(sizes.sum())
     coef = np.zeros(2, dtype=np.int64)
     nzp = np.zeros(2, dtype=np.int64)

@@ -163,3 +163,21 @@ def _external(tensor):
 
 def _odd_type(tensor):
     tensor.data_type = 999
+
+
+@pytest.mark.parametrize("search", ["sublayer", "cu"])
+def test_encode_search_chooses_where_the_modes_are_tried(tmp_path, search):
+    """Both searches decode to the levels; --search sublayer codes every CU of a sublayer in one mode."""
+    from aipu.codec.encoder import SEARCH_CHOICES
+
+    rng = np.random.default_rng(3)
+    levels = np.round(rng.laplace(0, 3, (96, 80)) * (rng.random((96, 80)) < 0.4)).astype(np.int8)
+    levels[:, :40] = 0
+    np.savez(tmp_path / "t.npz", q=levels)
+    assert main(["codec", "encode", str(tmp_path / "t.npz"), "-o", str(tmp_path / "t.nnr"), "--search", search]) == 0
+    assert search in SEARCH_CHOICES
+    decoded, infos = codec.decode_with_info((tmp_path / "t.nnr").read_bytes())
+    np.testing.assert_array_equal(decoded["q"], levels)
+    trees = [tree for tree in ("octree", "unitree", "tagtree", "uni_tagtree") if infos[0].modes.get(tree)]
+    if search == "sublayer":
+        assert len(trees) == 1 and "select_map_mode_3" not in infos[0].modes

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from aipu import codec
 from aipu.codec.api import decode_stream, default_groups
-from aipu.codec.encoder import EncoderOptions, encode_stream
+from aipu.codec.encoder import SEARCH_CHOICES, EncoderOptions, encode_stream
 from aipu.codec.quantize import kmeans_levels, quantize_uniform, reconstruct
 from aipu.codec.reference.elements import NUM_CONTEXTS
 from aipu.codec.reference.headers import StreamHeader
@@ -161,12 +161,14 @@ def test_encoding_is_reproducible():
 @given(shape=st.lists(st.integers(1, 19), min_size=1, max_size=4).filter(lambda s: np.prod(s) <= 3000),
        seed=st.integers(0, 2**32 - 1),
        sparsity=st.floats(0, 1), integer=st.booleans(), tree=st.sampled_from(TREES),
-       codebook=st.sampled_from(["off", "on"]), split=st.sampled_from(["never", "always"]))
-def test_property_random_tensors(shape, seed, sparsity, integer, tree, codebook, split):
+       codebook=st.sampled_from(["off", "on"]), split=st.sampled_from(["never", "always"]),
+       search=st.sampled_from(SEARCH_CHOICES))
+def test_property_random_tensors(shape, seed, sparsity, integer, tree, codebook, split, search):
     rng = np.random.default_rng(seed)
     array = rng.laplace(0, 3, shape) * (rng.random(shape) >= sparsity)
     array = np.round(array).astype(np.int16) if integer else array.astype(np.float32)
-    encoder = EncoderOptions(trees=(tree,), codebook=codebook, split=split, start_depth="auto", zdep="auto")
+    encoder = EncoderOptions(trees=(tree,), codebook=codebook, split=split, start_depth="auto", zdep="auto",
+                             search=search)
     check_round_trip({"t": array}, codec.CodecOptions(bitdepth=4, max_ctu_size=16, encoder=encoder))
 
 

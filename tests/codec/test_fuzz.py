@@ -130,7 +130,7 @@ def valid_stream() -> bytes:
     levels = np.round(rng.laplace(0, 4, (9, 12, 10))).astype(np.int64)
     subs = [Sublayer(dim=4, shape=(3, 3, 12, 10), levels=levels, include_bias_array1d=1),
             Sublayer(dim=1, shape=(1, 1, 1, 10), cmaxw=1, levels=rng.integers(-9, 9, 10))]
-    options = EncoderOptions(trees=("octree", "uni_tagtree"), split="auto", codebook="auto")
+    options = EncoderOptions(trees=("octree", "uni_tagtree"), split="auto", codebook="auto", search="cu")
     return encode_stream(StreamHeader(integer_input=1, array1d_depth=5), [subs], options).data
 
 

@@ -103,7 +103,7 @@ def test_automatic_modes_many_ctus_and_scan_orders():
     for max_ctu3d_idx, scan_order, adapt in ((3, 0, 0), (3, SCAN_KC, 0), (1, 0, 1), (0, SCAN_KC, 1)):
         header = StreamHeader(integer_input=1, max_ctu3d_idx=max_ctu3d_idx, enable_max_ctu3d_size=adapt)
         subs = [Sublayer(dim=4, shape=(2, 2, 30, 27), levels=levels, scan_order=scan_order)]
-        encoded = encode_stream(header, [subs], EncoderOptions(max_split_trials=2))
+        encoded = encode_stream(header, [subs], EncoderOptions(max_split_trials=2, search="cu"))
         _, layers, stats, _ = decode_both(encoded.data)
         np.testing.assert_array_equal(layers[0][0].levels, levels)
         assert stats == encoded.stats
@@ -117,7 +117,7 @@ def test_shape_classes_and_edge_sizes(shape):
     levels = np.round(rng.laplace(0, 2, (shape[0] * shape[1], shape[2], shape[3]))).astype(np.int64)
     dim = 4 if shape[0] * shape[1] > 1 else 2
     for tree in TREES:
-        options = EncoderOptions(trees=(tree,), start_depth="auto", split="auto")
+        options = EncoderOptions(trees=(tree,), start_depth="auto", split="auto", search="cu")
         encoded = stream(levels, options, shape=shape, dim=dim)
         _, layers, _, _ = decode_both(encoded.data)
         np.testing.assert_array_equal(layers[0][0].levels, levels)
@@ -131,7 +131,7 @@ def test_container_layers_of_every_kind_decode_alike():
                "c1d": rng.integers(-9, 9, (4, 3, 5)).astype(np.int8),
                "fc": rng.laplace(0, 0.1, (12, 33)).astype(np.float32),
                "vector": rng.integers(-100, 100, 17).astype(np.int32), "scalar": np.float32(2.5)}
-    data = codec.encode(tensors, codec.CodecOptions(bitdepth=5, encoder=EncoderOptions(max_split_trials=2)))
+    data = codec.encode(tensors, codec.CodecOptions(bitdepth=5, encoder=EncoderOptions(max_split_trials=2, search="cu")))
     infos, payload = codec.read_index(data)
     for info in infos:
         decode_both(data[payload + info.offset: payload + info.offset + info.length])
@@ -172,7 +172,7 @@ def rich_streams() -> tuple[bytes, ...]:
         header = StreamHeader(integer_input=1, max_ctu3d_idx=3, array1d_depth=9)
         subs = [Sublayer(dim=4, shape=(3, 2, 24, 16), levels=levels, include_bias_array1d=1),
                 Sublayer(dim=1, shape=(1, 1, 1, 16), cmaxw=1, levels=rng.integers(-50, 50, 16))]
-        options = EncoderOptions(trees=(tree,), codebook=codebook, zdep="on", split="always", max_split_trials=1)
+        options = EncoderOptions(trees=(tree,), codebook=codebook, zdep="on", split="always", search="cu")
         streams.append(encode_stream(header, [subs], options).data)
     return tuple(streams)
 
@@ -243,7 +243,7 @@ def test_long_random_streams_and_flips(seed, flips, shape):
     levels *= rng.random(levels.shape) < rng.uniform(0.2, 1)
     header = StreamHeader(integer_input=1, max_ctu3d_idx=int(rng.integers(0, 4)))
     subs = [Sublayer(dim=4, shape=shape, levels=levels.astype(np.int64))]
-    data = encode_stream(header, [subs], EncoderOptions(max_split_trials=2)).data
+    data = encode_stream(header, [subs], EncoderOptions(max_split_trials=2, search="cu")).data
     decoded = decode_both(data)
     np.testing.assert_array_equal(decoded[1][0][0].levels, levels)
     flipped = bytearray(data)
