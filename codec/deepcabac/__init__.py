@@ -9,3 +9,7 @@ is that NNC variant in numba, held to the reference bit for bit by the tests.
 This package codes one layer's levels; it has no container, no CLI and no float quantisation.
 """
 from __future__ import annotations
+
+from .reference.layer_coder import DeepCabacOptions, decode_layer, encode_layer
+
+__all__ = ["DeepCabacOptions", "decode_layer", "encode_layer"]
