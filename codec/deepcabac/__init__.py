@@ -11,5 +11,6 @@ This package codes one layer's levels; it has no container, no CLI and no float 
 from __future__ import annotations
 
 from .reference.layer_coder import DeepCabacOptions, decode_layer, encode_layer
+from .reference.nnc import decode_nnc_layer, encode_nnc_layer
 
-__all__ = ["DeepCabacOptions", "decode_layer", "encode_layer"]
+__all__ = ["DeepCabacOptions", "decode_layer", "decode_nnc_layer", "encode_layer", "encode_nnc_layer"]
