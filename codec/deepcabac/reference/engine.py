@@ -34,6 +34,9 @@ class ArithmeticDecoder:
         self._position = bit_offset
         self._range = FIRST_RANGE
         self._offset = self._read_bits(RANGE_BITS)
+        if self._offset >= FIRST_RANGE:         # the offset stays below the range for every stream an encoder writes
+            raise CodecError(f"the stream starts with {self._offset}, at least the first range {FIRST_RANGE}",
+                             bit_position=bit_offset)
 
     @property
     def bit_position(self) -> int:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from aipu.codec.deepcabac.reference.engine import ArithmeticDecoder, ArithmeticEncoder
 from aipu.codec.deepcabac.reference.estimators import (DualRateEstimator, HevcEstimator, NncEstimator,
                                                        estimator_factory)
-from aipu.codec.deepcabac.reference.tables import NNC_ADAPTATION_CURVE, NNC_PARAMETER_SETS
+from aipu.codec.deepcabac.reference.tables import NNC_PARAMETER_SETS
 from aipu.codec.errors import CodecError
 
 QUICK = settings(max_examples=60, derandomize=True, deadline=None, database=None)
@@ -49,28 +49,34 @@ def test_skewed_bins_cost_far_less_than_a_bit():
         assert len(_encode(symbols, estimator_factory(name))) < 4000 / 8 / 20
 
 
-@pytest.mark.parametrize("parameter_set", range(len(NNC_PARAMETER_SETS)))
-def test_nnc_states_stay_inside_their_tables(parameter_set):
-    """Every state reachable from the initial one indexes the curve and the LPS table inside their bounds, and
-    S0 fits NNCodec's int8 (no wrap-around for the reference to miss)."""
+def _reachable(parameter_set: int, part: int) -> set[int]:
+    """Every value of S0 (part 0) or of the slow part S1 (part 1) reachable from the initial state: each part
+    moves by its own value only, so the two are explored one at a time."""
     start = NncEstimator(parameter_set)
-    seen, frontier = set(), [(start.s0, start.total)]
+    seen, frontier = set(), [(start.s0, start.total - 16 * start.s0)[part]]
     while frontier:
-        state = frontier.pop()
-        if state in seen:
+        value = frontier.pop()
+        if value in seen:
             continue
-        seen.add(state)
+        seen.add(value)
         for bin_value in (0, 1):
             estimator = NncEstimator(parameter_set)
-            estimator.s0, estimator.total = state
-            slow = estimator.total - 16 * estimator.s0
+            s0, slow = (value, start.total - 16 * start.s0) if part == 0 else (start.s0, value)
+            estimator.s0, estimator.total = s0, slow + 16 * s0
             toward = 1 if bin_value else -1
-            assert 0 <= 16 + ((toward * estimator.s0) >> 3) < len(NNC_ADAPTATION_CURVE)
-            assert 0 <= 16 + ((toward * slow) >> 7) < len(NNC_ADAPTATION_CURVE)
+            assert 0 <= 16 + ((toward * (value if part == 0 else slow)) >> (3 if part == 0 else 7)) < 32
             estimator.update(bin_value)
-            assert -128 <= estimator.s0 <= 127 and abs(estimator.total >> 7) <= 31
-            frontier.append((estimator.s0, estimator.total))
-    assert len(seen) > 1000
+            frontier.append((estimator.s0, estimator.total - 16 * estimator.s0)[part])
+    return seen
+
+
+@pytest.mark.parametrize("parameter_set", range(len(NNC_PARAMETER_SETS)))
+def test_nnc_states_stay_inside_their_tables(parameter_set):
+    """Every reachable state indexes the curve and the LPS table inside their bounds, and S0 fits NNCodec's
+    int8 (no wrap-around for the reference to miss)."""
+    fast, slow = _reachable(parameter_set, 0), _reachable(parameter_set, 1)
+    assert -128 <= min(fast) and max(fast) <= 127 and len(slow) > 100    # set 7's S0 never leaves 0
+    assert max(abs((s + 16 * f) >> 7) for s in (min(slow), max(slow)) for f in (min(fast), max(fast))) <= 31
 
 
 def test_hevc_state_machine_moves_as_h265_says():
@@ -125,3 +131,11 @@ def test_decoder_errors_say_where():
         decoder.decode(context)
     with pytest.raises(CodecError, match="not zero"):
         decoder.finish()
+
+
+def test_a_first_offset_no_encoder_writes_is_refused():
+    """9 bits of 510 or 511 would put the offset outside the range, where no decision is defined."""
+    with pytest.raises(CodecError, match="starts with 511") as caught:
+        ArithmeticDecoder(b"\xff\x80", bit_offset=0)
+    assert caught.value.bit_position == 0
+    ArithmeticDecoder(b"\xfe\xff")          # 509

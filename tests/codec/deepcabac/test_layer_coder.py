@@ -118,7 +118,7 @@ def test_decoder_errors_name_the_weight_and_element():
 
 
 def test_reader_names_the_element_of_a_truncated_bin():
-    reader = BinReader(b"\xff\xff", ContextStore(lambda key: HevcEstimator()))
+    reader = BinReader(b"\x7f\xff", ContextStore(lambda key: HevcEstimator()))
     with pytest.raises(CodecError) as caught:
         for _ in range(100):
             reader.decision(("sig_flag", 0))
