@@ -1,0 +1,359 @@
+"""numba kernels of the NNC payload: the same arithmetic, bins and contexts as ``reference.engine``,
+``reference.binarization`` and ``reference.nnc``, over arrays.
+
+Contexts are numbered in NNC's signalling order (``reference.nnc.signalled_contexts``): 3 sig_flag, 3
+sign_flag, 2N abs_level_greater_x below the split (2j + negative), 31 above it, then the parameter flag's.
+Each context is three int32 numbers: S0, the sum (S0plusS1) and the parameter set.
+
+``state`` (int64[STATE_SIZE]) holds the coder's registers and the outcome: numba cannot raise a CodecError,
+so a kernel stops at the first error, records its code (``ERR_*``), bit position, element (``ELEMENT_*``),
+weight index and a detail number, and returns; ``nnc_coder`` raises it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ...compiled.jit_cache import SourceKeyedJit
+from ..reference.binarization import LEVEL_LIMIT
+from ..reference.engine import FIRST_RANGE, HALF, RANGE_BITS, TERMINATION_WIDTH
+from ..reference.nnc import CONTEXTS_ABOVE, PARAMETER_BITS, PARAMETER_PENALTY, lps_bits
+from ..reference.tables import NNC_ADAPTATION_CURVE, NNC_LPS_RANGE, NNC_PARAMETER_SETS
+
+# The decorator of every kernel: numba's cache, keyed by the package's sources (codec.compiled.jit_cache), in
+# codec/deepcabac/__pycache__. No kernel allocates, so none needs numba's reference counting.
+jit = SourceKeyedJit(Path(__file__).resolve().parent.parent, ("compiled/*.py", "reference/*.py"), _nrt=False)
+
+LPS_RANGE = np.array(NNC_LPS_RANGE, np.int32)
+CURVE = np.array(NNC_ADAPTATION_CURVE, np.int32)
+PARAMETER_SETS = np.array(NNC_PARAMETER_SETS, np.int32)
+COST = np.array(lps_bits(), np.float64)          # [level, is_lps]
+SETS = len(NNC_PARAMETER_SETS)
+
+# state[] layout: coder registers, then the outcome
+S_RANGE, S_VALUE, S_POSITION, S_END, S_OUTSTANDING, S_FIRST_BIT = 0, 1, 2, 3, 4, 5
+S_ERROR, S_ERROR_POSITION, S_ELEMENT, S_WEIGHT, S_DETAIL = 6, 7, 8, 9, 10
+STATE_SIZE = 11
+ERR_NONE, ERR_PAST_END, ERR_LEVEL_FLAG, ERR_LEVEL_VALUE, ERR_TERMINATING, ERR_STOP_BIT = 0, 1, 2, 3, 4, 5
+ERR_PADDING, ERR_OUTPUT_FULL, ERR_FIRST_BITS = 6, 7, 8
+ELEMENT_NONE, ELEMENT_SIG, ELEMENT_SIGN, ELEMENT_GREATER, ELEMENT_BYPASS, ELEMENT_PARAMETER = -1, 0, 1, 2, 3, 4
+ELEMENT_REMAINDER = 5
+
+
+def context_count(unary_length: int) -> int:
+    return 6 + 2 * unary_length + CONTEXTS_ABOVE + 1
+
+
+# --------------------------------------------------------------------------------------------- contexts
+@jit(inline="always")
+def init_context(contexts, c, parameter_set):
+    contexts[c, 0] = PARAMETER_SETS[parameter_set, 3]
+    contexts[c, 1] = PARAMETER_SETS[parameter_set, 2]
+    contexts[c, 2] = parameter_set
+
+
+@jit(inline="always")
+def update_estimator(s0, total, parameter_set, bin_value):
+    """(S0, sum) after ``bin_value``: reference.estimators.NncEstimator.update."""
+    toward = 1 if bin_value else -1
+    slow = total - 16 * s0
+    s0 += toward * (CURVE[16 + ((toward * s0) >> 3)] >> (PARAMETER_SETS[parameter_set, 0] + 4))
+    slow += toward * (CURVE[16 + ((toward * slow) >> 7)] >> PARAMETER_SETS[parameter_set, 1])
+    return s0, slow + 16 * s0
+
+
+@jit(inline="always")
+def greater_context(unary_length, j, negative):
+    return 6 + 2 * j + negative if j < unary_length else 6 + unary_length + j
+
+
+# --------------------------------------------------------------------------------------------- decoder
+@jit(inline="always")
+def fail(state, error, position, element, detail):
+    if state[S_ERROR] == ERR_NONE:
+        state[S_ERROR], state[S_ERROR_POSITION], state[S_ELEMENT], state[S_DETAIL] = error, position, element, detail
+
+
+@jit(inline="always")
+def read_bits(state, data, count, element):
+    """``count`` bits MSB first; past the end: an error at the end and 0."""
+    position = state[S_POSITION]
+    if position + count > state[S_END]:
+        fail(state, ERR_PAST_END, state[S_END], element, 0)
+        state[S_POSITION] = state[S_END]
+        return 0
+    value = 0
+    for _ in range(count):
+        value = (value << 1) | ((data[position >> 3] >> (7 - (position & 7))) & 1)
+        position += 1
+    state[S_POSITION] = position
+    return value
+
+
+@jit(inline="always")
+def decode_bin(state, data, contexts, c, element):
+    s0, total, parameter_set = contexts[c, 0], contexts[c, 1], contexts[c, 2]
+    coder_range = state[S_RANGE]
+    lps_range = LPS_RANGE[(coder_range >> 5) & 7, abs(total >> 7)]
+    mps_range = coder_range - lps_range
+    mps = 1 if total >= 0 else 0
+    if state[S_VALUE] < mps_range:
+        bin_value, coder_range = mps, mps_range
+    else:
+        bin_value, coder_range = 1 - mps, lps_range
+        state[S_VALUE] -= mps_range
+    contexts[c, 0], contexts[c, 1] = update_estimator(s0, total, parameter_set, bin_value)
+    shifts = 0
+    while coder_range < HALF:
+        coder_range <<= 1
+        shifts += 1
+    state[S_RANGE] = coder_range
+    if shifts:
+        state[S_VALUE] = (state[S_VALUE] << shifts) | read_bits(state, data, shifts, element)
+    return bin_value
+
+
+@jit(inline="always")
+def decode_bypass(state, data, count, element):
+    value = 0
+    for _ in range(count):
+        offset = (state[S_VALUE] << 1) | read_bits(state, data, 1, element)
+        bin_value = 1 if offset >= state[S_RANGE] else 0
+        state[S_VALUE] = offset - bin_value * state[S_RANGE]
+        value = (value << 1) | bin_value
+    return value
+
+
+@jit(inline="always")
+def decode_level(state, data, contexts, unary_length, previous):
+    """One level after ``previous`` (reference.layer_coder.code_level with NNC's options)."""
+    neighbour = 0 if previous == 0 else (1 if previous < 0 else 2)
+    if not decode_bin(state, data, contexts, neighbour, ELEMENT_SIG):
+        return 0
+    negative = decode_bin(state, data, contexts, 3 + neighbour, ELEMENT_SIGN)
+    k, x, j = 0, 1, 0
+    while decode_bin(state, data, contexts, greater_context(unary_length, j, negative), ELEMENT_GREATER):
+        if state[S_ERROR] != ERR_NONE:
+            return 0
+        if x >= LEVEL_LIMIT:
+            fail(state, ERR_LEVEL_FLAG, state[S_POSITION], ELEMENT_GREATER, x)
+            return 0
+        if x > unary_length:
+            k += 1
+        x += 1 << k
+        j += 1
+    magnitude = x + 1 + decode_bypass(state, data, k, ELEMENT_BYPASS) - (1 << k)
+    if magnitude > LEVEL_LIMIT and state[S_ERROR] == ERR_NONE:
+        fail(state, ERR_LEVEL_VALUE, state[S_POSITION], ELEMENT_REMAINDER, magnitude)
+    return -magnitude if negative else magnitude
+
+
+@jit
+def decode_payload(data, levels, unary_length, contexts, state):
+    """NNC's payload of ``levels.size`` levels into ``levels`` (int32, flat); ``contexts`` int32[count, 3]."""
+    state[S_RANGE], state[S_POSITION], state[S_END], state[S_WEIGHT] = FIRST_RANGE, 0, 8 * data.size, -1
+    state[S_VALUE] = read_bits(state, data, RANGE_BITS, ELEMENT_NONE)
+    if state[S_VALUE] >= FIRST_RANGE:
+        fail(state, ERR_FIRST_BITS, 0, ELEMENT_NONE, state[S_VALUE])
+    flag = contexts.shape[0] - 1
+    for c in range(contexts.shape[0]):
+        init_context(contexts, c, 0)
+    for c in range(flag):
+        parameter_set = 0
+        if decode_bin(state, data, contexts, flag, ELEMENT_PARAMETER):
+            parameter_set = 1 + decode_bypass(state, data, PARAMETER_BITS, ELEMENT_BYPASS)
+        init_context(contexts, c, parameter_set)
+    if state[S_ERROR] != ERR_NONE:
+        return
+    previous = 0
+    for index in range(levels.size):
+        previous = decode_level(state, data, contexts, unary_length, previous)
+        if state[S_ERROR] != ERR_NONE:
+            state[S_WEIGHT] = index
+            return
+        levels[index] = previous
+    finish_payload(state, data)
+
+
+@jit(inline="always")
+def finish_payload(state, data):
+    """reference.engine.ArithmeticDecoder.finish, then the end of the data."""
+    state[S_RANGE] -= TERMINATION_WIDTH
+    position = state[S_POSITION]
+    if state[S_VALUE] < state[S_RANGE]:
+        fail(state, ERR_TERMINATING, position, ELEMENT_NONE, 0)
+        return
+    stop = position - 1
+    if not (data[stop >> 3] >> (7 - (stop & 7))) & 1:
+        fail(state, ERR_STOP_BIT, stop, ELEMENT_NONE, 0)
+        return
+    end = (position + 7) // 8 * 8
+    if read_bits(state, data, end - position, ELEMENT_NONE):
+        fail(state, ERR_PADDING, stop + 1, ELEMENT_NONE, 0)
+        return
+    state[S_DETAIL] = end
+
+
+# --------------------------------------------------------------------------------------------- encoder
+@jit(inline="always")
+def put_bit(state, out, bit):
+    """Write ``bit`` and the outstanding bits after it (the first bit of a stream is not written)."""
+    if state[S_FIRST_BIT]:
+        state[S_FIRST_BIT] = 0
+    else:
+        write_bit(state, out, bit)
+    while state[S_OUTSTANDING]:
+        write_bit(state, out, 1 - bit)
+        state[S_OUTSTANDING] -= 1
+
+
+@jit(inline="always")
+def write_bit(state, out, bit):
+    position = state[S_POSITION]
+    if position >= 8 * out.size:
+        fail(state, ERR_OUTPUT_FULL, position, ELEMENT_NONE, 0)
+        return
+    if bit:
+        out[position >> 3] |= 0x80 >> (position & 7)
+    state[S_POSITION] = position + 1
+
+
+@jit(inline="always")
+def resolve(state, out, top):
+    """reference.engine.ArithmeticEncoder._resolve."""
+    low = state[S_VALUE]
+    if low >= top:
+        state[S_VALUE] = low - top
+        put_bit(state, out, 1)
+    elif low < top >> 1:
+        put_bit(state, out, 0)
+    else:
+        state[S_VALUE] = low - (top >> 1)
+        state[S_OUTSTANDING] += 1
+
+
+@jit(inline="always")
+def encode_bin(state, out, contexts, c, bin_value):
+    s0, total, parameter_set = contexts[c, 0], contexts[c, 1], contexts[c, 2]
+    coder_range = state[S_RANGE]
+    lps_range = LPS_RANGE[(coder_range >> 5) & 7, abs(total >> 7)]
+    coder_range -= lps_range
+    if bin_value != (1 if total >= 0 else 0):
+        state[S_VALUE] += coder_range
+        coder_range = lps_range
+    contexts[c, 0], contexts[c, 1] = update_estimator(s0, total, parameter_set, bin_value)
+    while coder_range < HALF:
+        resolve(state, out, 512)
+        state[S_VALUE] <<= 1
+        coder_range <<= 1
+    state[S_RANGE] = coder_range
+
+
+@jit(inline="always")
+def encode_bypass(state, out, value, count):
+    for place in range(count - 1, -1, -1):
+        state[S_VALUE] = (state[S_VALUE] << 1) + ((value >> place) & 1) * state[S_RANGE]
+        resolve(state, out, 1024)
+
+
+@jit(inline="always")
+def encode_level(state, out, contexts, unary_length, previous, level):
+    neighbour = 0 if previous == 0 else (1 if previous < 0 else 2)
+    encode_bin(state, out, contexts, neighbour, 1 if level != 0 else 0)
+    if level == 0:
+        return
+    negative = 1 if level < 0 else 0
+    encode_bin(state, out, contexts, 3 + neighbour, negative)
+    magnitude = -level if negative else level
+    k, x, j = 0, 1, 0
+    while True:
+        greater = 1 if magnitude > x else 0
+        encode_bin(state, out, contexts, greater_context(unary_length, j, negative), greater)
+        if not greater:
+            break
+        if x > unary_length:
+            k += 1
+        x += 1 << k
+        j += 1
+    encode_bypass(state, out, magnitude - (x + 1 - (1 << k)), k)
+
+
+@jit
+def encode_payload(levels, unary_length, chosen, contexts, out, state):
+    """NNC's payload of the flat int64 ``levels`` into the zeroed ``out``, with parameter set ``chosen[c]`` per
+    context; ``state[S_POSITION]`` is then its length in bits, or state[S_ERROR] says the output was full."""
+    state[S_RANGE], state[S_VALUE], state[S_POSITION], state[S_OUTSTANDING], state[S_FIRST_BIT] = \
+        FIRST_RANGE, 0, 0, 0, 1
+    flag = contexts.shape[0] - 1
+    init_context(contexts, flag, 0)
+    for c in range(flag):
+        encode_bin(state, out, contexts, flag, 1 if chosen[c] else 0)
+        if chosen[c]:
+            encode_bypass(state, out, chosen[c] - 1, PARAMETER_BITS)
+        init_context(contexts, c, chosen[c])
+    previous = 0
+    for index in range(levels.size):
+        encode_level(state, out, contexts, unary_length, previous, levels[index])
+        previous = levels[index]
+        if state[S_ERROR] != ERR_NONE:
+            return
+    state[S_RANGE] -= TERMINATION_WIDTH
+    state[S_VALUE] += state[S_RANGE]
+    state[S_RANGE] = TERMINATION_WIDTH
+    while state[S_RANGE] < HALF:
+        resolve(state, out, 512)
+        state[S_VALUE] <<= 1
+        state[S_RANGE] <<= 1
+    put_bit(state, out, (state[S_VALUE] >> 9) & 1)
+    write_bit(state, out, (state[S_VALUE] >> 8) & 1)
+    write_bit(state, out, 1)
+
+
+# --------------------------------------------------------------------------------------------- parameter choice
+@jit(inline="always")
+def record_bin(trials, costs, c, bin_value):
+    """Code ``bin_value`` in context ``c`` under every parameter set, adding each one's estimated bits."""
+    for parameter_set in range(SETS):
+        s0, total = trials[c, parameter_set, 0], trials[c, parameter_set, 1]
+        costs[c, parameter_set] += COST[abs(total >> 7), 1 if bin_value != (1 if total >= 0 else 0) else 0]
+        trials[c, parameter_set, 0], trials[c, parameter_set, 1] = update_estimator(s0, total, parameter_set,
+                                                                                    bin_value)
+
+
+@jit
+def choose_parameter_sets(levels, unary_length, trials, costs, chosen):
+    """reference.nnc.choose_parameter_sets: ``chosen[c]`` for every context; ``trials`` int32[count, SETS, 2]
+    and ``costs`` float64[count, SETS] are scratch."""
+    for c in range(trials.shape[0]):
+        for parameter_set in range(SETS):
+            trials[c, parameter_set, 0] = PARAMETER_SETS[parameter_set, 3]
+            trials[c, parameter_set, 1] = PARAMETER_SETS[parameter_set, 2]
+            costs[c, parameter_set] = 0.0
+    previous = 0
+    for index in range(levels.size):
+        level = levels[index]
+        neighbour = 0 if previous == 0 else (1 if previous < 0 else 2)
+        previous = level
+        record_bin(trials, costs, neighbour, 1 if level != 0 else 0)
+        if level == 0:
+            continue
+        negative = 1 if level < 0 else 0
+        record_bin(trials, costs, 3 + neighbour, negative)
+        magnitude = -level if negative else level
+        k, x, j = 0, 1, 0
+        while True:
+            greater = 1 if magnitude > x else 0
+            record_bin(trials, costs, greater_context(unary_length, j, negative), greater)
+            if not greater:
+                break
+            if x > unary_length:
+                k += 1
+            x += 1 << k
+            j += 1
+    for c in range(trials.shape[0]):
+        best, best_cost = 0, costs[c, 0]
+        for parameter_set in range(1, SETS):
+            if costs[c, parameter_set] + PARAMETER_PENALTY < best_cost:
+                best, best_cost = parameter_set, costs[c, parameter_set] + PARAMETER_PENALTY
+        chosen[c] = best
