@@ -27,12 +27,14 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     from aipu.codec.encoder import FAST_OPTIONS, EncoderOptions
     from aipu.codec.quantize import MAX_BITDEPTH
     encoder = FAST_OPTIONS if args.fast else EncoderOptions(search=args.search)
+    if args.format == "deepcabac" and (args.fast or args.profile):
+        raise InputError("--format", args.format, "tai with --fast or --profile (they choose chapter-10 modes)")
     if not 2 <= args.bits <= MAX_BITDEPTH + 1:      # N-bit signed levels: the stream's sublayer_bitdepth N - 1
         raise InputError("--bits", args.bits, f"an integer 2 .. {MAX_BITDEPTH + 1} (N-bit signed levels)")
     try:
         options = api.CodecOptions(bitdepth=args.bits - 1, step=args.step, clusters=args.clusters,
                                    bias_bitdepth=args.bias_bitdepth, max_ctu_size=args.ctu, encoder=encoder,
-                                   progress=True if args.progress else None)
+                                   progress=True if args.progress else None, format=args.format)
     except InputError as error:       # named by its command-line option
         raise InputError("--" + error.field.replace("_", "-").replace("max-ctu-size", "ctu"), error.value,
                          error.allowed) from None
@@ -152,6 +154,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "bits than --bits at the same SQNR (measured in docs/codec.md §6)")
     enc.add_argument("--bias-bitdepth", type=int, default=16, help="bit depth of float 1-D tensors")
     enc.add_argument("--ctu", type=int, default=64, choices=(64, 32, 16, 8), help="maximum CTU size")
+    enc.add_argument("--format", choices=("tai", "deepcabac"), default="tai",
+                     help="tai (default): T/AI 115.1-2021 chapter-10 streams, a weight and its bias a layer; "
+                          "deepcabac: DeepCABAC as NNCodec 2.1.3 writes it (ISO/IEC 15938-17), a tensor a layer, "
+                          "the same quantisation (docs/deepcabac.md)")
     mode = enc.add_mutually_exclusive_group()
     mode.add_argument("--fast", action="store_true", help="one fixed mode (octree from the root), no search")
     mode.add_argument("--search", choices=("sublayer", "cu"), default="sublayer",

@@ -14,11 +14,16 @@ lengths before it and the two checksums cover every byte of the file. Each layer
 own: ``decode_layer`` (and the WDEC command) seeks to its offset and decodes ``length`` bytes. The encoder's
 statistics (bins, modes) are not stored: the decoder counts them again.
 
+A layer may instead hold one tensor coded with DeepCABAC (``CodecOptions(format="deepcabac")``, the index's
+``"format": "deepcabac"``): its stream is NNCodec's layer payload (codec.deepcabac), and a float tensor's entry
+carries its step.
+
 Every failure on a corrupt or crafted input is a CodecError whose bit position counts from the first byte
 of the input the caller passed (the container, or the bare stream for ``decode_stream``).
 """
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -34,11 +39,12 @@ import numpy as np
 from aipu.sim.machine.errors import InputError
 
 from .compiled.element_io import FastElementReader
-from .encoder import EncoderOptions, encode_stream
+from .deepcabac.compiled.nnc_coder import decode_nnc_layer, encode_nnc_layer
+from .encoder import EncodedStream, EncoderOptions, encode_stream
 from .errors import CodecError, check_stream_end, error_context
 from .layout import Placement, from_standard, placement, to_standard
 from .protection import MAGIC as PROTECTED_MAGIC
-from .quantization import QuantParams, check_params, read_entry
+from .quantization import QuantizationError, QuantParams, check_params, float32_field, read_entry
 from .quantize import MAX_BITDEPTH, Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
 from .reference.element_coder import ElementReader
 from .reference.engine import AecDecoder
@@ -54,6 +60,7 @@ FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 MAX_NAME_LENGTH = 1024
 NAME_RULE = f"a printable string of 1..{MAX_NAME_LENGTH} characters"
+FORMATS = ("tai", "deepcabac")          # T/AI 115.1-2021 chapter 10 nnc() streams; DeepCABAC (NNC) payloads
 
 
 @dataclass(frozen=True)
@@ -71,11 +78,14 @@ class CodecOptions:
     enable_max_ctu3d_size: bool = False
     encoder: EncoderOptions = field(default_factory=EncoderOptions)
     progress: bool | None = None        # tqdm bar; None: only for models above PROGRESS_WEIGHTS
+    format: str = "tai"                 # tai: chapter-10 nnc() streams; deepcabac: a tensor a layer, NNC payloads
 
     def __post_init__(self) -> None:
         """InputError (a ValueError) naming the option that no encoder can use."""
         if self.max_ctu_size not in CTU_SIZES:
             raise InputError("max_ctu_size", self.max_ctu_size, f"one of {', '.join(map(str, CTU_SIZES))}")
+        if self.format not in FORMATS:
+            raise InputError("format", self.format, f"one of {', '.join(FORMATS)}")
         for name in ("bitdepth", "bias_bitdepth"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or not 1 <= value <= MAX_BITDEPTH):
@@ -107,6 +117,7 @@ class LayerInfo:
     bins: int = 0                       # bins and modes: the encoder's, or counted again by the decoder
     modes: dict[str, int] = field(default_factory=dict)
     crc32: int = 0                      # of the layer stream
+    format: str = "tai"                 # one of FORMATS; stored only when not "tai"
     decode_seconds: float | None = None  # set by the decoder, never stored (the file is reproducible)
 
     @property
@@ -227,6 +238,8 @@ def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | Non
     if unknown:
         raise ValueError(f"quantization names unknown tensor {unknown[0]!r}")
     groups = _valid_groups(tensors, groups if groups is not None else default_groups(tensors))
+    if options.format == "deepcabac":         # DeepCABAC codes one tensor a layer
+        groups = [(name, None) for group in groups for name in group if name is not None]
     total = sum(int(np.asarray(tensors[w]).size) for w, _ in groups)
     show = options.progress if options.progress is not None else total >= PROGRESS_WEIGHTS
     quantization = quantization or {}
@@ -240,7 +253,7 @@ def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | Non
         weights = sum(int(np.asarray(tensors[t["name"]]).size) for t in described)
         infos.append(LayerInfo(name=weight, offset=offset, length=len(stream.data), tensors=described,
                                weights=weights, bins=stream.bins, modes=stream.stats[0],
-                               crc32=zlib.crc32(stream.data)))
+                               crc32=zlib.crc32(stream.data), format=options.format))
         streams.append(stream.data)
         offset += len(stream.data)
         bar.update(int(np.asarray(tensors[weight]).size))
@@ -256,8 +269,30 @@ def _encode_layer(job: tuple) -> tuple:
     """One layer's stream and tensor descriptions; ``job`` = (its tensors, weight, bias, options, quantization)."""
     tensors, weight, bias, options, quantization = job
     with error_context(layer=weight):
+        if options.format == "deepcabac":
+            return deepcabac_layer(tensors[weight], weight, options, quantization.get(weight))
         header, subs, described = layer_sublayers(tensors, weight, bias, options, quantization)
         return encode_stream(header, [subs], options.encoder), described
+
+
+def deepcabac_layer(array: np.ndarray, name: str, options: CodecOptions, params: QuantParams | None = None
+                    ) -> tuple[EncodedStream, list[dict]]:
+    """One tensor as a DeepCABAC layer: its levels (quantised as for a chapter-10 layer) as NNCodec's payload, and
+    its index entry, with the float32 step of a float tensor."""
+    array, place = _check_array(name, array)
+    entry = {"name": name, "dtype": array.dtype.name, "shape": list(array.shape), "role": _role(place.dim, 0)}
+    if params is not None:
+        params = check_params(name, array, params)
+        entry["quantization"] = params.entry()
+        array = params.centred(array)
+    try:
+        quant = _quantize(array, options, place.dim == 1)
+    except ValueError as exc:
+        raise ValueError(f"tensor {name!r}: {exc}") from None
+    if not _is_integer(array):         # an all-zero tensor's step 0 would mean nothing: any positive step does
+        step = np.float32(quant.step if quant.step > 0 else 1.0)
+        entry["step"] = base64.b64encode(step.astype("<f4").tobytes()).decode()
+    return EncodedStream(encode_nnc_layer(quant.levels), 0, [{"deepcabac": 1}]), [entry]
 
 
 def _encoded_layers(jobs: list[tuple], workers: int):
@@ -325,11 +360,12 @@ def _valid_groups(tensors: dict[str, np.ndarray], groups: list[tuple[str, str | 
 
 _LAYER_KEYS = ("name", "length", "crc32", "tensors")
 _TENSOR_KEYS = ("name", "dtype", "shape", "role")
-_OPTIONAL_TENSOR_KEYS = ("quantization",)
+_OPTIONAL_TENSOR_KEYS = ("quantization", "step")
 
 
 def _info_json(info: LayerInfo) -> dict:
-    return {key: getattr(info, key) for key in _LAYER_KEYS}
+    entry = {key: getattr(info, key) for key in _LAYER_KEYS}
+    return entry if info.format == "tai" else {**entry, "format": info.format}
 
 
 # --------------------------------------------------------------------------------------------- decode
@@ -451,7 +487,30 @@ def _tensor_entry(entry: object, where: str, position: int, names: set[str]) -> 
         raise _bad_field(f"{where}.role", tensor["role"], repr(_role(place.dim, position)))
     if "quantization" in tensor:
         read_entry(tensor["quantization"], f"container index: {where}", tensor["dtype"], shape)
+    if "step" in tensor:
+        try:
+            float32_field(f"container index: {where}", "step", tensor["step"], (1,))
+        except QuantizationError as error:
+            raise _bad_field(f"{where}.{error.field}", error.value, error.expected) from None
     return tensor, math.prod(shape)
+
+
+def _check_format(entry: dict, where: str) -> str:
+    """A layer's format, and its tensors against it: a DeepCABAC layer holds one tensor, with a step if it is
+    float; a chapter-10 layer's steps are in its stream."""
+    layer_format = entry.get("format", "tai")
+    if layer_format != "deepcabac":      # "tai" is never written: absent means chapter 10
+        if "format" in entry:
+            raise _bad_field(f"{where}.format", layer_format, "'deepcabac' (chapter 10 is written without one)")
+        if any("step" in tensor for tensor in entry["tensors"]):
+            raise _bad_field(f"{where}.tensors", entry["tensors"], "no step in a chapter-10 layer")
+        return "tai"
+    if len(entry["tensors"]) != 1:
+        raise _bad_field(f"{where}.tensors", entry["tensors"], "one tensor in a DeepCABAC layer")
+    tensor = entry["tensors"][0]
+    if ("step" in tensor) != (tensor["dtype"] in FLOAT_DTYPES):
+        raise _bad_field(f"{where}.tensors[0]", tensor, "a step if and only if the tensor is float")
+    return layer_format
 
 
 def _layer_table(index: object, payload: int, size: int, limits: DecoderLimits) -> list[LayerInfo]:
@@ -465,7 +524,7 @@ def _layer_table(index: object, payload: int, size: int, limits: DecoderLimits) 
     offset = total = 0
     for i, item in enumerate(layers):
         where = f"layers[{i}]"
-        entry = _check_keys(item, _LAYER_KEYS, where)
+        entry = _check_keys(item, _LAYER_KEYS, where, ("format",))
         name = _new_name(entry, where, layer_names)
         if not isinstance(entry["tensors"], list) or not 1 <= len(entry["tensors"]) <= 2:
             raise _bad_field(f"{where}.tensors", entry["tensors"], "a list of one or two tensors")
@@ -483,7 +542,8 @@ def _layer_table(index: object, payload: int, size: int, limits: DecoderLimits) 
             raise CodecError(f"container index: {where}: stream [{offset}, +{length}] runs past the end of the file",
                              bit_position=8 * (payload + offset))
         infos.append(LayerInfo(name=name, offset=offset, length=length, tensors=tensors, weights=weights,
-                               crc32=_integer_field(entry, "crc32", where, 0, (1 << 32) - 1)))
+                               crc32=_integer_field(entry, "crc32", where, 0, (1 << 32) - 1),
+                               format=_check_format(entry, where)))
         offset += length
     if payload + offset != size:
         raise CodecError(f"{size - payload - offset} bytes after the last layer stream",
@@ -551,6 +611,10 @@ def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: Dec
     try:
         if zlib.crc32(stream) != info.crc32:
             raise CodecError("the layer stream fails its CRC-32 check", bit_position=0)
+        if info.format == "deepcabac":
+            result = _deepcabac_tensor(stream, info.tensors[0], levels_only)
+            info.modes, info.decode_seconds = {"deepcabac": 1}, time.perf_counter() - started
+            return result
         header, layers, stats, info.bins = decode_stream(stream, limits, strict=strict)
         info.modes = stats[0] if stats else {}
         if len(layers) != 1 or len(layers[0]) != len(info.tensors):
@@ -568,6 +632,15 @@ def _decode_layer_stream(data: bytes, payload: int, info: LayerInfo, limits: Dec
         raise error.relocate(8 * start)
     info.decode_seconds = time.perf_counter() - started
     return result
+
+
+def _deepcabac_tensor(stream: bytes, entry: dict, levels_only: bool) -> dict[str, np.ndarray]:
+    """A DeepCABAC layer's tensor (or its levels and step) from its NNC payload and index ``entry``."""
+    levels = decode_nnc_layer(stream, tuple(entry["shape"])).astype(np.int64)
+    step = np.frombuffer(base64.b64decode(entry["step"]), "<f4")[0] if "step" in entry else np.float32(1.0)
+    if levels_only:
+        return {entry["name"]: levels, entry["name"] + ":step": np.float32(step)}
+    return {entry["name"]: _tensor(levels, step, int("step" not in entry), entry)}
 
 
 def _tensor(levels: np.ndarray, step: np.float32, integer_input: int, entry: dict) -> np.ndarray:

@@ -100,27 +100,29 @@ def read_entry(entry: object, where: str, dtype: str, shape: Sequence[int]) -> Q
                 f"an integer in {low}..{high}")
     if any(max(high - z, z - low) > MAX_CMAXW for z in zero_point):
         raise QuantizationError(where, "zero_point", zero_point, f"levels q - zero_point within ±{MAX_CMAXW}")
-    scale = None if entry["scale"] is None else _scales(where, entry["scale"], counts, axis)
+    scale = None if entry["scale"] is None else float32_field(where, "scale", entry["scale"], counts, axis,
+                                                               ", or null")
     return QuantParams(zero_point=np.array(zero_point, dtype=np.int64), scale=scale, axis=axis)
 
 
-def _scales(where: str, text: object, counts: tuple[int, ...], axis: int | None) -> np.ndarray:
-    """The float32 scales that ``text`` (base64 of little-endian float32 values) holds, each finite and
-    positive, as many as ``counts`` allows; QuantizationError otherwise."""
-    expected = "base64 of little-endian float32 values, or null"
+def float32_field(where: str, field: str, text: object, counts: tuple[int, ...], axis: int | None = None,
+                  alternative: str = "") -> np.ndarray:
+    """The float32 values that ``text`` (base64 of little-endian float32 values) holds, each finite and positive,
+    as many as ``counts`` allows; QuantizationError naming ``field`` (or its bad element) otherwise."""
+    expected = "base64 of little-endian float32 values" + alternative
     try:
         raw = base64.b64decode(text, validate=True) if isinstance(text, str) else None
     except (binascii.Error, ValueError):
         raw = None
     if raw is None or len(raw) % 4:
-        raise QuantizationError(where, "scale", text, expected)
+        raise QuantizationError(where, field, text, expected)
     values = np.frombuffer(raw, "<f4").astype(np.float32)
     if len(values) not in counts:
         many = f"1 or {counts[-1]} values, one per slice along axis {axis}" if len(counts) > 1 else "1 value"
-        raise QuantizationError(where, "scale", values.tolist(), f"a list of {many}")
+        raise QuantizationError(where, field, values.tolist(), f"a list of {many}")
     bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
     if bad.size:
-        raise QuantizationError(where, f"scale[{bad[0]}]", float(values[bad[0]]), "a finite positive float32")
+        raise QuantizationError(where, f"{field}[{bad[0]}]", float(values[bad[0]]), "a finite positive float32")
     return values
 
 

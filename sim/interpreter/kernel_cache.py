@@ -30,7 +30,8 @@ KERNEL_MODULES: dict[str, tuple[str, ...]] = {
     "golden": tuple(f"aipu.sim.golden.fast.{name}" for name in (
         "channels_last_conv", "checks", "eltwise", "grouped_conv", "lut", "pool", "requant")),
     "codec": tuple(f"aipu.codec.compiled.{name}" for name in (
-        "aec_decoder", "aec_encoder", "contexts", "profile_walk", "sublayer_decoder", "tree_coders")),
+        "aec_decoder", "aec_encoder", "contexts", "profile_walk", "sublayer_decoder", "tree_coders"))
+    + ("aipu.codec.deepcabac.compiled.kernels",),
     "interpreter": ("aipu.sim.interpreter.tiles", "aipu.sim.interpreter.run_loop"),
     "timing": ("aipu.sim.timing.npu_wdec",),
 }
@@ -181,15 +182,15 @@ def _eltwise(rng: np.random.Generator, dtype) -> None:
 
 
 def _codec(rng: np.random.Generator) -> None:
-    """The codec both ways on a conv layer's integer and float weights with a bias, searching every mode and
-    with a codebook, and a WDEC stream of the NPU profile through the interpreter's decoder."""
+    """The codec both ways on a conv layer's integer and float weights with a bias, searching every mode, with a
+    codebook and as DeepCABAC, and a WDEC stream of the NPU profile through the interpreter's decoder."""
     from aipu import codec
     from aipu.sim.interpreter.handlers.dma import decode_weight_stream
 
     weights = _values(rng, (8, 4, 3, 3), np.int8) // 8
     tensors = {"w": weights, "b": rng.integers(-500, 500, 8).astype(np.int32),
                "f": rng.normal(0.0, 0.1, (8, 4, 3, 3)).astype(np.float32)}
-    for options in (codec.CodecOptions(), codec.CodecOptions(clusters=16)):
+    for options in (codec.CodecOptions(), codec.CodecOptions(clusters=16), codec.CodecOptions(format="deepcabac")):
         codec.decode(codec.encode(tensors, options, [("w", "b"), ("f", None)]))
     decode_weight_stream(codec.encode_profile_stream(weights), weights.shape)
 

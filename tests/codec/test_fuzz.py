@@ -143,6 +143,7 @@ def _compile_every_tree() -> None:
             options = EncoderOptions(trees=(tree,), codebook=codebook, split="never", start_depth="root")
             sub = Sublayer(dim=2, shape=(1, 1, 3, 4), levels=levels)
             decode_stream(encode_stream(StreamHeader(integer_input=1), [[sub]], options).data)
+    codec.decode(deepcabac_container())
 
 
 @functools.cache
@@ -377,9 +378,10 @@ def test_the_encoder_refuses_a_zero_dimension(sandbox, shape):
 
 
 # --------------------------------------------------------------------------------------------- containers
-def test_every_byte_of_a_container_is_checked(sandbox):
+@pytest.mark.parametrize("container_format", ["tai", "deepcabac"])
+def test_every_byte_of_a_container_is_checked(sandbox, container_format):
     """Any one-byte change, any truncation and any appended byte is a located CodecError (the CRCs)."""
-    container = valid_container()
+    container = valid_container() if container_format == "tai" else deepcabac_container()
     for position in range(len(container)):
         for change in (0x01, 0x80, 0xFF):
             data = bytearray(container)
@@ -481,6 +483,39 @@ def quantized_streams() -> bytes:
 def test_quantization_entry_mutations(sandbox, index):
     """Every malformed quantization entry is a located CodecError (a valid change may decode)."""
     check_container(sandbox, container_with(index, quantized_streams()))
+
+
+@functools.cache
+def deepcabac_container() -> bytes:
+    """DeepCABAC layers: a float conv weight and its bias, an int8 tensor, a pre-quantized uint8 one."""
+    rng = np.random.default_rng(3)
+    tensors = {"conv.weight": rng.normal(0, 1, (6, 4, 3, 3)).astype(np.float32),
+               "conv.bias": np.arange(6, dtype=np.float32), "q": np.arange(-20, 20, dtype=np.int8).reshape(5, 8),
+               "u": rng.integers(0, 256, (4, 9)).astype(np.uint8)}
+    quantization = {"u": codec.QuantParams(np.array([128]), np.float32([0.02]))}
+    return codec.encode(tensors, codec.CodecOptions(format="deepcabac"), quantization=quantization)
+
+
+@functools.cache
+def deepcabac_index() -> dict:
+    return json.loads(index_json(deepcabac_container()))
+
+
+def deepcabac_streams() -> bytes:
+    return deepcabac_container()[HEADER.size + HEADER.unpack_from(deepcabac_container())[1]:]
+
+
+# Values a DeepCABAC layer must refuse or take: formats, steps (base64 float32) and the quantization values.
+DEEPCABAC_VALUES = QUANTIZATION_VALUES | st.sampled_from(
+    ["deepcabac", "tai", "DeepCABAC", "AACAPw==", "AAAAAA==", "AADAfw==", "AACAPwAAgD8=", "AACA", "float32", "int8"])
+
+
+@QUICK
+@given(index=mutated_indexes(deepcabac_index, lambda: _paths(deepcabac_index())[1:], DEEPCABAC_VALUES))
+def test_deepcabac_index_mutations(sandbox, index):
+    """A DeepCABAC container's index with a field changed: every malformed format, step or tensor list is a
+    located CodecError (a valid change may decode)."""
+    check_container(sandbox, container_with(index, deepcabac_streams()))
 
 
 def _layer(changes: dict, layer: int = 0, tensor: int | None = None) -> dict:
@@ -622,6 +657,13 @@ def test_long_structured_streams(sandbox, case):
 @given(index=mutated_indexes(quantized_index, quantization_paths, QUANTIZATION_VALUES))
 def test_long_quantization_entry_mutations(sandbox, index):
     check_container(sandbox, container_with(index, quantized_streams()))
+
+
+@pytest.mark.slow
+@LONG
+@given(index=mutated_indexes(deepcabac_index, lambda: _paths(deepcabac_index())[1:], DEEPCABAC_VALUES))
+def test_long_deepcabac_index_mutations(sandbox, index):
+    check_container(sandbox, container_with(index, deepcabac_streams()))
 
 
 @pytest.mark.slow
