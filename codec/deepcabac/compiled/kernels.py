@@ -39,6 +39,7 @@ ERR_NONE, ERR_PAST_END, ERR_LEVEL_FLAG, ERR_LEVEL_VALUE, ERR_TERMINATING, ERR_ST
 ERR_PADDING, ERR_OUTPUT_FULL, ERR_FIRST_BITS = 6, 7, 8
 ELEMENT_NONE, ELEMENT_SIG, ELEMENT_SIGN, ELEMENT_GREATER, ELEMENT_BYPASS, ELEMENT_PARAMETER = -1, 0, 1, 2, 3, 4
 ELEMENT_REMAINDER = 5
+MODE_ENCODE, MODE_COUNT, MODE_RECORD = 0, 1, 2        # what walk_levels does with each bin
 
 
 def context_count(unary_length: int) -> int:
@@ -258,25 +259,50 @@ def encode_bypass(state, out, value, count):
 
 
 @jit(inline="always")
-def encode_level(state, out, contexts, unary_length, previous, level):
+def emit_bin(mode, state, out, contexts, c, bin_value, positions, bins):
+    """A bin of the walk: coded (MODE_ENCODE), counted per context (MODE_COUNT) or stored in its context's
+    run of ``bins`` (MODE_RECORD, ``positions[c]`` the next place of context c)."""
+    if mode == MODE_ENCODE:
+        encode_bin(state, out, contexts, c, bin_value)
+        return
+    if mode == MODE_RECORD:
+        bins[positions[c]] = bin_value
+    positions[c] += 1
+
+
+@jit(inline="always")
+def walk_level(mode, state, out, contexts, positions, bins, unary_length, previous, level):
+    """The bins of one level after ``previous`` (reference.layer_coder.code_level with NNC's options)."""
     neighbour = 0 if previous == 0 else (1 if previous < 0 else 2)
-    encode_bin(state, out, contexts, neighbour, 1 if level != 0 else 0)
+    emit_bin(mode, state, out, contexts, neighbour, 1 if level != 0 else 0, positions, bins)
     if level == 0:
         return
     negative = 1 if level < 0 else 0
-    encode_bin(state, out, contexts, 3 + neighbour, negative)
+    emit_bin(mode, state, out, contexts, 3 + neighbour, negative, positions, bins)
     magnitude = -level if negative else level
     k, x, j = 0, 1, 0
     while True:
         greater = 1 if magnitude > x else 0
-        encode_bin(state, out, contexts, greater_context(unary_length, j, negative), greater)
+        emit_bin(mode, state, out, contexts, greater_context(unary_length, j, negative), greater, positions, bins)
         if not greater:
             break
         if x > unary_length:
             k += 1
         x += 1 << k
         j += 1
-    encode_bypass(state, out, magnitude - (x + 1 - (1 << k)), k)
+    if mode == MODE_ENCODE:
+        encode_bypass(state, out, magnitude - (x + 1 - (1 << k)), k)
+
+
+@jit
+def walk_levels(mode, levels, unary_length, state, out, contexts, positions, bins):
+    """Every level of the flat int64 ``levels`` in order; stops at an error (a full output)."""
+    previous = 0
+    for index in range(levels.size):
+        walk_level(mode, state, out, contexts, positions, bins, unary_length, previous, levels[index])
+        previous = levels[index]
+        if state[S_ERROR] != ERR_NONE:
+            return
 
 
 @jit
@@ -292,12 +318,9 @@ def encode_payload(levels, unary_length, chosen, contexts, out, state):
         if chosen[c]:
             encode_bypass(state, out, chosen[c] - 1, PARAMETER_BITS)
         init_context(contexts, c, chosen[c])
-    previous = 0
-    for index in range(levels.size):
-        encode_level(state, out, contexts, unary_length, previous, levels[index])
-        previous = levels[index]
-        if state[S_ERROR] != ERR_NONE:
-            return
+    walk_levels(MODE_ENCODE, levels, unary_length, state, out, contexts, chosen[:0], out[:0])
+    if state[S_ERROR] != ERR_NONE:
+        return
     state[S_RANGE] -= TERMINATION_WIDTH
     state[S_VALUE] += state[S_RANGE]
     state[S_RANGE] = TERMINATION_WIDTH
@@ -311,49 +334,25 @@ def encode_payload(levels, unary_length, chosen, contexts, out, state):
 
 
 # --------------------------------------------------------------------------------------------- parameter choice
-@jit(inline="always")
-def record_bin(trials, costs, c, bin_value):
-    """Code ``bin_value`` in context ``c`` under every parameter set, adding each one's estimated bits."""
-    for parameter_set in range(SETS):
-        s0, total = trials[c, parameter_set, 0], trials[c, parameter_set, 1]
-        costs[c, parameter_set] += COST[abs(total >> 7), 1 if bin_value != (1 if total >= 0 else 0) else 0]
-        trials[c, parameter_set, 0], trials[c, parameter_set, 1] = update_estimator(s0, total, parameter_set,
-                                                                                    bin_value)
-
-
 @jit
-def choose_parameter_sets(levels, unary_length, trials, costs, chosen):
-    """reference.nnc.choose_parameter_sets: ``chosen[c]`` for every context; ``trials`` int32[count, SETS, 2]
-    and ``costs`` float64[count, SETS] are scratch."""
-    for c in range(trials.shape[0]):
+def choose_parameter_sets(bins, starts, chosen, states, costs):
+    """reference.nnc.choose_parameter_sets over each context's bins, ``bins[starts[c]:starts[c + 1]]`` in coding
+    order: ``chosen[c]`` for every context. All nine sets follow each bin together (``states`` int64[SETS, 2]
+    and ``costs`` float64[SETS] are scratch), nine independent chains a core overlaps."""
+    for c in range(starts.size - 1):
         for parameter_set in range(SETS):
-            trials[c, parameter_set, 0] = PARAMETER_SETS[parameter_set, 3]
-            trials[c, parameter_set, 1] = PARAMETER_SETS[parameter_set, 2]
-            costs[c, parameter_set] = 0.0
-    previous = 0
-    for index in range(levels.size):
-        level = levels[index]
-        neighbour = 0 if previous == 0 else (1 if previous < 0 else 2)
-        previous = level
-        record_bin(trials, costs, neighbour, 1 if level != 0 else 0)
-        if level == 0:
-            continue
-        negative = 1 if level < 0 else 0
-        record_bin(trials, costs, 3 + neighbour, negative)
-        magnitude = -level if negative else level
-        k, x, j = 0, 1, 0
-        while True:
-            greater = 1 if magnitude > x else 0
-            record_bin(trials, costs, greater_context(unary_length, j, negative), greater)
-            if not greater:
-                break
-            if x > unary_length:
-                k += 1
-            x += 1 << k
-            j += 1
-    for c in range(trials.shape[0]):
-        best, best_cost = 0, costs[c, 0]
+            states[parameter_set, 0] = PARAMETER_SETS[parameter_set, 3]
+            states[parameter_set, 1] = PARAMETER_SETS[parameter_set, 2]
+            costs[parameter_set] = 0.0
+        for place in range(starts[c], starts[c + 1]):
+            bin_value = bins[place]
+            for parameter_set in range(SETS):
+                s0, total = states[parameter_set, 0], states[parameter_set, 1]
+                costs[parameter_set] += COST[abs(total >> 7), 1 if bin_value != (1 if total >= 0 else 0) else 0]
+                states[parameter_set, 0], states[parameter_set, 1] = update_estimator(s0, total, parameter_set,
+                                                                                      bin_value)
+        best, best_cost = 0, costs[0]
         for parameter_set in range(1, SETS):
-            if costs[c, parameter_set] + PARAMETER_PENALTY < best_cost:
-                best, best_cost = parameter_set, costs[c, parameter_set] + PARAMETER_PENALTY
+            if costs[parameter_set] + PARAMETER_PENALTY < best_cost:
+                best, best_cost = parameter_set, costs[parameter_set] + PARAMETER_PENALTY
         chosen[c] = best

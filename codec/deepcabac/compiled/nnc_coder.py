@@ -50,11 +50,18 @@ def decode_nnc_layer(data: bytes, shape: tuple[int, ...], unary_length: int = DE
 
 
 def choose_parameter_sets(levels: np.ndarray, unary_length: int) -> np.ndarray:
-    """The parameter set of every context (reference.nnc.choose_parameter_sets, as an array in context order)."""
+    """The parameter set of every context (reference.nnc.choose_parameter_sets, as an array in context order):
+    each context's bins are gathered first (counted, then stored), then costed under every set."""
     count = k.context_count(unary_length)
+    state, contexts, out = np.zeros(k.STATE_SIZE, np.int64), np.zeros((count, 3), np.int32), np.zeros(0, np.uint8)
+    counts = np.zeros(count, np.int64)
+    k.walk_levels(k.MODE_COUNT, levels, unary_length, state, out, contexts, counts, out)
+    starts = np.zeros(count + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    bins, positions = np.zeros(int(starts[-1]), np.uint8), starts[:-1].copy()
+    k.walk_levels(k.MODE_RECORD, levels, unary_length, state, out, contexts, positions, bins)
     chosen = np.zeros(count, np.int32)
-    k.choose_parameter_sets(levels, unary_length, np.zeros((count, k.SETS, 2), np.int32),
-                            np.zeros((count, k.SETS), np.float64), chosen)
+    k.choose_parameter_sets(bins, starts, chosen, np.zeros((k.SETS, 2), np.int64), np.zeros(k.SETS, np.float64))
     return chosen
 
 
