@@ -32,9 +32,9 @@ COST = np.array(lps_bits(), np.float64)          # [level, is_lps]
 SETS = len(NNC_PARAMETER_SETS)
 
 # state[] layout: coder registers, then the outcome
-S_RANGE, S_VALUE, S_POSITION, S_END, S_OUTSTANDING, S_FIRST_BIT = 0, 1, 2, 3, 4, 5
-S_ERROR, S_ERROR_POSITION, S_ELEMENT, S_WEIGHT, S_DETAIL = 6, 7, 8, 9, 10
-STATE_SIZE = 11
+S_RANGE, S_VALUE, S_POSITION, S_END, S_PENDING = 0, 1, 2, 3, 4
+S_ERROR, S_ERROR_POSITION, S_ELEMENT, S_WEIGHT, S_DETAIL = 5, 6, 7, 8, 9
+STATE_SIZE = 10
 ERR_NONE, ERR_PAST_END, ERR_LEVEL_FLAG, ERR_LEVEL_VALUE, ERR_TERMINATING, ERR_STOP_BIT = 0, 1, 2, 3, 4, 5
 ERR_PADDING, ERR_OUTPUT_FULL, ERR_FIRST_BITS = 6, 7, 8
 ELEMENT_NONE, ELEMENT_SIG, ELEMENT_SIGN, ELEMENT_GREATER, ELEMENT_BYPASS, ELEMENT_PARAMETER = -1, 0, 1, 2, 3, 4
@@ -197,41 +197,44 @@ def finish_payload(state, data):
 
 
 # --------------------------------------------------------------------------------------------- encoder
+# The reference encoder resolves one bit per shift and counts bits that wait on a carry. Here the low end's
+# settled bits leave as whole bytes, and a later carry runs back into the bytes already written: the code
+# value stays below 2^(shifts + 9) (module docstring of reference.engine), so it always stops inside them.
+# state[S_VALUE] is the low end, a window of state[S_PENDING] + 9 bits below the written bytes.
 @jit(inline="always")
-def put_bit(state, out, bit):
-    """Write ``bit`` and the outstanding bits after it (the first bit of a stream is not written)."""
-    if state[S_FIRST_BIT]:
-        state[S_FIRST_BIT] = 0
-    else:
-        write_bit(state, out, bit)
-    while state[S_OUTSTANDING]:
-        write_bit(state, out, 1 - bit)
-        state[S_OUTSTANDING] -= 1
-
-
-@jit(inline="always")
-def write_bit(state, out, bit):
-    position = state[S_POSITION]
-    if position >= 8 * out.size:
-        fail(state, ERR_OUTPUT_FULL, position, ELEMENT_NONE, 0)
-        return
-    if bit:
-        out[position >> 3] |= 0x80 >> (position & 7)
-    state[S_POSITION] = position + 1
-
-
-@jit(inline="always")
-def resolve(state, out, top):
-    """reference.engine.ArithmeticEncoder._resolve."""
-    low = state[S_VALUE]
+def add_to_low(state, out, amount):
+    low = state[S_VALUE] + amount
+    top = 1 << (state[S_PENDING] + RANGE_BITS)
     if low >= top:
-        state[S_VALUE] = low - top
-        put_bit(state, out, 1)
-    elif low < top >> 1:
-        put_bit(state, out, 0)
-    else:
-        state[S_VALUE] = low - (top >> 1)
-        state[S_OUTSTANDING] += 1
+        low -= top
+        place = state[S_POSITION] - 1
+        while place >= 0 and out[place] == 0xFF:
+            out[place] = 0
+            place -= 1
+        if place >= 0:
+            out[place] += 1
+    state[S_VALUE] = low
+
+
+@jit(inline="always")
+def shift_low(state, out, count):
+    """``count`` renormalising shifts (at most 8), writing a byte once 8 bits are settled."""
+    state[S_VALUE] <<= count
+    state[S_PENDING] += count
+    if state[S_PENDING] >= 8:
+        state[S_PENDING] -= 8
+        kept = state[S_PENDING] + RANGE_BITS
+        write_byte(state, out, state[S_VALUE] >> kept)
+        state[S_VALUE] &= (1 << kept) - 1
+
+
+@jit(inline="always")
+def write_byte(state, out, byte):
+    if state[S_POSITION] >= out.size:
+        fail(state, ERR_OUTPUT_FULL, 8 * state[S_POSITION], ELEMENT_NONE, 0)
+        return
+    out[state[S_POSITION]] = byte
+    state[S_POSITION] += 1
 
 
 @jit(inline="always")
@@ -241,21 +244,37 @@ def encode_bin(state, out, contexts, c, bin_value):
     lps_range = LPS_RANGE[(coder_range >> 5) & 7, abs(total >> 7)]
     coder_range -= lps_range
     if bin_value != (1 if total >= 0 else 0):
-        state[S_VALUE] += coder_range
+        add_to_low(state, out, coder_range)
         coder_range = lps_range
     contexts[c, 0], contexts[c, 1] = update_estimator(s0, total, parameter_set, bin_value)
+    shifts = 0
     while coder_range < HALF:
-        resolve(state, out, 512)
-        state[S_VALUE] <<= 1
         coder_range <<= 1
+        shifts += 1
     state[S_RANGE] = coder_range
+    if shifts:
+        shift_low(state, out, shifts)
 
 
 @jit(inline="always")
 def encode_bypass(state, out, value, count):
     for place in range(count - 1, -1, -1):
-        state[S_VALUE] = (state[S_VALUE] << 1) + ((value >> place) & 1) * state[S_RANGE]
-        resolve(state, out, 1024)
+        shift_low(state, out, 1)
+        if (value >> place) & 1:
+            add_to_low(state, out, state[S_RANGE])
+
+
+@jit(inline="always")
+def finish_encoding(state, out):
+    """The terminating bin 1, then the low end's bits above its lowest 8, the stop bit and zero padding."""
+    state[S_RANGE] -= TERMINATION_WIDTH
+    add_to_low(state, out, state[S_RANGE])
+    shift_low(state, out, 7)
+    bits = state[S_PENDING] + 2
+    value = (((state[S_VALUE] >> 8) << 1) | 1) << (-bits % 8)
+    bits += -bits % 8
+    for place in range(bits - 8, -1, -8):
+        write_byte(state, out, (value >> place) & 0xFF)
 
 
 @jit(inline="always")
@@ -308,9 +327,8 @@ def walk_levels(mode, levels, unary_length, state, out, contexts, positions, bin
 @jit
 def encode_payload(levels, unary_length, chosen, contexts, out, state):
     """NNC's payload of the flat int64 ``levels`` into the zeroed ``out``, with parameter set ``chosen[c]`` per
-    context; ``state[S_POSITION]`` is then its length in bits, or state[S_ERROR] says the output was full."""
-    state[S_RANGE], state[S_VALUE], state[S_POSITION], state[S_OUTSTANDING], state[S_FIRST_BIT] = \
-        FIRST_RANGE, 0, 0, 0, 1
+    context; ``state[S_POSITION]`` is then its length in bytes, or state[S_ERROR] says the output was full."""
+    state[S_RANGE], state[S_VALUE], state[S_POSITION], state[S_PENDING] = FIRST_RANGE, 0, 0, 0
     flag = contexts.shape[0] - 1
     init_context(contexts, flag, 0)
     for c in range(flag):
@@ -319,18 +337,8 @@ def encode_payload(levels, unary_length, chosen, contexts, out, state):
             encode_bypass(state, out, chosen[c] - 1, PARAMETER_BITS)
         init_context(contexts, c, chosen[c])
     walk_levels(MODE_ENCODE, levels, unary_length, state, out, contexts, chosen[:0], out[:0])
-    if state[S_ERROR] != ERR_NONE:
-        return
-    state[S_RANGE] -= TERMINATION_WIDTH
-    state[S_VALUE] += state[S_RANGE]
-    state[S_RANGE] = TERMINATION_WIDTH
-    while state[S_RANGE] < HALF:
-        resolve(state, out, 512)
-        state[S_VALUE] <<= 1
-        state[S_RANGE] <<= 1
-    put_bit(state, out, (state[S_VALUE] >> 9) & 1)
-    write_bit(state, out, (state[S_VALUE] >> 8) & 1)
-    write_bit(state, out, 1)
+    if state[S_ERROR] == ERR_NONE:
+        finish_encoding(state, out)
 
 
 # --------------------------------------------------------------------------------------------- parameter choice

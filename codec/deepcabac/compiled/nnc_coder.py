@@ -77,5 +77,5 @@ def encode_nnc_layer(levels, unary_length: int = DEFAULT_UNARY_LENGTH, choose_pa
         out, state = np.zeros(size, np.uint8), np.zeros(k.STATE_SIZE, np.int64)
         k.encode_payload(flat, unary_length, chosen, contexts, out, state)
         if state[k.S_ERROR] != k.ERR_OUTPUT_FULL:
-            return out[: -(-int(state[k.S_POSITION]) // 8)].tobytes()
+            return out[: int(state[k.S_POSITION])].tobytes()
         size *= 4
