@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "interpreter": "aipu.app.bench.interpreter",
     "codec-engine": "aipu.app.bench.codec_engine",
     "codec": "aipu.app.bench.codec",
+    "deepcabac-rd": "aipu.app.bench.deepcabac_rd",
     "rtl": "aipu.app.bench.rtl",
     "units": "aipu.app.bench.units",
     "compile": "aipu.app.bench.compile",

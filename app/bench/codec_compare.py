@@ -7,6 +7,8 @@ NNCodec runs in its own environment (app/bench/nncodec_env.py) with its default 
 DeepCABAC payload of each tensor without the NNR unit headers, ours the whole container file. Speeds are
 M weights/s, decode best of three; ours encodes in one process and in a process per core and decodes on one
 thread and on a thread per core (os.cpu_count(): its layers are independent streams); NNCodec has one thread.
+The same levels are also coded as this codec's DeepCABAC layers (``format="deepcabac"``: NNCodec's payload,
+written and read by codec.deepcabac), one process and one thread.
 
 Where the chapter-10 syntax is the limit: the bins of our streams (the compiled decoder's trace) are also costed
 under ideal probability estimates, an adaptive one and a floor (``estimator_bounds``), which separates what the
@@ -125,12 +127,28 @@ def aipu_figures(tensors: dict[str, np.ndarray]) -> dict:
             "decode_threaded_seconds": best_decode_seconds(data, None)[0]}
 
 
+def deepcabac_figures(tensors: dict[str, np.ndarray]) -> dict:
+    """The same tensors as this codec's DeepCABAC layers (NNCodec's payload, a tensor a layer): container bytes,
+    encode seconds (one process) and best decode seconds (one thread)."""
+    from aipu.codec.api import CodecOptions, encode_with_info
+
+    started = time.perf_counter()
+    data, infos = encode_with_info(tensors, CodecOptions(progress=False, format="deepcabac"))
+    encode_seconds = time.perf_counter() - started
+    decode_seconds, decoded = best_decode_seconds(data, 1)
+    if any(not np.array_equal(decoded[name], levels) for name, levels in tensors.items()):
+        raise RuntimeError("the DeepCABAC layers did not decode the int8 levels losslessly")
+    return {"bytes": len(data), "stream_bytes": sum(info.length for info in infos),
+            "encode_seconds": encode_seconds, "decode_seconds": decode_seconds}
+
+
 def compare(tensors: dict[str, np.ndarray]) -> dict:
     """Both codecs on one set of int8 tensors: bits/weight, order-0 entropy, M weights/s."""
     from .nncodec_env import run_nncodec
 
     weights = sum(levels.size for levels in tensors.values())
     ours = aipu_figures(tensors)
+    deepcabac = deepcabac_figures(tensors)
     theirs = run_nncodec(tensors, REPEATS)
     nnc = {key: sum(entry[key] for entry in theirs.values()) for key in ("bytes", "encode_seconds",
                                                                            "decode_seconds")}
@@ -148,10 +166,17 @@ def compare(tensors: dict[str, np.ndarray]) -> dict:
                                    "encode_mweights_per_s": mega / ours["per_cu_seconds"]},
                  "decode_mweights_per_s": mega / ours["decode_seconds"],
                  "decode_threaded_mweights_per_s": mega / ours["decode_threaded_seconds"]},
+        "aipu_deepcabac": {"bits_per_weight": 8 * deepcabac["bytes"] / weights,
+                           "stream_bits_per_weight": 8 * deepcabac["stream_bytes"] / weights,
+                           "encode_mweights_per_s": mega / deepcabac["encode_seconds"],
+                           "decode_mweights_per_s": mega / deepcabac["decode_seconds"]},
         "nncodec": {"bits_per_weight": 8 * nnc["bytes"] / weights,
                     "encode_mweights_per_s": mega / nnc["encode_seconds"],
                     "decode_mweights_per_s": mega / nnc["decode_seconds"]},
         "size_vs_nncodec": ours["bytes"] / nnc["bytes"],
+        "deepcabac_size_vs_nncodec": deepcabac["bytes"] / nnc["bytes"],
+        "deepcabac_stream_size_vs_nncodec": deepcabac["stream_bytes"] / nnc["bytes"],
+        "deepcabac_decode_speed_vs_nncodec": nnc["decode_seconds"] / deepcabac["decode_seconds"],
         "decode_speed_vs_nncodec": nnc["decode_seconds"] / ours["decode_seconds"],
         "decode_threaded_speed_vs_nncodec": nnc["decode_seconds"] / ours["decode_threaded_seconds"],
     }

@@ -219,3 +219,4 @@ def test_codec_comparison_runs_both_codecs_losslessly_on_the_demo_weights():
             assert 0 < entry[codec]["bits_per_weight"] < 9 and entry[codec]["decode_mweights_per_s"] > 0
         assert entry["size_vs_nncodec"] > 0 and entry["order0_entropy_bits_per_weight"] > 0
         assert 0 < entry["aipu"]["per_cu_search"]["bits_per_weight"] < 9
+        assert 0 < entry["aipu_deepcabac"]["bits_per_weight"] < 9 and entry["deepcabac_decode_speed_vs_nncodec"] > 0
