@@ -220,3 +220,15 @@ def test_codec_comparison_runs_both_codecs_losslessly_on_the_demo_weights():
         assert entry["size_vs_nncodec"] > 0 and entry["order0_entropy_bits_per_weight"] > 0
         assert 0 < entry["aipu"]["per_cu_search"]["bits_per_weight"] < 9
         assert 0 < entry["aipu_deepcabac"]["bits_per_weight"] < 9 and entry["deepcabac_decode_speed_vs_nncodec"] > 0
+
+
+@pytest.mark.slow      # about 3 minutes: the Fisher estimate and some 100 coded and evaluated models
+def test_the_deepcabac_rd_bench_measures_every_method_on_the_digits_model():
+    from aipu.app.bench import deepcabac_rd
+
+    report = deepcabac_rd.run()
+    assert set(report["points"]) == set(deepcabac_rd.METHODS) and 0.5 < report["float_top1"] <= 1
+    for method, points in report["points"].items():
+        assert all(0 < point["bits_per_weight"] < 9 and 0 <= point["top1"] <= 1 for point in points), method
+        front = report["fronts"][method]
+        assert [p["bits_per_weight"] for p in front] == sorted(p["bits_per_weight"] for p in front)
