@@ -93,6 +93,16 @@ def read_bits(state, data, count, element):
 
 
 @jit(inline="always")
+def renormalised(coder_range):
+    """The range doubled until it reaches HALF, and the number of doublings (both directions' renormalisation)."""
+    shifts = 0
+    while coder_range < HALF:
+        coder_range <<= 1
+        shifts += 1
+    return coder_range, shifts
+
+
+@jit(inline="always")
 def decode_bin(state, data, contexts, c, element):
     s0, total, parameter_set = contexts[c, 0], contexts[c, 1], contexts[c, 2]
     coder_range = state[S_RANGE]
@@ -105,10 +115,7 @@ def decode_bin(state, data, contexts, c, element):
         bin_value, coder_range = 1 - mps, lps_range
         state[S_VALUE] -= mps_range
     contexts[c, 0], contexts[c, 1] = update_estimator(s0, total, parameter_set, bin_value)
-    shifts = 0
-    while coder_range < HALF:
-        coder_range <<= 1
-        shifts += 1
+    coder_range, shifts = renormalised(coder_range)
     state[S_RANGE] = coder_range
     if shifts:
         state[S_VALUE] = (state[S_VALUE] << shifts) | read_bits(state, data, shifts, element)
@@ -247,10 +254,7 @@ def encode_bin(state, out, contexts, c, bin_value):
         add_to_low(state, out, coder_range)
         coder_range = lps_range
     contexts[c, 0], contexts[c, 1] = update_estimator(s0, total, parameter_set, bin_value)
-    shifts = 0
-    while coder_range < HALF:
-        coder_range <<= 1
-        shifts += 1
+    coder_range, shifts = renormalised(coder_range)
     state[S_RANGE] = coder_range
     if shifts:
         shift_low(state, out, shifts)
