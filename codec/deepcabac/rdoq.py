@@ -60,21 +60,8 @@ class RateCounter:
 
     def trial(self) -> RateCounter:
         """A counter starting from this one's state that leaves it untouched (it copies a context on first use)."""
-        return RateCounter(_CopiedOnUse(self.contexts), self.range)
-
-
-class _CopiedOnUse:
-    """Contexts read from ``base`` and copied there, so that updating them does not change ``base``."""
-
-    def __init__(self, base) -> None:
-        self._base = base
-        self._copies: dict = {}
-
-    def __getitem__(self, key):
-        context = self._copies.get(key)
-        if context is None:
-            context = self._copies[key] = copy.copy(self._base[key])
-        return context
+        base = self.contexts
+        return RateCounter(ContextStore(lambda key: copy.copy(base[key])), self.range)
 
 
 @dataclass(frozen=True)

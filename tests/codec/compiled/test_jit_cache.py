@@ -1,7 +1,6 @@
 """The codec's numba cache is keyed by all of its njit sources, so an edit to one never leaves stale code."""
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 import time
@@ -10,6 +9,7 @@ from pathlib import Path
 from numba.core import config
 
 from aipu.codec.compiled import jit_cache
+from tests.codec.source_imports import imported_closure
 
 
 def test_cache_directory_changes_when_any_njit_source_changes(tmp_path):
@@ -63,30 +63,10 @@ def test_stale_cache_directories_of_other_sources_are_removed(tmp_path):
         name for key, name in names.items() if key not in ("stale", "unnamed"))
 
 
-def _codec_imports(path: Path) -> set[Path]:
-    """The codec source files the module at ``path`` imports (relative imports, as the codec writes them)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = path.parent
-            for _ in range(node.level - 1):
-                base = base.parent
-            stem = base.joinpath(*node.module.split(".")) if node.module else base
-            candidates = [stem.with_suffix(".py"), stem / "__init__.py"]
-            candidates += [stem / f"{alias.name}.py" for alias in node.names]
-            found.update(candidate for candidate in candidates if candidate.is_file())
-    return found
-
-
 def test_the_key_covers_every_njit_module_and_what_it_imports():
     """Everything an njit module reads at compile time is hashed, whichever module it comes from."""
     njit_modules = [path for path in jit_cache.CODEC_DIR.rglob("*.py") if "@njit" in path.read_text()]
-    reached, pending = set(), list(njit_modules)
-    while pending:
-        path = pending.pop()
-        if path not in reached:
-            reached.add(path)
-            pending += _codec_imports(path)
+    reached = imported_closure(njit_modules)
     assert {path.name for path in njit_modules} >= {"aec_decoder.py", "tree_coders.py", "sublayer_decoder.py"}
     assert reached <= set(jit_cache.njit.source_files())
 

@@ -1,7 +1,6 @@
 """The compiled NNC payload against the reference: the same bytes, parameter sets, levels and errors."""
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ from aipu.codec.deepcabac.compiled import kernels
 from aipu.codec.deepcabac.compiled import nnc_coder as fast
 from aipu.codec.deepcabac.reference import nnc as reference
 from aipu.codec.errors import CodecError
+from tests.codec.source_imports import imported_closure
 
 QUICK = settings(max_examples=40, derandomize=True, deadline=None, database=None)
 LEVELS = hnp.arrays(np.int32, hnp.array_shapes(max_dims=3, max_side=12),
@@ -74,28 +74,10 @@ def test_same_errors_as_the_reference(case):
     assert expected[0] == "error" or case == "flipped"
 
 
-def _codec_imports(path: Path) -> set[Path]:
-    """The files of the package's own modules that ``path`` imports (relative imports within codec.deepcabac)."""
-    root, found = Path(kernels.__file__).resolve().parent.parent, set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level and node.module:
-            base = path.parent
-            for _ in range(node.level - 1):
-                base = base.parent
-            target = base.joinpath(*node.module.split(".")).with_suffix(".py")
-            if target.is_relative_to(root):
-                found.add(target)
-    return found
-
-
 def test_the_kernel_cache_key_covers_what_the_kernels_read():
     """An edit to a module the kernels import (tables, constants) must start a fresh numba cache."""
     sources = set(kernels.jit.source_files())
     kernel_modules = [path for path in sources if "@jit" in path.read_text()]
-    reached, pending = set(), list(kernel_modules)
-    while pending:
-        path = pending.pop()
-        if path not in reached:
-            reached.add(path)
-            pending += _codec_imports(path)
+    root = Path(kernels.__file__).resolve().parent.parent
+    reached = {path for path in imported_closure(kernel_modules) if path.is_relative_to(root)}
     assert Path(kernels.__file__).resolve() in kernel_modules and reached <= sources
