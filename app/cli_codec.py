@@ -26,9 +26,9 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     from aipu.codec import api
     from aipu.codec.encoder import FAST_OPTIONS, EncoderOptions
     from aipu.codec.quantize import MAX_BITDEPTH
-    encoder = FAST_OPTIONS if args.fast else EncoderOptions(search=args.search)
-    if args.format == "deepcabac" and (args.fast or args.profile):
-        raise InputError("--format", args.format, "tai with --fast or --profile (they choose chapter-10 modes)")
+    encoder = FAST_OPTIONS if args.fast else EncoderOptions(search=args.search or "sublayer")
+    if args.format == "deepcabac" and (args.fast or args.profile or args.search):
+        raise InputError("--format", args.format, "tai with --fast, --search or --profile (chapter-10 modes)")
     if not 2 <= args.bits <= MAX_BITDEPTH + 1:      # N-bit signed levels: the stream's sublayer_bitdepth N - 1
         raise InputError("--bits", args.bits, f"an integer 2 .. {MAX_BITDEPTH + 1} (N-bit signed levels)")
     try:
@@ -160,7 +160,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "the same quantisation (docs/deepcabac.md)")
     mode = enc.add_mutually_exclusive_group()
     mode.add_argument("--fast", action="store_true", help="one fixed mode (octree from the root), no search")
-    mode.add_argument("--search", choices=("sublayer", "cu"), default="sublayer",
+    mode.add_argument("--search", choices=("sublayer", "cu"),
                       help="where the encoder tries the modes (trees, start depths, codebooks, plane order, splits): "
                            "sublayer (default) chooses one mode a sublayer on a sample of it; cu tries them on every "
                            "CU, for up to 0.03 %% fewer bytes at 12-20 times the time (docs/codec.md §7)")

@@ -95,9 +95,10 @@ def test_the_cli_encodes_deepcabac_and_refuses_it_with_chapter_10_modes(tmp_path
     assert main(["codec", "decode", str(tmp_path / "t.nnr"), "-o", str(tmp_path / "out.npz")]) == 0
     with np.load(tmp_path / "out.npz") as out:
         assert np.array_equal(out["q"], tensors()["q"])
-    assert main(["codec", "encode", str(tmp_path / "t.npz"), "-o", str(tmp_path / "f.nnr"), "--format",
-                 "deepcabac", "--fast"]) == 2
-    assert "--format = 'deepcabac'" in capsys.readouterr().err
+    for mode in (["--fast"], ["--search", "cu"], ["--profile", "npu"]):
+        assert main(["codec", "encode", str(tmp_path / "t.npz"), "-o", str(tmp_path / "f.nnr"), "--format",
+                     "deepcabac", *mode]) == 2
+        assert "--format = 'deepcabac'" in capsys.readouterr().err
 
 
 def test_the_fuzz_container_is_a_deepcabac_one():
