@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"CodecOptions": "api", "LayerInfo": "api", "decode": "api", "decode_layer": "api",
+_EXPORTS = {"CodecOptions": "api", "LayerInfo": "container", "decode": "api", "decode_layer": "api",
             "decode_stream": "api", "decode_weight_stream": "api", "decode_with_info": "api", "encode": "api",
-            "encode_with_info": "api", "read_index": "api", "decode_profile_stream": "npu_profile",
+            "encode_with_info": "api", "read_index": "container", "decode_profile_stream": "npu_profile",
             "decode_profile_compiled": "npu_profile", "encode_profile_stream": "npu_profile",
             "encode_parts_stream": "npu_profile", "decode_parts_stream": "npu_profile",
             "decode_parts_compiled": "npu_profile", "EncoderOptions": "encoder", "CodecError": "errors",

@@ -1,18 +1,11 @@
 """Library API of the weight codec: tensors in, bytes out, and back.
 
-Container (".nnr", docs/codec.md §3): the standard defines only the ``nnc()`` payload, without names or
-framework layouts, so the codec wraps one ``nnc()`` stream *per layer* in a small index::
-
-    b"AIPUNNR3" | u32 LE index length | u32 LE CRC-32 of the index | index | layer streams
-
-The index is UTF-8 JSON, deflated (raw DEFLATE, RFC 1951). It lists every layer with the ``length`` and the
-CRC-32 of its ``nnc()`` stream and the tensors it carries (name, dtype, original shape, role, and for a
-pre-quantized integer tensor its ``quantization``: scale, zero point, axis; codec.quantization); the streams
-lie back to back in index order and tile the stream area exactly, so a layer's offset is the sum of the
-lengths before it and the two checksums cover every byte of the file. Each layer stream is a complete
-``nnc()`` (nnc_header, one layer, terminator) with freshly initialised contexts, so a layer decodes on its
-own: ``decode_layer`` (and the WDEC command) seeks to its offset and decodes ``length`` bytes. The encoder's
-statistics (bins, modes) are not stored: the decoder counts them again.
+The container (".nnr", codec.container, docs/codec.md §3): the standard defines only the ``nnc()`` payload,
+without names or framework layouts, so the codec wraps one ``nnc()`` stream *per layer* in a small checked
+index. The streams lie back to back, so a layer's offset is the sum of the lengths before it. Each layer stream
+is a complete ``nnc()`` (nnc_header, one layer, terminator) with freshly initialised contexts, so a layer
+decodes on its own: ``decode_layer`` (and the WDEC command) seeks to its offset and decodes ``length`` bytes.
+The encoder's statistics (bins, modes) are not stored: the decoder counts them again.
 
 A layer may instead hold one tensor coded with DeepCABAC (``CodecOptions(format="deepcabac")``, the index's
 ``"format": "deepcabac"``): its stream is NNCodec's layer payload (codec.deepcabac), and a float tensor's entry
@@ -27,8 +20,6 @@ import base64
 import json
 import math
 import os
-import reprlib
-import struct
 import time
 import zlib
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -39,28 +30,19 @@ import numpy as np
 from aipu.sim.machine.errors import InputError
 
 from .compiled.element_io import FastElementReader
+from .container import (FLOAT_DTYPES, FORMATS, INT_DTYPES, NAME_RULE, LayerInfo, index_entry, is_valid_name,
+                        pack_container, read_index, role)
 from .deepcabac.compiled.nnc_coder import decode_nnc_layer, encode_nnc_layer
 from .encoder import EncodedStream, EncoderOptions, encode_stream
 from .errors import CodecError, check_stream_end, error_context
 from .layout import Placement, from_standard, placement, to_standard
-from .protection import MAGIC as PROTECTED_MAGIC
-from .quantization import QuantizationError, QuantParams, check_params, float32_field, read_entry
+from .quantization import QuantParams, check_params, read_entry
 from .quantize import MAX_BITDEPTH, Quantized, integer_levels, kmeans_levels, quantize_uniform, reconstruct
 from .reference.element_coder import ElementReader
 from .reference.engine import AecDecoder
 from .reference.geometry import CTU_SIZES
 from .reference.headers import DEFAULT_LIMITS, SCAN_CK, DecoderLimits, StreamHeader, Sublayer
 from .reference.nnc import code_nnc
-
-MAGIC = b"AIPUNNR3"
-OLD_MAGICS = (b"AIPUNNR1", b"AIPUNNR2")  # without checksums; with a plain JSON index: refused, re-encode
-HEADER = struct.Struct("<8sII")         # magic, index length, CRC-32 of the (deflated) index
-MAX_INDEX_BYTES = 1 << 26               # what a deflated index may inflate to
-FLOAT_DTYPES = ("float16", "float32", "float64")
-INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
-MAX_NAME_LENGTH = 1024
-NAME_RULE = f"a printable string of 1..{MAX_NAME_LENGTH} characters"
-FORMATS = ("tai", "deepcabac")          # T/AI 115.1-2021 chapter 10 nnc() streams; DeepCABAC (NNC) payloads
 
 
 @dataclass(frozen=True)
@@ -105,26 +87,6 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-@dataclass
-class LayerInfo:
-    """One layer of a container: where its stream is, what it holds, what coding it used."""
-
-    name: str
-    offset: int                         # from the start of the stream area: the lengths before it
-    length: int
-    tensors: list[dict]                 # name, dtype, shape, role ("weight" | "bias" | "vector"), [quantization]
-    weights: int = 0
-    bins: int = 0                       # bins and modes: the encoder's, or counted again by the decoder
-    modes: dict[str, int] = field(default_factory=dict)
-    crc32: int = 0                      # of the layer stream
-    format: str = "tai"                 # one of FORMATS; stored only when not "tai"
-    decode_seconds: float | None = None  # set by the decoder, never stored (the file is reproducible)
-
-    @property
-    def bits_per_weight(self) -> float:
-        return 8.0 * self.length / self.weights if self.weights else 0.0
-
-
 # --------------------------------------------------------------------------------------------- grouping
 def default_groups(tensors: dict[str, np.ndarray]) -> list[tuple[str, str | None]]:
     """Pairs (weight, bias): ``X.weight`` + ``X.bias`` (or ``X_W``/``X_B``) share a layer; the rest are alone."""
@@ -162,15 +124,10 @@ def _quantize(array: np.ndarray, options: CodecOptions, one_d: bool) -> Quantize
     return quantize_uniform(array, bitdepth=options.bitdepth)
 
 
-def _is_valid_name(name: object) -> bool:
-    """A tensor or layer name the container can store (the CLI writes the names as .npz members)."""
-    return isinstance(name, str) and 1 <= len(name) <= MAX_NAME_LENGTH and name.isprintable()
-
-
 def _check_array(name: str, array: np.ndarray) -> tuple[np.ndarray, Placement]:
     """The tensor as an array and its sublayer placement; ValueError naming the tensor if it cannot be coded."""
     array = np.asarray(array)
-    if not _is_valid_name(name):
+    if not is_valid_name(name):
         raise ValueError(f"tensor {name!r}: the name must be {NAME_RULE}")
     if array.dtype.name not in FLOAT_DTYPES + INT_DTYPES:
         raise ValueError(f"tensor {name!r}: dtype {array.dtype} is not supported")
@@ -178,11 +135,6 @@ def _check_array(name: str, array: np.ndarray) -> tuple[np.ndarray, Placement]:
         return array, placement(array.shape)
     except ValueError as exc:
         raise ValueError(f"tensor {name!r}: {exc}") from None
-
-
-def _role(dim: int, position: int) -> str:
-    """A tensor's role in its layer: the weight, the weight's bias, or a 1-D tensor alone."""
-    return "weight" if dim != 1 else ("bias" if position else "vector")
 
 
 # --------------------------------------------------------------------------------------------- encode
@@ -200,16 +152,8 @@ def layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | Non
                           array1d_depth=options.bias_bitdepth)
     subs, described = [], []
     for position, (name, array, place) in enumerate(arrays):
-        described.append({"name": name, "dtype": array.dtype.name, "shape": list(array.shape),
-                          "role": _role(place.dim, position)})
-        if name in quantization:
-            params = check_params(name, array, quantization[name])
-            described[-1]["quantization"] = params.entry()
-            array = params.centred(array)
-        try:
-            quant = _quantize(array, options, place.dim == 1)
-        except ValueError as exc:          # a value the codec cannot carry, or a bad option: name the tensor
-            raise ValueError(f"tensor {name!r}: {exc}") from None
+        entry, _, quant = _quantized_tensor(name, array, place, position, options, quantization.get(name))
+        described.append(entry)
         sub = Sublayer(dim=place.dim, shape=place.shape, cmaxw=quant.cmaxw, bitdepth=quant.bitdepth,
                        scan_order=options.scan_order, levels=to_standard(quant.levels, place), step=quant.step)
         if place.dim == 1 and integer:     # array1d_depth must hold |q| - 1 (Table 325)
@@ -219,6 +163,20 @@ def layer_sublayers(tensors: dict[str, np.ndarray], weight: str, bias: str | Non
     if len(subs) == 2:
         subs[0].include_bias_array1d = 1
     return header, subs, described
+
+
+def _quantized_tensor(name: str, array: np.ndarray, place: Placement, position: int, options: CodecOptions,
+                      params: QuantParams | None) -> tuple[dict, np.ndarray, Quantized]:
+    """A tensor's index entry, the array coded (q - zero_point for a quantized one) and its levels."""
+    entry = {"name": name, "dtype": array.dtype.name, "shape": list(array.shape), "role": role(place.dim, position)}
+    if params is not None:
+        params = check_params(name, array, params)
+        entry["quantization"] = params.entry()
+        array = params.centred(array)
+    try:
+        return entry, array, _quantize(array, options, place.dim == 1)
+    except ValueError as exc:          # a value the codec cannot carry, or a bad option: name the tensor
+        raise ValueError(f"tensor {name!r}: {exc}") from None
 
 
 def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | None = None,
@@ -258,7 +216,7 @@ def encode_with_info(tensors: dict[str, np.ndarray], options: CodecOptions | Non
         offset += len(stream.data)
         bar.update(int(np.asarray(tensors[weight]).size))
     bar.close()
-    index = json.dumps({"layers": [_info_json(info) for info in infos]}, separators=(",", ":")).encode()
+    index = json.dumps({"layers": [index_entry(info) for info in infos]}, separators=(",", ":")).encode()
     return pack_container(index, b"".join(streams)), infos
 
 
@@ -279,16 +237,7 @@ def deepcabac_layer(array: np.ndarray, name: str, options: CodecOptions, params:
                     ) -> tuple[EncodedStream, list[dict]]:
     """One tensor as a DeepCABAC layer: its levels (quantised as for a chapter-10 layer) as NNCodec's payload, and
     its index entry, with the float32 step of a float tensor."""
-    array, place = _check_array(name, array)
-    entry = {"name": name, "dtype": array.dtype.name, "shape": list(array.shape), "role": _role(place.dim, 0)}
-    if params is not None:
-        params = check_params(name, array, params)
-        entry["quantization"] = params.entry()
-        array = params.centred(array)
-    try:
-        quant = _quantize(array, options, place.dim == 1)
-    except ValueError as exc:
-        raise ValueError(f"tensor {name!r}: {exc}") from None
+    entry, array, quant = _quantized_tensor(name, *_check_array(name, array), 0, options, params)
     if not _is_integer(array):         # an all-zero tensor's step 0 would mean nothing: any positive step does
         step = np.float32(quant.step if quant.step > 0 else 1.0)
         entry["step"] = base64.b64encode(step.astype("<f4").tobytes()).decode()
@@ -318,14 +267,6 @@ def _encoded_layers(jobs: list[tuple], workers: int):
         finally:
             for future in submitted.values():
                 future.cancel()
-
-
-def pack_container(index: bytes, streams: bytes) -> bytes:
-    """A container from its index (UTF-8 JSON) and the layer streams it describes: the header with the
-    deflated index's length and CRC-32, the deflated index, the streams."""
-    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
-    packed = deflate.compress(index) + deflate.flush()
-    return HEADER.pack(MAGIC, len(packed), zlib.crc32(packed)) + packed + streams
 
 
 def encode(tensors: dict[str, np.ndarray], options: CodecOptions | None = None,
@@ -358,199 +299,7 @@ def _valid_groups(tensors: dict[str, np.ndarray], groups: list[tuple[str, str | 
     return result + [(name, None) for name in missing]
 
 
-_LAYER_KEYS = ("name", "length", "crc32", "tensors")
-_TENSOR_KEYS = ("name", "dtype", "shape", "role")
-_OPTIONAL_TENSOR_KEYS = ("quantization", "step")
-
-
-def _info_json(info: LayerInfo) -> dict:
-    entry = {key: getattr(info, key) for key in _LAYER_KEYS}
-    return entry if info.format == "tai" else {**entry, "format": info.format}
-
-
 # --------------------------------------------------------------------------------------------- decode
-def read_index(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS) -> tuple[list[LayerInfo], int]:
-    """The container's layer table and the byte position of the stream area; raises CodecError.
-
-    The header, the index's CRC-32 and every index field are checked here, before any stream is touched;
-    a layer stream's CRC-32 is checked when that layer is decoded.
-    """
-    data = bytes(data)
-    if data[:len(MAGIC)] in OLD_MAGICS:
-        raise CodecError(f"container format {data[:len(MAGIC)].decode()} has no checksums and is no longer read: "
-                         "encode the weights again", bit_position=0)
-    if data.startswith(PROTECTED_MAGIC):
-        raise CodecError("a protected model (T/AI 115.1-2021 chapter 11): `aipu codec unprotect` it first",
-                         bit_position=0)
-    if len(data) < HEADER.size or not data.startswith(MAGIC):
-        raise CodecError("not an AIPU weight container (bad magic or too short)", bit_position=0)
-    _, length, checksum = HEADER.unpack_from(data)
-    start = HEADER.size
-    if start + length > len(data):
-        raise CodecError(f"index length {length} runs past the end of the {len(data)}-byte container",
-                         bit_position=8 * len(MAGIC))
-    raw = data[start:start + length]
-    if zlib.crc32(raw) != checksum:
-        raise CodecError("the container index fails its CRC-32 check", bit_position=8 * start)
-    index = _parse_json(_inflate(raw, start), start)
-    payload = start + length
-    try:
-        return _layer_table(index, payload, len(data), limits), payload
-    except CodecError as error:       # a field check: the position is the index's
-        raise error.add_context(bit_position=8 * start)
-
-
-def index_json(data: bytes) -> bytes:
-    """The container's index as the JSON text it inflates to, after the header and checksum checks."""
-    data = bytes(data)
-    read_index(data)
-    _, length, _ = HEADER.unpack_from(data)
-    return _inflate(data[HEADER.size:HEADER.size + length], HEADER.size)
-
-
-def _inflate(raw: bytes, start: int) -> bytes:
-    """The deflated index ``raw`` (at byte ``start``) inflated, at most MAX_INDEX_BYTES of it."""
-    inflate = zlib.decompressobj(-15)
-    try:
-        text = inflate.decompress(raw, MAX_INDEX_BYTES)
-    except zlib.error as exc:
-        raise CodecError(f"the container index is not deflate data: {exc}", bit_position=8 * start) from None
-    if inflate.unconsumed_tail or (not inflate.eof and len(text) == MAX_INDEX_BYTES):
-        raise CodecError(f"the container index inflates to more than {MAX_INDEX_BYTES} bytes",
-                         bit_position=8 * start)
-    if not inflate.eof or inflate.unused_data:
-        raise CodecError("the container index does not end where its deflate data ends",
-                         bit_position=8 * start)
-    return text
-
-
-def _parse_json(raw: bytes, start: int) -> object:
-    """The inflated index ``raw`` (deflated at byte ``start``) as JSON; CodecError for anything json cannot read,
-    at the index's start (a position inside the inflated text names no byte of the file)."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CodecError(f"the container index is not UTF-8: {exc.reason} at its character {exc.start}",
-                         bit_position=8 * start) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CodecError(f"the container index is not JSON: {exc.msg} at its character {exc.pos}",
-                         bit_position=8 * start) from None
-    except (ValueError, RecursionError) as exc:    # an integer of over 4300 digits; nesting deeper than the stack
-        raise CodecError(f"the container index cannot be read: {reprlib.repr(str(exc))}",
-                         bit_position=8 * start) from None
-
-
-def _bad_field(where: str, value: object, expected: str) -> CodecError:
-    return CodecError(f"container index: {where} = {reprlib.repr(value)}, expected {expected}")
-
-
-def _check_keys(entry: object, keys: tuple[str, ...], where: str, optional: tuple[str, ...] = ()) -> dict:
-    if not isinstance(entry, dict) or not set(keys) <= set(entry) <= set(keys + optional):
-        also = f" (and optionally {', '.join(optional)})" if optional else ""
-        raise _bad_field(where, entry, "an object with exactly the keys " + ", ".join(keys) + also)
-    return entry
-
-
-def _integer_field(entry: dict, key: str, where: str, low: int, high: int) -> int:
-    value = entry[key]
-    if type(value) is not int or not low <= value <= high:     # type(): a bool is not a count
-        raise _bad_field(f"{where}.{key}", value, f"an integer in {low}..{high}")
-    return value
-
-
-def _new_name(entry: dict, where: str, seen: set[str]) -> str:
-    name = entry["name"]
-    if not _is_valid_name(name):
-        raise _bad_field(f"{where}.name", name, NAME_RULE)
-    if name in seen:
-        raise _bad_field(f"{where}.name", name, "a name not used before in the container")
-    seen.add(name)
-    return name
-
-
-def _tensor_entry(entry: object, where: str, position: int, names: set[str]) -> tuple[dict, int]:
-    """One tensor of the index, checked field by field; returns it and its number of weights."""
-    tensor = _check_keys(entry, _TENSOR_KEYS, where, _OPTIONAL_TENSOR_KEYS)
-    _new_name(tensor, where, names)
-    if not isinstance(tensor["dtype"], str) or tensor["dtype"] not in FLOAT_DTYPES + INT_DTYPES:
-        raise _bad_field(f"{where}.dtype", tensor["dtype"], "one of " + ", ".join(FLOAT_DTYPES + INT_DTYPES))
-    shape = tensor["shape"]
-    if not isinstance(shape, list) or any(type(n) is not int for n in shape):
-        raise _bad_field(f"{where}.shape", shape, "a list of integers")
-    try:
-        place = placement(shape)
-    except ValueError as exc:
-        raise CodecError(f"container index: {where}.shape: {exc}") from None
-    if tensor["role"] != _role(place.dim, position):
-        raise _bad_field(f"{where}.role", tensor["role"], repr(_role(place.dim, position)))
-    if "quantization" in tensor:
-        read_entry(tensor["quantization"], f"container index: {where}", tensor["dtype"], shape)
-    if "step" in tensor:
-        try:
-            float32_field(f"container index: {where}", "step", tensor["step"], (1,))
-        except QuantizationError as error:
-            raise _bad_field(f"{where}.{error.field}", error.value, error.expected) from None
-    return tensor, math.prod(shape)
-
-
-def _check_format(entry: dict, where: str) -> str:
-    """A layer's format, and its tensors against it: a DeepCABAC layer holds one tensor, with a step if it is
-    float; a chapter-10 layer's steps are in its stream."""
-    layer_format = entry.get("format", "tai")
-    if layer_format != "deepcabac":      # "tai" is never written: absent means chapter 10
-        if "format" in entry:
-            raise _bad_field(f"{where}.format", layer_format, "'deepcabac' (chapter 10 is written without one)")
-        if any("step" in tensor for tensor in entry["tensors"]):
-            raise _bad_field(f"{where}.tensors", entry["tensors"], "no step in a chapter-10 layer")
-        return "tai"
-    if len(entry["tensors"]) != 1:
-        raise _bad_field(f"{where}.tensors", entry["tensors"], "one tensor in a DeepCABAC layer")
-    tensor = entry["tensors"][0]
-    if ("step" in tensor) != (tensor["dtype"] in FLOAT_DTYPES):
-        raise _bad_field(f"{where}.tensors[0]", tensor, "a step if and only if the tensor is float")
-    return layer_format
-
-
-def _layer_table(index: object, payload: int, size: int, limits: DecoderLimits) -> list[LayerInfo]:
-    """The index's layers, every field checked (types, ranges, names, shapes, streams tiling the payload)."""
-    layers = _check_keys(index, ("layers",), "index")["layers"]
-    if not isinstance(layers, list):
-        raise _bad_field("layers", layers, "a list")
-    infos: list[LayerInfo] = []
-    layer_names: set[str] = set()
-    tensor_names: set[str] = set()
-    offset = total = 0
-    for i, item in enumerate(layers):
-        where = f"layers[{i}]"
-        entry = _check_keys(item, _LAYER_KEYS, where, ("format",))
-        name = _new_name(entry, where, layer_names)
-        if not isinstance(entry["tensors"], list) or not 1 <= len(entry["tensors"]) <= 2:
-            raise _bad_field(f"{where}.tensors", entry["tensors"], "a list of one or two tensors")
-        tensors, weights = [], 0
-        for j, tensor in enumerate(entry["tensors"]):
-            checked, count = _tensor_entry(tensor, f"{where}.tensors[{j}]", j, tensor_names)
-            tensors.append(checked)
-            weights += count
-        total += weights
-        if total > limits.max_weights_per_container:
-            raise CodecError(f"container index: the layers hold more than the decoder limit of "
-                             f"{limits.max_weights_per_container} weights")
-        length = _integer_field(entry, "length", where, 1, size)
-        if payload + offset + length > size:
-            raise CodecError(f"container index: {where}: stream [{offset}, +{length}] runs past the end of the file",
-                             bit_position=8 * (payload + offset))
-        infos.append(LayerInfo(name=name, offset=offset, length=length, tensors=tensors, weights=weights,
-                               crc32=_integer_field(entry, "crc32", where, 0, (1 << 32) - 1),
-                               format=_check_format(entry, where)))
-        offset += length
-    if payload + offset != size:
-        raise CodecError(f"{size - payload - offset} bytes after the last layer stream",
-                         bit_position=8 * (payload + offset))
-    return infos
-
-
 def decode_stream(data: bytes, limits: DecoderLimits = DEFAULT_LIMITS, reference: bool = False,
                   trace: list[tuple[int, int]] | None = None, strict: bool = False
                   ) -> tuple[StreamHeader, list[list[Sublayer]], list[dict[str, int]], int]:

@@ -33,7 +33,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aipu import codec
-from aipu.codec.api import HEADER, MAGIC, MAX_INDEX_BYTES, decode_stream, index_json, pack_container
+from aipu.codec.api import decode_stream
+from aipu.codec.container import HEADER, MAGIC, MAX_INDEX_BYTES, index_json, pack_container
 from aipu.codec.encoder import EncoderOptions, encode_stream
 from aipu.codec.errors import CodecError
 from aipu.codec.reference.element_coder import ElementWriter

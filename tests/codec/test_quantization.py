@@ -9,7 +9,8 @@ import pytest
 
 from aipu import codec
 from aipu.codec import CodecError, QuantParams
-from aipu.codec.api import HEADER, decode_layer, index_json, pack_container
+from aipu.codec.api import decode_layer
+from aipu.codec.container import HEADER, index_json, pack_container
 from aipu.codec.encoder import EncoderOptions
 from aipu.codec.quantization import QUANTIZED_DTYPES, QuantizationError, read_entry
 from aipu.codec.quantize import MAX_CMAXW

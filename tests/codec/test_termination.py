@@ -16,6 +16,7 @@ import pytest
 
 from aipu.codec import CodecError, api, encode
 from aipu.codec.compiled.aec_decoder import FastDecoder
+from aipu.codec.container import index_json, pack_container, read_index
 from aipu.codec.npu_profile import decode_profile_stream, encode_profile_stream
 from aipu.codec.reference.engine import AecDecoder
 
@@ -60,17 +61,17 @@ def _weights(seed: int) -> dict[str, np.ndarray]:
             "fc.weight": rng.normal(0, 0.1, (10, 32)).astype(np.float32)}
 
 
-def _rebuilt(container: bytes, transform) -> bytes:
-    """``container`` with every layer's stream replaced by ``transform(stream)``, its index updated."""
-    infos, payload = api.read_index(container)
+def _rebuilt(data: bytes, transform) -> bytes:
+    """The container ``data`` with every layer's stream replaced by ``transform(stream)``, its index updated."""
+    infos, payload = read_index(data)
     streams, layers, offset = [], [], 0
-    index = json.loads(api.index_json(container))
+    index = json.loads(index_json(data))
     for info, entry in zip(infos, index["layers"]):
-        stream = transform(container[payload + info.offset:payload + info.offset + info.length])
+        stream = transform(data[payload + info.offset:payload + info.offset + info.length])
         layers.append({**entry, "length": len(stream), "crc32": zlib.crc32(stream)})
         streams.append(stream)
         offset += len(stream)
-    return api.pack_container(json.dumps({**index, "layers": layers}).encode(), b"".join(streams))
+    return pack_container(json.dumps({**index, "layers": layers}).encode(), b"".join(streams))
 
 
 @pytest.mark.parametrize("ending", ["avs2", "trailing bytes"])

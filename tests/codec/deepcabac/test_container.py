@@ -8,7 +8,7 @@ import pytest
 
 from aipu import codec
 from aipu.app.cli import main
-from aipu.codec.api import index_json
+from aipu.codec.container import index_json
 from aipu.codec.deepcabac.compiled.nnc_coder import decode_nnc_layer
 from aipu.codec.errors import CodecError
 from tests.codec.test_fuzz import container_with, deepcabac_container, deepcabac_index, deepcabac_streams
@@ -80,7 +80,7 @@ def test_a_step_in_a_chapter_10_layer_is_refused():
     data = codec.encode({"w": np.ones((2, 3), np.float32)})
     index = json.loads(index_json(data))
     index["layers"][0]["tensors"][0]["step"] = "AACAPw=="
-    from aipu.codec.api import HEADER, pack_container
+    from aipu.codec.container import HEADER, pack_container
     streams = data[HEADER.size + HEADER.unpack_from(data)[1]:]
     with pytest.raises(CodecError, match="no step in a chapter-10 layer"):
         codec.decode(pack_container(json.dumps(index).encode(), streams))
