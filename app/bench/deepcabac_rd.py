@@ -1,14 +1,18 @@
 """DeepCABAC's quantizers on the demo digits model: top-1 against bits per weight (docs/deepcabac-quantizer.md).
 
-The four weight tensors of ``digits_cnn.onnx`` are quantized with one step per layer, Δ = max|w| / M, for each M
-of ``MAX_LEVELS``, and coded by ``encode_layer`` (default options); the biases stay float in every row. Methods:
+The four weight tensors of ``digits_cnn.onnx`` are quantized and coded by ``encode_layer`` (default options); the
+biases stay float in every row. Methods:
 
-* ``uniform``: plain rounding;
-* ``mse_rdoq``: RDOQ with σ = 1 and λ = α·Δ² per layer, for each α of ``ALPHAS``;
-* ``relevance_rdoq``: RDOQ with σ from the diagonal Fisher information on the model's 128 calibration images
+* ``uniform``: one step per layer, Δ = max|w| / M, the same M for every layer (each M of ``MAX_LEVELS``),
+  plain rounding;
+* ``mse_rdoq``: the same steps, RDOQ with σ = 1 and λ = α·Δ² per layer, for each α of ``ALPHAS``;
+* ``relevance_rdoq``: the same, σ from the diagonal Fisher information on the model's 128 calibration images
   (codec.deepcabac.relevance), each layer's 1/σ² divided by its median so that a weight of typical relevance
-  weighs its error as in MSE-RDOQ, and the same λ = α·Δ²;
-* ``relevance_rdoq_mean``: the same, normalised by the layer's mean 1/σ² instead (an ablation).
+  weighs its error as in MSE-RDOQ;
+* ``mse_allocation``: each layer's step chosen by rate-distortion (codec.deepcabac.allocation) with one λ for
+  the model and plain squared error, plain rounding; every allocation along λ;
+* ``relevance_allocation``: the RD quantizer: the same with the Fisher σ unnormalised, so that the distortion
+  estimates the loss increase and λ prices a bit in loss.
 
 Each point: the payload bits (plus 32 per layer for Δ) over the weights, top-1 and the mean cross entropy on the
 360 held-out images. ``best_top1`` gives each method's best top-1 within each budget of ``BUDGETS``.
@@ -23,9 +27,8 @@ import numpy as np
 MAX_LEVELS = (3, 3.5, 4, 5, 6, 7, 8, 10, 12, 16)
 ALPHAS = (0.01, 0.03, 0.1)
 BUDGETS = (1.5, 2.0, 2.5, 3.0, 3.5)
-STEP_BITS = 32                  # Δ sent raw as a float32 per layer
 PLOT_PATH = Path(__file__).resolve().parents[2] / "docs" / "images" / "deepcabac-rd.png"
-METHODS = ("uniform", "mse_rdoq", "relevance_rdoq", "relevance_rdoq_mean")
+METHODS = ("uniform", "mse_rdoq", "relevance_rdoq", "mse_allocation", "relevance_allocation")
 
 
 def demo_model() -> tuple[dict, dict]:
@@ -68,15 +71,16 @@ def evaluate(params: dict, data: dict) -> tuple[float, float]:
                                                                                       labels].mean())
 
 
-def normalised_sigma(sigma: np.ndarray, centre) -> np.ndarray:
-    """σ rescaled so that ``centre`` (np.median or np.mean) of the layer's 1/σ² is 1."""
+def median_normalised_sigma(sigma: np.ndarray) -> np.ndarray:
+    """σ rescaled so that the median of the layer's 1/σ² is 1."""
     precision = 1.0 / np.square(sigma)
-    return 1.0 / np.sqrt(precision / centre(precision))
+    return 1.0 / np.sqrt(precision / np.median(precision))
 
 
 def quantized_point(params: dict, data: dict, sigmas: dict | None, max_level: float, alpha: float) -> dict:
     """Quantize and code every weight tensor at one operating point; its rate and accuracy."""
     from aipu.codec.deepcabac import decode_layer, encode_layer
+    from aipu.codec.deepcabac.allocation import STEP_BITS
     from aipu.codec.deepcabac.rdoq import layer_step, rdoq_layer, uniform_levels
 
     quantized, bits, count = dict(params), 0, 0
@@ -107,30 +111,56 @@ def front(points: list[dict]) -> list[dict]:
     return kept
 
 
-def method_sigmas(params: dict, data: dict) -> dict:
-    """The σ of each RDOQ method, by tensor name."""
+def fisher_sigmas(params: dict, data: dict) -> dict:
+    """σ = 1/sqrt(F + ε) of every weight tensor, F the diagonal Fisher on the calibration images."""
     from aipu.codec.deepcabac.relevance import diagonal_fisher, fisher_relevance
 
     names = weight_names(params)
     fisher = diagonal_fisher(fisher_samples(params, data["calibration_images"], names))
-    relevance = fisher_relevance({name: params[name] for name in names}, fisher)
-    return {"mse_rdoq": {name: np.ones_like(params[name]) for name in names},
-            "relevance_rdoq": {name: normalised_sigma(relevance[name].sigma, np.median) for name in names},
-            "relevance_rdoq_mean": {name: normalised_sigma(relevance[name].sigma, np.mean) for name in names}}
+    return {name: relevance.sigma for name, relevance in
+            fisher_relevance({name: params[name] for name in names}, fisher).items()}
+
+
+def allocation_points(params: dict, data: dict, sigmas: dict | None) -> list[dict]:
+    """One point per allocation along λ: every layer's step of least D + λR (codec.deepcabac.allocation)."""
+    from aipu.codec.deepcabac.allocation import allocate, breakpoints, step_choices
+
+    names = weight_names(params)
+    count = sum(params[name].size for name in names)
+    choices = {name: step_choices(params[name], None if sigmas is None else sigmas[name]) for name in names}
+    slopes = breakpoints(choices)
+    lambdas = [slopes[0] / 2, *(np.sqrt(np.multiply(slopes[:-1], slopes[1:]))), slopes[-1] * 2] if slopes else [0.0]
+    points = []
+    for lam in lambdas:
+        chosen = allocate(choices, float(lam))
+        quantized = dict(params, **{name: choice.levels * choice.step for name, choice in chosen.items()})
+        top1, cross_entropy = evaluate(quantized, data)
+        points.append({"lambda": float(lam), "max_level": {name: round(float(np.max(np.abs(params[name])))
+                                                                      / choice.step, 2)
+                                                           for name, choice in chosen.items()},
+                       "bits_per_weight": round(sum(choice.bits for choice in chosen.values()) / count, 4),
+                       "top1": round(top1, 4), "cross_entropy": round(cross_entropy, 4)})
+    return points
 
 
 def run(plot: bool = False) -> dict:
     params, data = demo_model()
     float_top1, float_cross_entropy = evaluate(params, data)
+    names = weight_names(params)
+    fisher = fisher_sigmas(params, data)
+    rdoq_sigmas = {"mse_rdoq": {name: np.ones_like(params[name]) for name in names},
+                   "relevance_rdoq": {name: median_normalised_sigma(fisher[name]) for name in names}}
     points = {"uniform": [quantized_point(params, data, None, level, 0.0) for level in MAX_LEVELS]}
-    for method, sigmas in method_sigmas(params, data).items():
+    for method, sigmas in rdoq_sigmas.items():
         points[method] = [quantized_point(params, data, sigmas, level, alpha)
                           for alpha in ALPHAS for level in MAX_LEVELS]
+    points["mse_allocation"] = allocation_points(params, data, None)
+    points["relevance_allocation"] = allocation_points(params, data, fisher)
     best = {method: {str(budget): max((p["top1"] for p in rows if p["bits_per_weight"] <= budget), default=None)
                      for budget in BUDGETS} for method, rows in points.items()}
     if plot:
         plot_fronts(points, float_top1, PLOT_PATH)
-    return {"weights": sum(params[name].size for name in weight_names(params)),
+    return {"weights": sum(params[name].size for name in names),
             "float_top1": round(float_top1, 4), "float_cross_entropy": round(float_cross_entropy, 4),
             "points": points, "fronts": {method: front(rows) for method, rows in points.items()},
             "best_top1": best}
@@ -145,7 +175,7 @@ def plot_fronts(points: dict, float_top1: float, path: Path) -> None:
 
     figure = Figure(figsize=(6.4, 4.0))
     axes = figure.add_subplot()
-    for method, colour in zip(METHODS, ("tab:gray", "tab:blue", "tab:red", "tab:orange")):
+    for method, colour in zip(METHODS, ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red")):
         rows = points[method]
         axes.scatter([p["bits_per_weight"] for p in rows], [100 * p["top1"] for p in rows], s=8, alpha=0.3,
                      color=colour)

@@ -222,7 +222,7 @@ def test_codec_comparison_runs_both_codecs_losslessly_on_the_demo_weights():
         assert 0 < entry["aipu_deepcabac"]["bits_per_weight"] < 9 and entry["deepcabac_decode_speed_vs_nncodec"] > 0
 
 
-@pytest.mark.slow      # about 3 minutes: the Fisher estimate and some 100 coded and evaluated models
+@pytest.mark.slow      # about 2 minutes: the Fisher estimate and some 300 coded and evaluated models
 def test_the_deepcabac_rd_bench_measures_every_method_on_the_digits_model():
     from aipu.app.bench import deepcabac_rd
 
