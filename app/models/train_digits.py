@@ -3,8 +3,9 @@
     python -m aipu.app.models.train_digits        (needs the `train` extra: scikit-learn)
 
 Writes ``digits_cnn.onnx`` (float Conv/Relu/GlobalAveragePool/Flatten/Gemm graph) and
-``digits_data.npz`` (a calibration batch from the training split and the held-out evaluation split,
-as float32 images in [0, 1] with labels) next to this file. Training is plain numpy (Adam, cross
+``digits_data.npz`` (a calibration batch from the training split, the training split itself and the held-out
+evaluation split, as float32 images in [0, 1] with labels) next to this file. The training split is there so that
+methods that fine-tune (pruning, structured matrices) can without scikit-learn. Training is plain numpy (Adam, cross
 entropy), deterministic for a given seed, and takes a few minutes on one core; the demo and the
 codec benchmark use the result as real trained weights.
 """
@@ -159,7 +160,9 @@ def main(argv: list[str] | None = None) -> None:
     test_acc = float((forward(params, images[test]).argmax(1) == labels[test]).mean())
     onnx.save(to_onnx(params), MODEL_PATH)
     np.savez_compressed(DATA_PATH, calibration_images=images[trainset[:128]].astype(np.float32),
-                        eval_images=images[test].astype(np.float32), eval_labels=labels[test].astype(np.int64))
+                        eval_images=images[test].astype(np.float32), eval_labels=labels[test].astype(np.int64),
+                        train_images=images[trainset].astype(np.float32),
+                        train_labels=labels[trainset].astype(np.int64))
     print(f"train accuracy {train_acc:.4f}, held-out accuracy {test_acc:.4f}; wrote {MODEL_PATH.name}, {DATA_PATH.name}")
 
 
