@@ -31,6 +31,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "aipu.app.cli_compile",
     "aipu.app.cli_report",
     "aipu.app.cli_codec",
+    "aipu.app.cli_tai",
     "aipu.app.cli_rtl",
     "aipu.app.cli_sweep",
     "aipu.app.warm_up",

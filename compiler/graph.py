@@ -23,6 +23,8 @@ from onnx import numpy_helper, shape_inference
 
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.files import read_at_most
+from aipu.tai.file import is_tai, loads
+from aipu.tai.to_onnx import to_onnx
 
 MIN_OPSET = 11
 MAX_MODEL_BYTES = 1 << 31            # protobuf's own limit for one message
@@ -123,8 +125,14 @@ def load_graph(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None
 
 def read_model(path: str | Path) -> onnx.ModelProto:
     """The ONNX model in the regular file ``path`` of at most MAX_MODEL_BYTES, parsed, with a graph; InputError
-    naming the file otherwise."""
+    naming the file otherwise. A .tai file (T/AI 115.1-2021 chapter 6, docs/tai.md) is read as the ONNX model
+    it represents."""
     data = read_at_most(path, MAX_MODEL_BYTES)
+    if is_tai(data):            # a T/AI 115.1 representation, known by its magic whatever its name
+        try:
+            return to_onnx(loads(data))
+        except InputError as error:
+            raise error.within(path)
     try:
         model = onnx.load_model_from_string(data)
     except Exception as exc:   # protobuf raises its own DecodeError and others on arbitrary bytes
