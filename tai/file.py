@@ -32,6 +32,7 @@ from aipu.sim.machine.files import read_at_most
 
 from . import params
 from .params import Parameter
+from .records import RECORDS, check_record
 from .schema import NAME, Model
 
 MAGIC = b"TAI115.1"
@@ -116,6 +117,8 @@ def check_model(model: Model, stored: dict[tuple[str, str], Parameter]) -> None:
     if not model.graph:
         raise InputError("graph", "none", "a Model with at least one Graph (Table 7)")
     used: set[tuple[str, str]] = set()
+    for attribute in model.attribute:
+        _check_attribute(attribute, "model", stored, used)
     for index, graph in enumerate(model.graph):
         _check_graph(graph, f"graph {index}", stored, used, 1)
     unused = sorted(set(stored) - used)
@@ -134,6 +137,8 @@ def _check_graph(graph, where: str, stored: dict, used: set, depth: int) -> None
             raise InputError(f"{where} operator_node name", name, "unique within its graph")
         names.add(name)
         params.check_name(f"{where} node {name!r} operator_type", node.operator_type)
+        if node.operator_type in RECORDS:
+            check_record(node, f"{where} node {name!r}")
         for entries in (node.input, node.output):
             keys = [entry.key for entry in entries]
             if len(set(keys)) != len(keys):
@@ -145,7 +150,7 @@ def _check_graph(graph, where: str, stored: dict, used: set, depth: int) -> None
             params.check_name(f"{where} {kind} name", variable.name)
             if variable.HasField("tensor"):
                 check_tensor(variable.tensor, f"{where} variable {variable.name!r}", stored, used)
-    for attribute in (*graph.attribute,):
+    for attribute in graph.attribute:
         _check_attribute(attribute, where, stored, used)
     for index, sub in enumerate(graph.sub_graphs):
         _check_graph(sub, f"{where} sub-graph {index}", stored, used, depth + 1)

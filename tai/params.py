@@ -63,7 +63,7 @@ def check_values(what: str, value_type: str, array: np.ndarray) -> np.ndarray:
             raise InputError(f"{what} values", f"{array.min()} .. {array.max()}", f"{value_type}: {low} .. {high}")
     if np.asarray(array).dtype.kind != dtype.kind and not (value_type in ("BOOL", "BINARY") or value_type in RANGES):
         raise InputError(f"{what} dtype", str(np.asarray(array).dtype), f"{value_type} ({dtype})")
-    return np.ascontiguousarray(array, dtype=dtype)
+    return np.array(array, dtype=dtype, order="C")      # (ascontiguousarray would make a 0-d array 1-d)
 
 
 def pack(parameters: list[Parameter]) -> bytes:
