@@ -105,6 +105,7 @@ def loads(data: bytes) -> TaiFile:
         model.ParseFromString(data[HEADER.size:HEADER.size + structure])
     except DecodeError as exc:
         raise InputError("structure", "not a Model message", f"protobuf wire format ({exc})") from None
+    _check_strings(model)
     parameters = params.unpack(data[HEADER.size + structure:], count)
     stored = {(p.layer, p.key): p for p in parameters}
     check_model(model, stored)
@@ -112,6 +113,23 @@ def loads(data: bytes) -> TaiFile:
 
 
 # --------------------------------------------------------------------------------------------- checks
+def _check_strings(message) -> None:
+    """Every string field valid UTF-8: protobuf's Python API hands a proto2 string with bad UTF-8 on as bytes
+    (or lone surrogates), which fail only where the string is next used (in ONNX, in a message)."""
+    for descriptor, value in message.ListFields():
+        items = value if descriptor.is_repeated else (value,)
+        if descriptor.message_type is not None:
+            for item in items:
+                _check_strings(item)
+        elif descriptor.type == descriptor.TYPE_STRING:
+            for item in items:
+                try:
+                    item.encode("utf-8")
+                except (UnicodeEncodeError, AttributeError):
+                    raise InputError(f"{message.DESCRIPTOR.name}.{descriptor.name}", item if isinstance(
+                        item, bytes) else item.encode("utf-8", "surrogateescape"), "valid UTF-8") from None
+
+
 def check_model(model: Model, stored: dict[tuple[str, str], Parameter]) -> None:
     """What the wire format leaves open: names, codes, nesting depth, references into the parameters."""
     if not model.graph:
