@@ -29,6 +29,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "aipu.app.bench",
     "aipu.app.cli_program",
     "aipu.app.cli_compile",
+    "aipu.app.cli_prune",
     "aipu.app.cli_report",
     "aipu.app.cli_codec",
     "aipu.app.cli_tai",

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FOLDERS = {"app": "aipu.app", "codec": "aipu.codec", "compiler": "aipu.compiler", "quant": "aipu.quant", "rtl": "aipu.rtl", "sim": "aipu.sim",
-           "tai": "aipu.tai"}
+FOLDERS = {"app": "aipu.app", "codec": "aipu.codec", "compiler": "aipu.compiler", "compress": "aipu.compress",
+           "quant": "aipu.quant", "rtl": "aipu.rtl", "sim": "aipu.sim", "tai": "aipu.tai"}
 FLOORS = {
     "aipu.sim.machine": 0,
     "aipu.sim.golden": 1, "aipu.codec": 1,
-    "aipu.sim.timing": 2, "aipu.quant": 2, "aipu.tai": 2,
+    "aipu.sim.timing": 2, "aipu.quant": 2, "aipu.compress": 2, "aipu.tai": 2,
     "aipu.compiler": 3, "aipu.sim.interpreter": 3, "aipu.rtl": 3,
     "aipu.sim.cosim": 4, "aipu.sim.cycle": 4,
     "aipu.app": 5,
