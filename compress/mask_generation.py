@@ -100,17 +100,19 @@ def averaged_ranks(history: list[np.ndarray]) -> np.ndarray:
     return ranks
 
 
-def reg_func(ranks: np.ndarray, sparsity: float, amplitude: float, *, tail: float = 0.25) -> np.ndarray:
+def reg_func(ranks: np.ndarray, sparsity: float, amplitude: float, *, floor: float = 0.1,
+             tail: float = 0.25) -> np.ndarray:
     """Reg_func (Table 305; decision P8): the regularisation increment of each column from its rank r among G.
-    Linear from ``amplitude`` at r = 0 down to 0 at the pruning boundary r = sparsity·G, then negative down to
-    −tail·amplitude at the most important column: unimportant columns gain regularisation, important ones lose
-    it."""
+    Below the pruning boundary r < sparsity·G it falls linearly from ``amplitude`` at r = 0 but never under
+    floor·amplitude (so the columns just inside the boundary still reach Target_reg); from the boundary on it
+    is negative, down to −tail·amplitude at the most important column: unimportant columns gain
+    regularisation, important ones lose it."""
     if not 0.0 < sparsity < 1.0 or not amplitude > 0:
         raise InputError("Reg_func", (sparsity, amplitude), "0 < sparsity < 1 and amplitude > 0")
     ranks = np.asarray(ranks, np.float64)
     groups = ranks.size
     boundary = sparsity * groups
-    below = amplitude * (1.0 - ranks / boundary)
+    below = amplitude * np.maximum(1.0 - ranks / boundary, floor)
     above = -tail * amplitude * (ranks - boundary) / max(groups - 1 - boundary, 1.0)
     return np.where(ranks < boundary, below, above)
 

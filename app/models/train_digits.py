@@ -100,25 +100,54 @@ def init_params(rng: np.random.Generator) -> dict:
     return params
 
 
+class Adam:
+    """Adam's update of a parameter dict in place (beta 0.9 and 0.999), one call per batch."""
+
+    def __init__(self, params: dict, lr: float):
+        self.lr, self.step_count = lr, 0
+        self.moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in params.items()}
+
+    def step(self, params: dict, grads: dict) -> None:
+        self.step_count += 1
+        for key, grad in grads.items():
+            m, v = self.moments[key]
+            m[...] = 0.9 * m + 0.1 * grad
+            v[...] = 0.999 * v + 0.001 * grad * grad
+            params[key] -= self.lr * (m / (1 - 0.9 ** self.step_count)) / (
+                np.sqrt(v / (1 - 0.999 ** self.step_count)) + 1e-8)
+
+
+def batches(count: int, batch: int, rng: np.random.Generator):
+    """The index arrays of one epoch over ``count`` samples in a random order."""
+    order = rng.permutation(count)
+    return [order[start:start + batch] for start in range(0, count, batch)]
+
+
 def train(images: np.ndarray, labels: np.ndarray, *, epochs: int, seed: int, lr: float = 3e-3,
           batch: int = 64) -> dict:
     """Adam on the cross-entropy loss."""
     rng = np.random.default_rng(seed)
     params = init_params(rng)
-    moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in params.items()}
-    step = 0
+    optimizer = Adam(params, lr)
     for epoch in range(epochs):
-        order = rng.permutation(len(images))
-        for start in range(0, len(order), batch):
-            idx = order[start:start + batch]
+        for idx in batches(len(images), batch, rng):
             _, grads = loss_and_grads(params, images[idx], labels[idx])
-            step += 1
-            for key, grad in grads.items():
-                m, v = moments[key]
-                m[...] = 0.9 * m + 0.1 * grad
-                v[...] = 0.999 * v + 0.001 * grad * grad
-                params[key] -= lr * (m / (1 - 0.9 ** step)) / (np.sqrt(v / (1 - 0.999 ** step)) + 1e-8)
+            optimizer.step(params, grads)
     return params
+
+
+def split(seed: int = 2021):
+    """scikit-learn's digits as (train images, train labels, held-out images, held-out labels): the split the
+    embedded model was trained on (the held-out part is digits_data.npz's evaluation set). Needs the `train`
+    extra."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float64)[:, None]
+    labels = digits.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(images))
+    test, trainset = order[:360], order[360:]
+    return images[trainset], labels[trainset], images[test], labels[test]
 
 
 def to_onnx(params: dict) -> onnx.ModelProto:
@@ -148,21 +177,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--seed", type=int, default=2021)
     args = parser.parse_args(argv)
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = (digits.images / 16.0).astype(np.float64)[:, None]
-    labels = digits.target.astype(np.int64)
-    order = np.random.default_rng(args.seed).permutation(len(images))
-    test, trainset = order[:360], order[360:]
-    params = train(images[trainset], labels[trainset], epochs=args.epochs, seed=args.seed)
-    train_acc = float((forward(params, images[trainset]).argmax(1) == labels[trainset]).mean())
-    test_acc = float((forward(params, images[test]).argmax(1) == labels[test]).mean())
+    train_images, train_labels, test_images, test_labels = split(args.seed)
+    params = train(train_images, train_labels, epochs=args.epochs, seed=args.seed)
+    train_acc = float((forward(params, train_images).argmax(1) == train_labels).mean())
+    test_acc = float((forward(params, test_images).argmax(1) == test_labels).mean())
     onnx.save(to_onnx(params), MODEL_PATH)
-    np.savez_compressed(DATA_PATH, calibration_images=images[trainset[:128]].astype(np.float32),
-                        eval_images=images[test].astype(np.float32), eval_labels=labels[test].astype(np.int64),
-                        train_images=images[trainset].astype(np.float32),
-                        train_labels=labels[trainset].astype(np.int64))
+    np.savez_compressed(DATA_PATH, calibration_images=train_images[:128].astype(np.float32),
+                        eval_images=test_images.astype(np.float32), eval_labels=test_labels.astype(np.int64),
+                        train_images=train_images.astype(np.float32), train_labels=train_labels.astype(np.int64))
     print(f"train accuracy {train_acc:.4f}, held-out accuracy {test_acc:.4f}; wrote {MODEL_PATH.name}, {DATA_PATH.name}")
 
 

@@ -70,9 +70,10 @@ def test_column_ranks_and_their_average():
 
 
 def test_reg_func_gives_the_least_important_columns_the_largest_increments():
-    increments = reg_func(np.arange(10), 0.4, 1.0)
-    assert increments[0] == 1.0 and np.all(np.diff(increments) < 0)
-    assert np.all(increments[:4] > 0) and np.all(increments[4:] <= 0) and np.isclose(increments[-1], -0.25)
+    increments = reg_func(np.arange(40), 0.5, 1.0)
+    assert increments[0] == 1.0 and np.all(np.diff(increments) <= 0) and np.all(np.diff(increments[20:]) < 0)
+    assert np.all(increments[:20] >= 0.1) and np.isclose(increments[19], 0.1) and np.isclose(increments[17], 0.15)
+    assert np.all(increments[20:] <= 0) and np.isclose(increments[-1], -0.25)
 
 
 def test_update_regularisation_masks_a_column_at_the_target_and_freezes_it():
