@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "quant": "aipu.app.bench.quant",
     "parts": "aipu.app.bench.parts",
     "wdec": "aipu.app.bench.wdec",
+    "pruning": "aipu.app.bench.pruning",
 }
 FLAGS = ("models", "config", "vary", "compare")
 
