@@ -6,7 +6,7 @@ drives them lives with the model it trains (aipu.app.models.prune_digits; docs/p
 * ADMM group lasso over rows (§9.5.1, P_Method 2): the W-step's penalty gradient, the F-step of eq. (50)
   (row-wise group soft-thresholding of U = W + K/2), the K-step K + W − F and the stopping test of step g).
 * Incremental regularisation over columns (§9.5.2, P_Method 3): column L1 ranks averaged over iterations,
-  Reg_func (the standard leaves it open; decision P8 of docs/pruning.md), the regularisation update that masks
+  Reg_func (the standard leaves it open; decision PR-8 of docs/pruning.md), the regularisation update that masks
   a column when its factor reaches Target_reg, the gradient of the regularisation, and Offer_mask (Table 306).
 
 All matrices are (N, C·H·W) (aipu.compress.pruning.as_matrix); masks are 0/1 vectors, 1 = kept.
@@ -102,7 +102,7 @@ def averaged_ranks(history: list[np.ndarray]) -> np.ndarray:
 
 def reg_func(ranks: np.ndarray, sparsity: float, amplitude: float, *, floor: float = 0.1,
              tail: float = 0.25) -> np.ndarray:
-    """Reg_func (Table 305; decision P8): the regularisation increment of each column from its rank r among G.
+    """Reg_func (Table 305; decision PR-8): the regularisation increment of each column from its rank r among G.
     Below the pruning boundary r < sparsity·G it falls linearly from ``amplitude`` at r = 0 but never under
     floor·amplitude (so the columns just inside the boundary still reach Target_reg); from the boundary on it
     is negative, down to −tail·amplitude at the most important column: unimportant columns gain

@@ -5,7 +5,7 @@ flattened in order. Row pruning (granularity 2) removes whole filters and their 
 (granularity 3) removes columns, i.e. one input channel at one kernel position across every filter, and keeps
 the biases. A mask holds one 0/1 entry per row or per column, 1 = kept. :class:`StructuredSparsity` is the
 record a decoder needs for one tensor: granularity, ``n_dim``, the tensor's original shape and the mask (with
-the Skip_Column list that Table 252 reads derived from it, decision P2 of docs/pruning.md).
+the Skip_Column list that Table 252 reads derived from it, decision PR-2 of docs/pruning.md).
 
 ``structured_sparse`` and ``un_structured_sparse`` follow Tables 202 and 252 over lists of tensors;
 ``compact`` and ``restore`` are the same on one tensor and its record. For every mask,
@@ -31,7 +31,7 @@ class PruneGranularity(IntEnum):
 
 
 class PMethod(IntEnum):
-    """Table 301. Code 2 is printed "ALUM"; its algorithm (9.5.1) is ADMM group lasso (decision P7)."""
+    """Table 301. Code 2 is printed "ALUM"; its algorithm (9.5.1) is ADMM group lasso (decision PR-7)."""
 
     UNDEFINED = 1
     ADMM = 2
@@ -143,7 +143,7 @@ def _check_bias(b, rows: int, name: str) -> np.ndarray | None:
 
 def compact(w: np.ndarray, b: np.ndarray | None, record: StructuredSparsity):
     """(W_o, B_o) of one tensor (Table 202): ROW drops the masked filters and their biases; COLUMN drops the
-    masked columns of the (N, C·H·W) matrix and returns that matrix (decision P3), the bias unchanged."""
+    masked columns of the (N, C·H·W) matrix and returns that matrix (decision PR-3), the bias unchanged."""
     w = _check_tensor(w, record.shape, "W")
     b = _check_bias(b, record.rows, "B")
     keep = record.mask.astype(bool)

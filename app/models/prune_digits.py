@@ -62,7 +62,7 @@ class PruningRun:
 
 def _lambda_for(u: np.ndarray, ratio: float) -> float:
     """The group-lasso weight at which eq. (50) zeroes round(ratio · N) rows of ``u``: between the norms of
-    the last row to go and the first to stay (decision P9: λ from the target instead of by hand)."""
+    the last row to go and the first to stay (decision PR-9: λ from the target instead of by hand)."""
     norms = np.sort(np.linalg.norm(u, axis=1))
     count = int(np.floor(ratio * norms.size + 0.5))
     if count == 0:
@@ -96,7 +96,7 @@ def admm_filter_pruning(params: dict, images: np.ndarray, labels: np.ndarray, ra
     """§9.5.1 on the layers of ``ratios`` (layer -> fraction of its filters): per batch a W-step on the loss
     plus ½‖W − T‖² (T = F − K/2), per epoch the F-step of eq. (50) and K += W − F, a layer stopping when step
     g) holds; then the mask F ≠ 0 and the fine-tune. ``rho`` weighs the penalty against the loss (eq. (49)
-    has 1 against a summed loss; this trainer's loss is a batch mean: decision P9). The pruned filters' biases are zeroed with them, so the
+    has 1 against a summed loss; this trainer's loss is a batch mean: decision PR-9). The pruned filters' biases are zeroed with them, so the
     filter-pruned ONNX model computes exactly what the masked one does."""
     params = {key: value.copy() for key, value in params.items()}
     rng = np.random.default_rng(schedule.seed)

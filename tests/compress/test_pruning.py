@@ -1,5 +1,5 @@
 """structured_sparse / Un_structured_sparse (T/AI 115.1-2021 Tables 202, 252): the round trips, worked examples
-of the pseudo-code, and the decisions on its defects (docs/pruning.md, P1-P6)."""
+of the pseudo-code, and the decisions on its defects (docs/pruning.md, PR-1 … PR-6)."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -72,7 +72,7 @@ def test_row_pruning_with_n_on_another_axis():
 
 
 def test_column_pruning_follows_the_mask_not_the_zero_test():
-    """P3: the mask says which columns go. A kept column that happens to be all zero stays (the literal
+    """PR-3: the mask says which columns go. A kept column that happens to be all zero stays (the literal
     zero test of Table 202 would drop it and leave the inverse one column short); a removed column may be
     non-zero. The result is the (N, kept) matrix, not the original shape."""
     w = np.array([[[[1.0, 0.0, 3.0]]], [[[4.0, 0.0, 6.0]]]])       # (2, 1, 1, 3): column 1 all zero
@@ -85,8 +85,8 @@ def test_column_pruning_follows_the_mask_not_the_zero_test():
 
 
 def test_column_restore_puts_zeros_at_the_skipped_column():
-    """P4: Table 252 writes the zeros to org_weights[:, new_col_idx], which would overwrite a restored column;
-    the zeros belong at col_idx. Skip_Column (0-based) from the mask, or the mask from Skip_Column (P2)."""
+    """PR-4: Table 252 writes the zeros to org_weights[:, new_col_idx], which would overwrite a restored column;
+    the zeros belong at col_idx. Skip_Column (0-based) from the mask, or the mask from Skip_Column (PR-2)."""
     record = StructuredSparsity.from_skip_column((2, 4), [0, 2])
     assert np.array_equal(record.mask, [0, 1, 0, 1])
     (w_u,), (b_u,) = un_structured_sparse([np.array([[1.0, 2.0], [3.0, 4.0]])], [np.array([5.0, 6.0])],
