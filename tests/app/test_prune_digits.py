@@ -1,5 +1,5 @@
 """Mask generation (T/AI 115.1-2021 §9.5) on the embedded digits CNN with the project's trainer, on a few
-held-out images for an epoch (docs/pruning.md): the masks have the asked sizes, masked weights stay zero
+training images for an epoch (docs/pruning.md): the masks have the asked sizes, masked weights stay zero
 through the fine-tune, and the filter-pruned ONNX model computes what the masked parameters do."""
 import numpy as np
 import onnxruntime
@@ -16,7 +16,7 @@ SHORT = Schedule(epochs=1, finetune_epochs=1, batch=32)
 @pytest.fixture(scope="module")
 def data():
     stored = np.load(DATA_PATH)
-    return stored["eval_images"][:96].astype(np.float64), stored["eval_labels"][:96]
+    return stored["train_images"][:96].astype(np.float64), stored["train_labels"][:96]
 
 
 def test_admm_masks_the_asked_filters_and_the_pruned_model_equals_the_masked_one(data):
