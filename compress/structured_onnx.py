@@ -124,8 +124,8 @@ def weight_layers(model: onnx.ModelProto, layers=None) -> list[WeightLayer]:
     names = {layer.name for layer in found}
     unknown = sorted(set(layers) - names)
     if unknown:
-        raise InputError(f"layer {unknown[0]!r} is not a one-group Conv or a Gemm with a constant weight; "
-                         f"candidates: {', '.join(sorted(names))}")
+        raise InputError("layer", unknown[0], "a one-group Conv or a Gemm with a constant weight: "
+                         + ", ".join(sorted(names)))
     return [layer for layer in found if layer.name in set(layers)]
 
 
@@ -157,7 +157,7 @@ def circulant_layers(model: onnx.ModelProto, circ_size: int, rng: np.random.Gene
     chosen = [layer for layer in weight_layers(model, layers)
               if layer.matrix.shape[0] % circ_size == 0 and layer.matrix.shape[1] % circ_size == 0]
     if not chosen:
-        raise InputError(f"no layer has outputs and inputs that circ_size {circ_size} divides")
+        raise InputError("circ_size", circ_size, "must divide the outputs and the inputs of at least one layer")
     inputs = [layer.matrix.shape[1] for layer in chosen]
     len_list = circulant.generate_len_list(inputs, [circ_size] * len(chosen), rng)
     signs = circulant.SignVectors(circulant.generate_base_sign_vector_network(len_list, rng), len_list)

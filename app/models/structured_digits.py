@@ -34,21 +34,29 @@ def fine_tune(params: dict, chosen: list, *, epochs: int, seed: int = 0, lr: flo
               batch: int = 64) -> dict:
     """Adam on the cross-entropy of the training split over the structured layers' arrays (updated in place)
     and every other parameter; returns the parameters, the structured weights dense."""
-    data = np.load(train_digits.DATA_PATH)
-    images, labels = data["train_images"].astype(np.float64), data["train_labels"]
+    images, labels, _, _ = train_digits.stored_split()
     structured = {entry.layer.node.input[1]: entry for entry in chosen}
     trainable = {name: value.copy() for name, value in params.items() if name not in structured}
     for name, entry in structured.items():
         trainable.update({f"{name}#{index}": array for index, array in enumerate(entry.arrays())})
     optimizer = train_digits.Adam(trainable, lr)
     rng = np.random.default_rng(seed)
-    for idx in train_digits.batches(len(images), batch, epochs, rng):
-        current = dense_params(dict(trainable, **{name: params[name] for name in structured}), chosen)
-        _, grads = train_digits.loss_and_grads(current, images[idx], labels[idx])
-        for name, entry in structured.items():
-            grads.update({f"{name}#{index}": grad for index, grad in enumerate(entry.gradients(grads.pop(name)))})
-        optimizer.update(grads)
-    return dense_params(dict(trainable, **{name: params[name] for name in structured}), chosen)
+    for _ in range(epochs):
+        for idx in train_digits.batches(len(images), batch, rng):
+            _, grads = train_digits.loss_and_grads(dense_params(_with(trainable, params, structured), chosen),
+                                                   images[idx], labels[idx])
+            for name, entry in structured.items():
+                grads.update({f"{name}#{index}": grad
+                              for index, grad in enumerate(entry.gradients(grads.pop(name)))})
+            optimizer.step(trainable, grads)
+    return dense_params(_with(trainable, params, structured), chosen)
+
+
+def _with(trainable: dict, params: dict, structured: dict) -> dict:
+    """The model's parameters by name: the trained ones, and the structured layers' names (their weights are
+    rebuilt from their arrays by ``dense_params``)."""
+    return {**{name: value for name, value in trainable.items() if "#" not in name},
+            **{name: params[name] for name in structured}}
 
 
 def structured_model(params: dict, chosen: list) -> onnx.ModelProto:
