@@ -15,7 +15,7 @@ from aipu.sim.machine.errors import InputError
 WEIGHT_INPUTS = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}     # the weight's input position
 
 
-def _compressible(model) -> list[str]:
+def compressible_weights(model) -> list[str]:
     """The float32 initializers of rank 2 or more that a Conv, ConvTranspose, Gemm or MatMul reads as its
     weight and no other node reads."""
     from onnx import TensorProto
@@ -51,7 +51,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             raise InputError("--bits", args.bits, f"an integer 2 .. {MAX_BITDEPTH + 1} (N-bit signed levels)")
         options = CodecOptions(bitdepth=args.bits - 1, encoder=FAST_OPTIONS)
         compile_kernels_once("codec")
-        compress = {name: options for name in _compressible(model)}
+        compress = {name: options for name in compressible_weights(model)}
     try:
         data = dumps(from_onnx(model, compress))
     except InputError as error:
