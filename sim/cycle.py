@@ -33,7 +33,7 @@ from fractions import Fraction
 from typing import Literal
 
 from aipu.sim.machine.errors import ExecutionError
-from aipu.sim.machine.isa import Opcode, Unit, dram_run_bytes
+from aipu.sim.machine.isa import Opcode, Unit, dram_run_bytes, load_tile_rows
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.ordering import schedule
 from aipu.sim.machine.program import Program
@@ -236,8 +236,8 @@ def _dram_bytes(command) -> int:
     """The data bytes a DMA command moves over the DRAM interface (not the words' padding)."""
     if command.opcode == Opcode.WDEC:
         return command.length
-    if command.opcode in (Opcode.LOAD, Opcode.STORE):      # a LOAD of codebook indices: the packed bytes
-        return command.y_size * command.x_size * dram_run_bytes(command)
+    if command.opcode in (Opcode.LOAD, Opcode.STORE):      # a LOAD of codebook indices: the packed bytes;
+        return load_tile_rows(command) * command.x_size * dram_run_bytes(command)    # circulant: rows read L times
     return 0
 
 

@@ -61,6 +61,10 @@ class IndexBits(IntEnum):
     FOUR = 4
 
 
+CIRC_LOG2_BITS = 2            # LOAD's block-circulant expansion: circ_size = 2**circ_log2, 1 (plain) .. 8
+CIRC_SIGNS_MAX = 256          # a circulant LOAD's run: at most this many bytes, one sign bit each (LOAD's register)
+
+
 if tuple(IndexBits)[1:] != CODEBOOK_INDEX_BITS:
     raise ValueError(f"IndexBits {tuple(IndexBits)[1:]} differ from arch.CODEBOOK_INDEX_BITS {CODEBOOK_INDEX_BITS}")
 
@@ -222,7 +226,13 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
         "dst is dense in `buffer` starting at byte sram_addr\n"
         "index_bits = b > 0 (codebook weights): k = 8/b indices a DRAM byte, elem_type one byte, buffer WEIGHT,\n"
         "    run a multiple of k; the DRAM runs hold run/k bytes (strides count DRAM bytes) and\n"
-        "    dst[y][x][i] = C[index i of the run's bytes, low bits first], C = LUT[16*codebook_addr] as 2^b int8",
+        "    dst[y][x][i] = C[index i of the run's bytes, low bits first], C = LUT[16*codebook_addr] as 2^b int8\n"
+        "circ_size = L = 2**circ_log2 > 1 (block-circulant weights): index_bits PLAIN, buffer WEIGHT,\n"
+        "    one-byte elem_type, L <= dram.bytes_per_cycle, run a multiple of L and at most 256, dram_addr and both strides multiples\n"
+        "    of L, no padding; DRAM row y becomes the L tile rows y*L + k (k < L), y_size*L rows in all:\n"
+        "    dst[y*L+k][x][t] = s(t) * src[y][x][L*(t//L) + (t - k) mod L]   (each L-group rotated right by k)\n"
+        "    s(t) = -1 where bit t (low bit first) of the bytes at LUT[16*codebook_addr] is 1, else +1;\n"
+        "    the negation is in 8 bits (-(-128) = -128)",
         (Field("buffer", 3, "destination buffer", choices=LOADABLE_BUFFERS),
          Field("sram_addr", "sram_addr_bits", "destination byte address in the buffer"),
          Field("dram_addr", "dram_addr_bits", "source byte address in DRAM"),
@@ -233,7 +243,9 @@ COMMANDS: dict[Opcode, CommandSpec] = {spec.opcode: spec for spec in (
          Field("index_bits", 3, "PLAIN: bytes as they are; 1, 2, 4: each DRAM byte holds 8/index_bits codebook "
                "indices", choices=IndexBits),
          Field("codebook_addr", CODEBOOK_ADDR_BITS, f"index_bits > 0: the codebook's LUT memory address in units "
-               f"of {CODEBOOK_SLOT_BYTES} bytes (ignored when PLAIN)"))),
+               f"of {CODEBOOK_SLOT_BYTES} bytes; circ_size > 1: the sign bits' (ignored otherwise)"),
+         Field("circ_log2", CIRC_LOG2_BITS, "circ_size L = 2**circ_log2; L > 1: each DRAM row expands to L "
+               "block-circulant rows (docs/structured.md)"))),
     CommandSpec(
         Opcode.STORE, Unit.STORE, "strided DMA from the output buffer to DRAM",
         "for y, x in y_size x x_size:\n"
@@ -441,6 +453,21 @@ def load_expansion(command) -> int:
     else 1 (a STORE has no ``index_bits``)."""
     bits = command.args.get("index_bits", IndexBits.PLAIN)
     return 8 // bits if bits else 1
+
+
+def circ_size(command) -> int:
+    """The block size L of a LOAD's circulant expansion: ``2**circ_log2`` (1: a plain LOAD; a STORE has none)."""
+    return 1 << command.args.get("circ_log2", 0)
+
+
+def load_tile_rows(command) -> int:
+    """The tile rows (without padding) a LOAD writes: ``y_size``, times ``circ_size`` for a circulant LOAD."""
+    return command.y_size * circ_size(command)
+
+
+def circ_sign_bytes(command) -> int:
+    """The bytes of sign bits a circulant LOAD reads from LUT memory: one bit per byte of its run."""
+    return -(-command.run // 8)
 
 
 def dram_run_bytes(command) -> int:

@@ -191,9 +191,10 @@ def _check_field(command_name: str, fld, value, config: HardwareConfig, ranges: 
 
 # --- Program container ---------------------------------------------------------------------------
 MAGIC = b"AIPUPROG"
-FORMAT_VERSION = 8     # 2: fixed-width token masks (isa.TOKEN_MASK_BITS) and the ISA layout hash; 3: SOFTMAX; 4: DWCONV;
+FORMAT_VERSION = 9     # 2: fixed-width token masks (isa.TOKEN_MASK_BITS) and the ISA layout hash; 3: SOFTMAX; 4: DWCONV;
                        # 5: INT4 operands (CONV w_type, in_type INT4); 6: codebook weights (LOAD index_bits);
-                       # 7: REQUANT INT4 outputs and dual; 8: WDEC parts (streams split for parallel engines)
+                       # 7: REQUANT INT4 outputs and dual; 8: WDEC parts (streams split for parallel engines);
+                       # 9: LOAD circ_size (block-circulant weights expanded on chip)
 _HEADER = struct.Struct("<8sHH16s16sI")   # magic, version, queues, config hash, ISA layout hash, config length
 _CRC = struct.Struct("<I")
 MAX_PROGRAM_BYTES = 1 << 24    # 512 K commands, 250 times a ResNet-18's; what a program's objects may hold

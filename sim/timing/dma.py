@@ -15,7 +15,8 @@ from typing import NamedTuple
 import numpy as np
 
 from aipu.sim.machine.arch import DTYPE_BYTES, Buffer, DType, HardwareConfig
-from aipu.sim.machine.isa import IndexBits, Opcode, dram_run_bytes, load_expansion
+from aipu.sim.machine.isa import (CODEBOOK_SLOT_BYTES, IndexBits, Opcode, circ_sign_bytes, circ_size, dram_run_bytes,
+                                  load_expansion, load_tile_rows)
 from aipu.sim.machine.program import Command
 
 CHECK_CYCLES = 1          # the cycle after start: faults are raised or the probe goes out
@@ -40,9 +41,12 @@ class DramPhases(NamedTuple):
 
 def run_shape(cmd, dense_gap: int) -> tuple[int, int, int]:
     """(rows, runs per row, bytes per run) walked: runs adjacent in DRAM merge into one when they are
-    adjacent in the tile too (always within a row; across rows only with no padding between rows)."""
+    adjacent in the tile too (always within a row; across rows only with no padding between rows). A circulant
+    LOAD's runs never merge: each run's signs start at its first byte."""
     run = dram_run_bytes(cmd)
     rows, runs = cmd.y_size, cmd.x_size
+    if circ_size(cmd) > 1:
+        return rows, runs, run
     if runs == 1 or cmd.dram_x_stride == run:
         run, runs = run * runs, 1
         if dense_gap == 0 and (rows == 1 or cmd.dram_y_stride == run):
@@ -80,10 +84,12 @@ def least_cycles(config: HardwareConfig, opcode: Opcode) -> int:
 
 def _pattern_steps(config: HardwareConfig, cmd, dense_start: int, dense_gap: int):
     """Per step of the walk (one DRAM word of one run): tile byte address, tile bytes (the DRAM bytes times
-    ``load_expansion``), last step of a row."""
+    ``load_expansion``), last step of a row. A circulant LOAD walks each DRAM row ``circ_size`` times."""
     dram_bytes = config.dram.bytes_per_cycle
     rows, runs, run = run_shape(cmd, dense_gap)
-    starts = (cmd.dram_addr + np.arange(rows, dtype=np.int64)[:, None] * cmd.dram_y_stride
+    dram_rows = np.repeat(np.arange(rows, dtype=np.int64), circ_size(cmd))
+    rows = dram_rows.size
+    starts = (cmd.dram_addr + dram_rows[:, None] * cmd.dram_y_stride
               + np.arange(runs, dtype=np.int64)[None, :] * cmd.dram_x_stride).reshape(-1)
     first_word, last_word = starts // dram_bytes, (starts + run - 1) // dram_bytes
     words = last_word - first_word + 1
@@ -102,7 +108,7 @@ def load_dense(cmd) -> tuple[int, int, int, int]:
     """(bytes per tile row, tile rows, first data byte, padding bytes between data rows) of a LOAD."""
     run = cmd.run * DTYPE_BYTES[DType(cmd.elem_type)]
     row_bytes = (cmd.x_size + cmd.pad_left + cmd.pad_right) * run
-    rows = cmd.y_size + cmd.pad_top + cmd.pad_bottom
+    rows = load_tile_rows(cmd) + cmd.pad_top + cmd.pad_bottom
     return row_bytes, rows, cmd.sram_addr + cmd.pad_top * row_bytes + cmd.pad_left * run, \
         (cmd.pad_left + cmd.pad_right) * run
 
@@ -128,11 +134,17 @@ def _load_slots(config: HardwareConfig, cmd) -> tuple[int, np.ndarray, int]:
 
 
 def codebook_cycles(config: HardwareConfig, cmd) -> int:
-    """Cycles a LOAD of codebook indices reads its codebook before the probe: one per LUT memory word of it
-    (a codebook starts at a multiple of CODEBOOK_SLOT_BYTES, so it touches ceil(2**index_bits / port) words)."""
-    if cmd.index_bits == IndexBits.PLAIN:
+    """Cycles a LOAD reads its codebook (index_bits > 0) or its sign bits (circ_size > 1) from LUT memory before
+    the probe: one per LUT memory word they touch (they start at a multiple of CODEBOOK_SLOT_BYTES)."""
+    if circ_size(cmd) > 1:
+        count = circ_sign_bytes(cmd)
+    elif cmd.index_bits != IndexBits.PLAIN:
+        count = 1 << cmd.index_bits
+    else:
         return 0
-    return -(-(1 << cmd.index_bits) // config.buffer(Buffer.LUT).port_bytes)
+    port = config.buffer(Buffer.LUT).port_bytes
+    first = cmd.codebook_addr * CODEBOOK_SLOT_BYTES
+    return (first + count - 1) // port - first // port + 1
 
 
 def _overlap_scan_cycles(cmd) -> int:

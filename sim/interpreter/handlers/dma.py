@@ -1,5 +1,5 @@
-"""The DMA units' handlers: LOAD (strided DRAM to a buffer, with a padded border; codebook indices expanded on
-the way into WEIGHT), STORE (the output buffer to strided DRAM) and WDEC (a compressed weight stream in DRAM
+"""The DMA units' handlers: LOAD (strided DRAM to a buffer, with a padded border; codebook indices or
+block-circulant first rows expanded on the way into WEIGHT), STORE (the output buffer to strided DRAM) and WDEC (a compressed weight stream in DRAM
 decoded into the weight buffer)."""
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import numpy as np
 from aipu.sim.interpreter.run_loop import load_row, store_row
 from aipu.sim.interpreter.results import DRAM
 from aipu.sim.interpreter.state import RunState, strided_view, view
+from aipu.sim.golden.circulant import expand_circulant_rows, sign_bits
 from aipu.sim.golden.codebook import expand_codebook
 from aipu.sim.machine.arch import DTYPE_BYTES, DTYPE_NUMPY, Buffer, DType
 from aipu.sim.machine.errors import ExecutionError
-from aipu.sim.machine.errors import ExecutionError
-from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, IndexBits, load_expansion
+from aipu.sim.machine.isa import (CIRC_SIGNS_MAX, CODEBOOK_SLOT_BYTES, IndexBits, circ_sign_bytes, circ_size,
+                                  load_expansion, load_tile_rows)
 from aipu.sim.machine.program import Command
 
 if TYPE_CHECKING:
@@ -25,20 +26,21 @@ if TYPE_CHECKING:
 
 def load(preparer: Preparer, cmd: Command):
     buffer, elem = Buffer(cmd.buffer), DType(cmd.elem_type)
+    signs = _circulant_signs(preparer, cmd)
     codebook = _codebook(preparer, cmd)
     source = preparer.strided_dram("dram_addr", cmd.dram_addr, cmd, write=False)
-    rows, cols = cmd.y_size + cmd.pad_top + cmd.pad_bottom, cmd.x_size + cmd.pad_left + cmd.pad_right
+    rows, cols = load_tile_rows(cmd) + cmd.pad_top + cmd.pad_bottom, cmd.x_size + cmd.pad_left + cmd.pad_right
     info = np.iinfo(DTYPE_NUMPY[elem])
     if not info.min <= cmd.pad_value <= info.max:
         raise ExecutionError(f"{preparer.where}: field pad_value = {cmd.pad_value}: outside {elem.name} range")
     run_bytes = cmd.run * DTYPE_BYTES[elem]
     start, stop = preparer.span(buffer, "sram_addr", cmd.sram_addr, rows * cols * run_bytes, DTYPE_NUMPY[elem],
                                 byte_address=True)
-    preparer.stats.bytes_moved[f"DRAM->{buffer.name}"] += cmd.y_size * cmd.x_size * source[1][2]
+    preparer.stats.bytes_moved[f"DRAM->{buffer.name}"] += load_tile_rows(cmd) * cmd.x_size * source[1][2]   # a circulant row: L reads
     top, left, bottom, right, pad_value = cmd.pad_top, cmd.pad_left, cmd.pad_bottom, cmd.pad_right, cmd.pad_value
-    inside = (slice(top, top + cmd.y_size), slice(left, left + cmd.x_size))
+    inside = (slice(top, top + load_tile_rows(cmd)), slice(left, left + cmd.x_size))
     padded = top or left or bottom or right
-    if codebook is None:
+    if codebook is None and signs is None:
         preparer.row = load_row(int(buffer), start, rows, cols, DTYPE_BYTES[elem], top, left, source, pad_value)
 
     def execute(state: RunState) -> None:
@@ -50,8 +52,42 @@ def load(preparer: Preparer, cmd: Command):
         data = strided_view(state, source)
         if codebook is not None:
             data = expand_codebook(data, state.spaces[Buffer.LUT][codebook], cmd.index_bits).view(np.uint8)
+        if signs is not None:
+            negative = sign_bits(state.spaces[Buffer.LUT][signs], cmd.run)
+            data = expand_circulant_rows(data, circ_size(cmd), negative).view(np.uint8)
         target.reshape(rows, cols, run_bytes)[inside] = data
     return execute
+
+
+def _circulant_signs(preparer: Preparer, cmd: Command) -> slice | None:
+    """A circulant LOAD (circ_size > 1): its sign bits' bytes in LUT memory, after the checks the hardware makes
+    first, in its order (docs/rtl-dma.md, "Block-circulant rows"); None for any other LOAD."""
+    size, dram_word = circ_size(cmd), preparer.config.dram.bytes_per_cycle
+    if size == 1:
+        return None
+    pads = [name for name in ("pad_top", "pad_bottom", "pad_left", "pad_right") if getattr(cmd, name)]
+    unaligned = [name for name in ("dram_addr", "dram_y_stride", "dram_x_stride") if getattr(cmd, name) % size]
+    refusals = [
+        (cmd.index_bits != IndexBits.PLAIN, "index_bits", cmd.index_bits, "PLAIN (the rows are int8 bytes)"),
+        (cmd.buffer != Buffer.WEIGHT, "buffer", Buffer(cmd.buffer).name, "WEIGHT"),
+        (DTYPE_BYTES[DType(cmd.elem_type)] != 1, "elem_type", DType(cmd.elem_type).name, "a one-byte type"),
+        (size > dram_word, "circ_log2", cmd.circ_log2,
+         f"2**circ_log2 at most dram.bytes_per_cycle = {dram_word} (a group within a word)"),
+        (cmd.run % size or cmd.run > CIRC_SIGNS_MAX, "run", cmd.run,
+         f"a multiple of circ_size {size}, at most {CIRC_SIGNS_MAX} (one sign bit a byte)"),
+        (bool(unaligned), unaligned[0] if unaligned else "", getattr(cmd, unaligned[0]) if unaligned else 0,
+         f"a multiple of circ_size {size}"),
+        (bool(pads), pads[0] if pads else "", getattr(cmd, pads[0]) if pads else 0, "0 (no padding)")]
+    for refused, name, value, allowed in refusals:
+        if refused:
+            raise ExecutionError(f"{preparer.where}: field {name} = {value}: a circulant LOAD (circ_size {size}) "
+                                 f"needs {allowed}")
+    first, count = cmd.codebook_addr * CODEBOOK_SLOT_BYTES, circ_sign_bytes(cmd)
+    if first + count > preparer.sizes[Buffer.LUT]:
+        raise ExecutionError(f"{preparer.where}: field codebook_addr = {cmd.codebook_addr:#x}: the sign bits end "
+                             f"at byte {first + count:#x}, beyond LUT memory ({preparer.sizes[Buffer.LUT]:#x} bytes)")
+    start, stop = preparer.span(Buffer.LUT, "codebook_addr", first, count, None, byte_address=True)
+    return slice(start, stop)
 
 
 def _codebook(preparer: Preparer, cmd: Command) -> slice | None:

@@ -200,6 +200,9 @@ PINNED_WORDS = [
     (Command.make(Opcode.LOAD, push=[Unit.CONV], buffer=Buffer.WEIGHT, sram_addr=0x40, dram_addr=0x1000, run=64,
                   index_bits=IndexBits.FOUR, codebook_addr=0xFFFF),
      "0100041020000020000008000800000200000000000000000000e0ff3f000000"),
+    (Command.make(Opcode.LOAD, push=[Unit.CONV], buffer=Buffer.WEIGHT, sram_addr=0x40, dram_addr=0x1000, y_size=8,
+                  x_size=9, run=32, dram_y_stride=288, dram_x_stride=32, codebook_addr=3, circ_log2=3),
+     "0100041020000020000040004800000100090000010000000000c000c0000000"),
     (Command.make(Opcode.STORE, pop=[Unit.REQUANT]),
      "8200000000000000004000400040000000000000000000000000000000000000"),
     (Command.make(Opcode.STORE, pop=[Unit.LUT], push=[Unit.LOAD], sram_addr=0xFFFF, dram_addr=0x40,
@@ -261,7 +264,7 @@ PINNED_WORDS = [
     (Command.make(Opcode.FINISH, pop=[Unit.CONV, Unit.STORE], unit=Unit.LOAD),
      "4904000000000000000000000000000000000000000000000000000000000000"),
 ]
-PINNED_ISA_LAYOUT_HASH = "decb9c48be57a01e"
+PINNED_ISA_LAYOUT_HASH = "a9b04af8e8c210cb"
 
 
 @pytest.mark.parametrize("command, word", PINNED_WORDS, ids=[f"{c.opcode.name}-{i}" for i, (c, _) in
