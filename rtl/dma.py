@@ -29,10 +29,11 @@ from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, sh
 from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
 from aipu.sim.machine.arch import CODEBOOK_INDEX_BITS, DTYPE_NUMPY, BYTE_TYPES, Buffer, DType, HardwareConfig
-from aipu.sim.machine.isa import (CODEBOOK_ADDR_BITS, CODEBOOK_SLOT_BYTES, LOADABLE_BUFFERS, STRIDE_BYTES_BITS, IndexBits,
-                                  Opcode, Unit)
+from aipu.sim.machine.isa import (CIRC_LOG2_BITS, CIRC_SIGNS_MAX, CODEBOOK_ADDR_BITS, CODEBOOK_SLOT_BYTES,
+                                  LOADABLE_BUFFERS, STRIDE_BYTES_BITS, IndexBits, Opcode, Unit)
 
 MAX_EXPANSION = 8 // min(CODEBOOK_INDEX_BITS)      # tile bytes one DRAM byte of indices becomes, at most
+TABLE_BYTES = max(CODEBOOK_SLOT_BYTES, CIRC_SIGNS_MAX // 8)   # LOAD's register of a codebook or of sign bits
 
 
 def _log2(value: int) -> int:
@@ -54,10 +55,12 @@ class PatternWalker(Elaboratable):
 
     Parameters (stable during a command): ``base`` (first byte), ``y_stride``, ``x_stride``, ``run_bytes``,
     ``runs`` per row, ``rows``, and the tile side: ``dense_start`` (tile byte of the first run), ``dense_gap``
-    (tile bytes skipped after each row) and ``dense_shift`` (a DRAM byte is ``2**dense_shift`` tile bytes: a LOAD
-    of codebook indices). Outputs for the current step: ``word_address``, ``first_byte`` in that word,
-    ``byte_count``, its ``tile_count`` tile bytes, ``dense`` (tile byte of the first one), ``row_end`` (last step
-    of a row) and ``final`` (last step).
+    (tile bytes skipped after each row), ``dense_shift`` (a DRAM byte is ``2**dense_shift`` tile bytes: a LOAD
+    of codebook indices) and ``repeat_last`` (each row is walked ``repeat_last + 1`` times: a circulant LOAD).
+    Outputs for the current step: ``word_address``, ``first_byte`` in that word, ``byte_count``, its
+    ``tile_count`` tile bytes, ``dense`` (tile byte of the first one), ``row_end`` (last step of a row),
+    ``final`` (last step), ``repeat`` (the walk of the row, 0 first) and ``run_offset`` (the step's first byte
+    within its run).
     """
 
     def __init__(self, config: HardwareConfig, address_width: int, dense_width: int):
@@ -67,6 +70,8 @@ class PatternWalker(Elaboratable):
         self.runs, self.rows = Signal(address_width), Signal(address_width)
         self.dense_start, self.dense_gap = Signal(dense_width), Signal(dense_width)
         self.dense_shift = Signal(2)
+        self.repeat_last, self.repeat = Signal(CIRC_LOG2_BITS + 1), Signal(CIRC_LOG2_BITS + 1)
+        self.run_offset = Signal(address_width)
         self.restart, self.advance = Signal(), Signal()
         self.word_address = Signal(address_width)
         self.first_byte = Signal(range(self.word_bytes))
@@ -82,8 +87,10 @@ class PatternWalker(Elaboratable):
         row_address, run_address, address = (Signal(self._address_width) for _ in range(3))
         column, row = Signal.like(self.runs), Signal.like(self.rows)
         run_end, next_word = Signal(self._address_width + 1), Signal(self._address_width + 1)
-        last_in_run = Signal()
+        last_in_run, last_repeat = Signal(), Signal()
         m.d.comb += [
+            last_repeat.eq(self.repeat == self.repeat_last),
+            self.run_offset.eq(address - run_address),
             self.word_address.eq(address >> shift),
             self.first_byte.eq(_low_bits(address, shift)),
             run_end.eq(run_address + self.run_bytes),
@@ -92,11 +99,11 @@ class PatternWalker(Elaboratable):
             self.byte_count.eq(Mux(last_in_run, run_end, next_word) - address),
             self.tile_count.eq(self.byte_count << self.dense_shift),
             self.row_end.eq(last_in_run & (column == self.runs - 1)),
-            self.final.eq(self.row_end & (row == self.rows - 1)),
+            self.final.eq(self.row_end & (row == self.rows - 1) & last_repeat),
         ]
         with m.If(self.restart):
             m.d.sync += [row_address.eq(self.base), run_address.eq(self.base), address.eq(self.base),
-                         column.eq(0), row.eq(0), self.dense.eq(self.dense_start)]
+                         column.eq(0), row.eq(0), self.repeat.eq(0), self.dense.eq(self.dense_start)]
         with m.Elif(self.advance):
             with m.If(~last_in_run):
                 m.d.sync += [address.eq(next_word), self.dense.eq(self.dense + self.tile_count)]
@@ -104,25 +111,29 @@ class PatternWalker(Elaboratable):
                 m.d.sync += [column.eq(column + 1), run_address.eq(run_address + self.x_stride),
                              address.eq(run_address + self.x_stride),
                              self.dense.eq(self.dense + self.tile_count)]
+            with m.Elif(~last_repeat):           # the same DRAM row again, into the next tile row
+                m.d.sync += [column.eq(0), self.repeat.eq(self.repeat + 1), run_address.eq(row_address),
+                             address.eq(row_address), self.dense.eq(self.dense + self.tile_count + self.dense_gap)]
             with m.Else():
-                m.d.sync += [column.eq(0), row.eq(row + 1), row_address.eq(row_address + self.y_stride),
+                m.d.sync += [column.eq(0), row.eq(row + 1), self.repeat.eq(0), row_address.eq(row_address + self.y_stride),
                              run_address.eq(row_address + self.y_stride), address.eq(row_address + self.y_stride),
                              self.dense.eq(self.dense + self.tile_count + self.dense_gap)]
         return m
 
 
-def _pattern(m: Module, config: HardwareConfig, cmd, dense_gap_zero, dense_shift) -> SimpleNamespace:
+def _pattern(m: Module, config: HardwareConfig, cmd, dense_gap_zero, dense_shift, circ_log2) -> SimpleNamespace:
     """What both engines derive from the command: the merged run shape in DRAM bytes (as
     ``aipu.sim.timing.dma.run_shape``; a run of codebook indices is ``2**dense_shift`` times shorter than in the
-    tile), the pattern's last byte and whether it lies beyond the DRAM address space."""
+    tile; a circulant LOAD's runs never merge, ``circ_log2`` != 0), the pattern's last byte and whether it lies
+    beyond the DRAM address space."""
     width = config.dram.address_bits + 2 * STRIDE_BYTES_BITS
     run = Signal(width)
     m.d.comb += run.eq(Mux(cmd.elem_type == DType.INT16, cmd.run << 1, cmd.run) >> dense_shift)
     row_data = Signal(width)
     m.d.comb += row_data.eq(cmd.x_size * run)
-    merge_x = (cmd.x_size == 1) | (cmd.dram_x_stride == run)
+    merge_x = ((cmd.x_size == 1) | (cmd.dram_x_stride == run)) & (circ_log2 == 0)
     merge_y = merge_x & dense_gap_zero & ((cmd.y_size == 1) | (cmd.dram_y_stride == row_data))
-    shape = SimpleNamespace(run=run, row_data=row_data, width=width, dense_shift=dense_shift,
+    shape = SimpleNamespace(run=run, row_data=row_data, width=width, dense_shift=dense_shift, circ_log2=circ_log2,
                             run_bytes=Signal(width), runs=Signal(width), rows=Signal(width),
                             last_byte=Signal(width + 1), beyond=Signal(), last_word=Signal(width))
     m.d.comb += [
@@ -144,7 +155,8 @@ def _walker(m: Module, name: str, config: HardwareConfig, cmd, shape, dense_star
                  walker.x_stride.eq(cmd.dram_x_stride), walker.run_bytes.eq(shape.run_bytes),
                  walker.runs.eq(shape.runs), walker.rows.eq(shape.rows),
                  walker.dense_start.eq(dense_start), walker.dense_gap.eq(dense_gap),
-                 walker.dense_shift.eq(shape.dense_shift)]
+                 walker.dense_shift.eq(shape.dense_shift),
+                 walker.repeat_last.eq((C(1, 1) << shape.circ_log2) - 1)]
     return walker
 
 
@@ -217,6 +229,7 @@ class _LoadChannel(Elaboratable):
         incoming = shift_down(m, "incoming", self.response_data, responses.first_byte, 8, config.dram.bytes_per_cycle)
         if self.codebook is not None:
             incoming = _expand(m, incoming, self.codebook, config.dram.bytes_per_cycle)
+            incoming = _circulant(m, incoming, responses, self.codebook, config.dram.bytes_per_cycle)
         placed_mask = byte_mask(m, "placed_mask", offset, offset + responses.tile_count, port * words)
         placed = shift_up(m, "placed", incoming, offset, 8, port * words)
         merged = Signal.like(window)
@@ -332,6 +345,26 @@ def _expand(m: Module, incoming, codebook: SimpleNamespace, dram_bytes: int):
     return net(m, result, "expanded")
 
 
+def _circulant(m: Module, incoming, walker: PatternWalker, table: SimpleNamespace, dram_bytes: int):
+    """A circulant LOAD's step (circ_log2 > 0): each group of L = 2**circ_log2 bytes rotated right by the walk
+    of the row (byte t takes byte (t - repeat) mod L of its group; the step starts on a group), and byte i
+    negated in 8 bits where sign bit ``run_offset + i`` is set; any other LOAD's bytes as they are."""
+    signs = shift_down(m, "signs_here", table.entries, walker.run_offset, 1, dram_bytes)
+    result = incoming
+    for log2 in range(1, 1 << CIRC_LOG2_BITS):
+        size = 1 << log2
+        if size > dram_bytes:             # refused by the check (circ_log2)
+            continue
+        placed = []
+        for i in range(dram_bytes):
+            group = incoming[8 * size * (i // size):][:8 * size]
+            byte = net(m, group.word_select((i % size - walker.repeat)[:log2], 8), f"rotated_{log2}_{i}")
+            placed.append(Mux(signs[i], (-byte)[:8], byte))
+        rows = Cat(*placed, C(0, len(incoming) - 8 * dram_bytes)) if len(incoming) > 8 * dram_bytes else Cat(*placed)
+        result = Mux(table.circ_log2 == log2, net(m, rows, f"circulant_{log2}"), result)
+    return net(m, result, "circulant")
+
+
 def _pad_value_fits(cmd):
     """pad_value lies in the range of elem_type."""
     return Cat(*((cmd.elem_type == dtype) & (cmd.pad_value >= int(np.iinfo(DTYPE_NUMPY[dtype]).min))
@@ -353,7 +386,7 @@ def _load_dense_signals(m: Module, cmd) -> SimpleNamespace:
         dense.data_bytes.eq(cmd.x_size * dense.run),
         dense.first_len.eq(dense.data_start - cmd.sram_addr),
         dense.last_len.eq(cmd.pad_right * dense.run + cmd.pad_bottom * dense.row_bytes),
-        dense.end.eq(cmd.sram_addr + (cmd.y_size + cmd.pad_top + cmd.pad_bottom) * dense.row_bytes),
+        dense.end.eq(cmd.sram_addr + ((cmd.y_size << cmd.circ_log2) + cmd.pad_top + cmd.pad_bottom) * dense.row_bytes),
     ]
     return dense
 
@@ -373,19 +406,20 @@ class LoadUnit(UnitComponent):
         dense = _load_dense_signals(m, cmd)
         expansion = {bits: 8 // bits for bits in CODEBOOK_INDEX_BITS}     # tile bytes a DRAM byte becomes
         shape = _pattern(m, config, cmd, dense.gap == 0,
-                         _by_index_bits(cmd, {0: 0, **{bits: _log2(k) for bits, k in expansion.items()}}))
+                         _by_index_bits(cmd, {0: 0, **{bits: _log2(k) for bits, k in expansion.items()}}), cmd.circ_log2)
         checking = Signal()
         m.d.sync += checking.eq(start)
         beyond_buffer = Cat(*((cmd.buffer == buffer) & (dense.end > config.buffer(buffer).bytes)
                               for buffer in LOADABLE_BUFFERS)).any()
-        go, expanding, fetching = Signal(), Signal(), Signal()
-        m.d.comb += expanding.eq(cmd.index_bits != IndexBits.PLAIN)
+        go, expanding, circulant, fetching = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += [expanding.eq(cmd.index_bits != IndexBits.PLAIN), circulant.eq(cmd.circ_log2 != 0)]
         codebook, fetched = self._codebook(m, cmd, checking, fetching)
         with m.If(fetched):
             m.d.comb += go.eq(1)
             m.d.sync += fetching.eq(0)
         run_mask = _by_index_bits(cmd, {0: 0, **{bits: k - 1 for bits, k in expansion.items()}})
-        faults = [(expanding & (cmd.buffer != Buffer.WEIGHT), "buffer"),      # in the interpreter's order
+        faults = [*self._circulant_faults(cmd, circulant, codebook),           # in the interpreter's order
+                  (expanding & (cmd.buffer != Buffer.WEIGHT), "buffer"),
                   (expanding & (cmd.elem_type == DType.INT16), "elem_type"),
                   (expanding & ((cmd.run & run_mask) != 0), "run"),
                   (expanding & (codebook.end > config.buffer(Buffer.LUT).bytes), "codebook_addr"),
@@ -394,7 +428,7 @@ class LoadUnit(UnitComponent):
             for index, (condition, name) in enumerate(faults):
                 with (m.Elif if index else m.If)(condition):
                     m.d.comb += [fault.eq(1), fault_field.eq(self.error_index(name))]
-            with m.Elif(expanding):
+            with m.Elif(expanding | circulant):
                 m.d.sync += fetching.eq(1)
             with m.Else():
                 m.d.comb += go.eq(1)
@@ -421,35 +455,58 @@ class LoadUnit(UnitComponent):
                      self.dram_read.addr.eq(_or_all(request_addr)), done.eq(Cat(*finished).any()),
                      handed.eq(response.valid & Cat(*ready).all())]
 
+    def _circulant_faults(self, cmd, circulant, table) -> list:
+        """A circulant LOAD's refusals (docs/rtl-dma.md, "Block-circulant rows"), first of all, in order."""
+        low = (C(1, 1) << cmd.circ_log2) - 1          # a multiple of L has these bits clear
+        too_large = Cat(*((cmd.circ_log2 == log2) for log2 in range(1, 1 << CIRC_LOG2_BITS)
+                          if 1 << log2 > self.config.dram.bytes_per_cycle))
+        return [(circulant & (cmd.index_bits != IndexBits.PLAIN), "index_bits"),
+                (circulant & (cmd.buffer != Buffer.WEIGHT), "buffer"),
+                (circulant & (cmd.elem_type == DType.INT16), "elem_type"),
+                (circulant & too_large.any(), "circ_log2"),
+                (circulant & (((cmd.run & low) != 0) | (cmd.run > CIRC_SIGNS_MAX)), "run"),
+                *((circulant & ((getattr(cmd, name) & low) != 0), name)
+                  for name in ("dram_addr", "dram_y_stride", "dram_x_stride")),
+                *((circulant & (getattr(cmd, name) != 0), name)
+                  for name in ("pad_top", "pad_bottom", "pad_left", "pad_right")),
+                (circulant & (table.end > self.config.buffer(Buffer.LUT).bytes), "codebook_addr")]
+
     def _codebook(self, m: Module, cmd, checking, fetching) -> tuple[SimpleNamespace, Signal]:
-        """A LOAD of indices reads its codebook from LUT memory into registers, one word a cycle from the check
-        cycle on (docs/rtl-dma.md, "Codebook"). Returns the codebook (``entries``, ``index_bits``, ``end``: its
-        byte after the last, ``address``: the LUT word read) and a level that is 1 in the cycle the last word
-        arrives, while ``fetching``."""
+        """A LOAD of indices reads its codebook, a circulant LOAD its sign bits (one per byte of the run), from
+        LUT memory into registers, one word a cycle from the check cycle on (docs/rtl-dma.md, "Codebook").
+        Returns the table (``entries``, ``index_bits``, ``circ_log2``, ``end``: its byte after the last,
+        ``address``: the LUT word read) and a level that is 1 in the cycle the last word arrives, while
+        ``fetching``."""
         port_bytes, read = word_bytes(self.config, Buffer.LUT), self.lut_read
         shift = _log2(port_bytes)
+        circulant = cmd.circ_log2 != 0
         base = Signal(CODEBOOK_ADDR_BITS + _log2(CODEBOOK_SLOT_BYTES))
-        size, words = Signal(range(CODEBOOK_SLOT_BYTES + 1)), Signal(range(CODEBOOK_SLOT_BYTES + 1))
+        size, words = Signal(range(TABLE_BYTES + 1)), Signal(range(TABLE_BYTES + 1))
+        sign_bytes = Signal(range(TABLE_BYTES + 1))
         m.d.comb += [base.eq(cmd.codebook_addr * CODEBOOK_SLOT_BYTES),
-                     size.eq(_by_index_bits(cmd, {0: 0, **{bits: 1 << bits for bits in CODEBOOK_INDEX_BITS}})),
-                     words.eq(_by_index_bits(cmd, {0: 0, **{bits: -(-(1 << bits) // port_bytes)
-                                                            for bits in CODEBOOK_INDEX_BITS}}))]
+                     sign_bytes.eq(Mux(cmd.run > CIRC_SIGNS_MAX, TABLE_BYTES, (cmd.run + 7) >> 3)),
+                     size.eq(Mux(circulant, sign_bytes,
+                                 _by_index_bits(cmd, {0: 0, **{bits: 1 << bits for bits in CODEBOOK_INDEX_BITS}}))),
+                     words.eq(Mux(size == 0, 0, ((_low_bits(base, shift) + size - 1) >> shift) + 1))]
         issued, arrived, arrived_word = Signal.like(words), Signal(), Signal.like(words)
         index = Mux(checking, 0, issued)
-        with m.If((checking & (cmd.index_bits != IndexBits.PLAIN)) | (fetching & (issued != words))):
+        with m.If((checking & ((cmd.index_bits != IndexBits.PLAIN) | circulant)) | (fetching & (issued != words))):
             m.d.comb += read.en.eq(1)
             m.d.sync += issued.eq(index + 1)
         m.d.sync += [arrived.eq(read.en), arrived_word.eq(index)]
-        entries = Signal(8 * CODEBOOK_SLOT_BYTES)
+        entries = Signal(8 * TABLE_BYTES)
         with m.If(arrived):
-            for entry in range(CODEBOOK_SLOT_BYTES):   # a codebook is within one word, or whole words of it
-                word, byte = (entry >> shift, entry % port_bytes) if port_bytes <= CODEBOOK_SLOT_BYTES else \
-                    (0, base[:shift] + entry)
+            for entry in range(TABLE_BYTES):   # the table starts on a multiple of CODEBOOK_SLOT_BYTES
+                if port_bytes <= CODEBOOK_SLOT_BYTES:
+                    word, byte = entry >> shift, entry % port_bytes
+                else:
+                    place = net(m, _low_bits(base, shift) + entry, f"table_place_{entry}")
+                    word, byte = place >> shift, place[:shift]
                 with m.If(arrived_word == word):
                     m.d.sync += entries.word_select(entry, 8).eq(read.data.word_select(byte, 8))
         fetched = Signal()
         m.d.comb += fetched.eq(fetching & (issued == words))
-        return SimpleNamespace(entries=entries, index_bits=cmd.index_bits, end=base + size,
+        return SimpleNamespace(entries=entries, index_bits=cmd.index_bits, circ_log2=cmd.circ_log2, end=base + size,
                                address=(base >> shift) + index), fetched
 
     def _responses(self, m: Module) -> tuple:
@@ -501,7 +558,7 @@ class StoreUnit(UnitComponent):
 
     def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
         config, cmd = self.config, self.view(word, Opcode.STORE)
-        shape = _pattern(m, config, cmd, C(1, 1), C(0, 2))
+        shape = _pattern(m, config, cmd, C(1, 1), C(0, 2), C(0, CIRC_LOG2_BITS))
         checking, probe, probing, scanning, streaming = Signal(), Signal(), Signal(), Signal(), Signal()
         m.d.sync += checking.eq(start)
         walker = _walker(m, "walker", config, cmd, shape, cmd.sram_addr.as_unsigned() + C(0, 64), C(0, 1))

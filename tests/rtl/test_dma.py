@@ -47,6 +47,15 @@ def test_random_codebook_loads_match_the_interpreter(config):
     assert_matches(codebook_stimulus(config))
 
 
+@EVERY_CONFIG
+def test_random_circulant_loads_match_the_interpreter(config):
+    """Circulant LOADs (docs/rtl-dma.md, "Block-circulant rows") among plain LOADs and STOREs: every byte, and
+    each command's cycles as the formula."""
+    rng = np.random.default_rng(52)
+    assert_matches(Stimulus(chained_program(config, random_commands(config, rng, 24, circulant=True)),
+                            random_memory(config, rng), UNITS))
+
+
 def test_store_then_load_round_trip_ordered_by_tokens():
     """A STORE's bytes come back through a LOAD of the same DRAM bytes, in another layout."""
     config = SMALL
@@ -94,6 +103,12 @@ FAULTS = {
     "codebook run": dict(opcode=Opcode.LOAD, buffer=Buffer.WEIGHT, index_bits=IndexBits.ONE, run=4),
     "codebook beyond LUT": dict(opcode=Opcode.LOAD, buffer=Buffer.WEIGHT, index_bits=IndexBits.FOUR, run=2,
                                 codebook_addr=1024 // CODEBOOK_SLOT_BYTES),
+    **{f"circulant {name}": {**dict(opcode=Opcode.LOAD, buffer=Buffer.WEIGHT, circ_log2=1, run=4), **fields}
+       for name, fields in (("index_bits", dict(index_bits=IndexBits.FOUR)), ("buffer", dict(buffer=Buffer.ACT)),
+                            ("elem_type", dict(elem_type=DType.INT16)), ("circ_size", dict(circ_log2=3)),
+                            ("run", dict(run=3)), ("long run", dict(run=258)), ("dram_addr", dict(dram_addr=3)),
+                            ("dram_x_stride", dict(x_size=2, dram_x_stride=5)), ("padding", dict(pad_left=1)),
+                            ("signs beyond LUT", dict(codebook_addr=1023 // CODEBOOK_SLOT_BYTES, run=256)))},
     "store sram_addr": dict(opcode=Opcode.STORE, sram_addr=1000, run=30),
     "store beyond dram": dict(opcode=Opcode.STORE, dram_addr=4090, run=7),
     "store columns overlap": dict(opcode=Opcode.STORE, x_size=3, run=4, dram_x_stride=3, dram_y_stride=100),

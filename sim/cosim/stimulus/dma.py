@@ -1,5 +1,6 @@
 """Random LOADs and STOREs: every element type, sizes and strides below, at and above the run (and zero),
-padding on every side, unaligned addresses, LOADs of codebook indices, chained by tokens in the order drawn."""
+padding on every side, unaligned addresses, LOADs of codebook indices and circulant LOADs, chained by tokens in
+the order drawn."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,7 @@ from aipu.rtl.dma import LoadUnit, StoreUnit
 from aipu.sim.cosim.stimulus.base import Stimulus
 from aipu.sim.machine.arch import (CODEBOOK_INDEX_BITS, DTYPE_BYTES, DTYPE_NUMPY, BYTE_TYPES, Buffer, DType,
                                 HardwareConfig)
-from aipu.sim.machine.isa import CODEBOOK_SLOT_BYTES, LOADABLE_BUFFERS, IndexBits, Opcode
+from aipu.sim.machine.isa import CIRC_LOG2_BITS, CODEBOOK_SLOT_BYTES, LOADABLE_BUFFERS, IndexBits, Opcode
 from aipu.sim.machine.memory import Memory
 from aipu.sim.machine.program import Command, Program
 from aipu.sim.machine.ordering import writes_a_byte_twice
@@ -76,6 +77,30 @@ def random_codebook_load(config: HardwareConfig, rng: np.random.Generator, size:
             return command
 
 
+def random_circulant_load(config: HardwareConfig, rng: np.random.Generator, size: int = 4) -> Command:
+    """A circulant LOAD into WEIGHT (circ_size L = 2, 4 or 8 within a DRAM word): runs of whole groups, DRAM
+    addresses and strides multiples of L (strides below, at and above a run's and a row's bytes), no padding, its
+    sign bits anywhere in LUT memory."""
+    largest = min(config.dram.bytes_per_cycle.bit_length() - 1, (1 << CIRC_LOG2_BITS) - 1)
+    while True:
+        log2 = int(rng.integers(1, largest + 1))
+        group = 1 << log2
+        fields = dict(circ_log2=log2, elem_type=(DType.INT8, DType.UINT8)[int(rng.integers(2))],
+                      y_size=int(rng.integers(1, size + 1)), x_size=int(rng.integers(1, size + 1)),
+                      run=group * int(rng.integers(1, 2 * size + 1)))
+        _random_strides(rng, fields, fields["run"])
+        fields = {name: value - value % group if name.startswith("dram_") else value for name, value in fields.items()}
+        signs = -(-fields["run"] // 8)
+        fields["codebook_addr"] = int(rng.integers(0, (config.buffer(Buffer.LUT).bytes - signs) // CODEBOOK_SLOT_BYTES
+                                                   + 1))
+        tile = fields["y_size"] * group * fields["x_size"] * fields["run"]
+        end = _pattern_end(fields)
+        if tile <= config.buffer(Buffer.WEIGHT).bytes and end <= DRAM_BYTES:
+            return Command.make(Opcode.LOAD, buffer=Buffer.WEIGHT,
+                                sram_addr=int(rng.integers(0, config.buffer(Buffer.WEIGHT).bytes - tile + 1)),
+                                dram_addr=group * int(rng.integers(0, (DRAM_BYTES - end) // group + 1)), **fields)
+
+
 def _placed_load(config: HardwareConfig, rng: np.random.Generator, fields: dict, buffer: Buffer) -> Command | None:
     """The LOAD of ``fields`` with random padding, addresses and pad value, if its tile fits ``buffer`` and its
     pattern the DRAM image (else None: draw again)."""
@@ -117,12 +142,13 @@ def chained_program(config: HardwareConfig, commands: list[Command]) -> Program:
     return program
 
 
-def random_commands(config: HardwareConfig, rng: np.random.Generator, count: int, codebook: bool = False
-                    ) -> list[Command]:
-    """LOADs and STOREs, half and half; with ``codebook`` a third of them LOADs of codebook indices (an option
-    of its own, so that the programs drawn without it stay what they were)."""
-    if codebook:
-        kinds = (random_load, random_store, random_codebook_load)
+def random_commands(config: HardwareConfig, rng: np.random.Generator, count: int, codebook: bool = False,
+                    circulant: bool = False) -> list[Command]:
+    """LOADs and STOREs, half and half; with ``codebook`` a third of them LOADs of codebook indices, with
+    ``circulant`` a third circulant LOADs (options of their own, so that the programs drawn without them stay
+    what they were)."""
+    if codebook or circulant:
+        kinds = (random_load, random_store, random_codebook_load if codebook else random_circulant_load)
         return [kinds[int(rng.integers(len(kinds)))](config, rng) for _ in range(count)]
     return [(random_load if rng.random() < 0.5 else random_store)(config, rng) for _ in range(count)]
 
