@@ -156,11 +156,14 @@ def _takes_int16(graph: Graph, stats: dict, options: QuantOptions, int16: tuple[
 def compile_model(model_path, calibration_path=None, *, config: HardwareConfig = DEFAULT,
                   input_shapes: dict[str, tuple[int, ...]] | None = None, options: QuantOptions = QuantOptions(),
                   batch_size: int = 16, progress: bool = False, threads: int = 1, evaluation_path=None,
-                  compress: str | None = None) -> Compiled:
+                  compress: str | None = None, circulant: dict | None = None) -> Compiled:
     """The model quantized (:func:`quantize_model`; with a pre-quantized one the data set, optional then, only
     feeds the report) and lowered for ``config``. With ``evaluation_path`` (samples and their ``labels``) the
     top-1 accuracy of float and int8 is measured. ``compress``: the policy by which conv weights become WDEC
-    streams (lower_model)."""
+    streams (lower_model). ``circulant``: {layer: (circ_size, sign vector)} of the Conv or Gemm layers whose
+    weights are block-circulant C·diag(s): DRAM holds their first rows, LOAD expands them (docs/structured.md)."""
+    if circulant:
+        options = replace(options, circulant=circulant_options(circulant))
     graph, qmodel, samples = quantize_model(model_path, calibration_path, input_shapes=input_shapes, options=options,
                                             batch_size=batch_size, progress=progress, threads=threads)
     try:
@@ -175,6 +178,21 @@ def compile_model(model_path, calibration_path=None, *, config: HardwareConfig =
         evaluation = evaluate(graph, qmodel, *read_labeled_samples(evaluation_path, inputs), threads=threads,
                               source=evaluation_path, progress=progress)
     return Compiled(graph, qmodel, network, layers, options, evaluation)
+
+
+def circulant_options(circulant: dict) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
+    """``{layer: (circ_size, sign vector)}`` as QuantOptions.circulant, each entry checked in one line."""
+    entries = []
+    for layer, entry in circulant.items():
+        try:
+            size, signs = entry
+            signs = np.asarray(signs).reshape(-1)
+        except (TypeError, ValueError):
+            raise InputError(f"circulant layer {layer!r}", entry, "(circ_size, sign vector)") from None
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not np.isin(signs, (-1, 1)).all():
+            raise InputError(f"circulant layer {layer!r}", entry, "an integer circ_size and signs of -1 or +1")
+        entries.append((str(layer), int(size), tuple(int(value) for value in signs)))
+    return tuple(entries)
 
 
 def evaluate(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], labels: np.ndarray, *, threads: int = 1,

@@ -114,6 +114,8 @@ class QConv:
     codebook: np.ndarray | None = None   # codebook:K: the sorted distinct int8 entries ``w`` takes its values from
     w_second: np.ndarray | None = None   # int4-dual: the second INT4 plane (``w`` the first), scaled by the
                                          # requantizer's second multiplier (docs/arithmetic.md §4.7)
+    circulant: tuple[int, np.ndarray] | None = None   # (L, ±1 per input): ``w`` is C·diag(s), C block-circulant
+                                                      # (T/AI 115.1-2021 §8.4.2), expanded on chip by LOAD
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -71,6 +71,7 @@ class QuantOptions:
     weights: str | None = None                # weight_formats.WEIGHT_FORMATS; None: the scheme's (pow2 or int8)
     layer_weights: tuple[tuple[str, str], ...] = ()    # (layer, format) pairs: the mapping file
     activations: str = "int8"                 # activation_formats.ACTIVATIONS
+    circulant: tuple[tuple[str, int, tuple[int, ...]], ...] = ()   # (layer, L, signs): block-circulant layers
 
     def __post_init__(self):
         """InputError naming the `aipu compile` option of a value no calibration can use."""
@@ -192,6 +193,10 @@ class Quantizer:
                 raise InputError(f"node {node.name!r} ({node.op})", "quantization", str(exc)) from exc
         self.notes += self.weight_formats.notes() + self.int4_outputs.notes()
         self.weight_formats.check_names({op.name for op in self.ops if isinstance(op, QConv)})
+        convs = {op.name for op in self.ops if isinstance(op, QConv)}
+        for name, _, _ in self.options.circulant:
+            if name not in convs:
+                raise InputError("circulant layer", name, "a Conv or Gemm of the model: " + ", ".join(sorted(convs)))
         missing = [name for name in self.options.int16 if name not in self.tensors]
         if missing:
             raise InputError("--int16", missing[0], "a tensor the quantized model computes (a fused activation's "
@@ -248,6 +253,9 @@ class Quantizer:
         weight_format = self.weight_formats.of(node.name, weight.shape, conv.get("groups", 1),
                                                node.op == "ConvTranspose", leaky=slope is not None)
         floor = self._weight_scale_floor(node, bias, x_spec, y_spec, weight, code_max(weight_format))
+        circulant = self._circulant(node, weight_format)
+        if circulant is not None:        # one scale per block row of L filters: the int8 codes stay circulant
+            floor = np.repeat(floor.reshape(-1, circulant[0]).max(axis=1), circulant[0])
         weights = quantized_weights(weight, floor, weight_format, self.options.per_channel_weights)
         scale = x_spec.scale * weights.scale / y_spec.scale
         bias_scaled = bias / (x_spec.scale * weights.scale)
@@ -264,7 +272,18 @@ class Quantizer:
             check_accumulator(weights.second, x_spec, 0)
         check_accumulator(weights.codes, x_spec, 0)
         self.ops.append(QConv(node.name, x, y, weights.codes, bias_q.astype(BIAS_DTYPE), requant, **conv,
-                              weight_format=weight_format, codebook=weights.codebook, w_second=weights.second))
+                              weight_format=weight_format, codebook=weights.codebook, w_second=weights.second,
+                              circulant=circulant))
+
+    def _circulant(self, node: Node, weight_format: str) -> tuple[int, np.ndarray] | None:
+        """(L, signs) of a layer named block-circulant (docs/structured.md, "Quantization"), else None."""
+        chosen = {name: (size, signs) for name, size, signs in self.options.circulant}
+        if node.name not in chosen:
+            return None
+        if node.op not in ("Conv", "Gemm") or weight_format != "int8":
+            raise InputError(f"circulant layer {node.name!r}", node.op, "a Conv or Gemm with int8 weights")
+        size, signs = chosen[node.name]
+        return int(size), np.asarray(signs, np.int64)
 
     def _eight_bit(self, name: str, why: str) -> QTensor:
         """The quantization of an input that must be 8-bit (``why``: the unit's limit) where --int16 made it not."""

@@ -146,6 +146,7 @@ class ConvLowering:
                           stride=op.stride, padding=padding, dilation=dilation, groups=op.groups,
                           w_type=DType.INT4 if op.weight_format.startswith("int4") else DType.INT8,
                           codebook=op.codebook, w_second=second, second_multiplier=requant.second_multiplier,
+                          circulant=op.circulant if op.upsample == (1, 1) else None,
                           negative_multiplier=requant.negative_multiplier if leaky else None,
                           negative_shift=requant.negative_shift if leaky else None,
                           lut=table.table.astype(LUT_ENTRY_DTYPE) if table else None,

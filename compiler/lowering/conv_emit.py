@@ -100,6 +100,9 @@ class _ConvEmitter:
             self.pipeline.append(Opcode.LOAD, dict(buffer=Buffer.LUT, sram_addr=self._codebook_address(),
                                                    dram_addr=self.addresses["codebook"],
                                                    run=1 << self.layer.index_bits))
+        if self.layer.circulant is not None:    # or a circulant layer's sign bits
+            self.pipeline.append(Opcode.LOAD, dict(buffer=Buffer.LUT, sram_addr=self._codebook_address(),
+                                                   dram_addr=self.addresses["signs"], run=self._sign_bytes()))
         for tile in self._tiles():
             for chunk_index, chunk in enumerate(self.chunks):
                 self._conv_step(tile, chunk_index, chunk)
@@ -112,12 +115,21 @@ class _ConvEmitter:
         return self.pipeline.table_address(self._lut_bytes())
 
     def _lut_bytes(self) -> int:
-        """LUT memory the layer uses: its table, then its codebook in a slot of its own."""
+        """LUT memory the layer uses: its table, then its codebook or sign bits in slots of their own."""
         table = 0 if self.layer.lut is None else -(-self.layer.lut.nbytes // CODEBOOK_SLOT_BYTES) * CODEBOOK_SLOT_BYTES
-        return table + (CODEBOOK_SLOT_BYTES if self.layer.codebook is not None else 0)
+        return table + self._slot_bytes()
+
+    def _sign_bytes(self) -> int:
+        return -(-self.layer.w.shape[1] // 8)
+
+    def _slot_bytes(self) -> int:
+        """The codebook's slot, or the slots the sign bits fill, or nothing."""
+        if self.layer.codebook is not None:
+            return CODEBOOK_SLOT_BYTES
+        return -(-self._sign_bytes() // CODEBOOK_SLOT_BYTES) * CODEBOOK_SLOT_BYTES if self.layer.circulant else 0
 
     def _codebook_address(self) -> int:
-        return self.pipeline.table_address(self._lut_bytes()) + self._lut_bytes() - CODEBOOK_SLOT_BYTES
+        return self.pipeline.table_address(self._lut_bytes()) + self._lut_bytes() - self._slot_bytes()
 
     def _tiles(self) -> list[_Tile]:
         """The output tiles, k-tile by k-tile, with the input rows each reads."""
@@ -172,11 +184,24 @@ class _ConvEmitter:
         packed = functools.partial(weight_dram_bytes, layer)     # INT4 two a byte, codebook indices 8 / bits a byte
         codebook = {} if layer.codebook is None else dict(index_bits=layer.index_bits,
                                                           codebook_addr=self._codebook_address() // CODEBOOK_SLOT_BYTES)
+        if layer.circulant is not None:        # the first filter of each block row, expanded by LOAD
+            self._load_circulant(item, k0, out_c, kh * kw, cg)
+            return
         self.pipeline.append(Opcode.LOAD, dict(
             buffer=Buffer.WEIGHT, sram_addr=self.pipeline.half(Buffer.WEIGHT, item),
             dram_addr=self.addresses["weights"] + packed(k0 * kh * kw * cg + c0), elem_type=DType.INT8,
             y_size=out_c, x_size=kh * kw, run=weight_bytes(layer, in_c), dram_y_stride=packed(kh * kw * cg),
             dram_x_stride=packed(cg), **codebook))
+
+    def _load_circulant(self, item: int, k0: int, out_c: int, taps: int, channels: int) -> None:
+        """Filters k0..k0+out_c (whole block rows, all input channels) from their block rows' first filters: a
+        run per tap, so that a run's byte t is input channel t, whose sign bit LOAD applies."""
+        size = self.layer.circ_size
+        self.pipeline.append(Opcode.LOAD, dict(
+            buffer=Buffer.WEIGHT, sram_addr=self.pipeline.half(Buffer.WEIGHT, item),
+            dram_addr=self.addresses["weights"] + k0 // size * taps * channels, elem_type=DType.INT8,
+            y_size=out_c // size, x_size=taps, run=channels, dram_y_stride=taps * channels, dram_x_stride=channels,
+            circ_log2=size.bit_length() - 1, codebook_addr=self._codebook_address() // CODEBOOK_SLOT_BYTES))
 
     def _decode_weights(self, item: int, placed: tuple[int, int, int], out_c: int, c0: int, in_c: int) -> None:
         """WDEC of the stream ``placed`` (DRAM address, length, parts) into weight half ``item``."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aipu.compiler.lowering.base import dtype_code, field_max
+from aipu.compiler.lowering.conv_circulant import check_circulant, first_rows, sign_table
 from aipu.sim import golden
 from aipu.sim.machine.arch import (BIAS_BITS, DEFAULT, DTYPE_NUMPY, LUT8_ENTRIES, LUT16_INPUT_BITS, LUT_ENTRY_DTYPE,
                                 MULTIPLIER_MAX, PARAM_DTYPE, SHIFT_MAX, DType, HardwareConfig, bit_range,
@@ -55,6 +56,13 @@ class ConvLayer:
     x_int4: bool = False               # x holds INT4 values (int8 -8..7): DRAM two a byte, CONV in_type INT4
     w_second: np.ndarray | None = None  # dual INT4: the second plane (w the first), [K, C/groups, KH, KW]
     second_multiplier: np.ndarray | None = None   # [K]: its multiplier, sharing the first plane's shift (§4.7)
+    circulant: tuple[int, np.ndarray] | None = None   # (L, ±1 per input channel): w is C·diag(s), C block-circulant,
+                                                      # expanded on chip from its first rows (conv_circulant.py)
+
+    @property
+    def circ_size(self) -> int:
+        """L of a block-circulant layer, 1 for any other."""
+        return 1 if self.circulant is None else self.circulant[0]
 
     @property
     def planes(self) -> int:
@@ -232,6 +240,9 @@ def _check_weight_type(layer: ConvLayer) -> None:
         _check_codebook(layer)
     if layer.w_second is not None:
         _check_dual(layer)
+    if layer.circulant is not None:
+        check_circulant(layer.w, layer.groups, layer.circulant[0], layer.circulant[1], layer.w_type == DType.INT8,
+                        layer.codebook is None and layer.w_second is None)
     if layer.w_type != DType.INT4:
         return
     low, high = dtype_bounds(DType.INT4)
@@ -384,12 +395,16 @@ def _param_records(layer: ConvLayer) -> np.ndarray:
 
 def layer_constants(layer: ConvLayer, config: HardwareConfig) -> dict[str, np.ndarray]:
     """What a layer reads from DRAM besides its input: "weights" (OHWI of :attr:`ConvLayer.mac_weights`; INT4 two
-    a byte along I; with a codebook the indices, 8 / index_bits a byte along I), "params" (records), "lut" and
-    "codebook" (its 2^index_bits int8 entries), if any."""
+    a byte along I; with a codebook the indices, 8 / index_bits a byte along I; block-circulant, the first filter
+    of each block row), "params" (records), "lut", "codebook" (its 2^index_bits int8 entries) and "signs" (a
+    circulant layer's sign bits), if any."""
     ohwi = np.ascontiguousarray(layer.mac_weights.transpose(0, 2, 3, 1))
     constants = {"weights": ohwi, "params": _param_records(layer)}
     if layer.w_type == DType.INT4:
         constants["weights"] = pack_int4(ohwi)
+    if layer.circulant is not None:
+        constants["weights"] = first_rows(layer.w, *layer.circulant)
+        constants["signs"] = sign_table(layer.circulant[1])
     if layer.codebook is not None:
         constants["weights"] = pack_indices(np.searchsorted(layer.codebook, ohwi), layer.index_bits)
         table = np.full(1 << layer.index_bits, layer.codebook[-1], np.int8)

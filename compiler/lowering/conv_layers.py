@@ -95,7 +95,8 @@ def lower_conv_layers(layers: list[ConvLayer], config: HardwareConfig = DEFAULT,
     for i, (layer, plan) in enumerate(zip(layers, plans)):
         addresses = {"input": dram.regions["input" if i == 0 else f"{i - 1}.output"][0],
                      **{name: dram.regions[f"{i}.{name}"][0]
-                        for name in ("weights", "params", "output", "lut", "codebook") if f"{i}.{name}" in dram.regions}}
+                        for name in ("weights", "params", "output", "lut", "codebook", "signs")
+                        if f"{i}.{name}" in dram.regions}}
         emit_conv(pipeline, layer, plan, addresses,
                   weight_stream=WeightStreams(layer, str(i), dram, streams, config, plan.parts_overhead,
                                               plan.compressed)

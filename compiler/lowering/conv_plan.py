@@ -68,6 +68,7 @@ class ConvGeometry:
     in_type: DType       # INT4: two a byte
     weight_dram_bits: int     # 8, INT4's 4, or a codebook index's bits
     planes: int               # dual INT4: 2 weight planes, 2·K CONV output channels and accumulators
+    circ_size: int = 1        # block-circulant: tiles of whole block rows, every input channel in one chunk
 
     @classmethod
     def of(cls, layer: ConvLayer) -> ConvGeometry:
@@ -75,7 +76,7 @@ class ConvGeometry:
         k, cg, kh, kw = layer.w.shape
         return cls(c, w, k, cg, kh, kw, layer.groups, *output_size(layer), w + layer.padding[1] + layer.padding[3],
                    layer.out_type, layer.stride[0], layer.dilation[0], layer.w_type, layer.in_type,
-                   layer.weight_dram_bits, layer.planes)
+                   layer.weight_dram_bits, layer.planes, layer.circ_size)
 
     def weight_bytes(self, count: int) -> int:
         """Bytes of ``count`` weights in WEIGHT."""
@@ -92,7 +93,8 @@ class ConvGeometry:
     @property
     def k_step(self) -> int:
         """Output channels a tile is a multiple of: whole groups, and an even count for INT4 outputs."""
-        return math.lcm(self.k // self.groups if self.groups > 1 else 1, 2 if self.out_type == DType.INT4 else 1)
+        return math.lcm(self.k // self.groups if self.groups > 1 else 1, 2 if self.out_type == DType.INT4 else 1,
+                        self.circ_size)
 
     def weight_dram_bytes(self, count: int) -> int:
         """Bytes of ``count`` weights in DRAM."""
@@ -200,6 +202,8 @@ def _plain_sizes(shape: ConvGeometry, tks: list[int], all_rows: list[int],
     step = shape.channel_step                     # a chunk's weights fill whole bytes in DRAM
     channels = ([tile_c] if tile_c else [step * tc for tc in _halvings(shape.c // step)]) if shape.groups == 1 \
         else [step * tc for tc in _halvings(shape.cg // step)]
+    if shape.circ_size > 1:                       # a circulant LOAD's signs cover all of the input channels
+        channels = [shape.c]
     return [(tk, tc, rows) for tk in tks for tc in channels for rows in all_rows
             if shape.groups == 1 or tc == shape.cg or tk == group_k]
 

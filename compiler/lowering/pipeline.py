@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aipu.sim.machine.arch import BANKED_BUFFERS, BUFFER_UNIT_BYTES, DTYPE_BYTES, Buffer, DType
-from aipu.sim.machine.isa import COMMANDS, EltwiseOp, Opcode, Unit, dram_run_bytes
+from aipu.sim.machine.isa import COMMANDS, EltwiseOp, Opcode, Unit, dram_run_bytes, load_tile_rows
 from aipu.sim.machine.ordering import region_bytes
 from aipu.sim.machine.program import Command, Program
 
@@ -164,7 +164,7 @@ class Pipeline:
     def _loaded(self, command: Command) -> list[Half]:
         """The halves a LOAD fills: its dense tile, padding included, from ``sram_addr`` (bytes)."""
         args = command.args
-        nbytes = ((args["pad_top"] + args["y_size"] + args["pad_bottom"]) * (args["pad_left"] + args["x_size"]
+        nbytes = ((args["pad_top"] + load_tile_rows(command) + args["pad_bottom"]) * (args["pad_left"] + args["x_size"]
                   + args["pad_right"]) * args["run"] * DTYPE_BYTES[DType(args["elem_type"])])
         buffer, size = Buffer(args["buffer"]), half_bytes(self.program, Buffer(args["buffer"]))
         halves = [(buffer, h) for h in range(args["sram_addr"] // size, (args["sram_addr"] + nbytes - 1) // size + 1)]

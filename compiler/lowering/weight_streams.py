@@ -56,8 +56,10 @@ class WeightStreams:
 
 
 def decodable(layer: ConvLayer) -> bool:
-    """Whether WDEC can write the layer's weights: int8 levels (not INT4, dual planes or codebook indices)."""
-    return layer.w_type == DType.INT8 and layer.w.dtype == np.int8 and layer.codebook is None
+    """Whether WDEC can write the layer's weights: int8 levels (not INT4, dual planes, codebook indices or
+    block-circulant first rows, which LOAD expands)."""
+    return (layer.w_type == DType.INT8 and layer.w.dtype == np.int8 and layer.codebook is None
+            and layer.circulant is None)
 
 
 def parts_of(tile: np.ndarray, engines: int, overhead: float = PARTS_OVERHEAD) -> tuple[bytes, int, int]:
