@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "parts": "aipu.app.bench.parts",
     "wdec": "aipu.app.bench.wdec",
     "pruning": "aipu.app.bench.pruning",
+    "structured": "aipu.app.bench.structured",
 }
 FLAGS = ("models", "config", "vary", "compare")
 
