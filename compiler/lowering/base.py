@@ -31,6 +31,7 @@ class Context:
     compress: str | None = None            # the policy by which conv weights become streams WDEC decodes
     weight_streams: list[dict] = field(default_factory=list)    # what compression placed, for the manifest
     weight_item_cycles: float = 0.0        # the latest conv plan's (TilePlan.weight_item_cycles)
+    k_boundaries: dict[str, int] = field(default_factory=dict)  # conv layer -> output channel a tile ends at
 
     @property
     def program(self) -> Program:

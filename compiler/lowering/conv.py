@@ -153,7 +153,8 @@ class ConvLowering:
                           **({"lut_index_shift": table.index_shift}     # the default domain: all of int16
                              if table is not None and table.index_shift is not None else {}))
         check_layer(layer)
-        plan = plan_conv(layer, context.config, compress=context.compress, hidden_under=context.weight_item_cycles)
+        plan = plan_conv(layer, context.config, compress=context.compress, hidden_under=context.weight_item_cycles,
+                         k_boundary=context.k_boundaries.get(op.name))
         context.weight_item_cycles = plan.weight_item_cycles
         return ConvPart(layer, plan)
 

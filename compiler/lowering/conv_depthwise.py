@@ -97,13 +97,15 @@ def _rows_fed(layer: ConvLayer, out_h: int, rows: int) -> bool:
 
 def plan_conv(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, dwconv: bool = True, tile_k: int | None = None,
               tile_c: int | None = None, tile_rows: int | None = None, unrolled: bool | None = None,
-              compress: str | None = None, hidden_under: float = 0.0) -> TilePlan:
+              compress: str | None = None, hidden_under: float = 0.0, k_boundary: int | None = None) -> TilePlan:
     """The conv tiler's plan (conv_plan.plan_tiles), or with ``dwconv`` a DepthwisePlan where the layer takes
     DWCONV and its estimated cycles are fewer. Explicitly given sizes and a forced ``unrolled`` mapping (which
     rules DWCONV out) are kept; ``compress``, ``hidden_under``: the compression policy the tiler weighs WDEC
-    streams by and the cycles the layer's first decode may hide under (plan_tiles)."""
+    streams by and the cycles the layer's first decode may hide under (plan_tiles); ``k_boundary``: an output
+    channel a tile boundary falls on (plan_tiles; it rules DWCONV out)."""
     tiles = {"tile_k": tile_k, "tile_c": tile_c, "tile_rows": tile_rows, "unrolled": unrolled, "compress": compress,
-             "hidden_under": hidden_under}
+             "hidden_under": hidden_under, "k_boundary": k_boundary}
+    dwconv = dwconv and k_boundary is None
     try:
         plan = plan_tiles(layer, config, **tiles)
     except ValueError:

@@ -116,7 +116,7 @@ class ConvGeometry:
 
 def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: int | None = None,
                tile_c: int | None = None, tile_rows: int | None = None, unrolled: bool | None = None,
-               compress: str | None = None, hidden_under: float = 0.0) -> TilePlan:
+               compress: str | None = None, hidden_under: float = 0.0, k_boundary: int | None = None) -> TilePlan:
     """Tiles that fit half of every buffer, chosen among even splits of K and halvings of C and of the output
     rows, plain or unrolled (im2col.py): the fewest commands among the plans within ESTIMATE_TOLERANCE of the
     fewest estimated cycles (:class:`CostEstimate`; docs/compiler.md, "Tiling").
@@ -126,7 +126,9 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     (wdec_cost.py) rather than as raw LOADs; "hidden" keeps the best raw plan, weights raw, where the best
     compressed one is estimated more than HIDDEN_SLACK slower, counting what its first decode takes beyond
     ``hidden_under``: the previous layer's CONV cycles on its last weight tile (TilePlan.weight_item_cycles),
-    which the decode overlaps (it writes the other half of WEIGHT)."""
+    which the decode overlaps (it writes the other half of WEIGHT). ``k_boundary``: an output channel a tile
+    boundary must fall on (only tile sizes dividing it are weighed): the end of the filters several models
+    share, whose weights and records then lie in tiles of their own (docs/multimodel.md)."""
     shape = ConvGeometry.of(layer)
     step_k = shape.k_step
     if tile_k is not None and (tile_k % step_k or not 1 <= tile_k <= shape.k):
@@ -144,7 +146,12 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
     if unrolled and window is None:
         raise ValueError("unrolled: the layer cannot run unrolled (groups = 1, horizontal dilation 1, a kernel "
                          "larger than 1x1, every output row reading the image, tile_c = C)")
-    sizes = (tile_k, tile_c, tile_rows)
+    if k_boundary is not None and 0 < k_boundary < shape.k:
+        if k_boundary % step_k or (tile_k is not None and k_boundary % tile_k):
+            raise ValueError(f"k_boundary = {k_boundary}: must be a multiple of {step_k} and of tile_k")
+    else:
+        k_boundary = None
+    sizes = (tile_k, tile_c, tile_rows, k_boundary)
     policy = compression_policy(compress)
     wdec = WdecCost(config, LayerStream.of(layer.w)) if policy and decodable(layer) else None
     cycles, plan, first_decode = _best_plan(shape, config, sizes, window, unrolled, wdec)
@@ -158,10 +165,11 @@ def plan_tiles(layer: ConvLayer, config: HardwareConfig = DEFAULT, *, tile_k: in
 def _best_plan(shape: ConvGeometry, config: HardwareConfig, sizes: tuple, window: UnrolledWindow | None,
                unrolled: bool | None, wdec: WdecCost | None) -> tuple[float, TilePlan, float]:
     """(estimated cycles, plan, its first decode's estimated cycles) of the best plan keeping ``sizes`` (tile_k,
-    tile_c, tile_rows; None where free), plain unless ``unrolled`` and unrolled over ``window`` where given;
+    tile_c, tile_rows, None where free; k_boundary, which tile_k divides), plain unless ``unrolled`` and unrolled over ``window`` where given;
     compressed with ``wdec``."""
-    tile_k, tile_c, tile_rows = sizes
-    tks = [tile_k] if tile_k else [n * shape.k_step for n in _even_splits(shape.k // shape.k_step)]
+    tile_k, tile_c, tile_rows, k_boundary = sizes
+    tks = [tile_k] if tile_k else [n * shape.k_step for n in _even_splits(shape.k // shape.k_step)
+                                   if k_boundary is None or k_boundary % (n * shape.k_step) == 0]
     all_rows = [tile_rows] if tile_rows else _halvings(shape.out_h)
     halves = {buffer: config.buffer(buffer).bytes // 2 for buffer in Buffer}
     plain = CostEstimate(shape, config, wdec)

@@ -90,12 +90,13 @@ class NetworkProgram:
 
 
 def lower_model(model: QModel, config: HardwareConfig = DEFAULT, *, keep_all: bool = False,
-                compress: str | None = None) -> NetworkProgram:
+                compress: str | None = None, k_boundaries: dict[str, int] | None = None) -> NetworkProgram:
     """Plan every operator (all errors before anything is emitted), then emit them in order. ``compress``:
     conv weight tiles as npu-profile streams decoded by WDEC, where that is smaller than the raw tile, under that
-    policy of compiler/compression.py ("hidden": only in layers whose decoding hides; "all")."""
+    policy of compiler/compression.py ("hidden": only in layers whose decoding hides; "all"). ``k_boundaries``:
+    per conv layer an output channel its tiles break at (the filters several models share end there)."""
     context = Context(Pipeline(Program(config)), DramPlan(), model.tensors, model.constants,
-                      compress=compression_policy(compress))
+                      compress=compression_policy(compress), k_boundaries=dict(k_boundaries or {}))
     for name in model.inputs:
         tensor = model.tensors[name]
         context.plan.tensor(name, tensor.shape, tensor.dtype, reuse=False)
