@@ -31,6 +31,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "aipu.app.cli_compile",
     "aipu.app.cli_prune",
     "aipu.app.cli_compress",
+    "aipu.app.cli_multimodel",
     "aipu.app.cli_report",
     "aipu.app.cli_codec",
     "aipu.app.cli_tai",

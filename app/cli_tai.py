@@ -69,8 +69,10 @@ def _cmd_import(args: argparse.Namespace) -> int:
     document = load(args.model)
     if any(node.operator_type == "Dequantization_tensor" for g in document.model.graph for node in g.operator_node):
         compile_kernels_once("codec")
+    if args.model_index < 0:
+        raise InputError("--model", args.model_index, "a model index 0 .. (a multi-model file's models - 1)")
     try:
-        model = to_onnx(document)
+        model = to_onnx(document, args.model_index)
     except InputError as error:
         raise error.within(args.model)
     Path(args.output).write_bytes(model.SerializeToString())
@@ -137,6 +139,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imported = commands.add_parser("import", help=".tai -> ONNX model")
     imported.add_argument("model", help="model.tai")
     imported.add_argument("-o", "--output", required=True, help="output .onnx")
+    imported.add_argument("--model", dest="model_index", type=int, default=0, metavar="K",
+                          help="a multi-model file (`aipu multimodel tai`): rebuild its model K (default 0)")
     imported.set_defaults(func=_cmd_import)
     show = commands.add_parser("show", help="summary of a .tai: graph, nodes, parameters")
     show.add_argument("model", help="model.tai")

@@ -23,9 +23,11 @@ STANDARD = "T/AI 115.1-2021"
 _STORED_TYPES = {code for code, name in ONNX_TYPES.items() if name not in ("STRING", "INT4", "UINT4")}
 
 
-def from_onnx(model: onnx.ModelProto, compress: dict[str, object] | None = None) -> TaiFile:
+def from_onnx(model: onnx.ModelProto, compress: dict[str, object] | None = None, records=()) -> TaiFile:
     """The representation of ``model``; ``compress`` maps weight initializer names to the codec options their
-    chapter-10 stream is coded with (aipu.tai.records). InputError names the node or tensor refused."""
+    chapter-10 stream is coded with (aipu.tai.records); ``records``: (initializer names, build) pairs whose
+    ``build(document)`` gives the compression record (node, VariableTypes) that stands for those initializers
+    (aipu.tai.records.multimodel_record). InputError names the node or tensor refused."""
     graph = model.graph
     document = TaiFile(Model(Version=STANDARD, framework_name=model.producer_name,
                              framework_version=model.producer_version, model_name=graph.name))
@@ -37,10 +39,16 @@ def from_onnx(model: onnx.ModelProto, compress: dict[str, object] | None = None)
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     homes = _parameter_homes(nodes, initializers, out.name)
     compress = dict(compress or {})
+    replaced = set(compress)
     for name, options in compress.items():
         node, variables = compressed_weight(document, _array(initializers[name]), name, options)
         out.operator_node.append(node)
         out.variable_type.extend(variables)
+    for names, build in records:
+        node, variables = build(document)
+        out.operator_node.append(node)
+        out.variable_type.extend(variables)
+        replaced.update(names)
     seen = set()
     for name, node in nodes:
         if name in seen:
@@ -53,7 +61,7 @@ def from_onnx(model: onnx.ModelProto, compress: dict[str, object] | None = None)
         for value in values:
             target.append(_variable(value))
     for name, tensor in initializers.items():
-        if name not in compress:
+        if name not in replaced:
             out.variable_type.append(_stored_variable(document, tensor, *homes[name]))
     return document
 

@@ -12,7 +12,10 @@ there by name.
 Implemented: ``Dequantization_tensor`` (Table 229) over a chapter-10 stream (the codec's ``nnc()`` layer
 stream stored as a UINT8 parameter), D_Method 1 (linear: real = level x step, the step of the stream
 itself) at granularity 2 (layer); and ``Un_structured_sparse`` (Table 251) row de-pruning (granularity 2).
-``DecompressStructuralMatric`` (Table 253) and ``DecompressMultimodel`` (Table 217) have their field tables.
+``DecompressMultimodel`` (Table 217): several models' weights of one layer, M_Method 2 (intra-layer sharing:
+the shared slice once, each model's specific slice) or 3 (residual quantization: a base weight, each model's
+k-means centres and packed indices); the expansion rebuilds the model the reader asks for (§8.1.2.3, decompress
+one model; docs/multimodel.md). ``DecompressStructuralMatric`` (Table 253) has its field table.
 """
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ class Record:
     attributes: dict[str, str]
     optional: tuple[str, ...] = ()
     expand: Expand | None = field(default=None, compare=False)
+    lists: tuple[str, ...] = ()        # inputs that name a list of stored tensors (the others one)
+    per_model: bool = False            # expand takes ``model``: which of the file's models to rebuild
 
 
 RECORDS: dict[str, Record] = {}
@@ -193,6 +198,137 @@ register(Record("Un_structured_sparse", "T/AI 115.1-2021 §8.3.2, Table 251", ("
                 {"N_dim": "i", "granularity": "i"}, optional=("B",), expand=_unprune_rows))
 register(Record("DecompressStructuralMatric", "T/AI 115.1-2021 §8.4, Table 253", ("X",), ("Y",),
                 {"granularity": "i", "D_Method": "i"}))
-register(Record("DecompressMultimodel", "T/AI 115.1-2021 §8.1, Table 217",
-                ("W_share", "B_share", "W_specific", "B_specific"), ("Weights_list", "Bias_list", "Error"),
-                {"M_Method": "i", "axe": "i"}))
+
+
+# -------------------------------------------------------------------------------------- §8.1 multi-model
+M_SHARING, M_RESIDUAL = 2, 3                # Table 218 M_Method
+MAX_MODELS = 256
+
+
+def _stored(document, variables: list, layer: str, key: str, array: np.ndarray, value_type: str) -> str:
+    """``array`` stored as parameter (layer, key) with its persistable VariableType; returns the variable name."""
+    name = f"{layer}.{key}"
+    document.add(Parameter(layer, key, value_type, array))
+    variable = VariableType(name=name, data_type=DENSE_TENSOR, is_persitable=True)
+    variable.tensor.name, variable.tensor.data_type = name, CODE[value_type]
+    variable.tensor.parameter_layer, variable.tensor.parameter_key = layer, key
+    for size in array.shape:
+        variable.tensor.shape.dim.add(size=size)
+    variables.append(variable)
+    return name
+
+
+def _declared(name: str, shape: tuple[int, ...]) -> VariableType:
+    variable = VariableType(name=name, data_type=DENSE_TENSOR)
+    variable.tensor.name, variable.tensor.data_type = name, CODE["FLOAT32"]
+    for size in shape:
+        variable.tensor.shape.dim.add(size=size)
+    return variable
+
+
+def multimodel_record(document, layer: str, weight: str, bias: str | None, inputs: dict[str, list[np.ndarray]],
+                      attributes: dict[str, int], shapes: tuple[tuple[int, ...], tuple[int, ...]]):
+    """A DecompressMultimodel node over the stored ``inputs`` (key -> arrays: float32, or UINT8 packed
+    indices), its outputs the layer's ``weight`` and ``bias`` variables of ``shapes``; and its VariableTypes."""
+    node = OperatorNode(name=f"{layer}.multimodel", operator_type="DecompressMultimodel")
+    variables: list = []
+    for key, arrays in inputs.items():
+        entry = node.input.add(key=key)
+        for index, array in enumerate(arrays):
+            value_type = "UINT8" if array.dtype == np.uint8 else "FLOAT32"
+            stored = f"{key}.{index}" if key in ("W_share", "W_specific", "B_specific") else key
+            entry.value.add(name=_stored(document, variables, node.name, stored, array, value_type))
+    for key, name, shape in (("Weights_list", weight, shapes[0]), ("Bias_list", bias, shapes[1])):
+        if name is not None:
+            node.output.add(key=key).value.add(name=name)
+            variables.append(_declared(name, shape))
+    for key, value in attributes.items():
+        node.attribute.add(name=key).val.CopyFrom(Type(i=int(value)))
+    return node, variables
+
+
+def pack_indices(indices: np.ndarray, n: int) -> np.ndarray:
+    """Cluster indices at ``n`` bits each, low bit first, in whole bytes (UINT8): the code storage."""
+    bits = (np.asarray(indices, np.uint16).ravel()[:, None] >> np.arange(n)) & 1
+    return np.packbits(bits.astype(np.uint8).ravel(), bitorder="little")
+
+
+def unpack_indices(packed: np.ndarray, n: int, count: int) -> np.ndarray:
+    """The inverse of :func:`pack_indices` for ``count`` indices."""
+    bits = np.unpackbits(packed, bitorder="little", count=count * n).reshape(count, n).astype(np.int64)
+    return (bits << np.arange(n)).sum(axis=1)
+
+
+def _float_arrays(inputs: dict, key: str, where: str, count: int | None = None) -> list[np.ndarray]:
+    arrays = inputs.get(key, [])
+    if (count is not None and len(arrays) != count) or not all(a.dtype == np.float32 and a.ndim >= 1
+                                                                and np.isfinite(a).all() for a in arrays):
+        raise InputError(f"{where} input {key!r}", [f"{a.dtype} {list(a.shape)}" for a in arrays],
+                         f"{count if count is not None else 'the'} finite FLOAT32 tensors")
+    return arrays
+
+
+def _decompress_multimodel(inputs: dict, attributes: dict, shapes: dict, where: str, model: int = 0
+                           ) -> dict[str, np.ndarray]:
+    """Model ``model``'s weight and bias of a layer: M_Method 2, Concate(W_share, W_specific[model], axe) and
+    the biases alike (Table 222); M_Method 3, Base_model + W_share[model][indices] (Table 228) and the model's
+    own bias. Every count, shape and index is checked first."""
+    method, models = attributes.get("M_Method"), len(inputs.get("W_specific", []))
+    if method not in (M_SHARING, M_RESIDUAL) or not 1 <= models <= MAX_MODELS:
+        raise InputError(f"{where} M_Method, W_specific", (method, models),
+                         f"M_Method 2 or 3 and 1 .. {MAX_MODELS} models")
+    if not 0 <= model < models:
+        raise InputError("--model", model, f"a model of the file, 0 .. {models - 1}")
+    biases = _float_arrays(inputs, "B_specific", where, models) if "B_specific" in inputs else None
+    if method == M_SHARING:
+        weights = _float_arrays(inputs, "W_specific", where, models)
+        (share,) = _float_arrays(inputs, "W_share", where, 1)
+        if "Base_model" in inputs:
+            raise InputError(f"{where} inputs", sorted(inputs), "no Base_model with M_Method 2")
+        axe = attributes.get("axe", 0)
+        if not 0 <= axe < share.ndim or any(w.ndim != share.ndim or np.delete(w.shape, axe).tolist()
+                                            != np.delete(share.shape, axe).tolist() for w in weights):
+            raise InputError(f"{where} W_share, W_specific shapes", [list(share.shape), list(weights[model].shape)],
+                             f"equal but along axe {axe}")
+        out = {"Weights_list": np.concatenate([share, weights[model]], axis=axe)}
+        if biases is not None:
+            b_share = inputs.get("B_share", np.zeros(0, np.float32))
+            if b_share.dtype != np.float32 or b_share.ndim != 1:
+                raise InputError(f"{where} input 'B_share'", f"{b_share.dtype} {list(b_share.shape)}", "FLOAT32 [C]")
+            out["Bias_list"] = np.concatenate([b_share, biases[model]])
+    else:
+        out = {"Weights_list": _residual_weight(inputs, attributes, where, model, models)}
+        if biases is not None:
+            out["Bias_list"] = biases[model]
+    return _checked_shapes(out, shapes, where)
+
+
+def _residual_weight(inputs: dict, attributes: dict, where: str, model: int, models: int) -> np.ndarray:
+    n = attributes.get("n")
+    if "Base_model" not in inputs:
+        raise InputError(f"{where} inputs", sorted(inputs), "Base_model with M_Method 3")
+    (base,) = _float_arrays({"Base_model": [inputs["Base_model"]]}, "Base_model", where, 1)
+    centres = _float_arrays(inputs, "W_share", where, models)[model]
+    packed = inputs["W_specific"][model]
+    if n is None or not 1 <= n <= 8 or centres.ndim != 1 or not 1 <= centres.size <= 1 << n:
+        raise InputError(f"{where} n, W_share", (n, list(centres.shape)), "n 1 .. 8 and 1 .. 2^n centres")
+    if packed.dtype != np.uint8 or packed.shape != (-(-base.size * n // 8),):
+        raise InputError(f"{where} input 'W_specific'", f"{packed.dtype} {list(packed.shape)}",
+                         f"UINT8 [{-(-base.size * n // 8)}]: {base.size} indices of {n} bits")
+    indices = unpack_indices(packed, n, base.size)
+    if indices.max(initial=0) >= centres.size:
+        raise InputError(f"{where} input 'W_specific'", int(indices.max()), f"indices below {centres.size}")
+    return base + centres[indices].reshape(base.shape)
+
+
+def _checked_shapes(out: dict, shapes: dict, where: str) -> dict:
+    for key, array in out.items():
+        if shapes.get(key) is not None and tuple(shapes[key]) != array.shape:
+            raise InputError(f"{where} output {key!r}", list(array.shape), f"the declared {list(shapes[key])}")
+    return out
+
+
+register(Record("DecompressMultimodel", "T/AI 115.1-2021 §8.1, Table 217", ("W_share", "W_specific"),
+                ("Weights_list", "Bias_list", "Error"), {"M_Method": "i", "axe": "i", "n": "i"},
+                optional=("B_share", "B_specific", "Base_model"), expand=_decompress_multimodel,
+                lists=("W_share", "W_specific", "B_specific"), per_model=True))

@@ -25,8 +25,9 @@ _ARRAY_TYPES = {"BOOL": np.bool_, "BINARY": np.uint8, "INT2": np.int8, "INT4": n
                 "UINT4": np.uint8}
 
 
-def to_onnx(document: TaiFile) -> onnx.ModelProto:
-    """The ONNX model of a representation; InputError naming what has no ONNX form."""
+def to_onnx(document: TaiFile, model_index: int = 0) -> onnx.ModelProto:
+    """The ONNX model of a representation; InputError naming what has no ONNX form. ``model_index``: which
+    model a multi-model file's records rebuild (DecompressMultimodel; 0 for a file of one model)."""
     model = document.model
     graph = model.graph[0]
     if len(model.graph) > 1 or graph.sub_graphs:
@@ -38,13 +39,16 @@ def to_onnx(document: TaiFile) -> onnx.ModelProto:
         array = stored_array(document, variable.tensor) if variable.is_persitable else None
         if array is not None:
             constants[variable.name] = _as_onnx_array(array, NAME[variable.tensor.data_type])
-    nodes = []
+    nodes, per_model = [], False
     for node in graph.operator_node:
         where = f"node {node.name!r} ({node.operator_type})"
         if node.operator_type in RECORDS:
-            constants.update(_expand(node, where, constants, variables))
+            per_model |= RECORDS[node.operator_type].per_model
+            constants.update(_expand(node, where, constants, variables, model_index))
         else:
             nodes.append(_node(document, node, where))
+    if model_index and not per_model:
+        raise InputError("--model", model_index, "0: the file holds one model")
     read = {name for node in nodes for name in node.input} | {v.name for v in graph.output_nodes}
     constants = {name: array for name, array in constants.items() if name in read}
     onnx_graph = onnx.helper.make_graph(
@@ -80,8 +84,8 @@ def _as_onnx_array(array: np.ndarray, value_type: str) -> np.ndarray:
     return array.astype(_ARRAY_TYPES[value_type]) if value_type in _ARRAY_TYPES else array
 
 
-def _expand(node, where: str, constants: dict, variables: dict) -> dict[str, np.ndarray]:
-    """A compression record's outputs as arrays, from its stored inputs."""
+def _expand(node, where: str, constants: dict, variables: dict, model_index: int) -> dict[str, np.ndarray]:
+    """A compression record's outputs as arrays, from its stored inputs (a list of them for a list input)."""
     record = RECORDS[node.operator_type]
     attributes = check_record(node, where)
     if record.expand is None:
@@ -89,13 +93,17 @@ def _expand(node, where: str, constants: dict, variables: dict) -> dict[str, np.
                          f"({', '.join(name for name, r in RECORDS.items() if r.expand)})")
     inputs = {}
     for entry in node.input:
-        if len(entry.value) != 1 or entry.value[0].name not in constants:
-            raise InputError(f"{where} input {entry.key!r}", [v.name for v in entry.value], "one stored tensor")
-        inputs[entry.key] = constants[entry.value[0].name]
+        listed = entry.key in record.lists
+        if not (listed or len(entry.value) == 1) or not all(v.name in constants for v in entry.value):
+            raise InputError(f"{where} input {entry.key!r}", [v.name for v in entry.value],
+                             "stored tensors" if listed else "one stored tensor")
+        arrays = [constants[v.name] for v in entry.value]
+        inputs[entry.key] = arrays if listed else arrays[0]
     names = {entry.key: entry.value[0].name for entry in node.output if len(entry.value) == 1}
     shapes = {key: tensor_shape(variables[name].tensor, where) if name in variables else None
               for key, name in names.items()}
-    values = record.expand(inputs, attributes, shapes, where)
+    values = (record.expand(inputs, attributes, shapes, where, model=model_index) if record.per_model
+              else record.expand(inputs, attributes, shapes, where))
     return {names[key]: value for key, value in values.items() if key in names}
 
 
