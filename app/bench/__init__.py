@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "wdec": "aipu.app.bench.wdec",
     "pruning": "aipu.app.bench.pruning",
     "structured": "aipu.app.bench.structured",
+    "multimodel": "aipu.app.bench.multimodel",
 }
 FLAGS = ("models", "config", "vary", "compare")
 
