@@ -1,6 +1,7 @@
 """Model compression of T/AI 115.1-2021 chapter 7 with the inverses of chapter 8 and the data generation of
-chapter 9 that needs no training framework: pruning (§7.3, §8.3, §9.5; docs/pruning.md) and structured matrices
-(§7.4, §8.4, §9.6; docs/structured.md).
+chapter 9 that needs no training framework: pruning (§7.3, §8.3, §9.5; docs/pruning.md), structured matrices
+(§7.4, §8.4, §9.6; docs/structured.md) and multi-model compression (§7.1, §8.1, §9.3; docs/multimodel.md:
+``multi_model``, ``multi_model_onnx``).
 
 ``pruning``: masks, structured_sparse / Un_structured_sparse and their records; ``mask_generation``: magnitude,
 ADMM group lasso and incremental regularisation as numpy on weight matrices; ``onnx_pruning``: filter pruning
