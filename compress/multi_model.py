@@ -1,5 +1,5 @@
 """Multi-model compression of T/AI 115.1-2021 §7.1, its decompression of §8.1 and the update rules of §9.3
-(docs/multimodel.md, decisions MM-1 .. MM-16).
+(docs/multimodel.md, decisions MM-1 .. MM-17).
 
 Several models of one topology keep part of their weights in common. Intra-layer weight sharing (M_Method 2,
 §7.1.3) splits each layer's weights along ``axe`` at ``slice_indicator``: the part before it is stored once
@@ -181,7 +181,7 @@ def switch(weights: np.ndarray, bias: np.ndarray, record: DecompressMultimodel, 
 
 # ----------------------------------------------------------------------- §7.1.4, residual quantization
 def kmeans(values: np.ndarray, k: int) -> np.ndarray:
-    """At most ``k`` sorted centres of 1-D ``values``, Deep Compression's way (MM-14): centres start evenly
+    """At most ``k`` sorted centres of 1-D ``values``, Deep Compression's way (MM-13): centres start evenly
     spaced over [min, max], then Lloyd's iteration (each value to its nearest centre, each centre to its
     members' mean; an empty cell keeps its centre) until none moves. Fewer distinct values than k give them."""
     data = np.sort(np.asarray(values, np.float64).ravel())
