@@ -6,8 +6,8 @@ chapter 9 that needs no training framework: pruning (§7.3, §8.3, §9.5; docs/p
 ``pruning``: masks, structured_sparse / Un_structured_sparse and their records; ``mask_generation``: magnitude,
 ADMM group lasso and incremental regularisation as numpy on weight matrices; ``onnx_pruning``: filter pruning
 applied to an ONNX model. ``circulant``: block-circulant weights with sign vectors; ``low_rank``: SVD and
-block-term decompositions; ``structured_onnx``: both applied to an ONNX model. The package reads onnx and numpy and imports only aipu.sim.machine and aipu.codec
-below it (floor 2 of docs/architecture.md).
+block-term decompositions; ``structured_onnx``: both applied to an ONNX model. The package reads onnx and
+numpy and imports only aipu.sim.machine and aipu.codec below it (floor 2 of docs/architecture.md).
 """
 from aipu.compress.mask_generation import (admm_converged, admm_penalty_gradient, admm_update, averaged_ranks,
                                            column_ranks, group_norms, group_soft_threshold, magnitude_mask,
