@@ -94,6 +94,21 @@ def kmeans_1d(values: np.ndarray, clusters: int, iterations: int = 30) -> np.nda
     return centroids
 
 
+def lloyd_1d(data: np.ndarray, centres: np.ndarray, iterations: int) -> np.ndarray:
+    """Lloyd's iteration on sorted 1-D ``data`` from sorted ``centres``: each value to its nearest centre (the cells
+    split at the midpoints), each centre to its cell's mean (an empty cell keeps its centre), until no centre moves
+    or ``iterations`` have run. The k-means of quant.codebook and compress.multi_model, which differ in their start."""
+    sums = np.concatenate([[0.0], np.cumsum(data)])
+    for _ in range(iterations):
+        edges = np.concatenate([[0], np.searchsorted(data, (centres[1:] + centres[:-1]) / 2), [data.size]])
+        counts = np.diff(edges)
+        means = np.where(counts > 0, np.diff(sums[edges]) / np.maximum(counts, 1), centres)
+        if np.array_equal(means, centres):
+            break
+        centres = means
+    return centres
+
+
 def kmeans_levels(weights: np.ndarray, clusters: int, fine_bitdepth: int = 16) -> Quantized:
     """Codebook quantisation: at most ``clusters`` distinct levels on a ``fine_bitdepth`` uniform grid."""
     if not 1 <= clusters:

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from aipu.codec.quantize import lloyd_1d
 from aipu.sim.machine.errors import InputError
 
 OK, COUNT_MISMATCH, SHAPE_MISMATCH = 0, 1, 2      # Tables 164, 220: Error
@@ -189,15 +190,7 @@ def kmeans(values: np.ndarray, k: int) -> np.ndarray:
     if distinct.size <= k:
         return distinct
     centres = np.linspace(data[0], data[-1], k)
-    sums = np.concatenate([[0.0], np.cumsum(data)])
-    for _ in range(LLOYD_ITERATIONS):
-        edges = np.concatenate([[0], np.searchsorted(data, (centres[1:] + centres[:-1]) / 2), [data.size]])
-        counts = np.diff(edges)
-        means = np.where(counts > 0, np.diff(sums[edges]) / np.maximum(counts, 1), centres)
-        if np.array_equal(means, centres):
-            break
-        centres = means
-    return np.unique(centres)
+    return np.unique(lloyd_1d(data, centres, LLOYD_ITERATIONS))
 
 
 def nearest(values: np.ndarray, centres: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from aipu.codec.quantize import lloyd_1d
 from aipu.quant._checks import check_bits, check_codes, check_count, check_finite
 from aipu.quant.granularity import Granularity, partition
 from aipu.quant.methods import DMethod, QMethod
@@ -53,15 +54,7 @@ def kmeans_centres(values, k: int) -> np.ndarray:
     if distinct.size <= k:
         return distinct
     centres = data[((np.arange(k) + 0.5) * data.size / k).astype(np.int64)]
-    sums = np.concatenate([[0.0], np.cumsum(data)])
-    for _ in range(LLOYD_ITERATIONS):
-        edges = np.concatenate([[0], np.searchsorted(data, (centres[1:] + centres[:-1]) / 2), [data.size]])
-        counts = np.diff(edges)
-        means = np.where(counts > 0, np.diff(sums[edges]) / np.maximum(counts, 1), centres)
-        if np.array_equal(means, centres):
-            break
-        centres = means
-    return centres
+    return lloyd_1d(data, centres, LLOYD_ITERATIONS)
 
 
 def codebook_parameters(x, k: int, granularity=Granularity.LAYER, labels=None) -> CodebookQuantization:

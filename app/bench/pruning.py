@@ -27,7 +27,7 @@ COLUMN_SPARSITY = 0.5
 LCNET_SAMPLES = 16
 
 
-def _program_figures(compiled, sample: np.ndarray) -> dict:
+def program_figures(compiled, sample: np.ndarray) -> dict:
     """Sizes, the cycle model's figures for one input, and the interpreter against golden on that input."""
     from aipu.compiler.driver import weight_sizes
     from aipu.sim.cycle import simulate
@@ -108,7 +108,7 @@ def _digits(folder: Path) -> dict:
 
     def row(model, name, **extra):
         compiled = _compile(model, folder, name, calibration, "image", evaluation)
-        figures = _program_figures(compiled, calibration[:1])
+        figures = program_figures(compiled, calibration[:1])
         timing = figures.pop("timing")
         figures["top1"] = round(compiled.evaluation["npu_top1"], 4)
         figures["float_top1"] = round(compiled.evaluation["float_top1"], 4)
@@ -155,7 +155,7 @@ def _lcnet(folder: Path) -> dict:
 
     def row(model, name, **extra):
         compiled = _compile(model, folder, name, calibration, "x", input_shapes={"x": (1, 3, 224, 224)})
-        figures = _program_figures(compiled, calibration[:1])
+        figures = program_figures(compiled, calibration[:1])
         figures.pop("timing")
         qmodel, output = compiled.qmodel, compiled.qmodel.outputs[0]
         values = [qmodel.tensors[output].dequantize(qmodel.run(qmodel.quantize_inputs({"x": image[None]}))[output])

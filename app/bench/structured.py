@@ -22,7 +22,7 @@ SEED = 0
 
 
 def _row(model: onnx.ModelProto, folder: Path, name: str, circulant: dict | None = None) -> dict:
-    from aipu.app.bench.pruning import _program_figures
+    from aipu.app.bench.pruning import program_figures
     from aipu.app.models.train_digits import DATA_PATH
     from aipu.compiler.driver import compile_model
 
@@ -32,7 +32,7 @@ def _row(model: onnx.ModelProto, folder: Path, name: str, circulant: dict | None
     np.savez(calib, image=data["calibration_images"])
     np.savez(evaluation, image=data["eval_images"], labels=data["eval_labels"])
     compiled = compile_model(path, calib, evaluation_path=evaluation, circulant=circulant)
-    figures = _program_figures(compiled, data["calibration_images"][:1])
+    figures = program_figures(compiled, data["calibration_images"][:1])
     figures.pop("timing")
     regions = compiled.network.plan.regions
     figures["weight_dram_bytes"] = int(sum(size for region, (_, size) in regions.items()
