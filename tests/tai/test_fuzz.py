@@ -8,6 +8,7 @@ and `aipu compile`, which exit with status 2 and one line on stderr.
 """
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from pathlib import Path
@@ -61,19 +62,22 @@ def _read(data: bytes) -> str:
     return "ok"
 
 
-def _read_many(cases: list[bytes]) -> list[str]:
-    """``_read`` of each case; one that raises anything but an InputError comes back as "escaped: ..." with its
+def read_each(read, cases: list[bytes]) -> list[str]:
+    """``read`` of each case; one that raises anything but an InputError comes back as "escaped: ..." with its
     input, so that the failure shows that input rather than the whole list."""
     results = []
     for case in cases:
         try:
-            results.append(_read(case))
+            results.append(read(case))
         except Exception as error:      # reported by the test, with the input
             results.append(f"escaped: {type(error).__name__}: {error}; input {case.hex()}")
     return results
 
 
-def _no_escape(results: list[str]) -> list[str]:
+_read_many = functools.partial(read_each, _read)
+
+
+def no_escape(results: list[str]) -> list[str]:
     escaped = [result for result in results if result.startswith("escaped")]
     assert not escaped, escaped[0]
     return results
@@ -91,7 +95,7 @@ def test_the_small_file_reads(sandbox):
 
 
 def test_every_truncation(sandbox):
-    results = _no_escape(run_case(sandbox, _read_many, [SMALL[:n] for n in range(len(SMALL))] +
+    results = no_escape(run_case(sandbox, _read_many, [SMALL[:n] for n in range(len(SMALL))] +
                        [_sealed(SMALL[:n]) for n in range(HEADER.size, len(SMALL))]))
     assert all(result != "ok" for result in results)
 
@@ -105,7 +109,7 @@ def test_every_byte_changed(sandbox, sealed):
         for value in (SMALL[position] ^ 0xFF, SMALL[position] ^ 0x01):
             changed = SMALL[:position] + bytes((value,)) + SMALL[position + 1:]
             cases.append(_sealed(changed) if sealed else changed)
-    results = _no_escape(run_case(sandbox, _read_many, cases))
+    results = no_escape(run_case(sandbox, _read_many, cases))
     if not sealed:
         assert all(result.startswith(("CRC-32", "magic", "format version", "parameter count", "structure and",
                                       "reserved")) for result in results)
