@@ -25,6 +25,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from aipu.rtl.arith import net
+from aipu.rtl.dma_pattern import PatternWalker, low_bits, log2, pattern_walker, run_shape, window_words
 from aipu.rtl.lanes import byte_mask, bytes_to_bits, select_word, shift_down, shift_up
 from aipu.rtl.ports import dram_read_port, dram_write_port, read_port, word_bytes, write_port
 from aipu.rtl.unit import UnitComponent
@@ -36,138 +37,14 @@ MAX_EXPANSION = 8 // min(CODEBOOK_INDEX_BITS)      # tile bytes one DRAM byte of
 TABLE_BYTES = max(CODEBOOK_SLOT_BYTES, CIRC_SIGNS_MAX // 8)   # LOAD's register of a codebook or of sign bits
 
 
-def _log2(value: int) -> int:
-    return value.bit_length() - 1
-
-
-def _low_bits(value, bits: int):
-    return value[:bits] if bits else C(0, 1)
-
-
-def window_words(config: HardwareConfig, port_bytes: int, expansion: int = 1) -> int:
-    """Words of ``port_bytes`` that one DRAM word's bytes (each ``expansion`` tile bytes) can touch, with a partial
-    word before them."""
-    return -(-(port_bytes - 1 + expansion * config.dram.bytes_per_cycle) // port_bytes)
-
-
-class PatternWalker(Elaboratable):
-    """Steps through a strided DRAM pattern one DRAM word at a time (``restart``, then ``advance``).
-
-    Parameters (stable during a command): ``base`` (first byte), ``y_stride``, ``x_stride``, ``run_bytes``,
-    ``runs`` per row, ``rows``, and the tile side: ``dense_start`` (tile byte of the first run), ``dense_gap``
-    (tile bytes skipped after each row), ``dense_shift`` (a DRAM byte is ``2**dense_shift`` tile bytes: a LOAD
-    of codebook indices) and ``repeat_last`` (each row is walked ``repeat_last + 1`` times: a circulant LOAD).
-    Outputs for the current step: ``word_address``, ``first_byte`` in that word, ``byte_count``, its
-    ``tile_count`` tile bytes, ``dense`` (tile byte of the first one), ``row_end`` (last step of a row),
-    ``final`` (last step), ``repeat`` (the walk of the row, 0 first) and ``run_offset`` (the step's first byte
-    within its run).
-    """
-
-    def __init__(self, config: HardwareConfig, address_width: int, dense_width: int):
-        self.word_bytes = config.dram.bytes_per_cycle
-        self.base, self.run_bytes = Signal(address_width), Signal(address_width)
-        self.y_stride, self.x_stride = Signal(STRIDE_BYTES_BITS), Signal(STRIDE_BYTES_BITS)
-        self.runs, self.rows = Signal(address_width), Signal(address_width)
-        self.dense_start, self.dense_gap = Signal(dense_width), Signal(dense_width)
-        self.dense_shift = Signal(2)
-        self.repeat_last, self.repeat = Signal(CIRC_LOG2_BITS + 1), Signal(CIRC_LOG2_BITS + 1)
-        self.run_offset = Signal(address_width)
-        self.restart, self.advance = Signal(), Signal()
-        self.word_address = Signal(address_width)
-        self.first_byte = Signal(range(self.word_bytes))
-        self.byte_count = Signal(range(self.word_bytes + 1))
-        self.tile_count = Signal(range((self.word_bytes << 3) + 1))
-        self.dense = Signal(dense_width)
-        self.row_end, self.final = Signal(), Signal()
-        self._address_width = address_width
-
-    def elaborate(self, platform) -> Module:
-        m = Module()
-        shift = _log2(self.word_bytes)
-        row_address, run_address, address = (Signal(self._address_width) for _ in range(3))
-        column, row = Signal.like(self.runs), Signal.like(self.rows)
-        run_end, next_word = Signal(self._address_width + 1), Signal(self._address_width + 1)
-        last_in_run, last_repeat = Signal(), Signal()
-        m.d.comb += [
-            last_repeat.eq(self.repeat == self.repeat_last),
-            self.run_offset.eq(address - run_address),
-            self.word_address.eq(address >> shift),
-            self.first_byte.eq(_low_bits(address, shift)),
-            run_end.eq(run_address + self.run_bytes),
-            next_word.eq((self.word_address + 1) << shift),
-            last_in_run.eq(run_end <= next_word),
-            self.byte_count.eq(Mux(last_in_run, run_end, next_word) - address),
-            self.tile_count.eq(self.byte_count << self.dense_shift),
-            self.row_end.eq(last_in_run & (column == self.runs - 1)),
-            self.final.eq(self.row_end & (row == self.rows - 1) & last_repeat),
-        ]
-        with m.If(self.restart):
-            m.d.sync += [row_address.eq(self.base), run_address.eq(self.base), address.eq(self.base),
-                         column.eq(0), row.eq(0), self.repeat.eq(0), self.dense.eq(self.dense_start)]
-        with m.Elif(self.advance):
-            with m.If(~last_in_run):
-                m.d.sync += [address.eq(next_word), self.dense.eq(self.dense + self.tile_count)]
-            with m.Elif(~self.row_end):
-                m.d.sync += [column.eq(column + 1), run_address.eq(run_address + self.x_stride),
-                             address.eq(run_address + self.x_stride),
-                             self.dense.eq(self.dense + self.tile_count)]
-            with m.Elif(~last_repeat):           # the same DRAM row again, into the next tile row
-                m.d.sync += [column.eq(0), self.repeat.eq(self.repeat + 1), run_address.eq(row_address),
-                             address.eq(row_address), self.dense.eq(self.dense + self.tile_count + self.dense_gap)]
-            with m.Else():
-                m.d.sync += [column.eq(0), row.eq(row + 1), self.repeat.eq(0), row_address.eq(row_address + self.y_stride),
-                             run_address.eq(row_address + self.y_stride), address.eq(row_address + self.y_stride),
-                             self.dense.eq(self.dense + self.tile_count + self.dense_gap)]
-        return m
-
-
-def _pattern(m: Module, config: HardwareConfig, cmd, dense_gap_zero, dense_shift, circ_log2) -> SimpleNamespace:
-    """What both engines derive from the command: the merged run shape in DRAM bytes (as
-    ``aipu.sim.timing.dma.run_shape``; a run of codebook indices is ``2**dense_shift`` times shorter than in the
-    tile; a circulant LOAD's runs never merge, ``circ_log2`` != 0), the pattern's last byte and whether it lies
-    beyond the DRAM address space."""
-    width = config.dram.address_bits + 2 * STRIDE_BYTES_BITS
-    run = Signal(width)
-    m.d.comb += run.eq(Mux(cmd.elem_type == DType.INT16, cmd.run << 1, cmd.run) >> dense_shift)
-    row_data = Signal(width)
-    m.d.comb += row_data.eq(cmd.x_size * run)
-    merge_x = ((cmd.x_size == 1) | (cmd.dram_x_stride == run)) & (circ_log2 == 0)
-    merge_y = merge_x & dense_gap_zero & ((cmd.y_size == 1) | (cmd.dram_y_stride == row_data))
-    shape = SimpleNamespace(run=run, row_data=row_data, width=width, dense_shift=dense_shift, circ_log2=circ_log2,
-                            run_bytes=Signal(width), runs=Signal(width), rows=Signal(width),
-                            last_byte=Signal(width + 1), beyond=Signal(), last_word=Signal(width))
-    m.d.comb += [
-        shape.run_bytes.eq(Mux(merge_y, cmd.y_size * row_data, Mux(merge_x, row_data, run))),
-        shape.runs.eq(Mux(merge_x, 1, cmd.x_size)),
-        shape.rows.eq(Mux(merge_y, 1, cmd.y_size)),
-        shape.last_byte.eq(cmd.dram_addr + (cmd.y_size - 1) * cmd.dram_y_stride
-                           + (cmd.x_size - 1) * cmd.dram_x_stride + run - 1),
-        shape.beyond.eq((shape.last_byte >> config.dram.address_bits) != 0),
-        shape.last_word.eq(shape.last_byte >> _log2(config.dram.bytes_per_cycle)),
-    ]
-    return shape
-
-
-def _walker(m: Module, name: str, config: HardwareConfig, cmd, shape, dense_start, dense_gap) -> PatternWalker:
-    walker = PatternWalker(config, shape.width, len(dense_start))
-    m.submodules[name] = walker
-    m.d.comb += [walker.base.eq(cmd.dram_addr), walker.y_stride.eq(cmd.dram_y_stride),
-                 walker.x_stride.eq(cmd.dram_x_stride), walker.run_bytes.eq(shape.run_bytes),
-                 walker.runs.eq(shape.runs), walker.rows.eq(shape.rows),
-                 walker.dense_start.eq(dense_start), walker.dense_gap.eq(dense_gap),
-                 walker.dense_shift.eq(shape.dense_shift),
-                 walker.repeat_last.eq((C(1, 1) << shape.circ_log2) - 1)]
-    return walker
-
-
 def _words_written(m: Module, walker: PatternWalker, port_bytes: int, words: int):
     """(full words completed, words written) by a LOAD step: its tile bytes end ``full`` words and, at a
     row end, the partial word they stop in (at most ``words``)."""
-    shift = _log2(port_bytes)
+    shift = log2(port_bytes)
     end = walker.dense + walker.tile_count
     full, written = Signal(range(words + 1)), Signal(range(words + 1))
     m.d.comb += [full.eq((end >> shift) - (walker.dense >> shift)),
-                 written.eq(full + (walker.row_end & (_low_bits(end, shift) != 0)))]
+                 written.eq(full + (walker.row_end & (low_bits(end, shift) != 0)))]
     return full, written
 
 
@@ -194,9 +71,9 @@ class _LoadChannel(Elaboratable):
     def elaborate(self, platform) -> Module:
         m = Module()
         config, cmd, shape, dense = self.config, self.cmd, self.shape, self.dense
-        port, shift = self.port_bytes, _log2(self.port_bytes)
-        requests = _walker(m, "requests", config, cmd, shape, dense.data_start, dense.gap)
-        responses = _walker(m, "responses", config, cmd, shape, dense.data_start, dense.gap)
+        port, shift = self.port_bytes, log2(self.port_bytes)
+        requests = pattern_walker(m, "requests", config, cmd, shape, dense.data_start, dense.gap)
+        responses = pattern_walker(m, "responses", config, cmd, shape, dense.data_start, dense.gap)
         m.d.comb += [requests.restart.eq(self.go), responses.restart.eq(self.go)]
 
         # Requests: one per slot; a slot lasts as many cycles as the step writes buffer words (at least one)
@@ -225,7 +102,7 @@ class _LoadChannel(Elaboratable):
         window, window_mask = Signal(8 * port * words), Signal(port * words)
         emit_index, emit_left = Signal(range(words + 1)), Signal(range(words + 1))
         emit_addr = Signal(shape.width)
-        offset = _low_bits(responses.dense, shift)
+        offset = low_bits(responses.dense, shift)
         incoming = shift_down(m, "incoming", self.response_data, responses.first_byte, 8, config.dram.bytes_per_cycle)
         if self.codebook is not None:
             incoming = _expand(m, incoming, self.codebook, config.dram.bytes_per_cycle)
@@ -265,7 +142,7 @@ class _LoadChannel(Elaboratable):
         """After the data: the padding gaps (before the first data row, between rows, after the last),
         one buffer word per cycle with its byte mask; ``done`` with the last word (or alone: no padding)."""
         cmd, dense = self.cmd, self.dense
-        port, shift = self.port_bytes, _log2(self.port_bytes)
+        port, shift = self.port_bytes, log2(self.port_bytes)
         cursor, gap_end = Signal(self.shape.width), Signal(self.shape.width)
         inner_left = Signal.like(cmd.y_size)
         kind = Signal(range(4))          # the gap being written: 1 before the data, 2 between rows, 3 after
@@ -299,7 +176,7 @@ class _LoadChannel(Elaboratable):
         with m.If(draining & pending):
             with m.If(kind != 0):
                 m.d.comb += [self.write.en.eq(1), self.write.addr.eq(word), self.write.data.eq(self._pad_word(word)),
-                             self.write.mask.eq(byte_mask(m, "pad_mask", _low_bits(cursor, shift), high, port))]
+                             self.write.mask.eq(byte_mask(m, "pad_mask", low_bits(cursor, shift), high, port))]
             with m.If(kind == 0):
                 m.d.comb += self.done.eq(1)
                 m.d.sync += pending.eq(0)
@@ -321,7 +198,7 @@ class _LoadChannel(Elaboratable):
         cmd, port = self.cmd, self.port_bytes
         low, high = cmd.pad_value.as_unsigned()[:8], cmd.pad_value.as_unsigned()[8:16]
         wide = cmd.elem_type == DType.INT16
-        phase = ((word << _log2(port)) - cmd.sram_addr)[0]
+        phase = ((word << log2(port)) - cmd.sram_addr)[0]
         return Cat(*(Mux(wide & (phase ^ (i & 1)), high, low) for i in range(port)))
 
 
@@ -351,17 +228,17 @@ def _circulant(m: Module, incoming, walker: PatternWalker, table: SimpleNamespac
     negated in 8 bits where sign bit ``run_offset + i`` is set; any other LOAD's bytes as they are."""
     signs = shift_down(m, "signs_here", table.entries, walker.run_offset, 1, dram_bytes)
     result = incoming
-    for log2 in range(1, 1 << CIRC_LOG2_BITS):
-        size = 1 << log2
+    for exponent in range(1, 1 << CIRC_LOG2_BITS):
+        size = 1 << exponent
         if size > dram_bytes:             # refused by the check (circ_log2)
             continue
         placed = []
         for i in range(dram_bytes):
             group = incoming[8 * size * (i // size):][:8 * size]
-            byte = net(m, group.word_select((i % size - walker.repeat)[:log2], 8), f"rotated_{log2}_{i}")
+            byte = net(m, group.word_select((i % size - walker.repeat)[:exponent], 8), f"rotated_{exponent}_{i}")
             placed.append(Mux(signs[i], (-byte)[:8], byte))
         rows = Cat(*placed, C(0, len(incoming) - 8 * dram_bytes)) if len(incoming) > 8 * dram_bytes else Cat(*placed)
-        result = Mux(table.circ_log2 == log2, net(m, rows, f"circulant_{log2}"), result)
+        result = Mux(table.circ_log2 == exponent, net(m, rows, f"circulant_{exponent}"), result)
     return net(m, result, "circulant")
 
 
@@ -405,8 +282,8 @@ class LoadUnit(UnitComponent):
         config, cmd = self.config, self.view(word, Opcode.LOAD)
         dense = _load_dense_signals(m, cmd)
         expansion = {bits: 8 // bits for bits in CODEBOOK_INDEX_BITS}     # tile bytes a DRAM byte becomes
-        shape = _pattern(m, config, cmd, dense.gap == 0,
-                         _by_index_bits(cmd, {0: 0, **{bits: _log2(k) for bits, k in expansion.items()}}), cmd.circ_log2)
+        shape = run_shape(m, config, cmd, dense.gap == 0,
+                         _by_index_bits(cmd, {0: 0, **{bits: log2(k) for bits, k in expansion.items()}}), cmd.circ_log2)
         checking = Signal()
         m.d.sync += checking.eq(start)
         beyond_buffer = Cat(*((cmd.buffer == buffer) & (dense.end > config.buffer(buffer).bytes)
@@ -458,8 +335,8 @@ class LoadUnit(UnitComponent):
     def _circulant_faults(self, cmd, circulant, table) -> list:
         """A circulant LOAD's refusals (docs/rtl-dma.md, "Block-circulant rows"), first of all, in order."""
         low = (C(1, 1) << cmd.circ_log2) - 1          # a multiple of L has these bits clear
-        too_large = Cat(*((cmd.circ_log2 == log2) for log2 in range(1, 1 << CIRC_LOG2_BITS)
-                          if 1 << log2 > self.config.dram.bytes_per_cycle))
+        too_large = Cat(*((cmd.circ_log2 == exponent) for exponent in range(1, 1 << CIRC_LOG2_BITS)
+                          if 1 << exponent > self.config.dram.bytes_per_cycle))
         return [(circulant & (cmd.index_bits != IndexBits.PLAIN), "index_bits"),
                 (circulant & (cmd.buffer != Buffer.WEIGHT), "buffer"),
                 (circulant & (cmd.elem_type == DType.INT16), "elem_type"),
@@ -478,16 +355,16 @@ class LoadUnit(UnitComponent):
         ``address``: the LUT word read) and a level that is 1 in the cycle the last word arrives, while
         ``fetching``."""
         port_bytes, read = word_bytes(self.config, Buffer.LUT), self.lut_read
-        shift = _log2(port_bytes)
+        shift = log2(port_bytes)
         circulant = cmd.circ_log2 != 0
-        base = Signal(CODEBOOK_ADDR_BITS + _log2(CODEBOOK_SLOT_BYTES))
+        base = Signal(CODEBOOK_ADDR_BITS + log2(CODEBOOK_SLOT_BYTES))
         size, words = Signal(range(TABLE_BYTES + 1)), Signal(range(TABLE_BYTES + 1))
         sign_bytes = Signal(range(TABLE_BYTES + 1))
         m.d.comb += [base.eq(cmd.codebook_addr * CODEBOOK_SLOT_BYTES),
                      sign_bytes.eq(Mux(cmd.run > CIRC_SIGNS_MAX, TABLE_BYTES, (cmd.run + 7) >> 3)),
                      size.eq(Mux(circulant, sign_bytes,
                                  _by_index_bits(cmd, {0: 0, **{bits: 1 << bits for bits in CODEBOOK_INDEX_BITS}}))),
-                     words.eq(Mux(size == 0, 0, ((_low_bits(base, shift) + size - 1) >> shift) + 1))]
+                     words.eq(Mux(size == 0, 0, ((low_bits(base, shift) + size - 1) >> shift) + 1))]
         issued, arrived, arrived_word = Signal.like(words), Signal(), Signal.like(words)
         index = Mux(checking, 0, issued)
         with m.If((checking & ((cmd.index_bits != IndexBits.PLAIN) | circulant)) | (fetching & (issued != words))):
@@ -500,7 +377,7 @@ class LoadUnit(UnitComponent):
                 if port_bytes <= CODEBOOK_SLOT_BYTES:
                     word, byte = entry >> shift, entry % port_bytes
                 else:
-                    place = net(m, _low_bits(base, shift) + entry, f"table_place_{entry}")
+                    place = net(m, low_bits(base, shift) + entry, f"table_place_{entry}")
                     word, byte = place >> shift, place[:shift]
                 with m.If(arrived_word == word):
                     m.d.sync += entries.word_select(entry, 8).eq(read.data.word_select(byte, 8))
@@ -558,10 +435,10 @@ class StoreUnit(UnitComponent):
 
     def elaborate_engine(self, m, word, start, done, fault, fault_field) -> None:
         config, cmd = self.config, self.view(word, Opcode.STORE)
-        shape = _pattern(m, config, cmd, C(1, 1), C(0, 2), C(0, CIRC_LOG2_BITS))
+        shape = run_shape(m, config, cmd, C(1, 1), C(0, 2), C(0, CIRC_LOG2_BITS))
         checking, probe, probing, scanning, streaming = Signal(), Signal(), Signal(), Signal(), Signal()
         m.d.sync += checking.eq(start)
-        walker = _walker(m, "walker", config, cmd, shape, cmd.sram_addr.as_unsigned() + C(0, 64), C(0, 1))
+        walker = pattern_walker(m, "walker", config, cmd, shape, cmd.sram_addr.as_unsigned() + C(0, 64), C(0, 1))
         m.d.comb += walker.restart.eq(checking)
         with m.If(checking):
             with m.If(cmd.sram_addr + cmd.y_size * shape.row_data > config.buffer(Buffer.OUT).bytes):
@@ -615,7 +492,7 @@ class StoreUnit(UnitComponent):
         the DRAM port refuses is offered again; the walk waits (``stalled``), the arriving OUT word joins
         the window."""
         config = self.config
-        port, shift = word_bytes(config, Buffer.OUT), _log2(word_bytes(config, Buffer.OUT))
+        port, shift = word_bytes(config, Buffer.OUT), log2(word_bytes(config, Buffer.OUT))
         dram_bytes = config.dram.bytes_per_cycle
         words = window_words(config, port)
         next_read = Signal(len(walker.dense))
@@ -650,7 +527,7 @@ class StoreUnit(UnitComponent):
         m.d.comb += merged.eq(window | Mux(read_valid, shift_up(m, "arriving", self.out_read.data, fill, 8 * port, words), 0))
         filled = fill + read_valid
         consumed = ((held.dense + held.count) >> shift) - (held.dense >> shift)
-        source = shift_down(m, "source", merged, _low_bits(held.dense, shift), 8, dram_bytes)
+        source = shift_down(m, "source", merged, low_bits(held.dense, shift), 8, dram_bytes)
         with m.If(compose):
             m.d.comb += [self.dram_write.valid.eq(1), self.dram_write.addr.eq(held.address),
                          self.dram_write.data.eq(shift_up(m, "composed", source, held.first, 8, dram_bytes)),

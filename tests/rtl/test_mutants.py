@@ -53,7 +53,7 @@ MUTANTS = {
         "aipu.rtl.dma", "fetched.eq(fetching & (issued == words))", "fetched.eq(fetching & (issued + 1 >= words))",
         test_dma.codebook_stimulus),
     "LOAD places a step of indices as if it were plain bytes": Mutant(
-        "aipu.rtl.dma", "self.tile_count.eq(self.byte_count << self.dense_shift)",
+        "aipu.rtl.dma_pattern", "self.tile_count.eq(self.byte_count << self.dense_shift)",
         "self.tile_count.eq(self.byte_count)", test_dma.codebook_stimulus),
     "REQUANT scales the second plane by the first plane's multiplier": Mutant(
         "aipu.rtl.requant_parts.lane", "self.second * record.negative_multiplier",
