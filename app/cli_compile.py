@@ -18,7 +18,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from aipu.compiler.calibrate import METHODS
     from aipu.compiler.driver import compile_model, low_sqnr_layers, write
     from aipu.compiler.graph import parse_input_shapes
-    from aipu.compiler.quantize import QuantOptions
+    from aipu.compiler.quant_options import QuantOptions
     from aipu.compiler.weight_formats import read_layer_formats
     from aipu.sim.machine.errors import InputError
 

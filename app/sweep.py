@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from aipu.app.scheduler_probe import ALLOWED, probe_scheduler
-from aipu.compiler.quantize import QuantOptions
+from aipu.compiler.quant_options import QuantOptions
 from aipu.sim.machine.arch import HardwareConfig, hardware_config_from_dict
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.files import read_at_most

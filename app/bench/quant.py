@@ -43,7 +43,7 @@ def _table(model_path: Path, calibration: Path, evaluation: Path, input_shapes: 
     """Every format's row of one model, and the ratios of each against int8."""
     from aipu.compiler.driver import compile_model
     from aipu.compiler.qir import QConv
-    from aipu.compiler.quantize import QuantOptions
+    from aipu.compiler.quant_options import QuantOptions
 
     def compiled(options: QuantOptions):
         return compile_model(model_path, calibration, options=options, evaluation_path=evaluation,

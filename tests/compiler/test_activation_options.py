@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from aipu.app.cli import main
-from aipu.compiler.quantize import QuantOptions
+from aipu.compiler.quant_options import QuantOptions
 from aipu.sim.machine.errors import InputError
 from tests.compiler.onnx_models import assert_program_is_the_model, compile_on_noise, mobilenet_like, resnet_like
 

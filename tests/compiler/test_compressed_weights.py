@@ -124,7 +124,7 @@ def test_tiles_split_into_parts_for_four_engines_and_the_program_is_still_the_mo
     every stream has one part (the plans may differ: they weigh WDEC's cycles)."""
     from aipu.codec.npu_profile import encode_profile_stream
     from aipu.compiler.lowering.weight_streams import POLE_PARTS_OVERHEAD
-    from aipu.compiler.quantize import QuantOptions
+    from aipu.compiler.quant_options import QuantOptions
     from aipu.sim.machine.arch import hardware_config_from_dict
     from aipu.sim.timing import command_cycles
 

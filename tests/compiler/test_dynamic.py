@@ -15,7 +15,7 @@ from aipu.compiler.driver import compile_model
 from aipu.compiler.graph import load_graph
 from aipu.compiler.normalize import normalize
 from aipu.compiler.qir import QConv
-from aipu.compiler.quantize import QuantOptions
+from aipu.compiler.quant_options import QuantOptions
 from aipu.sim import golden
 from aipu.sim.interpreter import run
 from aipu.sim.machine.errors import InputError

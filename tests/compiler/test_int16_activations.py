@@ -9,7 +9,7 @@ import pytest
 
 from aipu.app.cli import main
 from aipu.app.models.synthetic import GraphBuilder
-from aipu.compiler.quantize import QuantOptions
+from aipu.compiler.quant_options import QuantOptions
 from aipu.sim.machine.errors import InputError
 from tests.compiler.test_lowering import TINY, _check_every_tensor
 from tests.compiler.test_quantize import _compile

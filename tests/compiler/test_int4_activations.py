@@ -13,7 +13,7 @@ from aipu.app.cli import main
 from aipu.app.models.synthetic import GraphBuilder
 from aipu.compiler.activation_formats import check_activations
 from aipu.compiler.lowering.network import lower_model
-from aipu.compiler.quantize import QuantOptions
+from aipu.compiler.quant_options import QuantOptions
 from aipu.sim.machine.arch import DEFAULT, Buffer, DType
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.isa import Opcode

