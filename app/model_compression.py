@@ -9,7 +9,6 @@ docs/compress.md). Each step is the library's: aipu.compress for the first two, 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,10 +122,11 @@ def model_outputs(model: onnx.ModelProto, samples: dict[str, np.ndarray]) -> lis
 
 
 def sqnr_db(reference: list[np.ndarray], outputs: list[np.ndarray]) -> float:
-    """10·log10(Σ ref² / Σ (ref − out)²) over every output element; inf when they are equal."""
-    signal = sum(float(np.sum(np.square(r.astype(np.float64)))) for r in reference)
-    noise = sum(float(np.sum(np.square(r.astype(np.float64) - o))) for r, o in zip(reference, outputs))
-    return math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal else -math.inf
+    """The SQNR in dB over every element of every output (inf when they are equal)."""
+    from aipu.compiler.quantize import sqnr_from_powers
+
+    return sqnr_from_powers(sum(float(np.sum(np.square(r.astype(np.float64)))) for r in reference),
+                            sum(float(np.sum(np.square(r.astype(np.float64) - o))) for r, o in zip(reference, outputs)))
 
 
 def input_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:

@@ -141,8 +141,8 @@ class Quantizer:
                     raise exc.within(f"node {node.name!r} ({node.op})")
                 raise InputError(f"node {node.name!r} ({node.op})", "quantization", str(exc)) from exc
         self.notes += self.weight_formats.notes() + self.int4_outputs.notes()
-        self.weight_formats.check_names({op.name for op in self.ops if isinstance(op, QConv)})
         convs = {op.name for op in self.ops if isinstance(op, QConv)}
+        self.weight_formats.check_names(convs)
         for name, _, _ in self.options.circulant:
             if name not in convs:
                 raise InputError("circulant layer", name, "a Conv or Gemm of the model: " + ", ".join(sorted(convs)))

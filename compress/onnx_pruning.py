@@ -123,7 +123,8 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _attribute(node: onnx.NodeProto, name: str, default):
+def node_attribute(node: onnx.NodeProto, name: str, default):
+    """The value of ``node``'s attribute ``name``, or ``default`` without one."""
     for attribute in node.attribute:
         if attribute.name == name:
             return helper.get_attribute_value(attribute)
@@ -136,8 +137,8 @@ def _refuse(node: onnx.NodeProto, why: str) -> InputError:
 
 def _prune_conv_filters(state: _Pass, index: int, node: onnx.NodeProto, mask: np.ndarray) -> None:
     weight = state.constant(node.input[1], node)
-    if _attribute(node, "group", 1) != 1:
-        raise InputError(f"node {_name(node)} (Conv) group", _attribute(node, "group", 1),
+    if node_attribute(node, "group", 1) != 1:
+        raise InputError(f"node {_name(node)} (Conv) group", node_attribute(node, "group", 1),
                          "1 for filter pruning (a depthwise conv's filters follow its input's channels)")
     if mask.size != weight.shape[0] or not mask.any():
         raise InputError(f"mask of {_name(node)}", mask, f"{weight.shape[0]} entries of 0 or 1, at least one 1")
@@ -153,7 +154,7 @@ def _prune_conv_filters(state: _Pass, index: int, node: onnx.NodeProto, mask: np
 def _conv_reads(state: _Pass, index: int, node: onnx.NodeProto, keep: np.ndarray) -> None:
     """A Conv whose input channels are pruned: groups 1 drop weight columns; depthwise drops whole groups."""
     weight = state.constant(node.input[1], node)
-    group = _attribute(node, "group", 1)
+    group = node_attribute(node, "group", 1)
     if group == 1:
         state.slice(index, node, 1, keep, 1)
         return
@@ -196,7 +197,7 @@ def _elementwise(state: _Pass, index: int, node: onnx.NodeProto, masks: list) ->
 
 def _concat(state: _Pass, node: onnx.NodeProto, masks: list) -> None:
     rank = len(state.shapes.get(node.output[0], ()))
-    axis = _attribute(node, "axis", 1)
+    axis = node_attribute(node, "axis", 1)
     if rank == 0 or axis % rank != 1:
         raise _refuse(node, "Concat on the channel axis only")
     parts = []
@@ -210,18 +211,18 @@ def _concat(state: _Pass, node: onnx.NodeProto, masks: list) -> None:
 
 def _flatten(state: _Pass, node: onnx.NodeProto, keep: np.ndarray) -> None:
     shape = state.shapes.get(node.input[0], ())
-    if _attribute(node, "axis", 1) != 1 or len(shape) < 2 or min(shape[2:], default=1) < 1:
+    if node_attribute(node, "axis", 1) != 1 or len(shape) < 2 or min(shape[2:], default=1) < 1:
         raise _refuse(node, "Flatten at axis 1 of an input of known spatial size")
     state.masks[node.output[0]] = np.repeat(keep, math.prod(shape[2:]))
 
 
 def _matrix_reads(state: _Pass, index: int, node: onnx.NodeProto, keep: np.ndarray) -> None:
     """Gemm (A = the features, not transposed) or MatMul with a constant 2-D B: B's rows along K go."""
-    if node.op_type == "Gemm" and _attribute(node, "transA", 0):
+    if node.op_type == "Gemm" and node_attribute(node, "transA", 0):
         raise _refuse(node, "Gemm with transA = 0")
     if state.constant(node.input[1], node).ndim != 2:
         raise _refuse(node, "a constant 2-D second operand")
-    state.slice(index, node, 1, keep, 1 if node.op_type == "Gemm" and _attribute(node, "transB", 0) else 0)
+    state.slice(index, node, 1, keep, 1 if node.op_type == "Gemm" and node_attribute(node, "transB", 0) else 0)
 
 
 def _check_arity(node: onnx.NodeProto) -> None:
@@ -353,7 +354,7 @@ def prunable_convs(model: onnx.ModelProto) -> list[str]:
     """The named Convs of groups 1 whose filters the pass can remove alone (trying the removal of one)."""
     names, facts = [], _Pass(model)
     for node in model.graph.node:
-        if node.op_type != "Conv" or not node.name or _attribute(node, "group", 1) != 1:
+        if node.op_type != "Conv" or not node.name or node_attribute(node, "group", 1) != 1:
             continue
         filters = _inferred_filters(model, node)
         if filters is None or filters < 2:

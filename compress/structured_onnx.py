@@ -19,6 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from aipu.compress import circulant, low_rank
+from aipu.compress.onnx_pruning import node_attribute
 from aipu.sim.machine.errors import InputError
 
 
@@ -94,15 +95,8 @@ def relative_error(reference: np.ndarray, approximation: np.ndarray) -> float:
     return float(np.linalg.norm(reference - approximation)) / norm if norm else 0.0
 
 
-def _attribute(node: onnx.NodeProto, name: str, default):
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return helper.get_attribute_value(attribute)
-    return default
-
-
 def _gemm_transposed(node: onnx.NodeProto) -> bool:
-    return node.op_type == "Gemm" and not _attribute(node, "transB", 0)
+    return node.op_type == "Gemm" and not node_attribute(node, "transB", 0)
 
 
 def weight_layers(model: onnx.ModelProto, layers=None) -> list[WeightLayer]:
@@ -113,9 +107,9 @@ def weight_layers(model: onnx.ModelProto, layers=None) -> list[WeightLayer]:
     for node in model.graph.node:
         if node.op_type not in ("Conv", "Gemm") or len(node.input) < 2 or node.input[1] not in initializers:
             continue
-        if node.op_type == "Conv" and _attribute(node, "group", 1) != 1:
+        if node.op_type == "Conv" and node_attribute(node, "group", 1) != 1:
             continue
-        if node.op_type == "Gemm" and (_attribute(node, "transA", 0) or _attribute(node, "alpha", 1.0) != 1.0):
+        if node.op_type == "Gemm" and (node_attribute(node, "transA", 0) or node_attribute(node, "alpha", 1.0) != 1.0):
             continue
         weight = numpy_helper.to_array(initializers[node.input[1]]).astype(np.float64)
         found.append(WeightLayer(node, weight.T if _gemm_transposed(node) else weight))
@@ -197,7 +191,7 @@ def with_low_rank(model: onnx.ModelProto, chosen: list[LowRankLayer]) -> onnx.Mo
             nodes = [helper.make_node("Gemm", [node.input[0], _add(result, f"{name}/w1", w1)], [middle],
                                       name=f"{name}/w1", transB=1),
                      helper.make_node("Gemm", [middle, _add(result, f"{name}/w2", w2), *bias], list(node.output),
-                                      name=f"{name}/w2", transB=1, beta=_attribute(node, "beta", 1.0))]
+                                      name=f"{name}/w2", transB=1, beta=node_attribute(node, "beta", 1.0))]
         else:
             w1, w2 = entry.svd
             middle = f"{name}/low_rank_core"
@@ -215,7 +209,7 @@ def _conv(name: str, inputs: list[str], output: str, template: onnx.NodeProto | 
     """A Conv node; ``template`` (the replaced node) lends its stride, padding and dilation, None makes it 1×1."""
     attributes = {"group": group}
     for key in ("strides", "pads", "dilations", "auto_pad"):
-        value = None if template is None else _attribute(template, key, None)
+        value = None if template is None else node_attribute(template, key, None)
         if value is not None:
             attributes[key] = value
     return helper.make_node("Conv", inputs, [output], name=name, **attributes)
