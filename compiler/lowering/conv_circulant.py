@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from aipu.sim.golden.circulant import CIRC_SIZES, expand_circulant_rows
+from aipu.sim.golden.circulant import expand_circulant_rows
 from aipu.sim.machine.errors import InputError
-from aipu.sim.machine.isa import CIRC_SIGNS_MAX
+from aipu.sim.machine.isa import CIRC_SIGNS_MAX, CIRC_SIZES
 
 
 def check_circulant(w: np.ndarray, groups: int, circ_size: int, signs, w_type_int8: bool, plain: bool) -> None:

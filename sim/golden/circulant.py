@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from aipu.sim.golden._checks import check_int
-
-CIRC_SIZES = (1, 2, 4, 8)       # LOAD's circ_log2 0..3
+from aipu.sim.machine.isa import CIRC_SIZES
 
 
 def sign_bits(packed: np.ndarray, count: int) -> np.ndarray:

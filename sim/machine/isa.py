@@ -62,6 +62,7 @@ class IndexBits(IntEnum):
 
 
 CIRC_LOG2_BITS = 2            # LOAD's block-circulant expansion: circ_size = 2**circ_log2, 1 (plain) .. 8
+CIRC_SIZES = tuple(1 << exponent for exponent in range(1 << CIRC_LOG2_BITS))   # L of circ_log2 0, 1, ...
 CIRC_SIGNS_MAX = 256          # a circulant LOAD's run: at most this many bytes, one sign bit each (LOAD's register)
 
 
