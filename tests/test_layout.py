@@ -1,8 +1,8 @@
 """The layout holds: one `aipu` namespace, and imports that point only down the data flow (docs/architecture.md).
 
-Floors, bottom up: the specification; the golden model and the codec; the cycle formulas (no Amaranth); the
-compiler, the interpreter and the RTL (siblings: none imports another); the co-simulation and the cycle model;
-the application. A module imports only its own room or a lower floor.
+Floors, bottom up: the specification; the golden model and the codec; the cycle formulas (no Amaranth), the
+quantization and compression methods; the model representation; the compiler, the interpreter and the RTL
+(siblings: none imports another); the co-simulation and the cycle model; the application. A module imports only its own room or a lower floor.
 """
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ FOLDERS = {"app": "aipu.app", "codec": "aipu.codec", "compiler": "aipu.compiler"
 FLOORS = {
     "aipu.sim.machine": 0,
     "aipu.sim.golden": 1, "aipu.codec": 1,
-    "aipu.sim.timing": 2, "aipu.quant": 2, "aipu.compress": 2, "aipu.tai": 2,
-    "aipu.compiler": 3, "aipu.sim.interpreter": 3, "aipu.rtl": 3,
-    "aipu.sim.cosim": 4, "aipu.sim.cycle": 4,
-    "aipu.app": 5,
+    "aipu.sim.timing": 2, "aipu.quant": 2, "aipu.compress": 2,
+    "aipu.tai": 3,
+    "aipu.compiler": 4, "aipu.sim.interpreter": 4, "aipu.rtl": 4,
+    "aipu.sim.cosim": 5, "aipu.sim.cycle": 5,
+    "aipu.app": 6,
 }
 NAMESPACE_ROOT = {"aipu.sim"}      # package __init__ files above the rooms: docstrings only, no imports
 
