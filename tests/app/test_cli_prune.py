@@ -7,14 +7,7 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from aipu.app.models.train_digits import MODEL_PATH
-from tests.sandbox import Sandbox, accepted_or_one_line, assert_one_line_error, fuzz, profiles, run_case, run_cli
-
-
-@pytest.fixture(scope="module")
-def box():
-    sandbox = Sandbox()
-    yield sandbox
-    sandbox.close()
+from tests.sandbox import accepted_or_one_line, assert_one_line_error, fuzz, profiles, run_case, run_cli
 
 
 def test_prune_prints_each_layer_and_writes_a_smaller_model(tmp_path):
@@ -83,7 +76,7 @@ def _edit(draw, model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("profile", profiles(quick=20, long=1000))
-def test_a_damaged_or_edited_model_is_pruned_or_refused_by_name(box, tmp_path, profile):
+def test_a_damaged_or_edited_model_is_pruned_or_refused_by_name(sandbox, tmp_path, profile):
     model = onnx.load(MODEL_PATH)
     data = model.SerializeToString()
 
@@ -99,7 +92,7 @@ def test_a_damaged_or_edited_model_is_pruned_or_refused_by_name(box, tmp_path, p
     def check(blob):
         path = tmp_path / "model.onnx"
         path.write_bytes(blob)
-        code, _, err = run_case(box, run_cli, ["prune", str(path), "--filters", "0.5", "-o", str(tmp_path / "o.onnx")])
+        code, _, err = run_case(sandbox, run_cli, ["prune", str(path), "--filters", "0.5", "-o", str(tmp_path / "o.onnx")])
         accepted_or_one_line(code, err, "prune", str(path))
 
     fuzz(profile, cases(), check)

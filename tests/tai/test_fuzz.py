@@ -21,7 +21,7 @@ from aipu.sim.machine.errors import InputError
 from aipu.tai.file import HEADER, MAX_GRAPH_DEPTH, dumps, loads
 from aipu.tai.from_onnx import from_onnx
 from aipu.tai.to_onnx import to_onnx
-from tests.sandbox import Sandbox, assert_one_line_error, fuzz, profiles, run_case, run_cli
+from tests.sandbox import assert_one_line_error, fuzz, profiles, run_case, run_cli
 from tests.strategies import mangled_bytes
 
 
@@ -81,13 +81,6 @@ def no_escape(results: list[str]) -> list[str]:
     escaped = [result for result in results if result.startswith("escaped")]
     assert not escaped, escaped[0]
     return results
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox()
-    yield box
-    box.close()
 
 
 def test_the_small_file_reads(sandbox):

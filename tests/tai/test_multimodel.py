@@ -18,7 +18,7 @@ from aipu.sim.machine.errors import InputError
 from aipu.tai.file import dumps, loads
 from aipu.tai.records import pack_indices, unpack_indices
 from aipu.tai.to_onnx import to_onnx
-from tests.sandbox import Sandbox, assert_one_line_error, fuzz, profiles, run_case, run_cli
+from tests.sandbox import assert_one_line_error, fuzz, profiles, run_case, run_cli
 from tests.strategies import mangled_bytes
 from tests.tai.test_fuzz import _sealed, no_escape, read_each
 
@@ -97,13 +97,6 @@ def _read(data: bytes) -> str:
 
 
 _read_many = functools.partial(read_each, _read)
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox()
-    yield box
-    box.close()
 
 
 @pytest.mark.parametrize("data", [SHARED, RESIDUAL], ids=["shared", "residual"])
