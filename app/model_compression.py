@@ -2,10 +2,12 @@
 the standard's compatibility rules give, into a .tai file (docs/compress.md).
 
 Order: filter pruning first (§7.3.1: prune before the structured-matrix methods and before quantization), then the
-low-rank decomposition (§7.4), then quantization of whatever weights remain, factors included, into chapter-10
+structured matrices (§7.4: block-circulant layers, then the low-rank decomposition of the layers left), then
+quantization of whatever weights remain, factors included, into chapter-10
 streams under Dequantization_tensor records (§7.2.1 asks for quantization before the structured-matrix methods; for
 low-rank factors that order would leave float factors of a quantized weight, so the factors are what is quantized:
-docs/compress.md). Each step is the library's: aipu.compress for the first two, aipu.tai's records for the last.
+docs/compress.md; a block-circulant layer's first rows are quantized alike). Each step is the library's:
+aipu.compress for the first two, aipu.tai's records for the last.
 """
 from __future__ import annotations
 
@@ -20,12 +22,15 @@ from aipu.sim.machine.errors import InputError
 
 @dataclass(frozen=True)
 class CompressionPlan:
-    """What to do: the fraction of filters to prune (by ``criterion`` norm), the fraction of weights the low-rank
-    factors keep (BTD in ``groups`` groups for k×k convolutions), the bits of the quantized levels, and the layers
-    (node names; None: every layer a method applies to)."""
+    """What to do: the fraction of filters to prune (by ``criterion`` norm), the circ_size of block-circulant layers
+    (every chosen layer it divides; sign vectors drawn from ``seed``), the fraction of weights the low-rank factors
+    keep (BTD in ``groups`` groups for k×k convolutions) for the layers left, the bits of the quantized levels, and
+    the layers (node names; None: every layer a method applies to)."""
 
     prune: float | None = None
     criterion: str = "l1"
+    circulant: int | None = None
+    seed: int = 0
     low_rank: float | None = None
     groups: int = 1
     quant_bits: int | None = None
@@ -60,7 +65,8 @@ def _origin(name: str, rows: dict) -> str:
 def compress(model: onnx.ModelProto, plan: CompressionPlan):
     """(the compressed ONNX model, its .tai document, the per-layer rows) of ``model`` under ``plan``."""
     from aipu.compress import filter_masks, prune_filters
-    from aipu.compress.structured_onnx import low_rank_layers, relative_error, with_low_rank
+    from aipu.compress.structured_onnx import (low_rank_layers, relative_error, weight_layers, with_circulant,
+                                               with_low_rank)
     from aipu.tai.from_onnx import from_onnx
 
     rows = {name: LayerRow(name, array.size, array.nbytes) for name, (_, array) in weight_tensors(model).items()}
@@ -75,19 +81,52 @@ def compress(model: onnx.ModelProto, plan: CompressionPlan):
         model = prune_filters(model, masks).model
         for name, mask in masks.items():
             rows[name].done.append(f"pruned to {int(mask.sum())}/{mask.size} filters")
+    circulant = []
+    if plan.circulant:
+        circulant = _circulant(model, plan, layers, rows)
+        model = with_circulant(model, [entry for entry, _ in circulant])
     if plan.low_rank:
-        chosen = low_rank_layers(model, plan.low_rank, plan.groups, layers)
+        taken = {entry.layer.name for entry, _ in circulant}
+        chosen = low_rank_layers(model, plan.low_rank, plan.groups,
+                                 [layer.name for layer in weight_layers(model, layers) if layer.name not in taken])
         for entry in chosen:
             parameters = ", ".join(f"{key} {value}" for key, value in entry.parameters.items())
             error = relative_error(entry.layer.matrix, entry.dense())
             rows[entry.layer.name].done.append(f"low rank ({parameters}; error {error:.3f})")
         model = with_low_rank(model, chosen)
-    compressed = {}
-    if plan.quant_bits:
-        compressed = _quantized_weights(model, plan.quant_bits)
-    document = from_onnx(model, compressed)
-    _count_after(rows, model, document, compressed, plan.quant_bits)
+    compressed = _quantized_weights(model, plan.quant_bits) if plan.quant_bits else {}
+    records = [_circulant_builder(entry, record, compressed.pop(entry.layer.node.input[1], None))
+               for entry, record in circulant]
+    document = from_onnx(model, compressed, records)
+    _count_after(rows, model, document, plan.quant_bits,
+                 {entry.layer.node.input[1]: entry.circ_size for entry, _ in circulant})
     return model, document, list(rows.values())
+
+
+def _circulant(model: onnx.ModelProto, plan: CompressionPlan, layers, rows: dict) -> list:
+    """The block-circulant fits of the chosen layers with what their records need: (CirculantLayer, (signs,
+    index in len_list))."""
+    from aipu.compress.structured_onnx import circulant_layers, relative_error
+
+    signs, chosen = circulant_layers(model, plan.circulant, np.random.default_rng(plan.seed), layers=layers)
+    for entry in chosen:
+        error = relative_error(entry.layer.matrix, entry.dense())
+        rows[entry.layer.name].done.append(f"block circulant (circ_size {entry.circ_size}; error {error:.3f})")
+    return [(entry, (signs, index)) for index, entry in enumerate(chosen)]
+
+
+def _circulant_builder(entry, record: tuple, options):
+    """The (initializer names, build) pair of aipu.tai.from_onnx for one block-circulant layer."""
+    from aipu.compress.circulant import SHIFT_EXTENSION
+    from aipu.compress.structured_onnx import gemm_transposed
+    from aipu.tai.records import circulant_record
+
+    weight, (signs, index) = entry.layer.node.input[1], record
+
+    def build(document):
+        return circulant_record(document, weight, entry.w_circ, entry.circ_size, signs, index, SHIFT_EXTENSION,
+                                gemm_transposed(entry.layer.node), options)
+    return [weight], build
 
 
 def _quantized_weights(model: onnx.ModelProto, bits: int) -> dict:
@@ -104,13 +143,17 @@ def _quantized_weights(model: onnx.ModelProto, bits: int) -> dict:
     return {name: options for name in compressible_weights(model)}
 
 
-def _count_after(rows: dict, model: onnx.ModelProto, document, compressed: dict, bits: int | None) -> None:
+def _count_after(rows: dict, model: onnx.ModelProto, document, bits: int | None, circ_sizes: dict[str, int]) -> None:
+    """Each layer's weights and stored bytes in ``document``: the weight or, for a block-circulant one, its first
+    rows, each stored as it is or as a chapter-10 stream (the network's one sign vector is no layer's)."""
     for name, (weight, array) in weight_tensors(model).items():
         row = rows[_origin(name, rows)]
-        row.weights_after += array.size
-        stream = document.parameters.get((f"{weight}.dequantization", "X"))
-        row.bytes_after += array.nbytes if stream is None else stream.array.nbytes
-        if weight in compressed and f"{bits}-bit chapter-10 stream" not in row.done:
+        size = circ_sizes.get(weight, 1)
+        source = f"{weight}.circulant.X" if weight in circ_sizes else weight
+        stream = document.parameters.get((f"{source}.dequantization", "X"))
+        row.weights_after += array.size // size
+        row.bytes_after += array.nbytes // size if stream is None else stream.array.nbytes
+        if stream is not None and f"{bits}-bit chapter-10 stream" not in row.done:
             row.done.append(f"{bits}-bit chapter-10 stream")
 
 

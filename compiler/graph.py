@@ -24,7 +24,7 @@ from onnx import numpy_helper, shape_inference
 from aipu.sim.machine.errors import InputError
 from aipu.sim.machine.files import read_at_most
 from aipu.tai.file import is_tai, loads
-from aipu.tai.to_onnx import to_onnx
+from aipu.tai.to_onnx import convert
 
 MIN_OPSET = 11
 MAX_MODEL_BYTES = 1 << 31            # protobuf's own limit for one message
@@ -64,6 +64,7 @@ class Graph:
     dtypes: dict[str, np.dtype]
     opset: int
     problem: InputError | None = None   # why strict shape inference failed, if it did (see normalize.check)
+    circulant: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)   # node: (L, signs), from a .tai
 
     def producer(self) -> dict[str, Node]:
         return {name: node for node in self.nodes for name in node.outputs if name}
@@ -116,21 +117,31 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
 def load_graph(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
     """Read, check and shape an ONNX float model; :class:`InputError` naming the file on anything unusable."""
     path = Path(path)
-    model = read_model(path)
+    model, circulant = _read(path)
     try:
-        return _build(model, input_shapes or {}, str(path))
+        graph = _build(model, input_shapes or {}, str(path))
     except InputError as error:
         raise error.within(path)
+    for node in graph.nodes:
+        if node.op in ("Conv", "Gemm") and len(node.inputs) > 1 and node.inputs[1] in circulant:
+            size, signs = circulant[node.inputs[1]]
+            graph.circulant[node.name] = (size, tuple(int(sign) for sign in signs))
+    return graph
 
 
 def read_model(path: str | Path) -> onnx.ModelProto:
     """The ONNX model in the regular file ``path`` of at most MAX_MODEL_BYTES, parsed, with a graph; InputError
     naming the file otherwise. A .tai file (T/AI 115.1-2021 chapter 6, docs/tai.md) is read as the ONNX model
     it represents."""
+    return _read(path)[0]
+
+
+def _read(path: str | Path) -> tuple[onnx.ModelProto, dict[str, tuple[int, np.ndarray]]]:
+    """:func:`read_model`'s model and, for a .tai, its block-circulant weights (aipu.tai.to_onnx.convert)."""
     data = read_at_most(path, MAX_MODEL_BYTES)
     if is_tai(data):            # a T/AI 115.1 representation, known by its magic whatever its name
         try:
-            return to_onnx(loads(data))
+            return convert(loads(data))
         except InputError as error:
             raise error.within(path)
     try:
@@ -140,7 +151,7 @@ def read_model(path: str | Path) -> onnx.ModelProto:
             path) from None
     if not model.HasField("graph"):
         raise InputError("graph", None, "an ONNX model with a graph").within(path)
-    return model
+    return model, {}
 
 
 def _opset(model: onnx.ModelProto) -> int:

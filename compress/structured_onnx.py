@@ -95,7 +95,7 @@ def relative_error(reference: np.ndarray, approximation: np.ndarray) -> float:
     return float(np.linalg.norm(reference - approximation)) / norm if norm else 0.0
 
 
-def _gemm_transposed(node: onnx.NodeProto) -> bool:
+def gemm_transposed(node: onnx.NodeProto) -> bool:
     return node.op_type == "Gemm" and not node_attribute(node, "transB", 0)
 
 
@@ -112,7 +112,7 @@ def weight_layers(model: onnx.ModelProto, layers=None) -> list[WeightLayer]:
         if node.op_type == "Gemm" and (node_attribute(node, "transA", 0) or node_attribute(node, "alpha", 1.0) != 1.0):
             continue
         weight = numpy_helper.to_array(initializers[node.input[1]]).astype(np.float64)
-        found.append(WeightLayer(node, weight.T if _gemm_transposed(node) else weight))
+        found.append(WeightLayer(node, weight.T if gemm_transposed(node) else weight))
     if layers is None:
         return found
     names = {layer.name for layer in found}
@@ -167,7 +167,7 @@ def with_circulant(model: onnx.ModelProto, chosen: list[CirculantLayer]) -> onnx
     initializers = {tensor.name: tensor for tensor in result.graph.initializer}
     for record in chosen:
         node, dense = record.layer.node, record.dense()
-        stored = dense.T if _gemm_transposed(node) else dense
+        stored = dense.T if gemm_transposed(node) else dense
         initializers[node.input[1]].CopyFrom(numpy_helper.from_array(stored.astype(np.float32), node.input[1]))
     return result
 

@@ -26,8 +26,8 @@ _STORED_TYPES = {code for code, name in ONNX_TYPES.items() if name not in ("STRI
 def from_onnx(model: onnx.ModelProto, compress: dict[str, object] | None = None, records=()) -> TaiFile:
     """The representation of ``model``; ``compress`` maps weight initializer names to the codec options their
     chapter-10 stream is coded with (aipu.tai.records); ``records``: (initializer names, build) pairs whose
-    ``build(document)`` gives the compression record (node, VariableTypes) that stands for those initializers
-    (aipu.tai.records.multimodel_record). InputError names the node or tensor refused."""
+    ``build(document)`` gives the compression records (nodes, VariableTypes) that stand for those initializers
+    (aipu.tai.records.multimodel_record, circulant_record). InputError names the node or tensor refused."""
     graph = model.graph
     document = TaiFile(Model(Version=STANDARD, framework_name=model.producer_name,
                              framework_version=model.producer_version, model_name=graph.name))
@@ -45,8 +45,8 @@ def from_onnx(model: onnx.ModelProto, compress: dict[str, object] | None = None,
         out.operator_node.append(node)
         out.variable_type.extend(variables)
     for names, build in records:
-        node, variables = build(document)
-        out.operator_node.append(node)
+        built, variables = build(document)
+        out.operator_node.extend(built)
         out.variable_type.extend(variables)
         replaced.update(names)
     seen = set()

@@ -5,9 +5,8 @@ in the representation each one is an OperatorNode of that operator_type, its inp
 table's field names, its attributes under the table's keywords (a ``kwarg`` dict as attributes
 ``kwarg.<key>``). A :class:`Record` holds one field table; the reader checks every node of a registered
 type against it, so another method's records (pruning masks, block-circulant first rows, low-rank factors)
-are carried by registering a Record, without changing the reader. A record with an ``expand`` is turned
-back into the arrays it stands for when the file becomes ONNX (aipu.tai.to_onnx); one without is refused
-there by name.
+are carried by registering a Record, without changing the reader. Its ``expand`` turns it back into the
+arrays it stands for when the file becomes ONNX (aipu.tai.to_onnx).
 
 Implemented: ``Dequantization_tensor`` (Table 229) over a chapter-10 stream (the codec's ``nnc()`` layer
 stream stored as a UINT8 parameter), D_Method 1 (linear: real = level x step, the step of the stream
@@ -15,7 +14,10 @@ itself) at granularity 2 (layer); and ``Un_structured_sparse`` (Table 251) row d
 ``DecompressMultimodel`` (Table 217): several models' weights of one layer, M_Method 2 (intra-layer sharing:
 the shared slice once, each model's specific slice) or 3 (residual quantization: a base weight, each model's
 k-means centres and packed indices); the expansion rebuilds the model the reader asks for (§8.1.2.3, decompress
-one model; docs/multimodel.md). ``DecompressStructuralMatric`` (Table 253) has its field table.
+one model; docs/multimodel.md). ``DecompressStructuralMatric`` (Table 253), D_Method 2 (block circulant, §8.4.2):
+a layer's first rows, circ_size and its sign vector as the network's ±1 reference vector (stored once), the
+layer's length of it and the extension method (Tables 260-263); a low-rank layer (D_Method 3) is carried as the
+convolutions its factors are, ordinary nodes (docs/tai.md).
 """
 from __future__ import annotations
 
@@ -43,8 +45,8 @@ class Record:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attributes: dict[str, str]
+    expand: Expand = field(compare=False)     # the arrays the record stands for, from its inputs
     optional: tuple[str, ...] = ()
-    expand: Expand | None = field(default=None, compare=False)
     lists: tuple[str, ...] = ()        # inputs that name a list of stored tensors (the others one)
     per_model: bool = False            # expand takes ``model``: which of the file's models to rebuild
 
@@ -196,8 +198,6 @@ register(Record("Dequantization_tensor", "T/AI 115.1-2021 §8.2.1, Table 229", (
                 expand=_dequantize_stream))
 register(Record("Un_structured_sparse", "T/AI 115.1-2021 §8.3.2, Table 251", ("W", "S"), ("W_u", "B_o"),
                 {"N_dim": "i", "granularity": "i"}, optional=("B",), expand=_unprune_rows))
-register(Record("DecompressStructuralMatric", "T/AI 115.1-2021 §8.4, Table 253", ("X",), ("Y",),
-                {"granularity": "i", "D_Method": "i"}))
 
 
 # -------------------------------------------------------------------------------------- §8.1 multi-model
@@ -229,7 +229,7 @@ def _declared(name: str, shape: tuple[int, ...]) -> VariableType:
 def multimodel_record(document, layer: str, weight: str, bias: str | None, inputs: dict[str, list[np.ndarray]],
                       attributes: dict[str, int], shapes: tuple[tuple[int, ...], tuple[int, ...]]):
     """A DecompressMultimodel node over the stored ``inputs`` (key -> arrays: float32, or UINT8 packed
-    indices), its outputs the layer's ``weight`` and ``bias`` variables of ``shapes``; and its VariableTypes."""
+    indices), its outputs the layer's ``weight`` and ``bias`` variables of ``shapes``: ([node], VariableTypes)."""
     node = OperatorNode(name=f"{layer}.multimodel", operator_type="DecompressMultimodel")
     variables: list = []
     for key, arrays in inputs.items():
@@ -244,7 +244,7 @@ def multimodel_record(document, layer: str, weight: str, bias: str | None, input
             variables.append(_declared(name, shape))
     for key, value in attributes.items():
         node.attribute.add(name=key).val.CopyFrom(Type(i=int(value)))
-    return node, variables
+    return [node], variables
 
 
 def pack_indices(indices: np.ndarray, n: int) -> np.ndarray:
@@ -332,3 +332,83 @@ register(Record("DecompressMultimodel", "T/AI 115.1-2021 §8.1, Table 217", ("W_
                 ("Weights_list", "Bias_list", "Error"), {"M_Method": "i", "axe": "i", "n": "i"},
                 optional=("B_share", "B_specific", "Base_model"), expand=_decompress_multimodel,
                 lists=("W_share", "W_specific", "B_specific"), per_model=True))
+
+
+# ------------------------------------------------------------------------------------ §8.4 block circulant
+D_CIRCULANT, GRANULARITY_STRUCTURAL_LAYER = 2, 3     # Table 255 D_Method, Table 254 granularity
+BASE_SIGNS = ("circulant", "base_sign_vector_network")   # the parameter every circulant record reads
+MAX_CIRC_SIZE = 1 << 12
+MAX_DENSE_ELEMENTS = 1 << 27                          # a decompressed weight: bounds what a small file expands to
+
+
+def circulant_record(document, weight: str, w_circ: np.ndarray, circ_size: int, signs, index: int,
+                     extension: int, transposed: bool, options=None):
+    """A DecompressStructuralMatric record (block circulant) whose output is the initializer ``weight``:
+    C·diag(s) of the first rows ``w_circ`` (outputs/L, inputs, ...), transposed for a Gemm that stores
+    (inputs, outputs). ``signs``: the network's SignVectors, layer ``index`` of its len_list; the reference
+    vector is stored on the first call. ``options``: codec options to store ``w_circ`` as a chapter-10 stream
+    (a Dequantization_tensor record feeding this one). Returns (nodes, VariableTypes)."""
+    layer, nodes, variables = f"{weight}.circulant", [], []
+    if BASE_SIGNS not in document.parameters:
+        _stored(document, variables, *BASE_SIGNS, np.asarray(signs.base_sign_vector_network, np.int8), "INT8")
+    first_rows = np.asarray(w_circ, np.float32)
+    if options is None:
+        source = _stored(document, variables, layer, "X", first_rows, "FLOAT32")
+    else:
+        source = f"{layer}.X"
+        node, stream_variables = compressed_weight(document, first_rows, source, options)
+        nodes.append(node)
+        variables += stream_variables
+    node = OperatorNode(name=layer, operator_type="DecompressStructuralMatric")
+    node.input.add(key="X").value.add(name=source)
+    node.input.add(key="base_sign_vector_network").value.add(name=".".join(BASE_SIGNS))
+    node.output.add(key="Y").value.add(name=weight)
+    for key, value in (("granularity", Type(i=GRANULARITY_STRUCTURAL_LAYER)), ("D_Method", Type(i=D_CIRCULANT)),
+                       ("kwarg.circ_size", Type(i=int(circ_size))), ("kwarg.len_list", Type(i=signs.len_list[index])),
+                       ("kwarg.extend_list", Type(i=int(extension))), ("kwarg.transposed", Type(b=bool(transposed)))):
+        node.attribute.add(name=key).val.CopyFrom(value)
+    dense_shape = (first_rows.shape[0] * circ_size, *first_rows.shape[1:])
+    variables.append(_declared(weight, dense_shape[1::-1] + dense_shape[2:] if transposed else dense_shape))
+    return [*nodes, node], variables
+
+
+def circulant_layout(inputs: dict, attributes: dict, where: str) -> tuple[np.ndarray, int, np.ndarray, bool]:
+    """(first rows, circ_size, sign vector, transposed) of a block-circulant record, every field checked."""
+    from aipu.compress import circulant
+
+    first_rows, base = inputs["X"], inputs["base_sign_vector_network"]
+    size, length = attributes.get("kwarg.circ_size"), attributes.get("kwarg.len_list")
+    extension = attributes.get("kwarg.extend_list", circulant.SHIFT_EXTENSION)
+    if (attributes.get("D_Method"), attributes.get("granularity")) != (D_CIRCULANT, GRANULARITY_STRUCTURAL_LAYER):
+        raise InputError(f"{where} D_Method, granularity", (attributes.get("D_Method"), attributes.get("granularity")),
+                         f"({D_CIRCULANT}, {GRANULARITY_STRUCTURAL_LAYER}): block circulant, per layer")
+    (first_rows,) = _float_arrays({"X": [first_rows]}, "X", where, 1)
+    if not isinstance(size, int) or not 1 <= size <= MAX_CIRC_SIZE or first_rows.ndim < 2 or \
+            first_rows.shape[1] % size or first_rows.size * size > MAX_DENSE_ELEMENTS:
+        raise InputError(f"{where} kwarg.circ_size, X", (size, list(first_rows.shape)),
+                         f"circ_size 1 .. {MAX_CIRC_SIZE} dividing X's inputs (axis 1), the weight at most "
+                         f"{MAX_DENSE_ELEMENTS} elements")
+    if base.dtype != np.int8 or base.ndim != 1 or not np.isin(base, (-1, 1)).all():
+        raise InputError(f"{where} input 'base_sign_vector_network'", f"{base.dtype} {list(base.shape)}",
+                         "an INT8 vector of -1 and +1")
+    if not isinstance(length, int) or not 1 <= length <= base.size or extension not in (
+            circulant.SHIFT_EXTENSION, circulant.COPY_EXTENSION):
+        raise InputError(f"{where} kwarg.len_list, kwarg.extend_list", (length, extension),
+                         f"a length 1 .. {base.size} (the reference vector's) and extension 1 (shift) or 2 (copy)")
+    signs = circulant.extend_base_to_sign(base[:length], first_rows.shape[1], extension)
+    return first_rows, size, signs, bool(attributes.get("kwarg.transposed", False))
+
+
+def _decompress_circulant(inputs: dict, attributes: dict, shapes: dict, where: str) -> dict[str, np.ndarray]:
+    """The dense weight C·diag(s) of a block-circulant record (§8.4.2.1-8.4.2.3)."""
+    from aipu.compress import circulant
+
+    first_rows, size, signs, transposed = circulant_layout(inputs, attributes, where)
+    dense = circulant.signed_weight(circulant.decompress_w_circ_to_weight(first_rows, size), signs)
+    dense = (np.swapaxes(dense, 0, 1) if transposed else dense).astype(np.float32)
+    return _checked_shapes({"Y": dense}, shapes, where)
+
+
+register(Record("DecompressStructuralMatric", "T/AI 115.1-2021 §8.4, Table 253", ("X", "base_sign_vector_network"),
+                ("Y",), {"granularity": "i", "D_Method": "i", "kwarg.circ_size": "i", "kwarg.len_list": "i",
+                         "kwarg.extend_list": "i", "kwarg.transposed": "b"}, expand=_decompress_circulant))

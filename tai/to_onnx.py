@@ -4,7 +4,7 @@ compression records (aipu.tai.records).
 The main graph's persistable variables become initializers (their arrays from the parameter section), every
 compression record is expanded into the arrays it stands for (a chapter-10 stream into its dequantized
 weight), and every other OperatorNode becomes the ONNX node of its mapping row. What has no ONNX form (an
-operator outside the table, a sub-graph, a record without an expansion) is refused by one line naming it;
+operator outside the table, a sub-graph) is refused by one line naming it;
 the model is then checked by onnx.checker.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from aipu.sim.machine.errors import InputError
 
 from .file import TaiFile, stored_array, tensor_shape
 from .operators import BY_TAI, ONNX_TYPES, OpSpec
-from .records import RECORDS, attribute_value, check_record
+from .records import RECORDS, attribute_value, check_record, circulant_layout
 from .schema import NAME
 
 _ONNX_OF = {name: code for code, name in ONNX_TYPES.items()}
@@ -28,6 +28,12 @@ _ARRAY_TYPES = {"BOOL": np.bool_, "BINARY": np.uint8, "INT2": np.int8, "INT4": n
 def to_onnx(document: TaiFile, model_index: int = 0) -> onnx.ModelProto:
     """The ONNX model of a representation; InputError naming what has no ONNX form. ``model_index``: which
     model a multi-model file's records rebuild (DecompressMultimodel; 0 for a file of one model)."""
+    return convert(document, model_index)[0]
+
+
+def convert(document: TaiFile, model_index: int = 0) -> tuple[onnx.ModelProto, dict[str, tuple[int, np.ndarray]]]:
+    """:func:`to_onnx`'s model, and {weight initializer: (circ_size, sign vector)} of its block-circulant
+    records: the layers `aipu compile` keeps compressed (LOAD expands their first rows, docs/structured.md)."""
     model = document.model
     graph = model.graph[0]
     if len(model.graph) > 1 or graph.sub_graphs:
@@ -39,12 +45,16 @@ def to_onnx(document: TaiFile, model_index: int = 0) -> onnx.ModelProto:
         array = stored_array(document, variable.tensor) if variable.is_persitable else None
         if array is not None:
             constants[variable.name] = _as_onnx_array(array, NAME[variable.tensor.data_type])
-    nodes, per_model = [], False
+    nodes, per_model, circulant = [], False, {}
     for node in graph.operator_node:
         where = f"node {node.name!r} ({node.operator_type})"
         if node.operator_type in RECORDS:
             per_model |= RECORDS[node.operator_type].per_model
-            constants.update(_expand(node, where, constants, variables, model_index))
+            inputs, attributes, expanded = _expand(node, where, constants, variables, model_index)
+            constants.update(expanded)
+            if node.operator_type == "DecompressStructuralMatric":
+                _, size, signs, _ = circulant_layout(inputs, attributes, where)
+                circulant.update({name: (size, signs) for name in expanded})
         else:
             nodes.append(_node(document, node, where))
     if model_index and not per_model:
@@ -68,7 +78,7 @@ def to_onnx(document: TaiFile, model_index: int = 0) -> onnx.ModelProto:
         onnx.checker.check_model(out)
     except (onnx.checker.ValidationError, ValueError, TypeError) as exc:
         raise InputError("model", "its ONNX form", f"onnx.checker: {' '.join(str(exc).split())[:300]}") from None
-    return out
+    return out, {name: layout for name, layout in circulant.items() if name in read}
 
 
 def _opsets(model) -> list:
@@ -84,13 +94,11 @@ def _as_onnx_array(array: np.ndarray, value_type: str) -> np.ndarray:
     return array.astype(_ARRAY_TYPES[value_type]) if value_type in _ARRAY_TYPES else array
 
 
-def _expand(node, where: str, constants: dict, variables: dict, model_index: int) -> dict[str, np.ndarray]:
-    """A compression record's outputs as arrays, from its stored inputs (a list of them for a list input)."""
+def _expand(node, where: str, constants: dict, variables: dict, model_index: int) -> tuple[dict, dict, dict]:
+    """A compression record's inputs (stored arrays, a list of them for a list input), its checked attributes and
+    its outputs as arrays by variable name."""
     record = RECORDS[node.operator_type]
     attributes = check_record(node, where)
-    if record.expand is None:
-        raise InputError(where, "a compression record without an ONNX form", "a record aipu.tai can expand "
-                         f"({', '.join(name for name, r in RECORDS.items() if r.expand)})")
     inputs = {}
     for entry in node.input:
         listed = entry.key in record.lists
@@ -104,7 +112,7 @@ def _expand(node, where: str, constants: dict, variables: dict, model_index: int
               for key, name in names.items()}
     values = (record.expand(inputs, attributes, shapes, where, model=model_index) if record.per_model
               else record.expand(inputs, attributes, shapes, where))
-    return {names[key]: value for key, value in values.items() if key in names}
+    return inputs, attributes, {names[key]: value for key, value in values.items() if key in names}
 
 
 def _spec(node, where: str) -> OpSpec:
