@@ -29,18 +29,22 @@ def _cmd_compress(args: argparse.Namespace) -> int:
     from aipu.compiler.graph import read_model
     from aipu.compress.mask_generation import CRITERIA
     from aipu.tai.file import dumps, loads
+    from aipu.tai.records import MAX_CIRC_SIZE
     from aipu.tai.to_onnx import to_onnx
 
     if args.criterion not in CRITERIA:
         raise InputError("--criterion", args.criterion, " or ".join(CRITERIA))
     if args.groups < 1:
         raise InputError("--groups", args.groups, "an integer >= 1")
+    if args.circulant is not None and not 1 < args.circulant <= MAX_CIRC_SIZE:
+        raise InputError("--circulant", args.circulant, f"a block size 2 .. {MAX_CIRC_SIZE}")
     plan = CompressionPlan(prune=_fraction("--prune", args.prune, True), criterion=args.criterion,
+                           circulant=args.circulant,
                            low_rank=_fraction("--low-rank", args.low_rank, False), groups=args.groups,
                            quant_bits=args.quant,
                            layers=None if args.layers is None else tuple(n for n in args.layers.split(",") if n))
-    if not (plan.prune or plan.low_rank or plan.quant_bits):
-        raise InputError("methods", "none", "at least one of --prune, --low-rank, --quant")
+    if not (plan.prune or plan.circulant or plan.low_rank or plan.quant_bits):
+        raise InputError("methods", "none", "at least one of --prune, --circulant, --low-rank, --quant")
     original = read_model(args.model)
     samples = (None if args.calibration is None
                else read_samples(args.calibration, input_shapes(original)))
@@ -78,8 +82,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prune", metavar="FRACTION", help="remove this fraction of each conv layer's filters "
                                                             "(§7.3, row pruning by magnitude)")
     parser.add_argument("--criterion", default="l1", help="filter importance for --prune: l1 (default) or l2")
-    parser.add_argument("--low-rank", metavar="RATIO", help="replace each layer by low-rank factors keeping this "
-                                                            "fraction of its weights (§7.4.3: SVD, BTD)")
+    parser.add_argument("--circulant", type=int, metavar="L", help="make every layer L divides block-circulant "
+                                                                   "with sign vectors (§7.4.2; L 2, 4 or 8 stays "
+                                                                   "compressed on the NPU)")
+    parser.add_argument("--low-rank", metavar="RATIO", help="replace each layer (not made circulant) by low-rank "
+                                                            "factors keeping this fraction of its weights (§7.4.3)")
     parser.add_argument("--groups", type=int, default=1, help="BTD groups of --low-rank (default 1)")
     parser.add_argument("--quant", type=int, metavar="BITS", help="store the weights as N-bit chapter-10 streams "
                                                                   "(§7.2, chapter 10)")

@@ -36,6 +36,22 @@ def test_pruning_then_low_rank_then_quantization_in_one_tai(tmp_path, calibratio
     assert sum(node.op_type == "Conv" for node in model.graph.node) == 9        # three BTD convolutions a layer
 
 
+def test_circulant_layers_then_low_rank_for_the_rest(tmp_path, calibration):
+    out = tmp_path / "digits.tai"
+    code, stdout, err = run_cli(["compress", str(MODEL_PATH), "-o", str(out), "--circulant", "4", "--low-rank", "0.5",
+                                 "--quant", "8", "--calibration", str(calibration)])
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in stdout.splitlines()[1:]}
+    assert "block circulant (circ_size 4" in rows["conv2"] and "block circulant (circ_size 4" in rows["conv3"]
+    assert "low rank" in rows["conv1"] and "low rank" in rows["fc"] and "low rank" not in rows["conv3"]
+    assert rows["conv3"].split()[1:3] == ["9,216", "2,304"] and "8-bit chapter-10 stream" in rows["conv3"]
+    kinds = [node.operator_type for node in load(out).model.graph[0].operator_node]
+    assert kinds.count("DecompressStructuralMatric") == 2
+    code, stdout, err = run_cli(["compile", str(out), "--calib", str(calibration), "-o", str(tmp_path / "program")])
+    assert code == 0, err
+    assert "weights: block-circulant conv2 (L 4), conv3 (L 4): DRAM holds their first rows" in stdout
+
+
 def test_without_quantization_the_tai_holds_the_compressed_model_exactly():
     original = onnx.load(MODEL_PATH)
     model, document, rows = compress(original, CompressionPlan(prune=0.5, layers=("conv2",)))
@@ -60,6 +76,8 @@ def test_quantization_alone_keeps_the_outputs_close():
     (["--quant", "1"], "--quant = 1"),
     (["--prune", "0.5", "--layers", "relu1"], "--layers = 'relu1'"),
     (["--groups", "0", "--low-rank", "0.5"], "--groups = 0"),
+    (["--circulant", "1"], "--circulant = 1"),
+    (["--circulant", "3"], "circ_size = 3"),
     ([], "methods = 'none'"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, arguments, field):
