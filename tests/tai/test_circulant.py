@@ -9,15 +9,17 @@ import functools
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from aipu.app.model_compression import CompressionPlan, compress
 from aipu.compress.circulant import COPY_EXTENSION
 from aipu.compress.structured_onnx import circulant_layers, with_circulant
 from aipu.sim.machine.errors import InputError
-from aipu.tai.file import dumps, loads
+from aipu.tai.file import TaiFile, dumps, loads
 from aipu.tai.from_onnx import from_onnx
-from aipu.tai.records import circulant_record
+from aipu.tai.records import BASE_SIGNS, RECORDS, attribute_value, circulant_record
 from aipu.tai.to_onnx import convert, to_onnx
 from tests.sandbox import fuzz, profiles, run_case
 from tests.strategies import mangled_bytes
@@ -67,6 +69,29 @@ def test_the_dense_weights_and_the_layouts_come_back_exactly(circ_size, extensio
         assert size == circ_size and np.array_equal(signs, entry.sign_vector)
     stored = sum(p.array.nbytes for p in document.parameters.values())
     assert stored < sum(w.nbytes for w in _weights(dense).values()) / circ_size + 64
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([1, 2, 3, 4, 8]), st.integers(1, 3), st.integers(1, 3), st.sampled_from([1, 3]),
+       st.sampled_from([1, COPY_EXTENSION]), st.booleans(), st.integers(0, 2 ** 32 - 1))
+def test_any_record_round_trips_to_its_dense_weight(circ_size, rows, columns, kernel, extension, transposed, seed):
+    """A random layer's record expands to C·diag(s) of its first rows, whatever L, shape, extension and layout."""
+    from aipu.compress.circulant import SignVectors, decompress_w_circ_to_weight, extend_base_to_sign, signed_weight
+    from aipu.tai.schema import Model
+
+    rng = np.random.default_rng(seed)
+    first_rows = rng.normal(size=(rows, columns * circ_size, *((kernel, kernel) if kernel > 1 else ())))
+    first_rows = first_rows.astype(np.float32)
+    signs = SignVectors(np.where(rng.random(9) < 0.5, -1, 1).astype(np.int8), (int(rng.integers(1, 10)),))
+    document = TaiFile(Model(Version="T/AI 115.1-2021"))
+    nodes, variables = circulant_record(document, "w", first_rows, circ_size, signs, 0, extension, transposed)
+    expanded = RECORDS["DecompressStructuralMatric"].expand(
+        {"X": first_rows, "base_sign_vector_network": document.parameters[BASE_SIGNS].array},
+        {a.name: attribute_value(a) for a in nodes[0].attribute}, {"Y": None}, "record")["Y"]
+    sign = extend_base_to_sign(signs.base_sign_vector_network[:signs.len_list[0]], first_rows.shape[1], extension)
+    dense = signed_weight(decompress_w_circ_to_weight(first_rows, circ_size), sign)
+    assert np.array_equal(expanded, np.swapaxes(dense, 0, 1) if transposed else dense)
+    assert [v.name for v in variables][-1] == "w" and expanded.dtype == np.float32
 
 
 def test_first_rows_as_a_chapter_10_stream_decode_into_the_record():
