@@ -183,8 +183,10 @@ def _eltwise(rng: np.random.Generator, dtype) -> None:
 
 def _codec(rng: np.random.Generator) -> None:
     """The codec both ways on a conv layer's integer and float weights with a bias, searching every mode, with a
-    codebook and as DeepCABAC, and a WDEC stream of the NPU profile through the interpreter's decoder."""
+    codebook and as DeepCABAC, and a WDEC stream of the NPU profile through the interpreter's decoder and the
+    engine walk the cycle model times it with (a codec kernel, so the codec group warms it)."""
     from aipu import codec
+    from aipu.codec.npu_profile import profile_entries_compiled
     from aipu.sim.interpreter.handlers.dma import decode_weight_stream
 
     weights = _values(rng, (8, 4, 3, 3), np.int8) // 8
@@ -192,7 +194,9 @@ def _codec(rng: np.random.Generator) -> None:
                "f": rng.normal(0.0, 0.1, (8, 4, 3, 3)).astype(np.float32)}
     for options in (codec.CodecOptions(), codec.CodecOptions(clusters=16), codec.CodecOptions(format="deepcabac")):
         codec.decode(codec.encode(tensors, options, [("w", "b"), ("f", None)]))
-    decode_weight_stream(codec.encode_profile_stream(weights), weights.shape)
+    stream = codec.encode_profile_stream(weights)
+    decode_weight_stream(stream, weights.shape)
+    profile_entries_compiled(stream, weights.shape, 2)
 
 
 def _interpreter(rng: np.random.Generator) -> None:
