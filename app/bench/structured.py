@@ -22,48 +22,42 @@ FINE_TUNE_EPOCHS = 3
 SEED = 0
 
 
-def _row(model: onnx.ModelProto, folder: Path, name: str, circulant: dict | None = None) -> dict:
-    from aipu.app.bench.pruning import program_figures
-    from aipu.app.models.train_digits import DATA_PATH
-    from aipu.compiler.driver import compile_model
+def _fine_tuned_row(folder: Path, name: str, chosen: list, circulant: dict | None = None) -> dict:
+    """The digits CNN with the ``chosen`` structured layers fine-tuned in shape: `digits_row`."""
+    from aipu.app.bench.pruning import digits_row
+    from aipu.app.models import structured_digits
 
-    data = np.load(DATA_PATH)
-    path, calib, evaluation = folder / f"{name}.onnx", folder / "calib.npz", folder / "eval.npz"
-    onnx.save(model, path)
-    np.savez(calib, image=data["calibration_images"])
-    np.savez(evaluation, image=data["eval_images"], labels=data["eval_labels"])
-    compiled = compile_model(path, calib, evaluation_path=evaluation, circulant=circulant)
-    figures = program_figures(compiled, data["calibration_images"][:1])
-    figures.pop("timing")
-    regions = compiled.network.plan.regions
-    figures["weight_dram_bytes"] = int(sum(size for region, (_, size) in regions.items()
-                                           if region.endswith("/weights") or region.endswith("/signs")))
-    figures["top1"] = round(compiled.evaluation["npu_top1"], 4)
-    figures["float_top1"] = round(compiled.evaluation["float_top1"], 4)
-    return figures
+    params = structured_digits.fine_tune(structured_digits.float_params(), chosen, epochs=FINE_TUNE_EPOCHS, seed=SEED)
+    return digits_row(structured_digits.structured_model(params, chosen), folder, name, circulant)
+
+
+def circulant_row(base: onnx.ModelProto, folder: Path, size: int) -> dict:
+    """Every layer ``size`` divides block-circulant, fine-tuned, its first rows expanded on chip by LOAD."""
+    from aipu.compress import structured_onnx
+
+    _, chosen = structured_onnx.circulant_layers(base, size, np.random.default_rng(SEED))
+    circulant = {entry.layer.name: (entry.circ_size, entry.sign_vector) for entry in chosen}
+    return {"layers": sorted(circulant), **_fine_tuned_row(folder, f"circulant{size}", chosen, circulant)}
+
+
+def low_rank_row(base: onnx.ModelProto, folder: Path, ratio: float) -> dict:
+    """Every layer's factors keeping ``ratio`` of its weights, fine-tuned."""
+    from aipu.compress import structured_onnx
+
+    chosen = structured_onnx.low_rank_layers(base, ratio)
+    return {"layers": [entry.layer.name for entry in chosen], **_fine_tuned_row(folder, f"low_rank{ratio}", chosen)}
 
 
 def _digits(folder: Path) -> dict:
-    from aipu.app.models import structured_digits, train_digits
-    from aipu.compress import structured_onnx
+    from aipu.app.bench.pruning import digits_row
+    from aipu.app.models import train_digits
 
     base = onnx.load(train_digits.MODEL_PATH)
-    rows = {"int8 baseline": _row(base, folder, "baseline")}
+    rows = {"int8 baseline": digits_row(base, folder, "baseline")}
     for size in CIRC_SIZES[1:]:
-        _, chosen = structured_onnx.circulant_layers(base, size, np.random.default_rng(SEED))
-        params = structured_digits.fine_tune(structured_digits.float_params(), chosen, epochs=FINE_TUNE_EPOCHS,
-                                             seed=SEED)
-        circulant = {entry.layer.name: (entry.circ_size, entry.sign_vector) for entry in chosen}
-        rows[f"block-circulant {size}"] = {
-            "layers": sorted(circulant),
-            **_row(structured_digits.structured_model(params, chosen), folder, f"circulant{size}", circulant)}
+        rows[f"block-circulant {size}"] = circulant_row(base, folder, size)
     for ratio in LOW_RANK_RATIOS:
-        chosen = structured_onnx.low_rank_layers(base, ratio)
-        params = structured_digits.fine_tune(structured_digits.float_params(), chosen, epochs=FINE_TUNE_EPOCHS,
-                                             seed=SEED)
-        rows[f"low-rank {ratio}"] = {"layers": [entry.layer.name for entry in chosen],
-                                     **_row(structured_digits.structured_model(params, chosen), folder,
-                                            f"low_rank{ratio}")}
+        rows[f"low-rank {ratio}"] = low_rank_row(base, folder, ratio)
     return rows
 
 
