@@ -71,8 +71,22 @@ def _npu(models: list[dict], folder: Path, name: str, slices: dict[str, int], da
     figures = merged.figures
     return {"npu_weight_bytes": int(sum(m["constant_bytes"] for m in figures["models"]) - (len(members) - 1)
                                     * figures["shared_bytes"]),
+            **_weight_figures(members, merged),
             "separate_dram_bytes": figures["separate_dram_bytes"], "merged_dram_bytes": figures["merged_dram_bytes"],
             "shared_dram_bytes": figures["shared_bytes"], "merged_programs_bit_exact": True, "models": rows}
+
+
+def _weight_figures(members, merged) -> dict:
+    """The models' int8 weight bytes, the DRAM their weight regions take in the separate images, and on the
+    merged one (a byte several models share counted once)."""
+    from aipu.app.bench.pruning import weight_dram_bytes, weight_regions
+    from aipu.compiler.driver import weight_sizes
+
+    placed = {merged.address(index, address) for index, member in enumerate(members)
+              for start, size in weight_regions(member.network.plan) for address in range(start, start + size)}
+    return {"int8_weight_bytes": int(sum(weight_sizes(member.qmodel)["bytes"] for member in members)),
+            "separate_weight_dram_bytes": sum(weight_dram_bytes(member.network.plan) for member in members),
+            "merged_weight_dram_bytes": len(placed)}
 
 
 def _sharing(data: dict, folder: Path, fraction: float) -> dict:
@@ -103,18 +117,29 @@ def _residual(data: dict, folder: Path, targets: list[dict], n: int) -> dict:
     return {"bits": n, "weight_bytes": stored, **_npu(models, folder, f"residual{n}", {}, data)}
 
 
-def run() -> dict:
-    from aipu.app.models.multi_digits import fine_tuned
+def task_data(folder: Path) -> dict:
+    """The training split, the calibration file and the held-out images and labels the task variants use."""
     from aipu.app.models.train_digits import DATA_PATH, stored_split
 
     train_images, train_labels, eval_images, eval_labels = stored_split()
+    calibration = folder / "calibration.npz"
+    np.savez(calibration, image=np.load(DATA_PATH)["calibration_images"])
+    return {"train_images": train_images, "train_labels": train_labels, "calibration": calibration,
+            "images": eval_images.astype(np.float32), "labels": eval_labels}
+
+
+def sharing(folder: Path, fraction: float) -> dict:
+    """One `sharing` method measured on its own (`aipu bench compression`)."""
+    return _sharing(task_data(folder), folder, fraction)
+
+
+def run() -> dict:
+    from aipu.app.models.multi_digits import fine_tuned
+
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
-        calibration = folder / "calibration.npz"
-        np.savez(calibration, image=np.load(DATA_PATH)["calibration_images"])
-        data = {"train_images": train_images, "train_labels": train_labels, "calibration": calibration,
-                "images": eval_images.astype(np.float32), "labels": eval_labels}
-        separate = fine_tuned(train_images, train_labels)
+        data = task_data(folder)
+        separate = fine_tuned(data["train_images"], data["train_labels"])
         methods = {"separate": {"weight_bytes": _float_bytes(v for m in separate for v in m.values()),
                                 **_npu(separate, folder, "separate", {}, data)}}
         for fraction in SHARED_FRACTIONS:
@@ -122,4 +147,4 @@ def run() -> dict:
         for n in RESIDUAL_BITS:
             methods[f"residual n={n}"] = _residual(data, folder, separate, n)
     return {"model": "digits CNN (app/models/digits_cnn.onnx), 3 task variants (app/models/multi_digits.py)",
-            "top1_images": int(eval_labels.size), "methods": methods}
+            "top1_images": int(data["labels"].size), "methods": methods}
