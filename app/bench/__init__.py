@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "pruning": "aipu.app.bench.pruning",
     "structured": "aipu.app.bench.structured",
     "multimodel": "aipu.app.bench.multimodel",
+    "compression": "aipu.app.bench.compression",
 }
 FLAGS = ("models", "config", "vary", "compare")
 

@@ -88,6 +88,7 @@ def test_the_cli_compiles_the_set_onto_one_image(trained, tmp_path, digits_data)
 def test_bench_rows_of_a_shared_set(trained, tmp_path, digits_data):
     """`aipu bench multimodel`'s measurement of one method: the merged image is smaller, each program takes
     as many cycles on it as alone, and the interpreter equals golden."""
+    from aipu.app.bench.compression import COLUMNS, multi_model_row
     from aipu.app.bench.multimodel import _npu
     _, _, models = trained
     calibration = tmp_path / "calibration.npz"
@@ -101,3 +102,7 @@ def test_bench_rows_of_a_shared_set(trained, tmp_path, digits_data):
     for row in figures["models"]:
         assert row["cycles_on_merged_image"] == row["cycles"] and row["interpreter_equals_golden"]
         assert 0 < row["switch_bytes"] < figures["merged_dram_bytes"] and row["macs"] > 0
+    assert figures["int8_weight_bytes"] == figures["separate_weight_dram_bytes"] > figures["merged_weight_dram_bytes"]
+    row = multi_model_row(figures)                                  # as `aipu bench compression` tables it
+    assert set(COLUMNS) <= set(row) and row["interpreter_equals_golden"] and row["models"] == 3
+    assert row["weight_dram_bytes"] == figures["merged_weight_dram_bytes"] and 0 <= row["top1"] <= 1
