@@ -58,10 +58,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if weights["layers"]:
         formats = "/".join(sorted({layer["format"] for layer in weights["layers"]}))
         print(f"weights: {weights['bytes']} bytes {formats} ({weights['int8_bytes']} as int8)")
-    circulant = manifest["quantization"]["circulant"]
+    circulant = [f"{layer['name']} (L {layer['circulant']})" for layer in weights["layers"] if "circulant" in layer]
     if circulant:
-        print("weights: block-circulant " + ", ".join(f"{name} (L {size})" for name, size, _ in circulant)
-              + ": DRAM holds their first rows, LOAD expands them")
+        print(f"weights: block-circulant {', '.join(circulant)}: DRAM holds their first rows, LOAD expands them")
     if "weight_compression" in manifest:
         packed = manifest["weight_compression"]
         print(f"weights: {packed['decoded_tiles']} of {packed['tiles']} tiles decoded by WDEC (--compress "

@@ -69,6 +69,8 @@ def compress(model: onnx.ModelProto, plan: CompressionPlan):
                                                with_low_rank)
     from aipu.tai.from_onnx import from_onnx
 
+    if plan.circulant:          # the weights the NPU multiplies with: a BatchNormalization after a layer would
+        model = folded(model)   # scale its filters apart once compiled, and it would be circulant no more
     rows = {name: LayerRow(name, array.size, array.nbytes) for name, (_, array) in weight_tensors(model).items()}
     layers = None if plan.layers is None else list(plan.layers)
     unknown = sorted(set(layers or ()) - set(rows))
@@ -101,6 +103,21 @@ def compress(model: onnx.ModelProto, plan: CompressionPlan):
     _count_after(rows, model, document, plan.quant_bits,
                  {entry.layer.node.input[1]: entry.circ_size for entry, _ in circulant})
     return model, document, list(rows.values())
+
+
+def folded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` as the compiler's front end normalizes it (BatchNormalization folded into the convs before it,
+    constants folded): the weights the NPU multiplies with, so that a layer fitted block-circulant stays so."""
+    import tempfile
+    from pathlib import Path
+
+    from aipu.compiler.graph import load_graph
+    from aipu.compiler.normalize import normalize
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.onnx"
+        onnx.save(model, path)
+        return normalize(load_graph(path, input_shapes(model))).to_onnx()
 
 
 def _circulant(model: onnx.ModelProto, plan: CompressionPlan, layers, rows: dict) -> list:
@@ -158,10 +175,15 @@ def _count_after(rows: dict, model: onnx.ModelProto, document, bits: int | None,
 
 
 def model_outputs(model: onnx.ModelProto, samples: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The outputs of ``model`` (onnxruntime) on each sample (axis 0 of every input) alone, concatenated: a model
+    the front end normalized takes a batch of one."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, samples)
+    count = next(iter(samples.values())).shape[0]
+    runs = [session.run(None, {name: array[index:index + 1] for name, array in samples.items()})
+            for index in range(count)]
+    return [np.concatenate(outputs) for outputs in zip(*runs)]
 
 
 def sqnr_db(reference: list[np.ndarray], outputs: list[np.ndarray]) -> float:

@@ -39,23 +39,13 @@ class Compiled:
     evaluation: dict | None = None
 
 
-def with_file_circulant(options: QuantOptions, graph: Graph) -> QuantOptions:
-    """``options`` with the block-circulant layers of the graph's .tai records added (docs/structured.md S-5); an
-    entry of ``options.circulant`` for the same layer wins."""
-    named = {name for name, _, _ in options.circulant}
-    return replace(options, circulant=(*options.circulant, *((name, size, signs) for name, (size, signs)
-                                                             in graph.circulant.items() if name not in named)))
-
-
 def quantize_model(model_path, calibration_path=None, *, input_shapes: dict[str, tuple[int, ...]] | None = None,
                    options: QuantOptions = QuantOptions(), batch_size: int = 16, progress: bool = False,
                    threads: int = 1) -> tuple[Graph, QModel, dict[str, np.ndarray] | None]:
     """The normalized graph, its quantized model and the calibration samples (None without a data set): what
     lowering for any hardware configuration starts from (`aipu sweep` lowers one for many). A float model is
-    calibrated on ``calibration_path``; a pre-quantized one (QDQ or QOperator) keeps its own quantization. The
-    block-circulant layers of a .tai join ``options.circulant`` (an entry there for the same layer wins)."""
+    calibrated on ``calibration_path``; a pre-quantized one (QDQ or QOperator) keeps its own quantization."""
     loaded = load_graph(model_path, input_shapes)
-    options = with_file_circulant(options, loaded)
     try:
         check_consistency(loaded)
     except InputError as error:
@@ -176,7 +166,6 @@ def compile_model(model_path, calibration_path=None, *, config: HardwareConfig =
         options = replace(options, circulant=circulant_options(circulant))
     graph, qmodel, samples = quantize_model(model_path, calibration_path, input_shapes=input_shapes, options=options,
                                             batch_size=batch_size, progress=progress, threads=threads)
-    options = with_file_circulant(options, graph)           # what the program was compiled with, for its manifest
     try:
         network = lower_model(qmodel, config, compress=compress)
     except InputError as error:              # what does not fit the hardware, named by layer and by file
@@ -279,9 +268,11 @@ def layer_report(graph: Graph, qmodel: QModel, samples: dict[str, np.ndarray], t
 
 
 def weight_sizes(qmodel: QModel) -> dict:
-    """The MAC layers' weights as the program stores them in DRAM: each layer's format and bytes
-    (weight_formats.stored_bytes), the total, and the total the same weights take as int8."""
-    layers = [{"name": op.name, "format": op.weight_format, "bytes": stored_bytes(op.weight_format, op.w.size)}
+    """The MAC layers' weights in the format the program computes with: each layer's format and bytes
+    (weight_formats.stored_bytes) and L of a block-circulant one (DRAM holds 1/L of it), the total, and the total
+    the same weights take as int8."""
+    layers = [{"name": op.name, "format": op.weight_format, "bytes": stored_bytes(op.weight_format, op.w.size),
+               **({"circulant": op.circulant[0]} if op.circulant is not None else {})}
               for op in qmodel.ops if isinstance(op, QConv)]
     return {"bytes": sum(layer["bytes"] for layer in layers),
             "int8_bytes": sum(op.w.size for op in qmodel.ops if isinstance(op, QConv)), "layers": layers}

@@ -32,6 +32,7 @@ from aipu.compiler.activation_formats import Int4Outputs
 from aipu.compiler.activation_functions import TABLE_OPS, activation_functions
 from aipu.compiler.calibrate import TensorStats, choose_range, output_determining
 from aipu.compiler.graph import Graph, Node
+from aipu.compiler.lowering.conv_circulant import check_circulant
 from aipu.compiler.normalize import conv_form, pad_widths, softmax_axes, softmax_rows_consecutive
 from aipu.compiler.quant_options import QuantOptions
 from aipu.compiler.qir import (QConcat, QConv, QEltwise, QLayout, QLut, QModel, QPool, QSoftmax, QTensor, Requant,
@@ -203,9 +204,10 @@ class Quantizer:
                                                node.op == "ConvTranspose", leaky=slope is not None)
         floor = self._weight_scale_floor(node, bias, x_spec, y_spec, weight, code_max(weight_format))
         circulant = self._circulant(node, weight_format)
-        if circulant is not None:        # one scale per block row of L filters: the int8 codes stay circulant
-            floor = np.repeat(floor.reshape(-1, circulant[0]).max(axis=1), circulant[0])
-        weights = quantized_weights(weight, floor, weight_format, self.options.per_channel_weights)
+        weights = self._circulant_weights(node, weight, floor, weight_format, circulant, conv.get("groups", 1))
+        if weights is None:
+            circulant = None
+            weights = quantized_weights(weight, floor, weight_format, self.options.per_channel_weights)
         scale = x_spec.scale * weights.scale / y_spec.scale
         bias_scaled = bias / (x_spec.scale * weights.scale)
         low, high = bit_range(BIAS_BITS, signed=True)
@@ -225,14 +227,35 @@ class Quantizer:
                               circulant=circulant))
 
     def _circulant(self, node: Node, weight_format: str) -> tuple[int, np.ndarray] | None:
-        """(L, signs) of a layer named block-circulant (docs/structured.md, "Quantization"), else None."""
-        chosen = {name: (size, signs) for name, size, signs in self.options.circulant}
-        if node.name not in chosen:
+        """(L, signs) of a layer that is block-circulant by ``options.circulant`` or by the model file's records
+        (Graph.circulant; the options win), else None."""
+        named = {name: (size, signs) for name, size, signs in self.options.circulant}
+        size, signs = named.get(node.name) or self.graph.circulant.get(node.name) or (None, None)
+        if size is None:
             return None
-        if node.op not in ("Conv", "Gemm") or weight_format != "int8":
+        if node.name in named and (node.op not in ("Conv", "Gemm") or weight_format != "int8"):
             raise InputError(f"circulant layer {node.name!r}", node.op, "a Conv or Gemm with int8 weights")
-        size, signs = chosen[node.name]
         return int(size), np.asarray(signs, np.int64)
+
+    def _circulant_weights(self, node: Node, weight, floor, weight_format: str, circulant, groups: int):
+        """The weights of a block-circulant layer (docs/structured.md S-4: one scale per block row of L filters,
+        so that the int8 codes stay circulant), checked for LOAD's expansion; None for any other layer, and for a
+        layer the model file made circulant that LOAD cannot expand (it is compiled dense, with a note). A
+        layer ``options.circulant`` names is refused instead (InputError)."""
+        if circulant is None:
+            return None
+        size, signs = circulant
+        shared = np.repeat(floor.reshape(-1, size).max(axis=1), size) if floor.size % size == 0 else floor
+        weights = quantized_weights(weight, shared, weight_format, self.options.per_channel_weights)
+        try:
+            check_circulant(weights.codes, groups, size, signs, weight_format == "int8",
+                            weights.codebook is None and weights.second is None)
+        except InputError as error:
+            if node.name in {name for name, _, _ in self.options.circulant}:
+                raise
+            self.notes.append(f"layer {node.name!r}: block-circulant in {self.graph.source}, compiled dense: {error}")
+            return None
+        return weights
 
     def _eight_bit(self, name: str, why: str) -> QTensor:
         """The quantization of an input that must be 8-bit (``why``: the unit's limit) where --int16 made it not."""

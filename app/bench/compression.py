@@ -76,17 +76,14 @@ def _digits(folder: Path) -> dict:
     return table("digits CNN (app/models/digits_cnn.onnx), 1x1x8x8", rows, "top1")
 
 
-def lcnet_circulant(base: onnx.ModelProto, folder: Path) -> tuple[onnx.ModelProto, list]:
+def lcnet_circulant(base: onnx.ModelProto) -> tuple[onnx.ModelProto, list]:
     """PP-LCNet with BatchNormalization folded (so that a layer's weight is what the NPU multiplies with) and
     every layer LOAD can expand fitted block-circulant: (the model, its CirculantLayer records)."""
-    from aipu.app.bench.pruning import LCNET_INPUT
-    from aipu.compiler.graph import load_graph
-    from aipu.compiler.normalize import normalize
+    from aipu.app.model_compression import folded as front_end
     from aipu.compress import structured_onnx
     from aipu.sim.machine.isa import CIRC_SIGNS_MAX
 
-    onnx.save(base, folder / "lcnet_float.onnx")
-    folded = normalize(load_graph(folder / "lcnet_float.onnx", {"x": LCNET_INPUT})).to_onnx()
+    folded = front_end(base)
     layers = [layer.name for layer in structured_onnx.weight_layers(folded) if layer.matrix.shape[1] <= CIRC_SIGNS_MAX]
     _, chosen = structured_onnx.circulant_layers(folded, CIRC_SIZE, np.random.default_rng(SEED), layers=layers)
     return structured_onnx.with_circulant(folded, chosen), chosen
@@ -110,7 +107,7 @@ def _lcnet(folder: Path) -> dict:
     def row(model, name, circulant=None, **extra):
         return lcnet_row(model, folder, name, calibration, reference, circulant, **extra)
 
-    circulant, circulant_chosen = lcnet_circulant(base, folder)
+    circulant, circulant_chosen = lcnet_circulant(base)
     low_rank = low_rank_layers(base, RATIO)
     rows = {"int8 baseline": row(base, "lcnet"),
             f"magnitude filter pruning {RATIO:.0%}": row(

@@ -48,7 +48,7 @@ def test_lcnet_circulant_layers_are_those_load_can_expand(tmp_path):
     from aipu.sim.machine.isa import CIRC_SIGNS_MAX
 
     base, calibration, reference = lcnet_reference(2)
-    model, chosen = lcnet_circulant(base, tmp_path)
+    model, chosen = lcnet_circulant(base)
     assert len(chosen) == 15 and all(entry.layer.matrix.shape[1] <= CIRC_SIGNS_MAX for entry in chosen)
     row = lcnet_row(model, tmp_path, "circ", calibration, reference,
                     {entry.layer.name: (entry.circ_size, entry.sign_vector) for entry in chosen})

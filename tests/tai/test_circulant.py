@@ -144,6 +144,45 @@ def test_compile_keeps_the_tai_s_circulant_layers_compressed(tmp_path):
         assert np.array_equal(*outputs)
 
 
+def _compiled(tmp_path, model: onnx.ModelProto, plan: CompressionPlan, samples: np.ndarray):
+    from aipu.compiler.driver import compile_model
+
+    _, document, _ = compress(model, plan)
+    path, calib = tmp_path / "model.tai", tmp_path / "calib.npz"
+    path.write_bytes(dumps(document))
+    np.savez(calib, **{model.graph.input[0].name: samples})
+    return compile_model(path, calib)
+
+
+def test_a_batch_normalization_after_a_layer_is_folded_before_the_fit(tmp_path):
+    """`aipu compress --circulant` fits the weights the NPU multiplies with: BN folded first, so the compiler
+    still finds the layer circulant and keeps it compressed."""
+    from aipu.compiler.qir import QConv
+
+    model = _model()
+    rng = np.random.default_rng(2)
+    norms = [numpy_helper.from_array(value.astype(np.float32), name) for name, value in
+             (("g", rng.uniform(0.5, 2, 8)), ("b", rng.normal(size=8)), ("m", rng.normal(size=8)),
+              ("v", rng.uniform(0.5, 2, 8)))]
+    model.graph.initializer.extend(norms)
+    model.graph.node.insert(1, helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"], name="bn"))
+    model.graph.node[2].input[0] = "n"
+    compiled = _compiled(tmp_path, model, CompressionPlan(circulant=4, layers=("conv",)),
+                         rng.normal(size=(8, 4, 5, 5)).astype(np.float32))
+    assert [op.circulant[0] for op in compiled.qmodel.ops if isinstance(op, QConv) and op.circulant] == [4]
+
+
+def test_a_layer_load_cannot_expand_compiles_dense_with_a_note(tmp_path):
+    from aipu.app.models.train_digits import DATA_PATH, MODEL_PATH
+    from aipu.compiler.qir import QConv
+
+    compiled = _compiled(tmp_path, onnx.load(MODEL_PATH), CompressionPlan(circulant=16),
+                         np.load(DATA_PATH)["calibration_images"][:16])
+    assert not any(op.circulant for op in compiled.qmodel.ops if isinstance(op, QConv))
+    notes = [note for note in compiled.qmodel.notes if "block-circulant in" in note]
+    assert len(notes) == 2 and "compiled dense: circ_size = 16: one of (2, 4, 8)" in notes[0]
+
+
 SMALL = dumps(_document(_model(), 4, 1)[2])
 
 
