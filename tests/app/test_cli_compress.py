@@ -20,12 +20,17 @@ def calibration(tmp_path_factory):
     return path
 
 
-def test_pruning_then_low_rank_then_quantization_in_one_tai(tmp_path, calibration):
-    out = tmp_path / "digits.tai"
-    code, stdout, err = run_cli(["compress", str(MODEL_PATH), "-o", str(out), "--prune", "0.25", "--low-rank", "0.5",
+def _compressed(out, calibration, *methods: str) -> tuple[str, dict[str, str]]:
+    """`aipu compress` of the demo model into ``out`` with ``methods``: its stdout and its table rows by layer."""
+    code, stdout, err = run_cli(["compress", str(MODEL_PATH), "-o", str(out), *methods, "--low-rank", "0.5",
                                  "--quant", "8", "--calibration", str(calibration)])
     assert code == 0, err
-    rows = {line.split()[0]: line for line in stdout.splitlines()[1:]}
+    return stdout, {line.split()[0]: line for line in stdout.splitlines()[1:]}
+
+
+def test_pruning_then_low_rank_then_quantization_in_one_tai(tmp_path, calibration):
+    out = tmp_path / "digits.tai"
+    stdout, rows = _compressed(out, calibration, "--prune", "0.25")
     assert rows["conv2"].index("pruned to 24/32 filters") < rows["conv2"].index("low rank") \
         < rows["conv2"].index("8-bit chapter-10 stream")
     before, after = (int(value.replace(",", "")) for value in rows["total"].split()[1:3])
@@ -38,10 +43,7 @@ def test_pruning_then_low_rank_then_quantization_in_one_tai(tmp_path, calibratio
 
 def test_circulant_layers_then_low_rank_for_the_rest(tmp_path, calibration):
     out = tmp_path / "digits.tai"
-    code, stdout, err = run_cli(["compress", str(MODEL_PATH), "-o", str(out), "--circulant", "4", "--low-rank", "0.5",
-                                 "--quant", "8", "--calibration", str(calibration)])
-    assert code == 0, err
-    rows = {line.split()[0]: line for line in stdout.splitlines()[1:]}
+    _, rows = _compressed(out, calibration, "--circulant", "4")
     assert "block circulant (circ_size 4" in rows["conv2"] and "block circulant (circ_size 4" in rows["conv3"]
     assert "low rank" in rows["conv1"] and "low rank" in rows["fc"] and "low rank" not in rows["conv3"]
     assert rows["conv3"].split()[1:3] == ["9,216", "2,304"] and "8-bit chapter-10 stream" in rows["conv3"]
