@@ -203,11 +203,7 @@ class Quantizer:
         weight_format = self.weight_formats.of(node.name, weight.shape, conv.get("groups", 1),
                                                node.op == "ConvTranspose", leaky=slope is not None)
         floor = self._weight_scale_floor(node, bias, x_spec, y_spec, weight, code_max(weight_format))
-        circulant = self._circulant(node, weight_format)
-        weights = self._circulant_weights(node, weight, floor, weight_format, circulant, conv.get("groups", 1))
-        if weights is None:
-            circulant = None
-            weights = quantized_weights(weight, floor, weight_format, self.options.per_channel_weights)
+        weights, circulant = self._mac_weights(node, weight, floor, weight_format, conv.get("groups", 1))
         scale = x_spec.scale * weights.scale / y_spec.scale
         bias_scaled = bias / (x_spec.scale * weights.scale)
         low, high = bit_range(BIAS_BITS, signed=True)
@@ -226,36 +222,30 @@ class Quantizer:
                               weight_format=weight_format, codebook=weights.codebook, w_second=weights.second,
                               circulant=circulant))
 
-    def _circulant(self, node: Node, weight_format: str) -> tuple[int, np.ndarray] | None:
-        """(L, signs) of a layer that is block-circulant by ``options.circulant`` or by the model file's records
-        (Graph.circulant; the options win), else None."""
+    def _mac_weights(self, node: Node, weight, floor, weight_format: str, groups: int):
+        """(the quantized weights, (L, signs) or None). A layer block-circulant by ``options.circulant`` or by the
+        model file's records (Graph.circulant; the options win) takes one scale per block row of L filters, so that
+        its int8 codes stay circulant (docs/structured.md S-4), and is checked for LOAD's expansion: a layer the
+        options name is refused where LOAD cannot expand it (InputError), one the file names is compiled dense,
+        with a note."""
         named = {name: (size, signs) for name, size, signs in self.options.circulant}
         size, signs = named.get(node.name) or self.graph.circulant.get(node.name) or (None, None)
-        if size is None:
-            return None
-        if node.name in named and (node.op not in ("Conv", "Gemm") or weight_format != "int8"):
-            raise InputError(f"circulant layer {node.name!r}", node.op, "a Conv or Gemm with int8 weights")
-        return int(size), np.asarray(signs, np.int64)
-
-    def _circulant_weights(self, node: Node, weight, floor, weight_format: str, circulant, groups: int):
-        """The weights of a block-circulant layer (docs/structured.md S-4: one scale per block row of L filters,
-        so that the int8 codes stay circulant), checked for LOAD's expansion; None for any other layer, and for a
-        layer the model file made circulant that LOAD cannot expand (it is compiled dense, with a note). A
-        layer ``options.circulant`` names is refused instead (InputError)."""
-        if circulant is None:
-            return None
-        size, signs = circulant
-        shared = np.repeat(floor.reshape(-1, size).max(axis=1), size) if floor.size % size == 0 else floor
-        weights = quantized_weights(weight, shared, weight_format, self.options.per_channel_weights)
-        try:
-            check_circulant(weights.codes, groups, size, signs, weight_format == "int8",
-                            weights.codebook is None and weights.second is None)
-        except InputError as error:
-            if node.name in {name for name, _, _ in self.options.circulant}:
-                raise
-            self.notes.append(f"layer {node.name!r}: block-circulant in {self.graph.source}, compiled dense: {error}")
-            return None
-        return weights
+        if size is not None:
+            if node.name in named and (node.op not in ("Conv", "Gemm") or weight_format != "int8"):
+                raise InputError(f"circulant layer {node.name!r}", node.op, "a Conv or Gemm with int8 weights")
+            circulant = int(size), np.asarray(signs, np.int64)
+            shared = np.repeat(floor.reshape(-1, size).max(axis=1), size) if floor.size % size == 0 else floor
+            weights = quantized_weights(weight, shared, weight_format, self.options.per_channel_weights)
+            try:
+                check_circulant(weights.codes, groups, *circulant, weight_format == "int8",
+                                weights.codebook is None and weights.second is None)
+                return weights, circulant
+            except InputError as error:
+                if node.name in named:
+                    raise
+                self.notes.append(f"layer {node.name!r}: block-circulant in {self.graph.source}, compiled dense: "
+                                  f"{error}")
+        return quantized_weights(weight, floor, weight_format, self.options.per_channel_weights), None
 
     def _eight_bit(self, name: str, why: str) -> QTensor:
         """The quantization of an input that must be 8-bit (``why``: the unit's limit) where --int16 made it not."""
